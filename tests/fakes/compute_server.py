@@ -1,0 +1,153 @@
+"""A wire-level fake of the Compute Engine REST API: projects.get, zonal instances and zone operations.
+
+The real google-cloud-compute clients talk to it (COMPUTE_EMULATOR_HOST=http://127.0.0.1:PORT). Operations finish
+`delay` seconds after they start. Faults:
+  fake.faults["insert"].append((503, "backendError", "..."))          the next HTTP call fails at once
+  fake.op_faults["insert"].append(("ZONE_RESOURCE_POOL_EXHAUSTED", "..."))  its operation ends with this error
+"""
+from __future__ import annotations
+
+import collections
+import itertools
+import json
+import re
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+MUTATING = {"insert", "delete"}
+_ROUTES = [
+    ("GET", r"^/compute/v1/projects/(?P<project>[^/]+)$", "project"),
+    ("POST", r"^/compute/v1/projects/(?P<project>[^/]+)/zones/(?P<zone>[^/]+)/instances$", "insert"),
+    ("GET", r"^/compute/v1/projects/(?P<project>[^/]+)/zones/(?P<zone>[^/]+)/instances$", "list"),
+    ("GET", r"^/compute/v1/projects/(?P<project>[^/]+)/zones/(?P<zone>[^/]+)/instances/(?P<name>[^/]+)$", "get"),
+    ("DELETE", r"^/compute/v1/projects/(?P<project>[^/]+)/zones/(?P<zone>[^/]+)/instances/(?P<name>[^/]+)$", "delete"),
+    ("GET", r"^/compute/v1/projects/(?P<project>[^/]+)/zones/(?P<zone>[^/]+)/operations/(?P<op>[^/]+)$", "operation"),
+    ("POST", r"^/compute/v1/projects/(?P<project>[^/]+)/zones/(?P<zone>[^/]+)/operations/(?P<op>[^/]+)/wait$",
+     "operation"),
+]
+
+
+class FakeCompute:
+    def __init__(self, delay: float = 0.0, project_number: int = 424242):
+        self.delay = delay
+        self.project_number = project_number
+        self.instances = {}
+        self.ops = {}
+        self.faults = collections.defaultdict(list)
+        self.op_faults = collections.defaultdict(list)
+        self.calls = []
+        self.lock = threading.RLock()
+        self._ids = itertools.count(1)
+        self.httpd = None
+
+    def start(self) -> str:
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a):
+                pass
+
+            def _go(self):
+                length = int(self.headers.get("Content-Length") or 0)
+                body = json.loads(self.rfile.read(length) or b"{}") if length else {}
+                code, payload = fake.handle(self.command, self.path.split("?")[0], body)
+                data = json.dumps(payload).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+            do_GET = do_POST = do_DELETE = _go
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        return f"http://127.0.0.1:{self.httpd.server_port}"
+
+    def stop(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    def mutating_calls(self):
+        return [c for c in self.calls if c[0] in MUTATING]
+
+    @staticmethod
+    def _error(code, reason, message):
+        return code, {"error": {"code": code, "message": message, "errors": [{"reason": reason, "message": message}]}}
+
+    def handle(self, method, path, body):
+        for verb, rx, action in _ROUTES:
+            m = re.match(rx, path)
+            if verb == method and m:
+                break
+        else:
+            return self._error(404, "notFound", f"no route {method} {path}")
+        with self.lock:
+            self.calls.append((action, path))
+            if self.faults[action]:
+                return self._error(*self.faults[action].pop(0))
+            self._advance()
+            return getattr(self, "do_" + action)(body, **m.groupdict())
+
+    def _advance(self):
+        now = time.monotonic()
+        for op in self.ops.values():
+            if op["status"] != "DONE" and op["at"] <= now:
+                op["status"] = "DONE"
+                op.pop("finish")()
+
+    def _op(self, project, zone, kind, target, finish, error=None):
+        name = f"operation-{next(self._ids)}"
+        op = {"kind": "compute#operation", "name": name, "operationType": kind, "status": "RUNNING",
+              "zone": f"projects/{project}/zones/{zone}", "targetLink": target, "at": time.monotonic() + self.delay,
+              "finish": finish}
+        if error:
+            op["error"] = {"errors": [{"code": error[0], "message": error[1]}]}
+        self.ops[name] = op
+        if self.delay == 0:
+            self._advance()
+        return 200, {k: v for k, v in op.items() if k not in ("at", "finish")}
+
+    def do_project(self, body, project):
+        return 200, {"kind": "compute#project", "name": project, "id": str(self.project_number),
+                     "defaultServiceAccount": f"{self.project_number}-compute@developer.gserviceaccount.com"}
+
+    def do_insert(self, body, project, zone):
+        key = (project, zone, body["name"])
+        if key in self.instances:
+            return self._error(409, "alreadyExists", f"The resource '{body['name']}' already exists")
+        inst = dict(body, status="PROVISIONING", zone=zone, id=str(next(self._ids)))
+        self.instances[key] = inst
+        error = self.op_faults["insert"].pop(0) if self.op_faults["insert"] else None
+
+        def finish():
+            if error:
+                self.instances.pop(key, None)
+            elif key in self.instances:
+                self.instances[key]["status"] = "RUNNING"
+        return self._op(project, zone, "insert", body["name"], finish, error)
+
+    def do_get(self, body, project, zone, name):
+        inst = self.instances.get((project, zone, name))
+        if inst is None:
+            return self._error(404, "notFound", f"The resource 'projects/{project}/zones/{zone}/instances/{name}' "
+                                                "was not found")
+        return 200, inst
+
+    def do_list(self, body, project, zone):
+        return 200, {"items": [i for (p, z, _), i in self.instances.items() if p == project and z == zone]}
+
+    def do_delete(self, body, project, zone, name):
+        key = (project, zone, name)
+        if key not in self.instances:
+            return self.do_get(body, project, zone, name)
+        self.instances[key]["status"] = "STOPPING"
+        return self._op(project, zone, "delete", name, lambda: self.instances.pop(key, None))
+
+    def do_operation(self, body, project, zone, op):
+        o = self.ops.get(op)
+        if o is None:
+            return self._error(404, "notFound", f"operation {op} not found")
+        return 200, {k: v for k, v in o.items() if k not in ("at", "finish")}

@@ -1,0 +1,137 @@
+"""gcp-storage-emulator behind a thin proxy that adds what the emulator lacks and tests rely on:
+
+- bucket `location`, `labels` and `iamConfiguration` are kept as sent on insert (the emulator reads back `US`);
+- `ifGenerationMatch=0` is enforced: a second create of the same object answers 412, as real GCS does;
+- a fault queue: fake.faults["POST /storage/v1/b"].append((503, "backendError")) fails the next matching call.
+The real google-cloud-storage client talks to the proxy (STORAGE_EMULATOR_HOST=http://127.0.0.1:PORT).
+"""
+from __future__ import annotations
+
+import collections
+import http.client
+import json
+import socket
+import threading
+import urllib.parse
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from gcp_storage_emulator.server import create_server
+
+_KEPT = ("location", "labels", "iamConfiguration")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class FakeGcs:
+    def __init__(self):
+        self.meta = {}
+        self.faults = collections.defaultdict(list)
+        self.calls = []
+        self.lock = threading.Lock()
+        self.emulator = None
+        self.httpd = None
+        self.upstream = None
+
+    def start(self) -> str:
+        up_port = _free_port()
+        self.emulator = create_server("127.0.0.1", up_port, in_memory=True)
+        self.emulator.start()
+        self.upstream = ("127.0.0.1", up_port)
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a):
+                pass
+
+            def _go(self):
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                status, headers, data = fake.forward(self.command, self.path, dict(self.headers), body)
+                self.send_response(status)
+                for k, v in headers:
+                    if k.lower() not in ("content-length", "transfer-encoding", "connection", "server", "date"):
+                        self.send_header(k, v)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+            do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _go
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        return f"http://127.0.0.1:{self.httpd.server_port}"
+
+    def stop(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.emulator.stop()
+
+    def wipe(self):
+        self.emulator.wipe()
+        self.meta.clear()
+
+    def _upstream(self, method, path, headers, body):
+        conn = http.client.HTTPConnection(*self.upstream, timeout=30)
+        headers = {k: v for k, v in headers.items() if k.lower() not in ("host", "connection")}
+        conn.request(method, path, body=body or None, headers=headers)
+        r = conn.getresponse()
+        data = r.read()
+        conn.close()
+        return r.status, r.getheaders(), data
+
+    @staticmethod
+    def _json_error(code, reason, message=""):
+        return code, [("Content-Type", "application/json")], json.dumps(
+            {"error": {"code": code, "message": message or reason, "errors": [{"reason": reason}]}}).encode()
+
+    def forward(self, method, path, headers, body):
+        url = urllib.parse.urlsplit(path)
+        route = f"{method} {url.path}"
+        query = urllib.parse.parse_qs(url.query)
+        with self.lock:
+            self.calls.append(route)
+            for key in list(self.faults):
+                if self.faults[key] and route.startswith(key):
+                    return self._json_error(*self.faults[key].pop(0))
+        if method == "POST" and url.path == "/storage/v1/b":
+            sent = json.loads(body or b"{}")
+            name = sent.get("name")
+            status, hdrs, data = self._upstream(method, path, headers, body)
+            if status == 200:
+                self.meta[name] = {k: sent[k] for k in _KEPT if k in sent}
+                if "location" in self.meta[name]:
+                    self.meta[name]["location"] = self.meta[name]["location"].upper()
+            return status, hdrs, self._overlay(name, data)
+        parts = url.path.split("/")
+        if query.get("ifGenerationMatch") == ["0"] and "/upload/" in url.path or (
+                query.get("ifGenerationMatch") == ["0"] and method == "POST"):
+            obj = query.get("name", [None])[0]
+            bucket = parts[4] if len(parts) > 4 else None
+            if obj and bucket:
+                st, _, _ = self._upstream("GET", f"/storage/v1/b/{bucket}/o/{urllib.parse.quote(obj, safe='')}",
+                                          {}, b"")
+                if st == 200:
+                    return self._json_error(412, "conditionNotMet", "At least one of the pre-conditions you "
+                                            "specified did not hold.")
+        status, hdrs, data = self._upstream(method, path, headers, body)
+        if len(parts) == 5 and parts[1:4] == ["storage", "v1", "b"]:
+            if method == "DELETE" and status < 300:
+                self.meta.pop(parts[4], None)
+            elif method == "GET":
+                data = self._overlay(parts[4], data)
+        return status, hdrs, data
+
+    def _overlay(self, name, data):
+        if name not in self.meta:
+            return data
+        try:
+            doc = json.loads(data)
+        except ValueError:
+            return data
+        doc.update(self.meta[name])
+        return json.dumps(doc).encode()

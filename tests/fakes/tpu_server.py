@@ -1,0 +1,217 @@
+"""A wire-level fake of the Cloud TPU API (v1 and v2) and its long-running operations, over plaintext gRPC.
+
+The real google-cloud-tpu clients talk to it (TPU_EMULATOR_HOST). State lives in memory; operations finish
+`delay` seconds after they start (checked lazily on every request). Faults:
+  fake.faults["CreateNode"].append(("RESOURCE_EXHAUSTED", "..."))    the next call fails at once
+  fake.op_faults["CreateNode"].append((8, "There is no more capacity in the zone ..."))  its operation fails
+`calls` records every method called, so tests can assert that nothing mutating happened.
+"""
+from __future__ import annotations
+
+import collections
+import itertools
+import threading
+import time
+from concurrent import futures
+
+import grpc
+from google.cloud import tpu_v1, tpu_v2
+from google.longrunning import operations_pb2
+from google.protobuf import any_pb2, empty_pb2
+from google.rpc import status_pb2
+
+MUTATING = {"CreateNode", "DeleteNode", "StartNode", "StopNode", "UpdateNode"}
+RUNTIMES = ["tpu-vm-tf-2.16.1-pjrt", "tpu-vm-tf-2.17.0-pjrt", "tpu-vm-tf-2.17.0-pod-pjrt", "tpu-vm-tf-2.17.0-se",
+            "tpu-vm-tf-2.18.0-pjrt-v5e-and-v6", "tpu-vm-tf-2.18.0-pjrt-v5p-and-below", "tpu-vm-base",
+            "tpu-vm-tf-2.18.0-pod-pjrt-v5p-and-below", "v2-alpha-tpuv5-lite"]
+TF_VERSIONS = ["2.10.0", "2.11.0", "2.12.0", "2.9.1"]
+
+
+class FakeTpu:
+    def __init__(self, delay: float = 0.0, project_number: int = 424242):
+        self.delay = delay
+        self.project_number = project_number
+        self.nodes = {1: {}, 2: {}}
+        self.ops = {}
+        self.faults = collections.defaultdict(list)
+        self.op_faults = collections.defaultdict(list)
+        self.calls = []
+        self.zones = None  # None: every zone exists
+        self.lock = threading.RLock()
+        self._ids = itertools.count(1)
+        self.server = None
+        self.port = None
+
+    # -- lifecycle ------------------------------------------------------------------------------------
+    def start(self) -> str:
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+        self.server.add_generic_rpc_handlers([self._handlers(1), self._handlers(2), self._ops_handler()])
+        self.port = self.server.add_insecure_port("127.0.0.1:0")
+        self.server.start()
+        return f"127.0.0.1:{self.port}"
+
+    def stop(self):
+        self.server.stop(0)
+
+    def mutating_calls(self) -> list:
+        return [c for c in self.calls if c[1] in MUTATING]
+
+    # -- machinery ------------------------------------------------------------------------------------
+    def _handlers(self, v: int):
+        m = tpu_v1 if v == 1 else tpu_v2
+        table = {
+            "GetNode": (m.GetNodeRequest, m.Node, self.get_node),
+            "ListNodes": (m.ListNodesRequest, m.ListNodesResponse, self.list_nodes),
+            "CreateNode": (m.CreateNodeRequest, None, self.create_node),
+            "DeleteNode": (m.DeleteNodeRequest, None, self.delete_node),
+            "StartNode": (m.StartNodeRequest, None, self.start_node),
+        }
+        if v == 2:
+            table["ListRuntimeVersions"] = (m.ListRuntimeVersionsRequest, m.ListRuntimeVersionsResponse,
+                                            self.list_runtimes)
+        else:
+            table["ListTensorFlowVersions"] = (m.ListTensorFlowVersionsRequest, m.ListTensorFlowVersionsResponse,
+                                               self.list_tf)
+        handlers = {}
+        for name, (req, resp, fn) in table.items():
+            handlers[name] = grpc.unary_unary_rpc_method_handler(
+                self._wrap(v, name, fn, req),
+                request_deserializer=req.deserialize,
+                response_serializer=(resp.serialize if resp else operations_pb2.Operation.SerializeToString))
+        return grpc.method_handlers_generic_handler(f"google.cloud.tpu.v{v}.Tpu", handlers)
+
+    def _ops_handler(self):
+        h = grpc.unary_unary_rpc_method_handler(
+            self._wrap(0, "GetOperation", self.get_operation, None),
+            request_deserializer=operations_pb2.GetOperationRequest.FromString,
+            response_serializer=operations_pb2.Operation.SerializeToString)
+        return grpc.method_handlers_generic_handler("google.longrunning.Operations", {"GetOperation": h})
+
+    def _wrap(self, v, name, fn, req_type):
+        def handler(request, context):
+            with self.lock:
+                self.calls.append((v, name, getattr(request, "name", "") or getattr(request, "parent", "")))
+                if self.faults[name]:
+                    code, message = self.faults[name].pop(0)
+                    context.abort(grpc.StatusCode[code], message)
+                self._advance()
+                return fn(v, request, context)
+        return handler
+
+    def _advance(self):
+        now = time.monotonic()
+        for op in self.ops.values():
+            if not op["done"] and op["at"] <= now:
+                op["done"] = True
+                op["finish"]()
+
+    def _op(self, v, zone_parent, finish, error=None, response=None):
+        name = f"{zone_parent}/operations/operation-{next(self._ids)}"
+        op = {"name": name, "v": v, "at": time.monotonic() + self.delay, "done": False, "error": error,
+              "response": response, "finish": finish}
+        self.ops[name] = op
+        if self.delay == 0:
+            self._advance()
+        return self._op_pb(op)
+
+    def _op_pb(self, op):
+        pb = operations_pb2.Operation(name=op["name"], done=op["done"])
+        if op["done"]:
+            if op["error"]:
+                pb.error.CopyFrom(status_pb2.Status(code=op["error"][0], message=op["error"][1]))
+            else:
+                resp = op["response"]() if callable(op["response"]) else op["response"]
+                a = any_pb2.Any()
+                a.Pack(resp if resp is not None else empty_pb2.Empty())
+                pb.response.CopyFrom(a)
+        return pb
+
+    def _zone(self, parent, context):
+        zone = parent.split("/")[3]
+        if self.zones is not None and zone not in self.zones and zone != "-":
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"Invalid location {zone}")
+        return zone
+
+    def _node_or_404(self, v, name, context):
+        node = self.nodes[v].get(name)
+        if node is None:
+            context.abort(grpc.StatusCode.NOT_FOUND, f"Resource '{name}' was not found")
+        return node
+
+    # -- methods --------------------------------------------------------------------------------------
+    def get_node(self, v, req, context):
+        return self._node_or_404(v, req.name, context)
+
+    def list_nodes(self, v, req, context):
+        zone = self._zone(req.parent, context)
+        m = tpu_v1 if v == 1 else tpu_v2
+        nodes = [n for name, n in self.nodes[v].items() if zone == "-" or name.split("/")[3] == zone]
+        return m.ListNodesResponse(nodes=nodes)
+
+    def list_runtimes(self, v, req, context):
+        self._zone(req.parent, context)
+        return tpu_v2.ListRuntimeVersionsResponse(runtime_versions=[
+            tpu_v2.RuntimeVersion(name=f"{req.parent}/runtimeVersions/{r}", version=r) for r in RUNTIMES])
+
+    def list_tf(self, v, req, context):
+        self._zone(req.parent, context)
+        return tpu_v1.ListTensorFlowVersionsResponse(tensorflow_versions=[
+            tpu_v1.TensorFlowVersion(name=f"{req.parent}/tensorFlowVersions/{t}", version=t) for t in TF_VERSIONS])
+
+    def create_node(self, v, req, context):
+        self._zone(req.parent, context)
+        name = f"{req.parent}/nodes/{req.node_id}"
+        if name in self.nodes[v]:
+            context.abort(grpc.StatusCode.ALREADY_EXISTS, f"Resource '{name}' already exists")
+        m = tpu_v1 if v == 1 else tpu_v2
+        node = m.Node(req.node)
+        node.name = name
+        node.state = m.Node.State.CREATING
+        self.nodes[v][name] = node
+        error = tuple(self.op_faults["CreateNode"].pop(0)) if self.op_faults["CreateNode"] else None
+        ip = f"10.0.0.{len(self.nodes[v]) + 1}"
+
+        def finish():
+            n = self.nodes[v].get(name)
+            if n is None:
+                return
+            if error:
+                del self.nodes[v][name]  # a failed create leaves nothing, as the real API does
+                return
+            n.state = m.Node.State.READY
+            n.network_endpoints = [m.NetworkEndpoint(ip_address=ip, port=8470)]
+            if v == 1:
+                n.ip_address, n.port = ip, "8470"
+                n.service_account = f"service-{self.project_number}@cloud-tpu.iam.gserviceaccount.com"
+        return self._op(v, req.parent, finish, error, lambda: m.Node.pb(self.nodes[v].get(name) or node))
+
+    def delete_node(self, v, req, context):
+        m = tpu_v1 if v == 1 else tpu_v2
+        node = self._node_or_404(v, req.name, context)
+        node.state = m.Node.State.DELETING
+        parent = "/".join(req.name.split("/")[:4])
+        snapshot = m.Node.pb(node)
+        return self._op(v, parent, lambda: self.nodes[v].pop(req.name, None), None,
+                        snapshot if v == 1 else empty_pb2.Empty())
+
+    def start_node(self, v, req, context):
+        m = tpu_v1 if v == 1 else tpu_v2
+        node = self._node_or_404(v, req.name, context)
+        node.state = m.Node.State.STARTING
+        parent = "/".join(req.name.split("/")[:4])
+
+        def finish():
+            node.state = m.Node.State.READY
+        return self._op(v, parent, finish, None, lambda: m.Node.pb(node))
+
+    def get_operation(self, v, req, context):
+        op = self.ops.get(req.name)
+        if op is None:
+            context.abort(grpc.StatusCode.NOT_FOUND, f"operation {req.name} not found")
+        return self._op_pb(op)
+
+    # -- test helpers ---------------------------------------------------------------------------------
+    def set_state(self, v: int, name: str, state: str):
+        with self.lock:
+            m = tpu_v1 if v == 1 else tpu_v2
+            self.nodes[v][name].state = m.Node.State[state]

@@ -1,0 +1,97 @@
+"""TPU facts (types, chips, hosts, zones, prices) and the offline validation done before any API call.
+
+Source: ../shared/GCP_FACTS.md §2 (public zone table 2025; us-central1 on-demand prices per chip-hour).
+The live API is the truth for zones and runtimes; this table lets tpuctl refuse a typo without a round trip.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from .errors import bad_input
+
+# family -> (named by cores?, valid sizes, zones, on-demand $/chip-hour, spot $/chip-hour or None, Node arch?)
+_FAMILIES = {
+    "v2": (True, (8, 32, 128, 256, 512), ("us-central1-b", "us-central1-c", "europe-west4-a", "asia-east1-c"),
+           1.125, None, True),
+    "v3": (True, (8, 32, 64, 128, 256, 512, 1024, 2048), ("us-central1-a", "us-central1-b", "europe-west4-a"),
+           2.00, 0.51, True),
+    "v4": (True, tuple(2 ** i for i in range(3, 13)), ("us-central2-b",), 3.22, None, False),
+    "v5p": (True, tuple(2 ** i for i in range(3, 14)), ("us-central1-a", "us-east5-a", "europe-west4-b"),
+            4.20, None, False),
+    "v5litepod": (False, (1, 4, 8, 16, 32, 64, 128, 256),
+                  ("us-central1-a", "us-south1-a", "us-west1-c", "us-west4-a", "europe-west4-b"), 1.20, 0.245, False),
+    "v6e": (False, (1, 4, 8, 16, 32, 64, 128, 256),
+            ("us-central1-b", "us-east1-d", "us-east5-a", "us-east5-b", "europe-west4-a", "asia-northeast1-b"),
+            2.70, 0.544, False),
+}
+# v3 pods (more than one host) are offered in europe-west4-a only.
+_POD_ZONES = {"v3": ("europe-west4-a",)}
+
+_TYPE_RE = re.compile(r"^(v2|v3|v4|v5p|v5litepod|v6e)-(\d+)$")
+_ZONE_RE = re.compile(r"^[a-z]+-[a-z]+\d+-[a-z0-9]+$")
+
+
+@dataclass(frozen=True)
+class TpuType:
+    name: str
+    family: str
+    chips: int
+    hosts: int
+    zones: tuple
+    price_hour: float
+    spot_price_hour: float | None
+    node_arch: bool
+
+    @property
+    def multi_host(self) -> bool:
+        return self.hosts > 1
+
+
+def tpu_type(name: str) -> TpuType:
+    m = _TYPE_RE.match(name or "")
+    if not m:
+        raise bad_input(f"unknown TPU type {name!r}",
+                        "use FAMILY-SIZE, for example v3-8, v5litepod-8, v6e-4 (`tpuctl up --help` lists families)")
+    family, size = m.group(1), int(m.group(2))
+    by_cores, sizes, zones, price, spot, node_arch = _FAMILIES[family]
+    if size not in sizes:
+        raise bad_input(f"{family} has no size {size}",
+                        "valid: " + ", ".join(f"{family}-{s}" for s in sizes))
+    chips = size // 2 if by_cores else size
+    hosts = max(1, chips // 4) if by_cores else (1 if size <= 8 else size // 4)
+    if hosts > 1 and family in _POD_ZONES:
+        zones = _POD_ZONES[family]
+    return TpuType(name, family, chips, hosts, zones, round(price * chips, 3),
+                   round(spot * chips, 3) if spot is not None else None, node_arch)
+
+
+def region_of(zone: str) -> str:
+    return zone.rsplit("-", 1)[0]
+
+
+def check_zones(t: TpuType, zones: list[str]) -> list[str]:
+    if not zones:
+        raise bad_input("no zone given", f"add --zone; {t.name} is offered in " + ", ".join(t.zones))
+    seen = []
+    for z in zones:
+        if not _ZONE_RE.match(z):
+            raise bad_input(f"malformed zone {z!r}", "zones look like us-central1-b")
+        if z not in t.zones:
+            raise bad_input(f"{t.name} is not offered in {z}", "it is offered in " + ", ".join(t.zones))
+        if z not in seen:
+            seen.append(z)
+    return seen
+
+
+# The legacy companion VM: a small general-purpose machine (ctpu's old default), $/hour in us-central1.
+VM_PRICES = {"n1-standard-1": 0.0475, "n1-standard-2": 0.095, "n1-standard-4": 0.19, "n1-standard-8": 0.38,
+             "e2-standard-2": 0.067, "e2-standard-4": 0.134, "e2-standard-8": 0.268}
+DEFAULT_VM_TYPE = "n1-standard-2"
+_VM_TYPE_RE = re.compile(r"^[a-z][a-z0-9]*-[a-z0-9-]+$")
+
+
+def check_vm_type(name: str) -> str:
+    if not _VM_TYPE_RE.match(name or ""):
+        raise bad_input(f"malformed machine type {name!r}", "for example n1-standard-2 or e2-standard-4")
+    return name

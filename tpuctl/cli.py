@@ -1,0 +1,217 @@
+"""typer commands: parse, load config, call the orchestrator, render. No cloud logic here.
+
+Imports of google-cloud and the providers happen inside commands, so `tpuctl --help` stays fast.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from typing import List, Optional
+
+import typer
+
+from . import __version__, config, orchestrator
+from .errors import TpuctlError, bad_input
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Train TensorFlow jobs on Cloud TPUs (or this machine): up, submit, logs, down.",
+                  context_settings={"help_option_names": ["-h", "--help"]})
+
+CLUSTER = typer.Option(None, "--cluster", "-c", help="Cluster name (default: 'default').")
+PROVIDER = typer.Option(None, "--provider", help="gcp (default) or local; also TPUCTL_PROVIDER.")
+PROJECT = typer.Option(None, "--project", help="Google Cloud project id.")
+
+
+def _cluster(flag: Optional[str]) -> str:
+    from .models import check_cluster_name
+    return check_cluster_name(config.setting("cluster", flag, "default"))
+
+
+def _console():
+    from . import console
+    return console
+
+
+def _interactive() -> bool:
+    return sys.stdin.isatty()
+
+
+def _build_spec(name, provider, type_, zones, project, arch, runtime, spot, service_account, bucket, vm_type):
+    from .catalog import DEFAULT_VM_TYPE, check_vm_type, check_zones, tpu_type
+    from .models import ClusterSpec, check_bucket_name, check_project, check_service_account, default_bucket
+    spec = ClusterSpec(name=name, provider=provider)
+    if provider == "local":
+        return spec
+    if not type_:
+        raise bad_input("--type is required", "for example: tpuctl up --type v3-8 --zone us-central1-b")
+    t = tpu_type(type_)
+    if arch not in ("vm", "node"):
+        raise bad_input(f"unknown --arch {arch!r}", "use --arch vm (TPU VM, default) or --arch node (legacy)")
+    if arch == "node" and not t.node_arch:
+        raise bad_input(f"TPU Nodes (--arch node) were never offered for {t.family}", "use --arch vm")
+    flat = [z.strip() for item in (zones or []) for z in item.split(",") if z.strip()]
+    if not flat and config.setting("zone", None):
+        flat = [config.setting("zone", None)]
+    spec.tpu_type, spec.arch, spec.zones = t.name, arch, check_zones(t, flat)
+    spec.runtime, spec.spot = runtime or "", spot
+    spec.project = check_project(config.project(project))
+    spec.service_account = check_service_account(service_account) if service_account else ""
+    spec.bucket = check_bucket_name(bucket or default_bucket(spec.project, name))
+    spec.vm_type = check_vm_type(vm_type or DEFAULT_VM_TYPE) if arch == "node" else ""
+    return spec
+
+
+@app.command()
+def up(
+    type_: Optional[str] = typer.Option(None, "--type", "-t", help="TPU type, e.g. v3-8, v5litepod-8, v6e-4."),
+    zone: List[str] = typer.Option([], "--zone", "-z", help="Zone; repeat or comma-separate to fail over on stockouts."),
+    cluster: Optional[str] = CLUSTER,
+    project: Optional[str] = PROJECT,
+    arch: str = typer.Option("vm", "--arch", help="vm (TPU VM) or node (legacy TPU Node + companion VM)."),
+    runtime: Optional[str] = typer.Option(None, "--runtime", help="TPU runtime (vm) or TensorFlow version (node)."),
+    spot: bool = typer.Option(False, "--spot", help="Spot/preemptible capacity: cheaper, can be reclaimed."),
+    service_account: Optional[str] = typer.Option(None, "--service-account", help="Identity the TPU workload runs as."),
+    bucket: Optional[str] = typer.Option(None, "--bucket", help="Bucket to use or create (default: PROJECT-tpuctl-CLUSTER)."),
+    vm_type: Optional[str] = typer.Option(None, "--vm-type", help="Machine type of the legacy node's VM."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Validate and print the plan; create nothing."),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
+    provider: Optional[str] = PROVIDER,
+):
+    """Create (or adopt) a TPU, a bucket in its region, and the bucket permissions its workload needs."""
+    con = _console()
+    prov = config.provider(provider)
+    spec = _build_spec(_cluster(cluster), prov, type_, zone, project, arch, runtime, spot, service_account,
+                       bucket, vm_type)
+    if prov == "local":
+        raise TpuctlError("input", "the local provider is not available in this version",
+                          "use --provider gcp (or the emulators, see README)")
+    rows = orchestrator.plan(spec)
+    con.err.print(f"[bold]Plan for cluster {spec.name}[/] (project {spec.project}):")
+    for kind, name, where in rows:
+        con.err.print(f"  {kind:<6} {name}  [dim]{where}[/]")
+    con.err.print(f"  cost   {orchestrator.price(spec)[1]} while it exists")
+    if dry_run:
+        con.err.print("dry run: nothing was created")
+        return
+    if _interactive() and not yes and not con.confirm("Create these resources?"):
+        raise typer.Exit(1)
+    from . import providers
+    with con.Reporter() as rep:
+        st = orchestrator.up(spec, providers.get("gcp", spec.project), rep)
+    con.err.print(f"[green]cluster {st.name} ready[/]: {st.tpu_type} in {st.zone}, store {st.store_uri}")
+    con.err.print(f"next: tpuctl submit JOB_DIR -c {st.name}    when done: tpuctl down -c {st.name}")
+
+
+@app.command()
+def status(cluster: Optional[str] = CLUSTER,
+           as_json: bool = typer.Option(False, "--json", help="Machine-readable output on stdout.")):
+    """Show a cluster's resources as the cloud reports them now."""
+    from . import providers
+    con = _console()
+    st = orchestrator.load(_cluster(cluster))
+    info = orchestrator.status(st, providers.get(st.provider, st.project))
+    if as_json:
+        con.print_json(info)
+        return
+    rows = [[k, str(info[k])] for k in ("cluster", "provider", "project", "phase", "type", "arch", "zone",
+                                         "runtime", "store", "price") if info.get(k) not in ("", None)]
+    for kind, res in info["resources"].items():
+        if kind == "boot_logs":
+            for host, line in res.items():
+                rows.append([f"boot {host}", line])
+            continue
+        rows.append([kind, " ".join(f"{k}={v}" for k, v in res.items() if v not in ("", None))])
+    for g in info["grants"]:
+        rows.append(["grant", g])
+    con.print_table(["field", "value"], rows)
+
+
+@app.command("ls")
+def ls_(as_json: bool = typer.Option(False, "--json", help="Machine-readable output on stdout."),
+        project: Optional[str] = PROJECT):
+    """List clusters in local state and every tpuctl-labelled TPU in the project (orphans flagged)."""
+    con = _console()
+    try:
+        extra = config.project(project, allow_adc=False)
+    except TpuctlError:
+        extra = ""
+
+    def list_labelled(p):
+        from .providers.gcp.provider import GcpProvider
+        return GcpProvider(p).list_labelled()
+    rows = orchestrator.ls(list_labelled, extra)
+    if as_json:
+        con.print_json(rows)
+        return
+    if not rows:
+        con.err.print("no clusters; make one with `tpuctl up --type v3-8 --zone us-central1-b`")
+        return
+    con.print_table(["cluster", "provider", "type", "zone", "state", "bucket", "note"],
+                    [[r["cluster"], r["provider"], r["type"], r["zone"], r["phase"], r["bucket"],
+                      "ORPHAN: no local state (tpuctl up -c NAME adopts it)" if r["orphan"] else ""] for r in rows])
+
+
+@app.command()
+def down(cluster: Optional[str] = CLUSTER,
+         delete_bucket: bool = typer.Option(False, "--delete-bucket", help="Also delete the bucket and its contents."),
+         yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation.")):
+    """Delete what `up` made: TPU, VM, the grants it added; the bucket only with --delete-bucket."""
+    from . import providers
+    con = _console()
+    st = orchestrator.load(_cluster(cluster))
+    what = ", ".join(x for x in (st.tpu_name and f"TPU {st.tpu_name}", st.vm_name and f"VM {st.vm_name}",
+                                 st.grants and f"{len(st.grants)} bucket grants",
+                                 delete_bucket and f"bucket {st.store_uri} and all its contents") if x)
+    if not yes:
+        if not _interactive():
+            raise bad_input(f"down would delete {what}; refusing without confirmation", "pass --yes")
+        if not con.confirm(f"Delete {what}?"):
+            raise typer.Exit(1)
+    with con.Reporter() as rep:
+        orchestrator.down(st, providers.get(st.provider, st.project), rep, delete_bucket)
+    con.err.print(f"[green]cluster {st.name} is down[/]")
+
+
+@app.command()
+def version():
+    """Print tpuctl's version."""
+    print(__version__)
+
+
+def _debug_log(exc: BaseException) -> str:
+    from .state import home
+    path = home() / "debug.log"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a") as f:
+            f.write("".join(traceback.format_exception(exc)))
+    except OSError:
+        return ""
+    return str(path)
+
+
+def main(argv: Optional[list] = None) -> None:
+    try:
+        app(args=argv, standalone_mode=False)
+    except TpuctlError as e:
+        if e.kind != "input":
+            _debug_log(e)
+        _console().print_error(e.message, e.hint)
+        sys.exit(e.exit_code)
+    except (KeyboardInterrupt, typer.Abort):
+        _console().print_error("interrupted", "")
+        sys.exit(130)
+    except typer.Exit as e:
+        sys.exit(e.exit_code)
+    except Exception as e:  # noqa: BLE001 - the last line of defence: a message, not a traceback
+        import click
+        if isinstance(e, click.ClickException):
+            e.show()
+            sys.exit(e.exit_code)
+        path = _debug_log(e)
+        if os.environ.get("TPUCTL_DEBUG"):
+            traceback.print_exc()
+        _console().print_error(f"internal error: {type(e).__name__}: {e}",
+                               f"details in {path}; please report it" if path else "please report it")
+        sys.exit(1)

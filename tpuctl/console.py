@@ -1,0 +1,91 @@
+"""The only module that imports rich: the Reporter (resource states with elapsed time) and tables.
+
+Everything here writes to stderr except `print_json` and `print_table`, which are the command's output (stdout).
+"""
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+out = Console(highlight=False, soft_wrap=True)
+
+
+class Reporter:
+    """On a terminal: a live board, one row per resource with its state and elapsed time. Elsewhere: one line per
+    state change, so CI logs and pipes stay readable."""
+
+    def __init__(self, console: Console = err):
+        self.c = console
+        self.rows: dict[tuple, list] = {}
+        self.lock = threading.Lock()
+        self.live = None
+
+    def __enter__(self):
+        if self.c.is_terminal:
+            self.live = Live(self._board(), console=self.c, refresh_per_second=4, transient=False,
+                             get_renderable=self._board)
+            self.live.start()
+        return self
+
+    def __exit__(self, *exc):
+        if self.live:
+            self.live.stop()
+            self.live = None
+
+    def _board(self):
+        t = Table.grid(padding=(0, 2))
+        now = time.monotonic()
+        with self.lock:
+            rows = list(self.rows.items())
+        for (kind, name), (st, start, end) in rows:
+            done = end is not None
+            elapsed = (end if done else now) - start
+            spin = "" if done else "…"
+            t.add_row(f"[bold]{kind}[/]", name, f"[{'green' if done else 'yellow'}]{st}{spin}[/]", f"{elapsed:.0f}s")
+        return t
+
+    def resource(self, kind: str, name: str, state: str) -> None:
+        now = time.monotonic()
+        final = state.upper() in {"READY", "RUNNING", "GRANTED", "REVOKED", "DELETED", "ADOPTED"}
+        with self.lock:
+            row = self.rows.get((kind, name))
+            start = row[1] if row else now
+            if row and row[0] == state:
+                return
+            self.rows[(kind, name)] = [state, start, now if final else None]
+        if not self.live:
+            self.c.print(f"  {kind:<6} {name}  {state}  ({now - start:.0f}s)")
+
+    def info(self, message: str) -> None:
+        self.c.print(message, style="dim")
+
+    def warn(self, message: str) -> None:
+        self.c.print(f"[yellow]! {message}[/]")
+
+
+def print_error(message: str, hint: str) -> None:
+    err.print(f"[bold red]error:[/] {message}")
+    if hint:
+        err.print(f"[dim]hint:[/] {hint}")
+
+
+def print_json(data) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def print_table(columns: list[str], rows: list[list[str]]) -> None:
+    t = Table(*columns, box=None, pad_edge=False, header_style="bold")
+    for r in rows:
+        t.add_row(*[str(x) for x in r])
+    out.print(t)
+
+
+def confirm(question: str) -> bool:
+    return err.input(f"{question} [y/N] ").strip().lower() in ("y", "yes")

@@ -1,0 +1,92 @@
+"""The legacy node's companion VM, and the project's default service account (Compute API projects.get).
+
+Operations are polled through our own ZoneOperationsClient: ExtendedOperation.result() polls through an internal
+client built without our client_options, so against an emulator it would call compute.googleapis.com (GCP_FACTS §3).
+"""
+from __future__ import annotations
+
+from ...errors import TpuctlError
+from ...models import LABEL, ClusterSpec
+from . import clients
+from .errors import classify_text
+from .operations import call, wait
+
+IMAGE = "projects/debian-cloud/global/images/family/debian-12"
+DEADLINE = 600.0
+
+
+def default_service_account(project: str) -> str:
+    p = call(clients.compute("ProjectsClient").get, project=project, what="read project")
+    if not p.default_service_account:
+        raise TpuctlError("permission", f"project {project} has no Compute Engine default service account",
+                          "pass --service-account EMAIL")
+    return p.default_service_account
+
+
+def find(project: str, name: str, zone: str):
+    try:
+        return call(clients.compute("InstancesClient").get, project=project, zone=zone, instance=name,
+                    what=f"get VM {name}")
+    except TpuctlError as e:
+        if e.kind == "not_found":
+            return None
+        raise
+
+
+def build_instance(spec: ClusterSpec, zone: str, script: str):
+    from google.cloud import compute_v1 as c
+    return c.Instance(
+        name=spec.vm_name, machine_type=f"zones/{zone}/machineTypes/{spec.vm_type}", labels=spec.labels,
+        description=f"tpuctl cluster {spec.name}: runs the job against the TPU Node",
+        disks=[c.AttachedDisk(boot=True, auto_delete=True, initialize_params=c.AttachedDiskInitializeParams(
+            source_image=IMAGE, disk_size_gb=50))],
+        network_interfaces=[c.NetworkInterface(network="global/networks/default", access_configs=[
+            c.AccessConfig(name="External NAT", type_="ONE_TO_ONE_NAT")])],
+        service_accounts=[c.ServiceAccount(email=spec.service_account or "default",
+                                           scopes=["https://www.googleapis.com/auth/cloud-platform"])],
+        metadata=c.Metadata(items=[c.Items(key="startup-script", value=script)]))
+
+
+def _wait_op(project: str, zone: str, op, what: str, progress):
+    ops = clients.compute("ZoneOperationsClient")
+
+    def poll():
+        cur = call(ops.get, project=project, zone=zone, operation=op.name, what=what)
+        return cur.status == type(cur).Status.DONE, "working"
+    wait(poll, what, DEADLINE)
+    done = call(ops.get, project=project, zone=zone, operation=op.name, what=what)
+    if done.error and done.error.errors:
+        e = done.error.errors[0]
+        raise classify_text(e.code, e.message, what)
+
+
+def create(project: str, spec: ClusterSpec, zone: str, script: str, progress):
+    progress("creating")
+    what = f"create VM {spec.vm_name} in {zone}"
+    try:
+        op = call(clients.compute("InstancesClient").insert_unary, project=project, zone=zone,
+                  instance_resource=build_instance(spec, zone, script), what=what)
+        _wait_op(project, zone, op, what, progress)
+    except TpuctlError:
+        if find(project, spec.vm_name, zone) is not None:
+            delete(project, spec.vm_name, zone, spec.name, progress)
+        raise
+    progress("RUNNING")
+
+
+def delete(project: str, name: str, zone: str, cluster: str, progress):
+    vm = find(project, name, zone)
+    if vm is None:
+        return
+    if vm.labels.get(LABEL) != cluster:
+        raise TpuctlError("input", f"VM {name} in {zone} is not labelled {LABEL}={cluster}; not deleting it",
+                          "delete it yourself if it is yours")
+    progress("deleting")
+    what = f"delete VM {name}"
+    try:
+        op = call(clients.compute("InstancesClient").delete_unary, project=project, zone=zone, instance=name,
+                  what=what)
+        _wait_op(project, zone, op, what, progress)
+    except TpuctlError as e:
+        if e.kind != "not_found":
+            raise

@@ -1,0 +1,65 @@
+"""Bucket-level grants (never project-wide): the TPU workload's identity gets objectAdmin + legacyBucketReader,
+because TF's GCS filesystem reads bucket metadata, which objectAdmin alone lacks (GCP_FACTS §4).
+
+set_iam_policy carries the policy's etag; a concurrent edit answers 412 and we re-read and re-apply.
+"""
+from __future__ import annotations
+
+from ...errors import TpuctlError
+from ...models import OBJECT_ROLES, Grant
+from . import clients
+from .operations import call
+
+_ATTEMPTS = 5
+
+
+def _edit(project: str, bucket: str, change) -> list[Grant]:
+    b = clients.storage(project).bucket(bucket)
+    for attempt in range(_ATTEMPTS):
+        policy = call(b.get_iam_policy, requested_policy_version=3, what=f"read IAM policy of {bucket}")
+        policy.version = 3
+        changed = change(policy.bindings)
+        if not changed:
+            return []
+        try:
+            call(b.set_iam_policy, policy, what=f"set IAM policy of {bucket}")
+            return changed
+        except TpuctlError as e:
+            if "412" not in e.message and "FAILED_PRECONDITION" not in e.message or attempt == _ATTEMPTS - 1:
+                raise
+    return []
+
+
+def grant(project: str, bucket: str, accounts: list[str]) -> list[Grant]:
+    wanted = [Grant(f"serviceAccount:{a}", r) for a in accounts for r in OBJECT_ROLES]
+
+    def change(bindings):
+        added = []
+        for g in wanted:
+            row = next((b for b in bindings if b["role"] == g.role and not b.get("condition")), None)
+            if row is None:
+                row = {"role": g.role, "members": set()}
+                bindings.append(row)
+            members = set(row["members"])
+            if g.member not in members:
+                row["members"] = members | {g.member}
+                added.append(g)
+        return added
+    return _edit(project, bucket, change)
+
+
+def revoke(project: str, bucket: str, grants: list[Grant]) -> None:
+    def change(bindings):
+        removed = []
+        for g in grants:
+            for row in bindings:
+                if row["role"] == g.role and g.member in set(row["members"]) and not row.get("condition"):
+                    row["members"] = set(row["members"]) - {g.member}
+                    removed.append(g)
+        bindings[:] = [b for b in bindings if b["members"]]
+        return removed
+    try:
+        _edit(project, bucket, change)
+    except TpuctlError as e:
+        if e.kind != "not_found":
+            raise

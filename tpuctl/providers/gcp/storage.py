@@ -1,0 +1,61 @@
+"""The cluster's bucket: in the TPU's region, uniform bucket-level access, public access prevention enforced."""
+from __future__ import annotations
+
+from ...errors import TpuctlError
+from ...models import LABEL, ClusterSpec
+from . import clients
+from .operations import call
+
+
+def find(project: str, name: str):
+    try:
+        return call(clients.storage(project).get_bucket, name, what=f"read bucket {name}")
+    except TpuctlError as e:
+        if e.kind == "not_found":
+            return None
+        if e.kind == "permission":
+            raise TpuctlError("permission", f"bucket {name} exists but this account cannot read it",
+                              "bucket names are global: pass another --bucket, or get access to this one")
+        raise
+
+
+def ensure(project: str, spec: ClusterSpec, name: str, region: str, progress) -> bool:
+    b = find(project, name)
+    if b is not None:
+        where = (b.location or "").lower()
+        if where != region:
+            raise TpuctlError("input", f"bucket {name} is in {where or 'an unknown location'}, not in {region} "
+                              "where the TPU runs (cross-region reads are slow and billed as egress)",
+                              "pass --bucket with a bucket in that region, or omit it to get a new one")
+        progress("adopted")
+        return False
+    client = clients.storage(project)
+    b = client.bucket(name)
+    b.iam_configuration.uniform_bucket_level_access_enabled = True
+    b.iam_configuration.public_access_prevention = "enforced"
+    b.labels = spec.labels
+    progress("creating")
+    try:
+        call(client.create_bucket, b, location=region, what=f"create bucket {name}")
+    except TpuctlError as e:
+        if "409" in e.message or e.hint.startswith("the name is taken"):
+            raise TpuctlError("input", f"bucket name {name} is already taken by another project",
+                              "bucket names are global: pass another --bucket")
+        raise
+    progress("ready")
+    return True
+
+
+def delete(project: str, name: str, cluster: str, progress):
+    b = find(project, name)
+    if b is None:
+        return
+    if (b.labels or {}).get(LABEL) != cluster:
+        raise TpuctlError("input", f"bucket {name} is not labelled {LABEL}={cluster}; not deleting it",
+                          "delete it yourself if it is yours")
+    progress("deleting")
+    client = clients.storage(project)
+    blobs = call(lambda: list(client.list_blobs(name)), what=f"list bucket {name}")
+    for blob in blobs:
+        call(blob.delete, what=f"delete gs://{name}/{blob.name}")
+    call(b.delete, what=f"delete bucket {name}")

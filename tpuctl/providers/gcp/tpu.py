@@ -1,0 +1,179 @@
+"""TPU nodes through tpu_v2 (TPU VM, `--arch vm`) or tpu_v1 (legacy TPU Node, `--arch node`); see base.py for rules."""
+from __future__ import annotations
+
+import re
+
+from ...errors import TpuctlError
+from ...models import LABEL, ClusterSpec
+from . import clients
+from .errors import classify
+from .operations import call, wait
+
+CREATE_DEADLINE = 1800.0
+DELETE_DEADLINE = 900.0
+_BUSY = {"CREATING", "STARTING", "RESTARTING", "REPAIRING", "REIMAGING", "UNHIDING", "STOPPING"}
+_DEAD = {"PREEMPTED", "TERMINATED"}
+
+
+class TpuApi:
+    def __init__(self, project: str, arch: str):
+        self.project = project
+        self.version = 2 if arch == "vm" else 1
+
+    @property
+    def client(self):
+        return clients.tpu(self.version)
+
+    @property
+    def types(self):
+        import importlib
+        return importlib.import_module(f"google.cloud.tpu_v{self.version}")
+
+    def path(self, name: str, zone: str) -> str:
+        return f"projects/{self.project}/locations/{zone}/nodes/{name}"
+
+    def find(self, name: str, zone: str):
+        try:
+            return call(self.client.get_node, name=self.path(name, zone), what=f"get TPU {name}")
+        except TpuctlError as e:
+            if e.kind == "not_found":
+                return None
+            raise
+
+    def list_labelled(self) -> list:
+        parent = f"projects/{self.project}/locations/-"
+        nodes = call(lambda: list(self.client.list_nodes(parent=parent)), what="list TPUs")
+        return [n for n in nodes if LABEL in n.labels]
+
+    def versions(self, zone: str) -> list[str]:
+        parent = f"projects/{self.project}/locations/{zone}"
+        if self.version == 2:
+            return [v.version for v in call(lambda: list(self.client.list_runtime_versions(parent=parent)),
+                                             what="list TPU runtime versions")]
+        return [v.version for v in call(lambda: list(self.client.list_tensor_flow_versions(parent=parent)),
+                                         what="list TensorFlow versions")]
+
+    def build_node(self, spec: ClusterSpec, runtime: str, script: str, service_account: str):
+        t = self.types
+        if self.version == 2:
+            return t.Node(
+                accelerator_type=spec.tpu_type, runtime_version=runtime, labels=spec.labels,
+                metadata={"startup-script": script},
+                network_config=t.NetworkConfig(enable_external_ips=True),
+                scheduling_config=t.SchedulingConfig(spot=spec.spot),
+                service_account=t.ServiceAccount(email=service_account,
+                                                 scope=["https://www.googleapis.com/auth/cloud-platform"]),
+                description=f"tpuctl cluster {spec.name}")
+        return t.Node(accelerator_type=spec.tpu_type, tensorflow_version=runtime, labels=spec.labels,
+                      scheduling_config=t.SchedulingConfig(preemptible=spec.spot),
+                      description=f"tpuctl cluster {spec.name}")
+
+    def state(self, node) -> str:
+        return type(node).State(node.state).name
+
+    def wait_operation(self, op, what: str, deadline: float, progress):
+        def poll():
+            try:
+                done = op.done()
+            except Exception as e:  # noqa: BLE001
+                err = classify(e, what)
+                if err.retryable:
+                    return False, "waiting"
+                raise err from e
+            return done, "done" if done else "working"
+        wait(poll, what, deadline)
+        try:
+            return op.result(timeout=0)
+        except Exception as e:  # noqa: BLE001 - the operation's own error, e.g. code 8 stockout
+            raise classify(e, what) from e
+
+    def wait_state(self, name: str, zone: str, want: set, deadline: float, progress, gone_ok=False):
+        def poll():
+            node = self.find(name, zone)
+            if node is None:
+                if gone_ok:
+                    return True, "deleted"
+                raise TpuctlError("error", f"TPU {name} disappeared while waiting", "run the same command again")
+            st = self.state(node)
+            if st in _DEAD and "READY" in want:
+                raise TpuctlError("preempted", f"TPU {name} is {st}", "run `tpuctl up` again to recreate it")
+            return st in want, st
+        return wait(poll, f"TPU {name}", deadline, progress)
+
+    def create(self, spec: ClusterSpec, zone: str, runtime: str, script: str, service_account: str, progress):
+        """Create and wait until READY. On failure remove whatever the failed create left behind."""
+        node = self.build_node(spec, runtime, script, service_account)
+        parent = f"projects/{self.project}/locations/{zone}"
+        progress("creating")
+        try:
+            op = call(self.client.create_node, parent=parent, node_id=spec.tpu_name, node=node,
+                      what=f"create TPU {spec.tpu_name} in {zone}")
+            self.wait_operation(op, f"create TPU {spec.tpu_name} in {zone}", CREATE_DEADLINE, progress)
+            self.wait_state(spec.tpu_name, zone, {"READY"}, CREATE_DEADLINE, progress)
+        except TpuctlError:
+            if self.find(spec.tpu_name, zone) is not None:
+                self.delete(spec.tpu_name, zone, spec.name, progress)
+            raise
+
+    def delete(self, name: str, zone: str, cluster: str, progress):
+        node = self.find(name, zone)
+        if node is None:
+            return
+        if node.labels.get(LABEL) != cluster:
+            raise TpuctlError("input", f"TPU {name} in {zone} is not labelled {LABEL}={cluster}; not deleting it",
+                              "delete it yourself if it is yours")
+        progress("deleting")
+        if self.state(node) != "DELETING":
+            op = call(self.client.delete_node, name=self.path(name, zone), what=f"delete TPU {name}")
+            try:
+                self.wait_operation(op, f"delete TPU {name}", DELETE_DEADLINE, progress)
+            except TpuctlError as e:
+                if e.kind != "not_found":
+                    raise
+        self.wait_state(name, zone, set(), DELETE_DEADLINE, progress, gone_ok=True)
+
+    def start(self, name: str, zone: str, progress):
+        op = call(self.client.start_node, request={"name": self.path(name, zone)}, what=f"start TPU {name}")
+        self.wait_operation(op, f"start TPU {name}", CREATE_DEADLINE, progress)
+
+
+def facts(node) -> dict:
+    eps = list(node.network_endpoints)
+    ip = eps[0].ip_address if eps else getattr(node, "ip_address", "")
+    sa = node.service_account
+    return {"ip": ip, "service_account": sa if isinstance(sa, str) else sa.email,
+            "state": type(node).State(node.state).name, "hosts": len(eps)}
+
+
+_RT = re.compile(r"^tpu-vm-tf-(\d+)\.(\d+)\.(\d+)(-pod)?(?:-(pjrt|se))?(?:-(.+))?$")
+_FAMILY_SUFFIX = {"v5e-and-v6": {"v5litepod", "v6e"}, "v5p-and-below": {"v2", "v3", "v4", "v5p"}}
+
+
+def pick_runtime(versions: list[str], family: str, multi_host: bool) -> str:
+    """Newest TensorFlow TPU VM runtime that fits the chip family and single/multi-host shape (GCP_FACTS §2)."""
+    best, best_key = "", None
+    for v in versions:
+        m = _RT.match(v)
+        if not m:
+            continue
+        major, minor, patch, pod, flavor, suffix = m.groups()
+        ver = (int(major), int(minor), int(patch))
+        if bool(pod) != multi_host:
+            continue
+        if suffix and family not in _FAMILY_SUFFIX.get(suffix, set()):
+            continue
+        if family in {"v5litepod", "v5p", "v6e"} and ver < (2, 15, 0):
+            continue
+        key = (ver, {"pjrt": 2, "se": 1}.get(flavor, 0), bool(suffix))
+        if best_key is None or key > best_key:
+            best, best_key = v, key
+    return best
+
+
+def pick_tf_version(versions: list[str]) -> str:
+    parsed = []
+    for v in versions:
+        m = re.match(r"^(\d+)\.(\d+)(?:\.(\d+))?$", v)
+        if m:
+            parsed.append(((int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)), v))
+    return max(parsed)[1] if parsed else ""

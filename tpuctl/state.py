@@ -1,0 +1,45 @@
+"""Where tpuctl keeps what it made: one JSON file per cluster under $TPUCTL_HOME (default: XDG state dir)."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from .models import ClusterState
+
+
+def home() -> Path:
+    if os.environ.get("TPUCTL_HOME"):
+        return Path(os.environ["TPUCTL_HOME"])
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(Path.home(), ".local", "state")
+    return Path(base) / "tpuctl"
+
+
+def _path(name: str) -> Path:
+    return home() / "clusters" / f"{name}.json"
+
+
+def load(name: str) -> ClusterState | None:
+    try:
+        return ClusterState.from_json(json.loads(_path(name).read_text()))
+    except FileNotFoundError:
+        return None
+
+
+def save(st: ClusterState) -> None:
+    p = _path(st.name)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(st.to_json(), indent=2, sort_keys=True))
+    os.replace(tmp, p)  # atomic: a crash never leaves half a state file
+
+
+def remove(name: str) -> None:
+    _path(name).unlink(missing_ok=True)
+
+
+def all_clusters() -> list[ClusterState]:
+    d = home() / "clusters"
+    if not d.is_dir():
+        return []
+    return [s for s in (load(p.stem) for p in sorted(d.glob("*.json"))) if s]
