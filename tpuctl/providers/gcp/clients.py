@@ -63,6 +63,12 @@ def storage(project: str):
     return gcs.Client(project=project, credentials=credentials())
 
 
+def preflight() -> None:
+    """Fail early, before anything is created, when an API without an emulator has no credentials."""
+    if not all(os.environ.get(v) for v in ("TPU_EMULATOR_HOST", "COMPUTE_EMULATOR_HOST", "STORAGE_EMULATOR_HOST")):
+        credentials()
+
+
 def reset() -> None:
     """Forget cached clients (tests point the environment at new fakes)."""
     for f in (credentials, tpu, compute, storage):

@@ -5,7 +5,7 @@ import json
 
 from ...errors import TpuctlError
 from ...models import LABEL, ClusterSpec, ClusterState, Grant
-from . import compute, iam, storage
+from . import clients, compute, iam, storage
 from .operations import call
 from .tpu import TpuApi, facts, pick_runtime, pick_tf_version
 
@@ -16,6 +16,7 @@ class GcpProvider:
     def __init__(self, project: str):
         self.project = project
         self._default_sa = None
+        clients.preflight()
 
     def _tpu(self, arch: str) -> TpuApi:
         return TpuApi(self.project, arch)
@@ -55,7 +56,7 @@ class GcpProvider:
 
     def write_cluster_record(self, bucket: str, record: dict) -> None:
         """tpuctl/cluster.json in the store: what the agent on the host needs (the node VM reads the TPU's IP)."""
-        blob = storage.clients.storage(self.project).bucket(bucket).blob("tpuctl/cluster.json")
+        blob = clients.storage(self.project).bucket(bucket).blob("tpuctl/cluster.json")
         call(blob.upload_from_string, json.dumps(record, indent=2), content_type="application/json",
              what="write cluster record")
 
@@ -123,7 +124,7 @@ class GcpProvider:
 
     def _boot_logs(self, bucket: str) -> dict:
         """The last line each host's startup script wrote into the store: how a failed boot becomes visible."""
-        client = storage.clients.storage(self.project)
+        client = clients.storage(self.project)
         logs = {}
         for blob in call(lambda: list(client.list_blobs(bucket, prefix="tpuctl/boot/")), what="list boot logs"):
             lines = call(blob.download_as_text, what="read boot log").strip().splitlines()

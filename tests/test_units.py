@@ -1,0 +1,185 @@
+"""Unit tests: catalog, config precedence, error classification from captured payloads, waits, runtime choice."""
+import subprocess
+
+import pytest
+
+from tpuctl import catalog, config
+from tpuctl.errors import TpuctlError
+from tpuctl.models import check_bucket_name, default_bucket
+from tpuctl.providers.gcp.errors import classify, classify_text
+from tpuctl.providers.gcp.operations import call, wait
+from tpuctl.providers.gcp.tpu import pick_runtime, pick_tf_version
+
+
+@pytest.mark.parametrize("name,chips,hosts", [("v2-8", 4, 1), ("v3-8", 4, 1), ("v3-32", 16, 4), ("v4-8", 4, 1),
+                                              ("v5p-16", 8, 2), ("v5litepod-1", 1, 1), ("v5litepod-8", 8, 1),
+                                              ("v6e-16", 16, 4)])
+def test_catalog_shapes(name, chips, hosts):
+    t = catalog.tpu_type(name)
+    assert (t.chips, t.hosts) == (chips, hosts)
+
+
+def test_catalog_prices_and_pod_zones():
+    assert catalog.tpu_type("v3-8").price_hour == 8.0
+    assert catalog.tpu_type("v5litepod-1").spot_price_hour == 0.245
+    assert catalog.tpu_type("v3-32").zones == ("europe-west4-a",)
+    assert catalog.region_of("us-central1-ai1a") == "us-central1"
+    with pytest.raises(TpuctlError) as e:
+        catalog.check_zones(catalog.tpu_type("v3-32"), ["us-central1-b"])
+    assert "europe-west4-a" in e.value.hint
+
+
+def test_bucket_names():
+    assert check_bucket_name("my-proj-tpuctl-default")
+    for bad in ("Upper", "-lead", "trail-", "a..b" * 1, "192.168.1.1", "goog-x", "x" * 64):
+        with pytest.raises(TpuctlError):
+            check_bucket_name(bad)
+    assert default_bucket("example.com:proj-1", "c") == "example-com-proj-1-tpuctl-c"
+
+
+def test_config_precedence(env, monkeypatch):
+    (env / "config.toml").write_text('provider = "local"\nproject = "from-file"\nzone = "us-central1-a"\n')
+    assert config.provider(None) == "local"
+    monkeypatch.setenv("TPUCTL_PROVIDER", "gcp")
+    assert config.provider(None) == "gcp"
+    assert config.provider("local") == "local"
+    assert config.project(None) == "from-file"
+    monkeypatch.setenv("CLOUDSDK_CORE_PROJECT", "from-sdk")
+    assert config.project(None) == "from-sdk"
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "from-env")
+    assert config.project(None) == "from-env"
+    assert config.project("from-flag") == "from-env" or True  # flag wins:
+    assert config.project("from-flag") == "from-flag"
+
+
+def test_project_from_gcloud_config(env):
+    d = env / "gcloud"
+    (d / "configurations").mkdir(parents=True)
+    (d / "active_config").write_text("work\n")
+    (d / "configurations" / "config_work").write_text("[core]\nproject = gcloud-proj\naccount = a@b\n")
+    assert config.project(None, allow_adc=False) == "gcloud-proj"
+
+
+def test_bad_config_file(env):
+    (env / "config.toml").write_text('colour = "red"\n')
+    with pytest.raises(TpuctlError) as e:
+        config.provider(None)
+    assert e.value.kind == "input" and "colour" in e.value.message
+
+
+CAPTURED = [  # (code, message as Google sends it) -> (kind, scope, retryable)
+    ("RESOURCE_EXHAUSTED", 'There is no more capacity in the zone "us-central1-b"; you can try in another zone '
+     "where Cloud TPU Nodes are offered", ("capacity", "zone", False)),
+    ("RESOURCE_EXHAUSTED", "Quota 'TPUV3PodPerProjectPerZoneForTPUAPI' exhausted. Limit 0 in zone us-central1-b",
+     ("capacity", "zone", False)),
+    ("RESOURCE_EXHAUSTED", "Quota 'TPUV5sLitepodServingPerProjectPerRegionForTPUAPI' exhausted. Limit 8 in region "
+     "us-central1", ("capacity", "region", False)),
+    ("FAILED_PRECONDITION", "Insufficient reserved capacity. Contact customer support.", ("capacity", "zone", False)),
+    ("INVALID_ARGUMENT", "Invalid value: the accelerator v5litepod-8 was not found in zone us-central1-b",
+     ("input", "zone", False)),
+    ("PERMISSION_DENIED", "Location us-central2-b is not found or access is unauthorized. LOCATION_POLICY_VIOLATED",
+     ("permission", "region", False)),
+    ("PERMISSION_DENIED", "Cloud TPU API has not been used in project 123 before or it is disabled. SERVICE_DISABLED",
+     ("permission", "global", False)),
+    ("INVALID_ARGUMENT", "Your request to provision TPU Node has been denied. Please migrate to TPU VM Architecture",
+     ("refused", "global", False)),
+    ("ZONE_RESOURCE_POOL_EXHAUSTED", "The zone 'projects/p/zones/us-central1-b' does not have enough resources "
+     "available to fulfill the request.", ("capacity", "zone", False)),
+    ("QUOTA_EXCEEDED", "Quota 'CPUS' exceeded.  Limit: 8.0 in region us-central1.", ("capacity", "region", False)),
+    ("UNAVAILABLE", "Connection reset by peer", ("error", "global", True)),
+    ("503", "Backend Error", ("error", "global", True)),
+    ("429", "Rate Limit Exceeded rateLimitExceeded", ("error", "global", True)),
+    ("RESOURCE_EXHAUSTED", "Too many requests", ("error", "global", True)),
+    ("DEADLINE_EXCEEDED", "Deadline Exceeded", ("error", "global", True)),
+    ("403", "caller does not have storage.buckets.create access", ("permission", "global", False)),
+    ("404", "Not Found", ("not_found", "global", False)),
+]
+
+
+@pytest.mark.parametrize("code,message,expect", CAPTURED, ids=[c[1][:40] for c in CAPTURED])
+def test_classification(code, message, expect):
+    e = classify_text(code, message)
+    assert (e.kind, e.scope, e.retryable) == expect
+
+
+def test_classify_google_exceptions():
+    from google.api_core import exceptions as g
+    assert classify(g.ResourceExhausted('There is no more capacity in the zone "z"')).scope == "zone"
+    assert classify(g.ServiceUnavailable("x")).retryable
+    assert classify(g.NotFound("x")).kind == "not_found"
+    assert classify(g.Forbidden("x")).kind == "permission"
+
+
+def test_call_retries_transient_then_succeeds():
+    from google.api_core import exceptions as g
+    attempts, sleeps = [], []
+
+    def flaky():
+        attempts.append(1)
+        if len(attempts) < 3:
+            raise g.ServiceUnavailable("busy")
+        return "ok"
+    assert call(flaky, sleep=sleeps.append) == "ok"
+    assert len(sleeps) == 2 and sleeps[1] > 0 and all(s <= 30 for s in sleeps)
+
+
+def test_call_does_not_retry_permanent():
+    from google.api_core import exceptions as g
+    n = []
+
+    def denied():
+        n.append(1)
+        raise g.Forbidden("no")
+    with pytest.raises(TpuctlError) as e:
+        call(denied, sleep=lambda s: None)
+    assert len(n) == 1 and e.value.kind == "permission"
+
+
+def test_wait_reports_states_and_times_out_with_fake_clock():
+    now = [0.0]
+    states = iter(["CREATING", "CREATING", "READY"])
+    seen = []
+    assert wait(lambda: ((s := next(states)) == "READY", s), "tpu", 60, seen.append,
+                clock=lambda: now[0], sleep=lambda s: now.__setitem__(0, now[0] + s)) == "READY"
+    assert seen == ["CREATING", "READY"]
+    now[0] = 0.0
+    with pytest.raises(TpuctlError) as e:
+        wait(lambda: (False, "CREATING"), "tpu", 10, None, clock=lambda: now[0],
+             sleep=lambda s: now.__setitem__(0, now[0] + s))
+    assert e.value.kind == "timeout" and "after 10s" in e.value.message
+    assert now[0] >= 10
+
+
+def test_pick_runtime():
+    from fakes.tpu_server import RUNTIMES
+    assert pick_runtime(RUNTIMES, "v3", False) == "tpu-vm-tf-2.18.0-pjrt-v5p-and-below"
+    assert pick_runtime(RUNTIMES, "v6e", False) == "tpu-vm-tf-2.18.0-pjrt-v5e-and-v6"
+    assert pick_runtime(RUNTIMES, "v3", True) == "tpu-vm-tf-2.18.0-pod-pjrt-v5p-and-below"
+    assert pick_runtime(["tpu-vm-tf-2.14.0", "tpu-vm-tf-2.15.0-pjrt"], "v5litepod", False) == "tpu-vm-tf-2.15.0-pjrt"
+    assert pick_runtime(["tpu-vm-base"], "v3", False) == ""
+    assert pick_tf_version(["2.9.1", "2.12.0", "2.10.0", "nightly"]) == "2.12.0"
+
+
+@pytest.mark.parametrize("role,tf", [("tpu-vm", ""), ("node-vm", "2.12.0")])
+def test_startup_script_renders_and_parses(tmp_path, role, tf):
+    from tpuctl import __version__
+    from tpuctl.startup import render
+    script = render("gs://b", "bert", role, "v3-8", "local" if role == "tpu-vm" else "", tf)
+    assert "@{" not in script and f'VERSION="{__version__}"' in script
+    assert f'ROLE="{role}"' in script and "tpuctl.agent --store $STORE" in script
+    path = tmp_path / "s.sh"
+    path.write_text(script)
+    subprocess.run(["bash", "-n", str(path)], check=True)
+
+
+def test_startup_script_ships_in_the_wheel(tmp_path):
+    """templates/ must be inside the built wheel, not only in the source checkout."""
+    import pathlib
+    import zipfile
+    root = pathlib.Path(__file__).parent.parent
+    r = subprocess.run(["python", "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
+                        str(tmp_path), str(root)], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip("hatchling not installed for an isolated-less build: " + r.stderr[-200:])
+    whl = next(tmp_path.glob("tpuctl-*.whl"))
+    assert "tpuctl/templates/startup.sh" in zipfile.ZipFile(whl).namelist()
