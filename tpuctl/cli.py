@@ -11,10 +11,10 @@ from typing import List, Optional
 
 import typer
 
-from . import __version__, config, orchestrator
+from . import __version__, config
 from .errors import TpuctlError, bad_input
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
                   help="Train TensorFlow jobs on Cloud TPUs (or this machine): up, submit, logs, down.",
                   context_settings={"help_option_names": ["-h", "--help"]})
 
@@ -31,6 +31,11 @@ def _cluster(flag: Optional[str]) -> str:
 def _console():
     from . import console
     return console
+
+
+def _orch():
+    from . import orchestrator
+    return orchestrator
 
 
 def _interactive() -> bool:
@@ -86,11 +91,11 @@ def up(
     if prov == "local":
         raise TpuctlError("input", "the local provider is not available in this version",
                           "use --provider gcp (or the emulators, see README)")
-    rows = orchestrator.plan(spec)
+    rows = _orch().plan(spec)
     con.err.print(f"[bold]Plan for cluster {spec.name}[/] (project {spec.project}):")
     for kind, name, where in rows:
         con.err.print(f"  {kind:<6} {name}  [dim]{where}[/]")
-    con.err.print(f"  cost   {orchestrator.price(spec)[1]} while it exists")
+    con.err.print(f"  cost   {_orch().price(spec)[1]} while it exists")
     if dry_run:
         con.err.print("dry run: nothing was created")
         return
@@ -98,7 +103,7 @@ def up(
         raise typer.Exit(1)
     from . import providers
     with con.Reporter() as rep:
-        st = orchestrator.up(spec, providers.get("gcp", spec.project), rep)
+        st = _orch().up(spec, providers.get("gcp", spec.project), rep)
     con.err.print(f"[green]cluster {st.name} ready[/]: {st.tpu_type} in {st.zone}, store {st.store_uri}")
     con.err.print(f"next: tpuctl submit JOB_DIR -c {st.name}    when done: tpuctl down -c {st.name}")
 
@@ -109,8 +114,8 @@ def status(cluster: Optional[str] = CLUSTER,
     """Show a cluster's resources as the cloud reports them now."""
     from . import providers
     con = _console()
-    st = orchestrator.load(_cluster(cluster))
-    info = orchestrator.status(st, providers.get(st.provider, st.project))
+    st = _orch().load(_cluster(cluster))
+    info = _orch().status(st, providers.get(st.provider, st.project))
     if as_json:
         con.print_json(info)
         return
@@ -140,7 +145,7 @@ def ls_(as_json: bool = typer.Option(False, "--json", help="Machine-readable out
     def list_labelled(p):
         from .providers.gcp.provider import GcpProvider
         return GcpProvider(p).list_labelled()
-    rows = orchestrator.ls(list_labelled, extra)
+    rows = _orch().ls(list_labelled, extra)
     if as_json:
         con.print_json(rows)
         return
@@ -159,7 +164,7 @@ def down(cluster: Optional[str] = CLUSTER,
     """Delete what `up` made: TPU, VM, the grants it added; the bucket only with --delete-bucket."""
     from . import providers
     con = _console()
-    st = orchestrator.load(_cluster(cluster))
+    st = _orch().load(_cluster(cluster))
     what = ", ".join(x for x in (st.tpu_name and f"TPU {st.tpu_name}", st.vm_name and f"VM {st.vm_name}",
                                  st.grants and f"{len(st.grants)} bucket grants",
                                  delete_bucket and f"bucket {st.store_uri} and all its contents") if x)
@@ -169,7 +174,7 @@ def down(cluster: Optional[str] = CLUSTER,
         if not con.confirm(f"Delete {what}?"):
             raise typer.Exit(1)
     with con.Reporter() as rep:
-        orchestrator.down(st, providers.get(st.provider, st.project), rep, delete_bucket)
+        _orch().down(st, providers.get(st.provider, st.project), rep, delete_bucket)
     con.err.print(f"[green]cluster {st.name} is down[/]")
 
 

@@ -1,0 +1,65 @@
+"""`tpuctl up` wall time against its slowest resource, with the fake TPU and Compute APIs taking DELAY s per
+operation (goal: ratio <= 1.3, measured after imports). Also runs the same resources one after another, the way a
+script of gcloud commands would, as the baseline in this same process.
+
+    python bench/bench_up.py [DELAY]
+"""
+import os
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
+
+from fakes.compute_server import FakeCompute  # noqa: E402
+from fakes.gcs import FakeGcs  # noqa: E402
+from fakes.tpu_server import FakeTpu  # noqa: E402
+
+DELAY = float(sys.argv[1]) if len(sys.argv) > 1 else 10.0
+
+
+def run_cli(*args):
+    from tpuctl.cli import main
+    try:
+        main(list(args))
+    except SystemExit as e:
+        if e.code:
+            raise RuntimeError(f"tpuctl {' '.join(args)} exited {e.code}")
+
+
+def main():
+    tpu, compute, gcs = FakeTpu(delay=DELAY), FakeCompute(delay=DELAY), FakeGcs()
+    os.environ.update(TPU_EMULATOR_HOST=tpu.start(), COMPUTE_EMULATOR_HOST=compute.start(),
+                      STORAGE_EMULATOR_HOST=gcs.start(), GOOGLE_CLOUD_PROJECT="bench-proj",
+                      TPUCTL_HOME=tempfile.mkdtemp(), TPUCTL_CONFIG="/nonexistent")
+    # Imports are paid once, before timing (the goal is "after imports").
+    import google.cloud.compute_v1, google.cloud.storage, google.cloud.tpu_v1, google.cloud.tpu_v2  # noqa: F401,E401
+    import tpuctl.cli  # noqa: F401
+    results = {}
+    for arch, tpu_type in (("vm", "v3-8"), ("node", "v2-8")):
+        t = time.perf_counter()
+        run_cli("up", "--type", tpu_type, "--zone", "us-central1-b", "-c", f"b{arch}", "--arch", arch)
+        results[arch] = time.perf_counter() - t
+        run_cli("down", "-c", f"b{arch}", "--yes", "--delete-bucket")
+
+    # Baseline: the node architecture's resources created one after another (TPU, then VM).
+    from tpuctl.models import ClusterSpec
+    from tpuctl.providers.gcp.provider import GcpProvider
+    p = GcpProvider("bench-proj")
+    spec = ClusterSpec(name="seq", project="bench-proj", tpu_type="v2-8", zones=["us-central1-b"], arch="node",
+                       bucket="bench-proj-seq", vm_type="n1-standard-2")
+    t = time.perf_counter()
+    p.ensure_bucket(spec, spec.bucket, "us-central1", lambda s: None)
+    p.ensure_tpu(spec, "us-central1-b", "2.12.0", "", lambda s: None)
+    p.ensure_vm(spec, "us-central1-b", "", lambda s: None)
+    sequential = time.perf_counter() - t
+    for f in (tpu, compute, gcs):
+        f.stop()
+    print(f"\nslowest resource        : {DELAY:6.1f} s (fake TPU and VM operations)")
+    for arch, wall in results.items():
+        print(f"tpuctl up --arch {arch:<5}  : {wall:6.1f} s   ratio to slowest {wall / DELAY:4.2f} (goal <= 1.3)")
+    print(f"sequential node baseline: {sequential:6.1f} s   tpuctl up --arch node is {sequential / results['node']:.2f}x faster")
+
+
+if __name__ == "__main__":
+    main()
