@@ -47,6 +47,8 @@ def _build_spec(name, provider, type_, zones, project, arch, runtime, spot, serv
     from .models import ClusterSpec, check_bucket_name, check_project, check_service_account, default_bucket
     spec = ClusterSpec(name=name, provider=provider)
     if provider == "local":
+        from .providers.local import LocalProvider
+        spec.bucket = str(LocalProvider.root(name))
         return spec
     if not type_:
         raise bad_input("--type is required", "for example: tpuctl up --type v3-8 --zone us-central1-b")
@@ -88,34 +90,32 @@ def up(
     prov = config.provider(provider)
     spec = _build_spec(_cluster(cluster), prov, type_, zone, project, arch, runtime, spot, service_account,
                        bucket, vm_type)
-    if prov == "local":
-        raise TpuctlError("input", "the local provider is not available in this version",
-                          "use --provider gcp (or the emulators, see README)")
     rows = _orch().plan(spec)
-    con.err.print(f"[bold]Plan for cluster {spec.name}[/] (project {spec.project}):")
+    con.err.print(f"[bold]Plan for cluster {spec.name}[/]" + (f" (project {spec.project}):" if spec.project else ":"))
     for kind, name, where in rows:
         con.err.print(f"  {kind:<6} {name}  [dim]{where}[/]")
     con.err.print(f"  cost   {_orch().price(spec)[1]} while it exists")
     if dry_run:
         con.err.print("dry run: nothing was created")
         return
-    if _interactive() and not yes and not con.confirm("Create these resources?"):
+    if prov == "gcp" and _interactive() and not yes and not con.confirm("Create these resources?"):
         raise typer.Exit(1)
     from . import providers
     with con.Reporter() as rep:
-        st = _orch().up(spec, providers.get("gcp", spec.project), rep)
-    con.err.print(f"[green]cluster {st.name} ready[/]: {st.tpu_type} in {st.zone}, store {st.store_uri}")
+        st = _orch().up(spec, providers.get(prov, spec.project), rep)
+    where = f"{st.tpu_type} in {st.zone}" if prov == "gcp" else "this machine"
+    con.err.print(f"[green]cluster {st.name} ready[/]: {where}, store {st.store_uri}")
     con.err.print(f"next: tpuctl submit JOB_DIR -c {st.name}    when done: tpuctl down -c {st.name}")
 
 
 @app.command()
 def status(cluster: Optional[str] = CLUSTER,
-           as_json: bool = typer.Option(False, "--json", help="Machine-readable output on stdout.")):
+           as_json: bool = typer.Option(False, "--json", help="Machine-readable output on stdout."),
+           provider: Optional[str] = PROVIDER):
     """Show a cluster's resources as the cloud reports them now."""
-    from . import providers
     con = _console()
-    st = _orch().load(_cluster(cluster))
-    info = _orch().status(st, providers.get(st.provider, st.project))
+    st, prov = _cluster_and_provider(cluster, provider)
+    info = _orch().status(st, prov)
     if as_json:
         con.print_json(info)
         return
@@ -160,12 +160,13 @@ def ls_(as_json: bool = typer.Option(False, "--json", help="Machine-readable out
 @app.command()
 def down(cluster: Optional[str] = CLUSTER,
          delete_bucket: bool = typer.Option(False, "--delete-bucket", help="Also delete the bucket and its contents."),
-         yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation.")):
+         yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
+         provider: Optional[str] = PROVIDER):
     """Delete what `up` made: TPU, VM, the grants it added; the bucket only with --delete-bucket."""
-    from . import providers
     con = _console()
-    st = _orch().load(_cluster(cluster))
+    st, prov = _cluster_and_provider(cluster, provider)
     what = ", ".join(x for x in (st.tpu_name and f"TPU {st.tpu_name}", st.vm_name and f"VM {st.vm_name}",
+                                 st.provider == "local" and f"the local agent of {st.name}",
                                  st.grants and f"{len(st.grants)} bucket grants",
                                  delete_bucket and f"bucket {st.store_uri} and all its contents") if x)
     if not yes:
@@ -174,8 +175,107 @@ def down(cluster: Optional[str] = CLUSTER,
         if not con.confirm(f"Delete {what}?"):
             raise typer.Exit(1)
     with con.Reporter() as rep:
-        _orch().down(st, providers.get(st.provider, st.project), rep, delete_bucket)
+        _orch().down(st, prov, rep, delete_bucket)
     con.err.print(f"[green]cluster {st.name} is down[/]")
+
+
+def _cluster_and_provider(cluster, provider):
+    from . import providers
+    st = _orch().load(_cluster(cluster))
+    if provider and provider != st.provider:
+        raise bad_input(f"cluster {st.name} uses provider {st.provider}, not {provider}", "drop --provider")
+    return st, providers.get(st.provider, st.project)
+
+
+def _follow(store, run_id: str, cluster: str, worker: int = 0, follow: bool = True) -> int:
+    from . import runs
+    out = sys.stdout.buffer
+
+    def write(data: bytes):
+        out.write(data)
+        out.flush()
+    try:
+        st = runs.follow(store, run_id, write, worker=worker, follow=follow)
+    except KeyboardInterrupt:
+        _console().err.print(f"\nstopped following; run {run_id} continues. "
+                             f"Reattach: tpuctl logs {run_id} -c {cluster} -f")
+        raise typer.Exit(130)
+    if follow:
+        code = st.get("exit_code")
+        _console().err.print(f"run {run_id} {st.get('state')}" + (f" (exit code {code})" if code is not None else ""))
+        return code if isinstance(code, int) else 1
+    return 0
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def submit(ctx: typer.Context,
+           job_dir: str = typer.Argument(..., help="Directory holding tpuctl.toml."),
+           cluster: Optional[str] = CLUSTER,
+           data: List[str] = typer.Option([], "--data", help="Extra data path to sync (repeatable)."),
+           detach: bool = typer.Option(False, "--detach", "-d", help="Print the run id and return at once."),
+           provider: Optional[str] = PROVIDER):
+    """Package JOB_DIR, sync its data, run it on the cluster and follow its logs; exits with the job's code.
+    Arguments after `--` are appended to the job's command."""
+    from . import jobspec, submission
+    con = _console()
+    st, prov = _cluster_and_provider(cluster, provider)
+    job = jobspec.load(job_dir, data)
+    with con.Reporter() as rep:
+        run_id, _ = submission.submit(st, prov, job, list(ctx.args), rep.transfer, rep)
+    if detach:
+        print(run_id)
+        return
+    con.err.print(f"run {run_id} submitted; following its log (Ctrl-C stops following, not the run)")
+    raise typer.Exit(_follow(prov.store(st), run_id, st.name))
+
+
+@app.command()
+def logs(run_id: Optional[str] = typer.Argument(None, help="Run id (default: the latest run)."),
+         cluster: Optional[str] = CLUSTER,
+         follow: bool = typer.Option(False, "--follow", "-f", help="Keep following until the run ends."),
+         worker: int = typer.Option(0, "--worker", help="Worker of a multi-host slice (0 is the primary log)."),
+         provider: Optional[str] = PROVIDER):
+    """Print a run's output, raw, on stdout."""
+    from . import submission
+    st, prov = _cluster_and_provider(cluster, provider)
+    store = prov.store(st)
+    rid = submission.resolve_run(store, run_id)
+    raise typer.Exit(_follow(store, rid, st.name, worker, follow))
+
+
+@app.command()
+def jobs(cluster: Optional[str] = CLUSTER,
+         as_json: bool = typer.Option(False, "--json", help="Machine-readable output on stdout."),
+         provider: Optional[str] = PROVIDER):
+    """List the cluster's runs: id, job, state, start, duration, exit code."""
+    from . import submission
+    con = _console()
+    st, prov = _cluster_and_provider(cluster, provider)
+    rows = submission.table(prov.store(st))
+    if as_json:
+        con.print_json(rows)
+        return
+    con.print_table(["id", "job", "state", "started", "duration", "exit"],
+                    [[r["id"], r["name"], r["state"], r["started"],
+                      "" if r["duration"] is None else f"{r['duration']:.0f}s",
+                      "" if r["exit_code"] is None else r["exit_code"]] for r in rows])
+
+
+@app.command()
+def cancel(run_id: str = typer.Argument(..., help="Run id."), cluster: Optional[str] = CLUSTER,
+           provider: Optional[str] = PROVIDER):
+    """Ask the agent to stop a run (SIGTERM, then SIGKILL after a grace period)."""
+    from . import submission
+    st, prov = _cluster_and_provider(cluster, provider)
+    submission.cancel(prov.store(st), run_id)
+    _console().err.print(f"cancel of run {run_id} requested")
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def agent(ctx: typer.Context, store: str = typer.Option(..., "--store", help="gs://bucket or a directory.")):
+    """Run the host agent (what the startup script runs; also `python -m tpuctl.agent`)."""
+    from .agent import main as agent_main
+    agent_main(["--store", store, *ctx.args])
 
 
 @app.command()
@@ -198,7 +298,8 @@ def _debug_log(exc: BaseException) -> str:
 
 def main(argv: Optional[list] = None) -> None:
     try:
-        app(args=argv, standalone_mode=False)
+        rc = app(args=argv, standalone_mode=False)  # a typer.Exit comes back as its code here
+        sys.exit(rc if isinstance(rc, int) else 0)
     except TpuctlError as e:
         if e.kind != "input":
             _debug_log(e)

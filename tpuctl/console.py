@@ -63,6 +63,32 @@ class Reporter:
         if not self.live:
             self.c.print(f"  {kind:<6} {name}  {state}  ({now - start:.0f}s)")
 
+    def transfer(self, total: int):
+        """A byte progress bar (size, speed, time left) for an upload of `total` bytes; returns advance(n)."""
+        if not self.c.is_terminal:
+            self.c.print(f"  data   uploading {total / 1e6:.1f} MB")
+            return lambda n: None
+        from rich.progress import (BarColumn, DownloadColumn, Progress, TimeRemainingColumn,
+                                   TransferSpeedColumn)
+        bar = Progress("  upload", BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn(),
+                       console=self.c, transient=True)
+        if self.live:
+            self.live.stop()
+        bar.start()
+        task = bar.add_task("upload", total=total)
+        done = [0]
+        lock = threading.Lock()
+
+        def advance(n: int):
+            with lock:
+                done[0] += n
+                bar.update(task, completed=done[0])
+                if done[0] >= total:
+                    bar.stop()
+                    if self.live:
+                        self.live.start()
+        return advance
+
     def info(self, message: str) -> None:
         self.c.print(message, style="dim")
 

@@ -112,6 +112,7 @@ class ClusterState:
     service_accounts: list = field(default_factory=list)
     grants: list = field(default_factory=list)
     tpu_ip: str = ""
+    host_pid: int = 0              # local provider: the agent process
     phase: str = "creating"        # creating -> ready; a state file left in "creating" means `up` was cut off
     created_at: float = 0.0
 

@@ -196,10 +196,23 @@ def _check_compatible(spec: ClusterSpec, st: ClusterState):
                               f"use another -c NAME, or `tpuctl down -c {spec.name}` first")
 
 
+def _up_local(spec: ClusterSpec, provider, reporter, prior: ClusterState | None) -> ClusterState:
+    st = prior or ClusterState(name=spec.name, provider="local", created_at=time.time())
+    st.bucket = spec.bucket
+    provider.ensure_bucket(spec, st.bucket, "", lambda s: reporter.resource("store", st.bucket, s))
+    provider.ensure_host(st, lambda s: reporter.resource("agent", spec.name, s))
+    provider.write_cluster_record(st.bucket, cluster_record(st, {}))
+    st.phase = "ready"
+    state.save(st)
+    return st
+
+
 def up(spec: ClusterSpec, provider, reporter) -> ClusterState:
     prior = state.load(spec.name)
     if prior:
         _check_compatible(spec, prior)
+    if spec.provider == "local":
+        return _up_local(spec, provider, reporter, prior)
     st = prior or ClusterState(name=spec.name, provider=spec.provider, created_at=time.time())
     for field in ("project", "arch", "tpu_type", "zones", "spot", "bucket", "vm_type", "tpu_name"):
         setattr(st, field, getattr(spec, field))
@@ -243,7 +256,7 @@ def up(spec: ClusterSpec, provider, reporter) -> ClusterState:
 
 def cluster_record(st: ClusterState, facts: dict) -> dict:
     from . import __version__
-    addr = "local" if st.arch == "vm" else (f"grpc://{facts['ip']}:8470" if facts.get("ip") else "")
+    addr = "" if st.provider == "local" else "local" if st.arch == "vm" else (f"grpc://{facts['ip']}:8470" if facts.get("ip") else "")
     return {"cluster": st.name, "tpu_type": st.tpu_type, "arch": st.arch, "zone": st.zone, "runtime": st.runtime,
             "tpu_address": addr, "store": st.store_uri, "tpuctl_version": __version__}
 
@@ -288,7 +301,8 @@ def ls(list_labelled, extra_project: str = "") -> list[dict]:
 def down(st: ClusterState, provider, reporter, delete_bucket: bool) -> None:
     progress = lambda kind, name: (lambda s: reporter.resource(kind, name, s))  # noqa: E731
     errors = []
-    work = [_Background(provider.delete_tpu, st, progress("tpu", st.tpu_name))]
+    host = ("agent", st.name) if st.provider == "local" else ("tpu", st.tpu_name)
+    work = [_Background(provider.delete_tpu, st, progress(*host))]
     if st.vm_name:
         work.append(_Background(provider.delete_vm, st, progress("vm", st.vm_name)))
     for w in work:
@@ -312,7 +326,8 @@ def down(st: ClusterState, provider, reporter, delete_bucket: bool) -> None:
         except TpuctlError as e:
             errors.append(e)
     elif st.bucket:
-        reporter.info(f"kept bucket {st.store_uri} (add --delete-bucket to remove it and its contents)")
+        what = "store" if st.provider == "local" else "bucket"
+        reporter.info(f"kept {what} {st.store_uri} (add --delete-bucket to remove it and its contents)")
     if errors:
         state.save(st)
         first = errors[0]

@@ -55,10 +55,26 @@ class GcpProvider:
         iam.revoke(self.project, bucket, grants)
 
     def write_cluster_record(self, bucket: str, record: dict) -> None:
-        """tpuctl/cluster.json in the store: what the agent on the host needs (the node VM reads the TPU's IP)."""
-        blob = clients.storage(self.project).bucket(bucket).blob("tpuctl/cluster.json")
-        call(blob.upload_from_string, json.dumps(record, indent=2), content_type="application/json",
-             what="write cluster record")
+        """tpuctl/cluster.json in the store: what the agent on the host needs (the node VM reads the TPU's IP),
+        and the agent package the host's startup script installs."""
+        from ... import agent_package
+        b = clients.storage(self.project).bucket(bucket)
+        call(b.blob("tpuctl/cluster.json").upload_from_string, json.dumps(record, indent=2),
+             content_type="application/json", what="write cluster record")
+        call(b.blob(agent_package.key()).upload_from_string, agent_package.build(),
+             content_type="application/gzip", what="upload the agent package")
+
+    def store(self, st: ClusterState):
+        from .gcs_store import GcsStore
+        return GcsStore(st.store_uri, self.project)
+
+    def check_ready(self, st: ClusterState) -> None:
+        node = self._tpu(st.arch).find(st.tpu_name, st.zone) if st.zone else None
+        state = self._tpu(st.arch).state(node) if node else "MISSING"
+        if state != "READY":
+            raise TpuctlError("preempted" if state in ("PREEMPTED", "TERMINATED") else "not_found",
+                              f"the TPU of cluster {st.name} is {state}",
+                              f"run `tpuctl up -c {st.name} ...` again to (re)create it")
 
     def ensure_tpu(self, spec: ClusterSpec, zone: str, runtime: str, script: str, progress) -> tuple[bool, dict]:
         api = self._tpu(spec.arch)

@@ -1,0 +1,231 @@
+"""The agent: runs ON the host (TPU VM worker, the legacy node's VM, or this machine for --provider local).
+
+It needs only the store: it claims each new run once (create-if-absent), unpacks the run's package, installs its
+requirements without replacing the image's TensorFlow, runs the command with the TPUCTL_* environment, ships
+stdout+stderr (merged by the OS, so in order) as numbered chunks about every half second or 64 KiB, heartbeats
+into status.json, and honours cancel (SIGTERM to the process group, SIGKILL after a grace period).
+
+    python -m tpuctl.agent --store URI [--worker N] [--accelerator v3-8|cpu] [--tpu local|grpc://IP:8470]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import select
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from . import __version__, runs
+from .packaging import unpack
+from .store import open_store
+
+FLUSH_SECONDS = 0.5
+CHUNK_BYTES = 64 * 1024
+HEARTBEAT_SECONDS = 5.0
+_PINNED = ("tensorflow", "tensorflow-cpu", "tensorflow-tpu", "tf-keras", "keras", "libtpu", "libtpu-nightly",
+           "tensorboard", "tf-nightly")
+
+
+class LogShipper:
+    """Reads the child's merged output and writes it as chunks 000001.log, 000002.log, ... each written once."""
+
+    def __init__(self, store, run_id: str, worker: int):
+        self.store, self.run_id, self.worker = store, run_id, worker
+        self.n = 0
+        self.buf = bytearray()
+        self.first = None
+
+    def flush(self):
+        if not self.buf:
+            return
+        self.n += 1
+        self.store.create(runs.chunk_key(self.run_id, self.worker, self.n), bytes(self.buf))
+        self.buf.clear()
+        self.first = None
+
+    def pump(self, fd: int):
+        while True:
+            timeout = FLUSH_SECONDS if self.first is None else max(0.0, self.first + FLUSH_SECONDS - time.monotonic())
+            ready, _, _ = select.select([fd], [], [], timeout)
+            if ready:
+                data = os.read(fd, CHUNK_BYTES)
+                if not data:
+                    self.flush()
+                    return
+                if self.first is None:
+                    self.first = time.monotonic()
+                self.buf += data
+                if len(self.buf) >= CHUNK_BYTES:
+                    self.flush()
+            if self.first is not None and time.monotonic() - self.first >= FLUSH_SECONDS:
+                self.flush()
+
+
+def _constraints(path: Path) -> Path:
+    """Pins of the image's TensorFlow stack, so a job's requirements can add packages but never swap TF."""
+    from importlib import metadata
+    pins = sorted({f"{d.metadata['Name'].lower()}=={d.version}" for d in metadata.distributions()
+                   if (d.metadata["Name"] or "").lower() in _PINNED})
+    path.write_text("\n".join(pins) + "\n")
+    return path
+
+
+class Agent:
+    def __init__(self, store_uri: str, worker: int = 0, accelerator: str = "", tpu: str | None = None,
+                 home: str | None = None, poll: float = 1.0):
+        self.store = open_store(store_uri)
+        self.worker = worker
+        self.accelerator = accelerator or os.environ.get("TPUCTL_ACCELERATOR", "cpu")
+        self.tpu = tpu if tpu is not None else os.environ.get("TPUCTL_TPU", "")
+        self.home = Path(home or os.environ.get("TPUCTL_AGENT_HOME") or Path.home() / ".tpuctl-agent")
+        self.poll = poll
+        self.host = socket.gethostname()
+        self.done: set[str] = set()
+        self.stop = threading.Event()
+        self._last_beat = 0.0
+
+    def beat(self, running: str = ""):
+        self.store.write(f"tpuctl/agents/{self.host}-w{self.worker}.json", json.dumps(
+            {"host": self.host, "worker": self.worker, "pid": os.getpid(), "version": __version__,
+             "time": time.time(), "running": running}).encode())
+        self._last_beat = time.monotonic()
+
+    def tpu_address(self) -> str:
+        if self.tpu:
+            return self.tpu
+        rec = runs.read_json(self.store, "tpuctl/cluster.json") or {}
+        return rec.get("tpu_address", "") if rec.get("arch") == "node" else ""
+
+    def run_forever(self):
+        self.beat()
+        while not self.stop.is_set():
+            try:
+                self.tick()
+            except Exception as e:  # noqa: BLE001 - a store hiccup must not kill the agent; log and go on
+                print(f"tpuctl agent: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+            if time.monotonic() - self._last_beat > HEARTBEAT_SECONDS * 6:
+                self.beat()
+            self.stop.wait(self.poll)
+
+    def tick(self) -> bool:
+        """Claim and execute at most one new run. True when one ran."""
+        claim = f"claim{runs.suffix(self.worker)}"
+        for run_id in runs.all_ids(self.store):
+            if run_id in self.done:
+                continue
+            if self.store.read(runs.key(run_id, claim)) is not None:
+                self.done.add(run_id)
+                continue
+            if not self.store.create(runs.key(run_id, claim), json.dumps(
+                    {"host": self.host, "worker": self.worker, "time": time.time()}).encode()):
+                self.done.add(run_id)   # another agent won the race
+                continue
+            self.done.add(run_id)
+            self.execute(run_id)
+            return True
+        return False
+
+    def _status(self, run_id: str, **fields):
+        fields.update(host=self.host, worker=self.worker, heartbeat=time.time())
+        self.store.write(runs.key(run_id, f"status{runs.suffix(self.worker)}.json"),
+                         json.dumps(fields).encode())
+
+    def environment(self, run_id: str, job: dict) -> dict:
+        env = dict(os.environ)
+        env.update(job.get("env", {}))
+        out = self.store.local_path(f"runs/{run_id}/output")
+        data = self.store.local_path(f"data/{job['name']}")
+        if not out.startswith("gs://"):
+            Path(out).mkdir(parents=True, exist_ok=True)
+        env.update(TPUCTL_RUN_ID=run_id, TPUCTL_STORE=self.store.uri, TPUCTL_DATA_DIR=data, TPUCTL_OUTPUT_DIR=out,
+                   TPUCTL_ACCELERATOR=self.accelerator, TPUCTL_TPU=self.tpu_address(),
+                   TPUCTL_WORKER=str(self.worker), PYTHONUNBUFFERED="1")
+        env.setdefault("TF_USE_LEGACY_KERAS", "1")
+        return env
+
+    def execute(self, run_id: str) -> int:
+        job = runs.job(self.store, run_id)
+        started = time.time()
+        self._status(run_id, state="starting", started=started)
+        work = self.home / "runs" / run_id / f"w{self.worker}"
+        code_dir = work / "code"
+        shipper = LogShipper(self.store, run_id, self.worker)
+        try:
+            pkg = self.store.read(f"tpuctl/packages/{job['package']}.tar.gz")
+            if pkg is None:
+                raise RuntimeError(f"package {job['package']} is missing from the store")
+            unpack(pkg, code_dir)
+        except Exception as e:  # noqa: BLE001 - reported in the run's own log and status
+            shipper.buf += f"tpuctl agent: cannot prepare the run: {e}\n".encode()
+            shipper.flush()
+            self._status(run_id, state="failed", exit_code=127, started=started, ended=time.time())
+            return 127
+        script = "set -e\n"
+        if job.get("requirements"):
+            cons = _constraints(work / "constraints.txt")
+            script += (f"{shlex.quote(sys.executable)} -m pip install -q --disable-pip-version-check "
+                       f"-r {shlex.quote(job['requirements'])} -c {shlex.quote(str(cons))}\n")
+        script += "set +e\nexec " + job["command"] + "".join(" " + shlex.quote(a) for a in job.get("args", [])) + "\n"
+        proc = subprocess.Popen(["bash", "-c", script], cwd=code_dir, env=self.environment(run_id, job),
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        pump = threading.Thread(target=shipper.pump, args=(proc.stdout.fileno(),), daemon=True)
+        pump.start()
+        self._status(run_id, state="running", started=started, pid=proc.pid)
+        cancelled = False
+        kill_at = None
+        last_beat = last_cancel_check = time.monotonic()
+        while proc.poll() is None:
+            time.sleep(0.1)
+            now = time.monotonic()
+            if not cancelled and now - last_cancel_check >= 1.0:
+                last_cancel_check = now
+                if self.store.read(runs.key(run_id, "cancel")) is not None:
+                    cancelled = True
+                    _signal(proc, signal.SIGTERM)
+                    kill_at = now + float(os.environ.get("TPUCTL_CANCEL_GRACE", "30"))
+            if kill_at and now >= kill_at:
+                _signal(proc, signal.SIGKILL)
+                kill_at = None
+            if now - last_beat >= HEARTBEAT_SECONDS:
+                last_beat = now
+                self._status(run_id, state="running", started=started, pid=proc.pid)
+                if now - self._last_beat > HEARTBEAT_SECONDS * 6:
+                    self.beat(run_id)
+        pump.join()
+        proc.stdout.close()
+        rc = proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
+        state = "cancelled" if cancelled else ("succeeded" if rc == 0 else "failed")
+        self._status(run_id, state=state, exit_code=rc, started=started, ended=time.time())
+        return rc
+
+
+def _signal(proc, sig):
+    try:
+        os.killpg(proc.pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="tpuctl agent", description="Run jobs from a tpuctl store.")
+    ap.add_argument("--store", required=True, help="gs://bucket or a directory")
+    ap.add_argument("--worker", type=int, default=int(os.environ.get("TPUCTL_WORKER", "0")))
+    ap.add_argument("--accelerator", default=None)
+    ap.add_argument("--tpu", default=None)
+    ap.add_argument("--poll", type=float, default=1.0)
+    a = ap.parse_args(argv)
+    agent = Agent(a.store, a.worker, a.accelerator or "", a.tpu, poll=a.poll)
+    signal.signal(signal.SIGTERM, lambda *_: agent.stop.set())
+    agent.run_forever()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,67 @@
+"""The job spec, `tpuctl.toml` at the job directory's root. Every problem is an input error naming the key."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .config import tomllib
+from .errors import bad_input
+
+FILE = "tpuctl.toml"
+_TYPES = {"command": str, "name": str, "data": list, "requirements": str, "env": dict}
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+_ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass
+class JobSpec:
+    root: Path
+    command: str
+    name: str
+    data: list = field(default_factory=list)      # resolved local paths
+    requirements: str = ""                        # path relative to root
+    env: dict = field(default_factory=dict)
+
+
+def load(job_dir: str, extra_data: list[str] = ()) -> JobSpec:
+    root = Path(job_dir)
+    if not root.is_dir():
+        raise bad_input(f"job directory {job_dir} does not exist", "pass a directory holding tpuctl.toml")
+    root = root.resolve()
+    f = root / FILE
+    if not f.is_file():
+        raise bad_input(f"{job_dir} has no {FILE}", 'create one with at least: command = "python train.py"')
+    try:
+        doc = tomllib.loads(f.read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise bad_input(f"{f}: {e}", "fix the TOML syntax")
+    for key, value in doc.items():
+        if key not in _TYPES:
+            raise bad_input(f"{f}: unknown key {key!r}", "known keys: " + ", ".join(_TYPES))
+        if not isinstance(value, _TYPES[key]):
+            raise bad_input(f"{f}: {key!r} must be a {_TYPES[key].__name__}, not {type(value).__name__}",
+                            'e.g. command = "python train.py", data = ["data/corpus.txt"]')
+    if not doc.get("command", "").strip():
+        raise bad_input(f"{f}: 'command' is required", 'e.g. command = "python train.py"')
+    name = doc.get("name", root.name)
+    if not _NAME_RE.match(name):
+        raise bad_input(f"{f}: 'name' {name!r} is not a valid job name", "letters, digits, '.', '_', '-'")
+    data = []
+    for i, item in enumerate(list(doc.get("data", [])) + list(extra_data)):
+        if not isinstance(item, str):
+            raise bad_input(f"{f}: 'data' entry {i} must be a string path", 'data = ["data/corpus.txt"]')
+        p = Path(item) if Path(item).is_absolute() else (root / item if i < len(doc.get("data", [])) else Path(item))
+        if not p.exists():
+            where = "'data'" if i < len(doc.get("data", [])) else "--data"
+            raise bad_input(f"{where} path {item} does not exist", "fix the path, or remove it")
+        data.append(p.resolve())
+    req = doc.get("requirements", "")
+    if req and not (root / req).is_file():
+        raise bad_input(f"{f}: 'requirements' file {req} does not exist", "fix the path, or remove the key")
+    env = doc.get("env", {})
+    for k, v in env.items():
+        if not _ENV_RE.match(k) or not isinstance(v, (str, int, float, bool)):
+            raise bad_input(f"{f}: [env] {k!r} must be a NAME = \"value\" pair", 'e.g. [env] BATCH = "32"')
+    return JobSpec(root=root, command=doc["command"], name=name, data=data, requirements=req,
+                   env={k: str(v) for k, v in env.items()})

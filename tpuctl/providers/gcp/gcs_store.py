@@ -1,0 +1,90 @@
+"""BlobStore (tpuctl/store.py) over a GCS bucket. Create-if-absent is `if_generation_match=0` (412 when present).
+
+403s are retried for a few minutes: bucket grants take ~2 minutes, sometimes 7+, to apply (GCP_FACTS §4), and the
+agent on a fresh TPU VM starts right after `up` made them.
+"""
+from __future__ import annotations
+
+import base64
+import os
+import time
+
+from ...errors import TpuctlError
+from . import clients
+from .operations import call
+
+_FORBIDDEN_GRACE = 420.0
+
+
+def _retry_forbidden(fn, *args, **kwargs):
+    deadline = time.monotonic() + float(os.environ.get("TPUCTL_FORBIDDEN_GRACE", _FORBIDDEN_GRACE))
+    while True:
+        try:
+            return call(fn, *args, **kwargs)
+        except TpuctlError as e:
+            if e.kind != "permission" or time.monotonic() > deadline:
+                raise
+            time.sleep(10)
+
+
+class GcsStore:
+    def __init__(self, uri: str, project: str | None = None):
+        self.uri = uri.rstrip("/")
+        self.bucket_name = self.uri[len("gs://"):].split("/", 1)[0]
+        project = project or os.environ.get("GOOGLE_CLOUD_PROJECT") or None
+        self.bucket = clients.storage(project).bucket(self.bucket_name)
+
+    def read(self, key):
+        try:
+            return _retry_forbidden(self.bucket.blob(key).download_as_bytes, what=f"read {key}")
+        except TpuctlError as e:
+            if e.kind == "not_found":
+                return None
+            raise
+
+    def write(self, key, data):
+        _retry_forbidden(self.bucket.blob(key).upload_from_string, data, what=f"write {key}")
+
+    def create(self, key, data):
+        from google.api_core.exceptions import PreconditionFailed
+
+        def once():
+            try:
+                self.bucket.blob(key).upload_from_string(data, if_generation_match=0)
+                return True
+            except PreconditionFailed:  # 412: someone created it first
+                return False
+        return _retry_forbidden(once, what=f"create {key}")
+
+    def delete(self, key):
+        try:
+            call(self.bucket.blob(key).delete, what=f"delete {key}")
+        except TpuctlError as e:
+            if e.kind != "not_found":
+                raise
+
+    def list(self, prefix):
+        client = self.bucket.client
+        blobs = _retry_forbidden(lambda: list(client.list_blobs(self.bucket_name, prefix=prefix)),
+                                 what=f"list {prefix}")
+        return sorted((b.name, b.size or 0) for b in blobs)
+
+    def stats(self, prefix):
+        client = self.bucket.client
+        blobs = _retry_forbidden(lambda: list(client.list_blobs(self.bucket_name, prefix=prefix)),
+                                 what=f"list {prefix}")
+        return {b.name: (b.size or 0, base64.b64decode(b.md5_hash).hex() if b.md5_hash else "") for b in blobs}
+
+    def upload_file(self, path, key, progress):
+        blob = self.bucket.blob(key)
+        size = os.path.getsize(path)
+        if size > 16 << 20:
+            blob.chunk_size = 16 << 20  # resumable upload in 16 MiB chunks: a dropped connection resends one chunk
+        _retry_forbidden(blob.upload_from_filename, path, checksum="md5", what=f"upload {key}")
+        progress(size)
+
+    def download_file(self, key, path):
+        _retry_forbidden(self.bucket.blob(key).download_to_filename, path, what=f"download {key}")
+
+    def local_path(self, key):
+        return f"{self.uri}/{key}"
