@@ -1,3 +1,4 @@
+import logging
 import os
 import sys
 from dataclasses import dataclass
@@ -11,6 +12,7 @@ from fakes.gcs import FakeGcs  # noqa: E402
 from fakes.tpu_server import FakeTpu  # noqa: E402
 
 PROJECT = "test-proj"
+logging.getLogger("gcp_storage_emulator").setLevel(logging.CRITICAL)  # it logs every 404 as an ERROR
 
 
 @dataclass

@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import http.client
 import json
+import re
 import socket
 import threading
 import urllib.parse
@@ -32,6 +33,7 @@ class FakeGcs:
         self.faults = collections.defaultdict(list)
         self.calls = []
         self.lock = threading.Lock()
+        self.create_lock = threading.Lock()
         self.emulator = None
         self.httpd = None
         self.upstream = None
@@ -93,8 +95,10 @@ class FakeGcs:
         url = urllib.parse.urlsplit(path)
         route = f"{method} {url.path}"
         query = urllib.parse.parse_qs(url.query)
+        named = re.search(rb'"name":\s*"([^"]+)"', body or b"") if url.path.startswith("/upload/") else None
         with self.lock:
-            self.calls.append(route)
+            # uploads are recorded with the object's name: "POST /upload/storage/v1/b/B/o NAME"
+            self.calls.append(f"{route} {named.group(1).decode()}" if named else route)
             for key in list(self.faults):
                 if self.faults[key] and route.startswith(key):
                     return self._json_error(*self.faults[key].pop(0))
@@ -107,17 +111,26 @@ class FakeGcs:
                 if "location" in self.meta[name]:
                     self.meta[name]["location"] = self.meta[name]["location"].upper()
             return status, hdrs, self._overlay(name, data)
+        if method == "POST" and query.get("ifGenerationMatch") == ["0"]:
+            with self.create_lock:  # check and create as one step, as GCS does
+                return self._create_if_absent(method, path, headers, body, url, query)
+        return self._plain(method, path, headers, body, url)
+
+    def _create_if_absent(self, method, path, headers, body, url, query):
+        """The object's name is in the query (media uploads) or the JSON metadata part (multipart, resumable)."""
+        bucket = re.search(r"/b/([^/]+)/o$", url.path)
+        named = re.search(rb'"name":\s*"([^"]+)"', body or b"")
+        obj = query.get("name", [None])[0] or (named.group(1).decode() if named else None)
+        if bucket and obj:
+            st, _, _ = self._upstream(
+                "GET", f"/storage/v1/b/{bucket.group(1)}/o/{urllib.parse.quote(obj, safe='')}", {}, b"")
+            if st == 200:
+                return self._json_error(412, "conditionNotMet", "At least one of the pre-conditions you "
+                                        "specified did not hold.")
+        return self._plain(method, path, headers, body, url)
+
+    def _plain(self, method, path, headers, body, url):
         parts = url.path.split("/")
-        if query.get("ifGenerationMatch") == ["0"] and "/upload/" in url.path or (
-                query.get("ifGenerationMatch") == ["0"] and method == "POST"):
-            obj = query.get("name", [None])[0]
-            bucket = parts[4] if len(parts) > 4 else None
-            if obj and bucket:
-                st, _, _ = self._upstream("GET", f"/storage/v1/b/{bucket}/o/{urllib.parse.quote(obj, safe='')}",
-                                          {}, b"")
-                if st == 200:
-                    return self._json_error(412, "conditionNotMet", "At least one of the pre-conditions you "
-                                            "specified did not hold.")
         status, hdrs, data = self._upstream(method, path, headers, body)
         if len(parts) == 5 and parts[1:4] == ["storage", "v1", "b"]:
             if method == "DELETE" and status < 300:

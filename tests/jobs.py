@@ -1,0 +1,54 @@
+"""Small job directories the run tests submit."""
+import textwrap
+from pathlib import Path
+
+
+def make_job(root: Path, body: str, toml_extra: str = "", name: str = "job") -> Path:
+    d = root / name
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "tpuctl.toml").write_text('command = "python main.py"\n' + toml_extra)
+    (d / "main.py").write_text(textwrap.dedent(body))
+    return d
+
+
+ENV_JOB = """
+import json, os, sys
+keys = ["TPUCTL_RUN_ID", "TPUCTL_STORE", "TPUCTL_DATA_DIR", "TPUCTL_OUTPUT_DIR", "TPUCTL_ACCELERATOR", "TPUCTL_TPU",
+        "GREETING"]
+print(json.dumps({k: os.environ.get(k) for k in keys} | {"argv": sys.argv[1:]}))
+data = os.environ["TPUCTL_DATA_DIR"]
+if not data.startswith("gs://"):
+    print("corpus:", open(os.path.join(data, "corpus.txt")).read().strip())
+    out = os.environ["TPUCTL_OUTPUT_DIR"]
+    open(os.path.join(out, "model.txt"), "w").write("weights")
+sys.exit(int(os.environ.get("EXIT", "0")))
+"""
+
+# 100,000 numbered lines alternating stdout/stderr, partial lines and \r progress updates: every byte once, in order.
+FIDELITY_JOB = """
+import os
+w = os.write
+for i in range(100000):
+    fd = 1 if i % 2 else 2
+    if i % 1000 == 0:
+        w(fd, b"partial-")
+        w(fd, b"%d\\r50%%\\r100%%\\n" % i)
+    else:
+        w(fd, b"line %06d\\n" % i)
+w(1, b"no newline at the end")
+"""
+
+
+def fidelity_expected() -> bytes:
+    out = []
+    for i in range(100000):
+        out.append(b"partial-%d\r50%%\r100%%\n" % i if i % 1000 == 0 else b"line %06d\n" % i)
+    out.append(b"no newline at the end")
+    return b"".join(out)
+
+
+SLEEP_JOB = """
+import time
+print("started", flush=True)
+time.sleep(120)
+"""

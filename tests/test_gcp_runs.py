@@ -1,0 +1,123 @@
+"""Runs on the GCP path: the real CLI against the fakes, with agent threads standing in for the TPU VM workers."""
+import json
+import threading
+
+import pytest
+
+from conftest import PROJECT
+from jobs import ENV_JOB, SLEEP_JOB, make_job
+from tpuctl import runs
+from tpuctl.agent import Agent
+
+BUCKET = f"{PROJECT}-tpuctl-bert"
+
+
+@pytest.fixture
+def cluster(cloud, cli, tmp_path):
+    code, out, err = cli("up", "--type", "v3-8", "--zone", "us-central1-b", "-c", "bert")
+    assert code == 0, err
+    agents = []
+
+    def start(worker=0):
+        a = Agent(f"gs://{BUCKET}", worker=worker, accelerator="v3-8", tpu="local",
+                  home=str(tmp_path / f"agent{worker}-{len(agents)}"), poll=0.05)
+        t = threading.Thread(target=a.run_forever, daemon=True)
+        t.start()
+        agents.append((a, t))
+        return a
+    yield start
+    for a, t in agents:
+        a.stop.set()
+        t.join(10)
+
+
+def test_submit_on_gcp_streams_and_exits_with_code(cluster, cli, cloud, tmp_path):
+    cluster()
+    job = make_job(tmp_path, ENV_JOB, 'data = ["corpus.txt"]\n[env]\nEXIT = "4"\n')
+    (job / "corpus.txt").write_text("x" * 5000)
+    code, out, err = cli("submit", str(job), "-c", "bert", "--", "--preset", "tiny")
+    assert code == 4, err
+    env = json.loads(out.splitlines()[0])
+    assert env["TPUCTL_STORE"] == f"gs://{BUCKET}"
+    assert env["TPUCTL_DATA_DIR"] == f"gs://{BUCKET}/data/job"
+    assert env["TPUCTL_OUTPUT_DIR"] == f"gs://{BUCKET}/runs/{env['TPUCTL_RUN_ID']}/output"
+    assert env["TPUCTL_ACCELERATOR"] == "v3-8" and env["TPUCTL_TPU"] == "local"
+    assert env["argv"] == ["--preset", "tiny"]
+    from google.cloud import storage
+    blob = storage.Client(project=PROJECT).bucket(BUCKET).get_blob("data/job/corpus.txt")
+    assert blob.size == 5000
+    assert cli("logs", "-c", "bert")[1] == out
+    # unchanged data and code: nothing uploaded the second time
+    cloud.gcs.calls.clear()
+    assert cli("submit", str(job), "-c", "bert", "--detach")[0] == 0
+    uploads = [c.rsplit(" ", 1)[-1] for c in cloud.gcs.calls if c.startswith("POST /upload")]
+    assert [u for u in uploads if not u.startswith(("tpuctl/agents/", "tpuctl/runs/"))] == []
+    assert len([u for u in uploads if u.endswith("/job.json")]) == 1
+
+
+def test_two_agents_claim_a_run_once(cluster, cli, tmp_path):
+    a, b = cluster(), cluster()
+    job = make_job(tmp_path, "print('once')\n")
+    code, out, err = cli("submit", str(job), "-c", "bert")
+    assert code == 0, err
+    assert out == "once\n"
+
+
+def test_claim_is_create_if_absent_against_the_fake(cloud, cli):
+    assert cli("up", "--type", "v3-8", "--zone", "us-central1-b", "-c", "bert")[0] == 0
+    from tpuctl.store import open_store
+    s = open_store(f"gs://{BUCKET}")
+    assert s.create("tpuctl/runs/x/claim", b"first") is True
+    assert s.create("tpuctl/runs/x/claim", b"second") is False
+    assert s.read("tpuctl/runs/x/claim") == b"first"
+
+
+def test_cancel_on_gcp(cluster, cli, tmp_path, monkeypatch):
+    monkeypatch.setenv("TPUCTL_CANCEL_GRACE", "1")
+    cluster()
+    job = make_job(tmp_path, SLEEP_JOB)
+    code, out, err = cli("submit", str(job), "-c", "bert", "--detach")
+    run_id = out.strip()
+    from tpuctl.store import open_store
+    s = open_store(f"gs://{BUCKET}")
+    import time
+    deadline = time.time() + 20
+    while runs.status(s, run_id).get("state") != "running" and time.time() < deadline:
+        time.sleep(0.1)
+    assert cli("cancel", run_id, "-c", "bert")[0] == 0
+    code, out, err = cli("logs", run_id, "-c", "bert", "-f")
+    assert code == 143 and "started" in out
+    assert runs.status(s, run_id)["state"] == "cancelled"
+
+
+def test_multi_host_workers_each_run_and_keep_their_log(cluster, cli, tmp_path):
+    cluster(0), cluster(1)
+    job = make_job(tmp_path, "import os\nprint('worker', os.environ['TPUCTL_WORKER'])\n")
+    code, out, err = cli("submit", str(job), "-c", "bert")
+    assert code == 0 and out == "worker 0\n"
+    code, out, err = cli("logs", "-c", "bert", "--worker", "1", "-f")
+    assert out == "worker 1\n"
+
+
+def test_submit_refuses_a_cluster_whose_tpu_is_gone(cloud, cli, tmp_path):
+    assert cli("up", "--type", "v3-8", "--zone", "us-central1-b", "-c", "bert")[0] == 0
+    cloud.tpu.nodes[2].clear()
+    job = make_job(tmp_path, "print(1)\n")
+    code, out, err = cli("submit", str(job), "-c", "bert")
+    assert code == 3 and "MISSING" in err and "tpuctl up" in err
+    assert not [c for c in cloud.gcs.calls if c.startswith("POST /upload") and "packages" in c]
+
+
+def test_agent_package_is_in_the_store_and_installs(cloud, cli, tmp_path):
+    import subprocess
+    import sys
+    assert cli("up", "--type", "v3-8", "--zone", "us-central1-b", "-c", "bert")[0] == 0
+    from tpuctl import __version__
+    from tpuctl.store import open_store
+    data = open_store(f"gs://{BUCKET}").read(f"tpuctl/agent/tpuctl-{__version__}.tar.gz")
+    sdist = tmp_path / f"tpuctl-{__version__}.tar.gz"
+    sdist.write_bytes(data)
+    r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                        "--target", str(tmp_path / "site"), str(sdist)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert (tmp_path / "site" / "tpuctl" / "agent.py").is_file()

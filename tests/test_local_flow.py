@@ -1,0 +1,157 @@
+"""The local provider through the real CLI: up, submit, logs, jobs, cancel, down, with a real detached agent."""
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from jobs import ENV_JOB, FIDELITY_JOB, SLEEP_JOB, fidelity_expected, make_job
+from tpuctl import state
+from tpuctl.providers.local import LocalProvider
+
+
+@pytest.fixture
+def local(env, cli):
+    code, out, err = cli("up", "--provider", "local", "-c", "loc")
+    assert code == 0, err
+    yield state.load("loc")
+    st = state.load("loc")
+    if st:
+        LocalProvider().delete_tpu(st, lambda s: None)
+
+
+def test_up_is_idempotent_and_restarts_a_dead_agent(local, cli):
+    pid = local.host_pid
+    assert LocalProvider().agent_alive(local)
+    assert cli("up", "--provider", "local", "-c", "loc")[0] == 0
+    assert state.load("loc").host_pid == pid  # no second agent
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.time() + 5
+    while LocalProvider().agent_alive(local) and time.time() < deadline:
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+        time.sleep(0.05)
+    code, out, err = cli("status", "-c", "loc", "--json")
+    assert json.loads(out)["resources"]["agent"]["state"] == "DEAD"
+    code, out, err = cli("up", "--provider", "local", "-c", "loc")
+    assert code == 0 and "restarting" in err
+    assert state.load("loc").host_pid != pid
+    assert LocalProvider().agent_alive(state.load("loc"))
+
+
+def test_submit_runs_streams_and_returns_exit_code(local, cli, tmp_path):
+    job = make_job(tmp_path, ENV_JOB, 'data = ["corpus.txt"]\n[env]\nGREETING = "hi"\nEXIT = "3"\n')
+    (job / "corpus.txt").write_text("hangul 한국어 text\n")
+    code, out, err = cli("submit", str(job), "-c", "loc", "--", "--steps", "5")
+    assert code == 3, err
+    first = json.loads(out.splitlines()[0])
+    assert first["TPUCTL_ACCELERATOR"] == "cpu" and first["TPUCTL_TPU"] == ""
+    assert first["GREETING"] == "hi" and first["argv"] == ["--steps", "5"]
+    assert "corpus: hangul 한국어 text" in out
+    run_id = first["TPUCTL_RUN_ID"]
+    out_dir = Path(first["TPUCTL_OUTPUT_DIR"])
+    assert (out_dir / "model.txt").read_text() == "weights"
+    assert str(out_dir).startswith(local.bucket)
+    code, logs_out, _ = cli("logs", "-c", "loc")
+    assert logs_out == out  # reattach later: the same bytes
+    code, jobs_out, _ = cli("jobs", "-c", "loc", "--json")
+    row = json.loads(jobs_out)[0]
+    assert row["id"] == run_id and row["state"] == "failed" and row["exit_code"] == 3 and row["name"] == "job"
+
+
+def test_resubmitting_unchanged_data_uploads_nothing(local, cli, tmp_path):
+    job = make_job(tmp_path, "print('ok')\n", 'data = ["d"]\n')
+    (job / "d").mkdir()
+    for i in range(5):
+        (job / "d" / f"f{i}.bin").write_bytes(os.urandom(1000 + i))
+    code, out, err = cli("submit", str(job), "-c", "loc")
+    assert code == 0 and "5 of 5 files sent" in err
+    code, out, err = cli("submit", str(job), "-c", "loc")
+    assert code == 0 and "0 of 5 files sent" in err and "package" in err and "unchanged" in err
+    (job / "d" / "f2.bin").write_bytes(b"changed")
+    code, out, err = cli("submit", str(job), "-c", "loc")
+    assert "1 of 5 files sent" in err
+    assert (Path(local.bucket) / "data/job/d/f2.bin").read_bytes() == b"changed"
+
+
+def test_log_fidelity_every_byte_once_in_order(local, cli, tmp_path):
+    job = make_job(tmp_path, FIDELITY_JOB)
+    code, followed, err = cli("submit", str(job), "-c", "loc")
+    assert code == 0, err
+    expected = fidelity_expected()
+    assert followed == expected.decode()
+    code, later, _ = cli("logs", "-c", "loc")
+    assert later == expected.decode()
+
+
+def test_cancel_and_detach(local, cli, tmp_path, monkeypatch):
+    monkeypatch.setenv("TPUCTL_CANCEL_GRACE", "2")
+    job = make_job(tmp_path, SLEEP_JOB)
+    code, out, err = cli("submit", str(job), "-c", "loc", "--detach")
+    assert code == 0
+    run_id = out.strip()
+    deadline = time.time() + 20
+    while time.time() < deadline:
+        code, out, _ = cli("jobs", "-c", "loc", "--json")
+        if json.loads(out)[0]["state"] == "running":
+            break
+        time.sleep(0.1)
+    assert cli("cancel", run_id, "-c", "loc")[0] == 0
+    code, out, err = cli("logs", run_id, "-c", "loc", "-f")
+    assert "started" in out
+    assert code == 128 + signal.SIGTERM, err
+    row = json.loads(cli("jobs", "-c", "loc", "--json")[1])[0]
+    assert row["state"] == "cancelled"
+    code, out, err = cli("cancel", run_id, "-c", "loc")
+    assert code == 2 and "already cancelled" in err
+
+
+def test_down_stops_exactly_the_agent(local, cli):
+    pid = local.host_pid
+    code, out, err = cli("down", "-c", "loc", "--yes")
+    assert code == 0, err
+    assert not LocalProvider().agent_alive(local)
+    assert Path(local.bucket).is_dir()  # the store's outputs are kept
+    assert state.load("loc") is None
+    assert cli("up", "--provider", "local", "-c", "loc")[0] == 0
+    assert cli("down", "-c", "loc", "--yes", "--delete-bucket")[0] == 0
+    assert not Path(local.bucket).exists()
+    assert pid
+
+
+def test_down_does_not_kill_a_reused_pid(env, cli):
+    assert cli("up", "--provider", "local", "-c", "loc")[0] == 0
+    st = state.load("loc")
+    LocalProvider().delete_tpu(st, lambda s: None)
+    st.host_pid = os.getpid()  # a pid that is alive but is not the agent
+    state.save(st)
+    assert cli("down", "-c", "loc", "--yes")[0] == 0  # and we are still here
+
+
+@pytest.mark.parametrize("setup,args,code,expect", [
+    (None, ["submit", "nowhere", "-c", "loc"], 2, "does not exist"),
+    ("", ["submit", "{job}", "-c", "loc"], 2, "has no tpuctl.toml"),
+    ('command = "x"\ncolour = 1\n', ["submit", "{job}", "-c", "loc"], 2, "unknown key 'colour'"),
+    ('command = 5\n', ["submit", "{job}", "-c", "loc"], 2, "'command' must be a str"),
+    ('name = "x"\n', ["submit", "{job}", "-c", "loc"], 2, "'command' is required"),
+    ('command = "x"\ndata = ["missing.txt"]\n', ["submit", "{job}", "-c", "loc"], 2, "missing.txt does not exist"),
+    ('command = "x"\n', ["submit", "{job}", "-c", "loc", "--data", "/no/such"], 2, "/no/such does not exist"),
+    ('command = "x"\nrequirements = "req.txt"\n', ["submit", "{job}", "-c", "loc"], 2, "req.txt does not exist"),
+    ('command = "x"\n', ["submit", "{job}", "-c", "other"], 3, "no cluster named 'other'"),
+    ('command = "x"\n', ["logs", "nope", "-c", "loc"], 3, "no run nope"),
+])
+def test_bad_submit_inputs_upload_nothing(local, cli, tmp_path, setup, args, code, expect):
+    job = tmp_path / "j"
+    if setup is not None:
+        job.mkdir()
+        if setup:
+            (job / "tpuctl.toml").write_text(setup)
+    c, out, err = cli(*[a.replace("{job}", str(job)) for a in args])
+    assert c == code, err
+    assert expect in err and "hint:" in err and "Traceback" not in err
+    store = Path(local.bucket)
+    assert not (store / "tpuctl" / "packages").exists() and not (store / "tpuctl" / "runs").exists()
