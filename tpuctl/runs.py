@@ -64,30 +64,22 @@ def follow(store, run_id: str, write: Callable[[bytes], None], worker: int = 0, 
     run costs a bounded number of store requests) and stop once the run is final and its last chunk is out.
     Returns the final (or current, when not following) status."""
     max_idle = max_idle if max_idle is not None else float(os.environ.get("TPUCTL_LOG_POLL_MAX", "1.0"))
-    n, idle = 1, 0.1
-    since_status = 0.0
-    st = status(store, run_id, worker)
+    n, idle = 1, 0.05
     while True:
         data = store.read(chunk_key(run_id, worker, n))
         if data is not None:
             write(data)
             n += 1
-            idle = 0.1
+            idle = 0.05
             continue
-        # No next chunk: the run may be over. Read status only every few idle polls (status reads cost requests).
-        if not follow or st.get("state") in FINAL or since_status >= 2.0:
-            st = status(store, run_id, worker)
-            since_status = 0.0
-            if st.get("state") in FINAL:
-                # The agent writes the last chunk before the final status: one more look, then done.
-                data = store.read(chunk_key(run_id, worker, n))
-                if data is None:
-                    return st
+        st = status(store, run_id, worker)
+        if st.get("state") in FINAL:
+            # The agent writes its last chunk before the final status: drain what is left, then done.
+            while (data := store.read(chunk_key(run_id, worker, n))) is not None:
                 write(data)
                 n += 1
-                continue
-            if not follow:
-                return st
-        sleep(idle)
-        since_status += idle
+            return st
+        if not follow:
+            return st
+        sleep(idle)   # idle: two requests per poll, polls spaced out to max_idle, so an idle run costs little
         idle = min(idle * 2, max_idle)
