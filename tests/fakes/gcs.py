@@ -13,6 +13,7 @@ import json
 import re
 import socket
 import threading
+import time
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -28,7 +29,8 @@ def _free_port() -> int:
 
 
 class FakeGcs:
-    def __init__(self):
+    def __init__(self, latency: float = 0.0):
+        self.latency = latency   # seconds added to every request, as a distant GCS would
         self.meta = {}
         self.faults = collections.defaultdict(list)
         self.calls = []
@@ -92,6 +94,8 @@ class FakeGcs:
             {"error": {"code": code, "message": message or reason, "errors": [{"reason": reason}]}}).encode()
 
     def forward(self, method, path, headers, body):
+        if self.latency:
+            time.sleep(self.latency)
         url = urllib.parse.urlsplit(path)
         route = f"{method} {url.path}"
         query = urllib.parse.parse_qs(url.query)
