@@ -1,0 +1,327 @@
+"""BERT pretraining data: text -> TFRecord shards with the google-research/bert feature schema.
+
+    python prepare.py --input FILE_OR_GLOB --output DIR [--vocab FILE | --vocab-size N] --max-seq-length 128
+        --max-predictions-per-seq 20 --masked-lm-prob 0.15 --dupe-factor 1 --seed S [--workers N]
+
+Input: UTF-8, one sentence per line, a blank line between documents. Without --vocab a WordPiece vocabulary is
+trained with HF tokenizers and written to DIR/vocab.txt. By default text is neither lower-cased nor accent-
+stripped: NFD accent stripping would split Hangul syllables into jamo. The input is cut into document-aligned
+pieces of --chunk-mb, each tokenized, paired (next-sentence), masked and written as one shard by a worker
+process, with a random stream seeded by (seed, piece): the output depends on the seed, not on --workers, and
+memory is bounded by the piece size. DIR may be gs://. A second run with the same inputs, vocabulary and
+options finds DIR/prepared.json and does nothing.
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import hashlib
+import json
+import os
+import random
+import shutil
+import sys
+import tempfile
+import time
+from multiprocessing import get_context
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from tfrecord import serialize_batch, write_records  # noqa: E402
+
+SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+PAD, UNK, CLS, SEP, MASK = range(5)
+
+
+# -- tokenizer ---------------------------------------------------------------------------------------------------
+def build_tokenizer(vocab_path: str, lower_case: bool):
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
+    tok = Tokenizer(models.WordPiece.from_file(vocab_path, unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True,
+                                                strip_accents=lower_case, lowercase=lower_case)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    return tok
+
+
+def train_vocab(files: list[str], size: int, lower_case: bool, out_path: str) -> None:
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True,
+                                                strip_accents=lower_case, lowercase=lower_case)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.train(files, trainers.WordPieceTrainer(vocab_size=size, special_tokens=SPECIALS, show_progress=False))
+    vocab = sorted(tok.get_vocab().items(), key=lambda kv: kv[1])
+    with open(out_path, "w", encoding="utf-8") as f:
+        f.write("\n".join(w for w, _ in vocab) + "\n")
+
+
+def read_vocab(path: str) -> list[str]:
+    with open(path, encoding="utf-8") as f:
+        words = [line.rstrip("\n") for line in f if line.rstrip("\n")]
+    missing = [s for s in SPECIALS if s not in words]
+    if missing:
+        raise SystemExit(f"prepare.py: vocabulary {path} lacks {missing}")
+    return words
+
+
+# -- pieces of the input -----------------------------------------------------------------------------------------
+def pieces(files: list[str], chunk_bytes: int) -> list[tuple[str, int, int]]:
+    """(file, start, end) byte ranges that begin and end on document boundaries (a blank line)."""
+    out = []
+    for path in files:
+        size = os.path.getsize(path)
+        with open(path, "rb") as f:
+            start = 0
+            while start < size:
+                end = min(size, start + chunk_bytes)
+                if end < size:
+                    f.seek(end)
+                    tail = b""
+                    while b"\n\n" not in tail:
+                        more = f.read(1 << 16)
+                        if not more:
+                            break
+                        tail += more
+                    cut = tail.find(b"\n\n")
+                    end = end + cut + 2 if cut >= 0 else size
+                out.append((path, start, end))
+                start = end
+    return out
+
+
+# -- instances (the google-research/bert create_pretraining_data algorithm) ------------------------------------
+def _truncate(a: list, b: list, max_tokens: int, rng: random.Random) -> None:
+    while len(a) + len(b) > max_tokens:
+        longer = a if len(a) > len(b) else b
+        if rng.random() < 0.5:
+            del longer[0]
+        else:
+            longer.pop()
+
+
+def instances(docs: list[list[list[int]]], max_seq: int, short_seq_prob: float, rng: random.Random):
+    """Yield (tokens_a, tokens_b, is_random_next) pairs from documents of sentences of token ids."""
+    max_tokens = max_seq - 3
+    for d, document in enumerate(docs):
+        target = rng.randint(2, max_tokens) if rng.random() < short_seq_prob else max_tokens
+        chunk, length, i = [], 0, 0
+        while i < len(document):
+            chunk.append(document[i])
+            length += len(document[i])
+            if i == len(document) - 1 or length >= target:
+                if chunk:
+                    a_end = 1 if len(chunk) < 2 else rng.randint(1, len(chunk) - 1)
+                    a = [t for s in chunk[:a_end] for t in s]
+                    b = []
+                    random_next = len(chunk) == 1 or rng.random() < 0.5
+                    if random_next and len(docs) > 1:
+                        for _ in range(10):
+                            r = rng.randint(0, len(docs) - 1)
+                            if r != d:
+                                break
+                        other = docs[r]
+                        for j in range(rng.randint(0, len(other) - 1), len(other)):
+                            b.extend(other[j])
+                            if len(b) >= target - len(a):
+                                break
+                        i -= len(chunk) - a_end   # the unused sentences start the next chunk
+                    else:
+                        random_next = False
+                        b = [t for s in chunk[a_end:] for t in s]
+                    _truncate(a, b, max_tokens, rng)
+                    if a and b:
+                        yield a, b, random_next
+                chunk, length = [], 0
+            i += 1
+
+
+def encode(pairs, max_seq: int, max_pred: int, mlm_prob: float, vocab_size: int, rng: random.Random) -> dict:
+    n = len(pairs)
+    ids = np.zeros((n, max_seq), np.int64)
+    mask = np.zeros((n, max_seq), np.int64)
+    seg = np.zeros((n, max_seq), np.int64)
+    pos = np.zeros((n, max_pred), np.int64)
+    lm_ids = np.zeros((n, max_pred), np.int64)
+    weights = np.zeros((n, max_pred), np.float32)
+    nsp = np.zeros((n, 1), np.int64)
+    for k, (a, b, random_next) in enumerate(pairs):
+        tokens = [CLS] + a + [SEP] + b + [SEP]
+        la = len(a) + 2
+        cands = [j for j in range(1, len(tokens) - 1) if j != la - 1]
+        rng.shuffle(cands)
+        num = min(max_pred, max(1, int(round(len(tokens) * mlm_prob))))
+        chosen = sorted(cands[:num])
+        for m, j in enumerate(chosen):
+            lm_ids[k, m] = tokens[j]
+            r = rng.random()
+            if r < 0.8:
+                tokens[j] = MASK
+            elif r >= 0.9:
+                tokens[j] = rng.randint(len(SPECIALS), vocab_size - 1)
+        t = len(tokens)
+        ids[k, :t] = tokens
+        mask[k, :t] = 1
+        seg[k, la:t] = 1
+        pos[k, :len(chosen)] = chosen
+        weights[k, :len(chosen)] = 1.0
+        nsp[k, 0] = int(random_next)
+    return {"input_ids": ids, "input_mask": mask, "segment_ids": seg, "masked_lm_positions": pos,
+            "masked_lm_ids": lm_ids, "next_sentence_labels": nsp}, {"masked_lm_weights": weights}
+
+
+# -- one piece, in a worker process ------------------------------------------------------------------------------
+_TOK = {}
+
+
+def _work(task):
+    index, (path, start, end), opts, out_dir = task
+    key = (opts["vocab"], opts["lower_case"])
+    if key not in _TOK:
+        _TOK[key] = build_tokenizer(opts["vocab"], opts["lower_case"])
+    tok = _TOK[key]
+    with open(path, "rb") as f:
+        f.seek(start)
+        text = f.read(end - start).decode("utf-8", errors="replace")
+    docs_text = [[s for s in d.split("\n") if s.strip()] for d in text.split("\n\n")]
+    docs_text = [d for d in docs_text if d]
+    flat = [s for d in docs_text for s in d]
+    enc = tok.encode_batch(flat, add_special_tokens=False)
+    it = iter(enc)
+    docs = [[next(it).ids for _ in d] for d in docs_text]
+    del enc, flat, text
+    rng = random.Random(opts["seed"] * 1_000_003 + index)
+    out = os.path.join(out_dir, f"part-{index:05d}.tfrecord")
+    count = masked = real = 0
+    with open(out, "wb") as f:
+        for dupe in range(opts["dupe_factor"]):
+            if dupe:
+                rng.shuffle(docs)   # each duplicate pairs and masks the same text differently
+            pairs = list(instances(docs, opts["max_seq"], opts["short_seq_prob"], rng))
+            for b in range(0, len(pairs), 2048):
+                ints, floats = encode(pairs[b:b + 2048], opts["max_seq"], opts["max_pred"], opts["mlm_prob"],
+                                      opts["vocab_size"], rng)
+                write_records(f, serialize_batch(ints, floats))
+                count += len(ints["input_ids"])
+                masked += int(floats["masked_lm_weights"].sum())
+                real += int(ints["input_mask"].sum())
+    return os.path.basename(out), count, masked, real
+
+
+def _init_worker():
+    os.environ["RAYON_NUM_THREADS"] = "1"   # one process per core; no thread oversubscription
+
+
+# -- the whole job -----------------------------------------------------------------------------------------------
+def _md5(path: str) -> str:
+    h = hashlib.md5()
+    with open(path, "rb") as f:
+        for b in iter(lambda: f.read(1 << 20), b""):
+            h.update(b)
+    return h.hexdigest()
+
+
+def _expand(patterns: list[str]) -> list[str]:
+    files = []
+    for p in patterns:
+        hits = sorted(glob.glob(p)) if any(c in p for c in "*?[") else [p]
+        for h in hits:
+            if not os.path.isfile(h):
+                raise SystemExit(f"prepare.py: input {h} does not exist")
+            files.append(h)
+    if not files:
+        raise SystemExit(f"prepare.py: no input matches {patterns}")
+    return files
+
+
+class _Out:
+    """The output directory, local or gs:// (staged locally, uploaded at the end)."""
+
+    def __init__(self, uri: str):
+        self.uri = uri.rstrip("/")
+        self.remote = uri.startswith("gs://")
+        self.local = tempfile.mkdtemp(prefix="prepare-") if self.remote else self.uri
+        os.makedirs(self.local, exist_ok=True)
+
+    def _blob(self, name):
+        from google.cloud import storage
+        bucket, _, prefix = self.uri[5:].partition("/")
+        return storage.Client().bucket(bucket).blob(f"{prefix}/{name}" if prefix else name)
+
+    def read(self, name: str) -> str | None:
+        if not self.remote:
+            p = os.path.join(self.local, name)
+            return open(p, encoding="utf-8").read() if os.path.exists(p) else None
+        b = self._blob(name)
+        return b.download_as_text() if b.exists() else None
+
+    def publish(self, names: list[str]) -> None:
+        if self.remote:
+            for n in names:
+                self._blob(n).upload_from_filename(os.path.join(self.local, n))
+            shutil.rmtree(self.local, ignore_errors=True)
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--input", required=True, nargs="+", help="file(s) or glob(s)")
+    ap.add_argument("--output", required=True, help="directory or gs://bucket/path")
+    ap.add_argument("--vocab", help="an existing vocab.txt (else one is trained)")
+    ap.add_argument("--vocab-size", type=int, default=30000)
+    ap.add_argument("--max-seq-length", type=int, default=128)
+    ap.add_argument("--max-predictions-per-seq", type=int, default=20)
+    ap.add_argument("--masked-lm-prob", type=float, default=0.15)
+    ap.add_argument("--short-seq-prob", type=float, default=0.1)
+    ap.add_argument("--dupe-factor", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=12345)
+    ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--chunk-mb", type=float, default=4.0, help="input per shard; bounds memory per worker")
+    ap.add_argument("--lower-case", action="store_true", help="lower-case and strip accents (not for Korean)")
+    a = ap.parse_args(argv)
+    t0 = time.time()
+    files = _expand(a.input)
+    out = _Out(a.output)
+    opts = {"max_seq": a.max_seq_length, "max_pred": a.max_predictions_per_seq, "mlm_prob": a.masked_lm_prob,
+            "short_seq_prob": a.short_seq_prob, "dupe_factor": a.dupe_factor, "seed": a.seed,
+            "lower_case": a.lower_case, "chunk_mb": a.chunk_mb}
+    vocab_src = a.vocab
+    h = hashlib.sha256(json.dumps(opts, sort_keys=True).encode())
+    for f in files:
+        h.update(f"{os.path.basename(f)}:{os.path.getsize(f)}:{_md5(f)}".encode())
+    h.update(open(vocab_src, "rb").read() if vocab_src else f"train:{a.vocab_size}".encode())
+    key = h.hexdigest()
+    done = out.read("prepared.json")
+    if done and json.loads(done).get("key") == key:
+        print(f"prepare: cached in {a.output} (same inputs, vocabulary and options)", flush=True)
+        return json.loads(done)
+    vocab_path = os.path.join(out.local, "vocab.txt")
+    if vocab_src:
+        if os.path.abspath(vocab_src) != os.path.abspath(vocab_path):
+            shutil.copyfile(vocab_src, vocab_path)
+    else:
+        train_vocab(files, a.vocab_size, a.lower_case, vocab_path)
+        print(f"prepare: trained a {a.vocab_size}-word WordPiece vocabulary in {time.time() - t0:.1f}s", flush=True)
+    opts.update(vocab=vocab_path, vocab_size=len(read_vocab(vocab_path)))
+    tasks = [(i, p, opts, out.local) for i, p in enumerate(pieces(files, int(a.chunk_mb * 1024 * 1024)))]
+    results = []
+    if a.workers <= 1 or len(tasks) == 1:
+        results = [_work(t) for t in tasks]
+    else:
+        with get_context("spawn").Pool(min(a.workers, len(tasks)), initializer=_init_worker) as pool:
+            results = pool.map(_work, tasks, chunksize=1)
+    shards = [r[0] for r in results]
+    summary = {"key": key, "shards": shards, "examples": sum(r[1] for r in results),
+               "masked_rate": sum(r[2] for r in results) / max(1, sum(r[3] for r in results)),
+               "vocab_size": opts["vocab_size"], "max_seq_length": a.max_seq_length,
+               "max_predictions_per_seq": a.max_predictions_per_seq, "seconds": round(time.time() - t0, 2)}
+    with open(os.path.join(out.local, "prepared.json"), "w") as f:
+        json.dump(summary, f, indent=2)
+    out.publish(shards + ["vocab.txt", "prepared.json"])
+    mb = sum(os.path.getsize(f) for f in files) / 1e6
+    print(f"prepare: {summary['examples']} examples in {len(shards)} shards from {mb:.1f} MB in "
+          f"{summary['seconds']}s ({mb / max(1e-9, summary['seconds']):.2f} MB/s)", flush=True)
+    return summary
+
+
+if __name__ == "__main__":
+    main()

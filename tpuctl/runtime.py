@@ -1,0 +1,111 @@
+"""Imported BY jobs: the boilerplate every TPU tutorial repeats, done once and tested.
+
+    from tpuctl import runtime
+    strategy = runtime.strategy()                 # TPU (VM or legacy node), several GPUs, or the default
+    batch = runtime.global_batch(32, strategy)    # per-replica batch x replicas
+    lr = runtime.schedule(1e-4, batch, 256, warmup_steps=1000, total_steps=100000)
+    runtime.output_dir(), runtime.data_dir()      # from TPUCTL_* with local fallbacks
+
+TensorFlow is imported lazily, and TF_USE_LEGACY_KERAS=1 is set before it (tf-keras: Keras 3 + TPUStrategy
+model.fit has open failures on TPU VMs, keras-team/keras#19448).
+"""
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+
+
+def _tf():
+    import tensorflow as tf
+    return tf
+
+
+def tpu_address() -> str | None:
+    """'local' on a TPU VM, 'grpc://IP:8470' beside a legacy TPU Node, None without a TPU."""
+    addr = os.environ.get("TPUCTL_TPU", "")
+    if addr:
+        return addr
+    if os.environ.get("TPUCTL_ACCELERATOR", "").startswith("v") or os.path.exists("/dev/accel0") \
+            or os.path.exists("/dev/vfio/0"):
+        return "local"
+    return None
+
+
+def strategy(tpu: str | None = "auto"):
+    """TPUStrategy on a TPU; MirroredStrategy over several GPUs; else the default strategy (one GPU or the CPU).
+
+    GPU memory growth is turned on first, so a job does not grab the whole card."""
+    tf = _tf()
+    addr = tpu_address() if tpu == "auto" else tpu
+    if addr:
+        # A bare node name would make TF call the retired v1 discovery API: pass 'local' or grpc://IP:8470.
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=addr)
+        if addr != "local":
+            tf.config.experimental_connect_to_cluster(resolver)
+        tf.tpu.experimental.initialize_tpu_system(resolver)
+        return tf.distribute.TPUStrategy(resolver)
+    gpus = tf.config.list_physical_devices("GPU")
+    for g in gpus:
+        try:
+            tf.config.experimental.set_memory_growth(g, True)
+        except RuntimeError:
+            pass  # already initialised: growth can only be set before first use
+    if len(gpus) > 1:
+        return tf.distribute.MirroredStrategy()
+    return tf.distribute.get_strategy()
+
+
+def kind(strategy_) -> str:
+    """'tpu', 'gpu' or 'cpu': what the strategy runs on (decides mixed precision)."""
+    tf = _tf()
+    if isinstance(strategy_, tf.distribute.TPUStrategy):
+        return "tpu"
+    return "gpu" if tf.config.list_logical_devices("GPU") else "cpu"
+
+
+def global_batch(per_replica: int, strategy_) -> int:
+    return per_replica * strategy_.num_replicas_in_sync
+
+
+def scaled_lr(base_lr: float, batch: int, base_batch: int) -> float:
+    """Linear scaling rule (Goyal et al. 2017): the learning rate grows with the global batch."""
+    return base_lr * batch / base_batch
+
+
+def schedule(base_lr: float, batch: int, base_batch: int, warmup_steps: int, total_steps: int, end_lr: float = 0.0):
+    """Linear warm-up to the scaled learning rate, then linear decay to end_lr at total_steps."""
+    tf = _tf()
+    peak = scaled_lr(base_lr, batch, base_batch)
+
+    class WarmupDecay(tf.keras.optimizers.schedules.LearningRateSchedule):
+        def __call__(self, step):
+            step = tf.cast(step, tf.float32)
+            warm = peak * step / max(1, warmup_steps)
+            frac = tf.clip_by_value((step - warmup_steps) / max(1, total_steps - warmup_steps), 0.0, 1.0)
+            decay = peak + (end_lr - peak) * frac
+            return tf.where(step < warmup_steps, warm, decay)
+
+        def get_config(self):
+            return {"peak": peak, "warmup_steps": warmup_steps, "total_steps": total_steps, "end_lr": end_lr}
+    return WarmupDecay()
+
+
+def mixed_precision(kind_: str) -> str:
+    """bfloat16 on TPU, float16 on GPU (Keras adds loss scaling), float32 on CPU. Returns the policy name."""
+    tf = _tf()
+    policy = {"tpu": "mixed_bfloat16", "gpu": "mixed_float16"}.get(kind_, "float32")
+    tf.keras.mixed_precision.set_global_policy(policy)
+    return policy
+
+
+def output_dir(default: str = "output") -> str:
+    return os.environ.get("TPUCTL_OUTPUT_DIR") or default
+
+
+def data_dir(default: str = "data") -> str:
+    return os.environ.get("TPUCTL_DATA_DIR") or default
+
+
+def run_id() -> str:
+    return os.environ.get("TPUCTL_RUN_ID", "local")
