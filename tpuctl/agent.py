@@ -148,6 +148,8 @@ class Agent:
                    TPUCTL_ACCELERATOR=self.accelerator, TPUCTL_TPU=self.tpu_address(),
                    TPUCTL_WORKER=str(self.worker), PYTHONUNBUFFERED="1")
         env.setdefault("TF_USE_LEGACY_KERAS", "1")
+        # `python` in a job's command means the agent's own interpreter (its venv has the agent's packages).
+        env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
         return env
 
     def execute(self, run_id: str) -> int:
