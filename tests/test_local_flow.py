@@ -155,3 +155,16 @@ def test_bad_submit_inputs_upload_nothing(local, cli, tmp_path, setup, args, cod
     assert expect in err and "hint:" in err and "Traceback" not in err
     store = Path(local.bucket)
     assert not (store / "tpuctl" / "packages").exists() and not (store / "tpuctl" / "runs").exists()
+
+
+def test_bert_quick_start_on_the_local_provider(local, cli):
+    """The README's first command, through the CLI: the real job, generated corpus, decreasing loss."""
+    job = Path(__file__).parent.parent / "jobs" / "bert_pretrain"
+    code, out, err = cli("submit", str(job), "-c", "loc", "--", "--preset", "tiny", "--steps", "30",
+                         "--log-every", "10")
+    assert code == 0, out[-3000:] + err[-2000:]
+    assert "generated 2.0 MB Hangul/Latin sample" in out
+    losses = [float(line.split()[3]) for line in out.splitlines() if line.startswith("step ")]
+    assert len(losses) == 3 and losses[-1] < losses[0]
+    assert list(Path(local.bucket).glob("runs/*/output/checkpoints/ckpt-30*"))
+    assert list(Path(local.bucket).glob("prepared/bert_pretrain-128/part-*.tfrecord"))

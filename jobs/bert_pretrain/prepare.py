@@ -36,8 +36,9 @@ PAD, UNK, CLS, SEP, MASK = range(5)
 
 # -- tokenizer ---------------------------------------------------------------------------------------------------
 def build_tokenizer(vocab_path: str, lower_case: bool):
-    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
     tok = Tokenizer(models.WordPiece.from_file(vocab_path, unk_token="[UNK]"))
+    tok.decoder = decoders.WordPiece()
     tok.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True,
                                                 strip_accents=lower_case, lowercase=lower_case)
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
