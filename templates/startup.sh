@@ -11,8 +11,11 @@ ROLE="@{role}"                 # tpu-vm: the TPU host itself; node-vm: the VM be
 ACCELERATOR="@{accelerator}"
 TPU_ADDRESS="@{tpu_address}"   # "local" on a TPU VM; empty on a node VM: the agent reads it from the store
 TF_VERSION="@{tf_version}"     # node-vm only: must match the TPU Node's TensorFlow exactly
-AGENT_DIR=/opt/tpuctl
-BOOT_LOG=/var/log/tpuctl-boot.log
+# Overridable for custom images (and for the test that runs this script against a local store).
+AGENT_DIR="${TPUCTL_AGENT_DIR:-/opt/tpuctl}"
+BOOT_LOG="${TPUCTL_BOOT_LOG:-/var/log/tpuctl-boot.log}"
+UNIT_DIR="${TPUCTL_UNIT_DIR:-/etc/systemd/system}"
+PY="${TPUCTL_PYTHON:-}"
 
 meta() {
   curl -sf -H 'Metadata-Flavor: Google' \
@@ -31,7 +34,9 @@ fail() { log "FAILED: $*"; exit 1; }
 log "boot: cluster $CLUSTER, tpuctl $VERSION"
 mkdir -p "$AGENT_DIR"
 
-if [ "$ROLE" = "node-vm" ] && [ -n "$TF_VERSION" ]; then
+if [ -n "$PY" ]; then
+  log "using the given interpreter $PY"
+elif [ "$ROLE" = "node-vm" ] && [ -n "$TF_VERSION" ]; then
   log "installing tensorflow-cpu==$TF_VERSION to match the TPU Node"
   apt-get update -qq >/dev/null && apt-get install -y -qq python3-pip python3-venv >/dev/null || fail "apt-get"
   python3 -m venv "$AGENT_DIR/venv" || fail "venv"
@@ -47,7 +52,7 @@ log "installing the agent from $STORE/tpuctl/agent/"
 gsutil -q cp "$STORE/tpuctl/agent/tpuctl-$VERSION.tar.gz" "$AGENT_DIR/" || fail "agent package not in the store"
 "$PY" -m pip install -q "$AGENT_DIR/tpuctl-$VERSION.tar.gz" || fail "pip install agent"
 
-cat >/etc/systemd/system/tpuctl-agent.service <<UNIT
+cat >"$UNIT_DIR/tpuctl-agent.service" <<UNIT
 [Unit]
 Description=tpuctl agent for cluster $CLUSTER
 After=network-online.target

@@ -220,3 +220,13 @@ def test_node_refused_says_use_vm(cloud, cli):
     assert code == 6, err
     assert "--arch vm" in err
     assert not cloud.compute.instances and not cloud.tpu.nodes[1]
+
+
+def test_status_shows_the_hosts_boot_log(cloud, cli):
+    assert cli("up", "--type", "v3-8", "--zone", "us-central1-b", "-c", "bert")[0] == 0
+    bucket_doc().blob("tpuctl/boot/t1v-n-0.log").upload_from_string(
+        "2026-11-22T00:00:00Z [tpu-vm worker 0] boot: cluster bert\n"
+        "2026-11-22T00:00:09Z [tpu-vm worker 0] FAILED: pip install agent\n")
+    code, out, err = cli("status", "-c", "bert")
+    assert code == 0, err
+    assert "boot t1v-n-0" in out and "FAILED: pip install agent" in out
