@@ -198,3 +198,12 @@ def test_runtime_helpers(monkeypatch):
     assert runtime.output_dir() == "gs://b/runs/1/output"
     import tensorflow as tf
     assert runtime.kind(tf.distribute.get_strategy()) == "cpu"
+
+
+def test_cached_tokenization_gives_hf_ids_exactly(prepared, text):
+    out, _ = prepared
+    tok = prepare.build_tokenizer(str(out / "vocab.txt"), lower_case=False)
+    lines = [l for l in text.read_text(encoding="utf-8").splitlines() if l][:3000]
+    odd = ["abc\x0bdef 한국", "x\x85y", "(괄호) 안녕!!", "naïve café", "tab\there", "\u3000wide space", "a\x00b"]
+    for batch in (lines, lines[:50] + odd):
+        assert prepare.tokenize(tok, batch) == [e.ids for e in tok.encode_batch(batch, add_special_tokens=False)]
