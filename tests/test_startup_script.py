@@ -95,5 +95,5 @@ def test_a_failed_boot_is_logged_into_the_store(tmp_path):
     r, _ = _run_script(tmp_path, store_dir)   # no agent package in the store
     assert r.returncode == 1
     boot = next((store_dir / "tpuctl" / "boot").glob("*.log")).read_text()
-    assert f"FAILED: agent package not in the store" in boot
-    assert __version__
+    assert "FAILED: agent package not in the store" in boot
+    assert f"tpuctl {__version__}" in boot

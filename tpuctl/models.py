@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass, field
 
-from .errors import bad_input
+from .errors import TpuctlError, bad_input
 
 LABEL = "tpuctl-cluster"
 OBJECT_ROLES = ("roles/storage.objectAdmin", "roles/storage.legacyBucketReader")
@@ -14,6 +14,13 @@ _PROJECT_RE = re.compile(r"^([a-z0-9.-]+:)?[a-z][a-z0-9-]{4,28}[a-z0-9]$")
 _BUCKET_PART_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]*[a-z0-9]$")
 _IP_RE = re.compile(r"^\d+\.\d+\.\d+\.\d+$")
 _SA_RE = re.compile(r"^[a-z0-9][a-z0-9.@_-]*@[a-z0-9.-]+\.[a-z]+$")
+
+
+def require_owned(labels, cluster: str, what: str) -> None:
+    """Refuse to delete a resource that does not carry our label: its name alone does not prove it is ours."""
+    if (labels or {}).get(LABEL) != cluster:
+        raise TpuctlError("input", f"{what} is not labelled {LABEL}={cluster}; not deleting it",
+                          "delete it yourself if it is yours")
 
 
 def check_cluster_name(name: str) -> str:

@@ -6,7 +6,7 @@ client built without our client_options, so against an emulator it would call co
 from __future__ import annotations
 
 from ...errors import TpuctlError
-from ...models import LABEL, ClusterSpec
+from ...models import ClusterSpec, require_owned
 from . import clients
 from .errors import classify_text
 from .operations import call, wait
@@ -78,9 +78,7 @@ def delete(project: str, name: str, zone: str, cluster: str, progress):
     vm = find(project, name, zone)
     if vm is None:
         return
-    if vm.labels.get(LABEL) != cluster:
-        raise TpuctlError("input", f"VM {name} in {zone} is not labelled {LABEL}={cluster}; not deleting it",
-                          "delete it yourself if it is yours")
+    require_owned(vm.labels, cluster, f"VM {name} in {zone}")
     progress("deleting")
     what = f"delete VM {name}"
     try:

@@ -148,10 +148,13 @@ class GcpProvider:
         return logs
 
     def list_labelled(self) -> list[dict]:
-        out = []
+        out, seen = [], set()
         for arch in ("vm", "node"):
             for n in self._tpu(arch).list_labelled():
                 parts = n.name.split("/")
+                if (parts[3], parts[-1]) in seen:   # both API versions may list the same node
+                    continue
+                seen.add((parts[3], parts[-1]))
                 out.append({"cluster": n.labels[LABEL], "name": parts[-1], "zone": parts[3], "arch": arch,
                             "type": n.accelerator_type, "state": type(n).State(n.state).name})
         return out

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ...errors import TpuctlError
-from ...models import LABEL, ClusterSpec
+from ...models import ClusterSpec, require_owned
 from . import clients
 from .operations import call
 
@@ -50,9 +50,7 @@ def delete(project: str, name: str, cluster: str, progress):
     b = find(project, name)
     if b is None:
         return
-    if (b.labels or {}).get(LABEL) != cluster:
-        raise TpuctlError("input", f"bucket {name} is not labelled {LABEL}={cluster}; not deleting it",
-                          "delete it yourself if it is yours")
+    require_owned(b.labels, cluster, f"bucket {name}")
     progress("deleting")
     client = clients.storage(project)
     blobs = call(lambda: list(client.list_blobs(name)), what=f"list bucket {name}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 
 from ...errors import TpuctlError
-from ...models import LABEL, ClusterSpec
+from ...models import LABEL, ClusterSpec, require_owned
 from . import clients
 from .errors import classify
 from .operations import call, wait
@@ -119,9 +119,7 @@ class TpuApi:
         node = self.find(name, zone)
         if node is None:
             return
-        if node.labels.get(LABEL) != cluster:
-            raise TpuctlError("input", f"TPU {name} in {zone} is not labelled {LABEL}={cluster}; not deleting it",
-                              "delete it yourself if it is yours")
+        require_owned(node.labels, cluster, f"TPU {name} in {zone}")
         progress("deleting")
         if self.state(node) != "DELETING":
             op = call(self.client.delete_node, name=self.path(name, zone), what=f"delete TPU {name}")
