@@ -29,6 +29,8 @@ from .store import open_store
 FLUSH_SECONDS = 0.5
 CHUNK_BYTES = 64 * 1024
 HEARTBEAT_SECONDS = 5.0
+STALE_SECONDS = 90.0      # no heartbeat for this long: the run's host is gone
+MAX_ATTEMPTS = 3
 _PINNED = ("tensorflow", "tensorflow-cpu", "tensorflow-tpu", "tf-keras", "keras", "libtpu", "libtpu-nightly",
            "tensorboard", "tf-nightly")
 
@@ -38,7 +40,8 @@ class LogShipper:
 
     def __init__(self, store, run_id: str, worker: int):
         self.store, self.run_id, self.worker = store, run_id, worker
-        self.n = 0
+        # a resumed run appends to the log its earlier attempt left
+        self.n = len(store.list(runs.key(run_id, f"logs{runs.suffix(worker)}/")))
         self.buf = bytearray()
         self.first = None
 
@@ -115,22 +118,41 @@ class Agent:
             self.stop.wait(self.poll)
 
     def tick(self) -> bool:
-        """Claim and execute at most one new run. True when one ran."""
+        """Claim and execute at most one new run, or take over one whose host stopped heartbeating (a preempted
+        or deleted TPU VM: `tpuctl up` recreates it and this agent resumes the run, same run id and output dir,
+        so a job that checkpoints continues). True when one ran."""
         claim = f"claim{runs.suffix(self.worker)}"
         for run_id in runs.all_ids(self.store):
             if run_id in self.done:
                 continue
-            if self.store.read(runs.key(run_id, claim)) is not None:
+            first = self.store.read(runs.key(run_id, claim))
+            if first is None:
+                if self.store.create(runs.key(run_id, claim), self._claim_record(1)):
+                    self.done.add(run_id)
+                    self.execute(run_id)
+                    return True
+                continue   # another agent won the race; look at it again later, it may die
+            st = runs.status(self.store, run_id, self.worker)
+            if st.get("state") in runs.FINAL:
                 self.done.add(run_id)
                 continue
-            if not self.store.create(runs.key(run_id, claim), json.dumps(
-                    {"host": self.host, "worker": self.worker, "time": time.time()}).encode()):
-                self.done.add(run_id)   # another agent won the race
+            last = st.get("heartbeat") or json.loads(first).get("time", 0)
+            if time.time() - last < float(os.environ.get("TPUCTL_STALE_SECONDS", STALE_SECONDS)):
                 continue
-            self.done.add(run_id)
-            self.execute(run_id)
-            return True
+            attempt = int(st.get("attempt", 1)) + 1
+            if attempt > MAX_ATTEMPTS:
+                self._status(run_id, **{**st, "state": "lost", "ended": time.time()})
+                self.done.add(run_id)
+                continue
+            if self.store.create(runs.key(run_id, f"{claim}-a{attempt}"), self._claim_record(attempt)):
+                self.done.add(run_id)
+                self.execute(run_id, attempt)
+                return True
         return False
+
+    def _claim_record(self, attempt: int) -> bytes:
+        return json.dumps({"host": self.host, "worker": self.worker, "time": time.time(),
+                           "attempt": attempt}).encode()
 
     def _status(self, run_id: str, **fields):
         fields.update(host=self.host, worker=self.worker, heartbeat=time.time())
@@ -152,13 +174,17 @@ class Agent:
         env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
         return env
 
-    def execute(self, run_id: str) -> int:
+    def execute(self, run_id: str, attempt: int = 1) -> int:
         job = runs.job(self.store, run_id)
         started = time.time()
-        self._status(run_id, state="starting", started=started)
+        self._status(run_id, state="starting", started=started, attempt=attempt)
         work = self.home / "runs" / run_id / f"w{self.worker}"
         code_dir = work / "code"
         shipper = LogShipper(self.store, run_id, self.worker)
+        if attempt > 1:
+            shipper.buf += (f"\ntpuctl agent: the previous host stopped heartbeating; run resumed on {self.host} "
+                            f"(attempt {attempt})\n").encode()
+            shipper.flush()
         try:
             pkg = self.store.read(f"tpuctl/packages/{job['package']}.tar.gz")
             if pkg is None:
@@ -167,7 +193,7 @@ class Agent:
         except Exception as e:  # noqa: BLE001 - reported in the run's own log and status
             shipper.buf += f"tpuctl agent: cannot prepare the run: {e}\n".encode()
             shipper.flush()
-            self._status(run_id, state="failed", exit_code=127, started=started, ended=time.time())
+            self._status(run_id, state="failed", exit_code=127, started=started, ended=time.time(), attempt=attempt)
             return 127
         script = "set -e\n"
         if job.get("requirements"):
@@ -180,7 +206,7 @@ class Agent:
                                 start_new_session=True)
         pump = threading.Thread(target=shipper.pump, args=(proc.stdout.fileno(),), daemon=True)
         pump.start()
-        self._status(run_id, state="running", started=started, pid=proc.pid)
+        self._status(run_id, state="running", started=started, pid=proc.pid, attempt=attempt)
         cancelled = False
         kill_at = None
         last_beat = last_cancel_check = time.monotonic()
@@ -198,14 +224,14 @@ class Agent:
                 kill_at = None
             if now - last_beat >= HEARTBEAT_SECONDS:
                 last_beat = now
-                self._status(run_id, state="running", started=started, pid=proc.pid)
+                self._status(run_id, state="running", started=started, pid=proc.pid, attempt=attempt)
                 if now - self._last_beat > HEARTBEAT_SECONDS * 6:
                     self.beat(run_id)
         pump.join()
         proc.stdout.close()
         rc = proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
         state = "cancelled" if cancelled else ("succeeded" if rc == 0 else "failed")
-        self._status(run_id, state=state, exit_code=rc, started=started, ended=time.time())
+        self._status(run_id, state=state, exit_code=rc, started=started, ended=time.time(), attempt=attempt)
         return rc
 
 

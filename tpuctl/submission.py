@@ -59,7 +59,7 @@ def table(store) -> list[dict]:
         rows.append({"id": run_id, "name": job.get("name", ""), "state": st.get("state", "queued"),
                      "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(start)) if start else "",
                      "duration": round((end or time.time()) - start, 1) if start else None,
-                     "exit_code": st.get("exit_code")})
+                     "exit_code": st.get("exit_code"), "attempt": st.get("attempt", 1)})
     return rows
 
 

@@ -1,0 +1,94 @@
+"""Preemption recovery: a run whose host stopped heartbeating is taken over by the next agent (the one on the
+recreated TPU VM), with the same run id and output directory, its log continuing where it stopped."""
+import json
+import threading
+import time
+
+from jobs import make_job
+from tpuctl import packaging, runs
+from tpuctl.agent import Agent
+from tpuctl.store import LocalStore
+
+# Counts to 6, one step a line, keeping its progress in TPUCTL_OUTPUT_DIR as a checkpoint would.
+RESUMABLE = """
+import os
+ckpt = os.path.join(os.environ["TPUCTL_OUTPUT_DIR"], "step")
+start = int(open(ckpt).read()) if os.path.exists(ckpt) else 0
+print("resuming at", start, flush=True)
+for step in range(start + 1, 7):
+    open(ckpt, "w").write(str(step))
+    print("step", step, flush=True)
+"""
+
+
+def _submit(store, job_dir):
+    pkg, sha = packaging.build(job_dir)
+    store.create(f"tpuctl/packages/{sha}.tar.gz", pkg)
+    run_id = runs.new_id()
+    store.create(runs.key(run_id, "job.json"), json.dumps(
+        {"id": run_id, "name": "job", "command": "python main.py", "args": [], "env": {}, "package": sha,
+         "requirements": ""}).encode())
+    return run_id
+
+
+def _preempted_midway(store, run_id, tmp_path):
+    """What a TPU VM preempted after step 3 leaves in the store: its claim, a stale heartbeat, its log so far."""
+    store.create(runs.key(run_id, "claim"), json.dumps({"host": "t1v-old", "time": time.time() - 600}).encode())
+    store.write(runs.key(run_id, "status.json"), json.dumps(
+        {"state": "running", "host": "t1v-old", "heartbeat": time.time() - 600, "attempt": 1}).encode())
+    store.create(runs.chunk_key(run_id, 0, 1), b"resuming at 0\nstep 1\nstep 2\nstep 3\n")
+    out = tmp_path / "store" / "runs" / run_id / "output"
+    out.mkdir(parents=True)
+    (out / "step").write_text("3")
+
+
+def _agent(store_dir, tmp_path):
+    a = Agent(str(store_dir), home=str(tmp_path / "agent"), poll=0.05)
+    t = threading.Thread(target=a.run_forever, daemon=True)
+    t.start()
+    return a, t
+
+
+def test_a_stale_run_is_resumed_by_the_next_agent(tmp_path, monkeypatch):
+    monkeypatch.setenv("TPUCTL_STALE_SECONDS", "60")
+    store = LocalStore(tmp_path / "store")
+    run_id = _submit(store, make_job(tmp_path, RESUMABLE))
+    _preempted_midway(store, run_id, tmp_path)
+    a, t = _agent(tmp_path / "store", tmp_path)
+    try:
+        out = []
+        st = runs.follow(store, run_id, out.append, sleep=lambda s: time.sleep(min(s, 0.1)))
+    finally:
+        a.stop.set()
+        t.join(10)
+    text = b"".join(out).decode()
+    assert st["state"] == "succeeded" and st["attempt"] == 2
+    assert text.startswith("resuming at 0\nstep 1\nstep 2\nstep 3\n")
+    assert "run resumed on" in text and "(attempt 2)" in text
+    assert "resuming at 3\nstep 4\nstep 5\nstep 6\n" in text
+    assert text.count("step 3\n") == 1          # nothing ran twice
+    assert store.read(runs.key(run_id, "claim-a2")) is not None
+
+
+def test_a_live_run_is_not_taken_over(tmp_path, monkeypatch):
+    monkeypatch.setenv("TPUCTL_STALE_SECONDS", "60")
+    store = LocalStore(tmp_path / "store")
+    run_id = _submit(store, make_job(tmp_path, RESUMABLE))
+    store.create(runs.key(run_id, "claim"), json.dumps({"host": "t1v-live", "time": time.time()}).encode())
+    store.write(runs.key(run_id, "status.json"), json.dumps(
+        {"state": "running", "host": "t1v-live", "heartbeat": time.time()}).encode())
+    agent = Agent(str(tmp_path / "store"), home=str(tmp_path / "agent"))
+    assert agent.tick() is False
+    assert runs.status(store, run_id)["host"] == "t1v-live"
+
+
+def test_a_run_that_keeps_losing_its_host_ends_lost(tmp_path, monkeypatch):
+    monkeypatch.setenv("TPUCTL_STALE_SECONDS", "60")
+    store = LocalStore(tmp_path / "store")
+    run_id = _submit(store, make_job(tmp_path, RESUMABLE))
+    store.create(runs.key(run_id, "claim"), json.dumps({"host": "x", "time": 0}).encode())
+    store.write(runs.key(run_id, "status.json"), json.dumps(
+        {"state": "running", "host": "x", "heartbeat": 0, "attempt": 3}).encode())
+    agent = Agent(str(tmp_path / "store"), home=str(tmp_path / "agent"))
+    assert agent.tick() is False
+    assert runs.status(store, run_id)["state"] == "lost"
