@@ -207,3 +207,17 @@ def test_cached_tokenization_gives_hf_ids_exactly(prepared, text):
     odd = ["abc\x0bdef 한국", "x\x85y", "(괄호) 안녕!!", "naïve café", "tab\there", "\u3000wide space", "a\x00b"]
     for batch in (lines, lines[:50] + odd):
         assert prepare.tokenize(tok, batch) == [e.ids for e in tok.encode_batch(batch, add_special_tokens=False)]
+
+
+def test_prepare_writes_to_gcs_and_caches_there(cloud, text, capsys):
+    from google.cloud import storage
+    client = storage.Client(project="test-proj")
+    client.create_bucket("prep-bucket")
+    args = ["--input", str(text), "--output", "gs://prep-bucket/prepared/x", "--workers", "2", *PREP_ARGS]
+    summary = prepare.main(args)
+    names = {b.name for b in client.list_blobs("prep-bucket")}
+    assert {"prepared/x/prepared.json", "prepared/x/vocab.txt"} <= names
+    assert {f"prepared/x/{s}" for s in summary["shards"]} <= names
+    capsys.readouterr()
+    assert prepare.main(args)["key"] == summary["key"]
+    assert "cached" in capsys.readouterr().out

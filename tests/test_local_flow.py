@@ -168,3 +168,38 @@ def test_bert_quick_start_on_the_local_provider(local, cli):
     assert len(losses) == 3 and losses[-1] < losses[0]
     assert list(Path(local.bucket).glob("runs/*/output/checkpoints/ckpt-30*"))
     assert list(Path(local.bucket).glob("prepared/bert_pretrain-128/part-*.tfrecord"))
+
+
+def test_ctrl_c_stops_following_not_the_run(local, cli, tmp_path):
+    import subprocess
+    import sys
+    job = make_job(tmp_path, SLEEP_JOB)
+    p = subprocess.Popen([sys.executable, "-m", "tpuctl", "submit", str(job), "-c", "loc"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert p.stdout.readline() == "started\n"
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=30)
+    assert p.returncode == 130, err
+    assert "continues" in err and "tpuctl logs" in err and "-f" in err and "Traceback" not in err
+    row = json.loads(cli("jobs", "-c", "loc", "--json")[1])[0]
+    assert row["state"] == "running"
+    assert cli("cancel", row["id"], "-c", "loc")[0] == 0
+
+
+def test_provider_from_the_environment(env, cli, monkeypatch):
+    monkeypatch.setenv("TPUCTL_PROVIDER", "local")
+    code, out, err = cli("up", "-c", "envp")
+    assert code == 0, err
+    st = state.load("envp")
+    assert st.provider == "local"
+    assert cli("down", "-c", "envp", "--yes")[0] == 0
+
+
+def test_requirements_install_beside_a_pinned_tensorflow(local, cli, tmp_path):
+    job = make_job(tmp_path, "import numpy\nprint('numpy', numpy.__version__)\n", 'requirements = "req.txt"\n')
+    (job / "req.txt").write_text("numpy\n")
+    code, out, err = cli("submit", str(job), "-c", "loc")
+    assert code == 0, out + err
+    assert out.startswith("numpy ") or "\nnumpy " in out
+    cons = list(Path(local.bucket).parent.glob("work/runs/*/w0/constraints.txt"))
+    assert cons and "tensorflow==" in cons[0].read_text()
