@@ -92,3 +92,27 @@ def test_sync_plan_keeps_dir_names(tmp_path):
     (tmp_path / "f.txt").write_text("f")
     assert [k for _, k in plan([tmp_path / "d", tmp_path / "f.txt"], "data/j/")] == ["data/j/d/sub/a.txt",
                                                                                        "data/j/f.txt"]
+
+
+def test_following_an_idle_run_costs_a_bounded_number_of_requests():
+    """Two store reads per poll, polls spaced out to TPUCTL_LOG_POLL_MAX (1 s): a run silent for 10 minutes
+    costs about 1,200 requests, not one per millisecond."""
+    from tpuctl import runs
+
+    class CountingStore:
+        def __init__(self):
+            self.reads, self.now = 0, 0.0
+
+        def read(self, key):
+            self.reads += 1
+            if key.endswith("status.json"):
+                return b'{"state": "succeeded", "exit_code": 0}' if self.now >= 600 else b'{"state": "running"}'
+            return None
+
+    s = CountingStore()
+
+    def sleep(dt):
+        s.now += dt
+    st = runs.follow(s, "r", lambda b: None, sleep=sleep, max_idle=1.0)
+    assert st["state"] == "succeeded"
+    assert s.reads <= 2 * 600 + 20

@@ -9,7 +9,7 @@ import sys
 import threading
 import time
 
-from rich.console import Console
+from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 
@@ -17,25 +17,37 @@ err = Console(stderr=True, highlight=False, soft_wrap=True)
 out = Console(highlight=False, soft_wrap=True)
 
 
+_FINAL = {"READY", "RUNNING", "GRANTED", "REVOKED", "DELETED", "ADOPTED"}
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
 class Reporter:
-    """On a terminal: a live board, one row per resource with its state and elapsed time. Elsewhere: one line per
-    state change, so CI logs and pipes stay readable."""
+    """On a terminal: a live board, one row per resource with its state and elapsed time, and a byte progress bar
+    under it while data uploads. Elsewhere: one line per state change, so CI logs and pipes stay readable."""
 
     def __init__(self, console: Console = err):
         self.c = console
         self.rows: dict[tuple, list] = {}
         self.lock = threading.Lock()
         self.live = None
+        self.bar = None
 
     def __enter__(self):
         if self.c.is_terminal:
-            self.live = Live(self._board(), console=self.c, refresh_per_second=4, transient=False,
-                             get_renderable=self._board)
+            self.live = Live(console=self.c, refresh_per_second=4, transient=False, get_renderable=self._board)
             self.live.start()
         return self
 
     def __exit__(self, *exc):
         if self.live:
+            self.bar = None
             self.live.stop()
             self.live = None
 
@@ -47,13 +59,15 @@ class Reporter:
         for (kind, name), (st, start, end) in rows:
             done = end is not None
             elapsed = (end if done else now) - start
-            spin = "" if done else "…"
-            t.add_row(f"[bold]{kind}[/]", name, f"[{'green' if done else 'yellow'}]{st}{spin}[/]", f"{elapsed:.0f}s")
-        return t
+            t.add_row(f"[bold]{kind}[/]", name, f"[{'green' if done else 'yellow'}]{st}{'' if done else '…'}[/]",
+                      f"{elapsed:.0f}s")
+        return Group(t, self.bar) if self.bar is not None else t
 
-    def resource(self, kind: str, name: str, state: str) -> None:
+    def resource(self, kind: str, name: str, state: str, final: bool | None = None) -> None:
+        """A resource changed state; `final` marks it settled (default: READY, RUNNING, DELETED, ...)."""
         now = time.monotonic()
-        final = state.upper() in {"READY", "RUNNING", "GRANTED", "REVOKED", "DELETED", "ADOPTED"}
+        if final is None:
+            final = state.upper() in _FINAL
         with self.lock:
             row = self.rows.get((kind, name))
             start = row[1] if row else now
@@ -65,28 +79,19 @@ class Reporter:
 
     def transfer(self, total: int):
         """A byte progress bar (size, speed, time left) for an upload of `total` bytes; returns advance(n)."""
-        if not self.c.is_terminal:
-            self.c.print(f"  data   uploading {total / 1e6:.1f} MB")
+        if not self.live:
+            self.c.print(f"  data   uploading {human_bytes(total)}")
             return lambda n: None
-        from rich.progress import (BarColumn, DownloadColumn, Progress, TimeRemainingColumn,
-                                   TransferSpeedColumn)
+        from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
         bar = Progress("  upload", BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn(),
-                       console=self.c, transient=True)
-        if self.live:
-            self.live.stop()
-        bar.start()
+                       console=self.c, auto_refresh=False)
         task = bar.add_task("upload", total=total)
-        done = [0]
         lock = threading.Lock()
+        self.bar = bar
 
         def advance(n: int):
             with lock:
-                done[0] += n
-                bar.update(task, completed=done[0])
-                if done[0] >= total:
-                    bar.stop()
-                    if self.live:
-                        self.live.start()
+                bar.advance(task, n)
         return advance
 
     def info(self, message: str) -> None:

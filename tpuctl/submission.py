@@ -22,13 +22,14 @@ def submit(st: ClusterState, provider, job: JobSpec, args: list[str], transfer, 
     pkg_key = f"tpuctl/packages/{sha}.tar.gz"
     if pkg_key not in store.stats(pkg_key):
         store.create(pkg_key, pkg)
-        reporter.resource("package", sha[:12], f"uploaded {len(pkg) / 1024:.0f} KiB")
+        reporter.resource("package", sha[:12], f"uploaded {len(pkg) / 1024:.1f} KiB", final=True)
     else:
-        reporter.resource("package", sha[:12], "unchanged")
+        reporter.resource("package", sha[:12], "unchanged", final=True)
     synced = datasync.sync(store, job.data, f"data/{job.name}/", transfer) if job.data else {}
     if synced:
         reporter.resource("data", f"data/{job.name}/", f"{synced['uploaded']} of {synced['files']} files sent "
-                          f"({synced['bytes_sent'] / 1e6:.1f} MB; {synced['bytes_skipped'] / 1e6:.1f} MB unchanged)")
+                          f"({synced['bytes_sent'] / 1e6:.1f} MB; {synced['bytes_skipped'] / 1e6:.1f} MB unchanged)",
+                          final=True)
     run_id = runs.new_id()
     spec = {"id": run_id, "name": job.name, "command": job.command, "args": list(args), "env": job.env,
             "package": sha, "requirements": job.requirements, "submitted": time.time(), "cluster": st.name}

@@ -21,8 +21,11 @@ Progress = Callable[[str], None]
 class Reporter(Protocol):
     def info(self, message: str) -> None: ...
     def warn(self, message: str) -> None: ...
-    def resource(self, kind: str, name: str, state: str) -> None:
-        """A resource changed state ("creating", "READY", "deleted", ...); the reporter times it."""
+    def resource(self, kind: str, name: str, state: str, final: bool | None = None) -> None:
+        """A resource changed state ("creating", "READY", "deleted", ...); the reporter times it until a final
+        state (`final`, or by default READY, RUNNING, DELETED, GRANTED, REVOKED, ADOPTED)."""
+    def transfer(self, total: int):
+        """Start a byte progress display for an upload of `total` bytes; returns advance(n_bytes)."""
 
 
 class Provider(Protocol):
