@@ -1,4 +1,5 @@
 """Small job directories the run tests submit."""
+import json
 import textwrap
 from pathlib import Path
 
@@ -52,3 +53,15 @@ import time
 print("started", flush=True)
 time.sleep(120)
 """
+
+
+def submit_to_store(store, job_dir: Path) -> str:
+    """What `tpuctl submit` writes, straight into a store: the package and the run's job.json."""
+    from tpuctl import packaging, runs
+    pkg, sha = packaging.build(job_dir)
+    store.create(f"tpuctl/packages/{sha}.tar.gz", pkg)
+    run_id = runs.new_id()
+    store.create(runs.key(run_id, "job.json"), json.dumps(
+        {"id": run_id, "name": "job", "command": "python main.py", "args": [], "env": {}, "package": sha,
+         "requirements": ""}).encode())
+    return run_id

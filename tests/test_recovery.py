@@ -4,8 +4,8 @@ import json
 import threading
 import time
 
-from jobs import make_job
-from tpuctl import packaging, runs
+from jobs import make_job, submit_to_store
+from tpuctl import runs
 from tpuctl.agent import Agent
 from tpuctl.store import LocalStore
 
@@ -19,16 +19,6 @@ for step in range(start + 1, 7):
     open(ckpt, "w").write(str(step))
     print("step", step, flush=True)
 """
-
-
-def _submit(store, job_dir):
-    pkg, sha = packaging.build(job_dir)
-    store.create(f"tpuctl/packages/{sha}.tar.gz", pkg)
-    run_id = runs.new_id()
-    store.create(runs.key(run_id, "job.json"), json.dumps(
-        {"id": run_id, "name": "job", "command": "python main.py", "args": [], "env": {}, "package": sha,
-         "requirements": ""}).encode())
-    return run_id
 
 
 def _preempted_midway(store, run_id, tmp_path):
@@ -52,7 +42,7 @@ def _agent(store_dir, tmp_path):
 def test_a_stale_run_is_resumed_by_the_next_agent(tmp_path, monkeypatch):
     monkeypatch.setenv("TPUCTL_STALE_SECONDS", "60")
     store = LocalStore(tmp_path / "store")
-    run_id = _submit(store, make_job(tmp_path, RESUMABLE))
+    run_id = submit_to_store(store, make_job(tmp_path, RESUMABLE))
     _preempted_midway(store, run_id, tmp_path)
     a, t = _agent(tmp_path / "store", tmp_path)
     try:
@@ -73,7 +63,7 @@ def test_a_stale_run_is_resumed_by_the_next_agent(tmp_path, monkeypatch):
 def test_a_live_run_is_not_taken_over(tmp_path, monkeypatch):
     monkeypatch.setenv("TPUCTL_STALE_SECONDS", "60")
     store = LocalStore(tmp_path / "store")
-    run_id = _submit(store, make_job(tmp_path, RESUMABLE))
+    run_id = submit_to_store(store, make_job(tmp_path, RESUMABLE))
     store.create(runs.key(run_id, "claim"), json.dumps({"host": "t1v-live", "time": time.time()}).encode())
     store.write(runs.key(run_id, "status.json"), json.dumps(
         {"state": "running", "host": "t1v-live", "heartbeat": time.time()}).encode())
@@ -85,7 +75,7 @@ def test_a_live_run_is_not_taken_over(tmp_path, monkeypatch):
 def test_a_run_that_keeps_losing_its_host_ends_lost(tmp_path, monkeypatch):
     monkeypatch.setenv("TPUCTL_STALE_SECONDS", "60")
     store = LocalStore(tmp_path / "store")
-    run_id = _submit(store, make_job(tmp_path, RESUMABLE))
+    run_id = submit_to_store(store, make_job(tmp_path, RESUMABLE))
     store.create(runs.key(run_id, "claim"), json.dumps({"host": "x", "time": 0}).encode())
     store.write(runs.key(run_id, "status.json"), json.dumps(
         {"state": "running", "host": "x", "heartbeat": 0, "attempt": 3}).encode())

@@ -1,6 +1,5 @@
 """Run the rendered host startup script against a local store, with shims for gsutil, systemctl and the metadata
 server: it installs the agent package from the store, starts the agent, and the agent runs a submitted run."""
-import json
 import os
 import signal
 import subprocess
@@ -8,7 +7,8 @@ import sys
 import time
 from pathlib import Path
 
-from tpuctl import __version__, agent_package, packaging, runs
+from jobs import make_job, submit_to_store
+from tpuctl import __version__, agent_package, runs
 from tpuctl.startup import render
 from tpuctl.store import LocalStore
 
@@ -66,17 +66,9 @@ def test_startup_script_installs_and_starts_the_agent(tmp_path):
         boot = next((store_dir / "tpuctl" / "boot").glob("*.log")).read_text()
         assert "boot: cluster boot" in boot and "agent running" in boot
         assert (tmp_path / "site" / "tpuctl" / "agent.py").is_file()   # the store's copy, not this checkout
-        job = tmp_path / "job"
-        job.mkdir()
-        (job / "tpuctl.toml").write_text('command = "python main.py"\n')
-        (job / "main.py").write_text("import os, tpuctl\nprint(os.environ['TPUCTL_ACCELERATOR'], "
-                                     "os.environ['TPUCTL_TPU'], tpuctl.__file__)\n")
-        pkg, sha = packaging.build(job)
-        store.create(f"tpuctl/packages/{sha}.tar.gz", pkg)
-        run_id = runs.new_id()
-        store.create(runs.key(run_id, "job.json"), json.dumps(
-            {"id": run_id, "name": "job", "command": "python main.py", "args": [], "env": {}, "package": sha,
-             "requirements": ""}).encode())
+        job = make_job(tmp_path, "import os, tpuctl\nprint(os.environ['TPUCTL_ACCELERATOR'], "
+                                 "os.environ['TPUCTL_TPU'], tpuctl.__file__)\n")
+        run_id = submit_to_store(store, job)
         out = []
         st = runs.follow(store, run_id, out.append, sleep=lambda s: time.sleep(min(s, 0.2)))
         assert st["state"] == "succeeded", (units / "agent.out").read_text()
