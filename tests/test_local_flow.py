@@ -203,3 +203,33 @@ def test_requirements_install_beside_a_pinned_tensorflow(local, cli, tmp_path):
     assert out.startswith("numpy ") or "\nnumpy " in out
     cons = list(Path(local.bucket).parent.glob("work/runs/*/w0/constraints.txt"))
     assert cons and "tensorflow==" in cons[0].read_text()
+
+
+def test_down_stops_a_running_job_too(local, cli, tmp_path):
+    job = make_job(tmp_path, SLEEP_JOB)
+    run_id = cli("submit", str(job), "-c", "loc", "--detach")[1].strip()
+    store = Path(local.bucket)
+    status = store / "tpuctl" / "runs" / run_id / "status.json"
+    deadline = time.time() + 20
+    while time.time() < deadline and not (status.exists() and json.loads(status.read_text())["state"] == "running"):
+        time.sleep(0.1)
+    pid = json.loads(status.read_text())["pid"]
+    assert cli("down", "-c", "loc", "--yes")[0] == 0
+    deadline = time.time() + 10
+    while time.time() < deadline and Path(f"/proc/{pid}").exists():
+        time.sleep(0.1)
+    assert not Path(f"/proc/{pid}").exists(), "the job outlived its agent"
+    assert json.loads(status.read_text())["state"] == "cancelled"
+
+
+def test_ls_lists_local_clusters_when_the_cloud_cannot_be_asked(local, cli, monkeypatch):
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "some-proj")
+    from google.auth.exceptions import DefaultCredentialsError
+
+    def no_creds(*a, **k):
+        raise DefaultCredentialsError("none")
+    monkeypatch.setattr("google.auth.default", no_creds)
+    code, out, err = cli("ls", "--json")
+    assert code == 0, err
+    assert [r["cluster"] for r in json.loads(out)] == ["loc"]
+    assert "could not list TPUs in project some-proj" in err

@@ -213,6 +213,11 @@ class Agent:
         while proc.poll() is None:
             time.sleep(0.1)
             now = time.monotonic()
+            if not cancelled and self.stop.is_set():
+                # The agent itself is being stopped (`tpuctl down`): take the job down with it, never orphan it.
+                cancelled = True
+                _signal(proc, signal.SIGTERM)
+                kill_at = now + 5.0
             if not cancelled and now - last_cancel_check >= 1.0:
                 last_cancel_check = now
                 if self.store.read(runs.key(run_id, "cancel")) is not None:

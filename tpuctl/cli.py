@@ -144,7 +144,11 @@ def ls_(as_json: bool = typer.Option(False, "--json", help="Machine-readable out
 
     def list_labelled(p):
         from .providers.gcp.provider import GcpProvider
-        return GcpProvider(p).list_labelled()
+        try:
+            return GcpProvider(p).list_labelled()
+        except TpuctlError as e:   # local clusters still list; say what could not be seen
+            con.err.print(f"[yellow]! could not list TPUs in project {p}: {e.message}[/] ({e.hint})")
+            return []
     rows = _orch().ls(list_labelled, extra)
     if as_json:
         con.print_json(rows)

@@ -96,8 +96,8 @@ class LocalProvider:
         if not self.agent_alive(st):
             return
         progress("stopping")
-        os.kill(st.host_pid, signal.SIGTERM)
-        deadline = time.monotonic() + 10
+        os.kill(st.host_pid, signal.SIGTERM)   # the agent stops its running job (5 s grace), then exits
+        deadline = time.monotonic() + 15
         while self.agent_alive(st) and time.monotonic() < deadline:
             _reap(st.host_pid)
             time.sleep(0.05)
