@@ -72,6 +72,7 @@ def cloud(env, _servers, monkeypatch):
     compute.instances.clear()
     gcs.faults.clear()
     gcs.calls.clear()
+    gcs.bytes_in.clear()
     gcs.wipe()
     return Cloud(tpu, compute, gcs)
 

@@ -34,6 +34,7 @@ class FakeGcs:
         self.meta = {}
         self.faults = collections.defaultdict(list)
         self.calls = []
+        self.bytes_in = collections.Counter()
         self.lock = threading.Lock()
         self.create_lock = threading.Lock()
         self.emulator = None
@@ -59,6 +60,9 @@ class FakeGcs:
                 status, headers, data = fake.forward(self.command, self.path, dict(self.headers), body)
                 self.send_response(status)
                 for k, v in headers:
+                    if k.lower() == "location":   # resumable session URLs must come back through the proxy
+                        v = v.replace(f"{fake.upstream[0]}:{fake.upstream[1]}",
+                                      f"127.0.0.1:{fake.httpd.server_port}")
                     if k.lower() not in ("content-length", "transfer-encoding", "connection", "server", "date"):
                         self.send_header(k, v)
                 self.send_header("Content-Length", str(len(data)))
@@ -103,6 +107,7 @@ class FakeGcs:
         with self.lock:
             # uploads are recorded with the object's name: "POST /upload/storage/v1/b/B/o NAME"
             self.calls.append(f"{route} {named.group(1).decode()}" if named else route)
+            self.bytes_in[route] += len(body or b"")
             for key in list(self.faults):
                 if self.faults[key] and route.startswith(key):
                     return self._json_error(*self.faults[key].pop(0))
