@@ -233,3 +233,9 @@ def test_ls_lists_local_clusters_when_the_cloud_cannot_be_asked(local, cli, monk
     assert code == 0, err
     assert [r["cluster"] for r in json.loads(out)] == ["loc"]
     assert "could not list TPUs in project some-proj" in err
+
+
+def test_cloud_flags_are_refused_for_the_local_provider(env, cli):
+    code, out, err = cli("up", "--provider", "local", "-c", "x", "--type", "v3-8", "--zone", "us-central1-b")
+    assert code == 2 and "--type, --zone do not apply to --provider local" in err
+    assert state.load("x") is None

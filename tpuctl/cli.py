@@ -48,6 +48,12 @@ def _build_spec(name, provider, type_, zones, project, arch, runtime, spot, serv
     spec = ClusterSpec(name=name, provider=provider)
     if provider == "local":
         from .providers.local import LocalProvider
+        given = [f for f, v in (("--type", type_), ("--zone", zones), ("--project", project), ("--runtime", runtime),
+                                ("--spot", spot), ("--service-account", service_account), ("--bucket", bucket),
+                                ("--vm-type", vm_type), ("--arch", arch != "vm")) if v]
+        if given:
+            raise bad_input(f"{', '.join(given)} do not apply to --provider local",
+                            "the local provider runs on this machine: `tpuctl up --provider local -c NAME`")
         spec.bucket = str(LocalProvider.root(name))
         return spec
     if not type_:
@@ -119,8 +125,9 @@ def status(cluster: Optional[str] = CLUSTER,
     if as_json:
         con.print_json(info)
         return
-    rows = [[k, str(info[k])] for k in ("cluster", "provider", "project", "phase", "type", "arch", "zone",
-                                         "runtime", "store", "price") if info.get(k) not in ("", None)]
+    keys = ("cluster", "provider", "phase", "store", "price") if st.provider == "local" else \
+        ("cluster", "provider", "project", "phase", "type", "arch", "zone", "runtime", "store", "price")
+    rows = [[k, str(info[k])] for k in keys if info.get(k) not in ("", None)]
     for kind, res in info["resources"].items():
         if kind == "boot_logs":
             for host, line in res.items():
