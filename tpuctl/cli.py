@@ -11,7 +11,7 @@ from typing import List, Optional
 
 import typer
 
-from . import __version__, config
+from . import __version__
 from .errors import TpuctlError, bad_input
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
@@ -23,8 +23,14 @@ PROVIDER = typer.Option(None, "--provider", help="gcp (default) or local; also T
 PROJECT = typer.Option(None, "--project", help="Google Cloud project id.")
 
 
+def _config():
+    from . import config   # lazily: tomllib and configparser are not needed to print help
+    return config
+
+
 def _cluster(flag: Optional[str]) -> str:
     from .models import check_cluster_name
+    config = _config()
     return check_cluster_name(config.setting("cluster", flag, "default"))
 
 
@@ -44,6 +50,7 @@ def _interactive() -> bool:
 
 def _build_spec(name, provider, type_, zones, project, arch, runtime, spot, service_account, bucket, vm_type):
     from .catalog import DEFAULT_VM_TYPE, check_vm_type, check_zones, tpu_type
+    config = _config()
     from .models import ClusterSpec, check_bucket_name, check_project, check_service_account, default_bucket
     spec = ClusterSpec(name=name, provider=provider)
     if provider == "local":
@@ -93,7 +100,7 @@ def up(
 ):
     """Create (or adopt) a TPU, a bucket in its region, and the bucket permissions its workload needs."""
     con = _console()
-    prov = config.provider(provider)
+    prov = _config().provider(provider)
     spec = _build_spec(_cluster(cluster), prov, type_, zone, project, arch, runtime, spot, service_account,
                        bucket, vm_type)
     rows = _orch().plan(spec)
@@ -145,7 +152,7 @@ def ls_(as_json: bool = typer.Option(False, "--json", help="Machine-readable out
     """List clusters in local state and every tpuctl-labelled TPU in the project (orphans flagged)."""
     con = _console()
     try:
-        extra = config.project(project, allow_adc=False)
+        extra = _config().project(project, allow_adc=False)
     except TpuctlError:
         extra = ""
 
