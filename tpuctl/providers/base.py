@@ -29,6 +29,9 @@ class Reporter(Protocol):
 
 
 class Provider(Protocol):
+    """The cloud provider implements all of it. The local provider has no zones, TPU, VM or grants: `up` takes a
+    shorter path (orchestrator._up_local) through ensure_bucket and `ensure_host(st, progress)`, which starts the
+    agent; its delete_tpu stops that agent and its delete_vm and revoke do nothing."""
     name: str
 
     def runtime_for(self, spec: ClusterSpec, zone: str) -> str:
@@ -48,6 +51,13 @@ class Provider(Protocol):
     def delete_tpu(self, st: ClusterState, progress: Progress) -> None: ...
     def ensure_vm(self, spec: ClusterSpec, zone: str, script: str, progress: Progress) -> bool: ...
     def delete_vm(self, st: ClusterState, progress: Progress) -> None: ...
+
+    def write_cluster_record(self, bucket: str, record: dict) -> None:
+        """tpuctl/cluster.json in the store (and, on a cloud, the agent package the hosts install)."""
+    def store(self, st: ClusterState):
+        """The cluster's BlobStore (tpuctl/store.py)."""
+    def check_ready(self, st: ClusterState) -> None:
+        """Raise TpuctlError unless runs can be submitted now (TPU READY; local agent alive)."""
 
     def describe(self, st: ClusterState) -> dict:
         """Live state of each resource of the cluster: {"tpu": ..., "vm": ..., "bucket": ...}."""
