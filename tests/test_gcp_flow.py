@@ -230,3 +230,11 @@ def test_status_shows_the_hosts_boot_log(cloud, cli):
     code, out, err = cli("status", "-c", "bert")
     assert code == 0, err
     assert "boot t1v-n-0" in out and "FAILED: pip install agent" in out
+
+
+def test_bucket_name_taken_by_another_project(cloud, cli):
+    cloud.gcs.faults["POST /storage/v1/b"].append((409, "conflict", "Your previous request to create the named "
+                                                   "bucket succeeded and you already own it."))
+    code, out, err = cli("up", "--type", "v3-8", "--zone", "us-central1-b", "-c", "bert")
+    assert code == 2 and "already taken" in err and "--bucket" in err
+    assert not cloud.tpu.mutating_calls()

@@ -256,7 +256,12 @@ def up(spec: ClusterSpec, provider, reporter) -> ClusterState:
 
 def cluster_record(st: ClusterState, facts: dict) -> dict:
     from . import __version__
-    addr = "" if st.provider == "local" else "local" if st.arch == "vm" else (f"grpc://{facts['ip']}:8470" if facts.get("ip") else "")
+    if st.provider == "local":
+        addr = ""
+    elif st.arch == "vm":
+        addr = "local"   # the job runs on the TPU host itself
+    else:
+        addr = f"grpc://{facts['ip']}:8470" if facts.get("ip") else ""
     return {"cluster": st.name, "tpu_type": st.tpu_type, "arch": st.arch, "zone": st.zone, "runtime": st.runtime,
             "tpu_address": addr, "store": st.store_uri, "tpuctl_version": __version__}
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 from pathlib import Path
 from typing import Callable, Protocol
 
@@ -23,15 +22,12 @@ class BlobStore(Protocol):
         """Create or replace."""
     def create(self, key: str, data: bytes) -> bool:
         """Create only if absent; False when it already existed (nothing written)."""
-    def delete(self, key: str) -> None:
-        """Absent is fine."""
     def list(self, prefix: str) -> list[tuple[str, int]]:
         """(key, size) of every object under prefix, sorted by key."""
     def stats(self, prefix: str) -> dict[str, tuple[int, str]]:
         """key -> (size, hex md5) of every object under prefix: one listing, not one request per object."""
     def upload_file(self, path: str, key: str, progress: Callable[[int], None]) -> None:
         """Upload a file, reporting bytes as they go; integrity checked by the implementation."""
-    def download_file(self, key: str, path: str) -> None: ...
     def local_path(self, key: str) -> str:
         """A path or URI a job can read this key from (a directory path locally, gs://... in the cloud)."""
 
@@ -85,9 +81,6 @@ class LocalStore:
         finally:
             tmp.unlink(missing_ok=True)
 
-    def delete(self, key):
-        self._p(key).unlink(missing_ok=True)
-
     def list(self, prefix):
         base = self._p(prefix.rsplit("/", 1)[0]) if "/" in prefix else self.root
         out = []
@@ -122,9 +115,6 @@ class LocalStore:
                 dst.write(b)
                 progress(len(b))
         os.replace(tmp, p)
-
-    def download_file(self, key, path):
-        shutil.copyfile(self._p(key), path)
 
     def local_path(self, key):
         return str(self._p(key))

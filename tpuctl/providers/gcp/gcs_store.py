@@ -56,24 +56,17 @@ class GcsStore:
                 return False
         return _retry_forbidden(once, what=f"create {key}")
 
-    def delete(self, key):
-        try:
-            call(self.bucket.blob(key).delete, what=f"delete {key}")
-        except TpuctlError as e:
-            if e.kind != "not_found":
-                raise
+    def _blobs(self, prefix):
+        client = self.bucket.client
+        return _retry_forbidden(lambda: list(client.list_blobs(self.bucket_name, prefix=prefix)),
+                                what=f"list {prefix}")
 
     def list(self, prefix):
-        client = self.bucket.client
-        blobs = _retry_forbidden(lambda: list(client.list_blobs(self.bucket_name, prefix=prefix)),
-                                 what=f"list {prefix}")
-        return sorted((b.name, b.size or 0) for b in blobs)
+        return sorted((b.name, b.size or 0) for b in self._blobs(prefix))
 
     def stats(self, prefix):
-        client = self.bucket.client
-        blobs = _retry_forbidden(lambda: list(client.list_blobs(self.bucket_name, prefix=prefix)),
-                                 what=f"list {prefix}")
-        return {b.name: (b.size or 0, base64.b64decode(b.md5_hash).hex() if b.md5_hash else "") for b in blobs}
+        return {b.name: (b.size or 0, base64.b64decode(b.md5_hash).hex() if b.md5_hash else "")
+                for b in self._blobs(prefix)}
 
     def upload_file(self, path, key, progress):
         blob = self.bucket.blob(key)
@@ -82,9 +75,6 @@ class GcsStore:
             blob.chunk_size = 16 << 20  # resumable upload in 16 MiB chunks: a dropped connection resends one chunk
         _retry_forbidden(blob.upload_from_filename, path, checksum="md5", what=f"upload {key}")
         progress(size)
-
-    def download_file(self, key, path):
-        _retry_forbidden(self.bucket.blob(key).download_to_filename, path, what=f"download {key}")
 
     def local_path(self, key):
         return f"{self.uri}/{key}"

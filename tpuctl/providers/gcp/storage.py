@@ -38,7 +38,8 @@ def ensure(project: str, spec: ClusterSpec, name: str, region: str, progress) ->
     try:
         call(client.create_bucket, b, location=region, what=f"create bucket {name}")
     except TpuctlError as e:
-        if "409" in e.message or e.hint.startswith("the name is taken"):
+        from google.api_core.exceptions import Conflict
+        if isinstance(e.__cause__, Conflict):   # bucket names are global: another project holds this one
             raise TpuctlError("input", f"bucket name {name} is already taken by another project",
                               "bucket names are global: pass another --bucket")
         raise
