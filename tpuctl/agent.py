@@ -45,6 +45,12 @@ class LogShipper:
         self.buf = bytearray()
         self.first = None
 
+    def note(self, text: str, fresh_line: bool = False):
+        """A line of the agent's own into the run's log, in order with the job's output; fresh_line starts it on a
+        new line when the log may end mid-line (an earlier attempt cut off)."""
+        self.buf += f"{chr(10) if fresh_line else ''}tpuctl agent: {text}\n".encode()
+        self.flush()
+
     def flush(self):
         if not self.buf:
             return
@@ -177,23 +183,24 @@ class Agent:
     def execute(self, run_id: str, attempt: int = 1) -> int:
         job = runs.job(self.store, run_id)
         started = time.time()
-        self._status(run_id, state="starting", started=started, attempt=attempt)
+
+        def status(**fields):
+            self._status(run_id, started=started, attempt=attempt, **fields)
+        status(state="starting")
         work = self.home / "runs" / run_id / f"w{self.worker}"
         code_dir = work / "code"
         shipper = LogShipper(self.store, run_id, self.worker)
         if attempt > 1:
-            shipper.buf += (f"\ntpuctl agent: the previous host stopped heartbeating; run resumed on {self.host} "
-                            f"(attempt {attempt})\n").encode()
-            shipper.flush()
+            shipper.note(f"the previous host stopped heartbeating; run resumed on {self.host} (attempt {attempt})",
+                        fresh_line=True)
         try:
             pkg = self.store.read(f"tpuctl/packages/{job['package']}.tar.gz")
             if pkg is None:
                 raise RuntimeError(f"package {job['package']} is missing from the store")
             unpack(pkg, code_dir)
         except Exception as e:  # noqa: BLE001 - reported in the run's own log and status
-            shipper.buf += f"tpuctl agent: cannot prepare the run: {e}\n".encode()
-            shipper.flush()
-            self._status(run_id, state="failed", exit_code=127, started=started, ended=time.time(), attempt=attempt)
+            shipper.note(f"cannot prepare the run: {e}")
+            status(state="failed", exit_code=127, ended=time.time())
             return 127
         script = "set -e\n"
         if job.get("requirements"):
@@ -206,7 +213,7 @@ class Agent:
                                 start_new_session=True)
         pump = threading.Thread(target=shipper.pump, args=(proc.stdout.fileno(),), daemon=True)
         pump.start()
-        self._status(run_id, state="running", started=started, pid=proc.pid, attempt=attempt)
+        status(state="running", pid=proc.pid)
         cancelled = False
         kill_at = None
         last_beat = last_cancel_check = time.monotonic()
@@ -229,14 +236,14 @@ class Agent:
                 kill_at = None
             if now - last_beat >= HEARTBEAT_SECONDS:
                 last_beat = now
-                self._status(run_id, state="running", started=started, pid=proc.pid, attempt=attempt)
+                status(state="running", pid=proc.pid)
                 if now - self._last_beat > HEARTBEAT_SECONDS * 6:
                     self.beat(run_id)
         pump.join()
         proc.stdout.close()
         rc = proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
         state = "cancelled" if cancelled else ("succeeded" if rc == 0 else "failed")
-        self._status(run_id, state=state, exit_code=rc, started=started, ended=time.time(), attempt=attempt)
+        status(state=state, exit_code=rc, ended=time.time())
         return rc
 
 
