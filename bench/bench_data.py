@@ -33,7 +33,7 @@ def main():
                       TPUCTL_HOME=tempfile.mkdtemp())
     from google.cloud import storage
     from tpuctl import datasync
-    from tpuctl.store import open_store
+    from tpuctl.providers import open_store
     client = storage.Client(project="bench-proj")
     client.create_bucket("bench")
     store = open_store("gs://bench")

@@ -43,15 +43,16 @@ def main():
         run_cli("down", "-c", f"b{arch}", "--yes", "--delete-bucket")
 
     # Baseline: the node architecture's resources created one after another (TPU, then VM).
-    from tpuctl.models import ClusterSpec
+    from tpuctl.models import Arch, ClusterSpec, ClusterState, ProviderName
     from tpuctl.providers.gcp.provider import GcpProvider
-    p = GcpProvider("bench-proj")
-    spec = ClusterSpec(name="seq", project="bench-proj", tpu_type="v2-8", zones=["us-central1-b"], arch="node",
-                       bucket="bench-proj-seq", vm_type="n1-standard-2")
+    p = GcpProvider()
+    spec = ClusterSpec(name="seq", provider=ProviderName.GCP, project="bench-proj", tpu_type="v2-8",
+                       zones=["us-central1-b"], arch=Arch.NODE, store="gs://bench-proj-seq", vm_type="n1-standard-2")
+    st = ClusterState(spec=spec, zone="us-central1-b", runtime="2.12.0")
     t = time.perf_counter()
-    p.ensure_bucket(spec, spec.bucket, "us-central1", lambda s: None)
-    p.ensure_tpu(spec, "us-central1-b", "2.12.0", "", lambda s: None)
-    p.ensure_vm(spec, "us-central1-b", "", lambda s: None)
+    p.ensure_store(spec, "us-central1", lambda s: None)
+    p._ensure_tpu(st, "", lambda s: None)
+    p._ensure_vm(st, "", lambda s: None)
     sequential = time.perf_counter() - t
     for f in (tpu, compute, gcs):
         f.stop()

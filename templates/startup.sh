@@ -27,7 +27,7 @@ HOST="$(hostname)"
 
 log() {
   echo "$(date -u +%Y-%m-%dT%H:%M:%SZ) [$ROLE worker $WORKER] $*" >>"$BOOT_LOG"
-  gsutil -q cp "$BOOT_LOG" "$STORE/tpuctl/boot/$HOST.log" >/dev/null 2>&1 || true
+  gsutil -q cp "$BOOT_LOG" "$STORE/@{boot_prefix}$HOST.log" >/dev/null 2>&1 || true
 }
 fail() { log "FAILED: $*"; exit 1; }
 
@@ -48,9 +48,10 @@ else
   PY="$AGENT_DIR/venv/bin/python"
 fi
 
-log "installing the agent from $STORE/tpuctl/agent/"
-gsutil -q cp "$STORE/tpuctl/agent/tpuctl-$VERSION.tar.gz" "$AGENT_DIR/" || fail "agent package not in the store"
-"$PY" -m pip install -q "$AGENT_DIR/tpuctl-$VERSION.tar.gz" || fail "pip install agent"
+AGENT_PACKAGE="@{agent_package}"
+log "installing the agent from $STORE/$AGENT_PACKAGE"
+gsutil -q cp "$STORE/$AGENT_PACKAGE" "$AGENT_DIR/" || fail "agent package not in the store"
+"$PY" -m pip install -q "$AGENT_DIR/$(basename "$AGENT_PACKAGE")" || fail "pip install agent"
 
 cat >"$UNIT_DIR/tpuctl-agent.service" <<UNIT
 [Unit]

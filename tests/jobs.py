@@ -57,11 +57,10 @@ time.sleep(120)
 
 def submit_to_store(store, job_dir: Path) -> str:
     """What `tpuctl submit` writes, straight into a store: the package and the run's job.json."""
-    from tpuctl import packaging, runs
+    from tpuctl import layout, packaging, runs
     pkg, sha = packaging.build(job_dir)
-    store.create(f"tpuctl/packages/{sha}.tar.gz", pkg)
+    store.create(layout.job_package(sha), pkg)
     run_id = runs.new_id()
-    store.create(runs.key(run_id, "job.json"), json.dumps(
-        {"id": run_id, "name": "job", "command": "python main.py", "args": [], "env": {}, "package": sha,
-         "requirements": ""}).encode())
+    store.create(layout.run_job(run_id), json.dumps(
+        runs.RunSpec(id=run_id, name="job", command="python main.py", package=sha).to_json()).encode())
     return run_id

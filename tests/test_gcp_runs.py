@@ -66,7 +66,7 @@ def test_two_agents_claim_a_run_once(cluster, cli, tmp_path):
 
 def test_claim_is_create_if_absent_against_the_fake(cloud, cli):
     assert cli("up", "--type", "v3-8", "--zone", "us-central1-b", "-c", "bert")[0] == 0
-    from tpuctl.store import open_store
+    from tpuctl.providers import open_store
     s = open_store(f"gs://{BUCKET}")
     assert s.create("tpuctl/runs/x/claim", b"first") is True
     assert s.create("tpuctl/runs/x/claim", b"second") is False
@@ -79,16 +79,16 @@ def test_cancel_on_gcp(cluster, cli, tmp_path, monkeypatch):
     job = make_job(tmp_path, SLEEP_JOB)
     code, out, err = cli("submit", str(job), "-c", "bert", "--detach")
     run_id = out.strip()
-    from tpuctl.store import open_store
+    from tpuctl.providers import open_store
     s = open_store(f"gs://{BUCKET}")
     import time
     deadline = time.time() + 20
-    while runs.status(s, run_id).get("state") != "running" and time.time() < deadline:
+    while runs.status(s, run_id).state is not runs.RunState.RUNNING and time.time() < deadline:
         time.sleep(0.1)
     assert cli("cancel", run_id, "-c", "bert")[0] == 0
     code, out, err = cli("logs", run_id, "-c", "bert", "-f")
     assert code == 143 and "started" in out
-    assert runs.status(s, run_id)["state"] == "cancelled"
+    assert runs.status(s, run_id).state is runs.RunState.CANCELLED
 
 
 def test_multi_host_workers_each_run_and_keep_their_log(cluster, cli, tmp_path):
@@ -114,7 +114,7 @@ def test_agent_package_is_in_the_store_and_installs(cloud, cli, tmp_path):
     import sys
     assert cli("up", "--type", "v3-8", "--zone", "us-central1-b", "-c", "bert")[0] == 0
     from tpuctl import __version__
-    from tpuctl.store import open_store
+    from tpuctl.providers import open_store
     data = open_store(f"gs://{BUCKET}").read(f"tpuctl/agent/tpuctl-{__version__}.tar.gz")
     sdist = tmp_path / f"tpuctl-{__version__}.tar.gz"
     sdist.write_bytes(data)
@@ -127,7 +127,7 @@ def test_agent_package_is_in_the_store_and_installs(cloud, cli, tmp_path):
 def test_a_large_upload_resumes_after_a_failed_chunk(cloud, tmp_path):
     """A 40 MiB file goes up in 16 MiB chunks; the second chunk fails once with 503 and is resent, not the file."""
     from google.cloud import storage
-    from tpuctl.store import open_store
+    from tpuctl.providers import open_store
     storage.Client(project=PROJECT).create_bucket("big-data")
     f = tmp_path / "shard.bin"
     f.write_bytes(os.urandom(40 << 20))

@@ -9,6 +9,7 @@ import pytest
 
 from jobs import ENV_JOB, FIDELITY_JOB, SLEEP_JOB, fidelity_expected, make_job
 from tpuctl import state
+from tpuctl.models import ProviderName
 from tpuctl.providers.local import LocalProvider
 
 
@@ -19,14 +20,14 @@ def local(env, cli):
     yield state.load("loc")
     st = state.load("loc")
     if st:
-        LocalProvider().delete_tpu(st, lambda s: None)
+        LocalProvider()._stop(st, lambda s: None)
 
 
 def test_up_is_idempotent_and_restarts_a_dead_agent(local, cli):
-    pid = local.host_pid
+    pid = local.host.pid
     assert LocalProvider().agent_alive(local)
     assert cli("up", "--provider", "local", "-c", "loc")[0] == 0
-    assert state.load("loc").host_pid == pid  # no second agent
+    assert state.load("loc").host.pid == pid  # no second agent
     os.kill(pid, signal.SIGKILL)
     deadline = time.time() + 5
     while LocalProvider().agent_alive(local) and time.time() < deadline:
@@ -39,7 +40,7 @@ def test_up_is_idempotent_and_restarts_a_dead_agent(local, cli):
     assert json.loads(out)["resources"]["agent"]["state"] == "DEAD"
     code, out, err = cli("up", "--provider", "local", "-c", "loc")
     assert code == 0 and "restarting" in err
-    assert state.load("loc").host_pid != pid
+    assert state.load("loc").host.pid != pid
     assert LocalProvider().agent_alive(state.load("loc"))
 
 
@@ -55,7 +56,7 @@ def test_submit_runs_streams_and_returns_exit_code(local, cli, tmp_path):
     run_id = first["TPUCTL_RUN_ID"]
     out_dir = Path(first["TPUCTL_OUTPUT_DIR"])
     assert (out_dir / "model.txt").read_text() == "weights"
-    assert str(out_dir).startswith(local.bucket)
+    assert str(out_dir).startswith(local.spec.store)
     code, logs_out, _ = cli("logs", "-c", "loc")
     assert logs_out == out  # reattach later: the same bytes
     code, jobs_out, _ = cli("jobs", "-c", "loc", "--json")
@@ -75,7 +76,7 @@ def test_resubmitting_unchanged_data_uploads_nothing(local, cli, tmp_path):
     (job / "d" / "f2.bin").write_bytes(b"changed")
     code, out, err = cli("submit", str(job), "-c", "loc")
     assert "1 of 5 files sent" in err
-    assert (Path(local.bucket) / "data/job/d/f2.bin").read_bytes() == b"changed"
+    assert (Path(local.spec.store) / "data/job/d/f2.bin").read_bytes() == b"changed"
 
 
 def test_log_fidelity_every_byte_once_in_order(local, cli, tmp_path):
@@ -111,23 +112,24 @@ def test_cancel_and_detach(local, cli, tmp_path, monkeypatch):
 
 
 def test_down_stops_exactly_the_agent(local, cli):
-    pid = local.host_pid
+    pid = local.host.pid
     code, out, err = cli("down", "-c", "loc", "--yes")
     assert code == 0, err
     assert not LocalProvider().agent_alive(local)
-    assert Path(local.bucket).is_dir()  # the store's outputs are kept
+    with pytest.raises(ProcessLookupError):   # the process itself is gone, not only unrecognisable
+        os.kill(pid, 0)
+    assert Path(local.spec.store).is_dir()  # the store's outputs are kept
     assert state.load("loc") is None
     assert cli("up", "--provider", "local", "-c", "loc")[0] == 0
     assert cli("down", "-c", "loc", "--yes", "--delete-bucket")[0] == 0
-    assert not Path(local.bucket).exists()
-    assert pid
+    assert not Path(local.spec.store).exists()
 
 
 def test_down_does_not_kill_a_reused_pid(env, cli):
     assert cli("up", "--provider", "local", "-c", "loc")[0] == 0
     st = state.load("loc")
-    LocalProvider().delete_tpu(st, lambda s: None)
-    st.host_pid = os.getpid()  # a pid that is alive but is not the agent
+    LocalProvider()._stop(st, lambda s: None)
+    st.host.pid = os.getpid()  # a pid that is alive but is not the agent
     state.save(st)
     assert cli("down", "-c", "loc", "--yes")[0] == 0  # and we are still here
 
@@ -153,7 +155,7 @@ def test_bad_submit_inputs_upload_nothing(local, cli, tmp_path, setup, args, cod
     c, out, err = cli(*[a.replace("{job}", str(job)) for a in args])
     assert c == code, err
     assert expect in err and "hint:" in err and "Traceback" not in err
-    store = Path(local.bucket)
+    store = Path(local.spec.store)
     assert not (store / "tpuctl" / "packages").exists() and not (store / "tpuctl" / "runs").exists()
 
 
@@ -166,8 +168,8 @@ def test_bert_quick_start_on_the_local_provider(local, cli):
     assert "generated 2.0 MB Hangul/Latin sample" in out
     losses = [float(line.split()[3]) for line in out.splitlines() if line.startswith("step ")]
     assert len(losses) == 3 and losses[-1] < losses[0]
-    assert list(Path(local.bucket).glob("runs/*/output/checkpoints/ckpt-30*"))
-    assert list(Path(local.bucket).glob("prepared/bert_pretrain-128/part-*.tfrecord"))
+    assert list(Path(local.spec.store).glob("runs/*/output/checkpoints/ckpt-30*"))
+    assert list(Path(local.spec.store).glob("prepared/bert_pretrain-128/part-*.tfrecord"))
 
 
 def test_ctrl_c_stops_following_not_the_run(local, cli, tmp_path):
@@ -191,7 +193,7 @@ def test_provider_from_the_environment(env, cli, monkeypatch):
     code, out, err = cli("up", "-c", "envp")
     assert code == 0, err
     st = state.load("envp")
-    assert st.provider == "local"
+    assert st.spec.provider is ProviderName.LOCAL
     assert cli("down", "-c", "envp", "--yes")[0] == 0
 
 
@@ -201,14 +203,14 @@ def test_requirements_install_beside_a_pinned_tensorflow(local, cli, tmp_path):
     code, out, err = cli("submit", str(job), "-c", "loc")
     assert code == 0, out + err
     assert out.startswith("numpy ") or "\nnumpy " in out
-    cons = list(Path(local.bucket).parent.glob("work/runs/*/w0/constraints.txt"))
+    cons = list(Path(local.spec.store).parent.glob("work/runs/*/w0/constraints.txt"))
     assert cons and "tensorflow==" in cons[0].read_text()
 
 
 def test_down_stops_a_running_job_too(local, cli, tmp_path):
     job = make_job(tmp_path, SLEEP_JOB)
     run_id = cli("submit", str(job), "-c", "loc", "--detach")[1].strip()
-    store = Path(local.bucket)
+    store = Path(local.spec.store)
     status = store / "tpuctl" / "runs" / run_id / "status.json"
     deadline = time.time() + 20
     while time.time() < deadline and not (status.exists() and json.loads(status.read_text())["state"] == "running"):
@@ -232,7 +234,7 @@ def test_ls_lists_local_clusters_when_the_cloud_cannot_be_asked(local, cli, monk
     code, out, err = cli("ls", "--json")
     assert code == 0, err
     assert [r["cluster"] for r in json.loads(out)] == ["loc"]
-    assert "could not list TPUs in project some-proj" in err
+    assert "could not list gcp resources in project some-proj" in err
 
 
 def test_cloud_flags_are_refused_for_the_local_provider(env, cli):

@@ -4,7 +4,7 @@ import tarfile
 
 import pytest
 
-from tpuctl import packaging
+from tpuctl import packaging, runs
 from tpuctl.errors import TpuctlError
 from tpuctl.store import LocalStore
 
@@ -114,5 +114,5 @@ def test_following_an_idle_run_costs_a_bounded_number_of_requests():
     def sleep(dt):
         s.now += dt
     st = runs.follow(s, "r", lambda b: None, sleep=sleep, max_idle=1.0)
-    assert st["state"] == "succeeded"
+    assert st.state is runs.RunState.SUCCEEDED
     assert s.reads <= 2 * 600 + 20

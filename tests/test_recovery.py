@@ -5,7 +5,7 @@ import threading
 import time
 
 from jobs import make_job, submit_to_store
-from tpuctl import runs
+from tpuctl import layout, runs
 from tpuctl.agent import Agent
 from tpuctl.store import LocalStore
 
@@ -23,10 +23,10 @@ for step in range(start + 1, 7):
 
 def _preempted_midway(store, run_id, tmp_path):
     """What a TPU VM preempted after step 3 leaves in the store: its claim, a stale heartbeat, its log so far."""
-    store.create(runs.key(run_id, "claim"), json.dumps({"host": "t1v-old", "time": time.time() - 600}).encode())
-    store.write(runs.key(run_id, "status.json"), json.dumps(
+    store.create(layout.run_claim(run_id, 0), json.dumps({"host": "t1v-old", "time": time.time() - 600}).encode())
+    store.write(layout.run_status(run_id, 0), json.dumps(
         {"state": "running", "host": "t1v-old", "heartbeat": time.time() - 600, "attempt": 1}).encode())
-    store.create(runs.chunk_key(run_id, 0, 1), b"resuming at 0\nstep 1\nstep 2\nstep 3\n")
+    store.create(layout.log_chunk(run_id, 0, 1), b"resuming at 0\nstep 1\nstep 2\nstep 3\n")
     out = tmp_path / "store" / "runs" / run_id / "output"
     out.mkdir(parents=True)
     (out / "step").write_text("3")
@@ -52,33 +52,33 @@ def test_a_stale_run_is_resumed_by_the_next_agent(tmp_path, monkeypatch):
         a.stop.set()
         t.join(10)
     text = b"".join(out).decode()
-    assert st["state"] == "succeeded" and st["attempt"] == 2
+    assert st.state is runs.RunState.SUCCEEDED and st.attempt == 2
     assert text.startswith("resuming at 0\nstep 1\nstep 2\nstep 3\n")
     assert "run resumed on" in text and "(attempt 2)" in text
     assert "resuming at 3\nstep 4\nstep 5\nstep 6\n" in text
     assert text.count("step 3\n") == 1          # nothing ran twice
-    assert store.read(runs.key(run_id, "claim-a2")) is not None
+    assert store.read(layout.run_claim(run_id, 0, 2)) is not None
 
 
 def test_a_live_run_is_not_taken_over(tmp_path, monkeypatch):
     monkeypatch.setenv("TPUCTL_STALE_SECONDS", "60")
     store = LocalStore(tmp_path / "store")
     run_id = submit_to_store(store, make_job(tmp_path, RESUMABLE))
-    store.create(runs.key(run_id, "claim"), json.dumps({"host": "t1v-live", "time": time.time()}).encode())
-    store.write(runs.key(run_id, "status.json"), json.dumps(
+    store.create(layout.run_claim(run_id, 0), json.dumps({"host": "t1v-live", "time": time.time()}).encode())
+    store.write(layout.run_status(run_id, 0), json.dumps(
         {"state": "running", "host": "t1v-live", "heartbeat": time.time()}).encode())
     agent = Agent(str(tmp_path / "store"), home=str(tmp_path / "agent"))
     assert agent.tick() is False
-    assert runs.status(store, run_id)["host"] == "t1v-live"
+    assert runs.status(store, run_id).host == "t1v-live"
 
 
 def test_a_run_that_keeps_losing_its_host_ends_lost(tmp_path, monkeypatch):
     monkeypatch.setenv("TPUCTL_STALE_SECONDS", "60")
     store = LocalStore(tmp_path / "store")
     run_id = submit_to_store(store, make_job(tmp_path, RESUMABLE))
-    store.create(runs.key(run_id, "claim"), json.dumps({"host": "x", "time": 0}).encode())
-    store.write(runs.key(run_id, "status.json"), json.dumps(
+    store.create(layout.run_claim(run_id, 0), json.dumps({"host": "x", "time": 0}).encode())
+    store.write(layout.run_status(run_id, 0), json.dumps(
         {"state": "running", "host": "x", "heartbeat": 0, "attempt": 3}).encode())
     agent = Agent(str(tmp_path / "store"), home=str(tmp_path / "agent"))
     assert agent.tick() is False
-    assert runs.status(store, run_id)["state"] == "lost"
+    assert runs.status(store, run_id).state is runs.RunState.LOST

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from jobs import make_job, submit_to_store
 from tpuctl import __version__, agent_package, runs
-from tpuctl.startup import render
+from tpuctl.providers.gcp.startup import render
 from tpuctl.store import LocalStore
 
 GSUTIL = """#!/bin/bash
@@ -71,7 +71,7 @@ def test_startup_script_installs_and_starts_the_agent(tmp_path):
         run_id = submit_to_store(store, job)
         out = []
         st = runs.follow(store, run_id, out.append, sleep=lambda s: time.sleep(min(s, 0.2)))
-        assert st["state"] == "succeeded", (units / "agent.out").read_text()
+        assert st.state is runs.RunState.SUCCEEDED, (units / "agent.out").read_text()
         accel, tpu, where = b"".join(out).decode().split()
         assert (accel, tpu) == ("v3-8", "local")
         assert where.startswith(str(tmp_path / "site"))

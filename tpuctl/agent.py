@@ -22,9 +22,13 @@ import threading
 import time
 from pathlib import Path
 
-from . import __version__, runs
+from typing import Any
+
+from . import __version__, layout, runs
 from .packaging import unpack
-from .store import open_store
+from .providers import open_store
+from .runs import RunSpec, RunState, RunStatus
+from .store import BlobStore
 
 FLUSH_SECONDS = 0.5
 CHUNK_BYTES = 64 * 1024
@@ -38,28 +42,28 @@ _PINNED = ("tensorflow", "tensorflow-cpu", "tensorflow-tpu", "tf-keras", "keras"
 class LogShipper:
     """Reads the child's merged output and writes it as chunks 000001.log, 000002.log, ... each written once."""
 
-    def __init__(self, store, run_id: str, worker: int):
+    def __init__(self, store: BlobStore, run_id: str, worker: int) -> None:
         self.store, self.run_id, self.worker = store, run_id, worker
         # a resumed run appends to the log its earlier attempt left
-        self.n = len(store.list(runs.key(run_id, f"logs{runs.suffix(worker)}/")))
+        self.n = len(store.list(layout.run_logs(run_id, worker)))
         self.buf = bytearray()
-        self.first = None
+        self.first: float | None = None
 
-    def note(self, text: str, fresh_line: bool = False):
+    def note(self, text: str, fresh_line: bool = False) -> None:
         """A line of the agent's own into the run's log, in order with the job's output; fresh_line starts it on a
         new line when the log may end mid-line (an earlier attempt cut off)."""
         self.buf += f"{chr(10) if fresh_line else ''}tpuctl agent: {text}\n".encode()
         self.flush()
 
-    def flush(self):
+    def flush(self) -> None:
         if not self.buf:
             return
         self.n += 1
-        self.store.create(runs.chunk_key(self.run_id, self.worker, self.n), bytes(self.buf))
+        self.store.create(layout.log_chunk(self.run_id, self.worker, self.n), bytes(self.buf))
         self.buf.clear()
         self.first = None
 
-    def pump(self, fd: int):
+    def pump(self, fd: int) -> None:
         while True:
             timeout = FLUSH_SECONDS if self.first is None else max(0.0, self.first + FLUSH_SECONDS - time.monotonic())
             ready, _, _ = select.select([fd], [], [], timeout)
@@ -88,7 +92,7 @@ def _constraints(path: Path) -> Path:
 
 class Agent:
     def __init__(self, store_uri: str, worker: int = 0, accelerator: str = "", tpu: str | None = None,
-                 home: str | None = None, poll: float = 1.0):
+                 home: str | None = None, poll: float = 1.0) -> None:
         self.store = open_store(store_uri)
         self.worker = worker
         self.accelerator = accelerator or os.environ.get("TPUCTL_ACCELERATOR", "cpu")
@@ -100,8 +104,8 @@ class Agent:
         self.stop = threading.Event()
         self._last_beat = 0.0
 
-    def beat(self, running: str = ""):
-        self.store.write(f"tpuctl/agents/{self.host}-w{self.worker}.json", json.dumps(
+    def beat(self, running: str = "") -> None:
+        self.store.write(layout.agent_heartbeat(self.host, self.worker), json.dumps(
             {"host": self.host, "worker": self.worker, "pid": os.getpid(), "version": __version__,
              "time": time.time(), "running": running}).encode())
         self._last_beat = time.monotonic()
@@ -109,10 +113,10 @@ class Agent:
     def tpu_address(self) -> str:
         if self.tpu:
             return self.tpu
-        rec = runs.read_json(self.store, "tpuctl/cluster.json") or {}
-        return rec.get("tpu_address", "") if rec.get("arch") == "node" else ""
+        rec = runs.read_json(self.store, layout.CLUSTER_RECORD) or {}
+        return str(rec.get("tpu_address", "")) if rec.get("arch") == "node" else ""
 
-    def run_forever(self):
+    def run_forever(self) -> None:
         self.beat()
         while not self.stop.is_set():
             try:
@@ -127,30 +131,30 @@ class Agent:
         """Claim and execute at most one new run, or take over one whose host stopped heartbeating (a preempted
         or deleted TPU VM: `tpuctl up` recreates it and this agent resumes the run, same run id and output dir,
         so a job that checkpoints continues). True when one ran."""
-        claim = f"claim{runs.suffix(self.worker)}"
         for run_id in runs.all_ids(self.store):
             if run_id in self.done:
                 continue
-            first = self.store.read(runs.key(run_id, claim))
+            first = self.store.read(layout.run_claim(run_id, self.worker))
             if first is None:
-                if self.store.create(runs.key(run_id, claim), self._claim_record(1)):
+                if self.store.create(layout.run_claim(run_id, self.worker), self._claim_record(1)):
                     self.done.add(run_id)
                     self.execute(run_id)
                     return True
                 continue   # another agent won the race; look at it again later, it may die
             st = runs.status(self.store, run_id, self.worker)
-            if st.get("state") in runs.FINAL:
+            if st.state.final:
                 self.done.add(run_id)
                 continue
-            last = st.get("heartbeat") or json.loads(first).get("time", 0)
+            last = st.heartbeat or float(json.loads(first).get("time", 0))
             if time.time() - last < float(os.environ.get("TPUCTL_STALE_SECONDS", STALE_SECONDS)):
                 continue
-            attempt = int(st.get("attempt", 1)) + 1
+            attempt = st.attempt + 1
             if attempt > MAX_ATTEMPTS:
-                self._status(run_id, **{**st, "state": "lost", "ended": time.time()})
+                st.state, st.ended = RunState.LOST, time.time()
+                self._write_status(run_id, st)
                 self.done.add(run_id)
                 continue
-            if self.store.create(runs.key(run_id, f"{claim}-a{attempt}"), self._claim_record(attempt)):
+            if self.store.create(layout.run_claim(run_id, self.worker, attempt), self._claim_record(attempt)):
                 self.done.add(run_id)
                 self.execute(run_id, attempt)
                 return True
@@ -160,16 +164,15 @@ class Agent:
         return json.dumps({"host": self.host, "worker": self.worker, "time": time.time(),
                            "attempt": attempt}).encode()
 
-    def _status(self, run_id: str, **fields):
-        fields.update(host=self.host, worker=self.worker, heartbeat=time.time())
-        self.store.write(runs.key(run_id, f"status{runs.suffix(self.worker)}.json"),
-                         json.dumps(fields).encode())
+    def _write_status(self, run_id: str, st: RunStatus) -> None:
+        st.host, st.worker, st.heartbeat = self.host, self.worker, time.time()
+        self.store.write(layout.run_status(run_id, self.worker), json.dumps(st.to_json()).encode())
 
-    def environment(self, run_id: str, job: dict) -> dict:
+    def environment(self, run_id: str, job: RunSpec) -> dict[str, str]:
         env = dict(os.environ)
-        env.update(job.get("env", {}))
-        out = self.store.local_path(f"runs/{run_id}/output")
-        data = self.store.local_path(f"data/{job['name']}")
+        env.update(job.env)
+        out = self.store.local_path(layout.run_output(run_id))
+        data = self.store.local_path(layout.job_data(job.name).rstrip("/"))
         if not out.startswith("gs://"):
             Path(out).mkdir(parents=True, exist_ok=True)
         env.update(TPUCTL_RUN_ID=run_id, TPUCTL_STORE=self.store.uri, TPUCTL_DATA_DIR=data, TPUCTL_OUTPUT_DIR=out,
@@ -184,9 +187,10 @@ class Agent:
         job = runs.job(self.store, run_id)
         started = time.time()
 
-        def status(**fields):
-            self._status(run_id, started=started, attempt=attempt, **fields)
-        status(state="starting")
+        def status(state: RunState, exit_code: int | None = None, pid: int | None = None) -> None:
+            self._write_status(run_id, RunStatus(state=state, exit_code=exit_code, pid=pid, started=started,
+                                                 attempt=attempt, ended=time.time() if state.final else None))
+        status(RunState.STARTING)
         work = self.home / "runs" / run_id / f"w{self.worker}"
         code_dir = work / "code"
         shipper = LogShipper(self.store, run_id, self.worker)
@@ -194,28 +198,32 @@ class Agent:
             shipper.note(f"the previous host stopped heartbeating; run resumed on {self.host} (attempt {attempt})",
                         fresh_line=True)
         try:
-            pkg = self.store.read(f"tpuctl/packages/{job['package']}.tar.gz")
+            if job is None:
+                raise RuntimeError(f"{layout.run_job(run_id)} is unreadable")
+            pkg = self.store.read(layout.job_package(job.package))
             if pkg is None:
-                raise RuntimeError(f"package {job['package']} is missing from the store")
+                raise RuntimeError(f"package {job.package} is missing from the store")
             unpack(pkg, code_dir)
         except Exception as e:  # noqa: BLE001 - reported in the run's own log and status
             shipper.note(f"cannot prepare the run: {e}")
-            status(state="failed", exit_code=127, ended=time.time())
+            status(RunState.FAILED, exit_code=127)
             return 127
         script = "set -e\n"
-        if job.get("requirements"):
+        if job.requirements:
             cons = _constraints(work / "constraints.txt")
             script += (f"{shlex.quote(sys.executable)} -m pip install -q --disable-pip-version-check "
-                       f"-r {shlex.quote(job['requirements'])} -c {shlex.quote(str(cons))}\n")
-        script += "set +e\nexec " + job["command"] + "".join(" " + shlex.quote(a) for a in job.get("args", [])) + "\n"
+                       f"-r {shlex.quote(job.requirements)} -c {shlex.quote(str(cons))}\n")
+        script += "set +e\nexec " + job.command + "".join(" " + shlex.quote(a) for a in job.args) + "\n"
         proc = subprocess.Popen(["bash", "-c", script], cwd=code_dir, env=self.environment(run_id, job),
                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 start_new_session=True)
-        pump = threading.Thread(target=shipper.pump, args=(proc.stdout.fileno(),), daemon=True)
+        stdout = proc.stdout
+        assert stdout is not None, "Popen(stdout=PIPE) always sets it"
+        pump = threading.Thread(target=shipper.pump, args=(stdout.fileno(),), daemon=True)
         pump.start()
-        status(state="running", pid=proc.pid)
+        status(RunState.RUNNING, pid=proc.pid)
         cancelled = False
-        kill_at = None
+        kill_at: float | None = None
         last_beat = last_cancel_check = time.monotonic()
         while proc.poll() is None:
             time.sleep(0.1)
@@ -227,7 +235,7 @@ class Agent:
                 kill_at = now + 5.0
             if not cancelled and now - last_cancel_check >= 1.0:
                 last_cancel_check = now
-                if self.store.read(runs.key(run_id, "cancel")) is not None:
+                if self.store.read(layout.run_cancel(run_id)) is not None:
                     cancelled = True
                     _signal(proc, signal.SIGTERM)
                     kill_at = now + float(os.environ.get("TPUCTL_CANCEL_GRACE", "30"))
@@ -236,25 +244,24 @@ class Agent:
                 kill_at = None
             if now - last_beat >= HEARTBEAT_SECONDS:
                 last_beat = now
-                status(state="running", pid=proc.pid)
+                status(RunState.RUNNING, pid=proc.pid)
                 if now - self._last_beat > HEARTBEAT_SECONDS * 6:
                     self.beat(run_id)
         pump.join()
-        proc.stdout.close()
+        stdout.close()
         rc = proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
-        state = "cancelled" if cancelled else ("succeeded" if rc == 0 else "failed")
-        status(state=state, exit_code=rc, ended=time.time())
+        status(RunState.CANCELLED if cancelled else (RunState.SUCCEEDED if rc == 0 else RunState.FAILED), exit_code=rc)
         return rc
 
 
-def _signal(proc, sig):
+def _signal(proc: "subprocess.Popen[Any]", sig: int) -> None:
     try:
         os.killpg(proc.pid, sig)
     except ProcessLookupError:
         pass
 
 
-def main(argv=None):
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="tpuctl agent", description="Run jobs from a tpuctl store.")
     ap.add_argument("--store", required=True, help="gs://bucket or a directory")
     ap.add_argument("--worker", type=int, default=int(os.environ.get("TPUCTL_WORKER", "0")))

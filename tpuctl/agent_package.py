@@ -37,7 +37,7 @@ def build() -> bytes:
     top = f"tpuctl-{__version__}"
     raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        def add(name: str, data: bytes):
+        def add(name: str, data: bytes) -> None:
             info = tarfile.TarInfo(f"{top}/{name}")
             info.size, info.mode = len(data), 0o644
             tar.addfile(info, io.BytesIO(data))

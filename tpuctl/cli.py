@@ -7,12 +7,18 @@ from __future__ import annotations
 import os
 import sys
 import traceback
-from typing import List, Optional
+from types import ModuleType
+from typing import TYPE_CHECKING, List, Optional
 
 import typer
 
 from . import __version__
-from .errors import TpuctlError, bad_input
+from .errors import ErrorKind, ExitCode, TpuctlError, bad_input
+
+if TYPE_CHECKING:
+    from .models import ClusterState
+    from .providers.base import Provider
+    from .store import BlobStore
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
                   help="Train TensorFlow jobs on Cloud TPUs (or this machine): up, submit, logs, down.",
@@ -23,7 +29,7 @@ PROVIDER = typer.Option(None, "--provider", help="gcp (default) or local; also T
 PROJECT = typer.Option(None, "--project", help="Google Cloud project id.")
 
 
-def _config():
+def _config() -> ModuleType:
     from . import config   # lazily: tomllib and configparser are not needed to print help
     return config
 
@@ -34,52 +40,18 @@ def _cluster(flag: Optional[str]) -> str:
     return check_cluster_name(config.setting("cluster", flag, "default"))
 
 
-def _console():
+def _console() -> ModuleType:
     from . import console
     return console
 
 
-def _orch():
+def _orch() -> ModuleType:
     from . import orchestrator
     return orchestrator
 
 
 def _interactive() -> bool:
     return sys.stdin.isatty()
-
-
-def _build_spec(name, provider, type_, zones, project, arch, runtime, spot, service_account, bucket, vm_type):
-    from .catalog import DEFAULT_VM_TYPE, check_vm_type, check_zones, tpu_type
-    config = _config()
-    from .models import ClusterSpec, check_bucket_name, check_project, check_service_account, default_bucket
-    spec = ClusterSpec(name=name, provider=provider)
-    if provider == "local":
-        from .providers.local import LocalProvider
-        given = [f for f, v in (("--type", type_), ("--zone", zones), ("--project", project), ("--runtime", runtime),
-                                ("--spot", spot), ("--service-account", service_account), ("--bucket", bucket),
-                                ("--vm-type", vm_type), ("--arch", arch != "vm")) if v]
-        if given:
-            raise bad_input(f"{', '.join(given)} do not apply to --provider local",
-                            "the local provider runs on this machine: `tpuctl up --provider local -c NAME`")
-        spec.bucket = str(LocalProvider.root(name))
-        return spec
-    if not type_:
-        raise bad_input("--type is required", "for example: tpuctl up --type v3-8 --zone us-central1-b")
-    t = tpu_type(type_)
-    if arch not in ("vm", "node"):
-        raise bad_input(f"unknown --arch {arch!r}", "use --arch vm (TPU VM, default) or --arch node (legacy)")
-    if arch == "node" and not t.node_arch:
-        raise bad_input(f"TPU Nodes (--arch node) were never offered for {t.family}", "use --arch vm")
-    flat = [z.strip() for item in (zones or []) for z in item.split(",") if z.strip()]
-    if not flat and config.setting("zone", None):
-        flat = [config.setting("zone", None)]
-    spec.tpu_type, spec.arch, spec.zones = t.name, arch, check_zones(t, flat)
-    spec.runtime, spec.spot = runtime or "", spot
-    spec.project = check_project(config.project(project))
-    spec.service_account = check_service_account(service_account) if service_account else ""
-    spec.bucket = check_bucket_name(bucket or default_bucket(spec.project, name))
-    spec.vm_type = check_vm_type(vm_type or DEFAULT_VM_TYPE) if arch == "node" else ""
-    return spec
 
 
 @app.command()
@@ -97,34 +69,36 @@ def up(
     dry_run: bool = typer.Option(False, "--dry-run", help="Validate and print the plan; create nothing."),
     yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
     provider: Optional[str] = PROVIDER,
-):
+) -> None:
     """Create (or adopt) a TPU, a bucket in its region, and the bucket permissions its workload needs."""
+    from . import providers
+    from .providers.base import UpFlags
     con = _console()
-    prov = _config().provider(provider)
-    spec = _build_spec(_cluster(cluster), prov, type_, zone, project, arch, runtime, spot, service_account,
-                       bucket, vm_type)
-    rows = _orch().plan(spec)
+    prov = providers.get(_config().provider(provider))
+    flags = UpFlags(tpu_type=type_, zones=zone, project=project, arch=None if arch == "vm" else arch,
+                    runtime=runtime, spot=spot, service_account=service_account, bucket=bucket, vm_type=vm_type)
+    spec = prov.make_spec(_cluster(cluster), flags)
+    price = prov.price(spec)
     con.err.print(f"[bold]Plan for cluster {spec.name}[/]" + (f" (project {spec.project}):" if spec.project else ":"))
-    for kind, name, where in rows:
-        con.err.print(f"  {kind:<6} {name}  [dim]{where}[/]")
-    con.err.print(f"  cost   {_orch().price(spec)[1]} while it exists")
+    for row in prov.plan(spec):
+        con.err.print(f"  {row.kind:<6} {row.name}  [dim]{row.where}[/]")
+    con.err.print(f"  cost   {price.text} while it exists")
     if dry_run:
         con.err.print("dry run: nothing was created")
         return
-    if prov == "gcp" and _interactive() and not yes and not con.confirm("Create these resources?"):
+    costs_money = price.hourly != 0.0
+    if costs_money and _interactive() and not yes and not con.confirm("Create these resources?"):
         raise typer.Exit(1)
-    from . import providers
     with con.Reporter() as rep:
-        st = _orch().up(spec, providers.get(prov, spec.project), rep)
-    where = f"{st.tpu_type} in {st.zone}" if prov == "gcp" else "this machine"
-    con.err.print(f"[green]cluster {st.name} ready[/]: {where}, store {st.store_uri}")
+        st = _orch().up(spec, prov, rep)
+    con.err.print(f"[green]cluster {st.name} ready[/]: {prov.location(st)}, store {st.spec.store}")
     con.err.print(f"next: tpuctl submit JOB_DIR -c {st.name}    when done: tpuctl down -c {st.name}")
 
 
 @app.command()
 def status(cluster: Optional[str] = CLUSTER,
            as_json: bool = typer.Option(False, "--json", help="Machine-readable output on stdout."),
-           provider: Optional[str] = PROVIDER):
+           provider: Optional[str] = PROVIDER) -> None:
     """Show a cluster's resources as the cloud reports them now."""
     con = _console()
     st, prov = _cluster_and_provider(cluster, provider)
@@ -132,9 +106,8 @@ def status(cluster: Optional[str] = CLUSTER,
     if as_json:
         con.print_json(info)
         return
-    keys = ("cluster", "provider", "phase", "store", "price") if st.provider == "local" else \
-        ("cluster", "provider", "project", "phase", "type", "arch", "zone", "runtime", "store", "price")
-    rows = [[k, str(info[k])] for k in keys if info.get(k) not in ("", None)]
+    rows = [[k, "yes" if v is True else str(v)] for k, v in info.items()
+            if k not in ("grants", "resources") and v not in ("", None, False)]
     for kind, res in info["resources"].items():
         if kind == "boot_logs":
             for host, line in res.items():
@@ -148,30 +121,21 @@ def status(cluster: Optional[str] = CLUSTER,
 
 @app.command("ls")
 def ls_(as_json: bool = typer.Option(False, "--json", help="Machine-readable output on stdout."),
-        project: Optional[str] = PROJECT):
+        project: Optional[str] = PROJECT) -> None:
     """List clusters in local state and every tpuctl-labelled TPU in the project (orphans flagged)."""
+    from . import providers
+    from .models import ProviderName
     con = _console()
-    try:
-        extra = _config().project(project, allow_adc=False)
-    except TpuctlError:
-        extra = ""
-
-    def list_labelled(p):
-        from .providers.gcp.provider import GcpProvider
-        try:
-            return GcpProvider(p).list_labelled()
-        except TpuctlError as e:   # local clusters still list; say what could not be seen
-            con.err.print(f"[yellow]! could not list TPUs in project {p}: {e.message}[/] ({e.hint})")
-            return []
-    rows = _orch().ls(list_labelled, extra)
+    rows = _orch().ls([providers.get(p) for p in ProviderName], _config().project(project),
+                      lambda m: con.err.print(f"[yellow]! {m}[/]"))
     if as_json:
         con.print_json(rows)
         return
     if not rows:
         con.err.print("no clusters; make one with `tpuctl up --type v3-8 --zone us-central1-b`")
         return
-    con.print_table(["cluster", "provider", "type", "zone", "state", "bucket", "note"],
-                    [[r["cluster"], r["provider"], r["type"], r["zone"], r["phase"], r["bucket"],
+    con.print_table(["cluster", "provider", "type", "zone", "state", "store", "note"],
+                    [[r["cluster"], r["provider"], r["type"], r["zone"], r["phase"], r["store"],
                       "ORPHAN: no local state (tpuctl up -c NAME adopts it)" if r["orphan"] else ""] for r in rows])
 
 
@@ -179,14 +143,12 @@ def ls_(as_json: bool = typer.Option(False, "--json", help="Machine-readable out
 def down(cluster: Optional[str] = CLUSTER,
          delete_bucket: bool = typer.Option(False, "--delete-bucket", help="Also delete the bucket and its contents."),
          yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
-         provider: Optional[str] = PROVIDER):
+         provider: Optional[str] = PROVIDER) -> None:
     """Delete what `up` made: TPU, VM, the grants it added; the bucket only with --delete-bucket."""
     con = _console()
     st, prov = _cluster_and_provider(cluster, provider)
-    what = ", ".join(x for x in (st.tpu_name and f"TPU {st.tpu_name}", st.vm_name and f"VM {st.vm_name}",
-                                 st.provider == "local" and f"the local agent of {st.name}",
-                                 st.grants and f"{len(st.grants)} bucket grants",
-                                 delete_bucket and f"bucket {st.store_uri} and all its contents") if x)
+    what = ", ".join(prov.teardown_list(st) + ([f"{len(st.grants)} bucket grants"] if st.grants else [])
+                     + ([f"{prov.store_noun} {st.spec.store} and all its contents"] if delete_bucket else []))
     if not yes:
         if not _interactive():
             raise bad_input(f"down would delete {what}; refusing without confirmation", "pass --yes")
@@ -197,19 +159,20 @@ def down(cluster: Optional[str] = CLUSTER,
     con.err.print(f"[green]cluster {st.name} is down[/]")
 
 
-def _cluster_and_provider(cluster, provider):
+def _cluster_and_provider(cluster: Optional[str], provider: Optional[str]) -> "tuple[ClusterState, Provider]":
     from . import providers
     st = _orch().load(_cluster(cluster))
-    if provider and provider != st.provider:
-        raise bad_input(f"cluster {st.name} uses provider {st.provider}, not {provider}", "drop --provider")
-    return st, providers.get(st.provider, st.project)
+    if provider and provider != st.spec.provider.value:
+        raise bad_input(f"cluster {st.name} uses provider {st.spec.provider.value}, not {provider}",
+                        "drop --provider")
+    return st, providers.get(st.spec.provider)
 
 
-def _follow(store, run_id: str, cluster: str, worker: int = 0, follow: bool = True) -> int:
+def _follow(store: "BlobStore", run_id: str, cluster: str, worker: int = 0, follow: bool = True) -> int:
     from . import runs
     out = sys.stdout.buffer
 
-    def write(data: bytes):
+    def write(data: bytes) -> None:
         out.write(data)
         out.flush()
     try:
@@ -219,10 +182,10 @@ def _follow(store, run_id: str, cluster: str, worker: int = 0, follow: bool = Tr
                              f"Reattach: tpuctl logs {run_id} -c {cluster} -f")
         raise typer.Exit(130)
     if follow:
-        code = st.get("exit_code")
-        _console().err.print(f"run {run_id} {st.get('state')}" + (f" (exit code {code})" if code is not None else ""))
-        return code if isinstance(code, int) else 1
-    return 0
+        code = st.exit_code
+        _console().err.print(f"run {run_id} {st.state.value}" + (f" (exit code {code})" if code is not None else ""))
+        return code if code is not None else int(ExitCode.ERROR)
+    return int(ExitCode.OK)
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -231,7 +194,7 @@ def submit(ctx: typer.Context,
            cluster: Optional[str] = CLUSTER,
            data: List[str] = typer.Option([], "--data", help="Extra data path to sync (repeatable)."),
            detach: bool = typer.Option(False, "--detach", "-d", help="Print the run id and return at once."),
-           provider: Optional[str] = PROVIDER):
+           provider: Optional[str] = PROVIDER) -> None:
     """Package JOB_DIR, sync its data, run it on the cluster and follow its logs; exits with the job's code.
     Arguments after `--` are appended to the job's command."""
     from . import jobspec, submission
@@ -252,7 +215,7 @@ def logs(run_id: Optional[str] = typer.Argument(None, help="Run id (default: the
          cluster: Optional[str] = CLUSTER,
          follow: bool = typer.Option(False, "--follow", "-f", help="Keep following until the run ends."),
          worker: int = typer.Option(0, "--worker", help="Worker of a multi-host slice (0 is the primary log)."),
-         provider: Optional[str] = PROVIDER):
+         provider: Optional[str] = PROVIDER) -> None:
     """Print a run's output, raw, on stdout."""
     from . import submission
     st, prov = _cluster_and_provider(cluster, provider)
@@ -264,7 +227,7 @@ def logs(run_id: Optional[str] = typer.Argument(None, help="Run id (default: the
 @app.command()
 def jobs(cluster: Optional[str] = CLUSTER,
          as_json: bool = typer.Option(False, "--json", help="Machine-readable output on stdout."),
-         provider: Optional[str] = PROVIDER):
+         provider: Optional[str] = PROVIDER) -> None:
     """List the cluster's runs: id, job, state, start, duration, exit code."""
     from . import submission
     con = _console()
@@ -281,7 +244,7 @@ def jobs(cluster: Optional[str] = CLUSTER,
 
 @app.command()
 def cancel(run_id: str = typer.Argument(..., help="Run id."), cluster: Optional[str] = CLUSTER,
-           provider: Optional[str] = PROVIDER):
+           provider: Optional[str] = PROVIDER) -> None:
     """Ask the agent to stop a run (SIGTERM, then SIGKILL after a grace period)."""
     from . import submission
     st, prov = _cluster_and_provider(cluster, provider)
@@ -290,14 +253,14 @@ def cancel(run_id: str = typer.Argument(..., help="Run id."), cluster: Optional[
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
-def agent(ctx: typer.Context, store: str = typer.Option(..., "--store", help="gs://bucket or a directory.")):
+def agent(ctx: typer.Context, store: str = typer.Option(..., "--store", help="gs://bucket or a directory.")) -> None:
     """Run the host agent (what the startup script runs; also `python -m tpuctl.agent`)."""
     from .agent import main as agent_main
     agent_main(["--store", store, *ctx.args])
 
 
 @app.command()
-def version():
+def version() -> None:
     """Print tpuctl's version."""
     print(__version__)
 
@@ -314,18 +277,18 @@ def _debug_log(exc: BaseException) -> str:
     return str(path)
 
 
-def main(argv: Optional[list] = None) -> None:
+def main(argv: Optional[List[str]] = None) -> None:
     try:
         rc = app(args=argv, standalone_mode=False)  # a typer.Exit comes back as its code here
         sys.exit(rc if isinstance(rc, int) else 0)
     except TpuctlError as e:
-        if e.kind != "input":
+        if e.kind is not ErrorKind.INPUT:
             _debug_log(e)
         _console().print_error(e.message, e.hint)
         sys.exit(e.exit_code)
     except (KeyboardInterrupt, typer.Abort):
         _console().print_error("interrupted", "")
-        sys.exit(130)
+        sys.exit(ExitCode.INTERRUPTED)
     except typer.Exit as e:
         sys.exit(e.exit_code)
     except Exception as e:  # noqa: BLE001 - the last line of defence: a message, not a traceback
@@ -338,4 +301,4 @@ def main(argv: Optional[list] = None) -> None:
             traceback.print_exc()
         _console().print_error(f"internal error: {type(e).__name__}: {e}",
                                f"details in {path}; please report it" if path else "please report it")
-        sys.exit(1)
+        sys.exit(ExitCode.ERROR)

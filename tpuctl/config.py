@@ -6,17 +6,19 @@ from __future__ import annotations
 
 import configparser
 import os
+import sys
 from pathlib import Path
+from typing import Any
 
-from .errors import TpuctlError, bad_input
+from .errors import bad_input
+from .models import ProviderName
 
-try:
+if sys.version_info >= (3, 11):
     import tomllib
-except ModuleNotFoundError:  # Python 3.10
+else:  # Python 3.10
     import tomli as tomllib
 
 _KEYS = {"provider", "project", "zone", "cluster"}
-PROVIDERS = ("gcp", "local")
 
 
 def config_path() -> Path:
@@ -26,7 +28,7 @@ def config_path() -> Path:
     return Path(base) / "tpuctl" / "config.toml"
 
 
-def file_settings() -> dict:
+def file_settings() -> dict[str, Any]:
     p = config_path()
     try:
         data = tomllib.loads(p.read_text())
@@ -40,7 +42,7 @@ def file_settings() -> dict:
     return data
 
 
-def setting(key: str, flag_value, default=None):
+def setting(key: str, flag_value: Any, default: Any = None) -> Any:
     if flag_value not in (None, "", []):
         return flag_value
     env = os.environ.get(f"TPUCTL_{key.upper()}")
@@ -49,11 +51,12 @@ def setting(key: str, flag_value, default=None):
     return file_settings().get(key, default)
 
 
-def provider(flag_value: str | None) -> str:
-    p = setting("provider", flag_value, "gcp")
-    if p not in PROVIDERS:
+def provider(flag_value: str | None) -> ProviderName:
+    p = setting("provider", flag_value, ProviderName.GCP.value)
+    try:
+        return ProviderName(p)
+    except ValueError:
         raise bad_input(f"unknown provider {p!r}", "use --provider gcp or --provider local")
-    return p
 
 
 def _gcloud_project() -> str:
@@ -72,21 +75,8 @@ def _gcloud_project() -> str:
     return ini.get("core", "project", fallback="")
 
 
-def project(flag_value: str | None, allow_adc: bool = True) -> str:
-    """--project, GOOGLE_CLOUD_PROJECT, CLOUDSDK_CORE_PROJECT, config file, gcloud's active config, then ADC."""
-    p = (flag_value or os.environ.get("GOOGLE_CLOUD_PROJECT") or os.environ.get("CLOUDSDK_CORE_PROJECT")
-         or file_settings().get("project") or _gcloud_project())
-    if not p and allow_adc:
-        try:
-            import google.auth
-            from google.auth.exceptions import DefaultCredentialsError
-            try:
-                _, p = google.auth.default()
-            except DefaultCredentialsError:
-                p = None
-        except ImportError:
-            p = None
-    if not p:
-        raise TpuctlError("input", "no Google Cloud project given",
-                          "pass --project PROJECT_ID, or run `gcloud config set project PROJECT_ID`")
-    return p
+def project(flag_value: str | None) -> str:
+    """--project, GOOGLE_CLOUD_PROJECT, CLOUDSDK_CORE_PROJECT, config file, gcloud's active config; "" if none.
+    (Application Default Credentials come last, in providers/gcp/project.py: only it imports google.auth.)"""
+    return (flag_value or os.environ.get("GOOGLE_CLOUD_PROJECT") or os.environ.get("CLOUDSDK_CORE_PROJECT")
+            or str(file_settings().get("project") or "") or _gcloud_project())

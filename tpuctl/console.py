@@ -9,9 +9,14 @@ import sys
 import threading
 import time
 
-from rich.console import Console, Group
+from typing import TYPE_CHECKING, Callable
+
+from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.table import Table
+
+if TYPE_CHECKING:
+    from rich.progress import Progress   # imported when a transfer starts: it is slow to import
 
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 out = Console(highlight=False, soft_wrap=True)
@@ -32,33 +37,33 @@ class Reporter:
     """On a terminal: a live board, one row per resource with its state and elapsed time, and a byte progress bar
     under it while data uploads. Elsewhere: one line per state change, so CI logs and pipes stay readable."""
 
-    def __init__(self, console: Console = err):
+    def __init__(self, console: Console = err) -> None:
         self.c = console
-        self.rows: dict[tuple, list] = {}
+        self.rows: dict[tuple[str, str], tuple[str, float, float | None]] = {}
         self.lock = threading.Lock()
-        self.live = None
-        self.bar = None
+        self.live: Live | None = None
+        self.bar: "Progress | None" = None
 
-    def __enter__(self):
+    def __enter__(self) -> "Reporter":
         if self.c.is_terminal:
             self.live = Live(console=self.c, refresh_per_second=4, transient=False, get_renderable=self._board)
             self.live.start()
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         if self.live:
             self.bar = None
             self.live.stop()
             self.live = None
 
-    def _board(self):
+    def _board(self) -> RenderableType:
         t = Table.grid(padding=(0, 2))
         now = time.monotonic()
         with self.lock:
             rows = list(self.rows.items())
         for (kind, name), (st, start, end) in rows:
             done = end is not None
-            elapsed = (end if done else now) - start
+            elapsed = (end if end is not None else now) - start
             t.add_row(f"[bold]{kind}[/]", name, f"[{'green' if done else 'yellow'}]{st}{'' if done else '…'}[/]",
                       f"{elapsed:.0f}s")
         return Group(t, self.bar) if self.bar is not None else t
@@ -73,11 +78,11 @@ class Reporter:
             start = row[1] if row else now
             if row and row[0] == state:
                 return
-            self.rows[(kind, name)] = [state, start, now if final else None]
+            self.rows[(kind, name)] = (state, start, now if final else None)
         if not self.live:
             self.c.print(f"  {kind:<6} {name}  {state}  ({now - start:.0f}s)")
 
-    def transfer(self, total: int):
+    def transfer(self, total: int) -> Callable[[int], None]:
         """A byte progress bar (size, speed, time left) for an upload of `total` bytes; returns advance(n)."""
         if not self.live:
             self.c.print(f"  data   uploading {human_bytes(total)}")
@@ -89,7 +94,7 @@ class Reporter:
         lock = threading.Lock()
         self.bar = bar
 
-        def advance(n: int):
+        def advance(n: int) -> None:
             with lock:
                 bar.advance(task, n)
         return advance
@@ -107,7 +112,7 @@ def print_error(message: str, hint: str) -> None:
         err.print(f"[dim]hint:[/] {hint}")
 
 
-def print_json(data) -> None:
+def print_json(data: object) -> None:
     sys.stdout.write(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
 
 

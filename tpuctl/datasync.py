@@ -1,52 +1,17 @@
-"""Sync a job's data paths into the store under data/<job>/: in parallel, skipping files whose size and md5
-already match, so re-submitting unchanged data sends nothing.
-
-Local md5s are cached by (path, size, mtime) in $TPUCTL_HOME/md5cache.json: an unchanged 1 GB corpus is not
-re-read on every submit.
-"""
+"""Sync a job's data paths into the store under data/<job>/ (layout.job_data): in parallel, skipping files whose
+size and md5 already match, so re-submitting unchanged data sends nothing (local md5s cached, md5cache.py)."""
 from __future__ import annotations
 
-import json
 import os
-import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Callable
 
-from . import state
-from .store import file_md5
+from .md5cache import Md5Cache
+from .store import BlobStore
 
 WORKERS = 8
-
-
-class Md5Cache:
-    def __init__(self):
-        self.path = state.home() / "md5cache.json"
-        try:
-            self.data = json.loads(self.path.read_text())
-        except (OSError, ValueError):
-            self.data = {}
-        self.lock = threading.Lock()
-        self.dirty = False
-
-    def md5(self, path: Path) -> str:
-        st = path.stat()
-        k = str(path.resolve())
-        with self.lock:
-            hit = self.data.get(k)
-        if hit and hit[0] == st.st_size and hit[1] == st.st_mtime_ns:
-            return hit[2]
-        digest = file_md5(str(path))
-        with self.lock:
-            self.data[k] = [st.st_size, st.st_mtime_ns, digest]
-            self.dirty = True
-        return digest
-
-    def save(self):
-        if self.dirty:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.path.with_suffix(f".tmp{os.getpid()}")
-            tmp.write_text(json.dumps(self.data))
-            os.replace(tmp, self.path)
+Transfer = Callable[[int], Callable[[int], None]]   # transfer(total_bytes) -> advance(n_bytes)
 
 
 def plan(paths: list[Path], prefix: str) -> list[tuple[Path, str]]:
@@ -64,8 +29,8 @@ def plan(paths: list[Path], prefix: str) -> list[tuple[Path, str]]:
     return out
 
 
-def sync(store, paths: list[Path], prefix: str, transfer) -> dict:
-    """transfer(total_bytes) -> advance(n) callback (a progress bar). Returns counts and bytes sent/skipped."""
+def sync(store: BlobStore, paths: list[Path], prefix: str, transfer: Transfer) -> dict[str, int]:
+    """Upload what differs; returns counts and bytes sent/skipped."""
     files = plan(paths, prefix)
     cache = Md5Cache()
     remote = store.stats(prefix)

@@ -1,42 +1,68 @@
-"""The one error type tpuctl raises, and the exit code each kind maps to.
+"""The one error type tpuctl raises, its kinds, how far a failure reaches, and the exit code each kind maps to.
 
-The CLI prints `message` and `hint` (no traceback) and exits with `EXIT_CODES[kind]`. `scope` tells the
-orchestrator how far a capacity-like failure reaches: "zone" means the next zone may work, "region" means
-every zone of that region is out, "global" means no other zone will help.
+The CLI prints `message` and `hint` (no traceback) and exits with `ExitCode.of(kind)`. `scope` tells the
+orchestrator how far a capacity-like failure reaches: ZONE means the next zone may work, REGION means every zone of
+that region is out, GLOBAL means no other placement will help.
 """
 from __future__ import annotations
 
-EXIT_CODES = {
-    "error": 1,          # anything not classified below
-    "input": 2,          # bad flag, name, type, zone, config: nothing was called
-    "not_found": 3,      # the cluster or run does not exist
-    "capacity": 4,       # stockout, quota or reservation in every zone tried
-    "permission": 5,     # credentials, IAM, disabled API, restricted region
-    "refused": 6,        # Google refuses the request as such (TPU Node retired)
-    "preempted": 7,      # the TPU was preempted or terminated
-    "timeout": 8,        # a wait ran past its deadline
-    "interrupted": 130,  # Ctrl-C
-}
+from enum import Enum, IntEnum
+
+
+class ErrorKind(str, Enum):
+    ERROR = "error"              # anything not classified below
+    INPUT = "input"              # bad flag, name, type, zone, config: nothing was called
+    NOT_FOUND = "not_found"      # the cluster or run does not exist
+    CAPACITY = "capacity"        # stockout, quota or reservation in every zone tried
+    PERMISSION = "permission"    # credentials, IAM, disabled API, restricted region
+    REFUSED = "refused"          # Google refuses the request as such (TPU Node retired)
+    PREEMPTED = "preempted"      # the TPU was preempted or terminated
+    TIMEOUT = "timeout"          # a wait ran past its deadline
+    INTERRUPTED = "interrupted"  # Ctrl-C
+
+
+class Scope(str, Enum):
+    """How far a failure reaches, which decides zone failover."""
+    ZONE = "zone"
+    REGION = "region"
+    GLOBAL = "global"
+
+
+class ExitCode(IntEnum):
+    """The process exit codes; README's "Exit codes" table lists exactly these (a test compares them)."""
+    OK = 0
+    ERROR = 1
+    INPUT = 2
+    NOT_FOUND = 3
+    CAPACITY = 4
+    PERMISSION = 5
+    REFUSED = 6
+    PREEMPTED = 7
+    TIMEOUT = 8
+    INTERRUPTED = 130
+
+    @classmethod
+    def of(cls, kind: ErrorKind) -> "ExitCode":
+        return cls[kind.name]
 
 
 class TpuctlError(Exception):
-    def __init__(self, kind: str, message: str, hint: str = "", scope: str = "global", retryable: bool = False):
-        if kind not in EXIT_CODES:
-            raise ValueError(f"unknown error kind {kind!r}")
+    def __init__(self, kind: ErrorKind, message: str, hint: str = "", scope: Scope = Scope.GLOBAL,
+                 retryable: bool = False):
         super().__init__(message)
-        self.kind = kind
+        self.kind = ErrorKind(kind)
         self.message = message
         self.hint = hint
-        self.scope = scope
+        self.scope = Scope(scope)
         self.retryable = retryable
 
     @property
-    def exit_code(self) -> int:
-        return EXIT_CODES[self.kind]
+    def exit_code(self) -> ExitCode:
+        return ExitCode.of(self.kind)
 
     def __str__(self) -> str:
         return self.message
 
 
 def bad_input(message: str, hint: str = "") -> TpuctlError:
-    return TpuctlError("input", message, hint)
+    return TpuctlError(ErrorKind.INPUT, message, hint)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Sequence
 
 from .config import tomllib
 from .errors import bad_input
@@ -24,7 +25,7 @@ class JobSpec:
     env: dict = field(default_factory=dict)
 
 
-def load(job_dir: str, extra_data: list[str] = ()) -> JobSpec:
+def load(job_dir: str, extra_data: Sequence[str] = ()) -> JobSpec:
     root = Path(job_dir)
     if not root.is_dir():
         raise bad_input(f"job directory {job_dir} does not exist", "pass a directory holding tpuctl.toml")

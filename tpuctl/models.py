@@ -1,10 +1,13 @@
-"""The records passed between layers: what the user asked for (ClusterSpec) and what exists (ClusterState)."""
+"""The records passed between layers: what the user asked for (ClusterSpec), what a host is (HostFacts) and what
+exists (ClusterState, which holds the spec it was made from plus what `up` learned)."""
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
+from enum import Enum
+from typing import Any
 
-from .errors import TpuctlError, bad_input
+from .errors import ErrorKind, TpuctlError, bad_input
 
 LABEL = "tpuctl-cluster"
 OBJECT_ROLES = ("roles/storage.objectAdmin", "roles/storage.legacyBucketReader")
@@ -16,11 +19,27 @@ _IP_RE = re.compile(r"^\d+\.\d+\.\d+\.\d+$")
 _SA_RE = re.compile(r"^[a-z0-9][a-z0-9.@_-]*@[a-z0-9.-]+\.[a-z]+$")
 
 
-def require_owned(labels, cluster: str, what: str) -> None:
-    """Refuse to delete a resource that does not carry our label: its name alone does not prove it is ours."""
+class ProviderName(str, Enum):
+    GCP = "gcp"
+    LOCAL = "local"
+
+
+class Arch(str, Enum):
+    VM = "vm"        # TPU VM: the job runs on the TPU host (tpu v2 API)
+    NODE = "node"    # legacy TPU Node + a companion Compute Engine VM that runs the job (tpu v1 API)
+
+
+class Phase(str, Enum):
+    CREATING = "creating"   # a state file left here means `up` was cut off: the next `up` finishes it
+    READY = "ready"
+
+
+def require_owned(labels: Any, cluster: str, what: str) -> None:
+    """Refuse to delete or adopt a resource that does not carry our label: its name alone does not prove it is
+    ours."""
     if (labels or {}).get(LABEL) != cluster:
-        raise TpuctlError("input", f"{what} is not labelled {LABEL}={cluster}; not deleting it",
-                          "delete it yourself if it is yours")
+        raise TpuctlError(ErrorKind.INPUT, f"{what} is not labelled {LABEL}={cluster}; not touching it",
+                          "delete or rename it yourself if it is yours, or pick another cluster name with -c")
 
 
 def check_cluster_name(name: str) -> str:
@@ -68,17 +87,21 @@ def default_bucket(project: str, cluster: str) -> str:
 
 @dataclass
 class ClusterSpec:
+    """What the user asked for, validated. `store` is the store's URI: gs://BUCKET, or a directory (local)."""
     name: str
+    provider: ProviderName
+    store: str = ""
     project: str = ""
-    provider: str = "gcp"
     tpu_type: str = ""
-    zones: list = field(default_factory=list)
-    arch: str = "vm"
-    runtime: str = ""
+    zones: list[str] = field(default_factory=list)
+    arch: Arch = Arch.VM
+    runtime: str = ""               # as asked (--runtime); the one chosen is ClusterState.runtime
     spot: bool = False
     service_account: str = ""
-    bucket: str = ""
-    vm_type: str = ""
+    vm_type: str = ""               # the legacy node's companion VM
+
+    # Fields that name what a cluster IS: `up` refuses to change them on an existing cluster.
+    IDENTITY = ("provider", "tpu_type", "arch", "project", "store")
 
     @property
     def tpu_name(self) -> str:
@@ -89,8 +112,18 @@ class ClusterSpec:
         return f"tpuctl-{self.name}-vm"
 
     @property
-    def labels(self) -> dict:
+    def labels(self) -> dict[str, str]:
         return {LABEL: self.name}
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "ClusterSpec":
+        known = {f.name for f in fields(cls)}
+        spec = cls(**{k: v for k, v in d.items() if k in known})
+        spec.provider, spec.arch = ProviderName(spec.provider), Arch(spec.arch)
+        return spec
 
 
 @dataclass
@@ -100,39 +133,68 @@ class Grant:
 
 
 @dataclass
-class ClusterState:
-    """What exists for one cluster. Saved after every step, so an interrupted `up` or any `down` knows it."""
-    name: str
-    provider: str
-    project: str = ""
-    arch: str = "vm"
-    tpu_type: str = ""
-    zones: list = field(default_factory=list)
-    zone: str = ""
-    runtime: str = ""
-    spot: bool = False
-    tpu_name: str = ""
-    vm_name: str = ""
-    vm_type: str = ""
-    bucket: str = ""
-    bucket_created: bool = False
-    service_accounts: list = field(default_factory=list)
-    grants: list = field(default_factory=list)
-    tpu_ip: str = ""
-    host_pid: int = 0              # local provider: the agent process
-    phase: str = "creating"        # creating -> ready; a state file left in "creating" means `up` was cut off
-    created_at: float = 0.0
+class HostFacts:
+    """What `up` learned about the compute once it existed."""
+    ip: str = ""                   # the TPU's first endpoint (the legacy node's gRPC address)
+    service_account: str = ""      # the identity the TPU reports (the legacy node's service agent)
+    hosts: int = 1                 # workers in the slice
+    pid: int = 0                   # local provider: the agent process
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, d: dict) -> "ClusterState":
-        known = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
-        st = cls(**known)
-        st.grants = [g if isinstance(g, Grant) else Grant(**g) for g in st.grants]
-        return st
+    def from_json(cls, d: dict[str, Any]) -> "HostFacts":
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+
+@dataclass
+class ClusterState:
+    """What exists for one cluster: the spec it was made from and what `up` learned. Saved after every step, so
+    an interrupted `up` or any `down` knows it."""
+    spec: ClusterSpec
+    zone: str = ""
+    runtime: str = ""
+    grants: list[Grant] = field(default_factory=list)
+    host: HostFacts = field(default_factory=HostFacts)
+    phase: Phase = Phase.CREATING
+    created_at: float = 0.0
 
     @property
-    def store_uri(self) -> str:
-        return f"gs://{self.bucket}" if self.provider == "gcp" else self.bucket
+    def name(self) -> str:
+        return self.spec.name
+
+    def to_json(self) -> dict[str, Any]:
+        return {"spec": self.spec.to_json(), "zone": self.zone, "runtime": self.runtime,
+                "grants": [asdict(g) for g in self.grants], "host": self.host.to_json(),
+                "phase": self.phase.value, "created_at": self.created_at}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "ClusterState":
+        if "spec" not in d:
+            d = _from_first_version(d)
+        return cls(spec=ClusterSpec.from_json(d["spec"]), zone=d.get("zone", ""), runtime=d.get("runtime", ""),
+                   grants=[Grant(**g) for g in d.get("grants", [])], host=HostFacts.from_json(d.get("host", {})),
+                   phase=Phase(d.get("phase", Phase.CREATING)), created_at=float(d.get("created_at", 0.0)))
+
+
+def _from_first_version(d: dict[str, Any]) -> dict[str, Any]:
+    """State files of tpuctl 0.1 were flat (spec fields copied beside what `up` learned)."""
+    provider = d["provider"]
+    bucket = d.get("bucket", "")
+    spec = {"name": d["name"], "provider": provider, "project": d.get("project", ""),
+            "tpu_type": d.get("tpu_type", ""), "zones": d.get("zones", []), "arch": d.get("arch") or "vm",
+            "spot": d.get("spot", False), "vm_type": d.get("vm_type", ""),
+            "store": f"gs://{bucket}" if provider == "gcp" and bucket else bucket}
+    return {"spec": spec, "zone": d.get("zone", ""), "runtime": d.get("runtime", ""), "grants": d.get("grants", []),
+            "host": {"ip": d.get("tpu_ip", ""), "pid": d.get("host_pid", 0)}, "phase": d.get("phase", "creating"),
+            "created_at": d.get("created_at", 0.0)}
+
+
+def cluster_record(st: ClusterState, tpu_address: str) -> dict[str, Any]:
+    """`tpuctl/cluster.json`: what a host's agent reads from the store (the provider decides `tpu_address`:
+    "local" on a TPU VM, grpc://IP:8470 beside a legacy node, "" without a TPU)."""
+    from . import __version__
+    return {"cluster": st.name, "tpu_type": st.spec.tpu_type, "arch": st.spec.arch.value, "zone": st.zone,
+            "runtime": st.runtime, "tpu_address": tpu_address, "store": st.spec.store, "tpuctl_version": __version__}

@@ -13,7 +13,9 @@ import os
 import tarfile
 from pathlib import Path
 
-from .errors import TpuctlError
+from typing import Sequence
+
+from .errors import ErrorKind, TpuctlError
 
 ALWAYS_EXCLUDED = [".git", ".hg", ".svn", "__pycache__", "*.pyc", ".venv", "venv", ".ipynb_checkpoints",
                    ".DS_Store", ".pytest_cache", ".tpuctl-cache"]
@@ -32,7 +34,7 @@ def _excluded(rel: str, patterns: list[str]) -> bool:
     return any(fnmatch.fnmatch(name, p) or fnmatch.fnmatch(rel, p) for p in patterns)
 
 
-def files(root: Path, exclude_paths: list[Path] = ()) -> list[str]:
+def files(root: Path, exclude_paths: Sequence[Path] = ()) -> list[str]:
     patterns = ALWAYS_EXCLUDED + _ignore_patterns(root)
     skip = {p.resolve() for p in exclude_paths}
     out = []
@@ -47,7 +49,7 @@ def files(root: Path, exclude_paths: list[Path] = ()) -> list[str]:
     return sorted(out)
 
 
-def build(root: Path, exclude_paths: list[Path] = ()) -> tuple[bytes, str]:
+def build(root: Path, exclude_paths: Sequence[Path] = ()) -> tuple[bytes, str]:
     """(tar.gz bytes, sha256 hex) of the job directory minus excluded and synced-data paths."""
     raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
@@ -77,13 +79,13 @@ def unpack(data: bytes, dest: Path) -> None:
         for m in members:
             target = (dest / m.name).resolve()
             if m.name.startswith("/") or ".." in Path(m.name).parts or (target != dest and dest not in target.parents):
-                raise TpuctlError("input", f"unsafe path in job package: {m.name}", "rebuild the package")
+                raise TpuctlError(ErrorKind.INPUT, f"unsafe path in job package: {m.name}", "rebuild the package")
             if not (m.isfile() or m.isdir() or m.issym()):
-                raise TpuctlError("input", f"unsupported entry in job package: {m.name}", "only files and links")
+                raise TpuctlError(ErrorKind.INPUT, f"unsupported entry in job package: {m.name}", "only files and links")
             if m.issym():
                 link = (target.parent / m.linkname).resolve()
                 if m.linkname.startswith("/") or (link != dest and dest not in link.parents):
-                    raise TpuctlError("input", f"link leaves the job directory: {m.name} -> {m.linkname}",
+                    raise TpuctlError(ErrorKind.INPUT, f"link leaves the job directory: {m.name} -> {m.linkname}",
                                       "remove the link from the job directory")
         for m in members:
             if m.isdir():
@@ -91,7 +93,9 @@ def unpack(data: bytes, dest: Path) -> None:
             elif m.isfile():
                 p = dest / m.name
                 p.parent.mkdir(parents=True, exist_ok=True)
-                with tar.extractfile(m) as src, open(p, "wb") as out:
+                src = tar.extractfile(m)
+                assert src is not None, "a regular file member always has data"
+                with src, open(p, "wb") as out:
                     out.write(src.read())
                 os.chmod(p, m.mode & 0o777)
             else:

@@ -1,10 +1,5 @@
-"""Run records in the store, shared by the CLI (submit, logs, jobs, cancel) and the agent.
-
-    tpuctl/runs/<id>/job.json        written once by submit (create-if-absent)
-    tpuctl/runs/<id>/claim[-wN]      written once by the agent (worker N) that takes it
-    tpuctl/runs/<id>/status[-wN].json  state, exit code, heartbeat, host
-    tpuctl/runs/<id>/logs[-wN]/000001.log ...  ordered chunks, each written once
-    tpuctl/runs/<id>/cancel          written by `tpuctl cancel`
+"""Run records in the store (keys in layout.py), shared by the CLI (submit, logs, jobs, cancel) and the agent:
+the run spec (`job.json`), the run status (`status[-wN].json`) and following a run's log chunks.
 Run ids sort by submission time, so the latest run is the greatest id.
 """
 from __future__ import annotations
@@ -13,69 +8,120 @@ import json
 import os
 import secrets
 import time
-from typing import Callable
+from dataclasses import asdict, dataclass, field, fields
+from enum import Enum
+from typing import Any, Callable
 
-FINAL = {"succeeded", "failed", "cancelled", "lost"}
-PREFIX = "tpuctl/runs/"
+from . import layout
+from .store import BlobStore
+
+
+class RunState(str, Enum):
+    QUEUED = "queued"          # written, not yet claimed
+    STARTING = "starting"      # claimed; unpacking, installing requirements
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    LOST = "lost"              # its host stopped heartbeating too many times
+
+    @property
+    def final(self) -> bool:
+        return self in (RunState.SUCCEEDED, RunState.FAILED, RunState.CANCELLED, RunState.LOST)
+
+
+@dataclass
+class RunSpec:
+    """`job.json`: what `submit` asks the agent to run. Written once."""
+    id: str
+    name: str
+    command: str
+    package: str                      # sha256 of the job package
+    args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    requirements: str = ""
+    submitted: float = 0.0
+    cluster: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "RunSpec":
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+
+@dataclass
+class RunStatus:
+    """`status[-wN].json`: rewritten by the agent of worker N at each change and heartbeat."""
+    state: RunState = RunState.QUEUED
+    exit_code: int | None = None
+    started: float | None = None
+    ended: float | None = None
+    heartbeat: float | None = None
+    host: str = ""
+    worker: int = 0
+    attempt: int = 1
+    pid: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "state": self.state.value}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "RunStatus":
+        known = {f.name for f in fields(cls)}
+        st = cls(**{k: v for k, v in d.items() if k in known})
+        st.state = RunState(st.state)
+        return st
 
 
 def new_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(2)
 
 
-def key(run_id: str, name: str) -> str:
-    return f"{PREFIX}{run_id}/{name}"
-
-
-def suffix(worker: int) -> str:
-    return "" if worker == 0 else f"-w{worker}"
-
-
-def chunk_key(run_id: str, worker: int, n: int) -> str:
-    return key(run_id, f"logs{suffix(worker)}/{n:06d}.log")
-
-
-def read_json(store, k: str) -> dict | None:
-    raw = store.read(k)
+def read_json(store: BlobStore, key: str) -> dict[str, Any] | None:
+    raw = store.read(key)
     return json.loads(raw) if raw else None
 
 
-def job(store, run_id: str) -> dict | None:
-    return read_json(store, key(run_id, "job.json"))
+def job(store: BlobStore, run_id: str) -> RunSpec | None:
+    d = read_json(store, layout.run_job(run_id))
+    return RunSpec.from_json(d) if d is not None else None
 
 
-def status(store, run_id: str, worker: int = 0) -> dict:
-    return read_json(store, key(run_id, f"status{suffix(worker)}.json")) or {"state": "queued"}
+def status(store: BlobStore, run_id: str, worker: int = 0) -> RunStatus:
+    d = read_json(store, layout.run_status(run_id, worker))
+    return RunStatus.from_json(d) if d is not None else RunStatus()
 
 
-def all_ids(store) -> list[str]:
-    ids = {k[len(PREFIX):].split("/", 1)[0] for k, _ in store.list(PREFIX) if k.endswith("/job.json")}
-    return sorted(ids)
+def all_ids(store: BlobStore) -> list[str]:
+    return sorted({rid for k, _ in store.list(layout.RUNS_PREFIX) if (rid := layout.run_id_of(k))})
 
 
-def latest(store) -> str | None:
+def latest(store: BlobStore) -> str | None:
     ids = all_ids(store)
     return ids[-1] if ids else None
 
 
-def follow(store, run_id: str, write: Callable[[bytes], None], worker: int = 0, follow: bool = True,
-           sleep=time.sleep, max_idle: float | None = None) -> dict:
+def follow(store: BlobStore, run_id: str, write: Callable[[bytes], None], worker: int = 0, follow: bool = True,
+           sleep: Callable[[float], None] = time.sleep, max_idle: float | None = None) -> RunStatus:
     """Write every chunk in order, once. While following, poll the next chunk with backoff when idle (so an idle
     run costs a bounded number of store requests) and stop once the run is final and its last chunk is out.
     Returns the final (or current, when not following) status."""
     max_idle = max_idle if max_idle is not None else float(os.environ.get("TPUCTL_LOG_POLL_MAX", "1.0"))
     n, idle = 1, 0.05
     while True:
-        data = store.read(chunk_key(run_id, worker, n))
+        data = store.read(layout.log_chunk(run_id, worker, n))
         if data is not None:
             write(data)
             n += 1
             idle = 0.05
             continue
         st = status(store, run_id, worker)
-        if st.get("state") in FINAL:
+        if st.state.final:
             # The agent writes its last chunk before the final status: drain what is left, then done.
-            while (data := store.read(chunk_key(run_id, worker, n))) is not None:
+            while (data := store.read(layout.log_chunk(run_id, worker, n))) is not None:
                 write(data)
                 n += 1
             return st

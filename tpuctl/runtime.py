@@ -12,11 +12,12 @@ model.fit has open failures on TPU VMs, keras-team/keras#19448).
 from __future__ import annotations
 
 import os
+from typing import Any
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
 
-def _tf():
+def _tf() -> Any:
     import tensorflow as tf
     return tf
 
@@ -32,7 +33,7 @@ def tpu_address() -> str | None:
     return None
 
 
-def strategy(tpu: str | None = "auto"):
+def strategy(tpu: str | None = "auto") -> Any:
     """TPUStrategy on a TPU; MirroredStrategy over several GPUs; else the default strategy (one GPU or the CPU).
 
     GPU memory growth is turned on first, so a job does not grab the whole card."""
@@ -56,7 +57,7 @@ def strategy(tpu: str | None = "auto"):
     return tf.distribute.get_strategy()
 
 
-def kind(strategy_) -> str:
+def kind(strategy_: Any) -> str:
     """'tpu', 'gpu' or 'cpu': what the strategy runs on (decides mixed precision)."""
     tf = _tf()
     if isinstance(strategy_, tf.distribute.TPUStrategy):
@@ -64,7 +65,7 @@ def kind(strategy_) -> str:
     return "gpu" if tf.config.list_logical_devices("GPU") else "cpu"
 
 
-def global_batch(per_replica: int, strategy_) -> int:
+def global_batch(per_replica: int, strategy_: Any) -> int:
     return per_replica * strategy_.num_replicas_in_sync
 
 
@@ -73,20 +74,21 @@ def scaled_lr(base_lr: float, batch: int, base_batch: int) -> float:
     return base_lr * batch / base_batch
 
 
-def schedule(base_lr: float, batch: int, base_batch: int, warmup_steps: int, total_steps: int, end_lr: float = 0.0):
+def schedule(base_lr: float, batch: int, base_batch: int, warmup_steps: int, total_steps: int,
+             end_lr: float = 0.0) -> Any:
     """Linear warm-up to the scaled learning rate, then linear decay to end_lr at total_steps."""
     tf = _tf()
     peak = scaled_lr(base_lr, batch, base_batch)
 
-    class WarmupDecay(tf.keras.optimizers.schedules.LearningRateSchedule):
-        def __call__(self, step):
+    class WarmupDecay(tf.keras.optimizers.schedules.LearningRateSchedule):  # type: ignore[name-defined]  # TF is imported lazily, so its classes are values here
+        def __call__(self, step: Any) -> Any:
             step = tf.cast(step, tf.float32)
             warm = peak * step / max(1, warmup_steps)
             frac = tf.clip_by_value((step - warmup_steps) / max(1, total_steps - warmup_steps), 0.0, 1.0)
             decay = peak + (end_lr - peak) * frac
             return tf.where(step < warmup_steps, warm, decay)
 
-        def get_config(self):
+        def get_config(self) -> dict[str, float]:
             return {"peak": peak, "warmup_steps": warmup_steps, "total_steps": total_steps, "end_lr": end_lr}
     return WarmupDecay()
 

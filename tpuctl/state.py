@@ -5,6 +5,7 @@ import json
 import os
 from pathlib import Path
 
+from .errors import bad_input
 from .models import ClusterState
 
 
@@ -20,10 +21,16 @@ def _path(name: str) -> Path:
 
 
 def load(name: str) -> ClusterState | None:
+    p = _path(name)
     try:
-        return ClusterState.from_json(json.loads(_path(name).read_text()))
+        raw = p.read_text()
     except FileNotFoundError:
         return None
+    try:
+        return ClusterState.from_json(json.loads(raw))
+    except (ValueError, KeyError, TypeError) as e:
+        raise bad_input(f"state file {p} is unreadable ({type(e).__name__}: {e})",
+                        f"if the cluster's resources are gone, delete {p}; else restore it from a backup")
 
 
 def save(st: ClusterState) -> None:

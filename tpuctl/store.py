@@ -1,16 +1,18 @@
 """The store: the control plane every run goes through (DESIGN "The store is the control plane").
 
 A store is a flat key space under a root URI: a GCS bucket (`gs://bucket`, providers/gcp/gcs_store.py) or a
-directory (LocalStore below). Keys use '/' separators. The only consistency primitive is `create`
+directory (LocalStore below); `providers.open_store(uri)` opens one through the provider that owns the scheme.
+Keys use '/' separators and are built by layout.py. The only consistency primitive is `create`
 (create-if-absent: GCS `if_generation_match=0`, locally `O_CREAT|O_EXCL` on a fully written temp file's link),
 which is what lets exactly one agent claim a run and keeps log chunks written once.
 """
 from __future__ import annotations
 
-import hashlib
 import os
 from pathlib import Path
 from typing import Callable, Protocol
+
+from .md5cache import Md5Cache
 
 
 class BlobStore(Protocol):
@@ -32,18 +34,8 @@ class BlobStore(Protocol):
         """A path or URI a job can read this key from (a directory path locally, gs://... in the cloud)."""
 
 
-def file_md5(path: str, chunk: int = 1 << 20) -> str:
-    h = hashlib.md5()
-    with open(path, "rb") as f:
-        while True:
-            b = f.read(chunk)
-            if not b:
-                return h.hexdigest()
-            h.update(b)
-
-
 class LocalStore:
-    def __init__(self, root: str):
+    def __init__(self, root: str) -> None:
         self.root = Path(root).resolve()
         self.uri = str(self.root)
 
@@ -53,7 +45,7 @@ class LocalStore:
             raise ValueError(f"key escapes the store: {key}")
         return p
 
-    def read(self, key):
+    def read(self, key: str) -> bytes | None:
         try:
             return self._p(key).read_bytes()
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
@@ -66,11 +58,11 @@ class LocalStore:
             f.write(data)
         return tmp
 
-    def write(self, key, data):
+    def write(self, key: str, data: bytes) -> None:
         p = self._p(key)
         os.replace(self._tmp(p, data), p)  # readers see the old or the new object, never half of one
 
-    def create(self, key, data):
+    def create(self, key: str, data: bytes) -> bool:
         p = self._p(key)
         tmp = self._tmp(p, data)
         try:
@@ -81,9 +73,9 @@ class LocalStore:
         finally:
             tmp.unlink(missing_ok=True)
 
-    def list(self, prefix):
+    def list(self, prefix: str) -> list[tuple[str, int]]:
         base = self._p(prefix.rsplit("/", 1)[0]) if "/" in prefix else self.root
-        out = []
+        out: list[tuple[str, int]] = []
         if not base.is_dir():
             return out
         for dirpath, _, files in os.walk(base):
@@ -96,14 +88,13 @@ class LocalStore:
                     out.append((key, full.stat().st_size))
         return sorted(out)
 
-    def stats(self, prefix):
-        from .datasync import Md5Cache
+    def stats(self, prefix: str) -> dict[str, tuple[int, str]]:
         cache = Md5Cache()
         out = {k: (size, cache.md5(self._p(k))) for k, size in self.list(prefix)}
         cache.save()
         return out
 
-    def upload_file(self, path, key, progress):
+    def upload_file(self, path: str, key: str, progress: Callable[[int], None]) -> None:
         p = self._p(key)
         p.parent.mkdir(parents=True, exist_ok=True)
         tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
@@ -116,12 +107,6 @@ class LocalStore:
                 progress(len(b))
         os.replace(tmp, p)
 
-    def local_path(self, key):
+    def local_path(self, key: str) -> str:
         return str(self._p(key))
 
-
-def open_store(uri: str) -> BlobStore:
-    if uri.startswith("gs://"):
-        from .providers.gcp.gcs_store import GcsStore
-        return GcsStore(uri)
-    return LocalStore(uri)

@@ -1,72 +1,80 @@
 """Run flows: submit (package, sync data, write job.json), and what logs/jobs/cancel read from the store.
-Cloud-agnostic: a Provider gives the store; no google or rich imports."""
+Provider-agnostic: a Provider gives the store; no google or rich imports."""
 from __future__ import annotations
 
 import json
 import time
 
-from . import datasync, packaging, runs
-from .errors import TpuctlError
+from . import datasync, layout, packaging, runs
+from .errors import ErrorKind, TpuctlError
 from .jobspec import JobSpec
-from .models import ClusterState
+from .models import ClusterState, Phase
+from .providers.base import Provider, Reporter
+from .runs import RunSpec, RunState
+from .store import BlobStore
+
+STALE_SECONDS = 120   # no heartbeat for this long: `jobs` shows the run as "lost?"
 
 
-def submit(st: ClusterState, provider, job: JobSpec, args: list[str], transfer, reporter) -> tuple[str, dict]:
+def submit(st: ClusterState, provider: Provider, job: JobSpec, args: list[str], transfer: datasync.Transfer,
+           reporter: Reporter) -> tuple[str, dict[str, int]]:
     """Everything up to the written job.json; returns (run id, data sync summary)."""
-    if st.phase != "ready":
-        raise TpuctlError("not_found", f"cluster {st.name} is not ready (its `up` did not finish)",
+    if st.phase is not Phase.READY:
+        raise TpuctlError(ErrorKind.NOT_FOUND, f"cluster {st.name} is not ready (its `up` did not finish)",
                           f"run `tpuctl up -c {st.name} ...` again")
     provider.check_ready(st)
     store = provider.store(st)
     pkg, sha = packaging.build(job.root, job.data)
-    pkg_key = f"tpuctl/packages/{sha}.tar.gz"
+    pkg_key = layout.job_package(sha)
     if pkg_key not in store.stats(pkg_key):
         store.create(pkg_key, pkg)
         reporter.resource("package", sha[:12], f"uploaded {len(pkg) / 1024:.1f} KiB", final=True)
     else:
         reporter.resource("package", sha[:12], "unchanged", final=True)
-    synced = datasync.sync(store, job.data, f"data/{job.name}/", transfer) if job.data else {}
+    data_prefix = layout.job_data(job.name)
+    synced = datasync.sync(store, job.data, data_prefix, transfer) if job.data else {}
     if synced:
-        reporter.resource("data", f"data/{job.name}/", f"{synced['uploaded']} of {synced['files']} files sent "
+        reporter.resource("data", data_prefix, f"{synced['uploaded']} of {synced['files']} files sent "
                           f"({synced['bytes_sent'] / 1e6:.1f} MB; {synced['bytes_skipped'] / 1e6:.1f} MB unchanged)",
                           final=True)
     run_id = runs.new_id()
-    spec = {"id": run_id, "name": job.name, "command": job.command, "args": list(args), "env": job.env,
-            "package": sha, "requirements": job.requirements, "submitted": time.time(), "cluster": st.name}
-    if not store.create(runs.key(run_id, "job.json"), json.dumps(spec, indent=2).encode()):
-        raise TpuctlError("error", f"run id {run_id} already exists", "submit again")
+    spec = RunSpec(id=run_id, name=job.name, command=job.command, args=list(args), env=job.env, package=sha,
+                   requirements=job.requirements, submitted=time.time(), cluster=st.name)
+    if not store.create(layout.run_job(run_id), json.dumps(spec.to_json(), indent=2).encode()):
+        raise TpuctlError(ErrorKind.ERROR, f"run id {run_id} already exists", "submit again")
     return run_id, synced
 
 
-def resolve_run(store, run_id: str | None) -> str:
+def resolve_run(store: BlobStore, run_id: str | None) -> str:
     if run_id:
         if runs.job(store, run_id) is None:
-            raise TpuctlError("not_found", f"no run {run_id}", "`tpuctl jobs` lists runs")
+            raise TpuctlError(ErrorKind.NOT_FOUND, f"no run {run_id}", "`tpuctl jobs` lists runs")
         return run_id
     latest = runs.latest(store)
     if latest is None:
-        raise TpuctlError("not_found", "no runs yet", "`tpuctl submit JOB_DIR` starts one")
+        raise TpuctlError(ErrorKind.NOT_FOUND, "no runs yet", "`tpuctl submit JOB_DIR` starts one")
     return latest
 
 
-def table(store) -> list[dict]:
-    rows = []
+def table(store: BlobStore) -> list[dict[str, object]]:
+    rows: list[dict[str, object]] = []
     for run_id in runs.all_ids(store):
-        job = runs.job(store, run_id) or {}
+        job = runs.job(store, run_id)
         st = runs.status(store, run_id)
-        start, end = st.get("started"), st.get("ended")
-        if st.get("state") not in runs.FINAL and st.get("heartbeat") and time.time() - st["heartbeat"] > 120:
-            st["state"] = "lost?"   # no heartbeat for 2 minutes: the host may be gone
-        rows.append({"id": run_id, "name": job.get("name", ""), "state": st.get("state", "queued"),
+        start, end = st.started, st.ended
+        shown = st.state.value
+        if not st.state.final and st.heartbeat and time.time() - st.heartbeat > STALE_SECONDS:
+            shown = "lost?"   # no heartbeat for 2 minutes: the host may be gone
+        rows.append({"id": run_id, "name": job.name if job else "", "state": shown,
                      "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(start)) if start else "",
                      "duration": round((end or time.time()) - start, 1) if start else None,
-                     "exit_code": st.get("exit_code"), "attempt": st.get("attempt", 1)})
+                     "exit_code": st.exit_code, "attempt": st.attempt})
     return rows
 
 
-def cancel(store, run_id: str) -> dict:
+def cancel(store: BlobStore, run_id: str) -> RunState:
     st = runs.status(store, run_id)
-    if st.get("state") in runs.FINAL:
-        raise TpuctlError("input", f"run {run_id} already {st['state']}", "nothing to cancel")
-    store.write(runs.key(run_id, "cancel"), json.dumps({"time": time.time()}).encode())
-    return st
+    if st.state.final:
+        raise TpuctlError(ErrorKind.INPUT, f"run {run_id} already {st.state.value}", "nothing to cancel")
+    store.write(layout.run_cancel(run_id), json.dumps({"time": time.time()}).encode())
+    return st.state

@@ -1,10 +1,34 @@
-"""Provider registry: imported lazily so `--provider local` never loads google-cloud."""
+"""Provider registry. Implementations are imported lazily, so `--provider local` never loads google-cloud and
+`tpuctl --help` loads neither."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
 
-def get(name: str, project: str = ""):
-    if name == "local":
+from ..errors import bad_input
+from ..models import ProviderName
+
+if TYPE_CHECKING:
+    from ..store import BlobStore
+    from .base import Provider
+
+
+def get(name: ProviderName | str) -> "Provider":
+    try:
+        which = ProviderName(name)
+    except ValueError:
+        raise bad_input(f"unknown provider {name!r}", "use --provider " + " or --provider ".join(
+            p.value for p in ProviderName))
+    if which is ProviderName.LOCAL:
         from .local import LocalProvider
         return LocalProvider()
     from .gcp.provider import GcpProvider
-    return GcpProvider(project)
+    return GcpProvider()
+
+
+def open_store(uri: str) -> "BlobStore":
+    """A store from its URI, through the provider that owns the scheme (gs:// is Google Cloud Storage)."""
+    if uri.startswith("gs://"):
+        from .gcp.gcs_store import GcsStore
+        return GcsStore(uri)
+    from ..store import LocalStore
+    return LocalStore(uri)

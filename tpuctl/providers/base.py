@@ -1,19 +1,34 @@
-"""The contract between the orchestrator and a cloud. Every provider follows these rules:
+"""The contract between the orchestrator and where the compute lives. A provider owns its topology: how a
+ClusterSpec becomes resources, their plan rows and price, what the host runs at boot, the cluster record, and
+how its store is opened. The orchestrator owns only what every provider shares (validate, plan, confirm, create
+across placements with failover, undo what this run created, save state, tear down) and never asks which
+provider or architecture it is talking to: it asks for a capability (`grants`, `inventory`) instead.
 
+Rules every implementation follows:
+
+- Nothing mutating before validation. `make_spec` validates every flag offline and raises TpuctlError(INPUT)
+  naming the flag; flags that do not apply to the provider are refused, not ignored.
 - `ensure_*` creates or adopts and is idempotent: calling it again after success (or after an interruption)
-  returns the same resource and creates nothing twice. It returns True when THIS call created the resource,
-  so the orchestrator knows what a failed `up` must remove.
-- `delete_*` succeeds when the resource is already gone, and refuses (TpuctlError "input") to delete a resource
-  that does not carry the `tpuctl-cluster=<name>` label.
-- Every call blocks until the resource is usable or gone, with a deadline, reporting state changes through
-  `progress(state_text)`; it raises TpuctlError, whose `scope` ("zone", "region", "global") says whether the
-  next zone may succeed.
+  returns the same resource and creates nothing twice. A resource is adopted only when it carries the label
+  `tpuctl-cluster=<name>` (models.require_owned); a same-named resource without it is refused.
+- `delete_*` succeeds when the resource is already gone, and refuses (TpuctlError INPUT) to delete a resource
+  that does not carry the label.
+- Every call blocks until the resource is usable or gone, with a deadline (TpuctlError TIMEOUT past it), and
+  reports state changes through `progress(state_text)`.
+- A failure raises TpuctlError whose `scope` says how far it reaches: ZONE (the next placement may work),
+  REGION (no placement in the same region will), GLOBAL (stop). Capacity and location errors carry ZONE or
+  REGION; everything else is GLOBAL.
+- `ensure_compute` cleans up after itself when it fails part-way (e.g. the legacy node's TPU when its VM could
+  not be made), so a failed placement leaves nothing behind; on success it returns what it created, each with
+  the undo the orchestrator runs if a later step of the same `up` fails.
 """
 from __future__ import annotations
 
-from typing import Callable, Protocol
+from dataclasses import dataclass, field
+from typing import Callable, NamedTuple, Protocol
 
-from ..models import ClusterSpec, ClusterState, Grant
+from ..models import ClusterSpec, ClusterState, Grant, HostFacts, ProviderName
+from ..store import BlobStore
 
 Progress = Callable[[str], None]
 
@@ -24,42 +39,132 @@ class Reporter(Protocol):
     def resource(self, kind: str, name: str, state: str, final: bool | None = None) -> None:
         """A resource changed state ("creating", "READY", "deleted", ...); the reporter times it until a final
         state (`final`, or by default READY, RUNNING, DELETED, GRANTED, REVOKED, ADOPTED)."""
-    def transfer(self, total: int):
+    def transfer(self, total: int) -> Callable[[int], None]:
         """Start a byte progress display for an upload of `total` bytes; returns advance(n_bytes)."""
 
 
-class Provider(Protocol):
-    """The cloud provider implements all of it. The local provider has no zones, TPU, VM or grants: `up` takes a
-    shorter path (orchestrator._up_local) through ensure_bucket and `ensure_host(st, progress)`, which starts the
-    agent; its delete_tpu stops that agent and its delete_vm and revoke do nothing."""
-    name: str
+def progress_of(reporter: Reporter, kind: str, name: str) -> Progress:
+    return lambda s: reporter.resource(kind, name, s)
 
-    def runtime_for(self, spec: ClusterSpec, zone: str) -> str:
-        """The runtime (vm) or TensorFlow version (node) to use: spec.runtime, or the newest that fits."""
+
+@dataclass
+class UpFlags:
+    """`tpuctl up`'s flags as typed, before any provider validated them. None/empty/False = not given."""
+    tpu_type: str | None = None
+    zones: list[str] = field(default_factory=list)
+    project: str | None = None
+    arch: str | None = None
+    runtime: str | None = None
+    spot: bool = False
+    service_account: str | None = None
+    bucket: str | None = None
+    vm_type: str | None = None
+
+    def given(self) -> list[str]:
+        """The flags the user set, spelled as on the command line."""
+        names = {"tpu_type": "--type", "zones": "--zone", "project": "--project", "arch": "--arch",
+                 "runtime": "--runtime", "spot": "--spot", "service_account": "--service-account",
+                 "bucket": "--bucket", "vm_type": "--vm-type"}
+        return [flag for attr, flag in names.items() if getattr(self, attr)]
+
+
+class PlanRow(NamedTuple):
+    kind: str     # tpu, vm, bucket, grant, store, agent
+    name: str
+    where: str
+
+
+class Price(NamedTuple):
+    hourly: float | None     # USD per hour while the cluster exists; None when the catalog does not know
+    text: str
+
+
+class Placement(NamedTuple):
+    """Where compute may be created. Failover moves along a list of these."""
+    zone: str
+    region: str
+
+
+@dataclass
+class Created:
+    """A resource this `up` created, and how to remove it if a later step of the same `up` fails."""
+    kind: str
+    name: str
+    undo: Callable[[], None]
+
+
+@dataclass
+class Compute:
+    created: list[Created]
+    facts: HostFacts
+
+
+class BucketGrants(Protocol):
+    """Capability: the workload's identities get object access on the store, on the bucket only."""
 
     def workload_accounts(self, spec: ClusterSpec) -> list[str]:
-        """Identities known before creation that must read and write the bucket."""
-
-    def ensure_bucket(self, spec: ClusterSpec, bucket: str, region: str, progress: Progress) -> bool: ...
-    def delete_bucket(self, bucket: str, progress: Progress) -> None: ...
-    def grant(self, bucket: str, accounts: list[str]) -> list[Grant]:
+        """Identities known before creation that must read and write the store."""
+    def host_accounts(self, st: ClusterState) -> list[str]:
+        """Identities known only once the compute exists (the legacy node's TPU service agent)."""
+    def grant(self, spec: ClusterSpec, accounts: list[str]) -> list[Grant]:
         """Add the object roles for each account on the bucket only; returns the grants this call added."""
-    def revoke(self, bucket: str, grants: list[Grant]) -> None: ...
+    def revoke(self, spec: ClusterSpec, grants: list[Grant]) -> None:
+        """Remove exactly these grants; a bucket already gone is fine."""
 
-    def ensure_tpu(self, spec: ClusterSpec, zone: str, runtime: str, script: str, progress: Progress) -> tuple[bool, dict]:
-        """Returns (created, facts) where facts has `ip` and, for the legacy node, `service_account`."""
-    def delete_tpu(self, st: ClusterState, progress: Progress) -> None: ...
-    def ensure_vm(self, spec: ClusterSpec, zone: str, script: str, progress: Progress) -> bool: ...
-    def delete_vm(self, st: ClusterState, progress: Progress) -> None: ...
 
-    def write_cluster_record(self, bucket: str, record: dict) -> None:
-        """tpuctl/cluster.json in the store (and, on a cloud, the agent package the hosts install)."""
-    def store(self, st: ClusterState):
-        """The cluster's BlobStore (tpuctl/store.py)."""
+class Inventory(Protocol):
+    """Capability: list what carries the tpuctl label, with or without local state (orphans)."""
+
+    def list_labelled(self, project: str) -> list[dict[str, str]]:
+        """Every labelled compute resource: cluster, name, zone, type, state."""
+
+
+class Provider(Protocol):
+    @property
+    def name(self) -> ProviderName: ...
+    @property
+    def store_noun(self) -> str:
+        """What the store is called to users: "bucket", "store"."""
+    @property
+    def grants(self) -> BucketGrants | None:
+        """None: the provider has no identities to grant store access to."""
+    @property
+    def inventory(self) -> Inventory | None:
+        """None: nothing to list beyond local state."""
+
+    # -- planning (offline) ----------------------------------------------------------------------------
+    def make_spec(self, name: str, flags: UpFlags) -> ClusterSpec:
+        """Validate `up`'s flags offline and turn them into a spec; refuse flags that do not apply."""
+    def plan(self, spec: ClusterSpec) -> list[PlanRow]:
+        """What `up` will create or adopt, for the plan shown before confirming."""
+    def price(self, spec: ClusterSpec) -> Price: ...
+    def placements(self, spec: ClusterSpec) -> list[Placement]:
+        """Where to try, in order (the zones asked for; the one machine for local)."""
+
+    # -- making and removing ---------------------------------------------------------------------------
+    def preflight(self, spec: ClusterSpec) -> None:
+        """Raise before anything is created when the provider cannot be used (no credentials)."""
+    def ensure_store(self, spec: ClusterSpec, region: str, progress: Progress) -> bool:
+        """Create or adopt the store in `region`; True when this call created it."""
+    def delete_store(self, st: ClusterState, progress: Progress) -> None: ...
+    def choose_runtime(self, spec: ClusterSpec, placement: Placement) -> str:
+        """The software the host runs (spec.runtime, or the newest that fits the placement); "" if none."""
+    def ensure_compute(self, st: ClusterState, reporter: Reporter) -> Compute:
+        """Create or adopt the cluster's compute at st.zone with st.runtime, and start its host."""
+    def delete_compute(self, st: ClusterState, reporter: Reporter) -> None:
+        """Remove everything of the cluster that bills (TPU, VM, agent process); the store stays."""
+    def write_cluster_record(self, st: ClusterState) -> None:
+        """`tpuctl/cluster.json` in the store (and what the hosts install from it)."""
+
+    # -- using ---------------------------------------------------------------------------------------
+    def store(self, st: ClusterState) -> BlobStore: ...
     def check_ready(self, st: ClusterState) -> None:
         """Raise TpuctlError unless runs can be submitted now (TPU READY; local agent alive)."""
-
-    def describe(self, st: ClusterState) -> dict:
-        """Live state of each resource of the cluster: {"tpu": ..., "vm": ..., "bucket": ...}."""
-    def list_labelled(self) -> list[dict]:
-        """Every TPU in the project carrying the tpuctl label: name, cluster, zone, type, state."""
+    def location(self, st: ClusterState) -> str:
+        """Where the cluster runs, in words ("v3-8 in us-central1-b", "this machine")."""
+    def summary(self, st: ClusterState) -> dict[str, object]:
+        """The provider's own fields for `status` (project, type, zone, ...), in display order."""
+    def describe(self, st: ClusterState) -> dict[str, dict[str, object]]:
+        """Live state of each resource of the cluster, as the provider sees it now."""
+    def teardown_list(self, st: ClusterState) -> list[str]:
+        """What `down` will delete, in words, for its confirmation."""

@@ -1,9 +1,10 @@
 """LocalProvider: the Provider contract (base.py) on this machine. The store is a directory under the user's data
 directory; the "TPU" is whatever TensorFlow finds here; the host is a detached agent process that outlives the CLI.
-Imports nothing from google-cloud.
+Implements the contract in base.py; imports nothing from google-cloud.
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -12,10 +13,11 @@ import sys
 import time
 from pathlib import Path
 
-from .. import state
-from ..errors import TpuctlError
-from ..models import ClusterState
+from .. import layout, state
+from ..errors import ErrorKind, TpuctlError, bad_input
+from ..models import ClusterSpec, ClusterState, HostFacts, ProviderName, cluster_record
 from ..store import LocalStore
+from .base import Compute, Created, Placement, PlanRow, Price, Progress, Reporter, UpFlags, progress_of
 
 
 def data_home() -> Path:
@@ -50,90 +52,150 @@ def _cmdline(pid: int) -> str:
 
 
 class LocalProvider:
-    name = "local"
+    """No zones, no grants, nothing billed: `up` makes a store directory and starts an agent process."""
+    name = ProviderName.LOCAL
+    store_noun = "store"
+    grants = None
+    inventory = None
 
     @staticmethod
     def root(cluster: str) -> Path:
         return data_home() / "clusters" / cluster / "store"
 
-    def store(self, st: ClusterState) -> LocalStore:
-        return LocalStore(st.bucket)
+    # -- planning ------------------------------------------------------------------------------------
+    def make_spec(self, name: str, flags: UpFlags) -> ClusterSpec:
+        given = flags.given()
+        if given:
+            raise bad_input(f"{', '.join(given)} do not apply to --provider local",
+                            "the local provider runs on this machine: `tpuctl up --provider local -c NAME`")
+        return ClusterSpec(name=name, provider=self.name, store=str(self.root(name)))
 
-    def agent_alive(self, st: ClusterState) -> bool:
-        """True only when st.host_pid is running AND is the agent started for this store (pids get reused)."""
-        if not st.host_pid:
-            return False
-        cmd = _cmdline(st.host_pid)
-        return "tpuctl.agent" in cmd and str(Path(st.bucket)) in cmd
+    def plan(self, spec: ClusterSpec) -> list[PlanRow]:
+        return [PlanRow("store", spec.store, "this machine"), PlanRow("agent", f"agent for {spec.name}", "this machine")]
 
-    def ensure_bucket(self, spec, bucket, region, progress) -> bool:
-        p = Path(bucket)
+    def price(self, spec: ClusterSpec) -> Price:
+        return Price(0.0, "free")
+
+    def placements(self, spec: ClusterSpec) -> list[Placement]:
+        return [Placement("", "")]
+
+    # -- making and removing ---------------------------------------------------------------------------
+    def preflight(self, spec: ClusterSpec) -> None:
+        pass
+
+    def ensure_store(self, spec: ClusterSpec, region: str, progress: Progress) -> bool:
+        p = Path(spec.store)
         created = not p.is_dir()
         p.mkdir(parents=True, exist_ok=True)
         progress("ready")
         return created
 
-    def ensure_host(self, st: ClusterState, progress) -> bool:
-        """Start the agent unless it is already running; True when started."""
+    def delete_store(self, st: ClusterState, progress: Progress) -> None:
+        p = Path(st.spec.store)
+        if p.is_dir():
+            progress("deleting")
+            shutil.rmtree(p.parent if p.name == "store" and p.parent.parent.name == "clusters" else p)
+
+    def choose_runtime(self, spec: ClusterSpec, placement: Placement) -> str:
+        return ""
+
+    def ensure_compute(self, st: ClusterState, reporter: Reporter) -> Compute:
+        """Start the agent unless it is already running (a dead one is restarted)."""
+        progress = progress_of(reporter, "agent", st.name)
         if self.agent_alive(st):
             progress("running")
-            return False
-        if st.host_pid:
+            return Compute([], st.host)
+        if st.host.pid:
             progress("agent had died, restarting")
         logs = state.home() / "agents"
         logs.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ, TPUCTL_AGENT_HOME=str(data_home() / "clusters" / st.name / "work"))
         with open(logs / f"{st.name}.log", "ab") as log:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "tpuctl.agent", "--store", str(Path(st.bucket)), "--accelerator",
+                [sys.executable, "-m", "tpuctl.agent", "--store", str(Path(st.spec.store)), "--accelerator",
                  accelerator(), "--tpu", "", "--poll", "0.25"],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-        st.host_pid = proc.pid
+        facts = HostFacts(pid=proc.pid)
         progress("running")
-        return True
+        started = ClusterState(spec=st.spec, host=facts)
+        return Compute([Created("agent", st.name, lambda: self._stop(started, lambda s: None))], facts)
 
-    def delete_tpu(self, st: ClusterState, progress) -> None:
+    def delete_compute(self, st: ClusterState, reporter: Reporter) -> None:
+        self._stop(st, progress_of(reporter, "agent", st.name))
+
+    def _stop(self, st: ClusterState, progress: Progress) -> None:
         if not self.agent_alive(st):
             return
+        pid = st.host.pid
         progress("stopping")
-        os.kill(st.host_pid, signal.SIGTERM)   # the agent stops its running job (5 s grace), then exits
-        deadline = time.monotonic() + 15
-        while self.agent_alive(st) and time.monotonic() < deadline:
-            _reap(st.host_pid)
-            time.sleep(0.05)
-        if self.agent_alive(st):
-            os.kill(st.host_pid, signal.SIGKILL)
-        _reap(st.host_pid)
+        os.kill(pid, signal.SIGTERM)   # the agent stops its running job (5 s grace), then exits
+        if not _wait_exit(pid, 15):
+            os.kill(pid, signal.SIGKILL)
+            _wait_exit(pid, 5)
         progress("deleted")
 
-    def delete_vm(self, st, progress) -> None:
-        pass
+    def write_cluster_record(self, st: ClusterState) -> None:
+        self.store(st).write(layout.CLUSTER_RECORD, json.dumps(cluster_record(st, ""), indent=2).encode())
 
-    def revoke(self, bucket, grants) -> None:
-        pass
+    # -- using ---------------------------------------------------------------------------------------
+    def store(self, st: ClusterState) -> LocalStore:
+        return LocalStore(st.spec.store)
 
-    def delete_bucket(self, bucket: str, cluster: str, progress) -> None:
-        p = Path(bucket)
-        if p.is_dir():
-            progress("deleting")
-            shutil.rmtree(p.parent if p.name == "store" and p.parent.parent.name == "clusters" else p)
-
-    def write_cluster_record(self, bucket: str, record: dict) -> None:
-        import json
-        LocalStore(bucket).write("tpuctl/cluster.json", json.dumps(record, indent=2).encode())
+    def agent_alive(self, st: ClusterState) -> bool:
+        """True only when the recorded pid is running AND is the agent started for this store (pids get reused)."""
+        if not st.host.pid:
+            return False
+        cmd = _cmdline(st.host.pid)
+        return "tpuctl.agent" in cmd and str(Path(st.spec.store)) in cmd
 
     def check_ready(self, st: ClusterState) -> None:
         if not self.agent_alive(st):
-            raise TpuctlError("not_found", f"the agent of local cluster {st.name} is not running",
+            raise TpuctlError(ErrorKind.NOT_FOUND, f"the agent of local cluster {st.name} is not running",
                               f"run `tpuctl up -c {st.name} --provider local` to restart it")
 
-    def describe(self, st: ClusterState) -> dict:
-        return {"agent": {"state": "running" if self.agent_alive(st) else "DEAD", "pid": st.host_pid},
-                "store": {"path": st.bucket, "state": "READY" if Path(st.bucket).is_dir() else "MISSING"}}
+    def location(self, st: ClusterState) -> str:
+        return "this machine"
+
+    def summary(self, st: ClusterState) -> dict[str, object]:
+        return {}
+
+    def describe(self, st: ClusterState) -> dict[str, dict[str, object]]:
+        return {"agent": {"state": "running" if self.agent_alive(st) else "DEAD", "pid": st.host.pid},
+                "store": {"path": st.spec.store, "state": "READY" if Path(st.spec.store).is_dir() else "MISSING"}}
+
+    def teardown_list(self, st: ClusterState) -> list[str]:
+        return [f"the local agent of {st.name}"]
 
 
-def _reap(pid: int) -> None:
+def _exited(pid: int) -> bool:
+    """Gone or a zombie. Not `_cmdline(pid) == ""`: a process's cmdline reads empty while it is still exiting."""
     try:
-        os.waitpid(pid, os.WNOHANG)  # only succeeds when the agent is our own child (tests, one process)
-    except ChildProcessError:
-        pass
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+    except OSError:   # no /proc (macOS)
+        try:
+            os.kill(pid, 0)
+            return False
+        except ProcessLookupError:
+            return True
+
+
+def _wait_exit(pid: int, seconds: float) -> bool:
+    """Wait for the process to exit, reaping it when it is our own child (the CLI in one process, as in tests)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass   # not our child: its parent (init, once the `up` that started it has exited) reaps it
+        if _exited(pid):
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)

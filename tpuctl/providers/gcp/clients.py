@@ -10,29 +10,30 @@ from __future__ import annotations
 
 import functools
 import os
+from typing import Any
 
-from ...errors import TpuctlError
+from ...errors import ErrorKind, TpuctlError
 
 
-def _anonymous():
+def _anonymous() -> Any:
     from google.auth.credentials import AnonymousCredentials
     return AnonymousCredentials()
 
 
 @functools.lru_cache(maxsize=None)
-def credentials():
+def credentials() -> Any:
     import google.auth
     from google.auth.exceptions import DefaultCredentialsError
     try:
         creds, _ = google.auth.default(scopes=["https://www.googleapis.com/auth/cloud-platform"])
     except DefaultCredentialsError:
-        raise TpuctlError("permission", "no Google Cloud credentials found",
+        raise TpuctlError(ErrorKind.PERMISSION, "no Google Cloud credentials found",
                           "run `gcloud auth application-default login` (or set GOOGLE_APPLICATION_CREDENTIALS)")
     return creds
 
 
 @functools.lru_cache(maxsize=None)
-def tpu(version: int):
+def tpu(version: int) -> Any:
     import importlib
     mod = importlib.import_module(f"google.cloud.tpu_v{version}")
     host = os.environ.get("TPU_EMULATOR_HOST")
@@ -45,7 +46,7 @@ def tpu(version: int):
 
 
 @functools.lru_cache(maxsize=None)
-def compute(kind: str):
+def compute(kind: str) -> Any:
     """kind: InstancesClient, ZoneOperationsClient or ProjectsClient, all on the same endpoint."""
     from google.cloud import compute_v1
     cls = getattr(compute_v1, kind)
@@ -56,8 +57,8 @@ def compute(kind: str):
 
 
 @functools.lru_cache(maxsize=None)
-def storage(project: str):
-    from google.cloud import storage as gcs
+def storage(project: str | None) -> Any:
+    import google.cloud.storage as gcs
     if os.environ.get("STORAGE_EMULATOR_HOST"):
         return gcs.Client(project=project, credentials=_anonymous())
     return gcs.Client(project=project, credentials=credentials())

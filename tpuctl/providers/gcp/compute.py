@@ -5,8 +5,11 @@ client built without our client_options, so against an emulator it would call co
 """
 from __future__ import annotations
 
-from ...errors import TpuctlError
+from typing import Any
+
+from ...errors import ErrorKind, TpuctlError
 from ...models import ClusterSpec, require_owned
+from ..base import Progress
 from . import clients
 from .errors import classify_text
 from .operations import call, wait
@@ -18,22 +21,22 @@ DEADLINE = 600.0
 def default_service_account(project: str) -> str:
     p = call(clients.compute("ProjectsClient").get, project=project, what="read project")
     if not p.default_service_account:
-        raise TpuctlError("permission", f"project {project} has no Compute Engine default service account",
+        raise TpuctlError(ErrorKind.PERMISSION, f"project {project} has no Compute Engine default service account",
                           "pass --service-account EMAIL")
     return p.default_service_account
 
 
-def find(project: str, name: str, zone: str):
+def find(project: str, name: str, zone: str) -> Any:
     try:
         return call(clients.compute("InstancesClient").get, project=project, zone=zone, instance=name,
                     what=f"get VM {name}")
     except TpuctlError as e:
-        if e.kind == "not_found":
+        if e.kind is ErrorKind.NOT_FOUND:
             return None
         raise
 
 
-def build_instance(spec: ClusterSpec, zone: str, script: str):
+def build_instance(spec: ClusterSpec, zone: str, script: str) -> Any:
     from google.cloud import compute_v1 as c
     return c.Instance(
         name=spec.vm_name, machine_type=f"zones/{zone}/machineTypes/{spec.vm_type}", labels=spec.labels,
@@ -47,10 +50,10 @@ def build_instance(spec: ClusterSpec, zone: str, script: str):
         metadata=c.Metadata(items=[c.Items(key="startup-script", value=script)]))
 
 
-def _wait_op(project: str, zone: str, op, what: str, progress):
+def _wait_op(project: str, zone: str, op: Any, what: str, progress: Progress) -> None:
     ops = clients.compute("ZoneOperationsClient")
 
-    def poll():
+    def poll() -> tuple[bool, str]:
         cur = call(ops.get, project=project, zone=zone, operation=op.name, what=what)
         return cur.status == type(cur).Status.DONE, "working"
     wait(poll, what, DEADLINE)
@@ -60,7 +63,7 @@ def _wait_op(project: str, zone: str, op, what: str, progress):
         raise classify_text(e.code, e.message, what)
 
 
-def create(project: str, spec: ClusterSpec, zone: str, script: str, progress):
+def create(project: str, spec: ClusterSpec, zone: str, script: str, progress: Progress) -> None:
     progress("creating")
     what = f"create VM {spec.vm_name} in {zone}"
     try:
@@ -74,7 +77,7 @@ def create(project: str, spec: ClusterSpec, zone: str, script: str, progress):
     progress("RUNNING")
 
 
-def delete(project: str, name: str, zone: str, cluster: str, progress):
+def delete(project: str, name: str, zone: str, cluster: str, progress: Progress) -> None:
     vm = find(project, name, zone)
     if vm is None:
         return
@@ -86,5 +89,5 @@ def delete(project: str, name: str, zone: str, cluster: str, progress):
                   what=what)
         _wait_op(project, zone, op, what, progress)
     except TpuctlError as e:
-        if e.kind != "not_found":
+        if e.kind is not ErrorKind.NOT_FOUND:
             raise

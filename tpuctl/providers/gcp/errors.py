@@ -9,47 +9,49 @@ from __future__ import annotations
 
 import re
 
-from ...errors import TpuctlError
+from typing import Any
+
+from ...errors import ErrorKind, Scope, TpuctlError
 
 _ENABLE = "gcloud services enable tpu.googleapis.com compute.googleapis.com storage.googleapis.com"
 
 # (regex, kind, scope, retryable, hint)
-TABLE = [
+TABLE: list[tuple[str, ErrorKind, Scope, bool, str]] = [
     (r"no more capacity in the zone|ZONE_RESOURCE_POOL_EXHAUSTED|does not have enough resources available",
-     "capacity", "zone", False, "the zone is out of capacity: add more --zone values, try --spot, or retry later"),
+     ErrorKind.CAPACITY, Scope.ZONE, False, "the zone is out of capacity: add more --zone values, try --spot, or retry later"),
     (r"Quota '[^']*' exhausted.*in region|QUOTA_EXCEEDED.*region",
-     "capacity", "region", False, "request more TPU quota for this region in the console, or pick a zone elsewhere"),
+     ErrorKind.CAPACITY, Scope.REGION, False, "request more TPU quota for this region in the console, or pick a zone elsewhere"),
     (r"Quota '[^']*' exhausted|QUOTA_EXCEEDED",
-     "capacity", "zone", False, "request more TPU quota in the console (IAM & Admin > Quotas), or pick another zone"),
+     ErrorKind.CAPACITY, Scope.ZONE, False, "request more TPU quota in the console (IAM & Admin > Quotas), or pick another zone"),
     (r"Insufficient reserved capacity",
-     "capacity", "zone", False, "the reservation is full: drop the reservation, use --spot, or try another zone"),
+     ErrorKind.CAPACITY, Scope.ZONE, False, "the reservation is full: drop the reservation, use --spot, or try another zone"),
     (r"accelerator \S+ was not found in zone|accelerator type .* not (found|available)",
-     "input", "zone", False, "this zone does not offer that type: `tpuctl up --help` lists zones per type"),
+     ErrorKind.INPUT, Scope.ZONE, False, "this zone does not offer that type: `tpuctl up --help` lists zones per type"),
     (r"LOCATION_POLICY_VIOLATED",
-     "permission", "region", False, "your organisation or project may not use this region; pick a zone in another"),
+     ErrorKind.PERMISSION, Scope.REGION, False, "your organisation or project may not use this region; pick a zone in another"),
     (r"SERVICE_DISABLED|has not been used in project|it is disabled",
-     "permission", "global", False, f"enable the APIs: {_ENABLE} --project PROJECT"),
+     ErrorKind.PERMISSION, Scope.GLOBAL, False, f"enable the APIs: {_ENABLE} --project PROJECT"),
     (r"provision TPU Node has been denied|migrate to TPU VM",
-     "refused", "global", False, "Google no longer creates TPU Nodes: use --arch vm (TPU VM, the default)"),
+     ErrorKind.REFUSED, Scope.GLOBAL, False, "Google no longer creates TPU Nodes: use --arch vm (TPU VM, the default)"),
     (r"PREEMPTED|TERMINATED",
-     "preempted", "global", False, "the TPU was preempted; `tpuctl up` again recreates it"),
+     ErrorKind.PREEMPTED, Scope.GLOBAL, False, "the TPU was preempted; `tpuctl up` again recreates it"),
     (r"^(401|UNAUTHENTICATED)\b|invalid_grant|Reauthentication",
-     "permission", "global", False, "run `gcloud auth application-default login`"),
+     ErrorKind.PERMISSION, Scope.GLOBAL, False, "run `gcloud auth application-default login`"),
     (r"^(403|PERMISSION_DENIED)\b",
-     "permission", "global", False,
+     ErrorKind.PERMISSION, Scope.GLOBAL, False,
      "your account needs roles/tpu.admin, roles/compute.instanceAdmin.v1, roles/storage.admin and "
      "roles/iam.serviceAccountUser on the project"),
-    (r"^(404|NOT_FOUND)\b", "not_found", "global", False, ""),
-    (r"^(409|ALREADY_EXISTS)\b", "error", "global", False, "the name is taken; run the same command again to adopt it"),
+    (r"^(404|NOT_FOUND)\b", ErrorKind.NOT_FOUND, Scope.GLOBAL, False, ""),
+    (r"^(409|ALREADY_EXISTS)\b", ErrorKind.ERROR, Scope.GLOBAL, False, "the name is taken; run the same command again to adopt it"),
     (r"^(429|500|502|503|504|UNAVAILABLE|DEADLINE_EXCEEDED|INTERNAL|RESOURCE_EXHAUSTED|ABORTED)\b|rateLimitExceeded"
      r"|Connection (reset|refused|aborted)|timed out",
-     "error", "global", True, "Google Cloud answered with a passing error; run the same command again"),
-    (r"^(400|INVALID_ARGUMENT|FAILED_PRECONDITION)\b", "input", "global", False, "check the flags you passed"),
+     ErrorKind.ERROR, Scope.GLOBAL, True, "Google Cloud answered with a passing error; run the same command again"),
+    (r"^(400|INVALID_ARGUMENT|FAILED_PRECONDITION)\b", ErrorKind.INPUT, Scope.GLOBAL, False, "check the flags you passed"),
 ]
-_COMPILED = [(re.compile(p), *rest) for p, *rest in TABLE]
+_COMPILED = [(re.compile(p), kind, scope, retryable, hint) for p, kind, scope, retryable, hint in TABLE]
 
 
-def _code_and_message(exc) -> tuple[str, str]:
+def _code_and_message(exc: BaseException) -> tuple[str, str]:
     from google.api_core import exceptions as gexc
     if isinstance(exc, gexc.GoogleAPICallError):
         code = ""
@@ -70,11 +72,11 @@ def classify_text(code: str, message: str, what: str = "request") -> TpuctlError
     for rx, kind, scope, retryable, hint in _COMPILED:
         if rx.search(text):
             return TpuctlError(kind, f"{what} failed: {_first_line(message) or code}", hint, scope, retryable)
-    return TpuctlError("error", f"{what} failed: {code} {_first_line(message)}".strip(),
+    return TpuctlError(ErrorKind.ERROR, f"{what} failed: {code} {_first_line(message)}".strip(),
                        "run again with TPUCTL_DEBUG=1 for details")
 
 
-def classify(exc, what: str = "request") -> TpuctlError:
+def classify(exc: BaseException, what: str = "request") -> TpuctlError:
     if isinstance(exc, TpuctlError):
         return exc
     code, message = _code_and_message(exc)

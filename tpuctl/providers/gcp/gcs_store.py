@@ -8,47 +8,48 @@ from __future__ import annotations
 import base64
 import os
 import time
+from typing import Any, Callable
 
-from ...errors import TpuctlError
+from ...errors import ErrorKind, TpuctlError
 from . import clients
 from .operations import call
 
 _FORBIDDEN_GRACE = 420.0
 
 
-def _retry_forbidden(fn, *args, **kwargs):
+def _retry_forbidden(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     deadline = time.monotonic() + float(os.environ.get("TPUCTL_FORBIDDEN_GRACE", _FORBIDDEN_GRACE))
     while True:
         try:
             return call(fn, *args, **kwargs)
         except TpuctlError as e:
-            if e.kind != "permission" or time.monotonic() > deadline:
+            if e.kind is not ErrorKind.PERMISSION or time.monotonic() > deadline:
                 raise
             time.sleep(10)
 
 
 class GcsStore:
-    def __init__(self, uri: str, project: str | None = None):
+    def __init__(self, uri: str, project: str | None = None) -> None:
         self.uri = uri.rstrip("/")
         self.bucket_name = self.uri[len("gs://"):].split("/", 1)[0]
         project = project or os.environ.get("GOOGLE_CLOUD_PROJECT") or None
         self.bucket = clients.storage(project).bucket(self.bucket_name)
 
-    def read(self, key):
+    def read(self, key: str) -> bytes | None:
         try:
             return _retry_forbidden(self.bucket.blob(key).download_as_bytes, what=f"read {key}")
         except TpuctlError as e:
-            if e.kind == "not_found":
+            if e.kind is ErrorKind.NOT_FOUND:
                 return None
             raise
 
-    def write(self, key, data):
+    def write(self, key: str, data: bytes) -> None:
         _retry_forbidden(self.bucket.blob(key).upload_from_string, data, what=f"write {key}")
 
-    def create(self, key, data):
+    def create(self, key: str, data: bytes) -> bool:
         from google.api_core.exceptions import PreconditionFailed
 
-        def once():
+        def once() -> bool:
             try:
                 self.bucket.blob(key).upload_from_string(data, if_generation_match=0)
                 return True
@@ -56,19 +57,19 @@ class GcsStore:
                 return False
         return _retry_forbidden(once, what=f"create {key}")
 
-    def _blobs(self, prefix):
+    def _blobs(self, prefix: str) -> list[Any]:
         client = self.bucket.client
         return _retry_forbidden(lambda: list(client.list_blobs(self.bucket_name, prefix=prefix)),
                                 what=f"list {prefix}")
 
-    def list(self, prefix):
+    def list(self, prefix: str) -> list[tuple[str, int]]:
         return sorted((b.name, b.size or 0) for b in self._blobs(prefix))
 
-    def stats(self, prefix):
+    def stats(self, prefix: str) -> dict[str, tuple[int, str]]:
         return {b.name: (b.size or 0, base64.b64decode(b.md5_hash).hex() if b.md5_hash else "")
                 for b in self._blobs(prefix)}
 
-    def upload_file(self, path, key, progress):
+    def upload_file(self, path: str, key: str, progress: Callable[[int], None]) -> None:
         blob = self.bucket.blob(key)
         size = os.path.getsize(path)
         if size > 16 << 20:
@@ -76,5 +77,5 @@ class GcsStore:
         _retry_forbidden(blob.upload_from_filename, path, checksum="md5", what=f"upload {key}")
         progress(size)
 
-    def local_path(self, key):
+    def local_path(self, key: str) -> str:
         return f"{self.uri}/{key}"

@@ -5,15 +5,21 @@ set_iam_policy carries the policy's etag; a concurrent edit answers 412 and we r
 """
 from __future__ import annotations
 
-from ...errors import TpuctlError
-from ...models import OBJECT_ROLES, Grant
-from . import clients
+from typing import Any, Callable
+
+from ...errors import ErrorKind, TpuctlError
+from ...models import OBJECT_ROLES, Arch, ClusterSpec, ClusterState, Grant
+from . import clients, compute
 from .operations import call
+from .planning import bucket_of
 
 _ATTEMPTS = 5
 
 
-def _edit(project: str, bucket: str, change) -> list[Grant]:
+Bindings = list[dict[str, Any]]
+
+
+def _edit(project: str, bucket: str, change: Callable[[Bindings], list[Grant]]) -> list[Grant]:
     b = clients.storage(project).bucket(bucket)
     for attempt in range(_ATTEMPTS):
         policy = call(b.get_iam_policy, requested_policy_version=3, what=f"read IAM policy of {bucket}")
@@ -33,8 +39,8 @@ def _edit(project: str, bucket: str, change) -> list[Grant]:
 def grant(project: str, bucket: str, accounts: list[str]) -> list[Grant]:
     wanted = [Grant(f"serviceAccount:{a}", r) for a in accounts for r in OBJECT_ROLES]
 
-    def change(bindings):
-        added = []
+    def change(bindings: Bindings) -> list[Grant]:
+        added: list[Grant] = []
         for g in wanted:
             row = next((b for b in bindings if b["role"] == g.role and not b.get("condition")), None)
             if row is None:
@@ -49,8 +55,8 @@ def grant(project: str, bucket: str, accounts: list[str]) -> list[Grant]:
 
 
 def revoke(project: str, bucket: str, grants: list[Grant]) -> None:
-    def change(bindings):
-        removed = []
+    def change(bindings: Bindings) -> list[Grant]:
+        removed: list[Grant] = []
         for g in grants:
             for row in bindings:
                 if row["role"] == g.role and g.member in set(row["members"]) and not row.get("condition"):
@@ -61,5 +67,31 @@ def revoke(project: str, bucket: str, grants: list[Grant]) -> None:
     try:
         _edit(project, bucket, change)
     except TpuctlError as e:
-        if e.kind != "not_found":
+        if e.kind is not ErrorKind.NOT_FOUND:
             raise
+
+
+class BucketIam:
+    """The BucketGrants capability (providers/base.py) over the bucket's IAM policy."""
+
+    def __init__(self) -> None:
+        self._default_sa: dict[str, str] = {}
+
+    def default_service_account(self, project: str) -> str:
+        if project not in self._default_sa:
+            self._default_sa[project] = compute.default_service_account(project)
+        return self._default_sa[project]
+
+    def workload_accounts(self, spec: ClusterSpec) -> list[str]:
+        """The TPU VM's identity, or the legacy node's companion VM's (the VM runs the job)."""
+        return [spec.service_account or self.default_service_account(spec.project)]
+
+    def host_accounts(self, st: ClusterState) -> list[str]:
+        """The legacy node reads and writes the bucket as its TPU service agent, known only once it exists."""
+        return [st.host.service_account] if st.spec.arch is Arch.NODE and st.host.service_account else []
+
+    def grant(self, spec: ClusterSpec, accounts: list[str]) -> list[Grant]:
+        return grant(spec.project, bucket_of(spec), accounts)
+
+    def revoke(self, spec: ClusterSpec, grants: list[Grant]) -> None:
+        revoke(spec.project, bucket_of(spec), grants)

@@ -9,9 +9,9 @@ from __future__ import annotations
 import os
 import random
 import time
-from typing import Callable
+from typing import Any, Callable
 
-from ...errors import TpuctlError
+from ...errors import ErrorKind, TpuctlError
 from .errors import classify
 
 
@@ -19,8 +19,9 @@ def poll_cap() -> float:
     return float(os.environ.get("TPUCTL_POLL_INTERVAL", "2"))
 
 
-def wait(poll: Callable[[], tuple[bool, str]], what: str, deadline_s: float, progress=None,
-         clock=time.monotonic, sleep=time.sleep) -> str:
+def wait(poll: Callable[[], tuple[bool, str]], what: str, deadline_s: float,
+         progress: Callable[[str], None] | None = None, clock: Callable[[], float] = time.monotonic,
+         sleep: Callable[[float], None] = time.sleep) -> str:
     """Call poll() until it reports done; report each new state; raise timeout past the deadline."""
     cap = poll_cap()
     interval = min(0.25, cap)
@@ -34,13 +35,14 @@ def wait(poll: Callable[[], tuple[bool, str]], what: str, deadline_s: float, pro
         if done:
             return state
         if clock() >= end:
-            raise TpuctlError("timeout", f"{what} still {state} after {deadline_s:.0f}s",
+            raise TpuctlError(ErrorKind.TIMEOUT, f"{what} still {state} after {deadline_s:.0f}s",
                               "check the Cloud console; run the same command again to keep waiting")
         sleep(min(interval, max(0.0, end - clock())))
         interval = min(interval * 1.5, cap)
 
 
-def call(fn, *args, what: str = "request", attempts: int = 6, sleep=time.sleep, **kwargs):
+def call(fn: Callable[..., Any], *args: Any, what: str = "request", attempts: int = 6,
+         sleep: Callable[[float], None] = time.sleep, **kwargs: Any) -> Any:
     """fn(*args, **kwargs), retrying transient errors; any other error is classified and raised."""
     base = float(os.environ.get("TPUCTL_RETRY_BASE", "1"))
     for attempt in range(attempts):

@@ -1,160 +1,241 @@
-"""GcpProvider: the Provider contract (../base.py) over the TPU, Compute and Storage APIs."""
+"""GcpProvider: the Provider contract (../base.py) over the TPU, Compute and Storage APIs.
+
+Two topologies, both owned here: `--arch vm`, a TPU VM that runs the job itself (tpu v2 API), and `--arch node`,
+a legacy TPU Node (tpu v1) with a companion Compute Engine VM that runs the job against grpc://IP:8470.
+"""
 from __future__ import annotations
 
 import json
 
-from ...errors import TpuctlError
-from ...models import LABEL, ClusterSpec, ClusterState, Grant
-from . import clients, compute, iam, storage
+from ... import layout
+from ...background import Background
+from ...catalog import region_of, tpu_type
+from ...errors import ErrorKind, TpuctlError
+from ...models import LABEL, Arch, ClusterSpec, ClusterState, HostFacts, ProviderName, cluster_record, require_owned
+from ..base import Compute, Created, Placement, PlanRow, Price, Progress, Reporter, UpFlags, progress_of
+from . import clients, compute, planning, storage
+from .gcs_store import GcsStore
+from .iam import BucketIam
 from .operations import call
+from .startup import render
 from .tpu import TpuApi, facts, pick_runtime, pick_tf_version
 
 
 class GcpProvider:
-    name = "gcp"
+    name = ProviderName.GCP
+    store_noun = "bucket"
 
-    def __init__(self, project: str):
-        self.project = project
-        self._default_sa = None
+    def __init__(self) -> None:
+        self.grants = BucketIam()
+        self.inventory = self
+
+    # -- planning (offline) ------------------------------------------------------------------------------
+    def make_spec(self, name: str, flags: UpFlags) -> ClusterSpec:
+        return planning.make_spec(name, flags)
+
+    def plan(self, spec: ClusterSpec) -> list[PlanRow]:
+        return planning.plan(spec)
+
+    def price(self, spec: ClusterSpec) -> Price:
+        return planning.price(spec)
+
+    def placements(self, spec: ClusterSpec) -> list[Placement]:
+        return [Placement(z, region_of(z)) for z in spec.zones]
+
+    # -- making and removing -----------------------------------------------------------------------------
+    def preflight(self, spec: ClusterSpec) -> None:
         clients.preflight()
 
-    def _tpu(self, arch: str) -> TpuApi:
-        return TpuApi(self.project, arch)
+    def ensure_store(self, spec: ClusterSpec, region: str, progress: Progress) -> bool:
+        return storage.ensure(spec.project, spec, planning.bucket_of(spec), region, progress)
 
-    def default_service_account(self) -> str:
-        if self._default_sa is None:
-            self._default_sa = compute.default_service_account(self.project)
-        return self._default_sa
+    def delete_store(self, st: ClusterState, progress: Progress) -> None:
+        storage.delete(st.spec.project, planning.bucket_of(st.spec), st.name, progress)
 
-    def runtime_for(self, spec: ClusterSpec, zone: str) -> str:
+    def choose_runtime(self, spec: ClusterSpec, placement: Placement) -> str:
         if spec.runtime:
             return spec.runtime
-        from ...catalog import tpu_type
         t = tpu_type(spec.tpu_type)
-        api = self._tpu(spec.arch)
-        versions = api.versions(zone)
-        chosen = pick_runtime(versions, t.family, t.multi_host) if spec.arch == "vm" else pick_tf_version(versions)
+        versions = self._tpu(spec).versions(placement.zone)
+        chosen = pick_runtime(versions, t.family, t.multi_host) if spec.arch is Arch.VM else pick_tf_version(versions)
         if not chosen:
-            raise TpuctlError("input", f"no TensorFlow runtime for {spec.tpu_type} in {zone} "
+            raise TpuctlError(ErrorKind.INPUT, f"no TensorFlow runtime for {spec.tpu_type} in {placement.zone} "
                               f"(offered: {', '.join(versions[:6]) or 'none'})", "pass --runtime VERSION")
         return chosen
 
-    def workload_accounts(self, spec: ClusterSpec) -> list[str]:
-        return [spec.service_account or self.default_service_account()]
+    def ensure_compute(self, st: ClusterState, reporter: Reporter) -> Compute:
+        if st.spec.arch is Arch.VM:
+            script = render(st.spec.store, st.name, "tpu-vm", st.spec.tpu_type, "local")
+            created, tpu_facts = self._ensure_tpu(st, script, progress_of(reporter, "tpu", st.spec.tpu_name))
+            return Compute([self._created_tpu(st, reporter)] if created else [], tpu_facts)
+        return self._ensure_node_and_vm(st, reporter)
 
-    def ensure_bucket(self, spec, bucket, region, progress) -> bool:
-        return storage.ensure(self.project, spec, bucket, region, progress)
+    def _ensure_node_and_vm(self, st: ClusterState, reporter: Reporter) -> Compute:
+        """TPU Node and companion VM at once; if either fails, the other is removed before the error goes up."""
+        spec = st.spec
+        script = render(spec.store, spec.name, "node-vm", spec.tpu_type, "", st.runtime)
+        vm = Background(lambda: self._ensure_vm(st, script, progress_of(reporter, "vm", spec.vm_name)))
+        made: list[Created] = []
+        tpu_facts = HostFacts()
+        errors: list[TpuctlError] = []
+        try:
+            created, tpu_facts = self._ensure_tpu(st, "", progress_of(reporter, "tpu", spec.tpu_name))
+            if created:
+                made.append(self._created_tpu(st, reporter))
+        except TpuctlError as e:
+            errors.append(e)
+        try:
+            if vm.result():
+                zone = st.zone
+                made.append(Created("vm", spec.vm_name, lambda: self._delete_vm(
+                    spec, zone, progress_of(reporter, "vm", spec.vm_name))))
+        except TpuctlError as e:
+            errors.append(e)
+        if errors:
+            for c in reversed(made):
+                c.undo()
+            raise errors[0]
+        return Compute(made, tpu_facts)
 
-    def delete_bucket(self, bucket: str, cluster: str, progress) -> None:
-        storage.delete(self.project, bucket, cluster, progress)
+    def _created_tpu(self, st: ClusterState, reporter: Reporter) -> Created:
+        zone = st.zone   # the undo removes the TPU made in THIS zone, even after failover moved st.zone on
+        return Created("tpu", st.spec.tpu_name, lambda: self._tpu(st.spec).delete(
+            st.spec.tpu_name, zone, st.name, progress_of(reporter, "tpu", st.spec.tpu_name)))
 
-    def grant(self, bucket: str, accounts: list[str]) -> list[Grant]:
-        return iam.grant(self.project, bucket, accounts)
-
-    def revoke(self, bucket: str, grants: list[Grant]) -> None:
-        iam.revoke(self.project, bucket, grants)
-
-    def write_cluster_record(self, bucket: str, record: dict) -> None:
-        """tpuctl/cluster.json in the store: what the agent on the host needs (the node VM reads the TPU's IP),
-        and the agent package the host's startup script installs."""
-        from ... import agent_package
-        b = clients.storage(self.project).bucket(bucket)
-        call(b.blob("tpuctl/cluster.json").upload_from_string, json.dumps(record, indent=2),
-             content_type="application/json", what="write cluster record")
-        call(b.blob(agent_package.key()).upload_from_string, agent_package.build(),
-             content_type="application/gzip", what="upload the agent package")
-
-    def store(self, st: ClusterState):
-        from .gcs_store import GcsStore
-        return GcsStore(st.store_uri, self.project)
-
-    def check_ready(self, st: ClusterState) -> None:
-        node = self._tpu(st.arch).find(st.tpu_name, st.zone) if st.zone else None
-        state = self._tpu(st.arch).state(node) if node else "MISSING"
-        if state != "READY":
-            raise TpuctlError("preempted" if state in ("PREEMPTED", "TERMINATED") else "not_found",
-                              f"the TPU of cluster {st.name} is {state}",
-                              f"run `tpuctl up -c {st.name} ...` again to (re)create it")
-
-    def ensure_tpu(self, spec: ClusterSpec, zone: str, runtime: str, script: str, progress) -> tuple[bool, dict]:
-        api = self._tpu(spec.arch)
+    def _ensure_tpu(self, st: ClusterState, script: str, progress: Progress) -> tuple[bool, HostFacts]:
+        spec, zone = st.spec, st.zone
+        api = self._tpu(spec)
         node = api.find(spec.tpu_name, zone)
         if node is not None:
-            if node.labels.get(LABEL) != spec.name:
-                raise TpuctlError("input", f"a TPU named {spec.tpu_name} already exists in {zone} without the "
-                                  f"label {LABEL}={spec.name}", "pick another cluster name with -c")
-            st = api.state(node)
-            if st in ("PREEMPTED", "TERMINATED"):
-                progress(f"{st}, recreating")
+            require_owned(node.labels, spec.name, f"TPU {spec.tpu_name} in {zone}")
+            state = api.state(node)
+            if state in ("PREEMPTED", "TERMINATED"):
+                progress(f"{state}, recreating")
                 api.delete(spec.tpu_name, zone, spec.name, progress)
                 node = None
-            elif st == "DELETING":
+            elif state == "DELETING":
                 api.wait_state(spec.tpu_name, zone, set(), 900, progress, gone_ok=True)
                 node = None
-            elif st in ("STOPPED", "STOPPING"):
-                if st == "STOPPING":
+            elif state in ("STOPPED", "STOPPING"):
+                if state == "STOPPING":
                     api.wait_state(spec.tpu_name, zone, {"STOPPED"}, 900, progress)
                 api.start(spec.tpu_name, zone, progress)
             if node is not None:
                 api.wait_state(spec.tpu_name, zone, {"READY"}, 1800, progress)
-                return False, facts(api.find(spec.tpu_name, zone))
-        sa = spec.service_account or (self.default_service_account() if spec.arch == "vm" else "")
-        api.create(spec, zone, runtime, script, sa, progress)
-        return True, facts(api.find(spec.tpu_name, zone))
+                return False, facts(api.get(spec.tpu_name, zone))
+        sa = spec.service_account or (self.grants.default_service_account(spec.project) if spec.arch is Arch.VM
+                                      else "")
+        api.create(spec, zone, st.runtime, script, sa, progress)
+        return True, facts(api.get(spec.tpu_name, zone))
 
-    def delete_tpu(self, st: ClusterState, progress) -> None:
-        if st.zone:
-            self._tpu(st.arch).delete(st.tpu_name, st.zone, st.name, progress)
-
-    def ensure_vm(self, spec: ClusterSpec, zone: str, script: str, progress) -> bool:
-        vm = compute.find(self.project, spec.vm_name, zone)
+    def _ensure_vm(self, st: ClusterState, script: str, progress: Progress) -> bool:
+        spec = st.spec
+        vm = compute.find(spec.project, spec.vm_name, st.zone)
         if vm is not None:
-            if vm.labels.get(LABEL) != spec.name:
-                raise TpuctlError("input", f"a VM named {spec.vm_name} already exists in {zone} without the "
-                                  f"label {LABEL}={spec.name}", "pick another cluster name with -c")
+            require_owned(vm.labels, spec.name, f"VM {spec.vm_name} in {st.zone}")
             progress(vm.status)
             return False
-        compute.create(self.project, spec, zone, script, progress)
+        compute.create(spec.project, spec, st.zone, script, progress)
         return True
 
-    def delete_vm(self, st: ClusterState, progress) -> None:
-        if st.zone and st.vm_name:
-            compute.delete(self.project, st.vm_name, st.zone, st.name, progress)
+    def _delete_vm(self, spec: ClusterSpec, zone: str, progress: Progress) -> None:
+        compute.delete(spec.project, spec.vm_name, zone, spec.name, progress)
 
-    def describe(self, st: ClusterState) -> dict:
-        out = {}
+    def delete_compute(self, st: ClusterState, reporter: Reporter) -> None:
+        if not st.zone:
+            return   # `up` never got as far as a zone: nothing was created
+        spec = st.spec
+        work = [Background(lambda: self._tpu(spec).delete(spec.tpu_name, st.zone, spec.name,
+                                                          progress_of(reporter, "tpu", spec.tpu_name)))]
+        if spec.arch is Arch.NODE:
+            work.append(Background(lambda: self._delete_vm(spec, st.zone, progress_of(reporter, "vm", spec.vm_name))))
+        errors = []
+        for w in work:
+            try:
+                w.result()
+            except TpuctlError as e:
+                errors.append(e)
+        if errors:
+            raise errors[0]
+
+    def write_cluster_record(self, st: ClusterState) -> None:
+        """What the agent on the host needs (the node VM reads the TPU's address), and the agent package the
+        host's start-up script installs."""
+        from ... import agent_package
+        if st.spec.arch is Arch.VM:
+            address = "local"   # the job runs on the TPU host itself
+        else:
+            address = f"grpc://{st.host.ip}:8470" if st.host.ip else ""
+        b = clients.storage(st.spec.project).bucket(planning.bucket_of(st.spec))
+        call(b.blob(layout.CLUSTER_RECORD).upload_from_string, json.dumps(cluster_record(st, address), indent=2),
+             content_type="application/json", what="write cluster record")
+        call(b.blob(agent_package.key()).upload_from_string, agent_package.build(),
+             content_type="application/gzip", what="upload the agent package")
+
+    # -- using -------------------------------------------------------------------------------------------
+    def _tpu(self, spec: ClusterSpec) -> TpuApi:
+        return TpuApi(spec.project, spec.arch)
+
+    def store(self, st: ClusterState) -> GcsStore:
+        return GcsStore(st.spec.store, st.spec.project)
+
+    def check_ready(self, st: ClusterState) -> None:
+        node = self._tpu(st.spec).find(st.spec.tpu_name, st.zone) if st.zone else None
+        state = self._tpu(st.spec).state(node) if node else "MISSING"
+        if state != "READY":
+            raise TpuctlError(ErrorKind.PREEMPTED if state in ("PREEMPTED", "TERMINATED") else ErrorKind.NOT_FOUND,
+                              f"the TPU of cluster {st.name} is {state}",
+                              f"run `tpuctl up -c {st.name} ...` again to (re)create it")
+
+    def location(self, st: ClusterState) -> str:
+        return f"{st.spec.tpu_type} in {st.zone}"
+
+    def summary(self, st: ClusterState) -> dict[str, object]:
+        s = st.spec
+        return {"project": s.project, "type": s.tpu_type, "arch": s.arch.value, "zone": st.zone, "runtime": st.runtime,
+                "spot": s.spot}
+
+    def teardown_list(self, st: ClusterState) -> list[str]:
+        return [f"TPU {st.spec.tpu_name}"] + ([f"VM {st.spec.vm_name}"] if st.spec.arch is Arch.NODE else [])
+
+    def describe(self, st: ClusterState) -> dict[str, dict[str, object]]:
+        spec = st.spec
+        out: dict[str, dict[str, object]] = {}
         if st.zone:
-            node = self._tpu(st.arch).find(st.tpu_name, st.zone)
-            out["tpu"] = facts(node) if node else {"state": "MISSING"}
-            if node is not None:
-                out["tpu"]["health"] = type(node).Health(node.health).name
-        if st.vm_name and st.zone:
-            vm = compute.find(self.project, st.vm_name, st.zone)
-            out["vm"] = {"state": vm.status if vm else "MISSING"}
-        if st.bucket:
-            b = storage.find(self.project, st.bucket)
-            out["bucket"] = {"state": "READY" if b else "MISSING", "location": (b.location or "").lower() if b else ""}
-            if b is not None:
-                out["boot_logs"] = self._boot_logs(st.bucket)
+            node = self._tpu(spec).find(spec.tpu_name, st.zone)
+            if node is None:
+                out["tpu"] = {"state": "MISSING"}
+            else:
+                f = facts(node)
+                out["tpu"] = {"ip": f.ip, "service_account": f.service_account, "hosts": f.hosts,
+                              "state": self._tpu(spec).state(node), "health": type(node).Health(node.health).name}
+            if spec.arch is Arch.NODE:
+                vm = compute.find(spec.project, spec.vm_name, st.zone)
+                out["vm"] = {"state": vm.status if vm else "MISSING"}
+        b = storage.find(spec.project, planning.bucket_of(spec))
+        out["bucket"] = {"state": "READY" if b else "MISSING", "location": (b.location or "").lower() if b else ""}
+        if b is not None:
+            out["boot_logs"] = self._boot_logs(st)
         return out
 
-    def _boot_logs(self, bucket: str) -> dict:
-        """The last line each host's startup script wrote into the store: how a failed boot becomes visible."""
-        client = clients.storage(self.project)
-        logs = {}
-        for blob in call(lambda: list(client.list_blobs(bucket, prefix="tpuctl/boot/")), what="list boot logs"):
-            lines = call(blob.download_as_text, what="read boot log").strip().splitlines()
-            logs[blob.name.rsplit("/", 1)[-1].removesuffix(".log")] = lines[-1] if lines else ""
+    def _boot_logs(self, st: ClusterState) -> dict[str, object]:
+        """The last line each host's start-up script wrote into the store: how a failed boot becomes visible."""
+        store = self.store(st)
+        logs: dict[str, object] = {}
+        for key, _ in store.list(layout.BOOT_PREFIX):
+            lines = (store.read(key) or b"").decode(errors="replace").strip().splitlines()
+            logs[key[len(layout.BOOT_PREFIX):].removesuffix(".log")] = lines[-1] if lines else ""
         return logs
 
-    def list_labelled(self) -> list[dict]:
+    # -- inventory ---------------------------------------------------------------------------------------
+    def list_labelled(self, project: str) -> list[dict[str, str]]:
         out, seen = [], set()
-        for arch in ("vm", "node"):
-            for n in self._tpu(arch).list_labelled():
+        for arch in Arch:
+            for n in TpuApi(project, arch).list_labelled():
                 parts = n.name.split("/")
                 if (parts[3], parts[-1]) in seen:   # both API versions may list the same node
                     continue
                 seen.add((parts[3], parts[-1]))
-                out.append({"cluster": n.labels[LABEL], "name": parts[-1], "zone": parts[3], "arch": arch,
+                out.append({"cluster": n.labels[LABEL], "name": parts[-1], "zone": parts[3], "arch": arch.value,
                             "type": n.accelerator_type, "state": type(n).State(n.state).name})
         return out

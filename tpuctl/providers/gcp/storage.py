@@ -1,30 +1,33 @@
 """The cluster's bucket: in the TPU's region, uniform bucket-level access, public access prevention enforced."""
 from __future__ import annotations
 
-from ...errors import TpuctlError
+from typing import Any
+
+from ...errors import ErrorKind, TpuctlError
 from ...models import ClusterSpec, require_owned
+from ..base import Progress
 from . import clients
 from .operations import call
 
 
-def find(project: str, name: str):
+def find(project: str, name: str) -> Any:
     try:
         return call(clients.storage(project).get_bucket, name, what=f"read bucket {name}")
     except TpuctlError as e:
-        if e.kind == "not_found":
+        if e.kind is ErrorKind.NOT_FOUND:
             return None
-        if e.kind == "permission":
-            raise TpuctlError("permission", f"bucket {name} exists but this account cannot read it",
+        if e.kind is ErrorKind.PERMISSION:
+            raise TpuctlError(ErrorKind.PERMISSION, f"bucket {name} exists but this account cannot read it",
                               "bucket names are global: pass another --bucket, or get access to this one")
         raise
 
 
-def ensure(project: str, spec: ClusterSpec, name: str, region: str, progress) -> bool:
+def ensure(project: str, spec: ClusterSpec, name: str, region: str, progress: Progress) -> bool:
     b = find(project, name)
     if b is not None:
         where = (b.location or "").lower()
         if where != region:
-            raise TpuctlError("input", f"bucket {name} is in {where or 'an unknown location'}, not in {region} "
+            raise TpuctlError(ErrorKind.INPUT, f"bucket {name} is in {where or 'an unknown location'}, not in {region} "
                               "where the TPU runs (cross-region reads are slow and billed as egress)",
                               "pass --bucket with a bucket in that region, or omit it to get a new one")
         progress("adopted")
@@ -40,14 +43,14 @@ def ensure(project: str, spec: ClusterSpec, name: str, region: str, progress) ->
     except TpuctlError as e:
         from google.api_core.exceptions import Conflict
         if isinstance(e.__cause__, Conflict):   # bucket names are global: another project holds this one
-            raise TpuctlError("input", f"bucket name {name} is already taken by another project",
+            raise TpuctlError(ErrorKind.INPUT, f"bucket name {name} is already taken by another project",
                               "bucket names are global: pass another --bucket")
         raise
     progress("ready")
     return True
 
 
-def delete(project: str, name: str, cluster: str, progress):
+def delete(project: str, name: str, cluster: str, progress: Progress) -> None:
     b = find(project, name)
     if b is None:
         return

@@ -1,10 +1,14 @@
 """TPU nodes through tpu_v2 (TPU VM, `--arch vm`) or tpu_v1 (legacy TPU Node, `--arch node`); see base.py for rules."""
 from __future__ import annotations
 
+import importlib
 import re
+from types import ModuleType
+from typing import Any
 
-from ...errors import TpuctlError
-from ...models import LABEL, ClusterSpec, require_owned
+from ...errors import ErrorKind, TpuctlError
+from ...models import LABEL, Arch, ClusterSpec, HostFacts, require_owned
+from ..base import Progress
 from . import clients
 from .errors import classify
 from .operations import call, wait
@@ -16,31 +20,40 @@ _DEAD = {"PREEMPTED", "TERMINATED"}
 
 
 class TpuApi:
-    def __init__(self, project: str, arch: str):
+    """One API version's view of the project's nodes (proto-plus Node objects are typed Any: the v1 and v2
+    clients declare different classes for the same shape)."""
+
+    def __init__(self, project: str, arch: Arch) -> None:
         self.project = project
-        self.version = 2 if arch == "vm" else 1
+        self.version = 2 if arch is Arch.VM else 1
 
     @property
-    def client(self):
+    def client(self) -> Any:
         return clients.tpu(self.version)
 
     @property
-    def types(self):
-        import importlib
+    def types(self) -> ModuleType:
         return importlib.import_module(f"google.cloud.tpu_v{self.version}")
 
     def path(self, name: str, zone: str) -> str:
         return f"projects/{self.project}/locations/{zone}/nodes/{name}"
 
-    def find(self, name: str, zone: str):
+    def find(self, name: str, zone: str) -> Any:
         try:
             return call(self.client.get_node, name=self.path(name, zone), what=f"get TPU {name}")
         except TpuctlError as e:
-            if e.kind == "not_found":
+            if e.kind is ErrorKind.NOT_FOUND:
                 return None
             raise
 
-    def list_labelled(self) -> list:
+    def get(self, name: str, zone: str) -> Any:
+        """The node, which must exist (it was just made or adopted)."""
+        node = self.find(name, zone)
+        if node is None:
+            raise TpuctlError(ErrorKind.ERROR, f"TPU {name} disappeared in {zone}", "run the same command again")
+        return node
+
+    def list_labelled(self) -> list[Any]:
         parent = f"projects/{self.project}/locations/-"
         nodes = call(lambda: list(self.client.list_nodes(parent=parent)), what="list TPUs")
         return [n for n in nodes if LABEL in n.labels]
@@ -53,7 +66,7 @@ class TpuApi:
         return [v.version for v in call(lambda: list(self.client.list_tensor_flow_versions(parent=parent)),
                                          what="list TensorFlow versions")]
 
-    def build_node(self, spec: ClusterSpec, runtime: str, script: str, service_account: str):
+    def build_node(self, spec: ClusterSpec, runtime: str, script: str, service_account: str) -> Any:
         t = self.types
         if self.version == 2:
             return t.Node(
@@ -68,11 +81,11 @@ class TpuApi:
                       scheduling_config=t.SchedulingConfig(preemptible=spec.spot),
                       description=f"tpuctl cluster {spec.name}")
 
-    def state(self, node) -> str:
+    def state(self, node: Any) -> str:
         return type(node).State(node.state).name
 
-    def wait_operation(self, op, what: str, deadline: float, progress):
-        def poll():
+    def wait_operation(self, op: Any, what: str, deadline: float, progress: Progress) -> Any:
+        def poll() -> tuple[bool, str]:
             try:
                 done = op.done()
             except Exception as e:  # noqa: BLE001
@@ -87,20 +100,22 @@ class TpuApi:
         except Exception as e:  # noqa: BLE001 - the operation's own error, e.g. code 8 stockout
             raise classify(e, what) from e
 
-    def wait_state(self, name: str, zone: str, want: set, deadline: float, progress, gone_ok=False):
-        def poll():
+    def wait_state(self, name: str, zone: str, want: set[str], deadline: float, progress: Progress,
+                   gone_ok: bool = False) -> str:
+        def poll() -> tuple[bool, str]:
             node = self.find(name, zone)
             if node is None:
                 if gone_ok:
                     return True, "deleted"
-                raise TpuctlError("error", f"TPU {name} disappeared while waiting", "run the same command again")
+                raise TpuctlError(ErrorKind.ERROR, f"TPU {name} disappeared while waiting", "run the same command again")
             st = self.state(node)
             if st in _DEAD and "READY" in want:
-                raise TpuctlError("preempted", f"TPU {name} is {st}", "run `tpuctl up` again to recreate it")
+                raise TpuctlError(ErrorKind.PREEMPTED, f"TPU {name} is {st}", "run `tpuctl up` again to recreate it")
             return st in want, st
         return wait(poll, f"TPU {name}", deadline, progress)
 
-    def create(self, spec: ClusterSpec, zone: str, runtime: str, script: str, service_account: str, progress):
+    def create(self, spec: ClusterSpec, zone: str, runtime: str, script: str, service_account: str,
+               progress: Progress) -> None:
         """Create and wait until READY. On failure remove whatever the failed create left behind."""
         node = self.build_node(spec, runtime, script, service_account)
         parent = f"projects/{self.project}/locations/{zone}"
@@ -115,7 +130,7 @@ class TpuApi:
                 self.delete(spec.tpu_name, zone, spec.name, progress)
             raise
 
-    def delete(self, name: str, zone: str, cluster: str, progress):
+    def delete(self, name: str, zone: str, cluster: str, progress: Progress) -> None:
         node = self.find(name, zone)
         if node is None:
             return
@@ -126,21 +141,21 @@ class TpuApi:
             try:
                 self.wait_operation(op, f"delete TPU {name}", DELETE_DEADLINE, progress)
             except TpuctlError as e:
-                if e.kind != "not_found":
+                if e.kind is not ErrorKind.NOT_FOUND:
                     raise
         self.wait_state(name, zone, set(), DELETE_DEADLINE, progress, gone_ok=True)
 
-    def start(self, name: str, zone: str, progress):
+    def start(self, name: str, zone: str, progress: Progress) -> None:
         op = call(self.client.start_node, request={"name": self.path(name, zone)}, what=f"start TPU {name}")
         self.wait_operation(op, f"start TPU {name}", CREATE_DEADLINE, progress)
 
 
-def facts(node) -> dict:
+def facts(node: Any) -> HostFacts:
+    """v2 nodes list one endpoint per host; v1 nodes also carry ip_address and their service agent as a string."""
     eps = list(node.network_endpoints)
     ip = eps[0].ip_address if eps else getattr(node, "ip_address", "")
     sa = node.service_account
-    return {"ip": ip, "service_account": sa if isinstance(sa, str) else sa.email,
-            "state": type(node).State(node.state).name, "hosts": len(eps)}
+    return HostFacts(ip=ip, service_account=sa if isinstance(sa, str) else sa.email, hosts=max(1, len(eps)))
 
 
 _RT = re.compile(r"^tpu-vm-tf-(\d+)\.(\d+)\.(\d+)(-pod)?(?:-(pjrt|se))?(?:-(.+))?$")

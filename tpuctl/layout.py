@@ -1,0 +1,101 @@
+"""Every key in a cluster's store: the one place the layout is spelled (DESIGN "The store is the control plane").
+
+The CLI, the agent, the providers and the start-up script renderer build keys only through these functions.
+`DESCRIBED` is the layout as README's "The store" section shows it; a test keeps the two equal.
+"""
+from __future__ import annotations
+
+CLUSTER_RECORD = "tpuctl/cluster.json"
+AGENT_PACKAGE_PREFIX = "tpuctl/agent/"
+JOB_PACKAGE_PREFIX = "tpuctl/packages/"
+RUNS_PREFIX = "tpuctl/runs/"
+BOOT_PREFIX = "tpuctl/boot/"
+AGENTS_PREFIX = "tpuctl/agents/"
+OUTPUTS_PREFIX = "runs/"
+DATA_PREFIX = "data/"
+
+def agent_package(version: str) -> str:
+    return f"{AGENT_PACKAGE_PREFIX}tpuctl-{version}.tar.gz"
+
+
+def job_package(sha256: str) -> str:
+    return f"{JOB_PACKAGE_PREFIX}{sha256}.tar.gz"
+
+
+def boot_log(host: str) -> str:
+    return f"{BOOT_PREFIX}{host}.log"
+
+
+def agent_heartbeat(host: str, worker: int) -> str:
+    return f"{AGENTS_PREFIX}{host}-w{worker}.json"
+
+
+def _worker(worker: int) -> str:
+    return "" if worker == 0 else f"-w{worker}"
+
+
+def run_prefix(run_id: str) -> str:
+    return f"{RUNS_PREFIX}{run_id}/"
+
+
+def run_job(run_id: str) -> str:
+    return f"{run_prefix(run_id)}job.json"
+
+
+def run_claim(run_id: str, worker: int, attempt: int = 1) -> str:
+    """The first attempt's claim is `claim[-wN]`; a takeover after a lost host claims `claim[-wN]-aK`."""
+    return f"{run_prefix(run_id)}claim{_worker(worker)}" + ("" if attempt == 1 else f"-a{attempt}")
+
+
+def run_status(run_id: str, worker: int) -> str:
+    return f"{run_prefix(run_id)}status{_worker(worker)}.json"
+
+
+def run_logs(run_id: str, worker: int) -> str:
+    return f"{run_prefix(run_id)}logs{_worker(worker)}/"
+
+
+def log_chunk(run_id: str, worker: int, n: int) -> str:
+    return f"{run_logs(run_id, worker)}{n:06d}.log"
+
+
+def run_cancel(run_id: str) -> str:
+    return f"{run_prefix(run_id)}cancel"
+
+
+def run_output(run_id: str) -> str:
+    return f"{OUTPUTS_PREFIX}{run_id}/output"
+
+
+def job_data(job_name: str) -> str:
+    return f"{DATA_PREFIX}{job_name}/"
+
+
+def run_id_of(key: str) -> str | None:
+    """The run id of a `tpuctl/runs/<id>/job.json` key, else None."""
+    if key.startswith(RUNS_PREFIX) and key.endswith("/job.json"):
+        return key[len(RUNS_PREFIX):-len("/job.json")]
+    return None
+
+
+# (key as built above with placeholders, who writes it and when), in README order.
+DESCRIBED = [
+    (CLUSTER_RECORD, "written by `up`: what the host agent needs (TPU address, type, runtime)"),
+    (agent_package("VERSION"), "the agent package the hosts install, built from the CLI that ran `up`"),
+    (boot_log("HOST"), "each host's start-up script log"),
+    (agent_heartbeat("HOST", 0).replace("-w0", "-wN"), "each agent's heartbeat"),
+    (job_package("SHA256"), "content-addressed job code, uploaded only if absent"),
+    (job_data("JOB") + "...", "synced inputs (skipped when size and md5 match)"),
+    (run_job("ID"), "the run, written once by `submit` (create-if-absent)"),
+    (run_claim("ID", 0) + "[-wN][-aK]", "written once by the agent that takes the run (worker N, attempt K)"),
+    (run_status("ID", 0).replace("status.json", "status[-wN].json"), "state, exit code, heartbeat, host"),
+    (log_chunk("ID", 0, 1).replace("logs/", "logs[-wN]/"), "ordered log chunks, each written once"),
+    (run_cancel("ID"), "written by `tpuctl cancel`"),
+    (run_output("ID") + "/", "the job's outputs: checkpoints, TensorBoard events ($TPUCTL_OUTPUT_DIR)"),
+]
+
+
+def describe() -> str:
+    """The layout as README shows it."""
+    width = max(len(k) for k, _ in DESCRIBED)
+    return "\n".join(f"{k:<{width}}  {what}" for k, what in DESCRIBED)

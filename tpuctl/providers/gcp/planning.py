@@ -1,0 +1,64 @@
+"""Offline half of the Google Cloud provider: `up`'s flags validated into a ClusterSpec, the plan and its price.
+Nothing here calls an API (the catalog's tables decide; see catalog.py for their sources)."""
+from __future__ import annotations
+
+from ...catalog import DEFAULT_VM_TYPE, VM_PRICES, check_vm_type, check_zones, region_of, tpu_type
+from ...config import setting
+from ...errors import bad_input
+from ...models import (Arch, ClusterSpec, ProviderName, check_bucket_name, check_project, check_service_account,
+                       default_bucket)
+from ..base import PlanRow, Price, UpFlags
+from . import project
+
+
+def make_spec(name: str, flags: UpFlags) -> ClusterSpec:
+    if not flags.tpu_type:
+        raise bad_input("--type is required", "for example: tpuctl up --type v3-8 --zone us-central1-b")
+    t = tpu_type(flags.tpu_type)
+    try:
+        arch = Arch(flags.arch or Arch.VM.value)
+    except ValueError:
+        raise bad_input(f"unknown --arch {flags.arch!r}", "use --arch vm (TPU VM, default) or --arch node (legacy)")
+    if arch is Arch.NODE and not t.node_arch:
+        raise bad_input(f"TPU Nodes (--arch node) were never offered for {t.family}", "use --arch vm")
+    zones = [z.strip() for item in flags.zones for z in item.split(",") if z.strip()]
+    if not zones and setting("zone", None):
+        zones = [str(setting("zone", None))]
+    zones = check_zones(t, zones)
+    proj = check_project(project.resolve(flags.project))
+    bucket = check_bucket_name(flags.bucket or default_bucket(proj, name))
+    return ClusterSpec(
+        name=name, provider=ProviderName.GCP, store=f"gs://{bucket}", project=proj, tpu_type=t.name,
+        zones=zones, arch=arch, runtime=flags.runtime or "", spot=flags.spot,
+        service_account=check_service_account(flags.service_account) if flags.service_account else "",
+        vm_type=check_vm_type(flags.vm_type or DEFAULT_VM_TYPE) if arch is Arch.NODE else "")
+
+
+def bucket_of(spec: ClusterSpec) -> str:
+    return spec.store[len("gs://"):]
+
+
+def price(spec: ClusterSpec) -> Price:
+    t = tpu_type(spec.tpu_type)
+    p = t.spot_price_hour if spec.spot else t.price_hour
+    if p is None:
+        return Price(None, "spot price not in the catalog")
+    total = p + (VM_PRICES.get(spec.vm_type, 0.0) if spec.arch is Arch.NODE else 0.0)
+    return Price(total, f"${total:.2f}/hour" + (" (spot)" if spec.spot else ""))
+
+
+def plan(spec: ClusterSpec) -> list[PlanRow]:
+    where = " or ".join(spec.zones)
+    t = tpu_type(spec.tpu_type)
+    shape = (f"{spec.tpu_type} ({t.chips} chips, {t.hosts} host{'s' * (t.hosts > 1)}, "
+             f"{'TPU VM' if spec.arch is Arch.VM else 'TPU Node'}{', spot' if spec.spot else ''})")
+    rows = [PlanRow("tpu", spec.tpu_name, f"{shape} in {where}")]
+    if spec.arch is Arch.NODE:
+        rows.append(PlanRow("vm", spec.vm_name, f"{spec.vm_type} beside the TPU Node"))
+    regions = sorted({region_of(z) for z in spec.zones})
+    rows.append(PlanRow("bucket", spec.store,
+                        f"in {regions[0] if len(regions) == 1 else 'the region the TPU lands in'}"))
+    who = spec.service_account or ("the Compute Engine default service account" if spec.arch is Arch.VM
+                                   else "the TPU service agent and the VM's account")
+    rows.append(PlanRow("grant", "storage.objectAdmin + storage.legacyBucketReader", f"on the bucket only, to {who}"))
+    return rows

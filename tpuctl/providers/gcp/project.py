@@ -1,0 +1,27 @@
+"""Which Google Cloud project: --project, GOOGLE_CLOUD_PROJECT, CLOUDSDK_CORE_PROJECT, the config file, gcloud's
+active configuration, then Application Default Credentials (the only step that imports google.auth)."""
+from __future__ import annotations
+
+from ... import config
+from ...errors import ErrorKind, TpuctlError
+
+
+def adc_project() -> str:
+    try:
+        import google.auth
+        from google.auth.exceptions import DefaultCredentialsError
+    except ImportError:
+        return ""
+    try:
+        _, p = google.auth.default()
+    except DefaultCredentialsError:
+        return ""
+    return p or ""
+
+
+def resolve(flag_value: str | None) -> str:
+    p = config.project(flag_value) or adc_project()
+    if not p:
+        raise TpuctlError(ErrorKind.INPUT, "no Google Cloud project given",
+                          "pass --project PROJECT_ID, or run `gcloud config set project PROJECT_ID`")
+    return p
