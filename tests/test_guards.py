@@ -1,0 +1,131 @@
+"""Safety guards, each tested so that removing the guard fails a test: ownership labels on adopt and delete,
+region-wide failover, a cluster's identity, data edited in place, and the runtime picker's preferences."""
+import os
+
+import pytest
+from conftest import PROJECT
+
+from tpuctl import datasync, state
+from tpuctl.providers.gcp.tpu import pick_runtime
+from tpuctl.store import LocalStore
+
+ZONE = "us-central1-b"
+TPU = f"projects/{PROJECT}/locations/{ZONE}/nodes/tpuctl-bert"
+
+
+def _unlabelled_tpu(cloud, name=TPU):
+    from google.cloud import tpu_v2
+    cloud.tpu.nodes[2][name] = tpu_v2.Node(name=name, accelerator_type="v3-8", state=tpu_v2.Node.State.READY,
+                                           labels={"owner": "someone-else"})
+
+
+def test_up_refuses_to_adopt_an_unlabelled_tpu_and_leaves_it_alone(cloud, cli):
+    _unlabelled_tpu(cloud)
+    code, out, err = cli("up", "--type", "v3-8", "--zone", ZONE, "-c", "bert")
+    assert code == 2, err
+    assert "not labelled tpuctl-cluster=bert" in err
+    assert TPU in cloud.tpu.nodes[2]                       # still there, untouched
+    assert not [c for c in cloud.tpu.mutating_calls() if c[1] == "DeleteNode"]
+
+
+def test_down_refuses_to_delete_a_tpu_that_lost_its_label(cloud, cli):
+    assert cli("up", "--type", "v3-8", "--zone", ZONE, "-c", "bert")[0] == 0
+    del cloud.tpu.nodes[2][TPU].labels["tpuctl-cluster"]   # same name, no longer provably ours
+    code, out, err = cli("down", "-c", "bert", "--yes")
+    assert code == 2, err
+    assert "not labelled" in err and TPU in cloud.tpu.nodes[2]
+    assert state.load("bert") is not None                   # nothing forgotten: down can be retried
+
+
+def test_up_refuses_to_adopt_an_unlabelled_vm_and_removes_the_tpu_it_made(cloud, cli):
+    cloud.compute.instances[(PROJECT, ZONE, "tpuctl-bert-vm")] = {"name": "tpuctl-bert-vm", "status": "RUNNING",
+                                                                  "labels": {}, "zone": ZONE}
+    code, out, err = cli("up", "--type", "v2-8", "--zone", ZONE, "--arch", "node", "-c", "bert")
+    assert code == 2, err
+    assert "VM tpuctl-bert-vm" in err and "not labelled" in err
+    assert (PROJECT, ZONE, "tpuctl-bert-vm") in cloud.compute.instances
+    assert not cloud.tpu.nodes[1]                           # the TPU this attempt made is gone again
+
+
+def test_down_refuses_to_delete_a_vm_that_lost_its_label(cloud, cli):
+    assert cli("up", "--type", "v2-8", "--zone", ZONE, "--arch", "node", "-c", "bert")[0] == 0
+    cloud.compute.instances[(PROJECT, ZONE, "tpuctl-bert-vm")]["labels"] = {}
+    code, out, err = cli("down", "-c", "bert", "--yes")
+    assert code == 2, err
+    assert "VM tpuctl-bert-vm" in err
+    assert (PROJECT, ZONE, "tpuctl-bert-vm") in cloud.compute.instances
+
+
+def test_down_never_deletes_a_bucket_it_did_not_label(cloud, cli):
+    from google.cloud import storage
+    client = storage.Client(project=PROJECT)
+    client.create_bucket("users-own-data", location="us-central1")
+    client.bucket("users-own-data").blob("corpus.txt").upload_from_string("precious")
+    assert cli("up", "--type", "v3-8", "--zone", ZONE, "-c", "bert", "--bucket", "users-own-data")[0] == 0
+    code, out, err = cli("down", "-c", "bert", "--yes", "--delete-bucket")
+    assert code == 2, err
+    assert "bucket users-own-data is not labelled" in err
+    assert client.bucket("users-own-data").blob("corpus.txt").download_as_text() == "precious"
+
+
+def test_a_region_scoped_error_skips_the_rest_of_that_region(cloud, cli):
+    cloud.tpu.faults["CreateNode"].append(("RESOURCE_EXHAUSTED", "Quota 'TPUV3DevicePerProjectPerRegionForTPUAPI' "
+                                           "exhausted. Limit 0 in region us-central1"))
+    code, out, err = cli("up", "--type", "v3-8", "--zone", "us-central1-a,us-central1-b,europe-west4-a", "-c", "bert")
+    assert code == 0, err
+    creates = [c[2].split("/")[3] for c in cloud.tpu.mutating_calls() if c[1] == "CreateNode"]
+    assert creates == ["us-central1-a", "europe-west4-a"]   # us-central1-b shares the exhausted region quota
+    assert state.load("bert").zone == "europe-west4-a"
+
+
+@pytest.mark.parametrize("flags,field", [
+    (["--type", "v2-8", "--zone", ZONE], "tpu_type v3-8, not v2-8"),
+    (["--type", "v3-8", "--zone", ZONE, "--arch", "node"], "arch vm, not node"),
+    (["--type", "v3-8", "--zone", ZONE, "--project", "another-project"], f"project {PROJECT}, not another-project"),
+])
+def test_up_refuses_to_change_what_an_existing_cluster_is(cloud, cli, flags, field):
+    assert cli("up", "--type", "v3-8", "--zone", ZONE, "-c", "bert")[0] == 0
+    cloud.tpu.calls.clear()
+    cloud.compute.calls.clear()
+    code, out, err = cli("up", "-c", "bert", *flags)
+    assert code == 2, err
+    assert f"cluster bert already exists with {field}" in err
+    assert not cloud.tpu.mutating_calls() and not cloud.compute.mutating_calls()
+    assert state.load("bert").spec.tpu_type == "v3-8"
+
+
+def test_a_data_file_edited_in_place_is_uploaded_again(env, tmp_path):
+    f = tmp_path / "data" / "corpus.txt"
+    f.parent.mkdir()
+    f.write_bytes(b"first version")
+    store = LocalStore(str(tmp_path / "store"))
+    assert datasync.sync(store, [f.parent], "data/j/", lambda n: lambda k: None)["uploaded"] == 1
+    # unchanged: nothing sent, and the local md5 is now cached by (path, size, mtime)
+    assert datasync.sync(store, [f.parent], "data/j/", lambda n: lambda k: None)["uploaded"] == 0
+    st = f.stat()
+    f.write_bytes(b"other version")                         # same size: only the content (and mtime) moved
+    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+    assert f.stat().st_size == st.st_size
+    r = datasync.sync(store, [f.parent], "data/j/", lambda n: lambda k: None)
+    assert r["uploaded"] == 1 and r["bytes_skipped"] == 0
+    assert store.read("data/j/data/corpus.txt") == b"other version"
+    # unchanged again: nothing is sent
+    assert datasync.sync(store, [f.parent], "data/j/", lambda n: lambda k: None)["uploaded"] == 0
+
+
+def test_runtime_picker_prefers_pjrt_over_se_and_plain():
+    # Listed so that without the preference the first of the equal versions would win.
+    assert pick_runtime(["tpu-vm-tf-2.17.0-se", "tpu-vm-tf-2.17.0", "tpu-vm-tf-2.17.0-pjrt"], "v3", False) \
+        == "tpu-vm-tf-2.17.0-pjrt"
+    assert pick_runtime(["tpu-vm-tf-2.17.0", "tpu-vm-tf-2.17.0-se"], "v3", False) == "tpu-vm-tf-2.17.0-se"
+
+
+def test_runtime_picker_honours_family_suffixes():
+    newest_wrong_family = "tpu-vm-tf-2.18.0-pjrt-v5e-and-v6"
+    assert pick_runtime([newest_wrong_family, "tpu-vm-tf-2.17.0-pjrt"], "v3", False) == "tpu-vm-tf-2.17.0-pjrt"
+    assert pick_runtime(["tpu-vm-tf-2.18.0-pjrt-v5p-and-below", "tpu-vm-tf-2.17.0-pjrt"], "v6e", False) \
+        == "tpu-vm-tf-2.17.0-pjrt"
+    # Where a family build exists beside the generic one, the family's build is chosen.
+    assert pick_runtime(["tpu-vm-tf-2.18.0-pjrt", newest_wrong_family], "v6e", False) == newest_wrong_family
+    assert pick_runtime(["tpu-vm-tf-2.18.0-pod-pjrt-v5p-and-below", "tpu-vm-tf-2.18.0-pjrt-v5p-and-below"],
+                        "v3", True) == "tpu-vm-tf-2.18.0-pod-pjrt-v5p-and-below"
