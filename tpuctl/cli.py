@@ -60,7 +60,7 @@ def up(
     zone: List[str] = typer.Option([], "--zone", "-z", help="Zone; repeat or comma-separate to fail over on stockouts."),
     cluster: Optional[str] = CLUSTER,
     project: Optional[str] = PROJECT,
-    arch: str = typer.Option("vm", "--arch", help="vm (TPU VM) or node (legacy TPU Node + companion VM)."),
+    arch: Optional[str] = typer.Option(None, "--arch", help="vm (TPU VM, default) or node (legacy TPU Node + VM)."),
     runtime: Optional[str] = typer.Option(None, "--runtime", help="TPU runtime (vm) or TensorFlow version (node)."),
     spot: bool = typer.Option(False, "--spot", help="Spot/preemptible capacity: cheaper, can be reclaimed."),
     service_account: Optional[str] = typer.Option(None, "--service-account", help="Identity the TPU workload runs as."),
@@ -75,7 +75,7 @@ def up(
     from .providers.base import UpFlags
     con = _console()
     prov = providers.get(_config().provider(provider))
-    flags = UpFlags(tpu_type=type_, zones=zone, project=project, arch=None if arch == "vm" else arch,
+    flags = UpFlags(tpu_type=type_, zones=zone, project=project, arch=arch,
                     runtime=runtime, spot=spot, service_account=service_account, bucket=bucket, vm_type=vm_type)
     spec = prov.make_spec(_cluster(cluster), flags)
     price = prov.price(spec)
