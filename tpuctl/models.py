@@ -5,9 +5,12 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from .errors import ErrorKind, TpuctlError, bad_input
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 LABEL = "tpuctl-cluster"
 OBJECT_ROLES = ("roles/storage.objectAdmin", "roles/storage.legacyBucketReader")
@@ -85,8 +88,24 @@ def default_bucket(project: str, cluster: str) -> str:
     return re.sub(r"[:.]", "-", project) + "-tpuctl-" + cluster
 
 
+R = TypeVar("R", bound="JsonRecord")
+
+
+class JsonRecord:
+    """to_json/from_json for a flat dataclass of JSON values; str enums serialise as their value and are coerced
+    back in the class's __post_init__. Unknown keys are ignored, so a newer writer never breaks an older reader."""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(cast("DataclassInstance", self))   # every subclass is a dataclass
+
+    @classmethod
+    def from_json(cls: type[R], d: dict[str, Any]) -> R:
+        known = {f.name for f in fields(cast("type[DataclassInstance]", cls))}
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+
 @dataclass
-class ClusterSpec:
+class ClusterSpec(JsonRecord):
     """What the user asked for, validated. `store` is the store's URI: gs://BUCKET, or a directory (local)."""
     name: str
     provider: ProviderName
@@ -111,19 +130,12 @@ class ClusterSpec:
     def vm_name(self) -> str:
         return f"tpuctl-{self.name}-vm"
 
+    def __post_init__(self) -> None:
+        self.provider, self.arch = ProviderName(self.provider), Arch(self.arch)
+
     @property
     def labels(self) -> dict[str, str]:
         return {LABEL: self.name}
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "ClusterSpec":
-        known = {f.name for f in fields(cls)}
-        spec = cls(**{k: v for k, v in d.items() if k in known})
-        spec.provider, spec.arch = ProviderName(spec.provider), Arch(spec.arch)
-        return spec
 
 
 @dataclass
@@ -133,20 +145,12 @@ class Grant:
 
 
 @dataclass
-class HostFacts:
+class HostFacts(JsonRecord):
     """What `up` learned about the compute once it existed."""
     ip: str = ""                   # the TPU's first endpoint (the legacy node's gRPC address)
     service_account: str = ""      # the identity the TPU reports (the legacy node's service agent)
     hosts: int = 1                 # workers in the slice
     pid: int = 0                   # local provider: the agent process
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "HostFacts":
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in known})
 
 
 @dataclass

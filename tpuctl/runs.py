@@ -8,11 +8,12 @@ import json
 import os
 import secrets
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Callable
 
 from . import layout
+from .models import JsonRecord
 from .store import BlobStore
 
 
@@ -31,7 +32,7 @@ class RunState(str, Enum):
 
 
 @dataclass
-class RunSpec:
+class RunSpec(JsonRecord):
     """`job.json`: what `submit` asks the agent to run. Written once."""
     id: str
     name: str
@@ -43,17 +44,9 @@ class RunSpec:
     submitted: float = 0.0
     cluster: str = ""
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "RunSpec":
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in known})
-
 
 @dataclass
-class RunStatus:
+class RunStatus(JsonRecord):
     """`status[-wN].json`: rewritten by the agent of worker N at each change and heartbeat."""
     state: RunState = RunState.QUEUED
     exit_code: int | None = None
@@ -65,15 +58,8 @@ class RunStatus:
     attempt: int = 1
     pid: int | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "state": self.state.value}
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "RunStatus":
-        known = {f.name for f in fields(cls)}
-        st = cls(**{k: v for k, v in d.items() if k in known})
-        st.state = RunState(st.state)
-        return st
+    def __post_init__(self) -> None:
+        self.state = RunState(self.state)
 
 
 def new_id() -> str:
