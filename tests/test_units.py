@@ -67,7 +67,7 @@ def test_bad_config_file(env):
     assert e.value.kind == "input" and "colour" in e.value.message
 
 
-CAPTURED = [  # (code, message as Google sends it) -> (kind, scope, retryable)
+CAPTURED = [  # (code, message as Google sends it, no reason) -> (kind, scope, retryable); reasons: test_error_payloads
     ("RESOURCE_EXHAUSTED", 'There is no more capacity in the zone "us-central1-b"; you can try in another zone '
      "where Cloud TPU Nodes are offered", ("capacity", "zone", False)),
     ("RESOURCE_EXHAUSTED", "Quota 'TPUV3PodPerProjectPerZoneForTPUAPI' exhausted. Limit 0 in zone us-central1-b",
@@ -77,9 +77,7 @@ CAPTURED = [  # (code, message as Google sends it) -> (kind, scope, retryable)
     ("FAILED_PRECONDITION", "Insufficient reserved capacity. Contact customer support.", ("capacity", "zone", False)),
     ("INVALID_ARGUMENT", "Invalid value: the accelerator v5litepod-8 was not found in zone us-central1-b",
      ("input", "zone", False)),
-    ("PERMISSION_DENIED", "Location us-central2-b is not found or access is unauthorized. LOCATION_POLICY_VIOLATED",
-     ("permission", "region", False)),
-    ("PERMISSION_DENIED", "Cloud TPU API has not been used in project 123 before or it is disabled. SERVICE_DISABLED",
+    ("PERMISSION_DENIED", "Cloud TPU API has not been used in project 123 before or it is disabled.",
      ("permission", "global", False)),
     ("INVALID_ARGUMENT", "Your request to provision TPU Node has been denied. Please migrate to TPU VM Architecture",
      ("refused", "global", False)),
@@ -88,7 +86,7 @@ CAPTURED = [  # (code, message as Google sends it) -> (kind, scope, retryable)
     ("QUOTA_EXCEEDED", "Quota 'CPUS' exceeded.  Limit: 8.0 in region us-central1.", ("capacity", "region", False)),
     ("UNAVAILABLE", "Connection reset by peer", ("error", "global", True)),
     ("503", "Backend Error", ("error", "global", True)),
-    ("429", "Rate Limit Exceeded rateLimitExceeded", ("error", "global", True)),
+    ("429", "Rate Limit Exceeded", ("error", "global", True)),
     ("RESOURCE_EXHAUSTED", "Too many requests", ("error", "global", True)),
     ("DEADLINE_EXCEEDED", "Deadline Exceeded", ("error", "global", True)),
     ("403", "caller does not have storage.buckets.create access", ("permission", "global", False)),

@@ -2,9 +2,13 @@
 
 The real google-cloud-tpu clients talk to it (TPU_EMULATOR_HOST). State lives in memory; operations finish
 `delay` seconds after they start (checked lazily on every request). Faults:
-  fake.faults["CreateNode"].append(("RESOURCE_EXHAUSTED", "..."))    the next call fails at once
-  fake.op_faults["CreateNode"].append((8, "There is no more capacity in the zone ..."))  its operation fails
+  fake.faults["CreateNode"].append(("RESOURCE_EXHAUSTED", "..."[, "REASON"]))   the next call fails at once
+  fake.op_faults["CreateNode"].append((8, "There is no more capacity in the zone ..."[, "REASON"]))  its operation
+A REASON travels as a google.rpc.ErrorInfo in the status details (the `grpc-status-details-bin` trailer), as
+Google's APIs send it (google/rpc/error_details.proto; AIP-193): google-api-core exposes it as `exc.reason`.
 `calls` records every method called, so tests can assert that nothing mutating happened.
+Documented behaviours modelled (sources beside each): v1 DeleteNode answers google.protobuf.Empty although the
+client declares Node; ListAcceleratorTypes is per zone; a failed create leaves no node.
 """
 from __future__ import annotations
 
@@ -18,13 +22,24 @@ import grpc
 from google.cloud import tpu_v1, tpu_v2
 from google.longrunning import operations_pb2
 from google.protobuf import any_pb2, empty_pb2
-from google.rpc import status_pb2
+from google.rpc import error_details_pb2, status_pb2
+from grpc_status import rpc_status
 
 MUTATING = {"CreateNode", "DeleteNode", "StartNode", "StopNode", "UpdateNode"}
 RUNTIMES = ["tpu-vm-tf-2.16.1-pjrt", "tpu-vm-tf-2.17.0-pjrt", "tpu-vm-tf-2.17.0-pod-pjrt", "tpu-vm-tf-2.17.0-se",
             "tpu-vm-tf-2.18.0-pjrt-v5e-and-v6", "tpu-vm-tf-2.18.0-pjrt-v5p-and-below", "tpu-vm-base",
             "tpu-vm-tf-2.18.0-pod-pjrt-v5p-and-below", "v2-alpha-tpuv5-lite"]
 TF_VERSIONS = ["2.10.0", "2.11.0", "2.12.0", "2.9.1"]
+
+
+def error_status(code: int, message: str, reason: str = "") -> status_pb2.Status:
+    """A google.rpc.Status as Google sends it: the reason, when there is one, only in an ErrorInfo detail."""
+    status = status_pb2.Status(code=code, message=message)
+    if reason:
+        detail = any_pb2.Any()
+        detail.Pack(error_details_pb2.ErrorInfo(reason=reason, domain="googleapis.com"))
+        status.details.append(detail)
+    return status
 
 
 class FakeTpu:
@@ -37,6 +52,7 @@ class FakeTpu:
         self.op_faults = collections.defaultdict(list)
         self.calls = []
         self.zones = None  # None: every zone exists
+        self.accelerator_types = {}   # zone -> [type, ...]; a zone not listed offers every type
         self.lock = threading.RLock()
         self._ids = itertools.count(1)
         self.server = None
@@ -65,6 +81,8 @@ class FakeTpu:
             "CreateNode": (m.CreateNodeRequest, None, self.create_node),
             "DeleteNode": (m.DeleteNodeRequest, None, self.delete_node),
             "StartNode": (m.StartNodeRequest, None, self.start_node),
+            "ListAcceleratorTypes": (m.ListAcceleratorTypesRequest, m.ListAcceleratorTypesResponse,
+                                     self.list_accelerator_types),
         }
         if v == 2:
             table["ListRuntimeVersions"] = (m.ListRuntimeVersionsRequest, m.ListRuntimeVersionsResponse,
@@ -92,8 +110,9 @@ class FakeTpu:
             with self.lock:
                 self.calls.append((v, name, getattr(request, "name", "") or getattr(request, "parent", "")))
                 if self.faults[name]:
-                    code, message = self.faults[name].pop(0)
-                    context.abort(grpc.StatusCode[code], message)
+                    code, message, *reason = self.faults[name].pop(0)
+                    status = error_status(grpc.StatusCode[code].value[0], message, *reason)
+                    context.abort_with_status(rpc_status.to_status(status))
                 self._advance()
                 return fn(v, request, context)
         return handler
@@ -118,7 +137,7 @@ class FakeTpu:
         pb = operations_pb2.Operation(name=op["name"], done=op["done"])
         if op["done"]:
             if op["error"]:
-                pb.error.CopyFrom(status_pb2.Status(code=op["error"][0], message=op["error"][1]))
+                pb.error.CopyFrom(error_status(*op["error"]))
             else:
                 resp = op["response"]() if callable(op["response"]) else op["response"]
                 a = any_pb2.Any()
@@ -152,6 +171,13 @@ class FakeTpu:
         self._zone(req.parent, context)
         return tpu_v2.ListRuntimeVersionsResponse(runtime_versions=[
             tpu_v2.RuntimeVersion(name=f"{req.parent}/runtimeVersions/{r}", version=r) for r in RUNTIMES])
+
+    def list_accelerator_types(self, v, req, context):
+        zone = self._zone(req.parent, context)
+        m = tpu_v1 if v == 1 else tpu_v2
+        names = self.accelerator_types.get(zone, [])
+        return m.ListAcceleratorTypesResponse(accelerator_types=[
+            m.AcceleratorType(name=f"{req.parent}/acceleratorTypes/{t}", type_=t) for t in names])
 
     def list_tf(self, v, req, context):
         self._zone(req.parent, context)
@@ -190,9 +216,9 @@ class FakeTpu:
         node = self._node_or_404(v, req.name, context)
         node.state = m.Node.State.DELETING
         parent = "/".join(req.name.split("/")[:4])
-        snapshot = m.Node.pb(node)
-        return self._op(v, parent, lambda: self.nodes[v].pop(req.name, None), None,
-                        snapshot if v == 1 else empty_pb2.Empty())
+        # Both versions answer Empty, though tpu_v1's client declares Node: its op.result()/done() then raise
+        # TypeError (googleapis/google-cloud-go#10951, GoogleCloudPlatform/golang-samples#4422).
+        return self._op(v, parent, lambda: self.nodes[v].pop(req.name, None), None, empty_pb2.Empty())
 
     def start_node(self, v, req, context):
         m = tpu_v1 if v == 1 else tpu_v2

@@ -137,11 +137,17 @@ class TpuApi:
         require_owned(node.labels, cluster, f"TPU {name} in {zone}")
         progress("deleting")
         if self.state(node) != "DELETING":
-            op = call(self.client.delete_node, name=self.path(name, zone), what=f"delete TPU {name}")
             try:
+                op = call(self.client.delete_node, name=self.path(name, zone), what=f"delete TPU {name}")
                 self.wait_operation(op, f"delete TPU {name}", DELETE_DEADLINE, progress)
             except TpuctlError as e:
-                if e.kind is not ErrorKind.NOT_FOUND:
+                # v1 DeleteNode's finished operation carries google.protobuf.Empty while the client declares Node,
+                # so op.done()/op.result() (or delete_node itself, when the answer is already final) raise TypeError
+                # "Could not convert ... Empty ... to Node"
+                # (googleapis/google-cloud-go#10951, GoogleCloudPlatform/golang-samples#4422): the node is being
+                # deleted; GetNode answering NOT_FOUND below is what confirms it.
+                empty_answer = isinstance(e.__cause__, TypeError) and "Empty" in str(e.__cause__)
+                if e.kind is not ErrorKind.NOT_FOUND and not empty_answer:
                     raise
         self.wait_state(name, zone, set(), DELETE_DEADLINE, progress, gone_ok=True)
 
