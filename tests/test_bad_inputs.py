@@ -29,7 +29,9 @@ def test_bad_input_exits_2_with_hint_and_calls_nothing(cloud, cli, args, expect)
     assert "hint:" in err
     assert "Traceback" not in err
     assert cloud.mutating_calls() == []
-    assert not cloud.tpu.calls and not cloud.compute.calls and not cloud.gcs.calls
+    assert not cloud.compute.calls and not cloud.gcs.calls
+    # one read-only question is allowed: does a zone the offline table does not list offer the type?
+    assert [c[1] for c in cloud.tpu.calls] in ([], ["ListAcceleratorTypes"])
 
 
 def test_missing_project_names_the_fix(env, cli, monkeypatch):
@@ -67,3 +69,23 @@ def test_spot_price_in_plan(cloud, cli):
 def test_status_of_unknown_cluster(env, cli):
     code, out, err = cli("status", "-c", "nope")
     assert code == 3 and "tpuctl ls" in err
+
+
+def test_a_zone_missing_from_the_table_is_asked_once_read_only(cloud, cli):
+    # A zone newer than tpuctl's table: the TPU API decides, with one read-only call, before anything is made.
+    cloud.tpu.accelerator_types["us-east1-z"] = ["v3-8"]
+    code, out, err = cli("up", "--type", "v3-8", "--zone", "us-east1-z", "-c", "newzone", "--dry-run")
+    assert code == 0, err
+    assert [c[1] for c in cloud.tpu.calls] == ["ListAcceleratorTypes"]
+    code, out, err = cli("up", "--type", "v3-8", "--zone", "us-east1-y", "-c", "newzone", "--dry-run")
+    assert code == 2 and "not offered in us-east1-y" in err
+
+
+def test_without_credentials_an_unlisted_zone_is_refused_offline(env, cli, monkeypatch):
+    from google.auth.exceptions import DefaultCredentialsError
+
+    def no_creds(*a, **k):
+        raise DefaultCredentialsError("none")
+    monkeypatch.setattr("google.auth.default", no_creds)
+    code, out, err = cli("up", "--type", "v3-8", "--zone", "us-east1-d", "--project", "some-proj", "--dry-run")
+    assert code == 2 and "not offered in us-east1-d" in err and "us-central1-a" in err

@@ -25,9 +25,13 @@ def test_catalog_prices_and_pod_zones():
     assert catalog.tpu_type("v5litepod-1").spot_price_hour == 0.245
     assert catalog.tpu_type("v3-32").zones == ("europe-west4-a",)
     assert catalog.region_of("us-central1-ai1a") == "us-central1"
-    with pytest.raises(TpuctlError) as e:
-        catalog.check_zones(catalog.tpu_type("v3-32"), ["us-central1-b"])
-    assert "europe-west4-a" in e.value.hint
+    assert catalog.unlisted(catalog.tpu_type("v3-32"), ["us-central1-b", "europe-west4-a"]) == ["us-central1-b"]
+    # Google's regions page: v2 pods in us-central1-a and europe-west4-a, v2-8 not in us-central1-a
+    assert catalog.unlisted(catalog.tpu_type("v2-32"), ["us-central1-a", "europe-west4-a"]) == []
+    assert catalog.unlisted(catalog.tpu_type("v2-8"), ["us-central1-a"]) == ["us-central1-a"]
+    # AI zones belong to their region: accepted where the family is offered in that region
+    assert catalog.unlisted(catalog.tpu_type("v6e-8"), ["us-central1-ai1a", "us-east5-ai2b"]) == []
+    assert catalog.unlisted(catalog.tpu_type("v6e-8"), ["us-west9-ai1a"]) == ["us-west9-ai1a"]
 
 
 def test_bucket_names():
@@ -188,3 +192,18 @@ def test_help_imports_no_cloud_client_tensorflow_or_rich():
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('google', 'tensorflow', 'rich', 'grpc')))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert r.stdout.strip() == "[]"
+
+
+def test_legacy_keras_only_where_tf_keras_is_installed(tmp_path):
+    # -S: no site-packages, so no tf_keras; tpuctl itself comes from the checkout
+    import os
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    code = "import os, tpuctl.runtime as r; print(os.environ.get('TF_USE_LEGACY_KERAS'))"
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": root}
+    out = subprocess.run([sys.executable, "-S", "-c", code], env=env, capture_output=True, text=True).stdout
+    assert out.strip() == "None"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True).stdout
+    assert out.strip() == "1"     # this environment has tf-keras (the local extra)
+    env["TF_USE_LEGACY_KERAS"] = "0"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True).stdout
+    assert out.strip() == "0"     # a job's own value wins

@@ -28,6 +28,7 @@ from . import __version__, layout, runs
 from .packaging import unpack
 from .providers import open_store
 from .runs import RunSpec, RunState, RunStatus
+from .runtime import prefer_legacy_keras
 from .store import BlobStore
 
 FLUSH_SECONDS = 0.5
@@ -178,7 +179,7 @@ class Agent:
         env.update(TPUCTL_RUN_ID=run_id, TPUCTL_STORE=self.store.uri, TPUCTL_DATA_DIR=data, TPUCTL_OUTPUT_DIR=out,
                    TPUCTL_ACCELERATOR=self.accelerator, TPUCTL_TPU=self.tpu_address(),
                    TPUCTL_WORKER=str(self.worker), PYTHONUNBUFFERED="1")
-        env.setdefault("TF_USE_LEGACY_KERAS", "1")
+        prefer_legacy_keras(env)
         # `python` in a job's command means the agent's own interpreter (its venv has the agent's packages).
         env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
         return env

@@ -1,32 +1,39 @@
-"""TPU facts (types, chips, hosts, zones, prices) and the offline validation done before any API call.
+"""TPU facts (types, chips, hosts, zones, prices) and the offline validation done before any mutating API call.
 
-Source: ../shared/GCP_FACTS.md §2 (public zone table 2025; us-central1 on-demand prices per chip-hour).
-The live API is the truth for zones and runtimes; this table lets tpuctl refuse a typo without a round trip.
+Zones: Google's "TPU regions and zones" page (cloud.google.com/tpu/docs/regions-zones, read 2026-11), pods
+included: v2 and v3 slices of more than one host live in fewer zones than their 8-core types. AI zones
+(`us-central1-ai1a`, ...) belong to their region (docs: "About AI zones"); one in a region where the family is
+offered passes offline. Prices: ../shared/GCP_FACTS.md §2 (us-central1 on-demand per chip-hour, SkyPilot's catalog).
+A zone the table does not list is not refused offline when credentials exist: the TPU API's
+list_accelerator_types decides (providers/gcp/planning.py), so a new zone never needs a tpuctl release.
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 
-from .errors import bad_input
+from .errors import TpuctlError, bad_input
 
-# family -> (named by cores?, valid sizes, zones, on-demand $/chip-hour, spot $/chip-hour or None, Node arch?)
-_FAMILIES = {
+# family -> (named by cores?, valid sizes, single-host zones, multi-host zones, on-demand $/chip-hour,
+#            spot $/chip-hour or None, TPU Node arch?)
+_FAMILIES: dict[str, tuple[bool, tuple[int, ...], tuple[str, ...], tuple[str, ...], float, float | None, bool]] = {
     "v2": (True, (8, 32, 128, 256, 512), ("us-central1-b", "us-central1-c", "europe-west4-a", "asia-east1-c"),
-           1.125, None, True),
+           ("us-central1-a", "europe-west4-a"), 1.125, None, True),
     "v3": (True, (8, 32, 64, 128, 256, 512, 1024, 2048), ("us-central1-a", "us-central1-b", "europe-west4-a"),
-           2.00, 0.51, True),
-    "v4": (True, tuple(2 ** i for i in range(3, 13)), ("us-central2-b",), 3.22, None, False),
+           ("europe-west4-a",), 2.00, 0.51, True),
+    "v4": (True, tuple(2 ** i for i in range(3, 13)), ("us-central2-b",), ("us-central2-b",), 3.22, None, False),
     "v5p": (True, tuple(2 ** i for i in range(3, 14)), ("us-central1-a", "us-east5-a", "europe-west4-b"),
-            4.20, None, False),
+            ("us-central1-a", "us-east5-a", "europe-west4-b"), 4.20, None, False),
     "v5litepod": (False, (1, 4, 8, 16, 32, 64, 128, 256),
+                  ("us-central1-a", "us-south1-a", "us-west1-c", "us-west4-a", "europe-west4-b"),
                   ("us-central1-a", "us-south1-a", "us-west1-c", "us-west4-a", "europe-west4-b"), 1.20, 0.245, False),
     "v6e": (False, (1, 4, 8, 16, 32, 64, 128, 256),
-            ("us-central1-b", "us-east1-d", "us-east5-a", "us-east5-b", "europe-west4-a", "asia-northeast1-b"),
-            2.70, 0.544, False),
+            ("us-central1-b", "us-east1-d", "us-east5-a", "us-east5-b", "europe-west4-a", "asia-northeast1-b",
+             "us-central1-ai1a", "us-south1-ai1b"),
+            ("us-central1-b", "us-east1-d", "us-east5-a", "us-east5-b", "europe-west4-a", "asia-northeast1-b",
+             "us-central1-ai1a", "us-south1-ai1b"), 2.70, 0.544, False),
 }
-# v3 pods (more than one host) are offered in europe-west4-a only.
-_POD_ZONES = {"v3": ("europe-west4-a",)}
+_AI_ZONE_RE = re.compile(r"-ai\d+[a-z]?$")
 
 _TYPE_RE = re.compile(r"^(v2|v3|v4|v5p|v5litepod|v6e)-(\d+)$")
 _ZONE_RE = re.compile(r"^[a-z]+-[a-z]+\d+-[a-z0-9]+$")
@@ -54,14 +61,13 @@ def tpu_type(name: str) -> TpuType:
         raise bad_input(f"unknown TPU type {name!r}",
                         "use FAMILY-SIZE, for example v3-8, v5litepod-8, v6e-4 (`tpuctl up --help` lists families)")
     family, size = m.group(1), int(m.group(2))
-    by_cores, sizes, zones, price, spot, node_arch = _FAMILIES[family]
+    by_cores, sizes, one_host_zones, pod_zones, price, spot, node_arch = _FAMILIES[family]
     if size not in sizes:
         raise bad_input(f"{family} has no size {size}",
                         "valid: " + ", ".join(f"{family}-{s}" for s in sizes))
     chips = size // 2 if by_cores else size
     hosts = max(1, chips // 4) if by_cores else (1 if size <= 8 else size // 4)
-    if hosts > 1 and family in _POD_ZONES:
-        zones = _POD_ZONES[family]
+    zones = pod_zones if hosts > 1 else one_host_zones
     return TpuType(name, family, chips, hosts, zones, round(price * chips, 3),
                    round(spot * chips, 3) if spot is not None else None, node_arch)
 
@@ -71,17 +77,26 @@ def region_of(zone: str) -> str:
 
 
 def check_zones(t: TpuType, zones: list[str]) -> list[str]:
+    """The zones, well-formed and without repeats (whether each offers the type: `unlisted`)."""
     if not zones:
         raise bad_input("no zone given", f"add --zone; {t.name} is offered in " + ", ".join(t.zones))
-    seen = []
+    seen: list[str] = []
     for z in zones:
         if not _ZONE_RE.match(z):
             raise bad_input(f"malformed zone {z!r}", "zones look like us-central1-b")
-        if z not in t.zones:
-            raise bad_input(f"{t.name} is not offered in {z}", "it is offered in " + ", ".join(t.zones))
         if z not in seen:
             seen.append(z)
     return seen
+
+
+def unlisted(t: TpuType, zones: list[str]) -> list[str]:
+    """The zones the offline table does not list for the type (an AI zone of a listed region counts as listed)."""
+    regions = {region_of(z) for z in t.zones}
+    return [z for z in zones if z not in t.zones and not (_AI_ZONE_RE.search(z) and region_of(z) in regions)]
+
+
+def not_offered(t: TpuType, zone: str) -> TpuctlError:
+    return bad_input(f"{t.name} is not offered in {zone}", "it is offered in " + ", ".join(t.zones))
 
 
 # The legacy companion VM: a small general-purpose machine (ctpu's old default), $/hour in us-central1.

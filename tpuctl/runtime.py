@@ -6,15 +6,26 @@
     lr = runtime.schedule(1e-4, batch, 256, warmup_steps=1000, total_steps=100000)
     runtime.output_dir(), runtime.data_dir()      # from TPUCTL_* with local fallbacks
 
-TensorFlow is imported lazily, and TF_USE_LEGACY_KERAS=1 is set before it (tf-keras: Keras 3 + TPUStrategy
-model.fit has open failures on TPU VMs, keras-team/keras#19448).
+TensorFlow is imported lazily, and TF_USE_LEGACY_KERAS=1 is set before it when tf-keras is installed (Keras 3 +
+TPUStrategy model.fit has open failures on TPU VMs, keras-team/keras#19448); a job's own value wins.
 """
 from __future__ import annotations
 
+import importlib.util
 import os
-from typing import Any
+from typing import Any, MutableMapping
 
-os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+
+def prefer_legacy_keras(environ: MutableMapping[str, str] = os.environ) -> bool:
+    """Set TF_USE_LEGACY_KERAS=1 (unless already set) only where tf-keras is installed: with the variable set and
+    tf-keras absent, `tf.keras` itself fails to import. True when tf.keras will be tf-keras."""
+    if importlib.util.find_spec("tf_keras") is None:
+        return environ.get("TF_USE_LEGACY_KERAS") == "1"
+    environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+    return environ["TF_USE_LEGACY_KERAS"] == "1"
+
+
+prefer_legacy_keras()
 
 
 def _tf() -> Any:

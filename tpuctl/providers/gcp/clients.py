@@ -64,6 +64,17 @@ def storage(project: str | None) -> Any:
     return gcs.Client(project=project, credentials=credentials())
 
 
+def has_credentials() -> bool:
+    """Whether the TPU API can be asked now (an emulator, or Application Default Credentials)."""
+    if os.environ.get("TPU_EMULATOR_HOST"):
+        return True
+    try:
+        credentials()
+    except TpuctlError:
+        return False
+    return True
+
+
 def preflight() -> None:
     """Fail early, before anything is created, when an API without an emulator has no credentials."""
     if not all(os.environ.get(v) for v in ("TPU_EMULATOR_HOST", "COMPUTE_EMULATOR_HOST", "STORAGE_EMULATOR_HOST")):

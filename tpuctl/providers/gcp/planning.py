@@ -1,14 +1,16 @@
-"""Offline half of the Google Cloud provider: `up`'s flags validated into a ClusterSpec, the plan and its price.
-Nothing here calls an API (the catalog's tables decide; see catalog.py for their sources)."""
+"""Planning half of the Google Cloud provider: `up`'s flags validated into a ClusterSpec, the plan and its price.
+The catalog's tables decide offline (see catalog.py for their sources); the one API call made here is read-only:
+list_accelerator_types for a zone the table does not list, when there are credentials to ask with."""
 from __future__ import annotations
 
-from ...catalog import DEFAULT_VM_TYPE, VM_PRICES, check_vm_type, check_zones, region_of, tpu_type
+from ...catalog import (DEFAULT_VM_TYPE, VM_PRICES, TpuType, check_vm_type, check_zones, not_offered, region_of,
+                        tpu_type, unlisted)
 from ...config import setting
 from ...errors import bad_input
 from ...models import (Arch, ClusterSpec, ProviderName, check_bucket_name, check_project, check_service_account,
                        default_bucket)
 from ..base import PlanRow, Price, UpFlags
-from . import project
+from . import clients, project
 
 
 def make_spec(name: str, flags: UpFlags) -> ClusterSpec:
@@ -26,12 +28,23 @@ def make_spec(name: str, flags: UpFlags) -> ClusterSpec:
         zones = [str(setting("zone", None))]
     zones = check_zones(t, zones)
     proj = check_project(project.resolve(flags.project))
+    for zone in unlisted(t, zones):
+        _ask_whether_offered(t, zone, proj, arch)
     bucket = check_bucket_name(flags.bucket or default_bucket(proj, name))
     return ClusterSpec(
         name=name, provider=ProviderName.GCP, store=f"gs://{bucket}", project=proj, tpu_type=t.name,
         zones=zones, arch=arch, runtime=flags.runtime or "", spot=flags.spot,
         service_account=check_service_account(flags.service_account) if flags.service_account else "",
         vm_type=check_vm_type(flags.vm_type or DEFAULT_VM_TYPE) if arch is Arch.NODE else "")
+
+
+def _ask_whether_offered(t: TpuType, zone: str, proj: str, arch: Arch) -> None:
+    """A zone missing from the table may be newer than it: the TPU API knows, if we can ask it."""
+    if not clients.has_credentials():
+        raise not_offered(t, zone)
+    from .tpu import TpuApi
+    if t.name not in TpuApi(proj, arch).accelerator_types(zone):
+        raise not_offered(t, zone)
 
 
 def bucket_of(spec: ClusterSpec) -> str:

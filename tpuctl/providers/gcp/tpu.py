@@ -58,6 +58,17 @@ class TpuApi:
         nodes = call(lambda: list(self.client.list_nodes(parent=parent)), what="list TPUs")
         return [n for n in nodes if LABEL in n.labels]
 
+    def accelerator_types(self, zone: str) -> list[str]:
+        """The types the zone offers (read-only; an unknown zone answers INVALID_ARGUMENT: offers nothing)."""
+        parent = f"projects/{self.project}/locations/{zone}"
+        try:
+            found = call(lambda: list(self.client.list_accelerator_types(parent=parent)), what=f"list TPU types in {zone}")
+        except TpuctlError as e:
+            if e.kind in (ErrorKind.INPUT, ErrorKind.NOT_FOUND):
+                return []
+            raise
+        return [a.type_ for a in found]
+
     def versions(self, zone: str) -> list[str]:
         parent = f"projects/{self.project}/locations/{zone}"
         if self.version == 2:
