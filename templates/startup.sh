@@ -1,7 +1,13 @@
 #!/bin/bash
-# tpuctl host startup script, rendered by `tpuctl up` into the TPU VM's (every worker's) or the legacy node
-# VM's metadata. It installs the tpuctl agent of the CLI's version from the cluster's store and keeps it running
-# under systemd. Every step is logged into the store, so a failed boot shows in `tpuctl status`.
+# tpuctl host start-up script, rendered by `tpuctl up` into the TPU VM's (every worker's) or the legacy node VM's
+# metadata. It installs the tpuctl agent of the CLI's version from the cluster's store and keeps it running under
+# systemd. Safe to run on every boot: what is already in place is kept.
+#
+# It runs while the TPU is still being created (GCP_FACTS §6), so every download is retried with backoff for up
+# to TPUCTL_BOOT_RETRY_SECONDS (20 minutes): the object may be missing for a moment, and the bucket answers 403
+# until the host's grant has propagated (minutes). Each step and each failed attempt goes to the boot log, which is
+# copied into the store whenever the bucket lets us write (`tpuctl status` shows its last line).
+# (Rendered by string.Template with the at-sign as delimiter: a literal at-sign is doubled in this file.)
 set -uo pipefail
 
 STORE="@{store}"
@@ -11,47 +17,120 @@ ROLE="@{role}"                 # tpu-vm: the TPU host itself; node-vm: the VM be
 ACCELERATOR="@{accelerator}"
 TPU_ADDRESS="@{tpu_address}"   # "local" on a TPU VM; empty on a node VM: the agent reads it from the store
 TF_VERSION="@{tf_version}"     # node-vm only: must match the TPU Node's TensorFlow exactly
-# Overridable for custom images (and for the test that runs this script against a local store).
+AGENT_PACKAGE="@{agent_package}"
+BOOT_PREFIX="@{boot_prefix}"
+# Overridable for custom images (and for the tests' simulated hosts).
 AGENT_DIR="${TPUCTL_AGENT_DIR:-/opt/tpuctl}"
 BOOT_LOG="${TPUCTL_BOOT_LOG:-/var/log/tpuctl-boot.log}"
 UNIT_DIR="${TPUCTL_UNIT_DIR:-/etc/systemd/system}"
-PY="${TPUCTL_PYTHON:-}"
+RETRY_SECONDS="${TPUCTL_BOOT_RETRY_SECONDS:-1200}"
+MDS="http://${GCE_METADATA_HOST:-metadata.google.internal}/computeMetadata/v1"
+GCS="${STORAGE_EMULATOR_HOST:-https://storage.googleapis.com}"
+BUCKET="${STORE#gs://}"
+VENV="$AGENT_DIR/venv"
+PY="$VENV/bin/python"
 
-meta() {
-  curl -sf -H 'Metadata-Flavor: Google' \
-    "http://metadata.google.internal/computeMetadata/v1/instance/attributes/$1" 2>/dev/null
-}
-WORKER="$(meta agent-worker-number || true)"
+meta() { curl -sf -H 'Metadata-Flavor: Google' "$MDS/$1" 2>/dev/null; }
+WORKER="$(meta instance/attributes/agent-worker-number || true)"
 WORKER="${WORKER:-0}"
 HOST="$(hostname)"
+mkdir -p "$AGENT_DIR" "$(dirname "$BOOT_LOG")"
 
+enc() { python3 -c 'import sys, urllib.parse; print(urllib.parse.quote(sys.argv[1], safe=""))' "$1"; }
+token() { meta instance/service-accounts/default/token | python3 -c 'import json, sys; print(json.load(sys.stdin)["access_token"])'; }
+# Cloud Storage JSON API: objects.get with alt=media, objects.insert with uploadType=media.
+fetch() { curl -sSf -H "Authorization: Bearer $(token)" -o "$2" "$GCS/storage/v1/b/$BUCKET/o/$(enc "$1")?alt=media"; }
+put() {
+  curl -sf -X POST -H "Authorization: Bearer $(token)" -H "Content-Type: text/plain" --data-binary "@@$1" \
+    "$GCS/upload/storage/v1/b/$BUCKET/o?uploadType=media&name=$(enc "$2")" >/dev/null 2>&1
+}
 log() {
   echo "$(date -u +%Y-%m-%dT%H:%M:%SZ) [$ROLE worker $WORKER] $*" >>"$BOOT_LOG"
-  gsutil -q cp "$BOOT_LOG" "$STORE/@{boot_prefix}$HOST.log" >/dev/null 2>&1 || true
+  put "$BOOT_LOG" "$BOOT_PREFIX$HOST.log" || true   # 403 until the grant propagates: the local log keeps it all
 }
 fail() { log "FAILED: $*"; exit 1; }
 
-log "boot: cluster $CLUSTER, tpuctl $VERSION"
-mkdir -p "$AGENT_DIR"
+# retry WHAT CMD...: run CMD until it succeeds, backing off 2 s, 4 s, ... 60 s, for RETRY_SECONDS at most.
+retry() {
+  local what="$1" start=$SECONDS delay=2 out
+  shift
+  while true; do
+    if out=$("$@@" 2>&1); then return 0; fi
+    if (( SECONDS - start >= RETRY_SECONDS )); then
+      log "giving up on $what after $((SECONDS - start))s: $(echo "$out" | tail -c 300)"
+      return 1
+    fi
+    log "waiting for $what (retry in ${delay}s): $(echo "$out" | tail -c 200)"
+    sleep "$delay"
+    delay=$(( delay * 2 > 60 ? 60 : delay * 2 ))
+  done
+}
 
-if [ -n "$PY" ]; then
-  log "using the given interpreter $PY"
-elif [ "$ROLE" = "node-vm" ] && [ -n "$TF_VERSION" ]; then
-  log "installing tensorflow-cpu==$TF_VERSION to match the TPU Node"
-  apt-get update -qq >/dev/null && apt-get install -y -qq python3-pip python3-venv >/dev/null || fail "apt-get"
-  python3 -m venv "$AGENT_DIR/venv" || fail "venv"
-  "$AGENT_DIR/venv/bin/pip" install -q "tensorflow-cpu==$TF_VERSION" || fail "pip tensorflow-cpu==$TF_VERSION"
-  PY="$AGENT_DIR/venv/bin/python"
+log "boot: cluster $CLUSTER, tpuctl $VERSION, host $HOST"
+
+# --- a Python environment beside the image's packages (its TensorFlow stays the image's) -----------------------
+venv() { python3 -m venv --system-site-packages "$@@" "$VENV"; }
+apt_venv() {   # waits on the dpkg lock instead of racing unattended-upgrades for it
+  apt-get -o DPkg::Lock::Timeout=600 update -qq && apt-get -o DPkg::Lock::Timeout=600 install -y -qq python3-venv
+}
+if [ -x "$PY" ]; then
+  log "python environment $VENV already there"
+elif venv 2>/dev/null; then
+  log "python environment $VENV created"
+elif venv --without-pip; then
+  # Fresh Ubuntu images lack python3-venv's ensurepip; pip comes from the image's site-packages instead.
+  log "python3-venv missing: $VENV created without its own pip (the image's pip serves it)"
+elif retry "apt-get install python3-venv" apt_venv && venv; then
+  log "installed python3-venv; python environment $VENV created"
 else
-  # The TPU VM image ships TensorFlow matched to libtpu: never reinstall it, only add the agent beside it.
-  python3 -m venv --system-site-packages "$AGENT_DIR/venv" || fail "venv"
-  PY="$AGENT_DIR/venv/bin/python"
+  fail "cannot create a python environment (python3 -m venv)"
 fi
 
-AGENT_PACKAGE="@{agent_package}"
-log "installing the agent from $STORE/$AGENT_PACKAGE"
-gsutil -q cp "$STORE/$AGENT_PACKAGE" "$AGENT_DIR/" || fail "agent package not in the store"
-"$PY" -m pip install -q "$AGENT_DIR/$(basename "$AGENT_PACKAGE")" || fail "pip install agent"
+# Versions come from package metadata: importing TensorFlow to ask would cost seconds at every boot.
+dist_version() {
+  "$PY" -c 'import sys
+from importlib.metadata import version, PackageNotFoundError
+for name in sys.argv[1:]:
+    try:
+        print(version(name)); break
+    except PackageNotFoundError:
+        pass
+else:
+    sys.exit(1)' "$@@"
+}
+
+if [ "$ROLE" = "node-vm" ] && [ -n "$TF_VERSION" ] && ! dist_version tensorflow tensorflow-cpu >/dev/null; then
+  log "installing tensorflow-cpu==$TF_VERSION to match the TPU Node"
+  retry "pip install tensorflow-cpu==$TF_VERSION" "$PY" -m pip install -q "tensorflow-cpu==$TF_VERSION" \
+    || fail "pip install tensorflow-cpu==$TF_VERSION"
+fi
+
+# tf.keras with TF_USE_LEGACY_KERAS=1 needs tf-keras; the agent sets that variable only where tf-keras imports.
+if TFV=$(dist_version tensorflow tensorflow-tpu tensorflow-cpu tf-nightly); then
+  if dist_version tf-keras tf_keras >/dev/null; then
+    log "TensorFlow $TFV with tf-keras"
+  elif "$PY" -m pip install -q "tf-keras~=${TFV%.*}.0" >/dev/null 2>&1; then
+    log "TensorFlow $TFV: installed tf-keras ${TFV%.*}"
+  else
+    log "TensorFlow $TFV: no tf-keras to be had; tf.keras stays Keras 3 (TF_USE_LEGACY_KERAS unset)"
+  fi
+fi
+
+# --- the agent, from the store --------------------------------------------------------------------------------
+WHEEL="$AGENT_DIR/$(basename "$AGENT_PACKAGE")"
+if [ "$("$PY" -c 'import tpuctl; print(tpuctl.__version__)' 2>/dev/null)" = "$VERSION" ] \
+    && "$PY" -c 'import tpuctl, sys; sys.exit(not tpuctl.__file__.startswith(sys.prefix))' 2>/dev/null; then
+  log "agent $VERSION already installed"
+else
+  log "fetching the agent from $STORE/$AGENT_PACKAGE"
+  retry "the agent package in the store" fetch "$AGENT_PACKAGE" "$WHEEL.part" || fail "agent package not in the store"
+  mv "$WHEEL.part" "$WHEEL"
+  retry "pip install of the agent" "$PY" -m pip install -q --force-reinstall --no-deps "$WHEEL" \
+    || fail "pip install agent"
+  "$PY" -c "import google.cloud.storage" 2>/dev/null \
+    || retry "pip install google-cloud-storage" "$PY" -m pip install -q "google-cloud-storage>=2.14" \
+    || fail "pip install google-cloud-storage"
+fi
 
 cat >"$UNIT_DIR/tpuctl-agent.service" <<UNIT
 [Unit]
@@ -62,7 +141,7 @@ Wants=network-online.target
 [Service]
 Environment=TPUCTL_ACCELERATOR=$ACCELERATOR
 Environment=TPUCTL_TPU=$TPU_ADDRESS
-Environment=TF_USE_LEGACY_KERAS=1
+Environment=TPUCTL_HOST=$HOST
 ExecStart=$PY -m tpuctl.agent --store $STORE --worker $WORKER
 Restart=always
 RestartSec=5
@@ -70,5 +149,6 @@ RestartSec=5
 [Install]
 WantedBy=multi-user.target
 UNIT
-systemctl daemon-reload && systemctl enable --now tpuctl-agent.service || fail "systemctl"
+systemctl daemon-reload && systemctl enable tpuctl-agent.service && systemctl restart tpuctl-agent.service \
+  || fail "systemctl"
 log "agent running"

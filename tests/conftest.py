@@ -9,6 +9,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 from fakes.compute_server import FakeCompute  # noqa: E402
 from fakes.gcs import FakeGcs  # noqa: E402
+from fakes.tpu_host import SimulatedHosts  # noqa: E402
 from fakes.tpu_server import FakeTpu  # noqa: E402
 
 PROJECT = "test-proj"
@@ -20,6 +21,7 @@ class Cloud:
     tpu: FakeTpu
     compute: FakeCompute
     gcs: FakeGcs
+    hosts: SimulatedHosts
 
     def mutating_calls(self):
         gcs = [c for c in self.gcs.calls if not c.startswith("GET")]
@@ -56,7 +58,7 @@ def env(tmp_path, monkeypatch):
 
 
 @pytest.fixture
-def cloud(env, _servers, monkeypatch):
+def cloud(env, _servers, monkeypatch, tmp_path):
     (tpu, compute, gcs), (th, ch, sh) = _servers
     monkeypatch.setenv("TPU_EMULATOR_HOST", th)
     monkeypatch.setenv("COMPUTE_EMULATOR_HOST", ch)
@@ -73,8 +75,14 @@ def cloud(env, _servers, monkeypatch):
     gcs.faults.clear()
     gcs.calls.clear()
     gcs.bytes_in.clear()
+    gcs.iam_delay = 0.0
     gcs.wipe()
-    return Cloud(tpu, compute, gcs)
+    hosts = SimulatedHosts(gcs, tmp_path / "hosts")   # off unless a test turns it on (hosts.enabled = True)
+    tpu.hosts = compute.hosts = hosts
+    yield Cloud(tpu, compute, gcs, hosts)
+    hosts.stop_all()
+    tpu.hosts = compute.hosts = None
+    gcs.stop_identities()
 
 
 @pytest.fixture

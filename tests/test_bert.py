@@ -179,14 +179,6 @@ def test_kill_and_resume_continues_from_the_saved_step(prepared, tmp_path):
 
 def test_runtime_helpers(monkeypatch):
     from tpuctl import runtime
-    monkeypatch.delenv("TPUCTL_TPU", raising=False)
-    monkeypatch.setenv("TPUCTL_ACCELERATOR", "cpu")
-    assert runtime.tpu_address() is None
-    monkeypatch.setenv("TPUCTL_TPU", "grpc://10.0.0.2:8470")
-    assert runtime.tpu_address() == "grpc://10.0.0.2:8470"
-    monkeypatch.delenv("TPUCTL_TPU")
-    monkeypatch.setenv("TPUCTL_ACCELERATOR", "v3-8")
-    assert runtime.tpu_address() == "local"
     assert runtime.scaled_lr(1e-4, 1024, 256) == pytest.approx(4e-4)
     sched = runtime.schedule(1e-4, 512, 256, warmup_steps=10, total_steps=110)
     assert float(sched(0)) == 0.0

@@ -1,91 +1,71 @@
-"""Run the rendered host startup script against a local store, with shims for gsutil, systemctl and the metadata
-server: it installs the agent package from the store, starts the agent, and the agent runs a submitted run."""
-import os
-import signal
-import subprocess
-import sys
+"""The host start-up script on a simulated fresh TPU VM (tests/fakes/tpu_host.py), outside `up`: a failed boot
+lands in the store, and a second boot (a reboot, or the script run again) keeps what is in place."""
 import time
-from pathlib import Path
 
-from jobs import make_job, submit_to_store
-from tpuctl import __version__, agent_package, runs
+from conftest import PROJECT
+
+from fakes.tpu_host import Host
+from tpuctl import agent_package
+from tpuctl.models import OBJECT_ROLES
 from tpuctl.providers.gcp.startup import render
-from tpuctl.store import LocalStore
 
-GSUTIL = """#!/bin/bash
-# gsutil [-q] cp SRC DST, for local paths
-[ "$1" = "-q" ] && shift
-[ "$1" = "cp" ] || exit 2
-mkdir -p "$(dirname "$3")" 2>/dev/null
-[ -d "$3" ] && exec cp "$2" "$3/"
-exec cp "$2" "$3"
-"""
-SYSTEMCTL = """#!/bin/bash
-# systemctl daemon-reload | enable --now UNIT: run the unit's ExecStart in the background with its Environment=
-[ "$1" = "daemon-reload" ] && exit 0
-unit="$TPUCTL_UNIT_DIR/$3"
-while IFS= read -r line; do
-  case "$line" in Environment=*) export "${line#Environment=}";; esac
-done < "$unit"
-cmd=$(grep '^ExecStart=' "$unit" | cut -d= -f2-)
-setsid $cmd > "$TPUCTL_UNIT_DIR/agent.out" 2>&1 < /dev/null &
-echo $! > "$TPUCTL_UNIT_DIR/agent.pid"
-"""
-CURL = "#!/bin/bash\nexit 22\n"   # no metadata server here: worker 0
+BUCKET = "boot-test"
+SA = "trainer@test-proj.iam.gserviceaccount.com"
 
 
-def _shims(d: Path) -> Path:
-    d.mkdir()
-    for name, text in (("gsutil", GSUTIL), ("systemctl", SYSTEMCTL), ("curl", CURL)):
-        (d / name).write_text(text)
-        (d / name).chmod(0o755)
-    return d
+def _bucket(with_package: bool):
+    from google.cloud import storage
+    client = storage.Client(project=PROJECT)
+    b = client.create_bucket(BUCKET, location="us-central1")
+    policy = b.get_iam_policy(requested_policy_version=3)
+    policy.version = 3
+    for role in OBJECT_ROLES:
+        policy.bindings.append({"role": role, "members": {f"serviceAccount:{SA}"}})
+    b.set_iam_policy(policy)
+    if with_package:
+        b.blob(agent_package.key()).upload_from_string(agent_package.build())
+    return b
 
 
-def _run_script(tmp_path, store_dir):
-    script = tmp_path / "startup.sh"
-    script.write_text(render(str(store_dir), "boot", "tpu-vm", "v3-8", "local"))
-    units = tmp_path / "units"
-    units.mkdir()
-    env = dict(os.environ, PATH=f"{_shims(tmp_path / 'shims')}:{os.environ['PATH']}",
-               TPUCTL_AGENT_DIR=str(tmp_path / "agent"), TPUCTL_BOOT_LOG=str(tmp_path / "boot.log"),
-               TPUCTL_UNIT_DIR=str(units), TPUCTL_PYTHON=sys.executable,
-               PIP_TARGET=str(tmp_path / "site"), PIP_NO_DEPS="1", PIP_NO_BUILD_ISOLATION="0",
-               PYTHONPATH=str(tmp_path / "site"), TPUCTL_AGENT_HOME=str(tmp_path / "work"))
-    r = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=300)
-    return r, units
+def _boot(cloud, tmp_path, name="w0", **env):
+    script = render(f"gs://{BUCKET}", "boot", "tpu-vm", "v3-8", "local")
+    return Host(tmp_path / name, "t1v-n-boot-w-0", 0, script, SA, "v3-8", cloud.gcs,
+                {"TPUCTL_BOOT_RETRY_SECONDS": "60", **env})
 
 
-def test_startup_script_installs_and_starts_the_agent(tmp_path):
-    store_dir = tmp_path / "store"
-    store = LocalStore(store_dir)
-    store.write(agent_package.key(), agent_package.build())
-    r, units = _run_script(tmp_path, store_dir)
+def _wait(host, text, timeout=60):
+    deadline = time.time() + timeout
+    while time.time() < deadline and text not in host.boot_log():
+        if host.script.poll() not in (None, 0) and text not in host.boot_log():
+            break
+        time.sleep(0.1)
+    assert text in host.boot_log(), host.boot_log() + (host.root / "startup.out").read_text()
+
+
+def test_a_failed_boot_is_logged_into_the_store(cloud, tmp_path):
+    b = _bucket(with_package=False)
+    host = _boot(cloud, tmp_path, TPUCTL_BOOT_RETRY_SECONDS="3")
     try:
-        assert r.returncode == 0, r.stdout + r.stderr
-        boot = next((store_dir / "tpuctl" / "boot").glob("*.log")).read_text()
-        assert "boot: cluster boot" in boot and "agent running" in boot
-        assert (tmp_path / "site" / "tpuctl" / "agent.py").is_file()   # the store's copy, not this checkout
-        job = make_job(tmp_path, "import os, tpuctl\nprint(os.environ['TPUCTL_ACCELERATOR'], "
-                                 "os.environ['TPUCTL_TPU'], tpuctl.__file__)\n")
-        run_id = submit_to_store(store, job)
-        out = []
-        st = runs.follow(store, run_id, out.append, sleep=lambda s: time.sleep(min(s, 0.2)))
-        assert st.state is runs.RunState.SUCCEEDED, (units / "agent.out").read_text()
-        accel, tpu, where = b"".join(out).decode().split()
-        assert (accel, tpu) == ("v3-8", "local")
-        assert where.startswith(str(tmp_path / "site"))
+        assert host.script.wait(60) == 1
+        log = b.blob("tpuctl/boot/t1v-n-boot-w-0.log").download_as_text()
+        assert "waiting for the agent package in the store" in log and "404" in log
+        assert log.rstrip().endswith("FAILED: agent package not in the store")
     finally:
-        pid = units / "agent.pid"
-        if pid.exists():
-            os.killpg(int(pid.read_text()), signal.SIGTERM)
+        host.stop()
 
 
-def test_a_failed_boot_is_logged_into_the_store(tmp_path):
-    store_dir = tmp_path / "store"
-    store_dir.mkdir()
-    r, _ = _run_script(tmp_path, store_dir)   # no agent package in the store
-    assert r.returncode == 1
-    boot = next((store_dir / "tpuctl" / "boot").glob("*.log")).read_text()
-    assert "FAILED: agent package not in the store" in boot
-    assert f"tpuctl {__version__}" in boot
+def test_a_second_boot_keeps_what_is_in_place(cloud, tmp_path):
+    _bucket(with_package=True)
+    host = _boot(cloud, tmp_path)
+    try:
+        _wait(host, "agent running")
+        pid = (host.root / "etc/systemd/system/agent.pid").read_text()
+        again = _boot(cloud, tmp_path)          # the same disk boots again
+        assert again.script.wait(60) == 0
+        second = again.boot_log().split("boot: cluster boot")[-1]
+        assert "python environment" in second and "already there" in second
+        assert "agent 0.1.0 already installed" in second and "fetching" not in second
+        assert (host.root / "etc/systemd/system/agent.pid").read_text() == pid   # still the one agent
+        again.metadata.stop()
+    finally:
+        host.stop()

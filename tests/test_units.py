@@ -207,3 +207,42 @@ def test_legacy_keras_only_where_tf_keras_is_installed(tmp_path):
     env["TF_USE_LEGACY_KERAS"] = "0"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True).stdout
     assert out.strip() == "0"     # a job's own value wins
+
+
+@pytest.mark.parametrize("environ,expect", [
+    ({"TPUCTL_TPU": "local", "TPUCTL_ACCELERATOR": "v3-8"}, ("local", False)),            # single-host TPU VM
+    ({"TPUCTL_TPU": "tpuctl-slice", "TPU_NAME": "tpuctl-slice", "TPU_LOAD_LIBRARY": "0"},
+     ("tpuctl-slice", True)),                                                              # a slice's worker 0
+    ({"TPUCTL_TPU": "grpc://10.0.0.2:8470"}, ("grpc://10.0.0.2:8470", True)),               # beside a legacy node
+    ({"TPU_NAME": "grpc://10.0.0.9:8470"}, ("grpc://10.0.0.9:8470", True)),                 # a notebook naming its TPU
+    ({"COLAB_TPU_ADDR": "10.0.0.7:8470"}, ("", True)),                                      # Colab TPU Node
+    ({"TPUCTL_ACCELERATOR": "gpu:2"}, None),                                                # GPUs
+    ({"TPUCTL_ACCELERATOR": "cpu"}, None),                                                  # CPU
+])
+def test_runtime_finds_the_tpu_from_its_environment(environ, expect, monkeypatch):
+    from tpuctl import runtime
+    monkeypatch.setattr(runtime.os.path, "exists", lambda p: False)   # no /dev/accel0 on this machine
+    assert runtime.tpu_target(environ) == expect
+
+
+def test_tpu_vm_device_files_mean_a_local_tpu(monkeypatch):
+    # Kaggle and Colab TPU VMs set nothing of ours: the device files say it (/dev/accel0 v4+, /dev/vfio/0 v5e+)
+    from tpuctl import runtime
+    monkeypatch.setattr(runtime.os.path, "exists", lambda p: p == "/dev/vfio/0")
+    assert runtime.tpu_target({}) == ("local", False)
+
+
+@pytest.mark.parametrize("framework,record,accelerator,expect", [
+    ("tensorflow", {"arch": "vm", "hosts": 1, "runtime": "tpu-vm-tf-2.18.0-pjrt"}, "v3-8",
+     {"NEXT_PLUGGABLE_DEVICE_USE_C_API": "true", "TF_PLUGGABLE_DEVICE_LIBRARY_PATH": "/lib/libtpu.so"}),
+    ("tensorflow", {"arch": "vm", "hosts": 1, "runtime": "tpu-vm-tf-2.17.0-se"}, "v3-8", {}),
+    ("tensorflow", {"arch": "vm", "hosts": 4, "runtime": "tpu-vm-tf-2.18.0-pod-pjrt", "tpu_name": "tpuctl-s"}, "v3-32",
+     {"TPU_NAME": "tpuctl-s", "TPU_LOAD_LIBRARY": "0"}),
+    ("pytorch", {"arch": "vm", "hosts": 4}, "v5litepod-16", {"PJRT_DEVICE": "TPU"}),
+    ("jax", {"arch": "vm", "hosts": 4}, "v5litepod-16", {}),
+    ("tensorflow", {"arch": "node", "hosts": 1, "runtime": "2.12.0"}, "v2-8", {}),
+    ("tensorflow", {"arch": "vm", "hosts": 1, "runtime": ""}, "cpu", {}),
+])
+def test_tpu_environment_follows_googles_harness(framework, record, accelerator, expect):
+    from tpuctl.agent import tpu_environment
+    assert tpu_environment(framework, record, accelerator) == expect

@@ -22,7 +22,7 @@ import threading
 import time
 from pathlib import Path
 
-from typing import Any
+from typing import Any, Callable
 
 from . import __version__, layout, runs
 from .packaging import unpack
@@ -36,6 +36,7 @@ CHUNK_BYTES = 64 * 1024
 HEARTBEAT_SECONDS = 5.0
 STALE_SECONDS = 90.0      # no heartbeat for this long: the run's host is gone
 MAX_ATTEMPTS = 3
+SERVING = "serving the TPU runtime (the TensorFlow program runs on worker 0)"
 _PINNED = ("tensorflow", "tensorflow-cpu", "tensorflow-tpu", "tf-keras", "keras", "libtpu", "libtpu-nightly",
            "tensorboard", "tf-nightly")
 
@@ -100,27 +101,59 @@ class Agent:
         self.tpu = tpu if tpu is not None else os.environ.get("TPUCTL_TPU", "")
         self.home = Path(home or os.environ.get("TPUCTL_AGENT_HOME") or Path.home() / ".tpuctl-agent")
         self.poll = poll
-        self.host = socket.gethostname()
+        self.host = os.environ.get("TPUCTL_HOST") or socket.gethostname()
         self.done: set[str] = set()
         self.stop = threading.Event()
         self._last_beat = 0.0
+        self.record: dict[str, Any] = {}
+
+    def read_record(self) -> dict[str, Any]:
+        """The cluster record; `up` rewrites it (the legacy node's address appears once the node is READY)."""
+        self.record = runs.read_json(self.store, layout.CLUSTER_RECORD) or self.record
+        return self.record
+
+    @property
+    def workers(self) -> int:
+        return int(self.record.get("hosts") or 1)
+
+    def serves_only(self) -> bool:
+        """A TensorFlow slice's worker N > 0: it serves the TPU runtime; the program runs on worker 0 alone."""
+        return self.worker > 0 and self.record.get("framework", "tensorflow") == "tensorflow"
+
+    def runs_here(self, job: RunSpec | None) -> bool:
+        """TensorFlow on a slice runs ONE program, on worker 0; JAX and PyTorch run on every worker (GCP_FACTS §6;
+        ml-auto-solutions runs TF pod tests with all_workers=not is_pod)."""
+        return job is not None and (job.framework != "tensorflow" or self.worker == 0)
 
     def beat(self, running: str = "") -> None:
+        role = SERVING if self.serves_only() else "agent"
         self.store.write(layout.agent_heartbeat(self.host, self.worker), json.dumps(
             {"host": self.host, "worker": self.worker, "pid": os.getpid(), "version": __version__,
-             "time": time.time(), "running": running}).encode())
+             "time": time.time(), "running": running, "role": role}).encode())
         self._last_beat = time.monotonic()
 
     def tpu_address(self) -> str:
         if self.tpu:
             return self.tpu
-        rec = runs.read_json(self.store, layout.CLUSTER_RECORD) or {}
-        return str(rec.get("tpu_address", "")) if rec.get("arch") == "node" else ""
+        return str(self.record.get("tpu_address", "")) if self.record.get("arch") == "node" else ""
+
+    def wait_tpu_address(self, heartbeat: Callable[[], None]) -> str:
+        """Beside a legacy node the address is known only once the node is READY, after this VM booted: `up`
+        writes it into the record then. Re-read until it appears (TPUCTL_TPU_ADDRESS_WAIT, 30 minutes)."""
+        deadline = time.monotonic() + float(os.environ.get("TPUCTL_TPU_ADDRESS_WAIT", "1800"))
+        while not self.tpu_address() and self.record.get("arch") == "node" and time.monotonic() < deadline \
+                and not self.stop.is_set():
+            heartbeat()
+            self.stop.wait(min(self.poll * 5, 5.0))
+            self.read_record()
+        return self.tpu_address()
 
     def run_forever(self) -> None:
+        self.read_record()
         self.beat()
         while not self.stop.is_set():
             try:
+                self.read_record()
                 self.tick()
             except Exception as e:  # noqa: BLE001 - a store hiccup must not kill the agent; log and go on
                 print(f"tpuctl agent: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
@@ -134,6 +167,9 @@ class Agent:
         so a job that checkpoints continues). True when one ran."""
         for run_id in runs.all_ids(self.store):
             if run_id in self.done:
+                continue
+            if not self.runs_here(runs.job(self.store, run_id)):
+                self.done.add(run_id)   # never claimed here, so never taken over here either
                 continue
             first = self.store.read(layout.run_claim(run_id, self.worker))
             if first is None:
@@ -176,9 +212,13 @@ class Agent:
         data = self.store.local_path(layout.job_data(job.name).rstrip("/"))
         if not out.startswith("gs://"):
             Path(out).mkdir(parents=True, exist_ok=True)
+        framework_env = tpu_environment(job.framework, self.record, self.accelerator)
         env.update(TPUCTL_RUN_ID=run_id, TPUCTL_STORE=self.store.uri, TPUCTL_DATA_DIR=data, TPUCTL_OUTPUT_DIR=out,
-                   TPUCTL_ACCELERATOR=self.accelerator, TPUCTL_TPU=self.tpu_address(),
-                   TPUCTL_WORKER=str(self.worker), PYTHONUNBUFFERED="1")
+                   TPUCTL_ACCELERATOR=self.accelerator, TPUCTL_TPU=framework_env.get("TPU_NAME", self.tpu_address()),
+                   TPUCTL_WORKER=str(self.worker), TPUCTL_NUM_WORKERS=str(self.workers), PYTHONUNBUFFERED="1")
+        for k, v in framework_env.items():
+            if k not in job.env:   # a job's own value wins
+                env[k] = v
         prefer_legacy_keras(env)
         # `python` in a job's command means the agent's own interpreter (its venv has the agent's packages).
         env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
@@ -205,6 +245,10 @@ class Agent:
             if pkg is None:
                 raise RuntimeError(f"package {job.package} is missing from the store")
             unpack(pkg, code_dir)
+            if self.record.get("arch") == "node" and not self.tpu_address():
+                shipper.note("waiting for the TPU node's address (tpuctl up writes it once the node is READY)")
+                if not self.wait_tpu_address(lambda: status(RunState.STARTING)):
+                    raise RuntimeError("the TPU node's address never appeared in the cluster record")
         except Exception as e:  # noqa: BLE001 - reported in the run's own log and status
             shipper.note(f"cannot prepare the run: {e}")
             status(RunState.FAILED, exit_code=127)
@@ -253,6 +297,25 @@ class Agent:
         rc = proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
         status(RunState.CANCELLED if cancelled else (RunState.SUCCEEDED if rc == 0 else RunState.FAILED), exit_code=rc)
         return rc
+
+
+def tpu_environment(framework: str, record: dict[str, Any], accelerator: str) -> dict[str, str]:
+    """What a framework needs on a TPU VM, as Google's TPU harness exports it (GoogleCloudPlatform/ml-auto-solutions,
+    `export_env_variable(is_pod, is_pjrt)`): TensorFlow on a multi-host slice: TPU_NAME=<node> and
+    TPU_LOAD_LIBRARY=0 (worker 0 drives the slice, every host serves the runtime); TensorFlow on a single-host PJRT
+    runtime: NEXT_PLUGGABLE_DEVICE_USE_C_API=true and TF_PLUGGABLE_DEVICE_LIBRARY_PATH=/lib/libtpu.so.
+    PyTorch/XLA: PJRT_DEVICE=TPU. Nothing off a TPU VM (the local provider, the legacy node's VM)."""
+    if record.get("arch") != "vm" or not accelerator.startswith("v"):
+        return {}
+    if framework == "pytorch":
+        return {"PJRT_DEVICE": "TPU"}
+    if framework != "tensorflow":
+        return {}
+    if int(record.get("hosts") or 1) > 1:
+        return {"TPU_NAME": str(record.get("tpu_name", "")), "TPU_LOAD_LIBRARY": "0"}
+    if "pjrt" in str(record.get("runtime", "")):
+        return {"NEXT_PLUGGABLE_DEVICE_USE_C_API": "true", "TF_PLUGGABLE_DEVICE_LIBRARY_PATH": "/lib/libtpu.so"}
+    return {}
 
 
 def _signal(proc: "subprocess.Popen[Any]", sig: int) -> None:

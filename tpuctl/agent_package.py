@@ -1,52 +1,50 @@
-"""The agent's installable package, uploaded by `up` to tpuctl/agent/tpuctl-VERSION.tar.gz in the store, so every
-host runs the same tpuctl as the CLI that made the cluster (the startup script pip-installs it from there).
+"""The agent's installable package, uploaded by `up` to the store (layout.agent_package), so every host runs the
+same tpuctl as the CLI that made the cluster; the host's start-up script pip-installs it from there.
 
-It is a source distribution built from this very installation: the tpuctl package plus a minimal pyproject whose
-only dependency is what the agent needs on a host (google-cloud-storage), not the CLI's typer/rich/compute.
+A wheel, built from this very installation: the tpuctl package plus metadata whose only dependency is what the
+agent needs on a host (google-cloud-storage), not the CLI's typer/rich/compute. A wheel and not an sdist because
+installing an sdist builds it first, and pip's build isolation would fetch a build backend from the network while
+the host boots (PEP 517); a wheel installs by unpacking. Deterministic: sorted entries, fixed timestamps, so the
+same tpuctl uploads the same bytes.
 """
 from __future__ import annotations
 
-import gzip
+import base64
+import hashlib
 import io
-import tarfile
+import zipfile
 from pathlib import Path
 
-from . import __version__
+from . import __version__, layout
 
-_PYPROJECT = f"""[build-system]
-requires = ["hatchling>=1.18"]
-build-backend = "hatchling.build"
-
-[project]
-name = "tpuctl"
-version = "{__version__}"
-requires-python = ">=3.8"
-dependencies = ["google-cloud-storage>=2.14"]
-
-[tool.hatch.build.targets.wheel]
-packages = ["tpuctl"]
-"""
+REQUIRES = ["google-cloud-storage>=2.14"]
+_DIST_INFO = f"tpuctl-{__version__}.dist-info"
 
 
 def key() -> str:
-    return f"tpuctl/agent/tpuctl-{__version__}.tar.gz"
+    return layout.agent_package(__version__)
+
+
+def _files() -> list[tuple[str, bytes]]:
+    src = Path(__file__).parent
+    out = [("tpuctl/" + p.relative_to(src).as_posix(), p.read_bytes()) for p in sorted(src.rglob("*"))
+           if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"]
+    metadata = "Metadata-Version: 2.1\nName: tpuctl\nVersion: " + __version__ + "\n" + "".join(
+        f"Requires-Dist: {r}\n" for r in REQUIRES)
+    wheel = "Wheel-Version: 1.0\nGenerator: tpuctl\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    return out + [(f"{_DIST_INFO}/METADATA", metadata.encode()), (f"{_DIST_INFO}/WHEEL", wheel.encode())]
 
 
 def build() -> bytes:
-    src = Path(__file__).parent
-    top = f"tpuctl-{__version__}"
+    """The wheel's bytes (PEP 427: a zip with a RECORD of each file's urlsafe-base64 sha256 and size)."""
+    files = _files()
+    record = "".join(f"{name},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},"
+                     f"{len(data)}\n" for name, data in files) + f"{_DIST_INFO}/RECORD,,\n"
     raw = io.BytesIO()
-    with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        def add(name: str, data: bytes) -> None:
-            info = tarfile.TarInfo(f"{top}/{name}")
-            info.size, info.mode = len(data), 0o644
-            tar.addfile(info, io.BytesIO(data))
-        add("pyproject.toml", _PYPROJECT.encode())
-        add("PKG-INFO", f"Metadata-Version: 2.1\nName: tpuctl\nVersion: {__version__}\n".encode())
-        for path in sorted(src.rglob("*")):
-            if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
-                add("tpuctl/" + path.relative_to(src).as_posix(), path.read_bytes())
-    gz = io.BytesIO()
-    with gzip.GzipFile(fileobj=gz, mode="wb", mtime=0) as g:
-        g.write(raw.getvalue())
-    return gz.getvalue()
+    with zipfile.ZipFile(raw, "w", zipfile.ZIP_DEFLATED) as z:
+        for name, data in files + [(f"{_DIST_INFO}/RECORD", record.encode())]:
+            info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
+            info.external_attr = 0o644 << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            z.writestr(info, data)
+    return raw.getvalue()

@@ -66,6 +66,8 @@ def up(
     service_account: Optional[str] = typer.Option(None, "--service-account", help="Identity the TPU workload runs as."),
     bucket: Optional[str] = typer.Option(None, "--bucket", help="Bucket to use or create (default: PROJECT-tpuctl-CLUSTER)."),
     vm_type: Optional[str] = typer.Option(None, "--vm-type", help="Machine type of the legacy node's VM."),
+    framework: Optional[str] = typer.Option(None, "--framework",
+                                            help="tensorflow (default: TF runtimes), jax or pytorch (base runtimes)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Validate and print the plan; create nothing."),
     yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
     provider: Optional[str] = PROVIDER,
@@ -76,7 +78,8 @@ def up(
     con = _console()
     prov = providers.get(_config().provider(provider))
     flags = UpFlags(tpu_type=type_, zones=zone, project=project, arch=arch,
-                    runtime=runtime, spot=spot, service_account=service_account, bucket=bucket, vm_type=vm_type)
+                    runtime=runtime, spot=spot, service_account=service_account, bucket=bucket, vm_type=vm_type,
+                    framework=framework)
     spec = prov.make_spec(_cluster(cluster), flags)
     price = prov.price(spec)
     con.err.print(f"[bold]Plan for cluster {spec.name}[/]" + (f" (project {spec.project}):" if spec.project else ":"))
@@ -109,9 +112,9 @@ def status(cluster: Optional[str] = CLUSTER,
     rows = [[k, "yes" if v is True else str(v)] for k, v in info.items()
             if k not in ("grants", "resources") and v not in ("", None, False)]
     for kind, res in info["resources"].items():
-        if kind == "boot_logs":
+        if kind in ("boot_logs", "workers"):
             for host, line in res.items():
-                rows.append([f"boot {host}", line])
+                rows.append([f"{'boot' if kind == 'boot_logs' else 'agent'} {host}", line])
             continue
         rows.append([kind, " ".join(f"{k}={v}" for k, v in res.items() if v not in ("", None))])
     for g in info["grants"]:
@@ -217,10 +220,19 @@ def logs(run_id: Optional[str] = typer.Argument(None, help="Run id (default: the
          worker: int = typer.Option(0, "--worker", help="Worker of a multi-host slice (0 is the primary log)."),
          provider: Optional[str] = PROVIDER) -> None:
     """Print a run's output, raw, on stdout."""
-    from . import submission
+    from . import runs, submission
     st, prov = _cluster_and_provider(cluster, provider)
+    workers = max(1, st.host.hosts)
+    if not 0 <= worker < workers:
+        raise bad_input(f"cluster {st.name} has {workers} worker{'s' * (workers > 1)}",
+                        f"--worker takes 0 to {workers - 1}")
     store = prov.store(st)
     rid = submission.resolve_run(store, run_id)
+    job = runs.job(store, rid)
+    if worker > 0 and job is not None and job.framework == "tensorflow":
+        _console().err.print(f"run {rid} is a TensorFlow program: it runs on worker 0 (`tpuctl logs {rid}`); "
+                             f"worker {worker} serves the TPU runtime")
+        return
     raise typer.Exit(_follow(store, rid, st.name, worker, follow))
 
 

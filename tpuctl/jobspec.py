@@ -8,9 +8,10 @@ from typing import Sequence
 
 from .config import tomllib
 from .errors import bad_input
+from .models import Framework
 
 FILE = "tpuctl.toml"
-_TYPES = {"command": str, "name": str, "data": list, "requirements": str, "env": dict}
+_TYPES = {"command": str, "name": str, "data": list, "requirements": str, "env": dict, "framework": str}
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 _ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -23,6 +24,7 @@ class JobSpec:
     data: list = field(default_factory=list)      # resolved local paths
     requirements: str = ""                        # path relative to root
     env: dict = field(default_factory=dict)
+    framework: Framework = Framework.TENSORFLOW
 
 
 def load(job_dir: str, extra_data: Sequence[str] = ()) -> JobSpec:
@@ -64,5 +66,10 @@ def load(job_dir: str, extra_data: Sequence[str] = ()) -> JobSpec:
     for k, v in env.items():
         if not _ENV_RE.match(k) or not isinstance(v, (str, int, float, bool)):
             raise bad_input(f"{f}: [env] {k!r} must be a NAME = \"value\" pair", 'e.g. [env] BATCH = "32"')
+    try:
+        framework = Framework(doc.get("framework", Framework.TENSORFLOW.value))
+    except ValueError:
+        raise bad_input(f"{f}: 'framework' must be one of " + ", ".join(x.value for x in Framework),
+                        'e.g. framework = "jax" (every worker runs the command; tensorflow: worker 0 only)')
     return JobSpec(root=root, command=doc["command"], name=name, data=data, requirements=req,
-                   env={k: str(v) for k, v in env.items()})
+                   env={k: str(v) for k, v in env.items()}, framework=framework)

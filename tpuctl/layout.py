@@ -15,7 +15,8 @@ OUTPUTS_PREFIX = "runs/"
 DATA_PREFIX = "data/"
 
 def agent_package(version: str) -> str:
-    return f"{AGENT_PACKAGE_PREFIX}tpuctl-{version}.tar.gz"
+    """A wheel (agent_package.py says why): its file name must follow PEP 427 for pip to install it."""
+    return f"{AGENT_PACKAGE_PREFIX}tpuctl-{version}-py3-none-any.whl"
 
 
 def job_package(sha256: str) -> str:

@@ -32,6 +32,14 @@ class Arch(str, Enum):
     NODE = "node"    # legacy TPU Node + a companion Compute Engine VM that runs the job (tpu v1 API)
 
 
+class Framework(str, Enum):
+    """How a job uses a multi-host slice (GCP_FACTS §6): TensorFlow runs ONE program, on worker 0, while every host
+    serves the TPU runtime; JAX and PyTorch/XLA run the same program on every worker."""
+    TENSORFLOW = "tensorflow"
+    JAX = "jax"
+    PYTORCH = "pytorch"
+
+
 class Phase(str, Enum):
     CREATING = "creating"   # a state file left here means `up` was cut off: the next `up` finishes it
     READY = "ready"
@@ -118,6 +126,7 @@ class ClusterSpec(JsonRecord):
     spot: bool = False
     service_account: str = ""
     vm_type: str = ""               # the legacy node's companion VM
+    framework: Framework = Framework.TENSORFLOW   # picks the runtime family (TensorFlow or base images)
 
     # Fields that name what a cluster IS: `up` refuses to change them on an existing cluster.
     IDENTITY = ("provider", "tpu_type", "arch", "project", "store")
@@ -132,6 +141,7 @@ class ClusterSpec(JsonRecord):
 
     def __post_init__(self) -> None:
         self.provider, self.arch = ProviderName(self.provider), Arch(self.arch)
+        self.framework = Framework(self.framework)
 
     @property
     def labels(self) -> dict[str, str]:
@@ -201,4 +211,5 @@ def cluster_record(st: ClusterState, tpu_address: str) -> dict[str, Any]:
     "local" on a TPU VM, grpc://IP:8470 beside a legacy node, "" without a TPU)."""
     from . import __version__
     return {"cluster": st.name, "tpu_type": st.spec.tpu_type, "arch": st.spec.arch.value, "zone": st.zone,
-            "runtime": st.runtime, "tpu_address": tpu_address, "store": st.spec.store, "tpuctl_version": __version__}
+            "runtime": st.runtime, "tpu_address": tpu_address, "tpu_name": st.spec.tpu_name, "hosts": st.host.hosts,
+            "framework": st.spec.framework.value, "store": st.spec.store, "tpuctl_version": __version__}

@@ -3,6 +3,11 @@ architecture: a Provider (providers/base.py) owns its topology, a Reporter does 
 
 `up` saves the cluster's state before each resource is created, so an interrupted `up` is finished by another
 `up` (resources are adopted by name and label) or undone by `down`. A failed `up` removes what it created.
+
+Boot order: a host runs its start-up script while it is being created, before the API reports it ready
+(GCP_FACTS §6), and reads the store at once. So before each placement is tried, its region's store exists, the
+workload's identities hold their grants on it, and the cluster record and agent package are in it; when the
+placements span regions and a store this run made is in a region it moves away from, that store is removed first.
 """
 from __future__ import annotations
 
@@ -24,17 +29,38 @@ class _Up:
         self.p, self.r, self.st = provider, reporter, st
         self.lock = threading.Lock()
         self.undo: list[Created] = []
+        self.store_region: str | None = None
+        self.accounts: Background[list[str]] | None = None
+        if provider.grants is not None:
+            grants = provider.grants
+            self.accounts = Background(lambda: grants.workload_accounts(st.spec))   # a lookup: start it early
 
     def save(self) -> None:
         with self.lock:
             state.save(self.st)
 
-    # -- store and grants --------------------------------------------------------------------------------
-    def store(self, region: str) -> None:
-        spec = self.st.spec
-        if self.p.ensure_store(spec, region, progress_of(self.r, self.p.store_noun, spec.store)):
-            self.undo.append(Created(self.p.store_noun, spec.store, lambda: self.p.delete_store(
-                self.st, lambda s: None)))
+    # -- what the host reads at boot: store, grants, record -----------------------------------------------
+    def prepare(self, region: str) -> None:
+        if self.store_region != region:
+            self._move_store(region)
+        self.p.write_cluster_record(self.st, confirmed=False)
+
+    def _move_store(self, region: str) -> None:
+        spec, noun = self.st.spec, self.p.store_noun
+        made_here = [c for c in self.undo if c.kind == noun]
+        if made_here:
+            # This run made the store in a region the compute did not land in; the store's name is global, so it
+            # is removed (its grants go with it) before it is made in the next region.
+            made_here[0].undo()
+            with self.lock:
+                self.undo = [c for c in self.undo if c.kind not in (noun, "grants")]
+                self.st.grants = []
+            self.save()
+        if self.p.ensure_store(spec, region, progress_of(self.r, noun, spec.store)):
+            self.undo.append(Created(noun, spec.store, lambda: self.p.delete_store(self.st, lambda s: None)))
+        self.store_region = region
+        if self.p.grants is not None and self.accounts is not None:
+            self.grant(self.p.grants, self.accounts.result())
 
     def grant(self, grants: BucketGrants, accounts: list[str]) -> None:
         if not accounts:
@@ -54,6 +80,7 @@ class _Up:
         with self.lock:
             self.st.zone, self.st.runtime = placement.zone, runtime
         self.save()   # before creating: an interrupted `up` knows where to adopt or delete
+        self.prepare(placement.region)
         compute = self.p.ensure_compute(self.st, self.r)
         self.undo.extend(compute.created)
         with self.lock:
@@ -121,25 +148,12 @@ def up(spec: ClusterSpec, provider: Provider, reporter: Reporter) -> ClusterStat
     run = _Up(provider, reporter, st)
     run.save()
     placements = _ordered(provider.placements(spec), st.zone)
-    regions = {p.region for p in placements}
     grants = provider.grants
     try:
-        if len(regions) == 1:
-            # The store takes about a second; doing it first means a wrong --bucket region fails before any TPU.
-            run.store(placements[0].region)
-            accounts = Background(lambda: grants.workload_accounts(spec)) if grants else None
-            run.place(placements)
-            if grants and accounts:
-                run.grant(grants, accounts.result())
-        else:
-            reporter.info("zones span regions: the bucket follows once the TPU has a zone")
-            run.place(placements)
-            run.store(next(p.region for p in placements if p.zone == st.zone))
-            if grants:
-                run.grant(grants, grants.workload_accounts(spec))
+        run.place(placements)
         if grants:
             run.grant(grants, grants.host_accounts(st))
-        provider.write_cluster_record(st)
+        provider.write_cluster_record(st, confirmed=True)   # again: with what creation taught (the node's address)
         st.phase = Phase.READY
         run.save()
         return st

@@ -43,6 +43,7 @@ class RunSpec(JsonRecord):
     requirements: str = ""
     submitted: float = 0.0
     cluster: str = ""
+    framework: str = "tensorflow"     # models.Framework: which workers of a slice run the command
 
 
 @dataclass

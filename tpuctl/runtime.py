@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from typing import Any, MutableMapping
+from typing import Any, Mapping, MutableMapping
 
 
 def prefer_legacy_keras(environ: MutableMapping[str, str] = os.environ) -> bool:
@@ -33,27 +33,40 @@ def _tf() -> Any:
     return tf
 
 
-def tpu_address() -> str | None:
-    """'local' on a TPU VM, 'grpc://IP:8470' beside a legacy TPU Node, None without a TPU."""
-    addr = os.environ.get("TPUCTL_TPU", "")
+def tpu_target(environ: Mapping[str, str] = os.environ) -> tuple[str, bool] | None:
+    """Where this process finds its TPU: (argument for TPUClusterResolver, connect to a remote cluster first?), or
+    None without one. In order:
+    - TPUCTL_TPU, set by the agent: "local" on a TPU VM host; grpc://IP:8470 beside a legacy TPU Node; the node's
+      name on worker 0 of a multi-host slice (with TPU_LOAD_LIBRARY=0, as Google's TPU harness runs TF pods);
+    - TPU_NAME: a slice's worker 0 set up by hand, or a notebook that names its TPU (Kaggle's TPU Nodes did);
+    - COLAB_TPU_ADDR: a Colab TPU Node; the resolver with no argument reads it itself;
+    - a TPU device on this machine (/dev/accel0, /dev/vfio/0: TPU VMs, Kaggle and Colab TPU VMs): "local".
+    A bare node name beside a legacy node would make TF call the retired v1 discovery API, hence grpc:// there."""
+    addr = environ.get("TPUCTL_TPU", "")
     if addr:
-        return addr
-    if os.environ.get("TPUCTL_ACCELERATOR", "").startswith("v") or os.path.exists("/dev/accel0") \
+        return addr, addr != "local"
+    if environ.get("TPU_NAME"):
+        return environ["TPU_NAME"], environ["TPU_NAME"] != "local"
+    if environ.get("COLAB_TPU_ADDR"):
+        return "", True
+    if environ.get("TPUCTL_ACCELERATOR", "").startswith("v") or os.path.exists("/dev/accel0") \
             or os.path.exists("/dev/vfio/0"):
-        return "local"
+        return "local", False
     return None
 
 
 def strategy(tpu: str | None = "auto") -> Any:
     """TPUStrategy on a TPU; MirroredStrategy over several GPUs; else the default strategy (one GPU or the CPU).
+    `tpu`: "auto" (tpu_target), a resolver argument, or None for no TPU.
 
     GPU memory growth is turned on first, so a job does not grab the whole card."""
     tf = _tf()
-    addr = tpu_address() if tpu == "auto" else tpu
-    if addr:
-        # A bare node name would make TF call the retired v1 discovery API: pass 'local' or grpc://IP:8470.
-        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=addr)
-        if addr != "local":
+    target = tpu_target() if tpu == "auto" else ((tpu, tpu != "local") if tpu else None)
+    if target:
+        arg, connect = target
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=arg) if arg else \
+            tf.distribute.cluster_resolver.TPUClusterResolver()
+        if connect:
             tf.config.experimental_connect_to_cluster(resolver)
         tf.tpu.experimental.initialize_tpu_system(resolver)
         return tf.distribute.TPUStrategy(resolver)

@@ -23,6 +23,10 @@ def submit(st: ClusterState, provider: Provider, job: JobSpec, args: list[str], 
         raise TpuctlError(ErrorKind.NOT_FOUND, f"cluster {st.name} is not ready (its `up` did not finish)",
                           f"run `tpuctl up -c {st.name} ...` again")
     provider.check_ready(st)
+    if st.runtime and job.framework is not st.spec.framework:
+        reporter.warn(f"job {job.name} is a {job.framework.value} job, but cluster {st.name} runs a "
+                      f"{st.spec.framework.value} image ({st.runtime}); "
+                      f"`tpuctl up --framework {job.framework.value}` on a new cluster matches them")
     store = provider.store(st)
     pkg, sha = packaging.build(job.root, job.data)
     pkg_key = layout.job_package(sha)
@@ -39,7 +43,8 @@ def submit(st: ClusterState, provider: Provider, job: JobSpec, args: list[str], 
                           final=True)
     run_id = runs.new_id()
     spec = RunSpec(id=run_id, name=job.name, command=job.command, args=list(args), env=job.env, package=sha,
-                   requirements=job.requirements, submitted=time.time(), cluster=st.name)
+                   requirements=job.requirements, submitted=time.time(), cluster=st.name,
+                   framework=job.framework.value)
     if not store.create(layout.run_job(run_id), json.dumps(spec.to_json(), indent=2).encode()):
         raise TpuctlError(ErrorKind.ERROR, f"run id {run_id} already exists", "submit again")
     return run_id, synced

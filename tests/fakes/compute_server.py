@@ -33,6 +33,7 @@ class FakeCompute:
         self.delay = delay
         self.project_number = project_number
         self.instances = {}
+        self.hosts = None   # SimulatedHosts: boots the VM's start-up script while it is created
         self.ops = {}
         self.faults = collections.defaultdict(list)
         self.op_faults = collections.defaultdict(list)
@@ -121,6 +122,12 @@ class FakeCompute:
         inst = dict(body, status="PROVISIONING", zone=zone, id=str(next(self._ids)))
         self.instances[key] = inst
         error = self.op_faults["insert"].pop(0) if self.op_faults["insert"] else None
+        script = next((i["value"] for i in body.get("metadata", {}).get("items", []) if i["key"] == "startup-script"), "")
+        if self.hosts is not None and not error:
+            # "default" is the project's Compute Engine default service account (the API resolves it).
+            sa = body.get("serviceAccounts", [{}])[0].get("email", "default")
+            sa = f"{self.project_number}-compute@developer.gserviceaccount.com" if sa == "default" else sa
+            self.hosts.boot(f"{project}/{zone}/{body['name']}", script, 1, sa, "", kind="node-vm")
 
         def finish():
             if error:
@@ -144,7 +151,12 @@ class FakeCompute:
         if key not in self.instances:
             return self.do_get(body, project, zone, name)
         self.instances[key]["status"] = "STOPPING"
-        return self._op(project, zone, "delete", name, lambda: self.instances.pop(key, None))
+
+        def finish():
+            self.instances.pop(key, None)
+            if self.hosts is not None:
+                self.hosts.power_off(f"{project}/{zone}/{name}")
+        return self._op(project, zone, "delete", name, finish)
 
     def do_operation(self, body, project, zone, op):
         o = self.ops.get(op)

@@ -2,7 +2,14 @@
 
 - bucket `location`, `labels` and `iamConfiguration` are kept as sent on insert (the emulator reads back `US`);
 - `ifGenerationMatch=0` is enforced: a second create of the same object answers 412, as real GCS does;
-- a fault queue: fake.faults["POST /storage/v1/b"].append((503, "backendError")) fails the next matching call.
+- a fault queue: fake.faults["POST /storage/v1/b"].append((503, "backendError")) fails the next matching call;
+- identities: `listen_as(member)` opens another port on which every request is made as that member (a simulated
+  TPU host's service account; emulator clients send no credentials, so the port tells hosts apart). Such requests
+  need a bucket-level grant, and a grant takes effect only `iam_delay` seconds after the setIamPolicy that made
+  it, as Google documents ("IAM changes ... typically take 2 minutes, sometimes 7 or more", cloud.google.com/iam/
+  docs/access-change-propagation): before that, 403 with Cloud Storage's wording. Object access needs
+  roles/storage.objectAdmin; reading the bucket's metadata needs roles/storage.legacyBucketReader (objectAdmin
+  lacks storage.buckets.get, GCP_FACTS §4). The main port is the project owner: never refused.
 The real google-cloud-storage client talks to the proxy (STORAGE_EMULATOR_HOST=http://127.0.0.1:PORT).
 """
 from __future__ import annotations
@@ -20,6 +27,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from gcp_storage_emulator.server import create_server
 
 _KEPT = ("location", "labels", "iamConfiguration")
+_OBJECT_ROLE = "roles/storage.objectAdmin"
+_BUCKET_READER_ROLE = "roles/storage.legacyBucketReader"
 
 
 def _free_port() -> int:
@@ -40,12 +49,25 @@ class FakeGcs:
         self.emulator = None
         self.httpd = None
         self.upstream = None
+        self.iam_delay = 0.0
+        self.granted = {}          # bucket -> {(role, member): time the grant was written}
+        self.identity_servers = []
 
     def start(self) -> str:
         up_port = _free_port()
         self.emulator = create_server("127.0.0.1", up_port, in_memory=True)
         self.emulator.start()
         self.upstream = ("127.0.0.1", up_port)
+        self.httpd = self._serve(None)
+        return f"http://127.0.0.1:{self.httpd.server_port}"
+
+    def listen_as(self, member: str) -> str:
+        """A URL whose requests are all made as `member` ("serviceAccount:EMAIL")."""
+        server = self._serve(member)
+        self.identity_servers.append(server)
+        return f"http://127.0.0.1:{server.server_port}"
+
+    def _serve(self, identity):
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -57,12 +79,12 @@ class FakeGcs:
             def _go(self):
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else b""
-                status, headers, data = fake.forward(self.command, self.path, dict(self.headers), body)
+                status, headers, data = fake.forward(self.command, self.path, dict(self.headers), body, identity)
                 self.send_response(status)
                 for k, v in headers:
                     if k.lower() == "location":   # resumable session URLs must come back through the proxy
                         v = v.replace(f"{fake.upstream[0]}:{fake.upstream[1]}",
-                                      f"127.0.0.1:{fake.httpd.server_port}")
+                                      f"127.0.0.1:{self.server.server_port}")
                     if k.lower() not in ("content-length", "transfer-encoding", "connection", "server", "date"):
                         self.send_header(k, v)
                 self.send_header("Content-Length", str(len(data)))
@@ -70,18 +92,26 @@ class FakeGcs:
                 self.wfile.write(data)
             do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _go
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-        return f"http://127.0.0.1:{self.httpd.server_port}"
+        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        return server
 
     def stop(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        for server in [self.httpd, *self.identity_servers]:
+            server.shutdown()
+            server.server_close()
         self.emulator.stop()
+
+    def stop_identities(self):
+        for server in self.identity_servers:
+            server.shutdown()
+            server.server_close()
+        self.identity_servers.clear()
 
     def wipe(self):
         self.emulator.wipe()
         self.meta.clear()
+        self.granted.clear()
 
     def _upstream(self, method, path, headers, body):
         conn = http.client.HTTPConnection(*self.upstream, timeout=30)
@@ -97,7 +127,33 @@ class FakeGcs:
         return code, [("Content-Type", "application/json")], json.dumps(
             {"error": {"code": code, "message": message or reason, "errors": [{"reason": reason}]}}).encode()
 
-    def forward(self, method, path, headers, body):
+    def _refusal(self, identity, method, url):
+        """403 unless `identity` holds the role this request needs, granted at least iam_delay seconds ago."""
+        m = re.match(r"^(?:/upload|/download)?/storage/v1/b/([^/]+)(/.*)?$", url.path)
+        if not m:
+            return None
+        bucket, rest = m.group(1), m.group(2) or ""
+        role, permission = ((_OBJECT_ROLE, "storage.objects." + ("get" if method == "GET" else "create"))
+                            if rest.startswith("/o") else (_BUCKET_READER_ROLE, "storage.buckets.get"))
+        with self.lock:
+            since = self.granted.get(bucket, {}).get((role, identity))
+        if since is not None and time.monotonic() - since >= self.iam_delay:
+            return None
+        email = identity.split(":", 1)[1]
+        return self._json_error(403, "forbidden", f"{email} does not have {permission} access to the Google Cloud "
+                                f"Storage {'object' if rest else 'bucket'}. Permission '{permission}' denied on "
+                                "resource (or it may not exist).")
+
+    def _note_policy(self, bucket, body):
+        """setIamPolicy: remember when each (role, member) first appeared; a removed one is gone at once."""
+        now = time.monotonic()
+        bindings = json.loads(body or b"{}").get("bindings", [])
+        wanted = {(b["role"], m) for b in bindings for m in b.get("members", [])}
+        with self.lock:
+            old = self.granted.get(bucket, {})
+            self.granted[bucket] = {k: old.get(k, now) for k in wanted}
+
+    def forward(self, method, path, headers, body, identity=None):
         if self.latency:
             time.sleep(self.latency)
         url = urllib.parse.urlsplit(path)
@@ -111,6 +167,16 @@ class FakeGcs:
             for key in list(self.faults):
                 if self.faults[key] and route.startswith(key):
                     return self._json_error(*self.faults[key].pop(0))
+        if identity is not None:
+            refused = self._refusal(identity, method, url)
+            if refused:
+                return refused
+        iam = re.match(r"^/storage/v1/b/([^/]+)/iam$", url.path)
+        if iam and method == "PUT":
+            status, hdrs, data = self._upstream(method, path, headers, body)
+            if status == 200:
+                self._note_policy(iam.group(1), body)
+            return status, hdrs, data
         if method == "POST" and url.path == "/storage/v1/b":
             sent = json.loads(body or b"{}")
             name = sent.get("name")
@@ -144,6 +210,8 @@ class FakeGcs:
         if len(parts) == 5 and parts[1:4] == ["storage", "v1", "b"]:
             if method == "DELETE" and status < 300:
                 self.meta.pop(parts[4], None)
+                with self.lock:
+                    self.granted.pop(parts[4], None)   # a deleted bucket's policy goes with it
             elif method == "GET":
                 data = self._overlay(parts[4], data)
         return status, hdrs, data

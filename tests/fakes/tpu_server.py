@@ -28,7 +28,8 @@ from grpc_status import rpc_status
 MUTATING = {"CreateNode", "DeleteNode", "StartNode", "StopNode", "UpdateNode"}
 RUNTIMES = ["tpu-vm-tf-2.16.1-pjrt", "tpu-vm-tf-2.17.0-pjrt", "tpu-vm-tf-2.17.0-pod-pjrt", "tpu-vm-tf-2.17.0-se",
             "tpu-vm-tf-2.18.0-pjrt-v5e-and-v6", "tpu-vm-tf-2.18.0-pjrt-v5p-and-below", "tpu-vm-base",
-            "tpu-vm-tf-2.18.0-pod-pjrt-v5p-and-below", "v2-alpha-tpuv5-lite"]
+            "tpu-vm-tf-2.18.0-pod-pjrt-v5p-and-below", "v2-alpha-tpuv5-lite", "v2-alpha-tpuv5", "v2-alpha-tpuv6e",
+            "tpu-ubuntu2204-base", "tpu-vm-tf-2.18.0-pod-pjrt-v5e-and-v6"]
 TF_VERSIONS = ["2.10.0", "2.11.0", "2.12.0", "2.9.1"]
 
 
@@ -53,6 +54,7 @@ class FakeTpu:
         self.calls = []
         self.zones = None  # None: every zone exists
         self.accelerator_types = {}   # zone -> [type, ...]; a zone not listed offers every type
+        self.hosts = None             # SimulatedHosts: boots a host per worker while a node is created
         self.lock = threading.RLock()
         self._ids = itertools.count(1)
         self.server = None
@@ -196,6 +198,11 @@ class FakeTpu:
         self.nodes[v][name] = node
         error = tuple(self.op_faults["CreateNode"].pop(0)) if self.op_faults["CreateNode"] else None
         ip = f"10.0.0.{len(self.nodes[v]) + 1}"
+        if self.hosts is not None and v == 2 and not error:
+            # The start-up script runs on every worker while the node is still CREATING (GCP_FACTS §6).
+            from tpuctl.catalog import tpu_type
+            self.hosts.boot(name, node.metadata.get("startup-script", ""), tpu_type(node.accelerator_type).hosts,
+                            node.service_account.email, node.accelerator_type)
 
         def finish():
             n = self.nodes[v].get(name)
@@ -205,7 +212,11 @@ class FakeTpu:
                 del self.nodes[v][name]  # a failed create leaves nothing, as the real API does
                 return
             n.state = m.Node.State.READY
-            n.network_endpoints = [m.NetworkEndpoint(ip_address=ip, port=8470)]
+            # one endpoint per worker of the slice (Node.network_endpoints, tpu v2 API reference)
+            from tpuctl.catalog import tpu_type
+            workers = tpu_type(n.accelerator_type).hosts if v == 2 else 1
+            n.network_endpoints = [m.NetworkEndpoint(ip_address=f"{ip}{'' if w == 0 else f'.{w}'}", port=8470)
+                                   for w in range(workers)]
             if v == 1:
                 n.ip_address, n.port = ip, "8470"
                 n.service_account = f"service-{self.project_number}@cloud-tpu.iam.gserviceaccount.com"
@@ -218,7 +229,11 @@ class FakeTpu:
         parent = "/".join(req.name.split("/")[:4])
         # Both versions answer Empty, though tpu_v1's client declares Node: its op.result()/done() then raise
         # TypeError (googleapis/google-cloud-go#10951, GoogleCloudPlatform/golang-samples#4422).
-        return self._op(v, parent, lambda: self.nodes[v].pop(req.name, None), None, empty_pb2.Empty())
+        def finish():
+            self.nodes[v].pop(req.name, None)
+            if self.hosts is not None:
+                self.hosts.power_off(req.name)
+        return self._op(v, parent, finish, None, empty_pb2.Empty())
 
     def start_node(self, v, req, context):
         m = tpu_v1 if v == 1 else tpu_v2
@@ -241,3 +256,5 @@ class FakeTpu:
         with self.lock:
             m = tpu_v1 if v == 1 else tpu_v2
             self.nodes[v][name].state = m.Node.State[state]
+            if state in ("PREEMPTED", "TERMINATED", "STOPPED") and self.hosts is not None:
+                self.hosts.power_off(name)   # a preempted TPU VM's hosts are gone with their processes

@@ -59,12 +59,13 @@ class UpFlags:
     service_account: str | None = None
     bucket: str | None = None
     vm_type: str | None = None
+    framework: str | None = None
 
     def given(self) -> list[str]:
         """The flags the user set, spelled as on the command line."""
         names = {"tpu_type": "--type", "zones": "--zone", "project": "--project", "arch": "--arch",
                  "runtime": "--runtime", "spot": "--spot", "service_account": "--service-account",
-                 "bucket": "--bucket", "vm_type": "--vm-type"}
+                 "bucket": "--bucket", "vm_type": "--vm-type", "framework": "--framework"}
         return [flag for attr, flag in names.items() if getattr(self, attr)]
 
 
@@ -153,8 +154,10 @@ class Provider(Protocol):
         """Create or adopt the cluster's compute at st.zone with st.runtime, and start its host."""
     def delete_compute(self, st: ClusterState, reporter: Reporter) -> None:
         """Remove everything of the cluster that bills (TPU, VM, agent process); the store stays."""
-    def write_cluster_record(self, st: ClusterState) -> None:
-        """`tpuctl/cluster.json` in the store (and what the hosts install from it)."""
+    def write_cluster_record(self, st: ClusterState, confirmed: bool) -> None:
+        """`tpuctl/cluster.json` in the store (and what the hosts install from it). Before the compute is confirmed
+        (`confirmed` False: written ahead of creation, for hosts that boot during it) it carries nothing learned
+        from a previous compute, such as a recreated node's old address."""
 
     # -- using ---------------------------------------------------------------------------------------
     def store(self, st: ClusterState) -> BlobStore: ...

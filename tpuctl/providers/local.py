@@ -134,7 +134,7 @@ class LocalProvider:
             _wait_exit(pid, 5)
         progress("deleted")
 
-    def write_cluster_record(self, st: ClusterState) -> None:
+    def write_cluster_record(self, st: ClusterState, confirmed: bool) -> None:
         self.store(st).write(layout.CLUSTER_RECORD, json.dumps(cluster_record(st, ""), indent=2).encode())
 
     # -- using ---------------------------------------------------------------------------------------

@@ -18,14 +18,15 @@ _FORBIDDEN_GRACE = 420.0
 
 
 def _retry_forbidden(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    deadline = time.monotonic() + float(os.environ.get("TPUCTL_FORBIDDEN_GRACE", _FORBIDDEN_GRACE))
+    grace = float(os.environ.get("TPUCTL_FORBIDDEN_GRACE", _FORBIDDEN_GRACE))
+    deadline = time.monotonic() + grace
     while True:
         try:
             return call(fn, *args, **kwargs)
         except TpuctlError as e:
             if e.kind is not ErrorKind.PERMISSION or time.monotonic() > deadline:
                 raise
-            time.sleep(10)
+            time.sleep(min(10.0, grace / 40))
 
 
 class GcsStore:

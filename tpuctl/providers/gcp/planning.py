@@ -7,8 +7,8 @@ from ...catalog import (DEFAULT_VM_TYPE, VM_PRICES, TpuType, check_vm_type, chec
                         tpu_type, unlisted)
 from ...config import setting
 from ...errors import bad_input
-from ...models import (Arch, ClusterSpec, ProviderName, check_bucket_name, check_project, check_service_account,
-                       default_bucket)
+from ...models import (Arch, ClusterSpec, Framework, ProviderName, check_bucket_name, check_project,
+                       check_service_account, default_bucket)
 from ..base import PlanRow, Price, UpFlags
 from . import clients, project
 
@@ -23,6 +23,12 @@ def make_spec(name: str, flags: UpFlags) -> ClusterSpec:
         raise bad_input(f"unknown --arch {flags.arch!r}", "use --arch vm (TPU VM, default) or --arch node (legacy)")
     if arch is Arch.NODE and not t.node_arch:
         raise bad_input(f"TPU Nodes (--arch node) were never offered for {t.family}", "use --arch vm")
+    try:
+        framework = Framework(flags.framework or Framework.TENSORFLOW.value)
+    except ValueError:
+        raise bad_input(f"unknown --framework {flags.framework!r}", "use tensorflow (default), jax or pytorch")
+    if arch is Arch.NODE and framework is not Framework.TENSORFLOW:
+        raise bad_input("a TPU Node (--arch node) runs TensorFlow only", "use --arch vm for jax or pytorch")
     zones = [z.strip() for item in flags.zones for z in item.split(",") if z.strip()]
     if not zones and setting("zone", None):
         zones = [str(setting("zone", None))]
@@ -35,6 +41,7 @@ def make_spec(name: str, flags: UpFlags) -> ClusterSpec:
         name=name, provider=ProviderName.GCP, store=f"gs://{bucket}", project=proj, tpu_type=t.name,
         zones=zones, arch=arch, runtime=flags.runtime or "", spot=flags.spot,
         service_account=check_service_account(flags.service_account) if flags.service_account else "",
+        framework=framework,
         vm_type=check_vm_type(flags.vm_type or DEFAULT_VM_TYPE) if arch is Arch.NODE else "")
 
 

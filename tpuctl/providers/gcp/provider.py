@@ -6,19 +6,21 @@ a legacy TPU Node (tpu v1) with a companion Compute Engine VM that runs the job 
 from __future__ import annotations
 
 import json
+import time
 
 from ... import layout
 from ...background import Background
 from ...catalog import region_of, tpu_type
-from ...errors import ErrorKind, TpuctlError
-from ...models import LABEL, Arch, ClusterSpec, ClusterState, HostFacts, ProviderName, cluster_record, require_owned
+from ...errors import ErrorKind, Scope, TpuctlError
+from ...models import (LABEL, Arch, ClusterSpec, ClusterState, Framework, HostFacts, ProviderName, cluster_record,
+                       require_owned)
 from ..base import Compute, Created, Placement, PlanRow, Price, Progress, Reporter, UpFlags, progress_of
 from . import clients, compute, planning, storage
 from .gcs_store import GcsStore
 from .iam import BucketIam
 from .operations import call
 from .startup import render
-from .tpu import TpuApi, facts, pick_runtime, pick_tf_version
+from .tpu import TpuApi, facts, pick_base_runtime, pick_runtime, pick_tf_version
 
 
 class GcpProvider:
@@ -57,10 +59,16 @@ class GcpProvider:
             return spec.runtime
         t = tpu_type(spec.tpu_type)
         versions = self._tpu(spec).versions(placement.zone)
-        chosen = pick_runtime(versions, t.family, t.multi_host) if spec.arch is Arch.VM else pick_tf_version(versions)
+        if spec.arch is Arch.NODE:
+            chosen = pick_tf_version(versions)
+        elif spec.framework is Framework.TENSORFLOW:
+            chosen = pick_runtime(versions, t.family, t.multi_host)
+        else:
+            chosen = pick_base_runtime(versions, t.family)
         if not chosen:
-            raise TpuctlError(ErrorKind.INPUT, f"no TensorFlow runtime for {spec.tpu_type} in {placement.zone} "
-                              f"(offered: {', '.join(versions[:6]) or 'none'})", "pass --runtime VERSION")
+            raise TpuctlError(ErrorKind.INPUT, f"no {spec.framework.value} runtime for {spec.tpu_type} in "
+                              f"{placement.zone} (offered: {', '.join(versions[:6]) or 'none'})",
+                              "pass --runtime VERSION", Scope.ZONE)
         return chosen
 
     def ensure_compute(self, st: ClusterState, reporter: Reporter) -> Compute:
@@ -158,14 +166,14 @@ class GcpProvider:
         if errors:
             raise errors[0]
 
-    def write_cluster_record(self, st: ClusterState) -> None:
-        """What the agent on the host needs (the node VM reads the TPU's address), and the agent package the
-        host's start-up script installs."""
+    def write_cluster_record(self, st: ClusterState, confirmed: bool) -> None:
+        """What the agent on the host needs (the node VM reads the TPU's address, and waits while it is empty),
+        and the agent package the host's start-up script installs."""
         from ... import agent_package
         if st.spec.arch is Arch.VM:
             address = "local"   # the job runs on the TPU host itself
         else:
-            address = f"grpc://{st.host.ip}:8470" if st.host.ip else ""
+            address = f"grpc://{st.host.ip}:8470" if st.host.ip and confirmed else ""
         b = clients.storage(st.spec.project).bucket(planning.bucket_of(st.spec))
         call(b.blob(layout.CLUSTER_RECORD).upload_from_string, json.dumps(cluster_record(st, address), indent=2),
              content_type="application/json", what="write cluster record")
@@ -193,7 +201,7 @@ class GcpProvider:
     def summary(self, st: ClusterState) -> dict[str, object]:
         s = st.spec
         return {"project": s.project, "type": s.tpu_type, "arch": s.arch.value, "zone": st.zone, "runtime": st.runtime,
-                "spot": s.spot}
+                "framework": s.framework.value, "workers": st.host.hosts, "spot": s.spot}
 
     def teardown_list(self, st: ClusterState) -> list[str]:
         return [f"TPU {st.spec.tpu_name}"] + ([f"VM {st.spec.vm_name}"] if st.spec.arch is Arch.NODE else [])
@@ -216,7 +224,19 @@ class GcpProvider:
         out["bucket"] = {"state": "READY" if b else "MISSING", "location": (b.location or "").lower() if b else ""}
         if b is not None:
             out["boot_logs"] = self._boot_logs(st)
+            out["workers"] = self._workers(st)
         return out
+
+    def _workers(self, st: ClusterState) -> dict[str, object]:
+        """Each agent's last heartbeat: its role (a TensorFlow slice's workers > 0 serve the TPU runtime) and age."""
+        store = self.store(st)
+        found: dict[str, object] = {}
+        for key, _ in store.list(layout.AGENTS_PREFIX):
+            beat = json.loads(store.read(key) or b"{}")
+            age = time.time() - float(beat.get("time", 0))
+            found[f"w{beat.get('worker', '?')} {beat.get('host', '')}"] = (
+                f"{beat.get('role', 'agent')}, heartbeat {age:.0f}s ago" + (" (STALE)" if age > 90 else ""))
+        return found
 
     def _boot_logs(self, st: ClusterState) -> dict[str, object]:
         """The last line each host's start-up script wrote into the store: how a failed boot becomes visible."""

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...errors import ErrorKind, TpuctlError
+from ...errors import ErrorKind, Scope, TpuctlError
 from ...models import ClusterSpec, require_owned
 from ..base import Progress
 from . import clients
@@ -27,9 +27,10 @@ def ensure(project: str, spec: ClusterSpec, name: str, region: str, progress: Pr
     if b is not None:
         where = (b.location or "").lower()
         if where != region:
+            # REGION: with zones in several regions, the ones where this bucket is may still work.
             raise TpuctlError(ErrorKind.INPUT, f"bucket {name} is in {where or 'an unknown location'}, not in {region} "
                               "where the TPU runs (cross-region reads are slow and billed as egress)",
-                              "pass --bucket with a bucket in that region, or omit it to get a new one")
+                              "pass --bucket with a bucket in that region, or omit it to get a new one", Scope.REGION)
         progress("adopted")
         return False
     client = clients.storage(project)

@@ -200,6 +200,18 @@ def pick_runtime(versions: list[str], family: str, multi_host: bool) -> str:
     return best
 
 
+# The base images Google recommends for JAX and PyTorch, which install the framework themselves
+# (cloud.google.com/tpu/docs/runtimes, "PyTorch and JAX": v6e, v5p, v5e, then "v4 and older").
+BASE_RUNTIMES = {"v6e": "v2-alpha-tpuv6e", "v5p": "v2-alpha-tpuv5", "v5litepod": "v2-alpha-tpuv5-lite"}
+BASE_RUNTIME_OLDER = "tpu-ubuntu2204-base"
+
+
+def pick_base_runtime(versions: list[str], family: str) -> str:
+    """The base (framework-free) runtime for the family, if the zone offers it."""
+    want = BASE_RUNTIMES.get(family, BASE_RUNTIME_OLDER)
+    return want if want in versions else ""
+
+
 def pick_tf_version(versions: list[str]) -> str:
     parsed = []
     for v in versions:

@@ -1,0 +1,178 @@
+"""Simulated TPU VM hosts (and the legacy node's companion VM): what the fake TPU and Compute APIs boot while a
+node or VM is being created, so the real start-up script meets the boot order Google has.
+
+Each host is a directory prefix (not a chroot) in which the rendered start-up script runs with bash, as the guest
+agent runs `startup-script` metadata at boot while the API still reports CREATING (GCP_FACTS §6; Google's
+"Manage TPU resources" page: the script runs on every worker). Modelled, with sources:
+- an emulated metadata server (`GCE_METADATA_HOST`, honoured by google-auth and by the script): instance
+  attributes `agent-worker-number` (read by JAX's cloud_tpu_cluster.py the same way), `accelerator-type`,
+  `startup-script`, `instance/hostname`, and a token for the host's service account; requests without
+  `Metadata-Flavor: Google` are refused (Compute Engine docs, "About VM metadata");
+- the host's identity: its own port on the fake Cloud Storage (`FakeGcs.listen_as`), so IAM grants and their
+  propagation delay apply to it, while the script's downloads go through curl (a real HTTP client) and the agent's
+  through google-cloud-storage;
+- the image: a `python3` with the TPU image's packages (this test environment's site-packages stand for TF,
+  tf-keras and google-cloud-storage) but without python3-venv's ensurepip, as on fresh Ubuntu images
+  (`python3 -m venv` fails, `--without-pip` works); `apt-get` fails (no network here); `hostname` answers the TPU
+  VM's `t1v-n-...-w-N` name; pip may not reach the network (PIP_NO_INDEX).
+- systemd: a stand-in `systemctl` that starts the unit's ExecStart with its Environment= lines, detached.
+Not modelled: reboots, the TPU runtime itself, libtpu, the dpkg lock, real apt.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import sysconfig
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+SYSTEMCTL = """#!/bin/bash
+# systemctl daemon-reload | enable --now UNIT | is-active UNIT: run the unit's ExecStart detached, with Environment=
+case "$1" in
+  daemon-reload) exit 0;;
+  is-active) pid=$(cat "$TPUCTL_UNIT_DIR/agent.pid" 2>/dev/null) && kill -0 "$pid" 2>/dev/null; exit $?;;
+  restart|enable) ;;
+  *) exit 0;;
+esac
+unit="$TPUCTL_UNIT_DIR/${@: -1}"
+if pid=$(cat "$TPUCTL_UNIT_DIR/agent.pid" 2>/dev/null) && kill -0 "$pid" 2>/dev/null; then exit 0; fi
+while IFS= read -r line; do
+  case "$line" in Environment=*) export "${line#Environment=}";; esac
+done < "$unit"
+cmd=$(grep '^ExecStart=' "$unit" | cut -d= -f2-)
+setsid $cmd >> "$TPUCTL_UNIT_DIR/agent.out" 2>&1 < /dev/null &
+echo $! > "$TPUCTL_UNIT_DIR/agent.pid"
+"""
+PYTHON3 = """#!/bin/bash
+# The image's python3: its packages, but no ensurepip (python3-venv is not installed on fresh Ubuntu images).
+if [ "$1" = "-m" ] && [ "$2" = "venv" ] && [[ " $* " != *" --without-pip "* ]]; then
+  echo "The virtual environment was not created successfully because ensurepip is not available.  On Debian/Ubuntu" >&2
+  echo "systems, you need to install the python3-venv package using the following command." >&2
+  exit 1
+fi
+exec "@PYTHON@" "$@"
+"""
+APT_GET = "#!/bin/bash\necho 'E: Failed to fetch: no network' >&2\nexit 100\n"
+HOSTNAME = "#!/bin/bash\necho \"$SIMULATED_HOSTNAME\"\n"
+
+
+class _Metadata:
+    """The GCE metadata server of one host."""
+
+    def __init__(self, attributes: dict, hostname: str, email: str):
+        self.values = {f"instance/attributes/{k}": str(v) for k, v in attributes.items()}
+        self.values.update({"instance/hostname": hostname, "instance/service-accounts/default/email": email,
+                            "instance/service-accounts/default/token": json.dumps(
+                                {"access_token": f"token-of-{email}", "expires_in": 3599, "token_type": "Bearer"})})
+        values = self.values
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def do_GET(self):
+                key = self.path.split("?", 1)[0].removeprefix("/computeMetadata/v1/")
+                if self.headers.get("Metadata-Flavor") != "Google":
+                    body, status = b"Missing Metadata-Flavor:Google header.", 403
+                elif key in values:
+                    body, status = values[key].encode(), 200
+                else:
+                    body, status = b"not found", 404
+                self.send_response(status)
+                self.send_header("Metadata-Flavor", "Google")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.host = f"127.0.0.1:{self.server.server_port}"
+
+    def stop(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class Host:
+    def __init__(self, root: Path, name: str, worker: int, script: str, service_account: str, accelerator: str,
+                 gcs, env: dict):
+        self.root, self.name, self.worker = root, name, worker
+        for d in ("shims", "etc/systemd/system", "opt/tpuctl", "var/log", "home"):
+            (root / d).mkdir(parents=True, exist_ok=True)
+        shims = {"systemctl": SYSTEMCTL, "python3": PYTHON3.replace("@PYTHON@", sys.executable),
+                 "apt-get": APT_GET, "hostname": HOSTNAME}
+        for n, text in shims.items():
+            (root / "shims" / n).write_text(text)
+            (root / "shims" / n).chmod(0o755)
+        (root / "startup.sh").write_text(script)
+        self.metadata = _Metadata({"agent-worker-number": worker, "accelerator-type": accelerator,
+                                   "startup-script": script}, name, service_account)
+        self.env = {
+            "PATH": f"{root / 'shims'}:{os.environ['PATH']}",
+            "HOME": str(root / "home"),
+            "PYTHONPATH": sysconfig.get_paths()["purelib"],   # the image's site-packages (see the module doc)
+            "SIMULATED_HOSTNAME": name,
+            "GCE_METADATA_HOST": self.metadata.host,
+            "STORAGE_EMULATOR_HOST": gcs.listen_as(f"serviceAccount:{service_account}"),
+            "PIP_NO_INDEX": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+            "TPUCTL_AGENT_DIR": str(root / "opt/tpuctl"), "TPUCTL_BOOT_LOG": str(root / "var/log/tpuctl-boot.log"),
+            "TPUCTL_UNIT_DIR": str(root / "etc/systemd/system"), "TPUCTL_AGENT_HOME": str(root / "home/agent"),
+            **env,
+        }
+        self.script = subprocess.Popen(["bash", str(root / "startup.sh")], env=self.env, cwd=root,
+                                       stdout=open(root / "startup.out", "wb"), stderr=subprocess.STDOUT,
+                                       start_new_session=True)
+
+    def boot_log(self) -> str:
+        p = self.root / "var/log/tpuctl-boot.log"
+        return p.read_text() if p.exists() else ""
+
+    def agent_out(self) -> str:
+        p = self.root / "etc/systemd/system/agent.out"
+        return p.read_text() if p.exists() else ""
+
+    def stop(self):
+        """Power off: the script and the agent (and its jobs) go."""
+        pid_file = self.root / "etc/systemd/system/agent.pid"
+        pids = [self.script.pid] + ([int(pid_file.read_text())] if pid_file.exists() else [])
+        for pid in pids:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        self.script.wait(10)
+        self.metadata.stop()
+
+
+class SimulatedHosts:
+    """Boots a Host per worker when a fake API is asked to create a node or VM with a start-up script."""
+
+    def __init__(self, gcs, root: Path):
+        self.gcs, self.root = gcs, root
+        self.hosts: dict[str, list[Host]] = {}
+        self.env: dict[str, str] = {}        # extra environment for every host (short waits in tests)
+        self.enabled = False
+
+    def boot(self, resource: str, script: str, workers: int, service_account: str, accelerator: str,
+             kind: str = "tpu-vm") -> None:
+        if not self.enabled or not script:
+            return
+        short = resource.rsplit("/", 1)[-1]
+        hosts = []
+        for w in range(workers):
+            name = f"t1v-n-{abs(hash(resource)) % 10**8:08d}-w-{w}" if kind == "tpu-vm" else short
+            hosts.append(Host(self.root / short / f"w{w}", name, w, script, service_account, accelerator, self.gcs,
+                              self.env))
+        self.hosts[resource] = hosts
+
+    def power_off(self, resource: str) -> None:
+        for h in self.hosts.pop(resource, []):
+            h.stop()
+
+    def stop_all(self) -> None:
+        for r in list(self.hosts):
+            self.power_off(r)

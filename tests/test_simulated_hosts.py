@@ -1,0 +1,130 @@
+"""End to end through simulated hosts (tests/fakes/tpu_host.py): `up` makes the TPU, the host runs the real
+start-up script while the TPU is CREATING, installs the agent from the bucket once its grant has propagated, and
+the agent runs what `submit` sends. No package is placed by hand and no agent is started by the test."""
+import json
+import time
+
+import pytest
+from conftest import PROJECT
+
+from jobs import make_job
+
+BUCKET = f"{PROJECT}-tpuctl-sim"
+
+
+@pytest.fixture
+def hosts(cloud, monkeypatch):
+    cloud.hosts.enabled = True
+    cloud.gcs.iam_delay = 3.0            # grants take effect 3 s after they are written (minutes on Google)
+    cloud.hosts.env.update(TPUCTL_BOOT_RETRY_SECONDS="90", TPUCTL_FORBIDDEN_GRACE="60", TPUCTL_LOG_POLL_MAX="0.2")
+    monkeypatch.setenv("TPUCTL_LOG_POLL_MAX", "0.2")
+    return cloud.hosts
+
+
+def _wait_agents(hosts, resource_suffix, n, timeout=120):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        found = [h for r, hs in hosts.hosts.items() if r.endswith(resource_suffix) for h in hs]
+        if len(found) == n and all("agent running" in h.boot_log() for h in found):
+            return found
+        if any("FAILED" in h.boot_log() for h in found):
+            break
+        time.sleep(0.2)
+    raise AssertionError("\n".join(f"--- {h.name}\n{h.boot_log()}\n{(h.root / 'startup.out').read_text()}"
+                                   f"\n{h.agent_out()}" for r, hs in hosts.hosts.items() for h in hs))
+
+
+def test_single_host_tpu_vm_boots_its_agent_from_the_bucket(hosts, cloud, cli, tmp_path):
+    code, out, err = cli("up", "--type", "v3-8", "--zone", "us-central1-b", "-c", "sim")
+    assert code == 0, err
+    [host] = _wait_agents(hosts, "nodes/tpuctl-sim", 1)
+    boot = host.boot_log()
+    assert "python3-venv missing" in boot                       # the image has no ensurepip
+    assert "waiting for the agent package in the store" in boot and "403" in boot   # the grant was propagating
+    job = make_job(tmp_path, "import os, tpuctl\nprint('on', os.environ['TPUCTL_ACCELERATOR'], "
+                             "os.environ['TPUCTL_TPU'], tpuctl.__file__, os.environ['NEXT_PLUGGABLE_DEVICE_USE_C_API'],"
+                             " os.environ['TF_PLUGGABLE_DEVICE_LIBRARY_PATH'])\n",
+                   '[env]\nTF_PLUGGABLE_DEVICE_LIBRARY_PATH = "/opt/my/libtpu.so"\n')
+    code, out, err = cli("submit", str(job), "-c", "sim")
+    assert code == 0, err + host.agent_out()
+    words = out.split()
+    assert words[:3] == ["on", "v3-8", "local"]
+    assert words[3].startswith(str(host.root / "opt/tpuctl/venv"))   # the wheel from the bucket, not this checkout
+    assert words[4:] == ["true", "/opt/my/libtpu.so"]                 # PJRT runtime; the job's own value wins
+    code, out, err = cli("down", "-c", "sim", "--yes")
+    assert code == 0, err
+    assert not hosts.hosts                                       # powered off with the TPU
+
+
+
+def _store(cluster="slice"):
+    from tpuctl.providers import open_store
+    return open_store(f"gs://{PROJECT}-tpuctl-{cluster}")
+
+
+ENV_PRINT = ("import os\nkeys = ['TPUCTL_WORKER', 'TPUCTL_NUM_WORKERS', 'TPU_NAME', 'TPU_LOAD_LIBRARY', "
+             "'NEXT_PLUGGABLE_DEVICE_USE_C_API', 'PJRT_DEVICE']\n"
+             "print(' '.join(f'{k}={os.environ.get(k, \"-\")}' for k in keys))\n")
+
+
+def test_a_four_host_slice_runs_tensorflow_once_and_jax_everywhere(hosts, cloud, cli, tmp_path):
+    code, out, err = cli("up", "--type", "v3-32", "--zone", "europe-west4-a", "-c", "slice")
+    assert code == 0, err
+    four = _wait_agents(hosts, "nodes/tpuctl-slice", 4)
+    assert sorted(h.worker for h in four) == [0, 1, 2, 3]
+
+    tf_job = make_job(tmp_path, ENV_PRINT, name="tfjob")
+    code, out, err = cli("submit", str(tf_job), "-c", "slice")
+    assert code == 0, err
+    # ONE program, on worker 0, pointed at the slice by name with libtpu left to the TPU runtime service
+    assert out == ("TPUCTL_WORKER=0 TPUCTL_NUM_WORKERS=4 TPU_NAME=tpuctl-slice TPU_LOAD_LIBRARY=0 "
+                   "NEXT_PLUGGABLE_DEVICE_USE_C_API=- PJRT_DEVICE=-\n")
+    tf_run = [k for k, _ in _store().list("tpuctl/runs/") if k.endswith("/job.json")][0].split("/")[2]
+    keys = [k for k, _ in _store().list(f"tpuctl/runs/{tf_run}/")]
+    assert not [k for k in keys if "-w1" in k or "-w2" in k or "-w3" in k]   # no other worker claimed it
+    code, out, err = cli("logs", tf_run, "-c", "slice", "--worker", "2")
+    assert code == 0 and out == "" and "runs on worker 0" in err
+    code, out, err = cli("status", "-c", "slice")
+    assert code == 0 and out.count("serving the TPU runtime") == 3
+
+    jax_job = make_job(tmp_path, ENV_PRINT, 'framework = "jax"\n', name="jaxjob")
+    code, out, err = cli("submit", str(jax_job), "-c", "slice")
+    assert code == 0, err
+    assert "jax job" in err and "--framework jax" in err            # the cluster runs a TensorFlow image
+    assert out.startswith("TPUCTL_WORKER=0 TPUCTL_NUM_WORKERS=4 TPU_NAME=- ")
+    for w in (1, 2, 3):
+        code, out, err = cli("logs", "-c", "slice", "--worker", str(w), "-f")
+        assert code == 0 and out.startswith(f"TPUCTL_WORKER={w} TPUCTL_NUM_WORKERS=4 TPU_NAME=- "), err
+    code, out, err = cli("logs", "-c", "slice", "--worker", "4")
+    assert code == 2 and "has 4 workers" in err
+    assert cli("down", "-c", "slice", "--yes")[0] == 0
+    assert not hosts.hosts
+
+
+def test_the_legacy_nodes_vm_boots_and_waits_for_the_tpu_address(hosts, cloud, cli, tmp_path):
+    code, out, err = cli("up", "--type", "v2-8", "--zone", "us-central1-b", "--arch", "node", "-c", "legacy")
+    assert code == 0, err
+    [vm] = _wait_agents(hosts, "tpuctl-legacy-vm", 1)
+    assert "[node-vm worker 0]" in vm.boot_log()
+    # The window a recreation opens (after a preemption the node comes back with a new address): the record
+    # written ahead of creation has no address yet. A run submitted then waits for it instead of using none.
+    from tpuctl import layout
+    store = _store("legacy")
+    record = json.loads(store.read(layout.CLUSTER_RECORD))
+    address = record["tpu_address"]
+    store.write(layout.CLUSTER_RECORD, json.dumps({**record, "tpu_address": ""}).encode())
+    job = make_job(tmp_path, "import os\nprint(os.environ['TPUCTL_TPU'])\n")
+    code, out, err = cli("submit", str(job), "-c", "legacy", "--detach")
+    assert code == 0, err
+    run_id = out.strip()
+    time.sleep(1.5)
+    code, out, err = cli("logs", run_id, "-c", "legacy")
+    assert "waiting for the TPU node's address" in out
+    store.write(layout.CLUSTER_RECORD, json.dumps(record).encode())   # what `up` writes once the node is READY
+    code, out, err = cli("logs", run_id, "-c", "legacy", "-f")
+    assert code == 0, err + vm.agent_out()
+    node = next(iter(cloud.tpu.nodes[1].values()))
+    assert address == f"grpc://{node.network_endpoints[0].ip_address}:8470"
+    assert out.endswith(f"\n{address}\n")
+    assert cli("down", "-c", "legacy", "--yes")[0] == 0
+    assert not hosts.hosts
