@@ -71,6 +71,8 @@ def cloud(env, _servers, monkeypatch, tmp_path):
         fake.calls.clear()
     tpu.nodes = {1: {}, 2: {}}
     tpu.zones = None
+    tpu.runtimes.clear()
+    tpu.accelerator_types.clear()
     compute.instances.clear()
     gcs.faults.clear()
     gcs.calls.clear()

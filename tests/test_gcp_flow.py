@@ -238,3 +238,16 @@ def test_bucket_name_taken_by_another_project(cloud, cli):
     code, out, err = cli("up", "--type", "v3-8", "--zone", "us-central1-b", "-c", "bert")
     assert code == 2 and "already taken" in err and "--bucket" in err
     assert not cloud.tpu.mutating_calls()
+
+
+def test_a_zone_without_a_fitting_runtime_is_skipped(cloud, cli):
+    # Runtimes differ by zone (list_runtime_versions is per location): here us-central1-a offers base images only.
+    cloud.tpu.runtimes["us-central1-a"] = ["tpu-ubuntu2204-base", "v2-alpha-tpuv5-lite"]
+    code, out, err = cli("up", "--type", "v3-8", "--zone", "us-central1-a,us-central1-b", "-c", "bert")
+    assert code == 0, err
+    assert "no tensorflow runtime for v3-8 in us-central1-a" in err
+    assert state.load("bert").zone == "us-central1-b"
+    code, out, err = cli("up", "--type", "v3-8", "--zone", "us-central1-a", "-c", "jaxc", "--framework", "jax")
+    assert code == 0, err
+    node = cloud.tpu.nodes[2][f"projects/{PROJECT}/locations/us-central1-a/nodes/tpuctl-jaxc"]
+    assert node.runtime_version == "tpu-ubuntu2204-base"   # Google's base image for v4 and older

@@ -54,6 +54,7 @@ class FakeTpu:
         self.calls = []
         self.zones = None  # None: every zone exists
         self.accelerator_types = {}   # zone -> [type, ...]; a zone not listed offers every type
+        self.runtimes = {}            # zone -> [runtime, ...]; a zone not listed offers RUNTIMES
         self.hosts = None             # SimulatedHosts: boots a host per worker while a node is created
         self.lock = threading.RLock()
         self._ids = itertools.count(1)
@@ -170,9 +171,10 @@ class FakeTpu:
         return m.ListNodesResponse(nodes=nodes)
 
     def list_runtimes(self, v, req, context):
-        self._zone(req.parent, context)
+        zone = self._zone(req.parent, context)
         return tpu_v2.ListRuntimeVersionsResponse(runtime_versions=[
-            tpu_v2.RuntimeVersion(name=f"{req.parent}/runtimeVersions/{r}", version=r) for r in RUNTIMES])
+            tpu_v2.RuntimeVersion(name=f"{req.parent}/runtimeVersions/{r}", version=r)
+            for r in self.runtimes.get(zone, RUNTIMES)])
 
     def list_accelerator_types(self, v, req, context):
         zone = self._zone(req.parent, context)
