@@ -62,10 +62,12 @@ def test_compute_quota_403_fails_over_to_another_region_and_removes_the_tpu(clou
     assert "us-central1-c" not in _creates(cloud, 1)
 
 
-def test_tpu_node_denial_as_failed_precondition(cloud, cli):
-    # SkyPilot PR #5593: 400 FAILED_PRECONDITION "Your request to provision TPU Node has been denied ..."
-    cloud.tpu.faults["CreateNode"].append(("FAILED_PRECONDITION", "Your request to provision TPU Node has been denied."
-                                           " Please migrate to TPU VM Architecture"))
+@pytest.mark.parametrize("status", ["FAILED_PRECONDITION", "INVALID_ARGUMENT"])
+def test_tpu_node_denial(cloud, cli, status):
+    # SkyPilot PR #5593: 400 FAILED_PRECONDITION "Your request to provision TPU Node has been denied ..."; the text
+    # decides, whatever the code (GCP_FACTS §1 saw it as a plain 400 too)
+    cloud.tpu.faults["CreateNode"].append((status, "Your request to provision TPU Node has been denied. Please migrate "
+                                           "to TPU VM Architecture: https://cloud.google.com/tpu/docs/system-architecture-tpu-vm"))
     code, out, err = cli("up", "--type", "v3-8", "--zone", "us-central1-b", "--arch", "node", "-c", "bert")
     assert code == 6, err
     assert "--arch vm" in err

@@ -212,16 +212,6 @@ def test_existing_bucket_in_other_region_is_refused(cloud, cli):
     assert not cloud.tpu.mutating_calls()
 
 
-def test_node_refused_says_use_vm(cloud, cli):
-    cloud.tpu.faults["CreateNode"].append((
-        "INVALID_ARGUMENT", "Your request to provision TPU Node has been denied. Please migrate to TPU VM "
-        "Architecture: https://cloud.google.com/tpu/docs/system-architecture-tpu-vm"))
-    code, out, err = cli("up", "--type", "v3-8", "--zone", "us-central1-b", "--arch", "node", "-c", "bert")
-    assert code == 6, err
-    assert "--arch vm" in err
-    assert not cloud.compute.instances and not cloud.tpu.nodes[1]
-
-
 def test_status_shows_the_hosts_boot_log(cloud, cli):
     assert cli("up", "--type", "v3-8", "--zone", "us-central1-b", "-c", "bert")[0] == 0
     bucket_doc().blob("tpuctl/boot/t1v-n-0.log").upload_from_string(

@@ -82,3 +82,25 @@ def test_a_run_that_keeps_losing_its_host_ends_lost(tmp_path, monkeypatch):
     agent = Agent(str(tmp_path / "store"), home=str(tmp_path / "agent"))
     assert agent.tick() is False
     assert runs.status(store, run_id).state is runs.RunState.LOST
+
+
+def test_only_worker_0_takes_over_a_tensorflow_run_on_a_slice(tmp_path, monkeypatch):
+    """On a multi-host TensorFlow slice workers 1..N-1 serve the TPU runtime: a stale run is worker 0's to resume."""
+    monkeypatch.setenv("TPUCTL_STALE_SECONDS", "60")
+    store = LocalStore(tmp_path / "store")
+    store.write(layout.CLUSTER_RECORD, json.dumps({"arch": "vm", "hosts": 4, "framework": "tensorflow",
+                                                   "tpu_name": "tpuctl-s"}).encode())
+    run_id = submit_to_store(store, make_job(tmp_path, RESUMABLE))
+    _preempted_midway(store, run_id, tmp_path)
+    for worker in (1, 2, 3):
+        a = Agent(str(tmp_path / "store"), worker=worker, home=str(tmp_path / f"agent{worker}"))
+        a.read_record()
+        assert a.tick() is False and a.serves_only()
+    assert [k for k, _ in store.list(layout.run_prefix(run_id)) if "-w" in k] == []   # nothing claimed
+    a0, t = _agent(tmp_path / "store", tmp_path)
+    try:
+        st = runs.follow(store, run_id, lambda b: None, sleep=lambda s: time.sleep(min(s, 0.1)))
+    finally:
+        a0.stop.set()
+        t.join(10)
+    assert st.state is runs.RunState.SUCCEEDED and st.attempt == 2 and st.worker == 0
