@@ -65,8 +65,9 @@ class LogShipper:
         self.buf.clear()
         self.first = None
 
-    def pump(self, fd: int) -> None:
-        while True:
+    def pump(self, fd: int, stop: threading.Event) -> None:
+        """Ship until EOF (every writer closed the pipe), or until `stop` once nothing more can come."""
+        while not stop.is_set():
             timeout = FLUSH_SECONDS if self.first is None else max(0.0, self.first + FLUSH_SECONDS - time.monotonic())
             ready, _, _ = select.select([fd], [], [], timeout)
             if ready:
@@ -81,6 +82,7 @@ class LogShipper:
                     self.flush()
             if self.first is not None and time.monotonic() - self.first >= FLUSH_SECONDS:
                 self.flush()
+        self.flush()
 
 
 def _constraints(path: Path) -> Path:
@@ -258,42 +260,62 @@ class Agent:
             cons = _constraints(work / "constraints.txt")
             script += (f"{shlex.quote(sys.executable)} -m pip install -q --disable-pip-version-check "
                        f"-r {shlex.quote(job.requirements)} -c {shlex.quote(str(cons))}\n")
-        script += "set +e\nexec " + job.command + "".join(" " + shlex.quote(a) for a in job.args) + "\n"
+        # As written, through bash: `prepare && train`, `cd sub && ...`, `VAR=1 python ...` all work; arguments
+        # after `--` are appended shell-quoted (to the last command of a list).
+        script += "set +e\n" + job.command + "".join(" " + shlex.quote(a) for a in job.args) + "\n"
         proc = subprocess.Popen(["bash", "-c", script], cwd=code_dir, env=self.environment(run_id, job),
                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 start_new_session=True)
         stdout = proc.stdout
         assert stdout is not None, "Popen(stdout=PIPE) always sets it"
-        pump = threading.Thread(target=shipper.pump, args=(stdout.fileno(),), daemon=True)
+        procs = _Job(proc, os.fstat(stdout.fileno()).st_ino)
+        stop_pump = threading.Event()
+        pump = threading.Thread(target=shipper.pump, args=(stdout.fileno(), stop_pump), daemon=True)
         pump.start()
         status(RunState.RUNNING, pid=proc.pid)
         cancelled = False
         kill_at: float | None = None
+        drain = float(os.environ.get("TPUCTL_DRAIN_SECONDS", "10"))
+        main_ended: float | None = None
+        left: list[int] = []
         last_beat = last_cancel_check = time.monotonic()
-        while proc.poll() is None:
-            time.sleep(0.1)
+        # The run ends when the job's main process ends. Whatever it left running (`tensorboard &`, `nohup ...`, a
+        # daemon that called setsid) may still hold its output: it gets `drain` seconds to finish writing, then it
+        # is ended too, so one job can never keep the agent, its heartbeats and the next runs waiting.
+        while pump.is_alive() or proc.poll() is None:
+            pump.join(0.1)
             now = time.monotonic()
             if not cancelled and self.stop.is_set():
                 # The agent itself is being stopped (`tpuctl down`): take the job down with it, never orphan it.
                 cancelled = True
-                _signal(proc, signal.SIGTERM)
+                procs.signal(signal.SIGTERM)
                 kill_at = now + 5.0
             if not cancelled and now - last_cancel_check >= 1.0:
                 last_cancel_check = now
                 if self.store.read(layout.run_cancel(run_id)) is not None:
                     cancelled = True
-                    _signal(proc, signal.SIGTERM)
+                    procs.signal(signal.SIGTERM)
                     kill_at = now + float(os.environ.get("TPUCTL_CANCEL_GRACE", "30"))
+            if main_ended is None and proc.poll() is not None:
+                main_ended = now
+            if main_ended is not None and not left and now - main_ended >= drain:
+                left = procs.processes() or [-1]
+                procs.signal(signal.SIGTERM)
+                kill_at = min(kill_at or now + 2.0, now + 2.0)
             if kill_at and now >= kill_at:
-                _signal(proc, signal.SIGKILL)
+                procs.signal(signal.SIGKILL)
                 kill_at = None
+                if main_ended is not None:
+                    stop_pump.set()   # nothing of the job is left to write; stop reading whatever holds the pipe
             if now - last_beat >= HEARTBEAT_SECONDS:
                 last_beat = now
                 status(RunState.RUNNING, pid=proc.pid)
                 if now - self._last_beat > HEARTBEAT_SECONDS * 6:
                     self.beat(run_id)
-        pump.join()
         stdout.close()
+        if left and left != [-1]:
+            shipper.note(f"the job's main process ended; {len(left)} process(es) it left running still held its "
+                         f"output after {drain:g}s and were ended (pids {', '.join(map(str, left))})", fresh_line=True)
         rc = proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
         status(RunState.CANCELLED if cancelled else (RunState.SUCCEEDED if rc == 0 else RunState.FAILED), exit_code=rc)
         return rc
@@ -318,11 +340,37 @@ def tpu_environment(framework: str, record: dict[str, Any], accelerator: str) ->
     return {}
 
 
-def _signal(proc: "subprocess.Popen[Any]", sig: int) -> None:
-    try:
-        os.killpg(proc.pid, sig)
-    except ProcessLookupError:
-        pass
+class _Job:
+    """A job's processes: its main process, started as a new session (so its session id is its pid), everything
+    in that session, and what escaped the session (setsid, start_new_session=True) but still holds the job's output
+    pipe, found by the pipe's inode in /proc/PID/fd (Linux, as TPU VMs are)."""
+
+    def __init__(self, proc: "subprocess.Popen[Any]", pipe_inode: int) -> None:
+        self.proc, self.pipe = proc, f"pipe:[{pipe_inode}]"
+
+    def processes(self) -> list[int]:
+        found = []
+        for d in os.listdir("/proc"):
+            if not d.isdigit() or int(d) == os.getpid():
+                continue
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()   # state ppid pgrp session ...
+                if fields[0] not in ("Z", "X") and int(fields[3]) == self.proc.pid:
+                    found.append(int(d))
+                    continue
+                if any(os.readlink(f"/proc/{d}/fd/{fd}") == self.pipe for fd in os.listdir(f"/proc/{d}/fd")):
+                    found.append(int(d))
+            except (OSError, IndexError, ValueError):
+                continue   # gone meanwhile, or not ours to read
+        return found
+
+    def signal(self, sig: int) -> None:
+        for pid in [self.proc.pid, *self.processes()]:
+            try:
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,0 +1,64 @@
+"""Faults a job brings to its host, on the local provider through the real CLI: commands as a shell writes them,
+and a job that leaves processes behind holding its output."""
+import os
+import time
+
+import pytest
+
+from jobs import make_job
+from tpuctl import runs, state
+from tpuctl.providers.local import LocalProvider
+
+
+@pytest.fixture
+def quick_local(env, cli, monkeypatch):
+    """A local cluster whose agent drains a finished job's output for 1 s (TPUCTL_DRAIN_SECONDS)."""
+    monkeypatch.setenv("TPUCTL_DRAIN_SECONDS", "1")
+    code, out, err = cli("up", "--provider", "local", "-c", "faults")
+    assert code == 0, err
+    yield state.load("faults")
+    st = state.load("faults")
+    if st:
+        LocalProvider()._stop(st, lambda s: None)
+
+
+def test_command_runs_as_a_shell_writes_it(quick_local, cli, tmp_path):
+    job = make_job(tmp_path, "import os, sys\nprint('main', os.environ.get('FOO'), sys.argv[1:])\n",
+                   name="shelljob")
+    (job / "sub").mkdir()
+    (job / "sub" / "b.py").write_text("import sys\nprint('b in sub', sys.argv[1:])\n")
+    (job / "tpuctl.toml").write_text('command = "python main.py first && cd sub && FOO=1 python b.py"\n')
+    code, out, err = cli("submit", str(job), "-c", "faults", "--", "--steps", "it's 5")
+    assert code == 0, err
+    assert out == "main None ['first']\nb in sub ['--steps', \"it's 5\"]\n"
+    (job / "tpuctl.toml").write_text('command = "python main.py && exit 3 && python sub/b.py"\n')
+    code, out, err = cli("submit", str(job), "-c", "faults")
+    assert code == 3 and out == "main None []\n"        # the whole line ran, and its status is the run's
+
+
+@pytest.mark.parametrize("leave_behind", [
+    "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'], start_new_session=True)",  # setsid
+    "subprocess.Popen('sleep 300 &', shell=True)",                                                     # bash &
+    "subprocess.Popen(['nohup', 'sleep', '300'])",                                                      # nohup
+])
+def test_a_job_that_leaves_processes_holding_its_output_ends(quick_local, cli, tmp_path, leave_behind):
+    job = make_job(tmp_path, f"import subprocess, sys\n{leave_behind}\nprint('main done', flush=True)\n")
+    code, out, err = cli("submit", str(job), "-c", "faults", "--detach")
+    run_id = out.strip()
+    store = LocalProvider().store(quick_local)
+    deadline = time.monotonic() + 30                      # not forever: the main process's end ends the run
+    while not runs.status(store, run_id).state.final and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert runs.status(store, run_id).state is runs.RunState.SUCCEEDED
+    code, out, err = cli("logs", run_id, "-c", "faults")
+    assert out.startswith("main done\n") and "left running still held its output after 1s and were ended" in out
+    pids = [int(p) for p in out.rsplit("(pids ", 1)[1].split(")")[0].split(", ")]
+    for pid in pids:                                     # and they are gone, not orphaned
+        deadline = time.time() + 5
+        while time.time() < deadline and os.path.exists(f"/proc/{pid}") and \
+                open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] not in "ZX":
+            time.sleep(0.05)
+        assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] in "ZX"
+    nxt = make_job(tmp_path, "print('next run')\n", name="next")
+    code, out, err = cli("submit", str(nxt), "-c", "faults")   # the agent is free for the next run
+    assert code == 0 and out == "next run\n"
