@@ -116,3 +116,85 @@ def test_following_an_idle_run_costs_a_bounded_number_of_requests():
     st = runs.follow(s, "r", lambda b: None, sleep=sleep, max_idle=1.0)
     assert st.state is runs.RunState.SUCCEEDED
     assert s.reads <= 2 * 600 + 20
+
+
+def _tar(members):
+    """members: (name, kind, target_or_content) with kind file, sym, dir or chr (a device)."""
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w:gz") as tar:
+        for name, kind, arg in members:
+            info = tarfile.TarInfo(name)
+            if kind == "sym":
+                info.type, info.linkname = tarfile.SYMTYPE, arg
+                tar.addfile(info)
+            elif kind == "dir":
+                info.type = tarfile.DIRTYPE
+                tar.addfile(info)
+            elif kind == "chr":
+                info.type = tarfile.CHRTYPE
+                tar.addfile(info)
+            else:
+                data = (arg or "x").encode()
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    return raw.getvalue()
+
+
+@pytest.mark.parametrize("members", [
+    # each entry looks harmless checked against an empty directory; together they climb out
+    [("a", "sym", "."), ("a/b", "sym", ".."), ("b/x", "file", "escaped")],
+    [("d", "sym", "."), ("d/d2", "sym", "d"), ("e", "sym", "d2/.."), ("e/x", "file", "escaped")],
+    [("up", "dir", ""), ("up/l", "sym", ".."), ("up/l/l2", "sym", ".."), ("up/l/l2/x", "file", "escaped")],
+    [("dev", "chr", "")],
+])
+def test_unpack_checks_each_entry_against_the_disk(tmp_path, members):
+    out = tmp_path / "sandbox" / "out"
+    with pytest.raises(TpuctlError) as e:
+        packaging.unpack(_tar(members), out)
+    assert "unsafe job package" in e.value.message
+    assert not list((tmp_path / "sandbox").glob("x")) and not (tmp_path / "x").exists()
+
+
+def test_links_that_stay_inside_still_work(tmp_path):
+    data = _tar([("pkg/m.py", "file", "x = 1"), ("lib", "sym", "pkg"), ("lib/n.py", "file", "y = 2"),
+                 ("a", "sym", "."), ("a/top.txt", "file", "t")])
+    packaging.unpack(data, tmp_path / "out")
+    assert (tmp_path / "out" / "pkg" / "n.py").read_text() == "y = 2"
+    assert (tmp_path / "out" / "top.txt").read_text() == "t"
+
+
+def test_unpack_caps_entries_and_bytes(tmp_path):
+    five = _tar([(f"f{i}", "file", "0123456789") for i in range(5)])
+    with pytest.raises(TpuctlError, match="more than 3 entries"):
+        packaging.unpack(five, tmp_path / "a", max_entries=3)
+    with pytest.raises(TpuctlError, match="more than 25 bytes"):
+        packaging.unpack(five, tmp_path / "b", max_bytes=25)
+    assert sum(p.stat().st_size for p in (tmp_path / "b").iterdir()) <= 25   # stopped, not read whole first
+    packaging.unpack(five, tmp_path / "c", max_bytes=50, max_entries=5)
+
+
+def test_the_agent_refuses_a_package_that_does_not_match_its_name(tmp_path):
+    import json
+    from jobs import make_job
+    from tpuctl import layout
+    from tpuctl.agent import Agent
+    store = LocalStore(tmp_path / "store")
+    data, sha = packaging.build(make_job(tmp_path, "print('tampered')\n"))
+    other = "0" * 64
+    store.create(layout.job_package(other), data)    # someone else's bytes under a name they do not hash to
+    store.create(layout.run_job("r1"), json.dumps(runs.RunSpec(id="r1", name="job", command="python main.py",
+                                                               package=other).to_json()).encode())
+    agent = Agent(str(tmp_path / "store"), home=str(tmp_path / "agent"))
+    assert agent.execute("r1") == 127
+    log = b"".join(store.read(k) or b"" for k, _ in store.list(layout.run_logs("r1", 0))).decode()
+    assert "does not match its sha256 name" in log
+
+
+def test_package_limits_come_from_the_environment_then_the_cluster_record(tmp_path, monkeypatch):
+    from tpuctl.agent import Agent
+    agent = Agent(str(tmp_path / "store"), home=str(tmp_path / "agent"))
+    assert agent.package_limits() == (packaging.MAX_BYTES, packaging.MAX_ENTRIES)
+    agent.record = {"max_package_bytes": 1000, "max_package_entries": 7}
+    assert agent.package_limits() == (1000, 7)
+    monkeypatch.setenv("TPUCTL_MAX_PACKAGE_BYTES", "5")
+    assert agent.package_limits() == (5, 7)

@@ -10,6 +10,7 @@ into status.json, and honours cancel (SIGTERM to the process group, SIGKILL afte
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import select
@@ -25,7 +26,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from . import __version__, layout, runs
-from .packaging import unpack
+from .packaging import MAX_BYTES, MAX_ENTRIES, unpack
 from .providers import open_store
 from .runs import RunSpec, RunState, RunStatus
 from .runtime import prefer_legacy_keras
@@ -113,6 +114,13 @@ class Agent:
         """The cluster record; `up` rewrites it (the legacy node's address appears once the node is READY)."""
         self.record = runs.read_json(self.store, layout.CLUSTER_RECORD) or self.record
         return self.record
+
+    def package_limits(self) -> tuple[int, int]:
+        """(bytes, entries) a job package may unpack to: the agent's environment, else the cluster record."""
+        def limit(env: str, key: str, default: int) -> int:
+            return int(os.environ.get(env) or self.record.get(key) or default)
+        return (limit("TPUCTL_MAX_PACKAGE_BYTES", "max_package_bytes", MAX_BYTES),
+                limit("TPUCTL_MAX_PACKAGE_ENTRIES", "max_package_entries", MAX_ENTRIES))
 
     @property
     def workers(self) -> int:
@@ -246,7 +254,9 @@ class Agent:
             pkg = self.store.read(layout.job_package(job.package))
             if pkg is None:
                 raise RuntimeError(f"package {job.package} is missing from the store")
-            unpack(pkg, code_dir)
+            if hashlib.sha256(pkg).hexdigest() != job.package:
+                raise RuntimeError(f"package {job.package} does not match its sha256 name")
+            unpack(pkg, code_dir, *self.package_limits())
             if self.record.get("arch") == "node" and not self.tpu_address():
                 shipper.note("waiting for the TPU node's address (tpuctl up writes it once the node is READY)")
                 if not self.wait_tpu_address(lambda: status(RunState.STARTING)):

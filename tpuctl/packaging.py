@@ -10,8 +10,9 @@ import gzip
 import hashlib
 import io
 import os
+import shutil
 import tarfile
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from typing import Sequence
 
@@ -70,37 +71,58 @@ def build(root: Path, exclude_paths: Sequence[Path] = ()) -> tuple[bytes, str]:
     return data, hashlib.sha256(data).hexdigest()
 
 
-def unpack(data: bytes, dest: Path) -> None:
-    """Unpack, refusing absolute paths, '..', devices, and links that leave dest."""
-    dest = Path(dest).resolve()
-    dest.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
-        members = tar.getmembers()
-        for m in members:
-            target = (dest / m.name).resolve()
-            if m.name.startswith("/") or ".." in Path(m.name).parts or (target != dest and dest not in target.parents):
-                raise TpuctlError(ErrorKind.INPUT, f"unsafe path in job package: {m.name}", "rebuild the package")
+MAX_BYTES = 10 << 30        # unpacked size of one job package (TPUCTL_MAX_PACKAGE_BYTES, or the cluster record)
+MAX_ENTRIES = 200_000       # entries in one job package (TPUCTL_MAX_PACKAGE_ENTRIES, or the cluster record)
+
+
+def _refuse(message: str) -> TpuctlError:
+    return TpuctlError(ErrorKind.INPUT, f"unsafe job package: {message}", "rebuild the package with `tpuctl submit`")
+
+
+def _inside(dest: str, path: str, what: str) -> str:
+    if path != dest and not path.startswith(dest + os.sep):
+        raise _refuse(f"{what} leaves the run directory")
+    return path
+
+
+def unpack(data: bytes, dest: Path, max_bytes: int = MAX_BYTES, max_entries: int = MAX_ENTRIES) -> None:
+    """Unpack entry by entry (streamed), checking each against the disk as it is at that moment: a link made by an
+    earlier entry is followed when the next entry's place is resolved, so a chain such as `a -> .`, `a/b -> ..`,
+    `b/x` cannot climb out. Refused: absolute names, `..`, devices and other special entries, links that resolve
+    outside `dest`, more than `max_entries` entries or `max_bytes` unpacked."""
+    root = os.path.realpath(dest)
+    os.makedirs(root, exist_ok=True)
+    total = entries = 0
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r|gz") as tar:
+        for m in tar:
+            entries += 1
+            if entries > max_entries:
+                raise _refuse(f"more than {max_entries} entries")
+            name = PurePosixPath(m.name)
+            if m.name.startswith("/") or ".." in name.parts or not name.parts:
+                raise _refuse(f"path {m.name!r}")
             if not (m.isfile() or m.isdir() or m.issym()):
-                raise TpuctlError(ErrorKind.INPUT, f"unsupported entry in job package: {m.name}", "only files and links")
-            if m.issym():
-                link = (target.parent / m.linkname).resolve()
-                if m.linkname.startswith("/") or (link != dest and dest not in link.parents):
-                    raise TpuctlError(ErrorKind.INPUT, f"link leaves the job directory: {m.name} -> {m.linkname}",
-                                      "remove the link from the job directory")
-        for m in members:
+                raise _refuse(f"{m.name!r} is not a file, directory or link")
+            parent = _inside(root, os.path.realpath(os.path.join(root, *name.parent.parts)), m.name)
+            target = os.path.join(parent, name.name)
             if m.isdir():
-                (dest / m.name).mkdir(parents=True, exist_ok=True)
-            elif m.isfile():
-                p = dest / m.name
-                p.parent.mkdir(parents=True, exist_ok=True)
-                src = tar.extractfile(m)
-                assert src is not None, "a regular file member always has data"
-                with src, open(p, "wb") as out:
-                    out.write(src.read())
-                os.chmod(p, m.mode & 0o777)
-            else:
-                p = dest / m.name
-                p.parent.mkdir(parents=True, exist_ok=True)
-                if p.is_symlink() or p.exists():
-                    p.unlink()
-                os.symlink(m.linkname, p)
+                _inside(root, os.path.realpath(target), m.name)
+                os.makedirs(target, exist_ok=True)
+                continue
+            os.makedirs(parent, exist_ok=True)
+            if os.path.islink(target) or os.path.isfile(target):
+                os.unlink(target)   # an entry replaces what is there; never write through a link
+            if m.issym():
+                if m.linkname.startswith("/"):
+                    raise _refuse(f"link {m.name!r} -> {m.linkname!r}")
+                _inside(root, os.path.realpath(os.path.join(parent, m.linkname)), f"link {m.name!r} -> {m.linkname!r}")
+                os.symlink(m.linkname, target)
+                continue
+            total += m.size
+            if total > max_bytes:
+                raise _refuse(f"more than {max_bytes} bytes unpacked")
+            src = tar.extractfile(m)
+            assert src is not None, "a regular file member always has data"
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, m.mode & 0o777 | 0o600)
+            with src, os.fdopen(fd, "wb") as out:
+                shutil.copyfileobj(src, out, 1 << 20)
