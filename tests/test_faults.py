@@ -1,6 +1,7 @@
 """Faults a job brings to its host, on the local provider through the real CLI: commands as a shell writes them,
 and a job that leaves processes behind holding its output."""
 import os
+from pathlib import Path
 import time
 
 import pytest
@@ -62,3 +63,38 @@ def test_a_job_that_leaves_processes_holding_its_output_ends(quick_local, cli, t
     nxt = make_job(tmp_path, "print('next run')\n", name="next")
     code, out, err = cli("submit", str(nxt), "-c", "faults")   # the agent is free for the next run
     assert code == 0 and out == "next run\n"
+
+
+@pytest.mark.parametrize("run_id,code,expect", [
+    ("../../x", 2, "is not a run id"),
+    ("20260101-000000-abc", 2, "is not a run id"),
+    ("20260101-000000-abcd", 3, "no run 20260101-000000-abcd"),
+])
+def test_cancel_of_a_bad_or_unknown_run_writes_nothing(quick_local, cli, run_id, code, expect):
+    before = sorted(p for p in Path(quick_local.spec.store).rglob("*"))
+    c, out, err = cli("cancel", run_id, "-c", "faults")
+    assert c == code and expect in err
+    assert sorted(Path(quick_local.spec.store).rglob("*")) == before
+    assert not (Path(quick_local.spec.store).parent / "x").exists()
+
+
+def test_a_run_cancelled_while_queued_never_starts(quick_local, cli, tmp_path):
+    import signal
+    os.kill(quick_local.host.pid, signal.SIGSTOP)          # the agent is busy elsewhere: the run stays queued
+    try:
+        job = make_job(tmp_path, "open('ran', 'w').write('yes')\nprint('ran')\n")
+        code, out, err = cli("submit", str(job), "-c", "faults", "--detach")
+        run_id = out.strip()
+        assert cli("cancel", run_id, "-c", "faults")[0] == 0
+    finally:
+        os.kill(quick_local.host.pid, signal.SIGCONT)
+    code, out, err = cli("logs", run_id, "-c", "faults", "-f")
+    assert "cancelled" in err and out == ""
+    assert not list(Path(quick_local.spec.store).parent.rglob("ran"))
+
+
+def test_empty_cluster_name_and_type_spelling(env, cli):
+    code, out, err = cli("status", "-c", "")
+    assert code == 2 and "empty cluster name" in err
+    code, out, err = cli("up", "--type", "v3-08", "--zone", "us-central1-b", "--project", "some-proj", "--dry-run")
+    assert code == 0 and "tpuctl-default  v3-8 (4 chips" in err

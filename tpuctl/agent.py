@@ -241,6 +241,9 @@ class Agent:
         def status(state: RunState, exit_code: int | None = None, pid: int | None = None) -> None:
             self._write_status(run_id, RunStatus(state=state, exit_code=exit_code, pid=pid, started=started,
                                                  attempt=attempt, ended=time.time() if state.final else None))
+        if self.store.read(layout.run_cancel(run_id)) is not None:
+            status(RunState.CANCELLED)   # cancelled while queued: it never starts
+            return 130
         status(RunState.STARTING)
         work = self.home / "runs" / run_id / f"w{self.worker}"
         code_dir = work / "code"

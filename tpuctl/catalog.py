@@ -68,7 +68,8 @@ def tpu_type(name: str) -> TpuType:
     chips = size // 2 if by_cores else size
     hosts = max(1, chips // 4) if by_cores else (1 if size <= 8 else size // 4)
     zones = pod_zones if hosts > 1 else one_host_zones
-    return TpuType(name, family, chips, hosts, zones, round(price * chips, 3),
+    # the canonical spelling (v3-08 is v3-8), as the API and every later comparison expect
+    return TpuType(f"{family}-{size}", family, chips, hosts, zones, round(price * chips, 3),
                    round(spot * chips, 3) if spot is not None else None, node_arch)
 
 

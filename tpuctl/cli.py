@@ -36,6 +36,8 @@ def _config() -> ModuleType:
 
 def _cluster(flag: Optional[str]) -> str:
     from .models import check_cluster_name
+    if flag == "":
+        raise bad_input("empty cluster name (-c \"\")", "drop -c to use the cluster 'default', or name one: -c bert")
     config = _config()
     return check_cluster_name(config.setting("cluster", flag, "default"))
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import time
 from dataclasses import dataclass, field
@@ -13,6 +14,7 @@ from enum import Enum
 from typing import Any, Callable
 
 from . import layout
+from .errors import bad_input
 from .models import JsonRecord
 from .store import BlobStore
 
@@ -63,8 +65,18 @@ class RunStatus(JsonRecord):
         self.state = RunState(self.state)
 
 
+_ID_RE = re.compile(r"^[0-9]{8}-[0-9]{6}-[0-9a-f]{4}$")
+
+
 def new_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(2)
+
+
+def check_id(run_id: str) -> str:
+    """A run id as new_id makes them; checked before any store access (an id is part of store keys)."""
+    if not _ID_RE.match(run_id):
+        raise bad_input(f"{run_id!r} is not a run id", "run ids look like 20261122-174500-3f2a; `tpuctl jobs` lists them")
+    return run_id
 
 
 def read_json(store: BlobStore, key: str) -> dict[str, Any] | None:

@@ -52,7 +52,7 @@ def submit(st: ClusterState, provider: Provider, job: JobSpec, args: list[str], 
 
 def resolve_run(store: BlobStore, run_id: str | None) -> str:
     if run_id:
-        if runs.job(store, run_id) is None:
+        if runs.job(store, runs.check_id(run_id)) is None:
             raise TpuctlError(ErrorKind.NOT_FOUND, f"no run {run_id}", "`tpuctl jobs` lists runs")
         return run_id
     latest = runs.latest(store)
@@ -78,7 +78,8 @@ def table(store: BlobStore) -> list[dict[str, object]]:
 
 
 def cancel(store: BlobStore, run_id: str) -> RunState:
-    st = runs.status(store, run_id)
+    """A queued run never starts once cancelled; a running one gets SIGTERM, then SIGKILL after the grace."""
+    st = runs.status(store, resolve_run(store, run_id))
     if st.state.final:
         raise TpuctlError(ErrorKind.INPUT, f"run {run_id} already {st.state.value}", "nothing to cancel")
     store.write(layout.run_cancel(run_id), json.dumps({"time": time.time()}).encode())
