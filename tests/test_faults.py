@@ -98,3 +98,30 @@ def test_empty_cluster_name_and_type_spelling(env, cli):
     assert code == 2 and "empty cluster name" in err
     code, out, err = cli("up", "--type", "v3-08", "--zone", "us-central1-b", "--project", "some-proj", "--dry-run")
     assert code == 0 and "tpuctl-default  v3-8 (4 chips" in err
+
+
+def test_a_corrupt_state_file_does_not_hide_the_other_clusters(quick_local, cli):
+    from tpuctl import state
+    bad = state.home() / "clusters" / "broken.json"
+    bad.write_text('{"spec": {"name": "broken"')                 # truncated
+    code, out, err = cli("ls", "--json")
+    assert code == 0, err
+    assert [r["cluster"] for r in __import__("json").loads(out)] == ["faults"]
+    assert str(bad) in err and "delete" in err
+
+
+def test_what_tpuctl_creates_is_private(quick_local, cli, tmp_path):
+    from tpuctl import state
+    home = state.home()
+    assert (home / "clusters").stat().st_mode & 0o077 == 0
+    assert (home / "clusters" / "faults.json").stat().st_mode & 0o077 == 0
+    store = Path(quick_local.spec.store)
+    assert store.stat().st_mode & 0o077 == 0
+    job = make_job(tmp_path, "print('hi')\n", '[env]\nAPI_KEY = "secret"\n')
+    assert cli("submit", str(job), "-c", "faults")[0] == 0
+    for p in [*store.rglob("*"), *(store.parent / "work").rglob("*")]:
+        assert p.is_symlink() or p.stat().st_mode & 0o077 == 0, p   # job.json holds API_KEY
+    assert cli("status", "-c", "nope")[0] == 3
+    code, out, err = cli("up", "--provider", "gcp", "--type", "v3-8", "--zone", "us-central1-b", "-c", "x",
+                         "--project", "some-proj", "--yes")   # fails (no credentials): writes the debug log
+    assert (home / "debug.log").stat().st_mode & 0o077 == 0

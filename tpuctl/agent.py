@@ -394,6 +394,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--tpu", default=None)
     ap.add_argument("--poll", type=float, default=1.0)
     a = ap.parse_args(argv)
+    os.umask(0o077)   # unpacked jobs and their files may hold [env] secrets
     agent = Agent(a.store, a.worker, a.accelerator or "", a.tpu, poll=a.poll)
     signal.signal(signal.SIGTERM, lambda *_: agent.stop.set())
     agent.run_forever()

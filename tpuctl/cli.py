@@ -292,6 +292,9 @@ def _debug_log(exc: BaseException) -> str:
 
 
 def main(argv: Optional[List[str]] = None) -> None:
+    # State, the debug log, the local store and what the local agent unpacks may hold a job's [env] secrets:
+    # everything tpuctl creates is private to its user (dirs 0700, files 0600).
+    os.umask(0o077)
     try:
         rc = app(args=argv, standalone_mode=False)  # a typer.Exit comes back as its code here
         sys.exit(rc if isinstance(rc, int) else 0)

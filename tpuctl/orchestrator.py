@@ -190,7 +190,7 @@ def ls(providers: list[Provider], extra_project: str, warn: Callable[[str], None
     """Clusters in local state, plus every tpuctl-labelled resource each provider's inventory knows of, in each
     project a cluster uses (and extra_project); those without state are orphans."""
     rows: list[dict[str, object]] = []
-    local = state.all_clusters()
+    local = state.all_clusters(lambda e: warn(f"{e.message}; {e.hint}"))
     known = {(s.name, s.spec.tpu_name, s.zone) for s in local}
     for s in local:
         rows.append({"cluster": s.name, "provider": s.spec.provider.value, "type": s.spec.tpu_type, "zone": s.zone,

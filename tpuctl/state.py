@@ -5,7 +5,9 @@ import json
 import os
 from pathlib import Path
 
-from .errors import bad_input
+from typing import Callable
+
+from .errors import TpuctlError, bad_input
 from .models import ClusterState
 
 
@@ -45,8 +47,18 @@ def remove(name: str) -> None:
     _path(name).unlink(missing_ok=True)
 
 
-def all_clusters() -> list[ClusterState]:
+def all_clusters(unreadable: Callable[[TpuctlError], None] = lambda e: None) -> list[ClusterState]:
+    """Every cluster with a readable state file; each unreadable one is reported, not fatal to the rest."""
     d = home() / "clusters"
     if not d.is_dir():
         return []
-    return [s for s in (load(p.stem) for p in sorted(d.glob("*.json"))) if s]
+    out = []
+    for p in sorted(d.glob("*.json")):
+        try:
+            st = load(p.stem)
+        except TpuctlError as e:
+            unreadable(e)
+            continue
+        if st:
+            out.append(st)
+    return out
