@@ -78,6 +78,7 @@ def cloud(env, _servers, monkeypatch, tmp_path):
     gcs.calls.clear()
     gcs.bytes_in.clear()
     gcs.iam_delay = 0.0
+    gcs.after_iam_set = None
     gcs.wipe()
     hosts = SimulatedHosts(gcs, tmp_path / "hosts")   # off unless a test turns it on (hosts.enabled = True)
     tpu.hosts = compute.hosts = hosts

@@ -129,3 +129,43 @@ def test_runtime_picker_honours_family_suffixes():
     assert pick_runtime(["tpu-vm-tf-2.18.0-pjrt", newest_wrong_family], "v6e", False) == newest_wrong_family
     assert pick_runtime(["tpu-vm-tf-2.18.0-pod-pjrt-v5p-and-below", "tpu-vm-tf-2.18.0-pjrt-v5p-and-below"],
                         "v3", True) == "tpu-vm-tf-2.18.0-pod-pjrt-v5p-and-below"
+
+
+def test_a_kill_after_the_grant_applied_leaks_no_grant(cloud, cli):
+    """SIGKILL to `up` right after Google applied the bucket grant, before the answer came back."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    from google.cloud import storage
+    proc = subprocess.Popen([sys.executable, "-m", "tpuctl", "up", "--type", "v3-8", "--zone", ZONE, "-c", "kill",
+                             "--yes"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+    cloud.gcs.after_iam_set = lambda: os.kill(proc.pid, signal.SIGKILL)
+    assert proc.wait(60) == -signal.SIGKILL
+    cloud.gcs.after_iam_set = None
+    bucket = storage.Client(project=PROJECT).bucket(f"{PROJECT}-tpuctl-kill")
+    member = "serviceAccount:424242-compute@developer.gserviceaccount.com"
+
+    def holders():
+        return {r["role"] for r in bucket.get_iam_policy(requested_policy_version=3).bindings if member in r["members"]}
+    assert holders()                                     # the grant is on the bucket...
+    assert len(state.load("kill").grants) == 2           # ...and was recorded before it was written
+    code, out, err = cli("down", "-c", "kill", "--yes", "--delete-bucket")
+    assert code == 0, err
+    assert not cloud.tpu.nodes[2]
+
+
+def test_a_grant_that_was_there_before_is_never_revoked(cloud, cli):
+    from google.cloud import storage
+    client = storage.Client(project=PROJECT)
+    b = client.create_bucket("shared-data", location="us-central1")
+    member = "serviceAccount:424242-compute@developer.gserviceaccount.com"
+    policy = b.get_iam_policy(requested_policy_version=3)
+    policy.version = 3
+    policy.bindings.append({"role": "roles/storage.objectAdmin", "members": {member}})
+    b.set_iam_policy(policy)
+    assert cli("up", "--type", "v3-8", "--zone", ZONE, "-c", "bert", "--bucket", "shared-data")[0] == 0
+    assert [g.role for g in state.load("bert").grants] == ["roles/storage.legacyBucketReader"]
+    assert cli("down", "-c", "bert", "--yes")[0] == 0
+    roles = {r["role"] for r in b.get_iam_policy(requested_policy_version=3).bindings if member in r["members"]}
+    assert roles == {"roles/storage.objectAdmin"}        # the user's own grant stays; ours is gone

@@ -18,7 +18,7 @@ from typing import Callable
 from . import state
 from .background import Background
 from .errors import ErrorKind, Scope, TpuctlError
-from .models import ClusterSpec, ClusterState, Phase
+from .models import ClusterSpec, ClusterState, Grant, Phase
 from .providers.base import BucketGrants, Created, Placement, Provider, Reporter, progress_of
 
 
@@ -65,12 +65,17 @@ class _Up:
     def grant(self, grants: BucketGrants, accounts: list[str]) -> None:
         if not accounts:
             return
-        added = grants.grant(self.st.spec, accounts)
-        with self.lock:
-            self.st.grants = self.st.grants + added
-        self.save()
-        if added:
-            self.undo.append(Created("grants", ", ".join(accounts), lambda: grants.revoke(self.st.spec, added)))
+
+        def intend(about_to_add: list[Grant]) -> None:
+            # Recorded and saved before the IAM write: `down` and this run's undo revoke it whether or not the
+            # write's answer ever arrives; a re-run finds it applied (or applies it) and records nothing twice.
+            with self.lock:
+                new = [g for g in about_to_add if g not in self.st.grants]
+                self.st.grants = self.st.grants + new
+            self.save()
+            if new:
+                self.undo.append(Created("grants", ", ".join(accounts), lambda: grants.revoke(self.st.spec, new)))
+        if grants.grant(self.st.spec, accounts, intend):
             for a in accounts:
                 self.r.resource("grant", a, "granted")
 

@@ -51,6 +51,7 @@ class FakeGcs:
         self.upstream = None
         self.iam_delay = 0.0
         self.granted = {}          # bucket -> {(role, member): time the grant was written}
+        self.after_iam_set = None  # called once a setIamPolicy has been applied, before its answer goes back
         self.identity_servers = []
 
     def start(self) -> str:
@@ -176,6 +177,8 @@ class FakeGcs:
             status, hdrs, data = self._upstream(method, path, headers, body)
             if status == 200:
                 self._note_policy(iam.group(1), body)
+                if self.after_iam_set:
+                    self.after_iam_set()
             return status, hdrs, data
         if method == "POST" and url.path == "/storage/v1/b":
             sent = json.loads(body or b"{}")

@@ -107,8 +107,11 @@ class BucketGrants(Protocol):
         """Identities known before creation that must read and write the store."""
     def host_accounts(self, st: ClusterState) -> list[str]:
         """Identities known only once the compute exists (the legacy node's TPU service agent)."""
-    def grant(self, spec: ClusterSpec, accounts: list[str]) -> list[Grant]:
-        """Add the object roles for each account on the bucket only; returns the grants this call added."""
+    def grant(self, spec: ClusterSpec, accounts: list[str], intend: Callable[[list[Grant]], None]) -> list[Grant]:
+        """Add the object roles for each account on the bucket only; returns the grants this call added. Before
+        writing, `intend` is called with the grants about to be added (those the bucket lacks now), so the caller
+        records them first: a kill after the write applied can then never leak a grant, and a grant that was
+        there before tpuctl is never recorded, so never revoked."""
     def revoke(self, spec: ClusterSpec, grants: list[Grant]) -> None:
         """Remove exactly these grants; a bucket already gone is fine."""
 

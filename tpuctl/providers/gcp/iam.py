@@ -19,7 +19,8 @@ _ATTEMPTS = 5
 Bindings = list[dict[str, Any]]
 
 
-def _edit(project: str, bucket: str, change: Callable[[Bindings], list[Grant]]) -> list[Grant]:
+def _edit(project: str, bucket: str, change: Callable[[Bindings], list[Grant]],
+          before_write: Callable[[list[Grant]], None] = lambda g: None) -> list[Grant]:
     b = clients.storage(project).bucket(bucket)
     for attempt in range(_ATTEMPTS):
         policy = call(b.get_iam_policy, requested_policy_version=3, what=f"read IAM policy of {bucket}")
@@ -27,6 +28,7 @@ def _edit(project: str, bucket: str, change: Callable[[Bindings], list[Grant]]) 
         changed = change(policy.bindings)
         if not changed:
             return []
+        before_write(changed)
         try:
             call(b.set_iam_policy, policy, what=f"set IAM policy of {bucket}")
             return changed
@@ -36,7 +38,9 @@ def _edit(project: str, bucket: str, change: Callable[[Bindings], list[Grant]]) 
     return []
 
 
-def grant(project: str, bucket: str, accounts: list[str]) -> list[Grant]:
+def grant(project: str, bucket: str, accounts: list[str], intend: Callable[[list[Grant]], None]) -> list[Grant]:
+    """Add the object roles on the bucket. `intend(grants)` is told what is about to be added (absent from the
+    policy just read) BEFORE the write, so a process killed after Google applied it has still recorded it."""
     wanted = [Grant(f"serviceAccount:{a}", r) for a in accounts for r in OBJECT_ROLES]
 
     def change(bindings: Bindings) -> list[Grant]:
@@ -51,7 +55,7 @@ def grant(project: str, bucket: str, accounts: list[str]) -> list[Grant]:
                 row["members"] = members | {g.member}
                 added.append(g)
         return added
-    return _edit(project, bucket, change)
+    return _edit(project, bucket, change, intend)
 
 
 def revoke(project: str, bucket: str, grants: list[Grant]) -> None:
@@ -90,8 +94,8 @@ class BucketIam:
         """The legacy node reads and writes the bucket as its TPU service agent, known only once it exists."""
         return [st.host.service_account] if st.spec.arch is Arch.NODE and st.host.service_account else []
 
-    def grant(self, spec: ClusterSpec, accounts: list[str]) -> list[Grant]:
-        return grant(spec.project, bucket_of(spec), accounts)
+    def grant(self, spec: ClusterSpec, accounts: list[str], intend: Callable[[list[Grant]], None]) -> list[Grant]:
+        return grant(spec.project, bucket_of(spec), accounts, intend)
 
     def revoke(self, spec: ClusterSpec, grants: list[Grant]) -> None:
         revoke(spec.project, bucket_of(spec), grants)
