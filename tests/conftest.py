@@ -68,6 +68,8 @@ def cloud(env, _servers, monkeypatch, tmp_path):
         fake.delay = 0.0
         fake.faults.clear()
         fake.op_faults.clear()
+        fake.before.clear()
+        fake.lost.clear()
         fake.calls.clear()
     tpu.nodes = {1: {}, 2: {}}
     tpu.zones = None

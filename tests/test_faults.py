@@ -125,3 +125,35 @@ def test_what_tpuctl_creates_is_private(quick_local, cli, tmp_path):
     code, out, err = cli("up", "--provider", "gcp", "--type", "v3-8", "--zone", "us-central1-b", "-c", "x",
                          "--project", "some-proj", "--yes")   # fails (no credentials): writes the debug log
     assert (home / "debug.log").stat().st_mode & 0o077 == 0
+
+
+def test_a_second_up_or_down_waits_for_the_first_then_says_who_holds_it(quick_local, cli, monkeypatch):
+    import threading
+    from tpuctl.locks import cluster_lock
+    monkeypatch.setenv("TPUCTL_LOCK_WAIT", "1")
+    held, release = threading.Event(), threading.Event()
+
+    def hold():
+        with cluster_lock("faults", "up --type v3-8", lambda m: None):
+            held.set()
+            release.wait(10)
+    t = threading.Thread(target=hold)
+    t.start()
+    held.wait(5)
+    try:
+        code, out, err = cli("down", "-c", "faults", "--yes")
+        assert code == 2 and "waiting up to 1s" in err and "cluster faults is busy: `tpuctl up --type v3-8` (pid" in err
+        assert LocalProvider().agent_alive(state.load("faults"))     # nothing was torn down
+    finally:
+        release.set()
+        t.join(5)
+    monkeypatch.setenv("TPUCTL_LOCK_WAIT", "10")
+    held.clear()
+    release.clear()
+    t = threading.Thread(target=hold)
+    t.start()
+    held.wait(5)
+    threading.Timer(0.5, release.set).start()
+    code, out, err = cli("down", "-c", "faults", "--yes")       # waits for the holder, then goes ahead
+    t.join(5)
+    assert code == 0 and "waiting up to 10s" in err

@@ -1,6 +1,7 @@
 """Safety guards, each tested so that removing the guard fails a test: ownership labels on adopt and delete,
 region-wide failover, a cluster's identity, data edited in place, and the runtime picker's preferences."""
 import os
+import threading
 
 import pytest
 from conftest import PROJECT
@@ -169,3 +170,57 @@ def test_a_grant_that_was_there_before_is_never_revoked(cloud, cli):
     assert cli("down", "-c", "bert", "--yes")[0] == 0
     roles = {r["role"] for r in b.get_iam_policy(requested_policy_version=3).bindings if member in r["members"]}
     assert roles == {"roles/storage.objectAdmin"}        # the user's own grant stays; ours is gone
+
+
+def test_a_create_whose_answer_was_lost_is_adopted_as_this_runs_own(cloud, cli):
+    cloud.tpu.lost["CreateNode"] = 1              # applied, then the connection dropped: the retry meets ALREADY_EXISTS
+    code, out, err = cli("up", "--type", "v3-8", "--zone", ZONE, "-c", "bert")
+    assert code == 0, err
+    assert "created by this run, answer lost: adopting" in err
+    assert [c[1] for c in cloud.tpu.mutating_calls()].count("CreateNode") == 2
+    assert list(cloud.tpu.nodes[2]) == [TPU] and not [c for c in cloud.tpu.mutating_calls() if c[1] == "DeleteNode"]
+
+
+def test_a_create_lost_then_a_later_failure_undoes_it(cloud, cli):
+    cloud.tpu.lost["CreateNode"] = 1
+    _fail_the_record_written_after_creation(cloud)
+    code, out, err = cli("up", "--type", "v3-8", "--zone", ZONE, "-c", "bert")
+    assert code == 5, err                          # a step after the TPU was made fails...
+    assert "created by this run, answer lost" in err
+    assert not cloud.tpu.nodes[2]                  # ...and the TPU this run made (answer lost or not) is removed
+
+
+def _fail_the_record_written_after_creation(cloud):
+    """The record is written before the TPU is created and again once it is READY: fail the second write."""
+    cloud.tpu.before["CreateNode"].append(lambda: cloud.gcs.faults["POST /upload/"].append(
+        (403, "forbidden", "no storage.objects.create for you")))
+
+
+def test_another_machines_up_of_the_same_cluster_is_adopted_never_deleted(cloud, cli):
+    from google.cloud import tpu_v2
+
+    def other_machine_creates_first():
+        cloud.tpu.nodes[2][TPU] = tpu_v2.Node(name=TPU, accelerator_type="v3-8", state=tpu_v2.Node.State.CREATING,
+                                              labels={"tpuctl-cluster": "bert", "tpuctl-nonce": "0ther000"},
+                                              network_endpoints=[tpu_v2.NetworkEndpoint(ip_address="10.9.9.9")])
+        threading.Timer(0.3, lambda: cloud.tpu.set_state(2, TPU, "READY")).start()
+        cloud.gcs.faults["POST /upload/"].append((403, "forbidden", "no storage.objects.create for you"))
+    cloud.tpu.before["CreateNode"].append(other_machine_creates_first)
+    code, out, err = cli("up", "--type", "v3-8", "--zone", ZONE, "-c", "bert")
+    assert "made by another `up`: adopting" in err
+    assert code == 5, err                          # this run fails later...
+    assert TPU in cloud.tpu.nodes[2]               # ...and leaves the other machine's TPU alone
+    assert cloud.tpu.nodes[2][TPU].labels["tpuctl-nonce"] == "0ther000"
+
+
+def test_a_failed_wait_on_another_machines_tpu_does_not_delete_it(cloud, cli):
+    from google.cloud import tpu_v2
+
+    def other_machine_creates_first():
+        cloud.tpu.nodes[2][TPU] = tpu_v2.Node(name=TPU, accelerator_type="v3-8", state=tpu_v2.Node.State.CREATING,
+                                              labels={"tpuctl-cluster": "bert", "tpuctl-nonce": "0ther000"})
+        threading.Timer(0.3, lambda: cloud.tpu.set_state(2, TPU, "TERMINATED")).start()
+    cloud.tpu.before["CreateNode"].append(other_machine_creates_first)
+    code, out, err = cli("up", "--type", "v3-8", "--zone", ZONE, "-c", "bert")
+    assert code == 7, err                          # it never became READY...
+    assert TPU in cloud.tpu.nodes[2]               # ...but it is the other machine's to delete, not ours

@@ -144,7 +144,8 @@ def test_down_does_not_kill_a_reused_pid(env, cli):
     ('command = "x"\n', ["submit", "{job}", "-c", "loc", "--data", "/no/such"], 2, "/no/such does not exist"),
     ('command = "x"\nrequirements = "req.txt"\n', ["submit", "{job}", "-c", "loc"], 2, "req.txt does not exist"),
     ('command = "x"\n', ["submit", "{job}", "-c", "other"], 3, "no cluster named 'other'"),
-    ('command = "x"\n', ["logs", "nope", "-c", "loc"], 3, "no run nope"),
+    ('command = "x"\n', ["logs", "nope", "-c", "loc"], 2, "'nope' is not a run id"),
+    ('command = "x"\n', ["logs", "20260101-000000-abcd", "-c", "loc"], 3, "no run 20260101-000000-abcd"),
 ])
 def test_bad_submit_inputs_upload_nothing(local, cli, tmp_path, setup, args, code, expect):
     job = tmp_path / "j"

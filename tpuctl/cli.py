@@ -94,7 +94,8 @@ def up(
     costs_money = price.hourly != 0.0
     if costs_money and _interactive() and not yes and not con.confirm("Create these resources?"):
         raise typer.Exit(1)
-    with con.Reporter() as rep:
+    from .locks import cluster_lock
+    with cluster_lock(spec.name, "up", lambda m: con.err.print(f"[yellow]! {m}[/]")), con.Reporter() as rep:
         st = _orch().up(spec, prov, rep)
     con.err.print(f"[green]cluster {st.name} ready[/]: {prov.location(st)}, store {st.spec.store}")
     con.err.print(f"next: tpuctl submit JOB_DIR -c {st.name}    when done: tpuctl down -c {st.name}")
@@ -159,8 +160,9 @@ def down(cluster: Optional[str] = CLUSTER,
             raise bad_input(f"down would delete {what}; refusing without confirmation", "pass --yes")
         if not con.confirm(f"Delete {what}?"):
             raise typer.Exit(1)
-    with con.Reporter() as rep:
-        _orch().down(st, prov, rep, delete_bucket)
+    from .locks import cluster_lock
+    with cluster_lock(st.name, "down", lambda m: con.err.print(f"[yellow]! {m}[/]")), con.Reporter() as rep:
+        _orch().down(_orch().load(st.name), prov, rep, delete_bucket)   # as it is now: an `up` may have just run
     con.err.print(f"[green]cluster {st.name} is down[/]")
 
 

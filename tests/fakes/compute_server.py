@@ -37,6 +37,8 @@ class FakeCompute:
         self.ops = {}
         self.faults = collections.defaultdict(list)
         self.op_faults = collections.defaultdict(list)
+        self.before = collections.defaultdict(list)   # callables run just before the next such call is handled
+        self.lost = collections.Counter()              # the next N such calls are applied, then answered 503
         self.calls = []
         self.lock = threading.RLock()
         self._ids = itertools.count(1)
@@ -87,10 +89,16 @@ class FakeCompute:
             return self._error(404, "notFound", f"no route {method} {path}")
         with self.lock:
             self.calls.append((action, path))
+            if self.before[action]:
+                self.before[action].pop(0)()
             if self.faults[action]:
                 return self._error(*self.faults[action].pop(0))
             self._advance()
-            return getattr(self, "do_" + action)(body, **m.groupdict())
+            answer = getattr(self, "do_" + action)(body, **m.groupdict())
+            if self.lost[action]:
+                self.lost[action] -= 1
+                return self._error(503, "backendError", "The service is currently unavailable.")
+            return answer
 
     def _advance(self):
         now = time.monotonic()

@@ -51,6 +51,8 @@ class FakeTpu:
         self.ops = {}
         self.faults = collections.defaultdict(list)
         self.op_faults = collections.defaultdict(list)
+        self.before = collections.defaultdict(list)   # callables run just before the next such call is handled
+        self.lost = collections.Counter()              # the next N such calls are applied, then their answer lost
         self.calls = []
         self.zones = None  # None: every zone exists
         self.accelerator_types = {}   # zone -> [type, ...]; a zone not listed offers every type
@@ -112,12 +114,18 @@ class FakeTpu:
         def handler(request, context):
             with self.lock:
                 self.calls.append((v, name, getattr(request, "name", "") or getattr(request, "parent", "")))
+                if self.before[name]:
+                    self.before[name].pop(0)()
                 if self.faults[name]:
                     code, message, *reason = self.faults[name].pop(0)
                     status = error_status(grpc.StatusCode[code].value[0], message, *reason)
                     context.abort_with_status(rpc_status.to_status(status))
                 self._advance()
-                return fn(v, request, context)
+                answer = fn(v, request, context)
+                if self.lost[name]:
+                    self.lost[name] -= 1   # applied, but the connection dropped before the answer arrived
+                    context.abort(grpc.StatusCode.UNAVAILABLE, "Connection reset by peer")
+                return answer
         return handler
 
     def _advance(self):

@@ -6,6 +6,7 @@ a legacy TPU Node (tpu v1) with a companion Compute Engine VM that runs the job 
 from __future__ import annotations
 
 import json
+import secrets
 import time
 
 from ... import layout
@@ -30,6 +31,7 @@ class GcpProvider:
     def __init__(self) -> None:
         self.grants = BucketIam()
         self.inventory = self
+        self.nonce = secrets.token_hex(4)   # labels what this process creates (TpuApi.create)
 
     # -- planning (offline) ------------------------------------------------------------------------------
     def make_spec(self, name: str, flags: UpFlags) -> ClusterSpec:
@@ -133,8 +135,8 @@ class GcpProvider:
                 return False, facts(api.get(spec.tpu_name, zone))
         sa = spec.service_account or (self.grants.default_service_account(spec.project) if spec.arch is Arch.VM
                                       else "")
-        api.create(spec, zone, st.runtime, script, sa, progress)
-        return True, facts(api.get(spec.tpu_name, zone))
+        created = api.create(spec, zone, st.runtime, script, sa, self.nonce, progress)
+        return created, facts(api.get(spec.tpu_name, zone))
 
     def _ensure_vm(self, st: ClusterState, script: str, progress: Progress) -> bool:
         spec = st.spec

@@ -14,6 +14,7 @@ from .errors import classify
 from .operations import call, wait
 
 CREATE_DEADLINE = 1800.0
+NONCE_LABEL = "tpuctl-nonce"   # which `up` run created a resource (see TpuApi.create)
 DELETE_DEADLINE = 900.0
 _BUSY = {"CREATING", "STARTING", "RESTARTING", "REPAIRING", "REIMAGING", "UNHIDING", "STOPPING"}
 _DEAD = {"PREEMPTED", "TERMINATED"}
@@ -77,18 +78,19 @@ class TpuApi:
         return [v.version for v in call(lambda: list(self.client.list_tensor_flow_versions(parent=parent)),
                                          what="list TensorFlow versions")]
 
-    def build_node(self, spec: ClusterSpec, runtime: str, script: str, service_account: str) -> Any:
+    def build_node(self, spec: ClusterSpec, runtime: str, script: str, service_account: str,
+                   labels: dict[str, str]) -> Any:
         t = self.types
         if self.version == 2:
             return t.Node(
-                accelerator_type=spec.tpu_type, runtime_version=runtime, labels=spec.labels,
+                accelerator_type=spec.tpu_type, runtime_version=runtime, labels=labels,
                 metadata={"startup-script": script},
                 network_config=t.NetworkConfig(enable_external_ips=True),
                 scheduling_config=t.SchedulingConfig(spot=spec.spot),
                 service_account=t.ServiceAccount(email=service_account,
                                                  scope=["https://www.googleapis.com/auth/cloud-platform"]),
                 description=f"tpuctl cluster {spec.name}")
-        return t.Node(accelerator_type=spec.tpu_type, tensorflow_version=runtime, labels=spec.labels,
+        return t.Node(accelerator_type=spec.tpu_type, tensorflow_version=runtime, labels=labels,
                       scheduling_config=t.SchedulingConfig(preemptible=spec.spot),
                       description=f"tpuctl cluster {spec.name}")
 
@@ -126,18 +128,34 @@ class TpuApi:
         return wait(poll, f"TPU {name}", deadline, progress)
 
     def create(self, spec: ClusterSpec, zone: str, runtime: str, script: str, service_account: str,
-               progress: Progress) -> None:
-        """Create and wait until READY. On failure remove whatever the failed create left behind."""
-        node = self.build_node(spec, runtime, script, service_account)
+               nonce: str, progress: Progress) -> bool:
+        """Create and wait until READY; True when THIS run's create made the node. The node carries this run's
+        `nonce` label, which tells a create whose answer was lost (its retry meets ALREADY_EXISTS: ours, adopted as
+        made by us) from another machine's `up` of the same cluster that got there first (adopted, never deleted).
+        On failure only a node with our nonce is removed."""
+        labels = {**spec.labels, NONCE_LABEL: nonce}
+        node = self.build_node(spec, runtime, script, service_account, labels)
         parent = f"projects/{self.project}/locations/{zone}"
         progress("creating")
         try:
-            op = call(self.client.create_node, parent=parent, node_id=spec.tpu_name, node=node,
-                      what=f"create TPU {spec.tpu_name} in {zone}")
-            self.wait_operation(op, f"create TPU {spec.tpu_name} in {zone}", CREATE_DEADLINE, progress)
+            try:
+                op = call(self.client.create_node, parent=parent, node_id=spec.tpu_name, node=node,
+                          what=f"create TPU {spec.tpu_name} in {zone}")
+                self.wait_operation(op, f"create TPU {spec.tpu_name} in {zone}", CREATE_DEADLINE, progress)
+                ours = True
+            except TpuctlError as e:
+                from google.api_core.exceptions import Conflict
+                if not isinstance(e.__cause__, Conflict):   # ALREADY_EXISTS (409)
+                    raise
+                existing = self.get(spec.tpu_name, zone)
+                require_owned(existing.labels, spec.name, f"TPU {spec.tpu_name} in {zone}")
+                ours = existing.labels.get(NONCE_LABEL) == nonce
+                progress("created by this run, answer lost: adopting" if ours else "made by another `up`: adopting")
             self.wait_state(spec.tpu_name, zone, {"READY"}, CREATE_DEADLINE, progress)
+            return ours
         except TpuctlError:
-            if self.find(spec.tpu_name, zone) is not None:
+            left = self.find(spec.tpu_name, zone)
+            if left is not None and left.labels.get(NONCE_LABEL) == nonce:
                 self.delete(spec.tpu_name, zone, spec.name, progress)
             raise
 
