@@ -81,6 +81,7 @@ def cloud(env, _servers, monkeypatch, tmp_path):
     gcs.bytes_in.clear()
     gcs.iam_delay = 0.0
     gcs.after_iam_set = None
+    gcs.lost.clear()
     gcs.wipe()
     hosts = SimulatedHosts(gcs, tmp_path / "hosts")   # off unless a test turns it on (hosts.enabled = True)
     tpu.hosts = compute.hosts = hosts

@@ -37,7 +37,7 @@ def test_up_status_down_vm(cloud, cli):
     assert f'STORE="gs://{BUCKET}"' in script and 'ROLE="tpu-vm"' in script and 'TPU_ADDRESS="local"' in script
     b = bucket_doc()
     assert b.location == "US-CENTRAL1"
-    assert b.labels == {"tpuctl-cluster": "bert"}
+    assert b.labels["tpuctl-cluster"] == "bert" and set(b.labels) == {"tpuctl-cluster", "tpuctl-nonce"}
     assert b.iam_configuration.uniform_bucket_level_access_enabled
     assert b.iam_configuration.public_access_prevention == "enforced"
     policy = bucket_policy(cloud)

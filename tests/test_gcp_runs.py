@@ -142,3 +142,24 @@ def test_a_large_upload_resumes_after_a_failed_chunk(cloud, tmp_path):
     assert blob.download_as_bytes() == f.read_bytes()
     assert len(sent) == 4                         # three chunks, and the failed one once more
     assert sum(sent) == (40 << 20) + (16 << 20)   # starting the file over would have sent 72 MiB
+
+
+def test_a_submit_whose_writes_were_applied_but_answered_503_runs_once(cluster, cli, tmp_path, cloud):
+    cluster()
+    job = make_job(tmp_path, "print('once')\n")
+    cloud.gcs.lost["tpuctl/packages/"] = 1              # the package and job.json: applied, then answered 503
+    cloud.gcs.lost["/job.json"] = 1
+    code, out, err = cli("submit", str(job), "-c", "bert")
+    assert code == 0, err
+    assert out == "once\n" and "already exists" not in err
+    assert not +cloud.gcs.lost                          # both answers were lost, and both writes counted as done
+    code, out, err = cli("jobs", "-c", "bert", "--json")
+    assert len(json.loads(out)) == 1
+
+
+def test_a_bucket_created_but_answered_503_is_this_runs_own(cloud, cli):
+    cloud.gcs.lost["POST /storage/v1/b"] = 1
+    code, out, err = cli("up", "--type", "v3-8", "--zone", "us-central1-b", "-c", "bert")
+    assert code == 0, err
+    assert "taken by another project" not in err
+    assert cli("down", "-c", "bert", "--yes", "--delete-bucket")[0] == 0

@@ -23,7 +23,8 @@ class BlobStore(Protocol):
     def write(self, key: str, data: bytes) -> None:
         """Create or replace."""
     def create(self, key: str, data: bytes) -> bool:
-        """Create only if absent; False when it already existed (nothing written)."""
+        """Create only if absent. True when the object now holds `data` because of this call or an earlier try of
+        the same write whose answer was lost; False when someone else's object was there (nothing written)."""
     def list(self, prefix: str) -> list[tuple[str, int]]:
         """(key, size) of every object under prefix, sorted by key."""
     def stats(self, prefix: str) -> dict[str, tuple[int, str]]:
@@ -69,7 +70,7 @@ class LocalStore:
             os.link(tmp, p)  # atomic create-if-absent of a complete file
             return True
         except FileExistsError:
-            return False
+            return self.read(key) == data   # ours already (the same contract as GcsStore.create)
         finally:
             tmp.unlink(missing_ok=True)
 

@@ -52,6 +52,8 @@ class FakeGcs:
         self.iam_delay = 0.0
         self.granted = {}          # bucket -> {(role, member): time the grant was written}
         self.after_iam_set = None  # called once a setIamPolicy has been applied, before its answer goes back
+        self.lost = collections.Counter()   # text -> the next N requests whose recorded call contains it are
+                                            # applied, then answered 503 (as a lost answer looks to the client)
         self.identity_servers = []
 
     def start(self) -> str:
@@ -155,6 +157,18 @@ class FakeGcs:
             self.granted[bucket] = {k: old.get(k, now) for k in wanted}
 
     def forward(self, method, path, headers, body, identity=None):
+        status, hdrs, data = self._forward(method, path, headers, body, identity)
+        url = urllib.parse.urlsplit(path)
+        named = re.search(rb'"name":\s*"([^"]+)"', body or b"") if url.path.startswith("/upload/") else None
+        call = f"{method} {url.path}" + (f" {named.group(1).decode()}" if named else "")
+        with self.lock:
+            key = next((k for k in self.lost if self.lost[k] and k in call), None)
+            if key and status < 300:
+                self.lost[key] -= 1   # applied, and then the answer is lost: the client sees a passing error
+                return self._json_error(503, "backendError", "Backend Error")
+        return status, hdrs, data
+
+    def _forward(self, method, path, headers, body, identity=None):
         if self.latency:
             time.sleep(self.latency)
         url = urllib.parse.urlsplit(path)

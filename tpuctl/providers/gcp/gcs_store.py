@@ -54,8 +54,11 @@ class GcsStore:
             try:
                 self.bucket.blob(key).upload_from_string(data, if_generation_match=0)
                 return True
-            except PreconditionFailed:  # 412: someone created it first
-                return False
+            except PreconditionFailed:
+                # 412: it exists. Ours when it holds our bytes: a first try applied whose answer was lost, then the
+                # client's retry met the precondition (claims and records carry host and time, so another writer's
+                # never match).
+                return bool(self.read(key) == data)
         return _retry_forbidden(once, what=f"create {key}")
 
     def _blobs(self, prefix: str) -> list[Any]:

@@ -51,7 +51,7 @@ class GcpProvider:
         clients.preflight()
 
     def ensure_store(self, spec: ClusterSpec, region: str, progress: Progress) -> bool:
-        return storage.ensure(spec.project, spec, planning.bucket_of(spec), region, progress)
+        return storage.ensure(spec.project, spec, planning.bucket_of(spec), region, self.nonce, progress)
 
     def delete_store(self, st: ClusterState, progress: Progress) -> None:
         storage.delete(st.spec.project, planning.bucket_of(st.spec), st.name, progress)

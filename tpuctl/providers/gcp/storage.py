@@ -4,10 +4,11 @@ from __future__ import annotations
 from typing import Any
 
 from ...errors import ErrorKind, Scope, TpuctlError
-from ...models import ClusterSpec, require_owned
+from ...models import LABEL, ClusterSpec, require_owned
 from ..base import Progress
 from . import clients
 from .operations import call
+from .tpu import NONCE_LABEL
 
 
 def find(project: str, name: str) -> Any:
@@ -22,7 +23,7 @@ def find(project: str, name: str) -> Any:
         raise
 
 
-def ensure(project: str, spec: ClusterSpec, name: str, region: str, progress: Progress) -> bool:
+def ensure(project: str, spec: ClusterSpec, name: str, region: str, nonce: str, progress: Progress) -> bool:
     b = find(project, name)
     if b is not None:
         where = (b.location or "").lower()
@@ -37,16 +38,24 @@ def ensure(project: str, spec: ClusterSpec, name: str, region: str, progress: Pr
     b = client.bucket(name)
     b.iam_configuration.uniform_bucket_level_access_enabled = True
     b.iam_configuration.public_access_prevention = "enforced"
-    b.labels = spec.labels
+    b.labels = {**spec.labels, NONCE_LABEL: nonce}
     progress("creating")
     try:
         call(client.create_bucket, b, location=region, what=f"create bucket {name}")
     except TpuctlError as e:
         from google.api_core.exceptions import Conflict
-        if isinstance(e.__cause__, Conflict):   # bucket names are global: another project holds this one
+        if not isinstance(e.__cause__, Conflict):
+            raise
+        # 409: the name is held. By this run when a first try applied and its answer was lost (our nonce), by
+        # another machine's `up` of this cluster (our label), or else by someone else: names are global.
+        there = find(project, name)
+        labels = (there.labels or {}) if there is not None else {}
+        if labels.get(LABEL) != spec.name:
             raise TpuctlError(ErrorKind.INPUT, f"bucket name {name} is already taken by another project",
                               "bucket names are global: pass another --bucket")
-        raise
+        if labels.get(NONCE_LABEL) != nonce:
+            progress("made by another `up`: adopted")
+            return False
     progress("ready")
     return True
 
