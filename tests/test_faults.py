@@ -157,3 +157,37 @@ def test_a_second_up_or_down_waits_for_the_first_then_says_who_holds_it(quick_lo
     code, out, err = cli("down", "-c", "faults", "--yes")       # waits for the holder, then goes ahead
     t.join(5)
     assert code == 0 and "waiting up to 10s" in err
+
+
+QUIET = """
+import os, time
+# writes nothing to stdout: an agent killed under it does not take it down with SIGPIPE
+mark = os.path.join(os.environ["TPUCTL_OUTPUT_DIR"], "attempts")
+with open(mark, "a") as f:
+    f.write(f"{os.getpid()}\\n")
+time.sleep(float(os.environ.get("QUIET_SECONDS", "3")))
+"""
+
+
+def test_a_killed_agent_never_leaves_two_attempts_running(quick_local, cli, tmp_path):
+    import signal
+    job = make_job(tmp_path, QUIET, '[env]\nQUIET_SECONDS = "600"\n')
+    code, out, err = cli("submit", str(job), "-c", "faults", "--detach")
+    run_id = out.strip()
+    store = LocalProvider().store(quick_local)
+    deadline = time.monotonic() + 20
+    while runs.status(store, run_id).state is not runs.RunState.RUNNING and time.monotonic() < deadline:
+        time.sleep(0.1)
+    first = runs.status(store, run_id)
+    os.kill(quick_local.host.pid, signal.SIGKILL)           # the agent dies; its quiet job lives on
+    time.sleep(0.5)
+    assert os.path.exists(f"/proc/{first.pid}")
+    assert cli("up", "--provider", "local", "-c", "faults")[0] == 0   # restarts the agent
+    deadline = time.monotonic() + 20
+    while runs.status(store, run_id).attempt < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    second = runs.status(store, run_id)
+    assert second.attempt == 2 and second.state is runs.RunState.RUNNING   # resumed at once, not after 90 s
+    stat = f"/proc/{first.pid}/stat"
+    assert not os.path.exists(stat) or open(stat).read().rsplit(")", 1)[1].split()[0] in "ZX"   # first one ended
+    assert cli("cancel", run_id, "-c", "faults")[0] == 0

@@ -109,6 +109,7 @@ class Agent:
         self.stop = threading.Event()
         self._last_beat = 0.0
         self.record: dict[str, Any] = {}
+        self.ended_here: set[str] = set()   # runs whose attempt on this host a predecessor left running, now ended
 
     def read_record(self) -> dict[str, Any]:
         """The cluster record; `up` rewrites it (the legacy node's address appears once the node is READY)."""
@@ -158,8 +159,23 @@ class Agent:
             self.read_record()
         return self.tpu_address()
 
+    def end_orphans(self) -> None:
+        """A restarted agent first ends what its predecessor on this host left running (a job outlives an agent
+        killed with SIGKILL), so one run never has two attempts at once; it then resumes those runs at once."""
+        for run_id in runs.all_ids(self.store):
+            st = runs.status(self.store, run_id, self.worker)
+            if st.state.final or st.host != self.host or not st.pid:
+                continue
+            left = _Job(st.pid, run_id=run_id)
+            if left.processes():
+                print(f"tpuctl agent: ending run {run_id}'s attempt {st.attempt} left by the previous agent",
+                      file=sys.stderr, flush=True)
+                left.end(grace=5.0)
+            self.ended_here.add(run_id)
+
     def run_forever(self) -> None:
         self.read_record()
+        self.end_orphans()
         self.beat()
         while not self.stop.is_set():
             try:
@@ -193,7 +209,8 @@ class Agent:
                 self.done.add(run_id)
                 continue
             last = st.heartbeat or float(json.loads(first).get("time", 0))
-            if time.time() - last < float(os.environ.get("TPUCTL_STALE_SECONDS", STALE_SECONDS)):
+            stale = time.time() - last >= float(os.environ.get("TPUCTL_STALE_SECONDS", STALE_SECONDS))
+            if not stale and run_id not in self.ended_here:
                 continue
             attempt = st.attempt + 1
             if attempt > MAX_ATTEMPTS:
@@ -281,7 +298,7 @@ class Agent:
                                 start_new_session=True)
         stdout = proc.stdout
         assert stdout is not None, "Popen(stdout=PIPE) always sets it"
-        procs = _Job(proc, os.fstat(stdout.fileno()).st_ino)
+        procs = _Job(proc.pid, pipe_inode=os.fstat(stdout.fileno()).st_ino)
         stop_pump = threading.Event()
         pump = threading.Thread(target=shipper.pump, args=(stdout.fileno(), stop_pump), daemon=True)
         pump.start()
@@ -356,10 +373,12 @@ def tpu_environment(framework: str, record: dict[str, Any], accelerator: str) ->
 class _Job:
     """A job's processes: its main process, started as a new session (so its session id is its pid), everything
     in that session, and what escaped the session (setsid, start_new_session=True) but still holds the job's output
-    pipe, found by the pipe's inode in /proc/PID/fd (Linux, as TPU VMs are)."""
+    pipe, found by the pipe's inode in /proc/PID/fd (Linux, as TPU VMs are). With `run_id`, only a session whose
+    processes carry TPUCTL_RUN_ID=run_id counts (a pid from an old status.json may belong to someone else now)."""
 
-    def __init__(self, proc: "subprocess.Popen[Any]", pipe_inode: int) -> None:
-        self.proc, self.pipe = proc, f"pipe:[{pipe_inode}]"
+    def __init__(self, pid: int, pipe_inode: int | None = None, run_id: str = "") -> None:
+        self.pid, self.run_id = pid, run_id
+        self.pipe = f"pipe:[{pipe_inode}]" if pipe_inode is not None else ""
 
     def processes(self) -> list[int]:
         found = []
@@ -369,21 +388,38 @@ class _Job:
             try:
                 with open(f"/proc/{d}/stat") as f:
                     fields = f.read().rsplit(")", 1)[1].split()   # state ppid pgrp session ...
-                if fields[0] not in ("Z", "X") and int(fields[3]) == self.proc.pid:
+                if fields[0] not in ("Z", "X") and int(fields[3]) == self.pid:
                     found.append(int(d))
                     continue
-                if any(os.readlink(f"/proc/{d}/fd/{fd}") == self.pipe for fd in os.listdir(f"/proc/{d}/fd")):
+                if self.pipe and any(os.readlink(f"/proc/{d}/fd/{fd}") == self.pipe
+                                     for fd in os.listdir(f"/proc/{d}/fd")):
                     found.append(int(d))
             except (OSError, IndexError, ValueError):
                 continue   # gone meanwhile, or not ours to read
+        if self.run_id and not any(self._runs(p) for p in found):
+            return []
         return found
 
+    def _runs(self, pid: int) -> bool:
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                return f"TPUCTL_RUN_ID={self.run_id}".encode() in f.read().split(b"\0")
+        except OSError:
+            return False
+
     def signal(self, sig: int) -> None:
-        for pid in [self.proc.pid, *self.processes()]:
+        for pid in ([] if self.run_id else [self.pid]) + self.processes():
             try:
                 os.kill(pid, sig)
             except (ProcessLookupError, PermissionError):
                 pass
+
+    def end(self, grace: float) -> None:
+        self.signal(signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while self.processes() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        self.signal(signal.SIGKILL)
 
 
 def main(argv: list[str] | None = None) -> None:
