@@ -191,3 +191,37 @@ def test_a_killed_agent_never_leaves_two_attempts_running(quick_local, cli, tmp_
     stat = f"/proc/{first.pid}/stat"
     assert not os.path.exists(stat) or open(stat).read().rsplit(")", 1)[1].split()[0] in "ZX"   # first one ended
     assert cli("cancel", run_id, "-c", "faults")[0] == 0
+
+
+@pytest.mark.parametrize("setup,expect", [
+    (lambda j, t: os.symlink(t / "secret.txt", j / "creds.txt"), "creds.txt links to"),
+    (lambda j, t: os.symlink(t, j / "outside_dir"), "outside_dir links to"),
+    (lambda j, t: (j / "tpuctl.toml").write_text('command = "python main.py"\nrequirements = "../req.txt"\n'),
+     "is not part of the job package"),
+    (lambda j, t: ((j / ".tpuctlignore").write_text("reqs/\n"), (j / "reqs").mkdir(),
+                   (j / "reqs" / "r.txt").write_text("six\n"),
+                   (j / "tpuctl.toml").write_text('command = "python main.py"\nrequirements = "reqs/r.txt"\n')),
+     "is not part of the job package"),
+])
+def test_submit_refuses_what_would_not_reach_the_host(quick_local, cli, tmp_path, setup, expect):
+    (tmp_path / "secret.txt").write_text("s")
+    (tmp_path / "req.txt").write_text("six\n")
+    job = make_job(tmp_path, "print('x')\n", name="refused")
+    setup(job, tmp_path)
+    before = sorted(Path(quick_local.spec.store).rglob("*"))
+    code, out, err = cli("submit", str(job), "-c", "faults")
+    assert code == 2 and expect in err, err
+    assert sorted(Path(quick_local.spec.store).rglob("*")) == before          # nothing uploaded
+
+
+def test_links_inside_the_job_travel_as_links_and_large_jobs_get_a_warning(quick_local, cli, tmp_path, monkeypatch):
+    job = make_job(tmp_path, "print(open('conf/settings.txt').read())\n", name="linked")
+    (job / "real_conf").mkdir()
+    (job / "real_conf" / "settings.txt").write_text("from a linked directory")
+    os.symlink("real_conf", job / "conf")                   # silently dropped before
+    (job / "weights.bin").write_bytes(b"\0" * 300_000)
+    monkeypatch.setenv("TPUCTL_PACKAGE_WARN_BYTES", "100000")
+    code, out, err = cli("submit", str(job), "-c", "faults")
+    assert code == 0, err
+    assert out == "from a linked directory\n"
+    assert "list large inputs under `data`" in err

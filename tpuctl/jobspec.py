@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Sequence
 
 from .config import tomllib
+from . import packaging
 from .errors import bad_input
 from .models import Framework
 
@@ -62,6 +63,11 @@ def load(job_dir: str, extra_data: Sequence[str] = ()) -> JobSpec:
     req = doc.get("requirements", "")
     if req and not (root / req).is_file():
         raise bad_input(f"{f}: 'requirements' file {req} does not exist", "fix the path, or remove the key")
+    if req and Path(req).as_posix() not in packaging.files(root, data):
+        # the host installs it from the unpacked package: outside the job, or excluded, it would not be there
+        raise bad_input(f"{f}: 'requirements' file {req} is not part of the job package (outside the job "
+                        "directory, excluded by .tpuctlignore, or under a data path)",
+                        "put the requirements file inside the job directory, and not under an excluded path")
     env = doc.get("env", {})
     for k, v in env.items():
         if not _ENV_RE.match(k) or not isinstance(v, (str, int, float, bool)):

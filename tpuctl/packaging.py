@@ -12,11 +12,12 @@ import io
 import os
 import shutil
 import tarfile
+import tempfile
 from pathlib import Path, PurePosixPath
 
 from typing import Sequence
 
-from .errors import ErrorKind, TpuctlError
+from .errors import ErrorKind, TpuctlError, bad_input
 
 ALWAYS_EXCLUDED = [".git", ".hg", ".svn", "__pycache__", "*.pyc", ".venv", "venv", ".ipynb_checkpoints",
                    ".DS_Store", ".pytest_cache", ".tpuctl-cache"]
@@ -36,24 +37,40 @@ def _excluded(rel: str, patterns: list[str]) -> bool:
 
 
 def files(root: Path, exclude_paths: Sequence[Path] = ()) -> list[str]:
+    """The job's entries, relative to root: files, and links as links (a linked directory is not descended: the
+    link is packed and what it points to is packed where it lives). A link that resolves outside the job directory
+    is refused, never silently dropped: the host would not have what it points to."""
+    root = Path(os.path.realpath(root))
     patterns = ALWAYS_EXCLUDED + _ignore_patterns(root)
     skip = {p.resolve() for p in exclude_paths}
     out = []
     for dirpath, dirnames, filenames in os.walk(root):
         d = Path(dirpath)
-        dirnames[:] = sorted(n for n in dirnames if not _excluded((d / n).relative_to(root).as_posix(), patterns)
-                             and (d / n).resolve() not in skip)
-        for n in sorted(filenames):
+        links = [n for n in dirnames if (d / n).is_symlink()]
+        dirnames[:] = sorted(n for n in dirnames if n not in links and (d / n).resolve() not in skip
+                             and not _excluded((d / n).relative_to(root).as_posix(), patterns))
+        for n in sorted(filenames + links):
             rel = (d / n).relative_to(root).as_posix()
-            if not _excluded(rel, patterns) and (d / n).resolve() not in skip:
-                out.append(rel)
+            if _excluded(rel, patterns) or (d / n).resolve() in skip:
+                continue
+            if (d / n).is_symlink():
+                target = os.path.realpath(d / n)
+                if target != str(root) and not target.startswith(str(root) + os.sep):
+                    raise bad_input(f"{rel} links to {target}, outside the job directory",
+                                    "copy what it points to into the job, or list it under `data` in tpuctl.toml")
+            out.append(rel)
     return sorted(out)
 
 
-def build(root: Path, exclude_paths: Sequence[Path] = ()) -> tuple[bytes, str]:
-    """(tar.gz bytes, sha256 hex) of the job directory minus excluded and synced-data paths."""
-    raw = io.BytesIO()
-    with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
+def size(root: Path, exclude_paths: Sequence[Path] = ()) -> int:
+    """Bytes the package will hold (before compression)."""
+    return sum((root / rel).stat().st_size for rel in files(root, exclude_paths) if not (root / rel).is_symlink())
+
+
+def build_file(root: Path, exclude_paths: Sequence[Path], dest: Path) -> str:
+    """Write the package (tar.gz) to `dest`, streaming file by file; returns its sha256."""
+    with open(dest, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as gz, \
+            tarfile.open(fileobj=gz, mode="w|", format=tarfile.PAX_FORMAT) as tar:
         for rel in files(root, exclude_paths):
             path = root / rel
             info = tar.gettarinfo(str(path), arcname=rel)
@@ -64,11 +81,18 @@ def build(root: Path, exclude_paths: Sequence[Path] = ()) -> tuple[bytes, str]:
                     tar.addfile(info, f)
             elif info.issym():
                 tar.addfile(info)
-    gz = io.BytesIO()
-    with gzip.GzipFile(fileobj=gz, mode="wb", mtime=0) as g:
-        g.write(raw.getvalue())
-    data = gz.getvalue()
-    return data, hashlib.sha256(data).hexdigest()
+    h = hashlib.sha256()
+    with open(dest, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def build(root: Path, exclude_paths: Sequence[Path] = ()) -> tuple[bytes, str]:
+    """(tar.gz bytes, sha256 hex) of the job directory minus excluded and synced-data paths (small jobs, tests)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        sha = build_file(root, exclude_paths, Path(tmp) / "job.tar.gz")
+        return (Path(tmp) / "job.tar.gz").read_bytes(), sha
 
 
 MAX_BYTES = 10 << 30        # unpacked size of one job package (TPUCTL_MAX_PACKAGE_BYTES, or the cluster record)

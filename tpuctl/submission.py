@@ -3,7 +3,10 @@ Provider-agnostic: a Provider gives the store; no google or rich imports."""
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 import time
+from pathlib import Path
 
 from . import datasync, layout, packaging, runs
 from .errors import ErrorKind, TpuctlError
@@ -14,6 +17,11 @@ from .runs import RunSpec, RunState
 from .store import BlobStore
 
 STALE_SECONDS = 120   # no heartbeat for this long: `jobs` shows the run as "lost?"
+
+
+def warn_package_bytes() -> int:
+    """A job directory larger than this (100 MB, TPUCTL_PACKAGE_WARN_BYTES) gets a warning that suggests `data`."""
+    return int(os.environ.get("TPUCTL_PACKAGE_WARN_BYTES", 100 << 20))
 
 
 def submit(st: ClusterState, provider: Provider, job: JobSpec, args: list[str], transfer: datasync.Transfer,
@@ -28,13 +36,19 @@ def submit(st: ClusterState, provider: Provider, job: JobSpec, args: list[str], 
                       f"{st.spec.framework.value} image ({st.runtime}); "
                       f"`tpuctl up --framework {job.framework.value}` on a new cluster matches them")
     store = provider.store(st)
-    pkg, sha = packaging.build(job.root, job.data)
-    pkg_key = layout.job_package(sha)
-    if pkg_key not in store.stats(pkg_key):
-        store.create(pkg_key, pkg)
-        reporter.resource("package", sha[:12], f"uploaded {len(pkg) / 1024:.1f} KiB", final=True)
-    else:
-        reporter.resource("package", sha[:12], "unchanged", final=True)
+    unpacked = packaging.size(job.root, job.data)
+    if unpacked > warn_package_bytes():
+        reporter.warn(f"the job directory holds {unpacked / 1e6:.0f} MB besides its data: it is packed and uploaded "
+                      "as code; list large inputs under `data` in tpuctl.toml (synced once, skipped when unchanged)")
+    with tempfile.TemporaryDirectory() as tmp:
+        pkg = Path(tmp) / "job.tar.gz"
+        sha = packaging.build_file(job.root, job.data, pkg)   # on disk, streamed: never the whole job in memory
+        pkg_key = layout.job_package(sha)
+        if pkg_key not in store.stats(pkg_key):
+            store.upload_file(str(pkg), pkg_key, lambda n: None)   # content-addressed: a rewrite is harmless
+            reporter.resource("package", sha[:12], f"uploaded {pkg.stat().st_size / 1024:.1f} KiB", final=True)
+        else:
+            reporter.resource("package", sha[:12], "unchanged", final=True)
     data_prefix = layout.job_data(job.name)
     synced = datasync.sync(store, job.data, data_prefix, transfer) if job.data else {}
     if synced:
