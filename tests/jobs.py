@@ -55,6 +55,16 @@ time.sleep(120)
 """
 
 
+def tpuctl_within(seconds: float, *args: str) -> tuple[int, str, str]:
+    """The real CLI in its own process, killed past `seconds`: a command that should give up but waits forever
+    fails the test instead of hanging the suite."""
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-m", "tpuctl", *args], capture_output=True, text=True, timeout=seconds,
+                       stdin=subprocess.DEVNULL)
+    return r.returncode, r.stdout, r.stderr
+
+
 def submit_to_store(store, job_dir: Path) -> str:
     """What `tpuctl submit` writes, straight into a store: the package and the run's job.json."""
     from tpuctl import layout, packaging, runs

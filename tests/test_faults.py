@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from jobs import make_job
+from jobs import make_job, tpuctl_within
 from tpuctl import runs, state
 from tpuctl.providers.local import LocalProvider
 
@@ -225,3 +225,22 @@ def test_links_inside_the_job_travel_as_links_and_large_jobs_get_a_warning(quick
     assert code == 0, err
     assert out == "from a linked directory\n"
     assert "list large inputs under `data`" in err
+
+
+def test_a_follower_gives_up_on_a_dead_host_with_exit_9(quick_local, cli, tmp_path, monkeypatch):
+    import signal
+    job = make_job(tmp_path, QUIET, '[env]\nQUIET_SECONDS = "600"\n', name="orphaned")
+    code, out, err = cli("submit", str(job), "-c", "faults", "--detach")
+    run_id = out.strip()
+    store = LocalProvider().store(quick_local)
+    deadline = time.monotonic() + 20
+    while runs.status(store, run_id).state is not runs.RunState.RUNNING and time.monotonic() < deadline:
+        time.sleep(0.1)
+    os.kill(quick_local.host.pid, signal.SIGKILL)
+    monkeypatch.setenv("TPUCTL_STALE_SECONDS", "1")          # the follower's staleness window, shortened
+    code, out, err = tpuctl_within(30, "logs", run_id, "-c", "faults", "-f")
+    assert code == 9, err
+    assert "has had no heartbeat for 1s" in err and "the local agent" in err and "is not running" in err
+    assert f"tpuctl up -c faults" in err and f"tpuctl logs {run_id} -c faults -f" in err
+    first = runs.status(store, run_id)
+    os.kill(first.pid, signal.SIGKILL)                       # the orphan: this test's own cleanup

@@ -6,7 +6,7 @@ import threading
 import pytest
 
 from conftest import PROJECT
-from jobs import ENV_JOB, SLEEP_JOB, make_job
+from jobs import ENV_JOB, SLEEP_JOB, make_job, tpuctl_within
 from tpuctl import runs
 from tpuctl.agent import Agent
 
@@ -163,3 +163,16 @@ def test_a_bucket_created_but_answered_503_is_this_runs_own(cloud, cli):
     assert code == 0, err
     assert "taken by another project" not in err
     assert cli("down", "-c", "bert", "--yes", "--delete-bucket")[0] == 0
+
+
+def test_a_follower_shows_the_boot_log_of_a_host_that_never_started_and_gives_up(cloud, cli, tmp_path, monkeypatch):
+    assert cli("up", "--type", "v3-8", "--zone", "us-central1-b", "-c", "bert")[0] == 0
+    from tpuctl.providers import open_store
+    open_store(f"gs://{BUCKET}").write("tpuctl/boot/t1v-n-1-w-0.log",
+                                       b"2026-11-22T00:00:00Z [tpu-vm worker 0] FAILED: pip install agent\n")
+    monkeypatch.setenv("TPUCTL_STALE_SECONDS", "0.5")
+    job = make_job(tmp_path, "print('never')\n")
+    code, out, err = tpuctl_within(60, "submit", str(job), "-c", "bert", "--give-up-after", "2")
+    assert code == 9, err
+    assert "still queued, no agent has taken it" in err and "FAILED: pip install agent" in err
+    assert "no word from its host for" in err and "tpuctl up -c bert" in err

@@ -175,15 +175,19 @@ def _cluster_and_provider(cluster: Optional[str], provider: Optional[str]) -> "t
     return st, providers.get(st.spec.provider)
 
 
-def _follow(store: "BlobStore", run_id: str, cluster: str, worker: int = 0, follow: bool = True) -> int:
+def _follow(store: "BlobStore", run_id: str, st0: "ClusterState", prov: "Provider", worker: int = 0,
+            follow: bool = True, give_up_after: float = 900.0) -> int:
     from . import runs
+    from .hostwatch import HostWatch
     out = sys.stdout.buffer
+    cluster = st0.name
 
     def write(data: bytes) -> None:
         out.write(data)
         out.flush()
+    watch = HostWatch(prov, st0, run_id, give_up_after, lambda m: _console().err.print(f"[yellow]! {m}[/]"))
     try:
-        st = runs.follow(store, run_id, write, worker=worker, follow=follow)
+        st = runs.follow(store, run_id, write, worker=worker, follow=follow, watch=watch)
     except KeyboardInterrupt:
         _console().err.print(f"\nstopped following; run {run_id} continues. "
                              f"Reattach: tpuctl logs {run_id} -c {cluster} -f")
@@ -201,6 +205,7 @@ def submit(ctx: typer.Context,
            cluster: Optional[str] = CLUSTER,
            data: List[str] = typer.Option([], "--data", help="Extra data path to sync (repeatable)."),
            detach: bool = typer.Option(False, "--detach", "-d", help="Print the run id and return at once."),
+           give_up_after: float = typer.Option(900.0, "--give-up-after", help="Seconds to follow a silent host."),
            provider: Optional[str] = PROVIDER) -> None:
     """Package JOB_DIR, sync its data, run it on the cluster and follow its logs; exits with the job's code.
     Arguments after `--` are appended to the job's command."""
@@ -214,7 +219,7 @@ def submit(ctx: typer.Context,
         print(run_id)
         return
     con.err.print(f"run {run_id} submitted; following its log (Ctrl-C stops following, not the run)")
-    raise typer.Exit(_follow(prov.store(st), run_id, st.name))
+    raise typer.Exit(_follow(prov.store(st), run_id, st, prov, give_up_after=give_up_after))
 
 
 @app.command()
@@ -222,6 +227,7 @@ def logs(run_id: Optional[str] = typer.Argument(None, help="Run id (default: the
          cluster: Optional[str] = CLUSTER,
          follow: bool = typer.Option(False, "--follow", "-f", help="Keep following until the run ends."),
          worker: int = typer.Option(0, "--worker", help="Worker of a multi-host slice (0 is the primary log)."),
+         give_up_after: float = typer.Option(900.0, "--give-up-after", help="Seconds to follow a silent host."),
          provider: Optional[str] = PROVIDER) -> None:
     """Print a run's output, raw, on stdout."""
     from . import runs, submission
@@ -237,7 +243,7 @@ def logs(run_id: Optional[str] = typer.Argument(None, help="Run id (default: the
         _console().err.print(f"run {rid} is a TensorFlow program: it runs on worker 0 (`tpuctl logs {rid}`); "
                              f"worker {worker} serves the TPU runtime")
         return
-    raise typer.Exit(_follow(store, rid, st.name, worker, follow))
+    raise typer.Exit(_follow(store, rid, st, prov, worker, follow, give_up_after))
 
 
 @app.command()

@@ -18,6 +18,7 @@ class ErrorKind(str, Enum):
     REFUSED = "refused"          # Google refuses the request as such (TPU Node retired)
     PREEMPTED = "preempted"      # the TPU was preempted or terminated
     TIMEOUT = "timeout"          # a wait ran past its deadline
+    HOST_LOST = "host_lost"      # a followed run's host is gone, or silent past the limit
     INTERRUPTED = "interrupted"  # Ctrl-C
 
 
@@ -39,6 +40,7 @@ class ExitCode(IntEnum):
     REFUSED = 6
     PREEMPTED = 7
     TIMEOUT = 8
+    HOST_LOST = 9
     INTERRUPTED = 130
 
     @classmethod

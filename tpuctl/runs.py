@@ -104,7 +104,8 @@ def latest(store: BlobStore) -> str | None:
 
 
 def follow(store: BlobStore, run_id: str, write: Callable[[bytes], None], worker: int = 0, follow: bool = True,
-           sleep: Callable[[float], None] = time.sleep, max_idle: float | None = None) -> RunStatus:
+           sleep: Callable[[float], None] = time.sleep, max_idle: float | None = None,
+           watch: Callable[[RunStatus], None] = lambda st: None) -> RunStatus:
     """Write every chunk in order, once. While following, poll the next chunk with backoff when idle (so an idle
     run costs a bounded number of store requests) and stop once the run is final and its last chunk is out.
     Returns the final (or current, when not following) status."""
@@ -126,5 +127,6 @@ def follow(store: BlobStore, run_id: str, write: Callable[[bytes], None], worker
             return st
         if not follow:
             return st
+        watch(st)   # may give up on a host that is gone (hostwatch.py)
         sleep(idle)   # idle: two requests per poll, polls spaced out to max_idle, so an idle run costs little
         idle = min(idle * 2, max_idle)

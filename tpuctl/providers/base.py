@@ -166,6 +166,8 @@ class Provider(Protocol):
     def store(self, st: ClusterState) -> BlobStore: ...
     def check_ready(self, st: ClusterState) -> None:
         """Raise TpuctlError unless runs can be submitted now (TPU READY; local agent alive)."""
+    def host_state(self, st: ClusterState) -> tuple[bool, str]:
+        """(alive or coming back, what it is doing in words): asked by a follower whose run's host went quiet."""
     def location(self, st: ClusterState) -> str:
         """Where the cluster runs, in words ("v3-8 in us-central1-b", "this machine")."""
     def summary(self, st: ClusterState) -> dict[str, object]:

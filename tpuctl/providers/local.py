@@ -156,6 +156,11 @@ class LocalProvider:
     def location(self, st: ClusterState) -> str:
         return "this machine"
 
+    def host_state(self, st: ClusterState) -> tuple[bool, str]:
+        if self.agent_alive(st):
+            return True, "the local agent is running"
+        return False, f"the local agent (pid {st.host.pid}) is not running"
+
     def summary(self, st: ClusterState) -> dict[str, object]:
         return {}
 

@@ -200,6 +200,16 @@ class GcpProvider:
     def location(self, st: ClusterState) -> str:
         return f"{st.spec.tpu_type} in {st.zone}"
 
+    def host_state(self, st: ClusterState) -> tuple[bool, str]:
+        node = self._tpu(st.spec).find(st.spec.tpu_name, st.zone) if st.zone else None
+        state = self._tpu(st.spec).state(node) if node is not None else "MISSING"
+        if state in ("CREATING", "STARTING", "RESTARTING", "REPAIRING"):
+            return True, f"the TPU is {state}: its host will resume the run once it has booted"
+        boot = "; ".join(f"{h}: {line}" for h, line in self._boot_logs(st).items())
+        if state == "READY":
+            return True, "the TPU is READY but its agent is silent" + (f" (boot log: {boot})" if boot else "")
+        return False, f"the TPU is {state}" + (f" (last boot log lines: {boot})" if boot else "")
+
     def summary(self, st: ClusterState) -> dict[str, object]:
         s = st.spec
         return {"project": s.project, "type": s.tpu_type, "arch": s.arch.value, "zone": st.zone, "runtime": st.runtime,

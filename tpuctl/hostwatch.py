@@ -1,0 +1,60 @@
+"""What a follower (`submit`, `logs -f`) does when the run's host goes quiet: say so at once, keep following while
+the compute is coming back (being recreated, booting), and give up with exit 9 when nothing is bringing it back or
+after a limit, with the command that resumes the run. Never a silent wait on a dead host."""
+from __future__ import annotations
+
+import os
+import time
+from typing import Callable
+
+from .errors import ErrorKind, TpuctlError
+from .models import ClusterState
+from .providers.base import Provider
+from .runs import RunState, RunStatus
+
+CHECK_SECONDS = 10.0   # how often the cluster is asked while the host is quiet
+
+
+def stale_seconds() -> float:
+    """No heartbeat for this long (TPUCTL_STALE_SECONDS, 90 s, as the agents' takeover) means the host went quiet."""
+    return float(os.environ.get("TPUCTL_STALE_SECONDS", "90"))
+
+
+class HostWatch:
+    def __init__(self, provider: Provider, st: ClusterState, run_id: str, give_up_after: float,
+                 warn: Callable[[str], None], clock: Callable[[], float] = time.monotonic) -> None:
+        self.p, self.st, self.run_id, self.limit, self.warn, self.clock = provider, st, run_id, give_up_after, warn, clock
+        self.quiet_since: float | None = None
+        self.queued_since: float | None = None
+        self.checked = 0.0
+
+    def _resume(self) -> str:
+        return (f"bring the host back with `tpuctl up -c {self.st.name} ...` (the run resumes where it stopped), "
+                f"then `tpuctl logs {self.run_id} -c {self.st.name} -f`")
+
+    def __call__(self, status: RunStatus) -> None:
+        """Called on each idle poll of a run that is not final; raises TpuctlError(HOST_LOST) to give up."""
+        now = self.clock()
+        beat = status.heartbeat
+        if status.state is RunState.QUEUED:
+            self.queued_since = self.queued_since if self.queued_since is not None else now
+        quiet = (status.state in (RunState.RUNNING, RunState.STARTING) and beat is not None
+                 and time.time() - beat > stale_seconds()) \
+            or (status.state is RunState.QUEUED and now - (self.queued_since or now) > stale_seconds())
+        if not quiet:
+            self.quiet_since = None
+            return
+        if now - self.checked < CHECK_SECONDS and self.quiet_since is not None:
+            if now - self.quiet_since > self.limit:
+                raise TpuctlError(ErrorKind.HOST_LOST, f"run {self.run_id}: no word from its host for "
+                                  f"{(now - self.quiet_since) / 60:.0f} minutes", self._resume())
+            return
+        self.checked = now
+        alive, detail = self.p.host_state(self.st)
+        if self.quiet_since is None:
+            self.quiet_since = now
+            what = ("is still queued, no agent has taken it" if status.state is RunState.QUEUED
+                    else f"has had no heartbeat for {stale_seconds():.0f}s")
+            self.warn(f"run {self.run_id} {what}: {detail}")
+        if not alive:
+            raise TpuctlError(ErrorKind.HOST_LOST, f"run {self.run_id}: its host is gone ({detail})", self._resume())
