@@ -12,6 +12,7 @@ from tpuctl.store import LocalStore
 
 ZONE = "us-central1-b"
 TPU = f"projects/{PROJECT}/locations/{ZONE}/nodes/tpuctl-bert"
+STOCKOUT = "There is no more capacity in the zone \"us-central1-b\"; you can try in another zone"
 
 
 def _unlabelled_tpu(cloud, name=TPU):
@@ -224,3 +225,22 @@ def test_a_failed_wait_on_another_machines_tpu_does_not_delete_it(cloud, cli):
     code, out, err = cli("up", "--type", "v3-8", "--zone", ZONE, "-c", "bert")
     assert code == 7, err                          # it never became READY...
     assert TPU in cloud.tpu.nodes[2]               # ...but it is the other machine's to delete, not ours
+
+
+def test_a_vm_insert_whose_answer_was_lost_is_adopted_and_another_machines_vm_kept(cloud, cli):
+    cloud.compute.lost["insert"] = 1                 # applied, answered 503: the retry meets 409 alreadyExists
+    code, out, err = cli("up", "--type", "v2-8", "--zone", ZONE, "--arch", "node", "-c", "bert")
+    assert code == 0, err
+    assert "created by this run, answer lost: adopting" in err
+    assert [k[2] for k in cloud.compute.instances] == ["tpuctl-bert-vm"]
+    assert cli("down", "-c", "bert", "--yes")[0] == 0
+
+    def other_machine_first():
+        cloud.compute.instances[(PROJECT, ZONE, "tpuctl-two-vm")] = {
+            "name": "tpuctl-two-vm", "status": "RUNNING", "zone": ZONE,
+            "labels": {"tpuctl-cluster": "two", "tpuctl-nonce": "0ther000"}}
+    cloud.compute.before["insert"].append(other_machine_first)
+    cloud.tpu.op_faults["CreateNode"].append((8, STOCKOUT))   # this up's TPU fails: its undo must spare the VM
+    code, out, err = cli("up", "--type", "v2-8", "--zone", ZONE, "--arch", "node", "-c", "two")
+    assert code == 4, err
+    assert (PROJECT, ZONE, "tpuctl-two-vm") in cloud.compute.instances

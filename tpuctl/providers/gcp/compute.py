@@ -13,6 +13,7 @@ from ..base import Progress
 from . import clients
 from .errors import classify_text
 from .operations import call, wait
+from .tpu import NONCE_LABEL
 
 IMAGE = "projects/debian-cloud/global/images/family/debian-12"
 DEADLINE = 600.0
@@ -36,10 +37,10 @@ def find(project: str, name: str, zone: str) -> Any:
         raise
 
 
-def build_instance(spec: ClusterSpec, zone: str, script: str) -> Any:
+def build_instance(spec: ClusterSpec, zone: str, script: str, labels: dict[str, str]) -> Any:
     from google.cloud import compute_v1 as c
     return c.Instance(
-        name=spec.vm_name, machine_type=f"zones/{zone}/machineTypes/{spec.vm_type}", labels=spec.labels,
+        name=spec.vm_name, machine_type=f"zones/{zone}/machineTypes/{spec.vm_type}", labels=labels,
         description=f"tpuctl cluster {spec.name}: runs the job against the TPU Node",
         disks=[c.AttachedDisk(boot=True, auto_delete=True, initialize_params=c.AttachedDiskInitializeParams(
             source_image=IMAGE, disk_size_gb=50))],
@@ -63,18 +64,33 @@ def _wait_op(project: str, zone: str, op: Any, what: str, progress: Progress) ->
         raise classify_text(e.code, e.message, what)
 
 
-def create(project: str, spec: ClusterSpec, zone: str, script: str, progress: Progress) -> None:
+def create(project: str, spec: ClusterSpec, zone: str, script: str, nonce: str, progress: Progress) -> bool:
+    """Create the VM; True when THIS run made it. As for TPUs (tpu.TpuApi.create): a 409 is adopted (ours when
+    it carries our nonce: an insert applied whose answer was lost), and only a VM with our nonce is ever removed."""
     progress("creating")
     what = f"create VM {spec.vm_name} in {zone}"
     try:
-        op = call(clients.compute("InstancesClient").insert_unary, project=project, zone=zone,
-                  instance_resource=build_instance(spec, zone, script), what=what)
-        _wait_op(project, zone, op, what, progress)
+        try:
+            op = call(clients.compute("InstancesClient").insert_unary, project=project, zone=zone,
+                      instance_resource=build_instance(spec, zone, script, {**spec.labels, NONCE_LABEL: nonce}),
+                      what=what)
+            _wait_op(project, zone, op, what, progress)
+            ours = True
+        except TpuctlError as e:
+            from google.api_core.exceptions import Conflict
+            vm = find(project, spec.vm_name, zone) if isinstance(e.__cause__, Conflict) else None
+            if vm is None:
+                raise
+            require_owned(vm.labels, spec.name, f"VM {spec.vm_name} in {zone}")
+            ours = vm.labels.get(NONCE_LABEL) == nonce
+            progress("created by this run, answer lost: adopting" if ours else "made by another `up`: adopting")
     except TpuctlError:
-        if find(project, spec.vm_name, zone) is not None:
+        left = find(project, spec.vm_name, zone)
+        if left is not None and left.labels.get(NONCE_LABEL) == nonce:
             delete(project, spec.vm_name, zone, spec.name, progress)
         raise
     progress("RUNNING")
+    return ours
 
 
 def delete(project: str, name: str, zone: str, cluster: str, progress: Progress) -> None:

@@ -145,8 +145,7 @@ class GcpProvider:
             require_owned(vm.labels, spec.name, f"VM {spec.vm_name} in {st.zone}")
             progress(vm.status)
             return False
-        compute.create(spec.project, spec, st.zone, script, progress)
-        return True
+        return compute.create(spec.project, spec, st.zone, script, self.nonce, progress)
 
     def _delete_vm(self, spec: ClusterSpec, zone: str, progress: Progress) -> None:
         compute.delete(spec.project, spec.vm_name, zone, spec.name, progress)
