@@ -48,7 +48,7 @@ def main():
         client.bucket("bench").blob(f"seq/{f.name}").upload_from_filename(str(f))
     seq = time.perf_counter() - t
     t = time.perf_counter()
-    r = datasync.sync(store, [small], "data/par/", quiet)
+    r = datasync.sync(store, [small], [small.name], "bench-par", quiet)
     par = time.perf_counter() - t
     assert r["uploaded"] == 64
     gcs.latency = 0.0
@@ -59,10 +59,10 @@ def main():
     # 2. SIZE_MB unchanged
     big = make_files(tmp / "big", SIZE_MB // 50, 50 << 20) if SIZE_MB >= 50 else make_files(tmp / "big", 1, SIZE_MB << 20)
     t = time.perf_counter()
-    first = datasync.sync(store, [big], "data/big/", quiet)
+    first = datasync.sync(store, [big], [big.name], "bench-big", quiet)
     t_first = time.perf_counter() - t
     t = time.perf_counter()
-    again = datasync.sync(store, [big], "data/big/", quiet)
+    again = datasync.sync(store, [big], [big.name], "bench-big", quiet)
     t_again = time.perf_counter() - t
     print(f"{SIZE_MB} MB in {first['files']} files:")
     print(f"  first upload        : {t_first:6.2f} s, {first['bytes_sent'] / 1e6:7.1f} MB sent")

@@ -244,3 +244,51 @@ def test_a_follower_gives_up_on_a_dead_host_with_exit_9(quick_local, cli, tmp_pa
     assert f"tpuctl up -c faults" in err and f"tpuctl logs {run_id} -c faults -f" in err
     first = runs.status(store, run_id)
     os.kill(first.pid, signal.SIGKILL)                       # the orphan: this test's own cleanup
+
+
+DATA_VIEW = """
+import os
+root = os.environ["TPUCTL_DATA_DIR"]
+for d, _, files in sorted(os.walk(root)):
+    for f in sorted(files):
+        p = os.path.join(d, f)
+        print(os.path.relpath(p, root), open(p).read())
+"""
+
+
+def test_each_run_sees_exactly_the_data_submitted_with_it(quick_local, cli, tmp_path):
+    job = make_job(tmp_path, DATA_VIEW, 'data = ["a/x.txt", "b/x.txt", "corpus"]\n', name="dataview")
+    for d, text in (("a", "from a"), ("b", "from b")):
+        (job / d).mkdir()
+        (job / d / "x.txt").write_text(text)
+    (job / "corpus").mkdir()
+    (job / "corpus" / "one.txt").write_text("1")
+    (job / "corpus" / "two.txt").write_text("2")
+    outside = tmp_path / "extra.txt"
+    outside.write_text("from --data")
+    code, first, err = cli("submit", str(job), "-c", "faults", "--data", str(outside))
+    assert code == 0, err
+    # same names in two folders keep their paths; --data by its base name
+    assert first == "extra.txt from --data\na/x.txt from a\nb/x.txt from b\ncorpus/one.txt 1\ncorpus/two.txt 2\n"
+    run1 = cli("jobs", "-c", "faults", "--json")[1]
+    (job / "corpus" / "two.txt").unlink()                 # removed locally...
+    (job / "a" / "x.txt").write_text("changed")           # ...and changed
+    code, second, err = cli("submit", str(job), "-c", "faults")
+    assert code == 0 and "1 of 3 files sent" in err       # only the changed content went up
+    assert second == "a/x.txt changed\nb/x.txt from b\ncorpus/one.txt 1\n"
+    first_id = __import__("json").loads(run1)[-1]["id"]
+    code, again, err = cli("logs", first_id, "-c", "faults")
+    assert again == first                                  # the earlier run's log, and its data, are as they were
+    data1 = Path(quick_local.spec.store) / "runs" / first_id / "data"
+    assert (data1 / "a/x.txt").read_text() == "from a" and (data1 / "corpus/two.txt").exists()
+
+
+def test_two_data_paths_that_would_collide_are_refused(quick_local, cli, tmp_path):
+    job = make_job(tmp_path, DATA_VIEW, name="clash")
+    (tmp_path / "one").mkdir()
+    (tmp_path / "two").mkdir()
+    for d in ("one", "two"):
+        (tmp_path / d / "x.txt").write_text(d)
+    code, out, err = cli("submit", str(job), "-c", "faults", "--data", str(tmp_path / "one" / "x.txt"),
+                         "--data", str(tmp_path / "two" / "x.txt"))
+    assert code == 2 and "would land at x.txt" in err

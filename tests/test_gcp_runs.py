@@ -40,12 +40,12 @@ def test_submit_on_gcp_streams_and_exits_with_code(cluster, cli, cloud, tmp_path
     assert code == 4, err
     env = json.loads(out.splitlines()[0])
     assert env["TPUCTL_STORE"] == f"gs://{BUCKET}"
-    assert env["TPUCTL_DATA_DIR"] == f"gs://{BUCKET}/data/job"
+    assert env["TPUCTL_DATA_DIR"] == f"gs://{BUCKET}/runs/{env['TPUCTL_RUN_ID']}/data"
     assert env["TPUCTL_OUTPUT_DIR"] == f"gs://{BUCKET}/runs/{env['TPUCTL_RUN_ID']}/output"
     assert env["TPUCTL_ACCELERATOR"] == "v3-8" and env["TPUCTL_TPU"] == "local"
     assert env["argv"] == ["--preset", "tiny"]
     from google.cloud import storage
-    blob = storage.Client(project=PROJECT).bucket(BUCKET).get_blob("data/job/corpus.txt")
+    blob = storage.Client(project=PROJECT).bucket(BUCKET).get_blob(f"runs/{env['TPUCTL_RUN_ID']}/data/corpus.txt")
     assert blob.size == 5000
     assert cli("logs", "-c", "bert")[1] == out
     # unchanged data and code: nothing uploaded the second time

@@ -6,7 +6,7 @@ import threading
 import pytest
 from conftest import PROJECT
 
-from tpuctl import datasync, state
+from tpuctl import datasync, layout, runs, state
 from tpuctl.providers.gcp.tpu import pick_runtime
 from tpuctl.store import LocalStore
 
@@ -101,18 +101,19 @@ def test_a_data_file_edited_in_place_is_uploaded_again(env, tmp_path):
     f.parent.mkdir()
     f.write_bytes(b"first version")
     store = LocalStore(str(tmp_path / "store"))
-    assert datasync.sync(store, [f.parent], "data/j/", lambda n: lambda k: None)["uploaded"] == 1
+    assert datasync.sync(store, [f.parent], ["data"], runs.new_id(), lambda n: lambda k: None)["uploaded"] == 1
     # unchanged: nothing sent, and the local md5 is now cached by (path, size, mtime)
-    assert datasync.sync(store, [f.parent], "data/j/", lambda n: lambda k: None)["uploaded"] == 0
+    assert datasync.sync(store, [f.parent], ["data"], runs.new_id(), lambda n: lambda k: None)["uploaded"] == 0
     st = f.stat()
     f.write_bytes(b"other version")                         # same size: only the content (and mtime) moved
     os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
     assert f.stat().st_size == st.st_size
-    r = datasync.sync(store, [f.parent], "data/j/", lambda n: lambda k: None)
+    r_id = runs.new_id() + "x"
+    r = datasync.sync(store, [f.parent], ["data"], r_id, lambda n: lambda k: None)
     assert r["uploaded"] == 1 and r["bytes_skipped"] == 0
-    assert store.read("data/j/data/corpus.txt") == b"other version"
+    assert store.read(layout.run_data(r_id) + "data/corpus.txt") == b"other version"
     # unchanged again: nothing is sent
-    assert datasync.sync(store, [f.parent], "data/j/", lambda n: lambda k: None)["uploaded"] == 0
+    assert datasync.sync(store, [f.parent], ["data"], runs.new_id(), lambda n: lambda k: None)["uploaded"] == 0
 
 
 def test_runtime_picker_prefers_pjrt_over_se_and_plain():

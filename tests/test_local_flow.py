@@ -74,9 +74,9 @@ def test_resubmitting_unchanged_data_uploads_nothing(local, cli, tmp_path):
     code, out, err = cli("submit", str(job), "-c", "loc")
     assert code == 0 and "0 of 5 files sent" in err and "package" in err and "unchanged" in err
     (job / "d" / "f2.bin").write_bytes(b"changed")
-    code, out, err = cli("submit", str(job), "-c", "loc")
+    code, out, err = cli("submit", str(job), "-c", "loc", "--detach")
     assert "1 of 5 files sent" in err
-    assert (Path(local.spec.store) / "data/job/d/f2.bin").read_bytes() == b"changed"
+    assert (Path(local.spec.store) / "runs" / out.strip() / "data/d/f2.bin").read_bytes() == b"changed"
 
 
 def test_log_fidelity_every_byte_once_in_order(local, cli, tmp_path):

@@ -85,13 +85,13 @@ def test_local_store_create_if_absent(tmp_path):
         s.read("../outside")
 
 
-def test_sync_plan_keeps_dir_names(tmp_path):
+def test_sync_plan_places_each_path_at_its_name(tmp_path):
     from tpuctl.datasync import plan
     (tmp_path / "d" / "sub").mkdir(parents=True)
     (tmp_path / "d" / "sub" / "a.txt").write_text("a")
     (tmp_path / "f.txt").write_text("f")
-    assert [k for _, k in plan([tmp_path / "d", tmp_path / "f.txt"], "data/j/")] == ["data/j/d/sub/a.txt",
-                                                                                       "data/j/f.txt"]
+    assert [k for _, k in plan([tmp_path / "d", tmp_path / "f.txt"], ["inputs/d", "f.txt"])] == [
+        "inputs/d/sub/a.txt", "f.txt"]
 
 
 def test_following_an_idle_run_costs_a_bounded_number_of_requests():

@@ -236,9 +236,10 @@ class Agent:
         env = dict(os.environ)
         env.update(job.env)
         out = self.store.local_path(layout.run_output(run_id))
-        data = self.store.local_path(layout.job_data(job.name).rstrip("/"))
+        data = self.store.local_path(layout.run_data(run_id).rstrip("/"))
         if not out.startswith("gs://"):
             Path(out).mkdir(parents=True, exist_ok=True)
+            Path(data).mkdir(parents=True, exist_ok=True)   # there even when the run has no data
         framework_env = tpu_environment(job.framework, self.record, self.accelerator)
         env.update(TPUCTL_RUN_ID=run_id, TPUCTL_STORE=self.store.uri, TPUCTL_DATA_DIR=data, TPUCTL_OUTPUT_DIR=out,
                    TPUCTL_ACCELERATOR=self.accelerator, TPUCTL_TPU=framework_env.get("TPU_NAME", self.tpu_address()),

@@ -1,5 +1,7 @@
-"""Sync a job's data paths into the store under data/<job>/ (layout.job_data): in parallel, skipping files whose
-size and md5 already match, so re-submitting unchanged data sends nothing (local md5s cached, md5cache.py)."""
+"""A run's data: each file's content uploaded once as a blob (tpuctl/blobs/<md5>), then copied into the run's own
+directory (runs/<id>/data/<path>) by the store itself (a server-side copy on GCS, a hard link locally). So a run
+sees exactly what was submitted with it: a later submit that changes or removes a file never touches an earlier
+run's view, and unchanged content is never sent twice (local md5s are cached, md5cache.py)."""
 from __future__ import annotations
 
 import os
@@ -7,46 +9,54 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
 
+from . import layout
 from .md5cache import Md5Cache
 from .store import BlobStore
 
-WORKERS = 8
+WORKERS = 16   # contents handled at once: each uploads its blob if the store lacks it, then makes its copies
 Transfer = Callable[[int], Callable[[int], None]]   # transfer(total_bytes) -> advance(n_bytes)
 
 
-def plan(paths: list[Path], prefix: str) -> list[tuple[Path, str]]:
-    """(local file, store key) for every file under the data paths; a directory keeps its own name."""
+def plan(paths: list[Path], names: list[str]) -> list[tuple[Path, str]]:
+    """(local file, path under the run's data directory) for every file under the data paths, each placed at its
+    name (jobspec.JobSpec.data_as); a directory's files keep their paths inside it."""
     out = []
-    for p in paths:
+    for p, name in zip(paths, names):
         if p.is_file():
-            out.append((p, prefix + p.name))
+            out.append((p, name))
             continue
         for dirpath, dirnames, files in os.walk(p):
             dirnames.sort()
             for f in sorted(files):
                 full = Path(dirpath) / f
-                out.append((full, prefix + p.name + "/" + full.relative_to(p).as_posix()))
+                out.append((full, f"{name}/{full.relative_to(p).as_posix()}"))
     return out
 
 
-def sync(store: BlobStore, paths: list[Path], prefix: str, transfer: Transfer) -> dict[str, int]:
-    """Upload what differs; returns counts and bytes sent/skipped."""
-    files = plan(paths, prefix)
+def sync(store: BlobStore, paths: list[Path], names: list[str], run_id: str, transfer: Transfer) -> dict[str, int]:
+    """Upload the blobs the store lacks and give the run its copies, pipelined per content (a copy follows its
+    blob's upload at once); returns counts and bytes sent/skipped."""
+    files = plan(paths, names)
     cache = Md5Cache()
-    remote = store.stats(prefix)
-    todo, skipped = [], 0
-    for path, key in files:
-        size = path.stat().st_size
-        have = remote.get(key)
-        if have and have[0] == size and have[1] == cache.md5(path):
-            skipped += size
-            continue
-        todo.append((path, key, size))
+    by_md5: dict[str, tuple[Path, int, list[str]]] = {}
+    for path, rel in files:
+        md5 = cache.md5(path)
+        by_md5.setdefault(md5, (path, path.stat().st_size, []))[2].append(rel)
     cache.save()
-    sent = sum(s for _, _, s in todo)
-    if todo:
-        advance = transfer(sent)
-        with ThreadPoolExecutor(min(WORKERS, len(todo))) as pool:
-            for f in [pool.submit(store.upload_file, str(p), k, advance) for p, k, _ in todo]:
+    have = {k[len(layout.BLOBS_PREFIX):] for k in store.stats(layout.BLOBS_PREFIX)}
+    missing = [md5 for md5 in by_md5 if md5 not in have]
+    sent = sum(by_md5[md5][1] for md5 in missing)
+    advance = transfer(sent) if missing else (lambda n: None)
+
+    def one(md5: str) -> None:
+        path, _, rels = by_md5[md5]
+        if md5 not in have:
+            store.upload_file(str(path), layout.blob(md5), advance)
+        for rel in rels:
+            store.copy(layout.blob(md5), layout.run_data(run_id) + rel)
+    if by_md5:
+        with ThreadPoolExecutor(min(WORKERS, len(by_md5))) as pool:
+            for f in [pool.submit(one, md5) for md5 in by_md5]:
                 f.result()
-    return {"files": len(files), "uploaded": len(todo), "bytes_sent": sent, "bytes_skipped": skipped}
+    skipped = sum(size * len(rels) for md5, (_, size, rels) in by_md5.items() if md5 in have)
+    return {"files": len(files), "uploaded": len(missing), "bytes_sent": sent, "bytes_skipped": skipped}

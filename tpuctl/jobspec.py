@@ -23,6 +23,7 @@ class JobSpec:
     command: str
     name: str
     data: list = field(default_factory=list)      # resolved local paths
+    data_as: list = field(default_factory=list)   # where each lands under TPUCTL_DATA_DIR (relative)
     requirements: str = ""                        # path relative to root
     env: dict = field(default_factory=dict)
     framework: Framework = Framework.TENSORFLOW
@@ -51,15 +52,27 @@ def load(job_dir: str, extra_data: Sequence[str] = ()) -> JobSpec:
     name = doc.get("name", root.name)
     if not _NAME_RE.match(name):
         raise bad_input(f"{f}: 'name' {name!r} is not a valid job name", "letters, digits, '.', '_', '-'")
-    data = []
+    data: list[Path] = []
+    data_as: list[str] = []
+    in_toml = len(doc.get("data", []))
     for i, item in enumerate(list(doc.get("data", [])) + list(extra_data)):
         if not isinstance(item, str):
             raise bad_input(f"{f}: 'data' entry {i} must be a string path", 'data = ["data/corpus.txt"]')
-        p = Path(item) if Path(item).is_absolute() else (root / item if i < len(doc.get("data", [])) else Path(item))
+        p = Path(item) if Path(item).is_absolute() else (root / item if i < in_toml else Path(item))
+        where = "'data'" if i < in_toml else "--data"
         if not p.exists():
-            where = "'data'" if i < len(doc.get("data", [])) else "--data"
             raise bad_input(f"{where} path {item} does not exist", "fix the path, or remove it")
-        data.append(p.resolve())
+        p = p.resolve()
+        # What the job sees under TPUCTL_DATA_DIR: a path inside the job directory keeps its path relative to it;
+        # anything else (absolute, or --data) is placed by its base name.
+        placed = p.relative_to(root).as_posix() if i < in_toml and root in p.parents else p.name
+        clash = next((n for n in data_as if n == placed or n.startswith(placed + "/") or placed.startswith(n + "/")),
+                     None)
+        if clash is not None:
+            raise bad_input(f"{where} path {item} would land at {placed} in the run's data, where {clash} already is",
+                            "rename one of them, or keep both inside the job directory so their paths tell them apart")
+        data.append(p)
+        data_as.append(placed)
     req = doc.get("requirements", "")
     if req and not (root / req).is_file():
         raise bad_input(f"{f}: 'requirements' file {req} does not exist", "fix the path, or remove the key")
@@ -77,5 +90,5 @@ def load(job_dir: str, extra_data: Sequence[str] = ()) -> JobSpec:
     except ValueError:
         raise bad_input(f"{f}: 'framework' must be one of " + ", ".join(x.value for x in Framework),
                         'e.g. framework = "jax" (every worker runs the command; tensorflow: worker 0 only)')
-    return JobSpec(root=root, command=doc["command"], name=name, data=data, requirements=req,
+    return JobSpec(root=root, command=doc["command"], name=name, data=data, data_as=data_as, requirements=req,
                    env={k: str(v) for k, v in env.items()}, framework=framework)

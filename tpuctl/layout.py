@@ -12,7 +12,7 @@ RUNS_PREFIX = "tpuctl/runs/"
 BOOT_PREFIX = "tpuctl/boot/"
 AGENTS_PREFIX = "tpuctl/agents/"
 OUTPUTS_PREFIX = "runs/"
-DATA_PREFIX = "data/"
+BLOBS_PREFIX = "tpuctl/blobs/"
 
 def agent_package(version: str) -> str:
     """A wheel (agent_package.py says why): its file name must follow PEP 427 for pip to install it."""
@@ -68,8 +68,14 @@ def run_output(run_id: str) -> str:
     return f"{OUTPUTS_PREFIX}{run_id}/output"
 
 
-def job_data(job_name: str) -> str:
-    return f"{DATA_PREFIX}{job_name}/"
+def blob(md5: str) -> str:
+    """A data file's content, stored once whatever its name (content-addressed by md5)."""
+    return f"{BLOBS_PREFIX}{md5}"
+
+
+def run_data(run_id: str) -> str:
+    """What one run sees as its data ($TPUCTL_DATA_DIR): copies of blobs under their relative paths."""
+    return f"{OUTPUTS_PREFIX}{run_id}/data/"
 
 
 def run_id_of(key: str) -> str | None:
@@ -86,12 +92,13 @@ DESCRIBED = [
     (boot_log("HOST"), "each host's start-up script log"),
     (agent_heartbeat("HOST", 0).replace("-w0", "-wN"), "each agent's heartbeat"),
     (job_package("SHA256"), "content-addressed job code, uploaded only if absent"),
-    (job_data("JOB") + "...", "synced inputs (skipped when size and md5 match)"),
+    (blob("MD5"), "each data file's content, uploaded once (unchanged content is never sent again)"),
     (run_job("ID"), "the run, written once by `submit` (create-if-absent)"),
     (run_claim("ID", 0) + "[-wN][-aK]", "written once by the agent that takes the run (worker N, attempt K)"),
     (run_status("ID", 0).replace("status.json", "status[-wN].json"), "state, exit code, heartbeat, host"),
     (log_chunk("ID", 0, 1).replace("logs/", "logs[-wN]/"), "ordered log chunks, each written once"),
     (run_cancel("ID"), "written by `tpuctl cancel`"),
+    (run_data("ID") + "...", "the run's own data ($TPUCTL_DATA_DIR): copies of blobs, frozen at submit"),
     (run_output("ID") + "/", "the job's outputs: checkpoints, TensorBoard events ($TPUCTL_OUTPUT_DIR)"),
 ]
 

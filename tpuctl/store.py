@@ -9,6 +9,7 @@ which is what lets exactly one agent claim a run and keeps log chunks written on
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 from typing import Callable, Protocol
 
@@ -31,6 +32,8 @@ class BlobStore(Protocol):
         """key -> (size, hex md5) of every object under prefix: one listing, not one request per object."""
     def upload_file(self, path: str, key: str, progress: Callable[[int], None]) -> None:
         """Upload a file, reporting bytes as they go; integrity checked by the implementation."""
+    def copy(self, src: str, dst: str) -> None:
+        """dst becomes a copy of src, made by the store itself (no bytes through this machine)."""
     def local_path(self, key: str) -> str:
         """A path or URI a job can read this key from (a directory path locally, gs://... in the cloud)."""
 
@@ -107,6 +110,17 @@ class LocalStore:
                 dst.write(b)
                 progress(len(b))
         os.replace(tmp, p)
+
+    def copy(self, src: str, dst: str) -> None:
+        s, d = self._p(src), self._p(dst)
+        d.parent.mkdir(parents=True, exist_ok=True)
+        tmp = d.with_name(f".{d.name}.{os.getpid()}.tmp")
+        tmp.unlink(missing_ok=True)
+        try:
+            os.link(s, tmp)          # a hard link: instant, no second copy on disk; blobs are never rewritten
+        except OSError:
+            shutil.copyfile(s, tmp)
+        os.replace(tmp, d)
 
     def local_path(self, key: str) -> str:
         return str(self._p(key))

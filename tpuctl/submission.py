@@ -49,13 +49,12 @@ def submit(st: ClusterState, provider: Provider, job: JobSpec, args: list[str], 
             reporter.resource("package", sha[:12], f"uploaded {pkg.stat().st_size / 1024:.1f} KiB", final=True)
         else:
             reporter.resource("package", sha[:12], "unchanged", final=True)
-    data_prefix = layout.job_data(job.name)
-    synced = datasync.sync(store, job.data, data_prefix, transfer) if job.data else {}
+    run_id = runs.new_id()
+    synced = datasync.sync(store, job.data, job.data_as, run_id, transfer) if job.data else {}
     if synced:
-        reporter.resource("data", data_prefix, f"{synced['uploaded']} of {synced['files']} files sent "
+        reporter.resource("data", layout.run_data(run_id), f"{synced['uploaded']} of {synced['files']} files sent "
                           f"({synced['bytes_sent'] / 1e6:.1f} MB; {synced['bytes_skipped'] / 1e6:.1f} MB unchanged)",
                           final=True)
-    run_id = runs.new_id()
     spec = RunSpec(id=run_id, name=job.name, command=job.command, args=list(args), env=job.env, package=sha,
                    requirements=job.requirements, submitted=time.time(), cluster=st.name,
                    framework=job.framework.value)

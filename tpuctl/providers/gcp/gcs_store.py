@@ -81,5 +81,9 @@ class GcsStore:
         _retry_forbidden(blob.upload_from_filename, path, checksum="md5", what=f"upload {key}")
         progress(size)
 
+    def copy(self, src: str, dst: str) -> None:
+        """A server-side copy (objects.rewrite): the bytes never leave Cloud Storage."""
+        _retry_forbidden(self.bucket.copy_blob, self.bucket.blob(src), self.bucket, dst, what=f"copy {src} to {dst}")
+
     def local_path(self, key: str) -> str:
         return f"{self.uri}/{key}"
