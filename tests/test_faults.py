@@ -159,6 +159,12 @@ def test_a_second_up_or_down_waits_for_the_first_then_says_who_holds_it(quick_lo
     assert code == 0 and "waiting up to 10s" in err
 
 
+def _wait_running(store, run_id, timeout=20):
+    deadline = time.monotonic() + timeout
+    while runs.status(store, run_id).state is not runs.RunState.RUNNING and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
 QUIET = """
 import os, time
 # writes nothing to stdout: an agent killed under it does not take it down with SIGPIPE
@@ -175,9 +181,7 @@ def test_a_killed_agent_never_leaves_two_attempts_running(quick_local, cli, tmp_
     code, out, err = cli("submit", str(job), "-c", "faults", "--detach")
     run_id = out.strip()
     store = LocalProvider().store(quick_local)
-    deadline = time.monotonic() + 20
-    while runs.status(store, run_id).state is not runs.RunState.RUNNING and time.monotonic() < deadline:
-        time.sleep(0.1)
+    _wait_running(store, run_id)
     first = runs.status(store, run_id)
     os.kill(quick_local.host.pid, signal.SIGKILL)           # the agent dies; its quiet job lives on
     time.sleep(0.5)
@@ -233,9 +237,7 @@ def test_a_follower_gives_up_on_a_dead_host_with_exit_9(quick_local, cli, tmp_pa
     code, out, err = cli("submit", str(job), "-c", "faults", "--detach")
     run_id = out.strip()
     store = LocalProvider().store(quick_local)
-    deadline = time.monotonic() + 20
-    while runs.status(store, run_id).state is not runs.RunState.RUNNING and time.monotonic() < deadline:
-        time.sleep(0.1)
+    _wait_running(store, run_id)
     os.kill(quick_local.host.pid, signal.SIGKILL)
     monkeypatch.setenv("TPUCTL_STALE_SECONDS", "1")          # the follower's staleness window, shortened
     code, out, err = tpuctl_within(30, "logs", run_id, "-c", "faults", "-f")

@@ -45,20 +45,6 @@ def test_unpack_round_trip(tmp_path):
     assert (tmp_path / "out" / "pkg" / "m.py").read_text() == "x = 1\n"
 
 
-def _evil(members):
-    raw = io.BytesIO()
-    with tarfile.open(fileobj=raw, mode="w:gz") as tar:
-        for name, kind, target in members:
-            info = tarfile.TarInfo(name)
-            if kind == "sym":
-                info.type, info.linkname = tarfile.SYMTYPE, target
-                tar.addfile(info)
-            else:
-                info.size = 1
-                tar.addfile(info, io.BytesIO(b"x"))
-    return raw.getvalue()
-
-
 @pytest.mark.parametrize("members", [
     [("/etc/evil", "file", "")],
     [("../evil", "file", "")],
@@ -68,7 +54,7 @@ def _evil(members):
 ])
 def test_unpack_refuses_escapes(tmp_path, members):
     with pytest.raises(TpuctlError):
-        packaging.unpack(_evil(members), tmp_path / "out")
+        packaging.unpack(_tar(members), tmp_path / "out")
     assert not (tmp_path / "evil").exists()
 
 
