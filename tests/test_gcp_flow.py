@@ -69,7 +69,7 @@ def test_up_status_down_node(cloud, cli):
     assert node.tensorflow_version == "2.12.0"
     vm = cloud.compute.instances[(PROJECT, "us-central1-b", "tpuctl-bert-vm")]
     assert vm["machineType"].endswith("/n1-standard-2")
-    assert vm["labels"] == {"tpuctl-cluster": "bert"}
+    assert vm["labels"]["tpuctl-cluster"] == "bert" and set(vm["labels"]) == {"tpuctl-cluster", "tpuctl-nonce"}
     assert vm["serviceAccounts"][0]["scopes"] == ["https://www.googleapis.com/auth/cloud-platform"]
     script = vm["metadata"]["items"][0]["value"]
     assert 'ROLE="node-vm"' in script and 'TF_VERSION="2.12.0"' in script
