@@ -244,5 +244,5 @@ def test_tpu_vm_device_files_mean_a_local_tpu(monkeypatch):
     ("tensorflow", {"arch": "vm", "hosts": 1, "runtime": ""}, "cpu", {}),
 ])
 def test_tpu_environment_follows_googles_harness(framework, record, accelerator, expect):
-    from tpuctl.agent import tpu_environment
+    from tpuctl.tpuenv import tpu_environment
     assert tpu_environment(framework, record, accelerator) == expect

@@ -3,7 +3,8 @@
 It needs only the store: it claims each new run once (create-if-absent), unpacks the run's package, installs its
 requirements without replacing the image's TensorFlow, runs the command with the TPUCTL_* environment, ships
 stdout+stderr (merged by the OS, so in order) as numbered chunks about every half second or 64 KiB, heartbeats
-into status.json, and honours cancel (SIGTERM to the process group, SIGKILL after a grace period).
+into status.json, and honours cancel (SIGTERM to the job's processes, SIGKILL after a grace period). Log shipping
+is logshipper.py, the job's processes jobprocs.py, what a framework needs on a TPU VM tpuenv.py.
 
     python -m tpuctl.agent --store URI [--worker N] [--accelerator v3-8|cpu] [--tpu local|grpc://IP:8470]
 """
@@ -13,7 +14,6 @@ import argparse
 import hashlib
 import json
 import os
-import select
 import shlex
 import signal
 import socket
@@ -22,68 +22,23 @@ import sys
 import threading
 import time
 from pathlib import Path
-
 from typing import Any, Callable
 
 from . import __version__, layout, runs
+from .jobprocs import JobProcesses
+from .logshipper import LogShipper
 from .packaging import MAX_BYTES, MAX_ENTRIES, unpack
 from .providers import open_store
 from .runs import RunSpec, RunState, RunStatus
 from .runtime import prefer_legacy_keras
-from .store import BlobStore
+from .tpuenv import tpu_environment
 
-FLUSH_SECONDS = 0.5
-CHUNK_BYTES = 64 * 1024
 HEARTBEAT_SECONDS = 5.0
 STALE_SECONDS = 90.0      # no heartbeat for this long: the run's host is gone
 MAX_ATTEMPTS = 3
 SERVING = "serving the TPU runtime (the TensorFlow program runs on worker 0)"
 _PINNED = ("tensorflow", "tensorflow-cpu", "tensorflow-tpu", "tf-keras", "keras", "libtpu", "libtpu-nightly",
            "tensorboard", "tf-nightly")
-
-
-class LogShipper:
-    """Reads the child's merged output and writes it as chunks 000001.log, 000002.log, ... each written once."""
-
-    def __init__(self, store: BlobStore, run_id: str, worker: int) -> None:
-        self.store, self.run_id, self.worker = store, run_id, worker
-        # a resumed run appends to the log its earlier attempt left
-        self.n = len(store.list(layout.run_logs(run_id, worker)))
-        self.buf = bytearray()
-        self.first: float | None = None
-
-    def note(self, text: str, fresh_line: bool = False) -> None:
-        """A line of the agent's own into the run's log, in order with the job's output; fresh_line starts it on a
-        new line when the log may end mid-line (an earlier attempt cut off)."""
-        self.buf += f"{chr(10) if fresh_line else ''}tpuctl agent: {text}\n".encode()
-        self.flush()
-
-    def flush(self) -> None:
-        if not self.buf:
-            return
-        self.n += 1
-        self.store.create(layout.log_chunk(self.run_id, self.worker, self.n), bytes(self.buf))
-        self.buf.clear()
-        self.first = None
-
-    def pump(self, fd: int, stop: threading.Event) -> None:
-        """Ship until EOF (every writer closed the pipe), or until `stop` once nothing more can come."""
-        while not stop.is_set():
-            timeout = FLUSH_SECONDS if self.first is None else max(0.0, self.first + FLUSH_SECONDS - time.monotonic())
-            ready, _, _ = select.select([fd], [], [], timeout)
-            if ready:
-                data = os.read(fd, CHUNK_BYTES)
-                if not data:
-                    self.flush()
-                    return
-                if self.first is None:
-                    self.first = time.monotonic()
-                self.buf += data
-                if len(self.buf) >= CHUNK_BYTES:
-                    self.flush()
-            if self.first is not None and time.monotonic() - self.first >= FLUSH_SECONDS:
-                self.flush()
-        self.flush()
 
 
 def _constraints(path: Path) -> Path:
@@ -166,7 +121,7 @@ class Agent:
             st = runs.status(self.store, run_id, self.worker)
             if st.state.final or st.host != self.host or not st.pid:
                 continue
-            left = _Job(st.pid, run_id=run_id)
+            left = JobProcesses(st.pid, run_id=run_id)
             if left.processes():
                 print(f"tpuctl agent: ending run {run_id}'s attempt {st.attempt} left by the previous agent",
                       file=sys.stderr, flush=True)
@@ -299,7 +254,7 @@ class Agent:
                                 start_new_session=True)
         stdout = proc.stdout
         assert stdout is not None, "Popen(stdout=PIPE) always sets it"
-        procs = _Job(proc.pid, pipe_inode=os.fstat(stdout.fileno()).st_ino)
+        procs = JobProcesses(proc.pid, pipe_inode=os.fstat(stdout.fileno()).st_ino)
         stop_pump = threading.Event()
         pump = threading.Thread(target=shipper.pump, args=(stdout.fileno(), stop_pump), daemon=True)
         pump.start()
@@ -350,77 +305,6 @@ class Agent:
         rc = proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
         status(RunState.CANCELLED if cancelled else (RunState.SUCCEEDED if rc == 0 else RunState.FAILED), exit_code=rc)
         return rc
-
-
-def tpu_environment(framework: str, record: dict[str, Any], accelerator: str) -> dict[str, str]:
-    """What a framework needs on a TPU VM, as Google's TPU harness exports it (GoogleCloudPlatform/ml-auto-solutions,
-    `export_env_variable(is_pod, is_pjrt)`): TensorFlow on a multi-host slice: TPU_NAME=<node> and
-    TPU_LOAD_LIBRARY=0 (worker 0 drives the slice, every host serves the runtime); TensorFlow on a single-host PJRT
-    runtime: NEXT_PLUGGABLE_DEVICE_USE_C_API=true and TF_PLUGGABLE_DEVICE_LIBRARY_PATH=/lib/libtpu.so.
-    PyTorch/XLA: PJRT_DEVICE=TPU. Nothing off a TPU VM (the local provider, the legacy node's VM)."""
-    if record.get("arch") != "vm" or not accelerator.startswith("v"):
-        return {}
-    if framework == "pytorch":
-        return {"PJRT_DEVICE": "TPU"}
-    if framework != "tensorflow":
-        return {}
-    if int(record.get("hosts") or 1) > 1:
-        return {"TPU_NAME": str(record.get("tpu_name", "")), "TPU_LOAD_LIBRARY": "0"}
-    if "pjrt" in str(record.get("runtime", "")):
-        return {"NEXT_PLUGGABLE_DEVICE_USE_C_API": "true", "TF_PLUGGABLE_DEVICE_LIBRARY_PATH": "/lib/libtpu.so"}
-    return {}
-
-
-class _Job:
-    """A job's processes: its main process, started as a new session (so its session id is its pid), everything
-    in that session, and what escaped the session (setsid, start_new_session=True) but still holds the job's output
-    pipe, found by the pipe's inode in /proc/PID/fd (Linux, as TPU VMs are). With `run_id`, only a session whose
-    processes carry TPUCTL_RUN_ID=run_id counts (a pid from an old status.json may belong to someone else now)."""
-
-    def __init__(self, pid: int, pipe_inode: int | None = None, run_id: str = "") -> None:
-        self.pid, self.run_id = pid, run_id
-        self.pipe = f"pipe:[{pipe_inode}]" if pipe_inode is not None else ""
-
-    def processes(self) -> list[int]:
-        found = []
-        for d in os.listdir("/proc"):
-            if not d.isdigit() or int(d) == os.getpid():
-                continue
-            try:
-                with open(f"/proc/{d}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()   # state ppid pgrp session ...
-                if fields[0] not in ("Z", "X") and int(fields[3]) == self.pid:
-                    found.append(int(d))
-                    continue
-                if self.pipe and any(os.readlink(f"/proc/{d}/fd/{fd}") == self.pipe
-                                     for fd in os.listdir(f"/proc/{d}/fd")):
-                    found.append(int(d))
-            except (OSError, IndexError, ValueError):
-                continue   # gone meanwhile, or not ours to read
-        if self.run_id and not any(self._runs(p) for p in found):
-            return []
-        return found
-
-    def _runs(self, pid: int) -> bool:
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                return f"TPUCTL_RUN_ID={self.run_id}".encode() in f.read().split(b"\0")
-        except OSError:
-            return False
-
-    def signal(self, sig: int) -> None:
-        for pid in ([] if self.run_id else [self.pid]) + self.processes():
-            try:
-                os.kill(pid, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
-
-    def end(self, grace: float) -> None:
-        self.signal(signal.SIGTERM)
-        deadline = time.monotonic() + grace
-        while self.processes() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        self.signal(signal.SIGKILL)
 
 
 def main(argv: list[str] | None = None) -> None:

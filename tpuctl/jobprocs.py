@@ -1,0 +1,58 @@
+"""A running job's processes as the agent sees them: to signal, end, and find what a job or a dead agent left."""
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+
+class JobProcesses:
+    """A job's processes: its main process, started as a new session (so its session id is its pid), everything
+    in that session, and what escaped the session (setsid, start_new_session=True) but still holds the job's output
+    pipe, found by the pipe's inode in /proc/PID/fd (Linux, as TPU VMs are). With `run_id`, only a session whose
+    processes carry TPUCTL_RUN_ID=run_id counts (a pid from an old status.json may belong to someone else now)."""
+
+    def __init__(self, pid: int, pipe_inode: int | None = None, run_id: str = "") -> None:
+        self.pid, self.run_id = pid, run_id
+        self.pipe = f"pipe:[{pipe_inode}]" if pipe_inode is not None else ""
+
+    def processes(self) -> list[int]:
+        found = []
+        for d in os.listdir("/proc"):
+            if not d.isdigit() or int(d) == os.getpid():
+                continue
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()   # state ppid pgrp session ...
+                if fields[0] not in ("Z", "X") and int(fields[3]) == self.pid:
+                    found.append(int(d))
+                    continue
+                if self.pipe and any(os.readlink(f"/proc/{d}/fd/{fd}") == self.pipe
+                                     for fd in os.listdir(f"/proc/{d}/fd")):
+                    found.append(int(d))
+            except (OSError, IndexError, ValueError):
+                continue   # gone meanwhile, or not ours to read
+        if self.run_id and not any(self._runs(p) for p in found):
+            return []
+        return found
+
+    def _runs(self, pid: int) -> bool:
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                return f"TPUCTL_RUN_ID={self.run_id}".encode() in f.read().split(b"\0")
+        except OSError:
+            return False
+
+    def signal(self, sig: int) -> None:
+        for pid in ([] if self.run_id else [self.pid]) + self.processes():
+            try:
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def end(self, grace: float) -> None:
+        self.signal(signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while self.processes() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        self.signal(signal.SIGKILL)
