@@ -65,6 +65,7 @@ class Agent:
         self._last_beat = 0.0
         self.record: dict[str, Any] = {}
         self.ended_here: set[str] = set()   # runs whose attempt on this host a predecessor left running, now ended
+        self.specs: dict[str, RunSpec] = {}  # job.json is written once: read it once per run
 
     def read_record(self) -> dict[str, Any]:
         """The cluster record; `up` rewrites it (the legacy node's address appears once the node is READY)."""
@@ -149,7 +150,12 @@ class Agent:
         for run_id in runs.all_ids(self.store):
             if run_id in self.done:
                 continue
-            if not self.runs_here(runs.job(self.store, run_id)):
+            if run_id not in self.specs:
+                spec = runs.job(self.store, run_id)
+                if spec is None:
+                    continue   # listed before its job.json is readable: look again next tick
+                self.specs[run_id] = spec
+            if not self.runs_here(self.specs[run_id]):
                 self.done.add(run_id)   # never claimed here, so never taken over here either
                 continue
             first = self.store.read(layout.run_claim(run_id, self.worker))
