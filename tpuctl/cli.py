@@ -299,12 +299,30 @@ def _debug_log(exc: BaseException) -> str:
     return str(path)
 
 
+def _is_parser_error(e: BaseException) -> bool:
+    """typer's command-line parser errors (raised from typer's own copy of click, so not click's classes: matched
+    by what they offer instead of by importing click)."""
+    return callable(getattr(e, "format_message", None)) and isinstance(getattr(e, "exit_code", None), int)
+
+
+def _usage_error(e: BaseException) -> None:
+    message = str(getattr(e, "format_message")())
+    if type(e).__name__ == "NoArgsIsHelpError":   # `tpuctl` alone: the help, and success
+        print(message)
+        sys.exit(ExitCode.OK)
+    ctx = getattr(e, "ctx", None)
+    where = getattr(ctx, "command_path", "") or "tpuctl"
+    _console().print_error(message.strip().splitlines()[0] if message.strip() else "bad usage",
+                           f"`{where} --help` lists {'its options' if ' ' in where else 'the commands'}")
+    sys.exit(int(getattr(e, "exit_code")))
+
+
 def main(argv: Optional[List[str]] = None) -> None:
     # State, the debug log, the local store and what the local agent unpacks may hold a job's [env] secrets:
     # everything tpuctl creates is private to its user (dirs 0700, files 0600).
     os.umask(0o077)
     try:
-        rc = app(args=argv, standalone_mode=False)  # a typer.Exit comes back as its code here
+        rc = app(args=argv, standalone_mode=False, prog_name="tpuctl")  # a typer.Exit comes back as its code
         sys.exit(rc if isinstance(rc, int) else 0)
     except TpuctlError as e:
         if e.kind is not ErrorKind.INPUT:
@@ -317,10 +335,8 @@ def main(argv: Optional[List[str]] = None) -> None:
     except typer.Exit as e:
         sys.exit(e.exit_code)
     except Exception as e:  # noqa: BLE001 - the last line of defence: a message, not a traceback
-        import click
-        if isinstance(e, click.ClickException):
-            e.show()
-            sys.exit(e.exit_code)
+        if _is_parser_error(e):
+            _usage_error(e)
         path = _debug_log(e)
         if os.environ.get("TPUCTL_DEBUG"):
             traceback.print_exc()
