@@ -34,7 +34,6 @@ from .runtime import prefer_legacy_keras
 from .tpuenv import tpu_environment
 
 HEARTBEAT_SECONDS = 5.0
-STALE_SECONDS = 90.0      # no heartbeat for this long: the run's host is gone
 MAX_ATTEMPTS = 3
 SERVING = "serving the TPU runtime (the TensorFlow program runs on worker 0)"
 _PINNED = ("tensorflow", "tensorflow-cpu", "tensorflow-tpu", "tf-keras", "keras", "libtpu", "libtpu-nightly",
@@ -170,7 +169,7 @@ class Agent:
                 self.done.add(run_id)
                 continue
             last = st.heartbeat or float(json.loads(first).get("time", 0))
-            stale = time.time() - last >= float(os.environ.get("TPUCTL_STALE_SECONDS", STALE_SECONDS))
+            stale = time.time() - last >= runs.stale_seconds()
             if not stale and run_id not in self.ended_here:
                 continue
             attempt = st.attempt + 1
@@ -214,7 +213,7 @@ class Agent:
         return env
 
     def execute(self, run_id: str, attempt: int = 1) -> int:
-        job = runs.job(self.store, run_id)
+        job = self.specs.get(run_id) or runs.job(self.store, run_id)
         started = time.time()
 
         def status(state: RunState, exit_code: int | None = None, pid: int | None = None) -> None:

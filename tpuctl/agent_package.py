@@ -10,6 +10,7 @@ same tpuctl uploads the same bytes.
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import io
 import zipfile
@@ -35,6 +36,7 @@ def _files() -> list[tuple[str, bytes]]:
     return out + [(f"{_DIST_INFO}/METADATA", metadata.encode()), (f"{_DIST_INFO}/WHEEL", wheel.encode())]
 
 
+@functools.lru_cache(maxsize=1)   # one installation, one wheel: `up` uploads it before each zone it tries
 def build() -> bytes:
     """The wheel's bytes (PEP 427: a zip with a RECORD of each file's urlsafe-base64 sha256 and size)."""
     files = _files()

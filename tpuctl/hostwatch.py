@@ -3,21 +3,15 @@ the compute is coming back (being recreated, booting), and give up with exit 9 w
 after a limit, with the command that resumes the run. Never a silent wait on a dead host."""
 from __future__ import annotations
 
-import os
 import time
 from typing import Callable
 
 from .errors import ErrorKind, TpuctlError
 from .models import ClusterState
 from .providers.base import Provider
-from .runs import RunState, RunStatus
+from .runs import RunState, RunStatus, stale_seconds
 
 CHECK_SECONDS = 10.0   # how often the cluster is asked while the host is quiet
-
-
-def stale_seconds() -> float:
-    """No heartbeat for this long (TPUCTL_STALE_SECONDS, 90 s, as the agents' takeover) means the host went quiet."""
-    return float(os.environ.get("TPUCTL_STALE_SECONDS", "90"))
 
 
 class HostWatch:

@@ -68,6 +68,12 @@ class RunStatus(JsonRecord):
 _ID_RE = re.compile(r"^[0-9]{8}-[0-9]{6}-[0-9a-f]{4}$")
 
 
+def stale_seconds() -> float:
+    """No heartbeat for this long (TPUCTL_STALE_SECONDS, 90 s) means a run's host went quiet: agents take the run
+    over, followers warn (hostwatch.py)."""
+    return float(os.environ.get("TPUCTL_STALE_SECONDS", "90"))
+
+
 def new_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(2)
 

@@ -169,7 +169,7 @@ class GcpProvider:
 
     def write_cluster_record(self, st: ClusterState, confirmed: bool) -> None:
         """What the agent on the host needs (the node VM reads the TPU's address, and waits while it is empty),
-        and the agent package the host's start-up script installs."""
+        and, ahead of creation (the hosts install it at boot), the agent package."""
         from ... import agent_package
         if st.spec.arch is Arch.VM:
             address = "local"   # the job runs on the TPU host itself
@@ -178,8 +178,9 @@ class GcpProvider:
         b = clients.storage(st.spec.project).bucket(planning.bucket_of(st.spec))
         call(b.blob(layout.CLUSTER_RECORD).upload_from_string, json.dumps(cluster_record(st, address), indent=2),
              content_type="application/json", what="write cluster record")
-        call(b.blob(agent_package.key()).upload_from_string, agent_package.build(),
-             content_type="application/gzip", what="upload the agent package")
+        if not confirmed:
+            call(b.blob(agent_package.key()).upload_from_string, agent_package.build(),
+                 content_type="application/gzip", what="upload the agent package")
 
     # -- using -------------------------------------------------------------------------------------------
     def _tpu(self, spec: ClusterSpec) -> TpuApi:
