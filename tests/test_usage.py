@@ -30,3 +30,40 @@ def test_the_cli_does_not_import_click():
     names = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     names |= {(n.module or "").split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     assert "click" not in names
+
+
+def test_version_flag(env, cli):
+    from tpuctl import __version__
+    for flag in ("--version", "-V"):
+        code, out, err = cli(flag)
+        assert code == 0 and out.strip() == f"tpuctl {__version__}"
+
+
+def _complete(cli, monkeypatch, line):
+    words = line.split(" ")
+    monkeypatch.setenv("_TPUCTL_COMPLETE", "complete_bash")
+    monkeypatch.setenv("COMP_WORDS", line)
+    monkeypatch.setenv("COMP_CWORD", str(len(words) - 1))
+    code, out, err = cli()
+    assert code == 0, err
+    return out.split()
+
+
+def test_completion_completes_commands_and_cluster_names(env, cli, monkeypatch):
+    clusters = env / "home" / "clusters"
+    clusters.mkdir(parents=True)
+    for name in ("bert", "big", "other"):
+        (clusters / f"{name}.json").write_text("{}")
+    assert _complete(cli, monkeypatch, "tpuctl su") == ["submit"]
+    assert _complete(cli, monkeypatch, "tpuctl down -c b") == ["bert", "big"]
+    assert _complete(cli, monkeypatch, "tpuctl logs --cluster o") == ["other"]
+
+
+def test_completion_installs_for_bash(env, cli, monkeypatch):
+    monkeypatch.setenv("HOME", str(env))
+    monkeypatch.setenv("SHELL", "/bin/bash")
+    code, out, err = cli("--install-completion", "bash")
+    assert code == 0, err
+    script = next((env / ".bash_completions").glob("tpuctl*"))
+    assert "_TPUCTL_COMPLETE=complete_bash" in script.read_text()
+    assert str(script.name) in (env / ".bashrc").read_text()

@@ -20,13 +20,34 @@ if TYPE_CHECKING:
     from .providers.base import Provider
     from .store import BlobStore
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
+app = typer.Typer(add_completion=True, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
                   help="Train TensorFlow jobs on Cloud TPUs (or this machine): up, submit, logs, down.",
                   context_settings={"help_option_names": ["-h", "--help"]})
 
-CLUSTER = typer.Option(None, "--cluster", "-c", help="Cluster name (default: 'default').")
+
+
+def _cluster_names(incomplete: str) -> list[str]:
+    """Shell completion of -c: the clusters in local state (file names only: nothing is parsed or asked)."""
+    from .state import cluster_names
+    return [n for n in cluster_names() if n.startswith(incomplete)]
+
+
+CLUSTER = typer.Option(None, "--cluster", "-c", help="Cluster name (default: 'default').",
+                       autocompletion=_cluster_names)
 PROVIDER = typer.Option(None, "--provider", help="gcp (default) or local; also TPUCTL_PROVIDER.")
 PROJECT = typer.Option(None, "--project", help="Google Cloud project id.")
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        print(f"tpuctl {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _main(version: bool = typer.Option(False, "--version", "-V", is_eager=True, callback=_print_version,
+                                       help="Print tpuctl's version and exit.")) -> None:
+    """Train TensorFlow jobs on Cloud TPUs (or this machine): up, submit, logs, down."""
 
 
 def _config() -> ModuleType:
@@ -54,6 +75,11 @@ def _orch() -> ModuleType:
 
 def _interactive() -> bool:
     return sys.stdin.isatty()
+
+
+def _declined() -> None:
+    _console().err.print("nothing changed")
+    raise typer.Exit(ExitCode.ERROR)   # README's exit table: 1 also means "declined"
 
 
 @app.command()
@@ -91,9 +117,10 @@ def up(
     if dry_run:
         con.err.print("dry run: nothing was created")
         return
+    prov.preflight(spec)   # no credentials: say so now, not after the user said yes
     costs_money = price.hourly != 0.0
     if costs_money and _interactive() and not yes and not con.confirm("Create these resources?"):
-        raise typer.Exit(1)
+        _declined()
     from .locks import cluster_lock
     with cluster_lock(spec.name, "up", lambda m: con.err.print(f"[yellow]! {m}[/]")), con.Reporter() as rep:
         st = _orch().up(spec, prov, rep)
@@ -159,7 +186,7 @@ def down(cluster: Optional[str] = CLUSTER,
         if not _interactive():
             raise bad_input(f"down would delete {what}; refusing without confirmation", "pass --yes")
         if not con.confirm(f"Delete {what}?"):
-            raise typer.Exit(1)
+            _declined()
     from .locks import cluster_lock
     with cluster_lock(st.name, "down", lambda m: con.err.print(f"[yellow]! {m}[/]")), con.Reporter() as rep:
         _orch().down(_orch().load(st.name), prov, rep, delete_bucket)   # as it is now: an `up` may have just run

@@ -124,4 +124,5 @@ def print_table(columns: list[str], rows: list[list[str]]) -> None:
 
 
 def confirm(question: str) -> bool:
-    return err.input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
+    # markup off: rich would read "[y/N]" as a style tag and print nothing of it
+    return err.input(f"{question} [y/N] ", markup=False).strip().lower() in ("y", "yes")

@@ -47,15 +47,17 @@ def remove(name: str) -> None:
     _path(name).unlink(missing_ok=True)
 
 
+def cluster_names() -> list[str]:
+    d = home() / "clusters"
+    return sorted(p.stem for p in d.glob("*.json")) if d.is_dir() else []
+
+
 def all_clusters(unreadable: Callable[[TpuctlError], None] = lambda e: None) -> list[ClusterState]:
     """Every cluster with a readable state file; each unreadable one is reported, not fatal to the rest."""
-    d = home() / "clusters"
-    if not d.is_dir():
-        return []
     out = []
-    for p in sorted(d.glob("*.json")):
+    for name in cluster_names():
         try:
-            st = load(p.stem)
+            st = load(name)
         except TpuctlError as e:
             unreadable(e)
             continue
