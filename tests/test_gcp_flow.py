@@ -59,7 +59,7 @@ def test_up_status_down_vm(cloud, cli):
     policy = bucket_policy(cloud)
     assert all(DEFAULT_SA not in members for members in policy.values())
     assert bucket_doc() is not None  # kept without --delete-bucket
-    assert state.load("bert") is None
+    assert state.load("bert").phase.value == "down"   # remembered: its logs and outputs are still reachable
 
 
 def test_up_status_down_node(cloud, cli):
@@ -168,6 +168,12 @@ def test_down_twice_and_missing_resources(cloud, cli):
     assert cli("up", "--type", "v3-8", "--zone", "us-central1-b", "-c", "bert")[0] == 0
     cloud.tpu.nodes[2].clear()  # deleted behind tpuctl's back
     assert cli("down", "-c", "bert", "--yes")[0] == 0
+    calls = len(cloud.mutating_calls())
+    code, out, err = cli("down", "-c", "bert", "--yes")
+    assert code == 0 and "already down" in err and len(cloud.mutating_calls()) == calls
+    assert cli("down", "-c", "bert", "--yes", "--delete-bucket")[0] == 0
+    from google.cloud import storage
+    assert storage.Client(project=PROJECT).lookup_bucket(BUCKET) is None
     code, out, err = cli("down", "-c", "bert", "--yes")
     assert code == 3 and "no cluster named 'bert'" in err
 
@@ -197,6 +203,7 @@ def test_preempted_tpu_is_recreated_by_up(cloud, cli):
     cloud.tpu.set_state(2, name, "PREEMPTED")
     code, out, err = cli("status", "-c", "bert", "--json")
     assert json.loads(out)["resources"]["tpu"]["state"] == "PREEMPTED"
+    assert "PREEMPTED" in json.loads(out)["problem"] and json.loads(out)["fix"] == "tpuctl up -c bert"
     code, out, err = cli("up", "--type", "v3-8", "--zone", "us-central1-b", "-c", "bert", "--spot")
     assert code == 0, err
     assert "PREEMPTED" in err

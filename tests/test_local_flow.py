@@ -119,10 +119,48 @@ def test_down_stops_exactly_the_agent(local, cli):
     with pytest.raises(ProcessLookupError):   # the process itself is gone, not only unrecognisable
         os.kill(pid, 0)
     assert Path(local.spec.store).is_dir()  # the store's outputs are kept
-    assert state.load("loc") is None
+    assert state.load("loc").phase.value == "down"
     assert cli("up", "--provider", "local", "-c", "loc")[0] == 0
     assert cli("down", "-c", "loc", "--yes", "--delete-bucket")[0] == 0
     assert not Path(local.spec.store).exists()
+    assert state.load("loc") is None
+
+
+def test_logs_jobs_and_ls_after_down_then_the_store_goes(local, cli, tmp_path):
+    job = make_job(tmp_path, 'import os; print("trained"); open(os.environ["TPUCTL_OUTPUT_DIR"] + "/w", "w").write("x")')
+    code, out, err = cli("submit", str(job), "-c", "loc")
+    assert code == 0 and "trained" in out, err
+    assert cli("down", "-c", "loc", "--yes")[0] == 0
+    code, out, err = cli("logs", "-c", "loc")
+    assert code == 0 and out == "trained\n", err
+    code, out, err = cli("jobs", "-c", "loc", "--json")
+    assert code == 0 and json.loads(out)[0]["state"] == "succeeded"
+    code, out, err = cli("ls", "--json")
+    row = json.loads(out)[0]
+    assert row["phase"] == "down" and row["store_bytes"] > 0
+    code, out, err = cli("ls")
+    assert "down" in out and "kept" in out
+    code, out, err = cli("status", "-c", "loc")
+    assert code == 0 and "tpuctl up -c loc" in err and "DEAD" not in out
+    code, out, err = cli("submit", str(job), "-c", "loc")
+    assert code == 3 and "is down" in err and "tpuctl up -c loc" in err
+    code, out, err = cli("down", "-c", "loc", "--yes")
+    assert code == 0 and "already down" in err and Path(local.spec.store).is_dir()
+    code, out, err = cli("down", "-c", "loc", "--yes", "--delete-bucket")
+    assert code == 0, err
+    assert not Path(local.spec.store).exists() and state.load("loc") is None
+    assert cli("logs", "-c", "loc")[0] == 3
+
+
+def test_status_names_a_dead_agent_and_the_command_that_restarts_it(local, cli):
+    LocalProvider()._stop(local, lambda s: None)
+    code, out, err = cli("status", "-c", "loc")
+    assert code == 0
+    assert "agent" in err and "not running" in err and "fix: tpuctl up -c loc --provider local" in err
+    info = json.loads(cli("status", "-c", "loc", "--json")[1])
+    assert "not running" in info["problem"] and info["fix"] == "tpuctl up -c loc --provider local"
+    assert cli("up", "--provider", "local", "-c", "loc")[0] == 0
+    assert json.loads(cli("status", "-c", "loc", "--json")[1])["problem"] == ""
 
 
 def test_down_does_not_kill_a_reused_pid(env, cli):

@@ -34,7 +34,7 @@ def _wait_agents(hosts, resource_suffix, n, timeout=120):
                                    f"\n{h.agent_out()}" for r, hs in hosts.hosts.items() for h in hs))
 
 
-def test_single_host_tpu_vm_boots_its_agent_from_the_bucket(hosts, cloud, cli, tmp_path):
+def test_single_host_tpu_vm_boots_its_agent_from_the_bucket(hosts, cloud, cli, tmp_path, monkeypatch):
     code, out, err = cli("up", "--type", "v3-8", "--zone", "us-central1-b", "-c", "sim")
     assert code == 0, err
     [host] = _wait_agents(hosts, "nodes/tpuctl-sim", 1)
@@ -51,6 +51,10 @@ def test_single_host_tpu_vm_boots_its_agent_from_the_bucket(hosts, cloud, cli, t
     assert words[:3] == ["on", "v3-8", "local"]
     assert words[3].startswith(str(host.root / "opt/tpuctl/venv"))   # the wheel from the bucket, not this checkout
     assert words[4:] == ["true", "/opt/my/libtpu.so"]                 # PJRT runtime; the job's own value wins
+    assert json.loads(cli("status", "-c", "sim", "--json")[1])["problem"] == ""   # a beating agent: healthy
+    monkeypatch.setenv("TPUCTL_STALE_SECONDS", "0.001")     # every heartbeat is now too old: the agent is silent
+    code, out, err = cli("status", "-c", "sim")
+    assert "silent" in err and "fix: tpuctl ssh -c sim -- sudo systemctl restart tpuctl-agent" in err
     code, out, err = cli("down", "-c", "sim", "--yes")
     assert code == 0, err
     assert not hosts.hosts                                       # powered off with the TPU

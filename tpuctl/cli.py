@@ -16,6 +16,7 @@ from . import __version__
 from .errors import ErrorKind, ExitCode, TpuctlError, bad_input
 
 if TYPE_CHECKING:
+    from .jobspec import JobSpec
     from .models import ClusterState
     from .providers.base import Provider
     from .store import BlobStore
@@ -140,7 +141,7 @@ def status(cluster: Optional[str] = CLUSTER,
         con.print_json(info)
         return
     rows = [[k, "yes" if v is True else str(v)] for k, v in info.items()
-            if k not in ("grants", "resources") and v not in ("", None, False)]
+            if k not in ("grants", "resources", "problem", "fix") and v not in ("", None, False)]
     for kind, res in info["resources"].items():
         if kind in ("boot_logs", "workers"):
             for host, line in res.items():
@@ -150,6 +151,10 @@ def status(cluster: Optional[str] = CLUSTER,
     for g in info["grants"]:
         rows.append(["grant", g])
     con.print_table(["field", "value"], rows)
+    if info["problem"]:
+        con.err.print(f"[bold red]! {info['problem']}[/]")
+    if info["fix"]:
+        con.err.print(f"[dim]fix:[/] {info['fix']}" if info["problem"] else f"[dim]{info['fix']}[/]")
 
 
 @app.command("ls")
@@ -167,9 +172,16 @@ def ls_(as_json: bool = typer.Option(False, "--json", help="Machine-readable out
     if not rows:
         con.err.print("no clusters; make one with `tpuctl up --type v3-8 --zone us-central1-b`")
         return
+    def note(r: dict[str, object]) -> str:
+        if r["orphan"]:
+            return "ORPHAN: no local state (tpuctl up -c NAME adopts it)"
+        if r["phase"] == "down":
+            kept = f"{con.human_bytes(int(str(r['store_bytes'])))} kept" if r["store_bytes"] is not None else "kept"
+            return f"{kept}; --delete-bucket on down removes it"
+        return ""
     con.print_table(["cluster", "provider", "type", "zone", "state", "store", "note"],
-                    [[r["cluster"], r["provider"], r["type"], r["zone"], r["phase"], r["store"],
-                      "ORPHAN: no local state (tpuctl up -c NAME adopts it)" if r["orphan"] else ""] for r in rows])
+                    [[r["cluster"], r["provider"], r["type"], r["zone"], r["phase"], r["store"], note(r)]
+                     for r in rows])
 
 
 @app.command()
@@ -178,9 +190,16 @@ def down(cluster: Optional[str] = CLUSTER,
          yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
          provider: Optional[str] = PROVIDER) -> None:
     """Delete what `up` made: TPU, VM, the grants it added; the bucket only with --delete-bucket."""
+    from .models import Phase
     con = _console()
     st, prov = _cluster_and_provider(cluster, provider)
-    what = ", ".join(prov.teardown_list(st) + ([f"{len(st.grants)} bucket grants"] if st.grants else [])
+    already = st.phase is Phase.DOWN
+    if already and not delete_bucket:
+        con.err.print(f"cluster {st.name} is already down; its {prov.store_noun} {st.spec.store} is kept "
+                      f"(`tpuctl down -c {st.name} --delete-bucket` removes it)")
+        return
+    what = ", ".join(([] if already else prov.teardown_list(st))
+                     + ([f"{len(st.grants)} bucket grants"] if st.grants else [])
                      + ([f"{prov.store_noun} {st.spec.store} and all its contents"] if delete_bucket else []))
     if not yes:
         if not _interactive():
@@ -233,13 +252,19 @@ def submit(ctx: typer.Context,
            data: List[str] = typer.Option([], "--data", help="Extra data path to sync (repeatable)."),
            detach: bool = typer.Option(False, "--detach", "-d", help="Print the run id and return at once."),
            give_up_after: float = typer.Option(900.0, "--give-up-after", help="Seconds to follow a silent host."),
+           dry_run: bool = typer.Option(False, "--dry-run",
+                                        help="Show what would be uploaded (needs no cluster); run nothing."),
            provider: Optional[str] = PROVIDER) -> None:
     """Package JOB_DIR, sync its data, run it on the cluster and follow its logs; exits with the job's code.
     Arguments after `--` are appended to the job's command."""
-    from . import jobspec, submission
+    from . import jobspec, packaging, submission
     con = _console()
+    job = jobspec.load(job_dir, data)          # the job's own mistakes first, before any cluster is looked for
+    packaging.files(job.root, job.data)        # links out of the job are refused here too
+    if dry_run:
+        _submit_preview(job, cluster, provider)
+        return
     st, prov = _cluster_and_provider(cluster, provider)
-    job = jobspec.load(job_dir, data)
     with con.Reporter() as rep:
         run_id, _ = submission.submit(st, prov, job, list(ctx.args), rep.transfer, rep)
     if detach:
@@ -247,6 +272,35 @@ def submit(ctx: typer.Context,
         return
     con.err.print(f"run {run_id} submitted; following its log (Ctrl-C stops following, not the run)")
     raise typer.Exit(_follow(prov.store(st), run_id, st, prov, give_up_after=give_up_after))
+
+
+def _submit_preview(job: "JobSpec", cluster: Optional[str], provider: Optional[str]) -> None:
+    from . import state, submission
+    con = _console()
+    st = state.load(_cluster(cluster))
+    store = None
+    if st is not None:
+        try:
+            store = _cluster_and_provider(cluster, provider)[1].store(st)
+        except TpuctlError as e:   # no credentials, say: still show what is known offline
+            con.err.print(f"[yellow]! cannot compare with cluster {st.name}'s store: {e.message}[/]")
+    p = submission.preview(job, store)
+    human = con.human_bytes
+    print(f"job      {job.name}: {job.command}")
+    print(f"package  {human(p.package_bytes)} packed ({human(p.package_unpacked_bytes)} of files), "
+          f"sha256 {p.package_sha256[:12]}" +
+          ("" if store is None else ("  new" if p.package_new else "  already in the store")))
+    if p.data:
+        print(f"data     {len(p.data)} files, {human(p.data_bytes)} ({p.data_contents} distinct contents); "
+              "the job sees each at $TPUCTL_DATA_DIR/<path>:")
+        for path, rel, size in p.data[:20]:
+            print(f"           {rel}  <- {path}  ({human(size)})")
+        if len(p.data) > 20:
+            print(f"           ... and {len(p.data) - 20} more")
+    where = (f"to cluster {st.name}'s store: {p.data_new_contents} of {p.data_contents} data contents new"
+             if store is not None and st is not None else "no cluster to compare with: everything counted")
+    print(f"to send  {human(p.bytes_to_send)} ({where})")
+    con.err.print("dry run: nothing was uploaded or run")
 
 
 @app.command()

@@ -33,17 +33,28 @@ def plan(paths: list[Path], names: list[str]) -> list[tuple[Path, str]]:
     return out
 
 
-def sync(store: BlobStore, paths: list[Path], names: list[str], run_id: str, transfer: Transfer) -> dict[str, int]:
-    """Upload the blobs the store lacks and give the run its copies, pipelined per content (a copy follows its
-    blob's upload at once); returns counts and bytes sent/skipped."""
-    files = plan(paths, names)
+def contents(files: list[tuple[Path, str]]) -> dict[str, tuple[Path, int, list[str]]]:
+    """md5 -> (a local file with that content, its size, every data path that holds it)."""
     cache = Md5Cache()
     by_md5: dict[str, tuple[Path, int, list[str]]] = {}
     for path, rel in files:
         md5 = cache.md5(path)
         by_md5.setdefault(md5, (path, path.stat().st_size, []))[2].append(rel)
     cache.save()
-    have = {k[len(layout.BLOBS_PREFIX):] for k in store.stats(layout.BLOBS_PREFIX)}
+    return by_md5
+
+
+def stored(store: BlobStore) -> set[str]:
+    """The md5s whose blobs the store holds: one listing."""
+    return {k[len(layout.BLOBS_PREFIX):] for k in store.stats(layout.BLOBS_PREFIX)}
+
+
+def sync(store: BlobStore, paths: list[Path], names: list[str], run_id: str, transfer: Transfer) -> dict[str, int]:
+    """Upload the blobs the store lacks and give the run its copies, pipelined per content (a copy follows its
+    blob's upload at once); returns counts and bytes sent/skipped."""
+    files = plan(paths, names)
+    by_md5 = contents(files)
+    have = stored(store)
     missing = [md5 for md5 in by_md5 if md5 not in have]
     sent = sum(by_md5[md5][1] for md5 in missing)
     advance = transfer(sent) if missing else (lambda n: None)

@@ -43,6 +43,7 @@ class Framework(str, Enum):
 class Phase(str, Enum):
     CREATING = "creating"   # a state file left here means `up` was cut off: the next `up` finishes it
     READY = "ready"
+    DOWN = "down"           # compute deleted, store kept: logs, jobs and download still read it; `up` brings it back
 
 
 def require_owned(labels: Any, cluster: str, what: str) -> None:

@@ -18,7 +18,7 @@ from typing import Callable
 from . import state
 from .background import Background
 from .errors import ErrorKind, Scope, TpuctlError
-from .models import ClusterSpec, ClusterState, Grant, Phase
+from .models import ClusterSpec, ClusterState, Grant, HostFacts, Phase
 from .providers.base import BucketGrants, Created, Placement, Provider, Reporter, progress_of
 
 
@@ -150,6 +150,9 @@ def up(spec: ClusterSpec, provider: Provider, reporter: Reporter) -> ClusterStat
     provider.preflight(spec)
     st = prior or ClusterState(spec=spec, created_at=time.time())
     st.spec = spec
+    was_down = st.phase is Phase.DOWN
+    if was_down:
+        st.phase = Phase.CREATING   # from here on `down` must look for compute again
     run = _Up(provider, reporter, st)
     run.save()
     placements = _ordered(provider.placements(spec), st.zone)
@@ -173,6 +176,9 @@ def up(spec: ClusterSpec, provider: Provider, reporter: Reporter) -> ClusterStat
             reporter.warn("could not remove: " + "; ".join(left) + f" (run `tpuctl down -c {spec.name}`)")
         elif not prior:
             state.remove(spec.name)
+        elif was_down:
+            st.phase = Phase.DOWN   # nothing of this run is left: the cluster is as down as it was
+            run.save()
         raise
 
 
@@ -185,10 +191,29 @@ def load(name: str) -> ClusterState:
 
 
 def status(st: ClusterState, provider: Provider) -> dict[str, object]:
-    """The cluster as recorded plus the provider's live view; keys in display order."""
-    return {"cluster": st.name, "provider": st.spec.provider.value, "phase": st.phase.value,
-            **provider.summary(st), "store": st.spec.store, "price": provider.price(st.spec).text,
-            "grants": [f"{g.role} -> {g.member}" for g in st.grants], "resources": provider.describe(st)}
+    """The cluster as recorded plus the provider's live view; keys in display order. `problem` and `fix` say what
+    is wrong with a cluster that should be running (a dead agent, a preempted TPU) and the command that mends it."""
+    info: dict[str, object] = {"cluster": st.name, "provider": st.spec.provider.value, "phase": st.phase.value,
+                               **provider.summary(st), "store": st.spec.store,
+                               "price": "nothing billed" if st.phase is Phase.DOWN else provider.price(st.spec).text,
+                               "grants": [f"{g.role} -> {g.member}" for g in st.grants]}
+    if st.phase is Phase.DOWN:
+        info["resources"] = {}
+        info["problem"] = ""
+        info["fix"] = f"tpuctl up -c {st.name} brings it back; logs, jobs and download work while it is down"
+        return info
+    info["resources"] = provider.describe(st)
+    found = provider.problem(st) if st.phase is Phase.READY else None
+    info["problem"], info["fix"] = found if found else ("", "")
+    return info
+
+
+def store_bytes(st: ClusterState, provider: Provider) -> int | None:
+    """What a kept store holds, in bytes (None when it cannot be listed)."""
+    try:
+        return sum(size for _, size in provider.store(st).list(""))
+    except Exception:  # noqa: BLE001 - a size is a nicety in `ls`: a store that cannot be listed shows none
+        return None
 
 
 def ls(providers: list[Provider], extra_project: str, warn: Callable[[str], None]) -> list[dict[str, object]]:
@@ -197,9 +222,11 @@ def ls(providers: list[Provider], extra_project: str, warn: Callable[[str], None
     rows: list[dict[str, object]] = []
     local = state.all_clusters(lambda e: warn(f"{e.message}; {e.hint}"))
     known = {(s.name, s.spec.tpu_name, s.zone) for s in local}
+    by_name = {p.name: p for p in providers}
     for s in local:
+        kept = store_bytes(s, by_name[s.spec.provider]) if s.phase is Phase.DOWN else None
         rows.append({"cluster": s.name, "provider": s.spec.provider.value, "type": s.spec.tpu_type, "zone": s.zone,
-                     "phase": s.phase.value, "store": s.spec.store, "orphan": False})
+                     "phase": s.phase.value, "store": s.spec.store, "store_bytes": kept, "orphan": False})
     for p in providers:
         if p.inventory is None:
             continue
@@ -212,7 +239,8 @@ def ls(providers: list[Provider], extra_project: str, warn: Callable[[str], None
             for n in found:
                 if (n["cluster"], n["name"], n["zone"]) not in known:
                     rows.append({"cluster": n["cluster"], "provider": p.name.value, "type": n["type"],
-                                 "zone": n["zone"], "phase": n["state"], "store": "", "orphan": True})
+                                 "zone": n["zone"], "phase": n["state"], "store": "", "store_bytes": None,
+                                 "orphan": True})
     return rows
 
 
@@ -238,11 +266,17 @@ def down(st: ClusterState, provider: Provider, reporter: Reporter, delete_store:
         except TpuctlError as e:
             errors.append(e)
     else:
-        reporter.info(f"kept {provider.store_noun} {st.spec.store} (add --delete-bucket to remove it and its contents)")
+        reporter.info(f"kept {provider.store_noun} {st.spec.store}: `tpuctl logs/jobs/download -c {st.name}` still "
+                      f"read it; `tpuctl down -c {st.name} --delete-bucket` removes it and its contents")
     if errors:
         state.save(st)
         first = errors[0]
         raise TpuctlError(first.kind, f"down incomplete: {first.message}", first.hint or
                           f"run `tpuctl down -c {st.name}` again")
-    state.remove(st.name)
+    if delete_store:
+        state.remove(st.name)
+        return
+    # Remembered as down with its store kept, so the runs' logs and outputs stay reachable by the cluster's name.
+    st.phase, st.host = Phase.DOWN, HostFacts()
+    state.save(st)
 

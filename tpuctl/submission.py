@@ -6,6 +6,7 @@ import json
 import os
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from . import datasync, layout, packaging, runs
@@ -27,6 +28,9 @@ def warn_package_bytes() -> int:
 def submit(st: ClusterState, provider: Provider, job: JobSpec, args: list[str], transfer: datasync.Transfer,
            reporter: Reporter) -> tuple[str, dict[str, int]]:
     """Everything up to the written job.json; returns (run id, data sync summary)."""
+    if st.phase is Phase.DOWN:
+        raise TpuctlError(ErrorKind.NOT_FOUND, f"cluster {st.name} is down (its {provider.store_noun} is kept)",
+                          f"`tpuctl up -c {st.name}` brings it back")
     if st.phase is not Phase.READY:
         raise TpuctlError(ErrorKind.NOT_FOUND, f"cluster {st.name} is not ready (its `up` did not finish)",
                           f"run `tpuctl up -c {st.name} ...` again")
@@ -61,6 +65,41 @@ def submit(st: ClusterState, provider: Provider, job: JobSpec, args: list[str], 
     if not store.create(layout.run_job(run_id), json.dumps(spec.to_json(), indent=2).encode()):
         raise TpuctlError(ErrorKind.ERROR, f"run id {run_id} already exists", "submit again")
     return run_id, synced
+
+
+@dataclass
+class Preview:
+    """What `submit` would send (`submit --dry-run`)."""
+    package_sha256: str
+    package_bytes: int                        # packed, as it would be uploaded
+    package_unpacked_bytes: int
+    package_new: bool                         # True also when there is no store to compare with
+    data: list[tuple[str, str, int]]          # (local path, path under TPUCTL_DATA_DIR, bytes)
+    data_contents: int                        # distinct contents among the data files
+    data_new_contents: int
+    bytes_to_send: int
+    compared_with_store: bool
+
+    @property
+    def data_bytes(self) -> int:
+        return sum(size for _, _, size in self.data)
+
+
+def preview(job: JobSpec, store: BlobStore | None) -> Preview:
+    """What `submit` would send, without a run: the package (built here, so its size and hash are exact) and each
+    data file with where the job sees it; with a store, what of it the store already holds."""
+    with tempfile.TemporaryDirectory() as tmp:
+        pkg = Path(tmp) / "job.tar.gz"
+        sha = packaging.build_file(job.root, job.data, pkg)
+        packed = pkg.stat().st_size
+    files = datasync.plan(job.data, job.data_as)
+    by_md5 = datasync.contents(files)
+    have = datasync.stored(store) if store is not None else set()
+    pkg_new = store is None or layout.job_package(sha) not in store.stats(layout.job_package(sha))
+    new = [md5 for md5 in by_md5 if md5 not in have]
+    return Preview(sha, packed, packaging.size(job.root, job.data), pkg_new,
+                   [(str(path), rel, path.stat().st_size) for path, rel in files], len(by_md5), len(new),
+                   (packed if pkg_new else 0) + sum(by_md5[md5][1] for md5 in new), store is not None)
 
 
 def resolve_run(store: BlobStore, run_id: str | None) -> str:

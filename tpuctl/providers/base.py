@@ -168,6 +168,9 @@ class Provider(Protocol):
         """Raise TpuctlError unless runs can be submitted now (TPU READY; local agent alive)."""
     def host_state(self, st: ClusterState) -> tuple[bool, str]:
         """(alive or coming back, what it is doing in words): asked by a follower whose run's host went quiet."""
+    def problem(self, st: ClusterState) -> tuple[str, str] | None:
+        """What keeps a ready cluster from running jobs now (a dead agent, a lost TPU, silent hosts) and the one
+        command that mends it, or None when it is healthy."""
     def location(self, st: ClusterState) -> str:
         """Where the cluster runs, in words ("v3-8 in us-central1-b", "this machine")."""
     def summary(self, st: ClusterState) -> dict[str, object]:

@@ -161,6 +161,12 @@ class LocalProvider:
             return True, "the local agent is running"
         return False, f"the local agent (pid {st.host.pid}) is not running"
 
+    def problem(self, st: ClusterState) -> tuple[str, str] | None:
+        if self.agent_alive(st):
+            return None
+        return (f"the local agent (pid {st.host.pid}) is not running: submitted runs wait",
+                f"tpuctl up -c {st.name} --provider local")
+
     def summary(self, st: ClusterState) -> dict[str, object]:
         return {}
 

@@ -9,7 +9,7 @@ import json
 import secrets
 import time
 
-from ... import layout
+from ... import layout, runs
 from ...background import Background
 from ...catalog import region_of, tpu_type
 from ...errors import ErrorKind, Scope, TpuctlError
@@ -210,6 +210,26 @@ class GcpProvider:
             return True, "the TPU is READY but its agent is silent" + (f" (boot log: {boot})" if boot else "")
         return False, f"the TPU is {state}" + (f" (last boot log lines: {boot})" if boot else "")
 
+    def problem(self, st: ClusterState) -> tuple[str, str] | None:
+        node = self._tpu(st.spec).find(st.spec.tpu_name, st.zone) if st.zone else None
+        state = self._tpu(st.spec).state(node) if node is not None else "MISSING"
+        again = f"tpuctl up -c {st.name}"
+        if state in ("CREATING", "STARTING", "RESTARTING", "REPAIRING"):
+            return (f"the TPU is {state}; runs start once its hosts have booted",
+                    f"wait, or watch: tpuctl status -c {st.name}")
+        if state != "READY":
+            return f"the TPU is {state}: submitted runs wait and running ones resume once it is back", again
+        beats = {who: age for who, (age, _) in self._beats(st).items()}
+        boot = "; ".join(f"{h}: {line}" for h, line in self._boot_logs(st).items())
+        if not beats:
+            return ("the TPU is READY but no agent has reported yet" + (f" (boot log: {boot})" if boot else ""),
+                    f"look at the host: tpuctl ssh -c {st.name} -- sudo journalctl -u tpuctl-agent")
+        silent = sorted(w for w, age in beats.items() if age > runs.stale_seconds())
+        if silent:
+            return (f"agent {', '.join(silent)} silent for over {runs.stale_seconds():.0f}s",
+                    f"tpuctl ssh -c {st.name} -- sudo systemctl restart tpuctl-agent")
+        return None
+
     def summary(self, st: ClusterState) -> dict[str, object]:
         s = st.spec
         return {"project": s.project, "type": s.tpu_type, "arch": s.arch.value, "zone": st.zone, "runtime": st.runtime,
@@ -241,13 +261,19 @@ class GcpProvider:
 
     def _workers(self, st: ClusterState) -> dict[str, object]:
         """Each agent's last heartbeat: its role (a TensorFlow slice's workers > 0 serve the TPU runtime) and age."""
-        store = self.store(st)
         found: dict[str, object] = {}
+        for who, (age, role) in self._beats(st).items():
+            found[who] = f"{role}, heartbeat {age:.0f}s ago" + (" (STALE)" if age > runs.stale_seconds() else "")
+        return found
+
+    def _beats(self, st: ClusterState) -> dict[str, tuple[float, str]]:
+        """'wN host' -> (seconds since its agent's last heartbeat, its role)."""
+        store = self.store(st)
+        found: dict[str, tuple[float, str]] = {}
         for key, _ in store.list(layout.AGENTS_PREFIX):
             beat = json.loads(store.read(key) or b"{}")
-            age = time.time() - float(beat.get("time", 0))
             found[f"w{beat.get('worker', '?')} {beat.get('host', '')}"] = (
-                f"{beat.get('role', 'agent')}, heartbeat {age:.0f}s ago" + (" (STALE)" if age > 90 else ""))
+                time.time() - float(beat.get("time", 0)), str(beat.get("role", "agent")))
         return found
 
     def _boot_logs(self, st: ClusterState) -> dict[str, object]:
