@@ -223,7 +223,7 @@ def _cluster_and_provider(cluster: Optional[str], provider: Optional[str]) -> "t
 
 def _follow(store: "BlobStore", run_id: str, st0: "ClusterState", prov: "Provider", worker: int = 0,
             follow: bool = True, give_up_after: float = 900.0) -> int:
-    from . import runs
+    from . import layout, runs
     from .hostwatch import HostWatch
     out = sys.stdout.buffer
     cluster = st0.name
@@ -240,7 +240,10 @@ def _follow(store: "BlobStore", run_id: str, st0: "ClusterState", prov: "Provide
         raise typer.Exit(130)
     if follow:
         code = st.exit_code
-        _console().err.print(f"run {run_id} {st.state.value}" + (f" (exit code {code})" if code is not None else ""))
+        con = _console()
+        con.err.print(f"run {run_id} {st.state.value}" + (f" (exit code {code})" if code is not None else ""))
+        con.err.print(f"outputs: {store.local_path(layout.run_output(run_id))}/  "
+                      f"fetch them: tpuctl download {run_id} -c {cluster}")
         return code if code is not None else int(ExitCode.ERROR)
     return int(ExitCode.OK)
 
@@ -325,6 +328,33 @@ def logs(run_id: Optional[str] = typer.Argument(None, help="Run id (default: the
                              f"worker {worker} serves the TPU runtime")
         return
     raise typer.Exit(_follow(store, rid, st, prov, worker, follow, give_up_after))
+
+
+@app.command()
+def download(run_id: Optional[str] = typer.Argument(None, help="Run id (default: the latest run)."),
+             dest: Optional[str] = typer.Option(None, "--output", "-o", help="Directory (default: ./RUN_ID)."),
+             cluster: Optional[str] = CLUSTER,
+             provider: Optional[str] = PROVIDER) -> None:
+    """Fetch a run's outputs (checkpoints, TensorBoard events, metrics.json); again, only what changed."""
+    from pathlib import Path
+
+    from . import download as dl, runs, submission
+    con = _console()
+    st, prov = _cluster_and_provider(cluster, provider)
+    store = prov.store(st)
+    rid = submission.resolve_run(store, run_id)
+    target = Path(dest or rid)
+    if target.exists() and not target.is_dir():
+        raise bad_input(f"{target} exists and is not a directory", "pass -o DIR")
+    with con.Reporter() as rep:
+        got = dl.outputs(store, rid, target, lambda total: rep.transfer(total, "download"))
+    if got.files == 0:
+        con.err.print(f"run {rid} has no outputs yet (a job writes them under $TPUCTL_OUTPUT_DIR)")
+        return
+    con.err.print(f"[green]{target}/[/]: {got.fetched} of {got.files} files fetched "
+                  f"({con.human_bytes(got.bytes_fetched)}; {con.human_bytes(got.bytes_unchanged)} already here)")
+    if not runs.status(store, rid).state.final:
+        con.err.print(f"run {rid} is still going: run the same command again to fetch what is new")
 
 
 @app.command()

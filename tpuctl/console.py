@@ -82,15 +82,15 @@ class Reporter:
         if not self.live:
             self.c.print(f"  {kind:<6} {name}  {state}  ({now - start:.0f}s)")
 
-    def transfer(self, total: int) -> Callable[[int], None]:
-        """A byte progress bar (size, speed, time left) for an upload of `total` bytes; returns advance(n)."""
+    def transfer(self, total: int, verb: str = "upload") -> Callable[[int], None]:
+        """A byte progress bar (size, speed, time left) for a transfer of `total` bytes; returns advance(n)."""
         if not self.live:
-            self.c.print(f"  data   uploading {human_bytes(total)}")
+            self.c.print(f"  data   {verb}ing {human_bytes(total)}")
             return lambda n: None
         from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
-        bar = Progress("  upload", BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn(),
+        bar = Progress(f"  {verb}", BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn(),
                        console=self.c, auto_refresh=False)
-        task = bar.add_task("upload", total=total)
+        task = bar.add_task(verb, total=total)
         lock = threading.Lock()
         self.bar = bar
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 from pathlib import Path
 from typing import Callable, Protocol
 
@@ -32,6 +33,9 @@ class BlobStore(Protocol):
         """key -> (size, hex md5) of every object under prefix: one listing, not one request per object."""
     def upload_file(self, path: str, key: str, progress: Callable[[int], None]) -> None:
         """Upload a file, reporting bytes as they go; integrity checked by the implementation."""
+    def download_file(self, key: str, path: str, progress: Callable[[int], None]) -> None:
+        """Write the object to `path` (atomically: a reader never sees half a file), integrity checked by the
+        implementation; reports bytes as they arrive."""
     def copy(self, src: str, dst: str) -> None:
         """dst becomes a copy of src, made by the store itself (no bytes through this machine)."""
     def local_path(self, key: str) -> str:
@@ -99,17 +103,10 @@ class LocalStore:
         return out
 
     def upload_file(self, path: str, key: str, progress: Callable[[int], None]) -> None:
-        p = self._p(key)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
-        with open(path, "rb") as src, open(tmp, "wb") as dst:
-            while True:
-                b = src.read(1 << 20)
-                if not b:
-                    break
-                dst.write(b)
-                progress(len(b))
-        os.replace(tmp, p)
+        _copy_file(Path(path), self._p(key), progress)
+
+    def download_file(self, key: str, path: str, progress: Callable[[int], None]) -> None:
+        _copy_file(self._p(key), Path(path), progress)
 
     def copy(self, src: str, dst: str) -> None:
         s, d = self._p(src), self._p(dst)
@@ -125,3 +122,14 @@ class LocalStore:
     def local_path(self, key: str) -> str:
         return str(self._p(key))
 
+
+
+def _copy_file(src: Path, dst: Path, progress: Callable[[int], None]) -> None:
+    """Copy through a temporary file beside dst, then rename: dst is the old file or the whole new one."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dst.with_name(f".{dst.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    with open(src, "rb") as f, open(tmp, "wb") as out:
+        while b := f.read(1 << 20):
+            out.write(b)
+            progress(len(b))
+    os.replace(tmp, dst)

@@ -39,8 +39,9 @@ class Reporter(Protocol):
     def resource(self, kind: str, name: str, state: str, final: bool | None = None) -> None:
         """A resource changed state ("creating", "READY", "deleted", ...); the reporter times it until a final
         state (`final`, or by default READY, RUNNING, DELETED, GRANTED, REVOKED, ADOPTED)."""
-    def transfer(self, total: int) -> Callable[[int], None]:
-        """Start a byte progress display for an upload of `total` bytes; returns advance(n_bytes)."""
+    def transfer(self, total: int, verb: str = "upload") -> Callable[[int], None]:
+        """Start a byte progress display for a transfer ("upload", "download") of `total` bytes; returns
+        advance(n_bytes)."""
 
 
 def progress_of(reporter: Reporter, kind: str, name: str) -> Progress:

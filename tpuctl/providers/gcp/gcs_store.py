@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import os
+import threading
 import time
 from typing import Any, Callable
 
@@ -80,6 +81,20 @@ class GcsStore:
             blob.chunk_size = 16 << 20  # resumable upload in 16 MiB chunks: a dropped connection resends one chunk
         _retry_forbidden(blob.upload_from_filename, path, checksum="md5", what=f"upload {key}")
         progress(size)
+
+    def download_file(self, key: str, path: str, progress: Callable[[int], None]) -> None:
+        tmp = f"{os.path.dirname(path) or '.'}/.{os.path.basename(path)}.{os.getpid()}.{threading.get_ident()}.tmp"
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        blob = self.bucket.blob(key)
+        try:
+            # checksum "auto": the client checks what arrived against the object's crc32c (md5 without the C
+            # extension) and raises on a mismatch; crc32c also covers composite objects, which carry no md5
+            _retry_forbidden(blob.download_to_filename, tmp, checksum="auto", what=f"download {key}")
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        progress(os.path.getsize(path))
 
     def copy(self, src: str, dst: str) -> None:
         """A server-side copy (objects.rewrite): the bytes never leave Cloud Storage."""

@@ -1,0 +1,53 @@
+"""`tpuctl download`: a run's outputs (runs/<id>/output/) from the store into a local directory, in parallel and
+incrementally: a file already there with the object's size and md5 is not fetched again, so running it again
+while a job trains fetches only what changed (new checkpoints, grown event files)."""
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from . import layout
+from .datasync import WORKERS, Transfer
+from .errors import ErrorKind, TpuctlError
+from .md5cache import Md5Cache
+from .store import BlobStore
+
+
+@dataclass
+class Fetched:
+    files: int            # objects under the run's outputs
+    fetched: int          # of them, fetched by this call
+    bytes_fetched: int
+    bytes_unchanged: int
+
+
+def _place(dest: Path, rel: str) -> Path:
+    """Where an object lands under dest; an object name that climbs out (`../x`, `/x`: legal in GCS) is refused."""
+    parts = PurePosixPath(rel).parts
+    if not parts or rel.startswith("/") or ".." in parts:
+        raise TpuctlError(ErrorKind.INPUT, f"refusing to download {rel!r}: the name leaves the destination",
+                          "someone wrote an odd object name into the run's outputs; fetch the rest by hand")
+    return dest.joinpath(*parts)
+
+
+def outputs(store: BlobStore, run_id: str, dest: Path, transfer: Transfer) -> Fetched:
+    prefix = layout.run_output(run_id) + "/"
+    remote = store.stats(prefix)
+    cache = Md5Cache()
+    todo: list[tuple[str, Path, int]] = []
+    unchanged = 0
+    for key, (size, md5) in sorted(remote.items()):
+        target = _place(dest, key[len(prefix):])
+        if target.is_file() and target.stat().st_size == size and md5 and cache.md5(target) == md5:
+            unchanged += size
+            continue
+        todo.append((key, target, size))
+    cache.save()
+    total = sum(size for _, _, size in todo)
+    advance = transfer(total) if todo else (lambda n: None)
+    if todo:
+        with ThreadPoolExecutor(min(WORKERS, len(todo))) as pool:
+            for f in [pool.submit(store.download_file, key, str(target), advance) for key, target, _ in todo]:
+                f.result()
+    return Fetched(len(remote), len(todo), total, unchanged)
