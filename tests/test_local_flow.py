@@ -209,6 +209,10 @@ def test_bert_quick_start_on_the_local_provider(local, cli):
     assert len(losses) == 3 and losses[-1] < losses[0]
     assert list(Path(local.spec.store).glob("runs/*/output/checkpoints/ckpt-30*"))
     assert list(Path(local.spec.store).glob("prepared/bert_pretrain-128/part-*.tfrecord"))
+    [row] = json.loads(cli("jobs", "-c", "loc", "--json")[1])     # metrics.json, from tpuctl.runtime's callback
+    assert row["step"] == 30 and abs(row["loss"] - losses[-1]) < 1e-3 and len(row["loss_curve"]) == 3
+    code, table, _ = cli("jobs", "-c", "loc")
+    assert f"{losses[-1]:.4f}" in table and row["loss_curve"] in table
 
 
 def test_ctrl_c_stops_following_not_the_run(local, cli, tmp_path):

@@ -361,7 +361,7 @@ def download(run_id: Optional[str] = typer.Argument(None, help="Run id (default:
 def jobs(cluster: Optional[str] = CLUSTER,
          as_json: bool = typer.Option(False, "--json", help="Machine-readable output on stdout."),
          provider: Optional[str] = PROVIDER) -> None:
-    """List the cluster's runs: id, job, state, start, duration, exit code."""
+    """List the cluster's runs: id, job, state, start, duration, exit code, latest step and loss, loss curve."""
     from . import submission
     con = _console()
     st, prov = _cluster_and_provider(cluster, provider)
@@ -369,10 +369,12 @@ def jobs(cluster: Optional[str] = CLUSTER,
     if as_json:
         con.print_json(rows)
         return
-    con.print_table(["id", "job", "state", "started", "duration", "exit"],
+    con.print_table(["id", "job", "state", "started", "duration", "exit", "step", "loss", "loss curve"],
                     [[r["id"], r["name"], r["state"], r["started"],
                       "" if r["duration"] is None else f"{r['duration']:.0f}s",
-                      "" if r["exit_code"] is None else r["exit_code"]] for r in rows])
+                      "" if r["exit_code"] is None else r["exit_code"],
+                      "" if r["step"] is None else r["step"],
+                      "" if r["loss"] is None else f"{r['loss']:.4f}", r["loss_curve"]] for r in rows])
 
 
 @app.command()

@@ -68,6 +68,11 @@ def run_output(run_id: str) -> str:
     return f"{OUTPUTS_PREFIX}{run_id}/output"
 
 
+def run_metrics(run_id: str) -> str:
+    """The job's metrics file (metrics.py), written through tpuctl.runtime into its output directory."""
+    return f"{run_output(run_id)}/metrics.json"
+
+
 def blob(md5: str) -> str:
     """A data file's content, stored once whatever its name (content-addressed by md5)."""
     return f"{BLOBS_PREFIX}{md5}"
@@ -100,6 +105,7 @@ DESCRIBED = [
     (run_cancel("ID"), "written by `tpuctl cancel`"),
     (run_data("ID") + "...", "the run's own data ($TPUCTL_DATA_DIR): copies of blobs, frozen at submit"),
     (run_output("ID") + "/", "the job's outputs: checkpoints, TensorBoard events ($TPUCTL_OUTPUT_DIR)"),
+    (run_metrics("ID"), "latest step, metrics and their history, for `tpuctl jobs` (tpuctl.runtime writes it)"),
 ]
 
 

@@ -5,6 +5,7 @@
     batch = runtime.global_batch(32, strategy)    # per-replica batch x replicas
     lr = runtime.schedule(1e-4, batch, 256, warmup_steps=1000, total_steps=100000)
     runtime.output_dir(), runtime.data_dir()      # from TPUCTL_* with local fallbacks
+    model.fit(..., callbacks=[runtime.metrics_callback()])   # metrics.json: `tpuctl jobs` shows step, loss, curve
 
 TensorFlow is imported lazily, and TF_USE_LEGACY_KERAS=1 is set before it when tf-keras is installed (Keras 3 +
 TPUStrategy model.fit has open failures on TPU VMs, keras-team/keras#19448); a job's own value wins.
@@ -12,6 +13,7 @@ TPUStrategy model.fit has open failures on TPU VMs, keras-team/keras#19448); a j
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 from typing import Any, Mapping, MutableMapping
 
@@ -135,3 +137,47 @@ def data_dir(default: str = "data") -> str:
 
 def run_id() -> str:
     return os.environ.get("TPUCTL_RUN_ID", "local")
+
+
+def metrics_callback(every: int | None = None, path: str | None = None) -> Any:
+    """A Keras callback that rewrites `metrics.json` (tpuctl/metrics.py) in the output directory: at the end of
+    each epoch (a job whose epochs are its log intervals, as jobs/bert_pretrain's are), or every `every` steps.
+    The step is the optimizer's iteration count; a resumed run continues the history it finds there. What
+    callbacks before it put into `logs` is recorded too."""
+    tf = _tf()
+    from .metrics import FILE, MetricsLog, parse
+    target = path or f"{output_dir()}/{FILE}"
+
+    def write(log: MetricsLog) -> None:
+        tf.io.gfile.makedirs(os.path.dirname(target) or ".")
+        text = json.dumps(log.to_json())
+        if "://" in target:                  # an object store: one write replaces the object whole
+            with tf.io.gfile.GFile(target, "w") as f:
+                f.write(text)
+            return
+        tmp = f"{target}.tmp{os.getpid()}"
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.replace(tmp, target)              # readers (`tpuctl jobs`) never see half a file
+
+    class MetricsFile(tf.keras.callbacks.Callback):  # type: ignore[name-defined]  # TF is imported lazily, so its classes are values here
+        def __init__(self) -> None:
+            super().__init__()
+            found = None
+            if tf.io.gfile.exists(target):
+                with tf.io.gfile.GFile(target, "rb") as f:
+                    found = parse(f.read())
+            self.log = found or MetricsLog()
+
+        def _record(self, logs: dict[str, Any] | None) -> None:
+            self.log.record(int(self.model.optimizer.iterations.numpy()), logs or {})
+            write(self.log)
+
+        def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+            if every is None:
+                self._record(logs)
+
+        def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+            if every and int(self.model.optimizer.iterations.numpy()) % every == 0:
+                self._record(logs)
+    return MetricsFile()

@@ -6,10 +6,11 @@ import json
 import os
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import datasync, layout, packaging, runs
+from . import datasync, layout, metrics, packaging, runs
 from .errors import ErrorKind, TpuctlError
 from .jobspec import JobSpec
 from .models import ClusterState, Phase
@@ -113,20 +114,30 @@ def resolve_run(store: BlobStore, run_id: str | None) -> str:
     return latest
 
 
+def _row(store: BlobStore, run_id: str) -> dict[str, object]:
+    job = runs.job(store, run_id)
+    st = runs.status(store, run_id)
+    m = metrics.parse(store.read(layout.run_metrics(run_id)))
+    start, end = st.started, st.ended
+    shown = st.state.value
+    if not st.state.final and st.heartbeat and time.time() - st.heartbeat > STALE_SECONDS:
+        shown = "lost?"   # no heartbeat for 2 minutes: the host may be gone
+    losses = [v for _, v in m.history.get("loss", [])] if m else []
+    return {"id": run_id, "name": job.name if job else "", "state": shown,
+            "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(start)) if start else "",
+            "duration": round((end or time.time()) - start, 1) if start else None,
+            "exit_code": st.exit_code, "attempt": st.attempt,
+            "step": m.step if m else None, "loss": m.metrics.get("loss") if m else None,
+            "loss_curve": metrics.sparkline(losses)}
+
+
 def table(store: BlobStore) -> list[dict[str, object]]:
-    rows: list[dict[str, object]] = []
-    for run_id in runs.all_ids(store):
-        job = runs.job(store, run_id)
-        st = runs.status(store, run_id)
-        start, end = st.started, st.ended
-        shown = st.state.value
-        if not st.state.final and st.heartbeat and time.time() - st.heartbeat > STALE_SECONDS:
-            shown = "lost?"   # no heartbeat for 2 minutes: the host may be gone
-        rows.append({"id": run_id, "name": job.name if job else "", "state": shown,
-                     "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(start)) if start else "",
-                     "duration": round((end or time.time()) - start, 1) if start else None,
-                     "exit_code": st.exit_code, "attempt": st.attempt})
-    return rows
+    """One row per run, oldest first: three small reads a run, made 16 at a time (a bucket answers in ~50 ms)."""
+    ids = runs.all_ids(store)
+    if not ids:
+        return []
+    with ThreadPoolExecutor(min(16, len(ids))) as pool:
+        return list(pool.map(lambda rid: _row(store, rid), ids))
 
 
 def cancel(store: BlobStore, run_id: str) -> RunState:

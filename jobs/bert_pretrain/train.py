@@ -99,12 +99,14 @@ def main(argv=None, strategy=None) -> dict:
             print(f"step {step:6d}  loss {logs.get('loss', 0):.4f}  mlm_acc {logs.get('mlm_acc', 0):.4f}  "
                   f"nsp_loss {logs.get('nsp_loss', 0):.4f}  examples/s {rate:7.1f}", flush=True)
             history["examples_per_s"] = rate
+            logs["examples_per_s"] = rate   # recorded by the metrics callback that follows
             if step % a.checkpoint_every == 0 or step >= a.steps:
                 manager.save(checkpoint_number=step)
 
     epochs = -(-a.steps // interval)
     model.fit(ds, steps_per_epoch=interval, epochs=epochs, initial_epoch=start // interval, verbose=0,
-              callbacks=[Report(), tf.keras.callbacks.TensorBoard(f"{out}/tensorboard", update_freq="epoch")])
+              callbacks=[Report(), runtime.metrics_callback(path=f"{out}/metrics.json"),
+                         tf.keras.callbacks.TensorBoard(f"{out}/tensorboard", update_freq="epoch")])
     return {"step": int(opt.iterations.numpy()), **history}
 
 

@@ -1,0 +1,81 @@
+"""`metrics.json` in a run's output directory: the job's latest step and metrics and a capped history of each,
+rewritten whole at every log interval (object stores cannot append). The job writes it through
+`tpuctl.runtime.metrics_callback()`; `tpuctl jobs` reads it for the step, the loss and a sparkline.
+
+    {"step": 120, "metrics": {"loss": 6.91, ...}, "history": {"loss": [[10, 8.01], [20, 7.49], ...], ...}}
+
+No TensorFlow here: the CLI imports this module.
+"""
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Mapping
+
+FILE = "metrics.json"
+CAP = 300          # points kept per metric: past it, every other point goes (the first and the last stay)
+_BARS = "▁▂▃▄▅▆▇█"
+
+
+def thin(points: list[list[float]], cap: int = CAP) -> list[list[float]]:
+    """Halve a history past `cap` points, keeping its first and last points: the whole curve stays, coarser."""
+    while len(points) > cap:
+        points = points[:-1:2] + [points[-1]]
+    return points
+
+
+class MetricsLog:
+    def __init__(self, cap: int = CAP) -> None:
+        self.cap = cap
+        self.step = 0
+        self.metrics: dict[str, float] = {}
+        self.history: dict[str, list[list[float]]] = {}
+
+    def record(self, step: int, values: Mapping[str, Any]) -> None:
+        """Values at `step`; a step at or before one already recorded (a resumed run) replaces what followed it."""
+        self.step = int(step)
+        self.metrics = {k: float(v) for k, v in values.items() if _number(v)}
+        for name, value in self.metrics.items():
+            points = [p for p in self.history.get(name, []) if p[0] < self.step]
+            points.append([self.step, value])
+            self.history[name] = thin(points, self.cap)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"step": self.step, "metrics": self.metrics, "history": self.history}
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any], cap: int = CAP) -> "MetricsLog":
+        log = cls(cap)
+        log.step = int(doc.get("step", 0))
+        log.metrics = {k: float(v) for k, v in dict(doc.get("metrics", {})).items() if _number(v)}
+        log.history = {k: [[float(s), float(v)] for s, v in pts] for k, pts in dict(doc.get("history", {})).items()}
+        return log
+
+
+def _number(v: Any) -> bool:
+    try:
+        return math.isfinite(float(v))
+    except (TypeError, ValueError):
+        return False
+
+
+def parse(raw: bytes | None) -> MetricsLog | None:
+    """A metrics file as read from the store; None when absent or unreadable (a job's file is not trusted)."""
+    if not raw:
+        return None
+    try:
+        return MetricsLog.from_json(json.loads(raw))
+    except (ValueError, TypeError, AttributeError):
+        return None
+
+
+def sparkline(values: list[float], width: int = 16) -> str:
+    """The curve in `width` block characters (each the mean of its share of the points)."""
+    if not values:
+        return ""
+    if len(values) > width:
+        buckets = [values[i * len(values) // width:(i + 1) * len(values) // width] for i in range(width)]
+        values = [sum(b) / len(b) for b in buckets if b]
+    lo, hi = min(values), max(values)
+    span = hi - lo or 1.0
+    return "".join(_BARS[min(len(_BARS) - 1, int((v - lo) / span * len(_BARS)))] for v in values)
