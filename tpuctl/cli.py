@@ -358,6 +358,33 @@ def download(run_id: Optional[str] = typer.Argument(None, help="Run id (default:
 
 
 @app.command()
+def tensorboard(run_ids: List[str] = typer.Argument(None, help="Run ids (default: every run of the cluster)."),
+                cluster: Optional[str] = CLUSTER,
+                port: Optional[int] = typer.Option(None, "--port", help="Port (default: the first free from 6006)."),
+                host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
+                provider: Optional[str] = PROVIDER) -> None:
+    """Serve TensorBoard on runs' event files (a bucket's are synced as they grow) and print its URL."""
+    from . import board, runs, submission
+    board.require_installed()
+    con = _console()
+    st, prov = _cluster_and_provider(cluster, provider)
+    store = prov.store(st)
+    ids = [submission.resolve_run(store, r) for r in run_ids] if run_ids else runs.all_ids(store)
+    if not ids:
+        raise TpuctlError(ErrorKind.NOT_FOUND, f"cluster {st.name} has no runs yet",
+                          "`tpuctl submit JOB_DIR` starts one")
+    sources = board.Sources(store, st.name, ids)
+    if sources.cached:
+        con.err.print(f"syncing event files of {len(sources.cached)} run(s) from {st.spec.store} every "
+                      f"{board.sync_seconds():g}s")
+
+    def ready(url: str) -> None:
+        con.err.print(f"[green]TensorBoard[/] for {len(ids)} run(s): {url}   (Ctrl-C stops it)")
+        print(url, flush=True)
+    raise typer.Exit(board.serve(sources, port or board.free_port(), host, ready))
+
+
+@app.command()
 def jobs(cluster: Optional[str] = CLUSTER,
          as_json: bool = typer.Option(False, "--json", help="Machine-readable output on stdout."),
          provider: Optional[str] = PROVIDER) -> None:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Callable
 
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 
 if TYPE_CHECKING:
@@ -107,9 +108,10 @@ class Reporter:
 
 
 def print_error(message: str, hint: str) -> None:
-    err.print(f"[bold red]error:[/] {message}")
+    # escaped: messages quote user input and commands ("tpuctl[tensorboard]", "[env]") that rich would take as tags
+    err.print(f"[bold red]error:[/] {escape(message)}")
     if hint:
-        err.print(f"[dim]hint:[/] {hint}")
+        err.print(f"[dim]hint:[/] {escape(hint)}")
 
 
 def print_json(data: object) -> None:

@@ -3,15 +3,18 @@ incrementally: a file already there with the object's size and md5 is not fetche
 while a job trains fetches only what changed (new checkpoints, grown event files)."""
 from __future__ import annotations
 
+import os
+import shutil
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import Callable
 
 from . import layout
 from .datasync import WORKERS, Transfer
 from .errors import ErrorKind, TpuctlError
 from .md5cache import Md5Cache
-from .store import BlobStore
+from .store import BlobStore, partial_name
 
 
 @dataclass
@@ -31,9 +34,33 @@ def _place(dest: Path, rel: str) -> Path:
     return dest.joinpath(*parts)
 
 
-def outputs(store: BlobStore, run_id: str, dest: Path, transfer: Transfer) -> Fetched:
+def _grow(store: BlobStore, key: str, target: Path, advance: Callable[[int], None]) -> None:
+    """Fetch a file that may have grown, into the same file: when what is here is the start of the new content,
+    only the rest is appended, so a reader holding it open (TensorBoard tails event files by offset and never
+    reopens them) sees the new records; otherwise it is replaced."""
+    if not target.is_file():
+        return store.download_file(key, str(target), advance)
+    part = target.with_name(partial_name())
+    try:
+        store.download_file(key, str(part), advance)
+        have = target.stat().st_size
+        with open(part, "rb") as new, open(target, "r+b") as old:
+            if new.read(have) == old.read(have):
+                old.seek(have)
+                shutil.copyfileobj(new, old, 1 << 20)
+                return None
+        os.replace(part, target)
+    finally:
+        part.unlink(missing_ok=True)
+    return None
+
+
+def outputs(store: BlobStore, run_id: str, dest: Path, transfer: Transfer,
+            want: Callable[[str], bool] = lambda rel: True, in_place: bool = False) -> Fetched:
+    """Fetch the run's output files whose path (relative to the output directory) `want` accepts. `in_place`:
+    a grown file is appended to rather than replaced (_grow)."""
     prefix = layout.run_output(run_id) + "/"
-    remote = store.stats(prefix)
+    remote = {k: v for k, v in store.stats(prefix).items() if want(k[len(prefix):])}
     cache = Md5Cache()
     todo: list[tuple[str, Path, int]] = []
     unchanged = 0
@@ -48,6 +75,8 @@ def outputs(store: BlobStore, run_id: str, dest: Path, transfer: Transfer) -> Fe
     advance = transfer(total) if todo else (lambda n: None)
     if todo:
         with ThreadPoolExecutor(min(WORKERS, len(todo))) as pool:
-            for f in [pool.submit(store.download_file, key, str(target), advance) for key, target, _ in todo]:
+            fetch = (lambda k, t: _grow(store, k, t, advance)) if in_place else \
+                (lambda k, t: store.download_file(k, str(t), advance))
+            for f in [pool.submit(fetch, key, target) for key, target, _ in todo]:
                 f.result()
     return Fetched(len(remote), len(todo), total, unchanged)

@@ -9,8 +9,8 @@ which is what lets exactly one agent claim a run and keeps log chunks written on
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
-import threading
 from pathlib import Path
 from typing import Callable, Protocol
 
@@ -88,7 +88,7 @@ class LocalStore:
             return out
         for dirpath, _, files in os.walk(base):
             for f in files:
-                if f.startswith(".") and f.endswith(".tmp"):
+                if f.startswith(".") and (f.endswith(".tmp") or f.startswith(_PARTIAL)):
                     continue
                 full = Path(dirpath) / f
                 key = full.relative_to(self.root).as_posix()
@@ -124,10 +124,19 @@ class LocalStore:
 
 
 
+_PARTIAL = ".tpuctl-partial."
+
+
+def partial_name() -> str:
+    """A file being written, beside where it lands. Not derived from the final name: TensorBoard reads any file
+    whose name holds "tfevents", half-written ones included."""
+    return f"{_PARTIAL}{os.getpid()}.{secrets.token_hex(6)}"
+
+
 def _copy_file(src: Path, dst: Path, progress: Callable[[int], None]) -> None:
     """Copy through a temporary file beside dst, then rename: dst is the old file or the whole new one."""
     dst.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dst.with_name(f".{dst.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    tmp = dst.with_name(partial_name())
     with open(src, "rb") as f, open(tmp, "wb") as out:
         while b := f.read(1 << 20):
             out.write(b)

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import base64
 import os
-import threading
 import time
 from typing import Any, Callable
 
 from ...errors import ErrorKind, TpuctlError
+from ...store import partial_name
 from . import clients
 from .operations import call
 
@@ -83,18 +83,19 @@ class GcsStore:
         progress(size)
 
     def download_file(self, key: str, path: str, progress: Callable[[int], None]) -> None:
-        tmp = f"{os.path.dirname(path) or '.'}/.{os.path.basename(path)}.{os.getpid()}.{threading.get_ident()}.tmp"
+        tmp = os.path.join(os.path.dirname(path) or ".", partial_name())
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         blob = self.bucket.blob(key)
         try:
             # checksum "auto": the client checks what arrived against the object's crc32c (md5 without the C
             # extension) and raises on a mismatch; crc32c also covers composite objects, which carry no md5
             _retry_forbidden(blob.download_to_filename, tmp, checksum="auto", what=f"download {key}")
+            size = os.path.getsize(tmp)
             os.replace(tmp, path)
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
-        progress(os.path.getsize(path))
+        progress(size)
 
     def copy(self, src: str, dst: str) -> None:
         """A server-side copy (objects.rewrite): the bytes never leave Cloud Storage."""
