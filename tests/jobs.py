@@ -74,3 +74,23 @@ def submit_to_store(store, job_dir: Path) -> str:
     store.create(layout.run_job(run_id), json.dumps(
         runs.RunSpec(id=run_id, name="job", command="python main.py", package=sha).to_json()).encode())
     return run_id
+
+
+def make_wheel(dest: Path, name: str, version: str, module_src: str) -> Path:
+    """A pure-Python wheel written by hand (no build backend, no network): `name`.py holding module_src."""
+    import base64
+    import hashlib
+    import zipfile
+    dist = f"{name}-{version}.dist-info"
+    files = {f"{name}.py": module_src, f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+             f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    path = dest / f"{name}-{version}-py3-none-any.whl"
+    record = []
+    with zipfile.ZipFile(path, "w") as z:
+        for n, text in files.items():
+            data = text.encode()
+            z.writestr(n, data)
+            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+            record.append(f"{n},sha256={digest},{len(data)}")
+        z.writestr(f"{dist}/RECORD", "\n".join(record + [f"{dist}/RECORD,,"]) + "\n")
+    return path

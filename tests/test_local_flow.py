@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs import ENV_JOB, FIDELITY_JOB, SLEEP_JOB, fidelity_expected, make_job
+from jobs import ENV_JOB, FIDELITY_JOB, SLEEP_JOB, fidelity_expected, make_job, make_wheel
 from tpuctl import state
 from tpuctl.models import ProviderName
 from tpuctl.providers.local import LocalProvider
@@ -238,6 +238,30 @@ def test_provider_from_the_environment(env, cli, monkeypatch):
     st = state.load("envp")
     assert st.spec.provider is ProviderName.LOCAL
     assert cli("down", "-c", "envp", "--yes")[0] == 0
+
+
+def test_job_requirements_get_their_own_environment_cached_by_hash(local, cli, tmp_path):
+    """A job pinning another version of a package tpuctl's environment holds (six) gets it; tpuctl's own stays;
+    the job still imports the host's TensorFlow stack and tpuctl.runtime; a second run installs nothing."""
+    import importlib.metadata
+    import subprocess
+    import sys
+    before = importlib.metadata.version("six")
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    make_wheel(wheels, "six", "0.0.1", "__version__ = '0.0.1'\n")
+    job = make_job(tmp_path, "import six, numpy, tpuctl.runtime, sys\nprint('six', six.__version__, sys.prefix)\n",
+                   'requirements = "req.txt"\n')
+    (job / "req.txt").write_text(f"--no-index\n--find-links {wheels}\nsix==0.0.1\n")
+    code, out, err = cli("submit", str(job), "-c", "loc")
+    assert code == 0, out + err
+    line = next(x for x in out.splitlines() if x.startswith("six "))
+    assert line.split()[1] == "0.0.1" and "/envs/" in line.split()[2]
+    now = subprocess.run([sys.executable, "-c", "import importlib.metadata as m; print(m.version('six'))"],
+                         capture_output=True, text=True).stdout.strip()
+    assert now == before                                      # tpuctl's own environment is untouched
+    code, out, err = cli("submit", str(job), "-c", "loc")
+    assert code == 0 and "requirements already installed" in out and "six 0.0.1" in out
 
 
 def test_requirements_install_beside_a_pinned_tensorflow(local, cli, tmp_path):

@@ -1,10 +1,11 @@
 """The agent: runs ON the host (TPU VM worker, the legacy node's VM, or this machine for --provider local).
 
 It needs only the store: it claims each new run once (create-if-absent), unpacks the run's package, installs its
-requirements without replacing the image's TensorFlow, runs the command with the TPUCTL_* environment, ships
-stdout+stderr (merged by the OS, so in order) as numbered chunks about every half second or 64 KiB, heartbeats
-into status.json, and honours cancel (SIGTERM to the job's processes, SIGKILL after a grace period). Log shipping
-is logshipper.py, the job's processes jobprocs.py, what a framework needs on a TPU VM tpuenv.py.
+requirements into an environment of their own that sees the image's TensorFlow (jobenv.py), runs the command with
+the TPUCTL_* environment, ships stdout+stderr (merged by the OS, so in order) as numbered chunks about every half
+second or 64 KiB, heartbeats into status.json, and honours cancel (SIGTERM to the job's processes, SIGKILL after a
+grace period). Log shipping is logshipper.py, the job's processes jobprocs.py, what a framework needs on a TPU VM
+tpuenv.py.
 
     python -m tpuctl.agent --store URI [--worker N] [--accelerator v3-8|cpu] [--tpu local|grpc://IP:8470]
 """
@@ -24,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from . import __version__, layout, runs
+from . import __version__, jobenv, layout, runs
 from .jobprocs import JobProcesses
 from .logshipper import LogShipper
 from .packaging import MAX_BYTES, MAX_ENTRIES, unpack
@@ -249,8 +250,10 @@ class Agent:
         script = "set -e\n"
         if job.requirements:
             cons = _constraints(work / "constraints.txt")
-            script += (f"{shlex.quote(sys.executable)} -m pip install -q --disable-pip-version-check "
-                       f"-r {shlex.quote(job.requirements)} -c {shlex.quote(str(cons))}\n")
+            req = code_dir / job.requirements
+            # a missing file hashes as empty; pip then says in the run's log that it is missing
+            env_dir = jobenv.env_dir(self.home, req.read_bytes() if req.is_file() else b"", cons.read_bytes())
+            script += jobenv.script(env_dir, job.requirements, cons)
         # As written, through bash: `prepare && train`, `cd sub && ...`, `VAR=1 python ...` all work; arguments
         # after `--` are appended shell-quoted (to the last command of a list).
         script += "set +e\n" + job.command + "".join(" " + shlex.quote(a) for a in job.args) + "\n"
