@@ -205,6 +205,7 @@ def test_bert_quick_start_on_the_local_provider(local, cli):
                          "--log-every", "10")
     assert code == 0, out[-3000:] + err[-2000:]
     assert "generated 2.0 MB Hangul/Latin sample" in out
+    assert "absl::InitializeLog" not in out and "cuInit" not in out and "cpu_feature_guard" not in out
     losses = [float(line.split()[3]) for line in out.splitlines() if line.startswith("step ")]
     assert len(losses) == 3 and losses[-1] < losses[0]
     assert list(Path(local.spec.store).glob("runs/*/output/checkpoints/ckpt-30*"))

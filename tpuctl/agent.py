@@ -29,6 +29,7 @@ from . import __version__, jobenv, layout, runs
 from .jobprocs import JobProcesses
 from .logshipper import LogShipper
 from .packaging import MAX_BYTES, MAX_ENTRIES, unpack
+from .preamble import PreambleFilter
 from .providers import open_store
 from .runs import RunSpec, RunState, RunStatus
 from .runtime import prefer_legacy_keras
@@ -226,7 +227,9 @@ class Agent:
         status(RunState.STARTING)
         work = self.home / "runs" / run_id / f"w{self.worker}"
         code_dir = work / "code"
-        shipper = LogShipper(self.store, run_id, self.worker)
+        quiet = None if job is not None and job.env.get("TPUCTL_TF_PREAMBLE") == "1" else \
+            PreambleFilter(gpu=self.accelerator.startswith("gpu"))
+        shipper = LogShipper(self.store, run_id, self.worker, quiet)
         if attempt > 1:
             shipper.note(f"the previous host stopped heartbeating; run resumed on {self.host} (attempt {attempt})",
                         fresh_line=True)

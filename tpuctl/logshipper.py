@@ -7,6 +7,7 @@ import threading
 import time
 
 from . import layout
+from .preamble import PreambleFilter
 from .store import BlobStore
 
 FLUSH_SECONDS = 0.5
@@ -16,8 +17,9 @@ CHUNK_BYTES = 64 * 1024
 class LogShipper:
     """Reads the child's merged output and writes it as chunks 000001.log, 000002.log, ... each written once."""
 
-    def __init__(self, store: BlobStore, run_id: str, worker: int) -> None:
+    def __init__(self, store: BlobStore, run_id: str, worker: int, quiet: PreambleFilter | None = None) -> None:
         self.store, self.run_id, self.worker = store, run_id, worker
+        self.quiet = quiet   # drops TensorFlow's start-up preamble from the job's output (preamble.py)
         # a resumed run appends to the log its earlier attempt left
         self.n = len(store.list(layout.run_logs(run_id, worker)))
         self.buf = bytearray()
@@ -45,8 +47,12 @@ class LogShipper:
             if ready:
                 data = os.read(fd, CHUNK_BYTES)
                 if not data:
-                    self.flush()
+                    self._end()
                     return
+                if self.quiet is not None:
+                    data = self.quiet.feed(data)
+                    if not data:
+                        continue
                 if self.first is None:
                     self.first = time.monotonic()
                 self.buf += data
@@ -54,4 +60,9 @@ class LogShipper:
                     self.flush()
             if self.first is not None and time.monotonic() - self.first >= FLUSH_SECONDS:
                 self.flush()
+        self._end()
+
+    def _end(self) -> None:
+        if self.quiet is not None:
+            self.buf += self.quiet.end()
         self.flush()
