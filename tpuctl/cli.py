@@ -316,10 +316,7 @@ def logs(run_id: Optional[str] = typer.Argument(None, help="Run id (default: the
     """Print a run's output, raw, on stdout."""
     from . import runs, submission
     st, prov = _cluster_and_provider(cluster, provider)
-    workers = max(1, st.host.hosts)
-    if not 0 <= worker < workers:
-        raise bad_input(f"cluster {st.name} has {workers} worker{'s' * (workers > 1)}",
-                        f"--worker takes 0 to {workers - 1}")
+    _check_worker(st, worker)
     store = prov.store(st)
     rid = submission.resolve_run(store, run_id)
     job = runs.job(store, rid)
@@ -382,6 +379,34 @@ def tensorboard(run_ids: List[str] = typer.Argument(None, help="Run ids (default
         con.err.print(f"[green]TensorBoard[/] for {len(ids)} run(s): {url}   (Ctrl-C stops it)")
         print(url, flush=True)
     raise typer.Exit(board.serve(sources, port or board.free_port(), host, ready))
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def ssh(ctx: typer.Context, cluster: Optional[str] = CLUSTER,
+        worker: int = typer.Option(0, "--worker", help="Worker of a multi-host slice."),
+        provider: Optional[str] = PROVIDER) -> None:
+    """Open a shell on the cluster's host through gcloud (`-- CMD` runs CMD there instead)."""
+    import shlex
+    import shutil
+    import subprocess
+    from .models import Phase
+    st, prov = _cluster_and_provider(cluster, provider)
+    if st.phase is Phase.DOWN:
+        raise TpuctlError(ErrorKind.NOT_FOUND, f"cluster {st.name} is down", f"`tpuctl up -c {st.name}` brings it back")
+    _check_worker(st, worker)
+    argv = prov.ssh_argv(st, worker, shlex.join(ctx.args))
+    if shutil.which(argv[0]) is None:
+        raise bad_input(f"{argv[0]} is not installed: `tpuctl ssh` runs `{shlex.join(argv)}`",
+                        "install the Google Cloud CLI (cloud.google.com/sdk/docs/install), then run it again")
+    _console().err.print(f"$ {shlex.join(argv)}", style="dim", markup=False)
+    raise typer.Exit(subprocess.call(argv))
+
+
+def _check_worker(st: "ClusterState", worker: int) -> None:
+    workers = max(1, st.host.hosts)
+    if not 0 <= worker < workers:
+        raise bad_input(f"cluster {st.name} has {workers} worker{'s' * (workers > 1)}",
+                        f"--worker takes 0 to {workers - 1}")
 
 
 @app.command()

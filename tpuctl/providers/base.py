@@ -172,6 +172,9 @@ class Provider(Protocol):
     def problem(self, st: ClusterState) -> tuple[str, str] | None:
         """What keeps a ready cluster from running jobs now (a dead agent, a lost TPU, silent hosts) and the one
         command that mends it, or None when it is healthy."""
+    def ssh_argv(self, st: ClusterState, worker: int, command: str) -> list[str]:
+        """The command line that opens a shell on a host of the cluster (running `command` there when given), or
+        TpuctlError(INPUT) when the cluster has no remote host."""
     def location(self, st: ClusterState) -> str:
         """Where the cluster runs, in words ("v3-8 in us-central1-b", "this machine")."""
     def summary(self, st: ClusterState) -> dict[str, object]:

@@ -167,6 +167,10 @@ class LocalProvider:
         return (f"the local agent (pid {st.host.pid}) is not running: submitted runs wait",
                 f"tpuctl up -c {st.name} --provider local")
 
+    def ssh_argv(self, st: ClusterState, worker: int, command: str) -> list[str]:
+        raise bad_input(f"cluster {st.name} runs on this machine: there is no remote host to open a shell on",
+                        f"its agent's log is {state.home() / 'agents' / (st.name + '.log')}")
+
     def summary(self, st: ClusterState) -> dict[str, object]:
         return {}
 

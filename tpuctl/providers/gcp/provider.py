@@ -230,6 +230,20 @@ class GcpProvider:
                     f"tpuctl ssh -c {st.name} -- sudo systemctl restart tpuctl-agent")
         return None
 
+    def ssh_argv(self, st: ClusterState, worker: int, command: str) -> list[str]:
+        """gcloud's own ssh, which manages keys (OS Login or metadata) and IAP: `gcloud compute tpus tpu-vm ssh TPU
+        --zone Z --project P --worker N [--command CMD]` (cloud.google.com/sdk/gcloud/reference/compute/tpus/tpu-vm/
+        ssh); beside a legacy node, `gcloud compute ssh VM` (the node itself has no shell)."""
+        s = st.spec
+        if not st.zone:
+            raise TpuctlError(ErrorKind.NOT_FOUND, f"cluster {st.name} has no host yet", f"tpuctl up -c {st.name}")
+        where = [f"--zone={st.zone}", f"--project={s.project}"]
+        if s.arch is Arch.NODE:
+            argv = ["gcloud", "compute", "ssh", s.vm_name, *where]
+        else:
+            argv = ["gcloud", "compute", "tpus", "tpu-vm", "ssh", s.tpu_name, *where, f"--worker={worker}"]
+        return argv + ([f"--command={command}"] if command else [])
+
     def summary(self, st: ClusterState) -> dict[str, object]:
         s = st.spec
         return {"project": s.project, "type": s.tpu_type, "arch": s.arch.value, "zone": st.zone, "runtime": st.runtime,
