@@ -59,7 +59,7 @@ def tpu_type(name: str) -> TpuType:
     m = _TYPE_RE.match(name or "")
     if not m:
         raise bad_input(f"unknown TPU type {name!r}",
-                        "use FAMILY-SIZE, for example v3-8, v5litepod-8, v6e-4 (`tpuctl up --help` lists families)")
+                        "use FAMILY-SIZE, for example v3-8, v5litepod-8, v6e-4; families: " + ", ".join(_FAMILIES))
     family, size = m.group(1), int(m.group(2))
     by_cores, sizes, one_host_zones, pod_zones, price, spot, node_arch = _FAMILIES[family]
     if size not in sizes:
