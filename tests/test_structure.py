@@ -167,3 +167,18 @@ def test_an_unreadable_state_file_names_the_file_and_the_fix(env, cli, content):
     code, out, err = cli("status", "-c", "bad")
     assert code == 2, err
     assert str(p) in err and "delete" in err and "Traceback" not in err
+
+
+def test_readmes_link_only_inside_the_repository():
+    import re
+    root = Path(__file__).resolve().parent.parent
+    for md in [root / "README.md", *sorted(root.glob("jobs/*/README.md"))]:
+        text = md.read_text()
+        for target in re.findall(r"\]\(([^)#]+)\)", text):
+            if target.startswith(("http://", "https://")):
+                continue
+            path = (md.parent / target).resolve()
+            assert root in path.parents and path.exists(), f"{md.name} links {target}, outside the repository or absent"
+        for ref in re.findall(r"(?<![\w.])\.\./[\w./-]+", text):
+            path = (md.parent / ref).resolve()
+            assert root in path.parents and path.exists(), f"{md.name} points at {ref}: outside the repository or absent"
