@@ -118,7 +118,8 @@ def up(
     if dry_run:
         con.err.print("dry run: nothing was created")
         return
-    prov.preflight(spec)   # no credentials: say so now, not after the user said yes
+    for warning in prov.preflight(spec):   # no credentials or permissions: say so now, not after a yes
+        con.err.print(f"! {warning}", style="yellow", markup=False)
     costs_money = price.hourly != 0.0
     if costs_money and _interactive() and not yes and not con.confirm("Create these resources?"):
         _declined()

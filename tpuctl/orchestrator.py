@@ -147,7 +147,8 @@ def up(spec: ClusterSpec, provider: Provider, reporter: Reporter) -> ClusterStat
         check_compatible(spec, prior)
         if prior.phase is Phase.READY:
             reporter.info(f"cluster {spec.name} exists; checking its resources")
-    provider.preflight(spec)
+    for warning in provider.preflight(spec):
+        reporter.warn(warning)
     st = prior or ClusterState(spec=spec, created_at=time.time())
     st.spec = spec
     was_down = st.phase is Phase.DOWN

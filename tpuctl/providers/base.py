@@ -147,8 +147,9 @@ class Provider(Protocol):
         """Where to try, in order (the zones asked for; the one machine for local)."""
 
     # -- making and removing ---------------------------------------------------------------------------
-    def preflight(self, spec: ClusterSpec) -> None:
-        """Raise before anything is created when the provider cannot be used (no credentials)."""
+    def preflight(self, spec: ClusterSpec) -> list[str]:
+        """Raise before anything is created when the provider cannot be used (no credentials, a permission that
+        is certainly missing); return warnings about what may be missing."""
     def ensure_store(self, spec: ClusterSpec, region: str, progress: Progress) -> bool:
         """Create or adopt the store in `region`; True when this call created it."""
     def delete_store(self, st: ClusterState, progress: Progress) -> None: ...

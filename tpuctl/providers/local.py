@@ -80,8 +80,8 @@ class LocalProvider:
         return [Placement("", "")]
 
     # -- making and removing ---------------------------------------------------------------------------
-    def preflight(self, spec: ClusterSpec) -> None:
-        pass
+    def preflight(self, spec: ClusterSpec) -> list[str]:
+        return []
 
     def ensure_store(self, spec: ClusterSpec, region: str, progress: Progress) -> bool:
         p = Path(spec.store)

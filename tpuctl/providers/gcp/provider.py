@@ -16,7 +16,7 @@ from ...errors import ErrorKind, Scope, TpuctlError
 from ...models import (LABEL, Arch, ClusterSpec, ClusterState, Framework, HostFacts, ProviderName, cluster_record,
                        require_owned)
 from ..base import Compute, Created, Placement, PlanRow, Price, Progress, Reporter, UpFlags, progress_of
-from . import clients, compute, planning, storage
+from . import clients, compute, permissions, planning, storage
 from .gcs_store import GcsStore
 from .iam import BucketIam
 from .operations import call
@@ -32,6 +32,7 @@ class GcpProvider:
         self.grants = BucketIam()
         self.inventory = self
         self.nonce = secrets.token_hex(4)   # labels what this process creates (TpuApi.create)
+        self._checked: dict[str, list[str]] = {}   # project -> permission warnings, asked once per process
 
     # -- planning (offline) ------------------------------------------------------------------------------
     def make_spec(self, name: str, flags: UpFlags) -> ClusterSpec:
@@ -47,8 +48,12 @@ class GcpProvider:
         return [Placement(z, region_of(z)) for z in spec.zones]
 
     # -- making and removing -----------------------------------------------------------------------------
-    def preflight(self, spec: ClusterSpec) -> None:
+    def preflight(self, spec: ClusterSpec) -> list[str]:
         clients.preflight()
+        if spec.project not in self._checked:   # the CLI asks before its prompt, `up` again: ask Google once
+            self._checked[spec.project] = permissions.check(spec)
+            return self._checked[spec.project]
+        return []
 
     def ensure_store(self, spec: ClusterSpec, region: str, progress: Progress) -> bool:
         return storage.ensure(spec.project, spec, planning.bucket_of(spec), region, self.nonce, progress)
