@@ -27,6 +27,7 @@ from typing import Any, Callable
 
 from . import __version__, jobenv, layout, runs
 from .jobprocs import JobProcesses
+from .lifecycle import Clock, Policy
 from .logshipper import LogShipper
 from .packaging import MAX_BYTES, MAX_ENTRIES, unpack
 from .preamble import PreambleFilter
@@ -67,6 +68,7 @@ class Agent:
         self.record: dict[str, Any] = {}
         self.ended_here: set[str] = set()   # runs whose attempt on this host a predecessor left running, now ended
         self.specs: dict[str, RunSpec] = {}  # job.json is written once: read it once per run
+        self.clock = Clock()                 # idleness, for autostop (lifecycle.py)
 
     def read_record(self) -> dict[str, Any]:
         """The cluster record; `up` rewrites it (the legacy node's address appears once the node is READY)."""
@@ -95,10 +97,29 @@ class Agent:
 
     def beat(self, running: str = "") -> None:
         role = SERVING if self.serves_only() else "agent"
+        policy = Policy.of(self.record) if self.worker == 0 else Policy()
         self.store.write(layout.agent_heartbeat(self.host, self.worker), json.dumps(
             {"host": self.host, "worker": self.worker, "pid": os.getpid(), "version": __version__,
-             "time": time.time(), "running": running, "role": role}).encode())
+             "time": time.time(), "running": running, "role": role,
+             "autostop_at": 0.0 if running else self.clock.autostop_at(policy), "deadline": policy.deadline}).encode())
         self._last_beat = time.monotonic()
+
+    def end_compute(self, reason: str) -> None:
+        """Worker 0 ends the cluster's compute itself: the record of why first (status reads it), then the
+        teardown the cluster record names. Only "exit" (the local agent) exists: `up` refuses the settings that
+        lead here where the provider has none."""
+        self.store.write(layout.STOPPED, json.dumps({"reason": reason, "time": time.time(), "host": self.host,
+                                                     "worker": self.worker}).encode())
+        print(f"tpuctl agent: ending the compute: {reason}", file=sys.stderr, flush=True)
+        if self.record.get("teardown") == "exit":
+            self.stop.set()
+
+    def enforce(self, running: bool = False) -> None:
+        if self.worker != 0:
+            return
+        reason = self.clock.due(Policy.of(self.record), running)
+        if reason:
+            self.end_compute(reason)
 
     def tpu_address(self) -> str:
         if self.tpu:
@@ -138,6 +159,7 @@ class Agent:
             try:
                 self.read_record()
                 self.tick()
+                self.enforce()
             except Exception as e:  # noqa: BLE001 - a store hiccup must not kill the agent; log and go on
                 print(f"tpuctl agent: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
             if time.monotonic() - self._last_beat > HEARTBEAT_SECONDS * 6:
@@ -164,6 +186,7 @@ class Agent:
                 if self.store.create(layout.run_claim(run_id, self.worker), self._claim_record(1)):
                     self.done.add(run_id)
                     self.execute(run_id)
+                    self.after_run(self.specs[run_id])
                     return True
                 continue   # another agent won the race; look at it again later, it may die
             st = runs.status(self.store, run_id, self.worker)
@@ -183,8 +206,15 @@ class Agent:
             if self.store.create(layout.run_claim(run_id, self.worker, attempt), self._claim_record(attempt)):
                 self.done.add(run_id)
                 self.execute(run_id, attempt)
+                self.after_run(self.specs[run_id])
                 return True
         return False
+
+    def after_run(self, job: RunSpec) -> None:
+        self.clock.busy()
+        self.beat()   # with the new autostop time, for `status`
+        if job.down_after and self.worker == 0 and not self.stop.is_set():
+            self.end_compute(f"run {job.id} ended (submit --down)")
 
     def _claim_record(self, attempt: int) -> bytes:
         return json.dumps({"host": self.host, "worker": self.worker, "time": time.time(),
@@ -289,7 +319,14 @@ class Agent:
                 kill_at = now + 5.0
             if not cancelled and now - last_cancel_check >= 1.0:
                 last_cancel_check = now
-                if self.store.read(layout.run_cancel(run_id)) is not None:
+                self.clock.busy()
+                if self.worker == 0 and self.clock.due(Policy.of(self.record), running=True):
+                    # the hard deadline: the run is ended like a cancel, then the compute (enforce, next tick)
+                    shipper.note("the cluster's --max-duration deadline has come: ending the run", fresh_line=True)
+                    cancelled = True
+                    procs.signal(signal.SIGTERM)
+                    kill_at = now + float(os.environ.get("TPUCTL_CANCEL_GRACE", "30"))
+                elif self.store.read(layout.run_cancel(run_id)) is not None:
                     cancelled = True
                     procs.signal(signal.SIGTERM)
                     kill_at = now + float(os.environ.get("TPUCTL_CANCEL_GRACE", "30"))

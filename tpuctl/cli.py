@@ -17,7 +17,7 @@ from .errors import ErrorKind, ExitCode, TpuctlError, bad_input
 
 if TYPE_CHECKING:
     from .jobspec import JobSpec
-    from .models import ClusterState
+    from .models import ClusterSpec, ClusterState
     from .providers.base import Provider
     from .store import BlobStore
 
@@ -97,6 +97,10 @@ def up(
     vm_type: Optional[str] = typer.Option(None, "--vm-type", help="Machine type of the legacy node's VM."),
     framework: Optional[str] = typer.Option(None, "--framework",
                                             help="tensorflow (default: TF runtimes), jax or pytorch (base runtimes)."),
+    autostop: Optional[str] = typer.Option(None, "--autostop",
+                                           help="End the compute after this long with no run (90s, 30m, 2h, 1d, off)."),
+    max_duration: Optional[str] = typer.Option(None, "--max-duration",
+                                               help="End the compute this long after it was made (30m, 8h, 1d, off)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Validate and print the plan; create nothing."),
     yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
     provider: Optional[str] = PROVIDER,
@@ -110,11 +114,17 @@ def up(
                     runtime=runtime, spot=spot, service_account=service_account, bucket=bucket, vm_type=vm_type,
                     framework=framework)
     spec = prov.make_spec(_cluster(cluster), flags)
+    _lifecycle(spec, prov, autostop, max_duration)
     price = prov.price(spec)
     con.err.print(f"[bold]Plan for cluster {spec.name}[/]" + (f" (project {spec.project}):" if spec.project else ":"))
     for row in prov.plan(spec):
         con.err.print(f"  {row.kind:<6} {row.name}  [dim]{row.where}[/]")
     con.err.print(f"  cost   {price.text} while it exists")
+    from .lifecycle import show_duration
+    if spec.autostop:
+        con.err.print(f"  stop   the host ends the compute after {show_duration(spec.autostop)} with no run")
+    if spec.max_duration:
+        con.err.print(f"  stop   the host ends the compute {show_duration(spec.max_duration)} after it is made")
     if dry_run:
         con.err.print("dry run: nothing was created")
         return
@@ -213,6 +223,24 @@ def down(cluster: Optional[str] = CLUSTER,
     con.err.print(f"[green]cluster {st.name} is down[/]")
 
 
+def _lifecycle(spec: "ClusterSpec", prov: "Provider", autostop: Optional[str], max_duration: Optional[str]) -> None:
+    """--autostop / --max-duration (or the config's autostop / max_duration); when neither is given on a re-run,
+    the cluster keeps what it had."""
+    from . import state
+    from .lifecycle import parse_duration
+    prior = state.load(spec.name)
+    config = _config()
+    for attr, flag, key, value in (("autostop", "--autostop", "autostop", autostop),
+                                   ("max_duration", "--max-duration", "max_duration", max_duration)):
+        given = config.setting(key, value, None)
+        setattr(spec, attr, parse_duration(str(given), flag) if given is not None
+                else (getattr(prior.spec, attr) if prior else 0))
+    if (spec.autostop or spec.max_duration) and not prov.self_teardown:
+        raise TpuctlError(ErrorKind.INPUT, f"--autostop and --max-duration are not enforced on "
+                          f"{spec.provider.value} yet: refused rather than shown armed when nothing would fire",
+                          "leave them out (or set them off), and `tpuctl down` when done")
+
+
 def _cluster_and_provider(cluster: Optional[str], provider: Optional[str]) -> "tuple[ClusterState, Provider]":
     from . import providers
     st = _orch().load(_cluster(cluster))
@@ -258,6 +286,7 @@ def submit(ctx: typer.Context,
            give_up_after: float = typer.Option(900.0, "--give-up-after", help="Seconds to follow a silent host."),
            dry_run: bool = typer.Option(False, "--dry-run",
                                         help="Show what would be uploaded (needs no cluster); run nothing."),
+           down: bool = typer.Option(False, "--down", help="The host ends the compute once the run is final."),
            provider: Optional[str] = PROVIDER) -> None:
     """Package JOB_DIR, sync its data, run it on the cluster and follow its logs; exits with the job's code.
     Arguments after `--` are appended to the job's command."""
@@ -269,8 +298,12 @@ def submit(ctx: typer.Context,
         _submit_preview(job, cluster, provider)
         return
     st, prov = _cluster_and_provider(cluster, provider)
+    if down and not prov.self_teardown:
+        raise TpuctlError(ErrorKind.INPUT, f"submit --down is not enforced on {st.spec.provider.value} yet: "
+                          "refused rather than leaving the compute running", f"submit without --down, then "
+                          f"`tpuctl down -c {st.name}`")
     with con.Reporter() as rep:
-        run_id, _ = submission.submit(st, prov, job, list(ctx.args), rep.transfer, rep)
+        run_id, _ = submission.submit(st, prov, job, list(ctx.args), rep.transfer, rep, down_after=down)
     if detach:
         print(run_id)
         return
@@ -419,13 +452,18 @@ def jobs(cluster: Optional[str] = CLUSTER,
     con = _console()
     st, prov = _cluster_and_provider(cluster, provider)
     rows = submission.table(prov.store(st))
+    hourly = prov.price(st.spec).hourly
+    for r in rows:   # what the compute cost while the run ran, at the catalog price of the cluster's type
+        d = r["duration"]
+        r["cost_usd"] = round(d / 3600 * hourly, 4) if isinstance(d, float) and hourly is not None else None
     if as_json:
         con.print_json(rows)
         return
-    con.print_table(["id", "job", "state", "started", "duration", "exit", "step", "loss", "loss curve"],
+    con.print_table(["id", "job", "state", "started", "duration", "exit", "cost", "step", "loss", "loss curve"],
                     [[r["id"], r["name"], r["state"], r["started"],
                       "" if r["duration"] is None else f"{r['duration']:.0f}s",
                       "" if r["exit_code"] is None else r["exit_code"],
+                      "" if r["cost_usd"] is None else f"${r['cost_usd']:.2f}",
                       "" if r["step"] is None else r["step"],
                       "" if r["loss"] is None else f"{r['loss']:.4f}", r["loss_curve"]] for r in rows])
 

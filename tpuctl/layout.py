@@ -6,6 +6,7 @@ The CLI, the agent, the providers and the start-up script renderer build keys on
 from __future__ import annotations
 
 CLUSTER_RECORD = "tpuctl/cluster.json"
+STOPPED = "tpuctl/stopped.json"
 AGENT_PACKAGE_PREFIX = "tpuctl/agent/"
 JOB_PACKAGE_PREFIX = "tpuctl/packages/"
 RUNS_PREFIX = "tpuctl/runs/"
@@ -93,6 +94,7 @@ def run_id_of(key: str) -> str | None:
 # (key as built above with placeholders, who writes it and when), in README order.
 DESCRIBED = [
     (CLUSTER_RECORD, "written by `up`: what the host agent needs (TPU address, type, runtime)"),
+    (STOPPED, "written by the agent that ended the compute itself (autostop, deadline, submit --down): why, when"),
     (agent_package("VERSION"), "the agent package the hosts install, built from the CLI that ran `up`"),
     (boot_log("HOST"), "each host's start-up script log"),
     (agent_heartbeat("HOST", 0).replace("-w0", "-wN"), "each agent's heartbeat"),

@@ -128,6 +128,8 @@ class ClusterSpec(JsonRecord):
     service_account: str = ""
     vm_type: str = ""               # the legacy node's companion VM
     framework: Framework = Framework.TENSORFLOW   # picks the runtime family (TensorFlow or base images)
+    autostop: int = 0               # seconds with no active run before the host ends its compute; 0: off
+    max_duration: int = 0           # seconds from the compute's creation to its hard end; 0: none
 
     # Fields that name what a cluster IS: `up` refuses to change them on an existing cluster.
     IDENTITY = ("provider", "tpu_type", "arch", "project", "store")
@@ -175,6 +177,28 @@ class ClusterState:
     host: HostFacts = field(default_factory=HostFacts)
     phase: Phase = Phase.CREATING
     created_at: float = 0.0
+    periods: list[list[float]] = field(default_factory=list)   # [start, end] of each time its compute existed;
+                                                                # end 0 while it exists (cost so far)
+
+    @property
+    def compute_since(self) -> float:
+        """When the compute that exists now was created (0 when none is open)."""
+        return self.periods[-1][0] if self.periods and not self.periods[-1][1] else 0.0
+
+    @property
+    def deadline(self) -> float:
+        return self.compute_since + self.spec.max_duration if self.spec.max_duration and self.compute_since else 0.0
+
+    def compute_started(self, now: float) -> None:
+        self.compute_ended(now)
+        self.periods.append([now, 0.0])
+
+    def compute_ended(self, now: float) -> None:
+        if self.periods and not self.periods[-1][1]:
+            self.periods[-1][1] = now
+
+    def compute_seconds(self, now: float) -> float:
+        return sum((end or now) - start for start, end in self.periods)
 
     @property
     def name(self) -> str:
@@ -183,7 +207,7 @@ class ClusterState:
     def to_json(self) -> dict[str, Any]:
         return {"spec": self.spec.to_json(), "zone": self.zone, "runtime": self.runtime,
                 "grants": [asdict(g) for g in self.grants], "host": self.host.to_json(),
-                "phase": self.phase.value, "created_at": self.created_at}
+                "phase": self.phase.value, "created_at": self.created_at, "periods": self.periods}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "ClusterState":
@@ -191,7 +215,8 @@ class ClusterState:
             d = _from_first_version(d)
         return cls(spec=ClusterSpec.from_json(d["spec"]), zone=d.get("zone", ""), runtime=d.get("runtime", ""),
                    grants=[Grant(**g) for g in d.get("grants", [])], host=HostFacts.from_json(d.get("host", {})),
-                   phase=Phase(d.get("phase", Phase.CREATING)), created_at=float(d.get("created_at", 0.0)))
+                   phase=Phase(d.get("phase", Phase.CREATING)), created_at=float(d.get("created_at", 0.0)),
+                   periods=[[float(a), float(b)] for a, b in d.get("periods", [])])
 
 
 def _from_first_version(d: dict[str, Any]) -> dict[str, Any]:
@@ -207,10 +232,12 @@ def _from_first_version(d: dict[str, Any]) -> dict[str, Any]:
             "created_at": d.get("created_at", 0.0)}
 
 
-def cluster_record(st: ClusterState, tpu_address: str) -> dict[str, Any]:
+def cluster_record(st: ClusterState, tpu_address: str, teardown: str = "") -> dict[str, Any]:
     """`tpuctl/cluster.json`: what a host's agent reads from the store (the provider decides `tpu_address`:
-    "local" on a TPU VM, grpc://IP:8470 beside a legacy node, "" without a TPU)."""
+    "local" on a TPU VM, grpc://IP:8470 beside a legacy node, "" without a TPU; and `teardown`, how worker 0's
+    agent ends the compute itself (lifecycle.py): "exit" for the local agent, "" where it cannot)."""
     from . import __version__
     return {"cluster": st.name, "tpu_type": st.spec.tpu_type, "arch": st.spec.arch.value, "zone": st.zone,
             "runtime": st.runtime, "tpu_address": tpu_address, "tpu_name": st.spec.tpu_name, "hosts": st.host.hosts,
-            "framework": st.spec.framework.value, "store": st.spec.store, "tpuctl_version": __version__}
+            "framework": st.spec.framework.value, "store": st.spec.store, "tpuctl_version": __version__,
+            "autostop": st.spec.autostop, "deadline": st.deadline, "teardown": teardown}

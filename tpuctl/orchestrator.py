@@ -11,12 +11,15 @@ placements span regions and a store this run made is in a region it moves away f
 """
 from __future__ import annotations
 
+import json
 import threading
 import time
 from typing import Callable
 
-from . import state
+from . import layout, state
 from .background import Background
+from .lifecycle import show_duration
+from .store import BlobStore
 from .errors import ErrorKind, Scope, TpuctlError
 from .models import ClusterSpec, ClusterState, Grant, HostFacts, Phase
 from .providers.base import BucketGrants, Created, Placement, Provider, Reporter, progress_of
@@ -90,6 +93,8 @@ class _Up:
         self.undo.extend(compute.created)
         with self.lock:
             self.st.host = compute.facts
+            if compute.created or not self.st.compute_since:
+                self.st.compute_started(time.time())   # a new period of compute (and of cost)
         self.save()
 
     def place(self, placements: list[Placement]) -> None:
@@ -194,19 +199,78 @@ def load(name: str) -> ClusterState:
 def status(st: ClusterState, provider: Provider) -> dict[str, object]:
     """The cluster as recorded plus the provider's live view; keys in display order. `problem` and `fix` say what
     is wrong with a cluster that should be running (a dead agent, a preempted TPU) and the command that mends it."""
+    price = provider.price(st.spec)
     info: dict[str, object] = {"cluster": st.name, "provider": st.spec.provider.value, "phase": st.phase.value,
                                **provider.summary(st), "store": st.spec.store,
-                               "price": "nothing billed" if st.phase is Phase.DOWN else provider.price(st.spec).text,
+                               "price": "nothing billed" if st.phase is Phase.DOWN else price.text,
                                "grants": [f"{g.role} -> {g.member}" for g in st.grants]}
+    stopped = stopped_by_host(st, provider) if provider.self_teardown and st.phase is Phase.READY else None
+    info.update(_cost(st, price.hourly))
+    if st.spec.autostop:
+        fires = _autostop_at(provider.store(st)) if st.phase is Phase.READY and not stopped else 0.0
+        info["autostop"] = (f"after {show_duration(st.spec.autostop)} with no run"
+                            + (f" (next: {_when(fires)} if still idle)" if fires else ""))
+    if st.deadline and st.phase is Phase.READY and not stopped:
+        info["deadline"] = _when(st.deadline)
     if st.phase is Phase.DOWN:
         info["resources"] = {}
         info["problem"] = ""
         info["fix"] = f"tpuctl up -c {st.name} brings it back; logs, jobs and download work while it is down"
         return info
+    if stopped:
+        info["phase"] = "stopped"
+        info["stopped"] = f"{stopped[0]} at {_when(stopped[1])}"
+        info["resources"] = {}
+        info["problem"] = ""
+        info["fix"] = f"tpuctl up -c {st.name} brings it back"
+        return info
     info["resources"] = provider.describe(st)
     found = provider.problem(st) if st.phase is Phase.READY else None
     info["problem"], info["fix"] = found if found else ("", "")
     return info
+
+
+def _cost(st: ClusterState, hourly: float | None) -> dict[str, object]:
+    """Compute time summed over every period the cluster's compute existed (recreations included) at the
+    catalog price of its type; region differences are ignored."""
+    seconds = st.compute_seconds(time.time())
+    h, m = divmod(int(seconds) // 60, 60)
+    return {"uptime": f"{h}h{m:02d}m", "cost_so_far_usd": None if hourly is None else round(seconds / 3600 * hourly, 2)}
+
+
+def _autostop_at(store: BlobStore) -> float:
+    """When worker 0's agent will end the compute if no run starts (its last heartbeat says), or 0."""
+    best = 0.0
+    for key, _ in store.list(layout.AGENTS_PREFIX):
+        try:
+            beat = json.loads(store.read(key) or b"{}")
+        except ValueError:
+            continue
+        if beat.get("worker") == 0:
+            best = max(best, float(beat.get("autostop_at") or 0.0))
+    return best
+
+
+def _when(t: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+
+
+def stopped_by_host(st: ClusterState, provider: Provider) -> tuple[str, float] | None:
+    """The host's own record of ending the compute (lifecycle.py), when it is about the compute that `up` made
+    last; the period of compute (and cost) it ended is closed in the state."""
+    if not st.periods:
+        return None
+    try:
+        raw = provider.store(st).read(layout.STOPPED)
+        rec = json.loads(raw) if raw else None
+    except (TpuctlError, ValueError):
+        return None
+    if not isinstance(rec, dict) or float(rec.get("time", 0)) < st.periods[-1][0]:
+        return None   # about an earlier compute: `up` has made a new one since
+    if st.compute_since:
+        st.compute_ended(float(rec["time"]))
+        state.save(st)
+    return str(rec.get("reason", "")), float(rec["time"])
 
 
 def store_bytes(st: ClusterState, provider: Provider) -> int | None:
@@ -225,9 +289,12 @@ def ls(providers: list[Provider], extra_project: str, warn: Callable[[str], None
     known = {(s.name, s.spec.tpu_name, s.zone) for s in local}
     by_name = {p.name: p for p in providers}
     for s in local:
-        kept = store_bytes(s, by_name[s.spec.provider]) if s.phase is Phase.DOWN else None
+        prov = by_name[s.spec.provider]
+        kept = store_bytes(s, prov) if s.phase is Phase.DOWN else None
+        stopped = stopped_by_host(s, prov) if s.phase is Phase.READY and prov.self_teardown else None
+        phase = f"stopped {_when(stopped[1])}" if stopped else s.phase.value
         rows.append({"cluster": s.name, "provider": s.spec.provider.value, "type": s.spec.tpu_type, "zone": s.zone,
-                     "phase": s.phase.value, "store": s.spec.store, "store_bytes": kept, "orphan": False})
+                     "phase": phase, "store": s.spec.store, "store_bytes": kept, "orphan": False})
     for p in providers:
         if p.inventory is None:
             continue
@@ -249,6 +316,7 @@ def down(st: ClusterState, provider: Provider, reporter: Reporter, delete_store:
     errors = []
     try:
         provider.delete_compute(st, reporter)
+        st.compute_ended(time.time())
     except TpuctlError as e:
         errors.append(e)
     if st.grants and provider.grants is not None:

@@ -46,6 +46,7 @@ class RunSpec(JsonRecord):
     submitted: float = 0.0
     cluster: str = ""
     framework: str = "tensorflow"     # models.Framework: which workers of a slice run the command
+    down_after: bool = False          # `submit --down`: the host ends the compute once this run is final
 
 
 @dataclass

@@ -27,7 +27,7 @@ def warn_package_bytes() -> int:
 
 
 def submit(st: ClusterState, provider: Provider, job: JobSpec, args: list[str], transfer: datasync.Transfer,
-           reporter: Reporter) -> tuple[str, dict[str, int]]:
+           reporter: Reporter, down_after: bool = False) -> tuple[str, dict[str, int]]:
     """Everything up to the written job.json; returns (run id, data sync summary)."""
     if st.phase is Phase.DOWN:
         raise TpuctlError(ErrorKind.NOT_FOUND, f"cluster {st.name} is down (its {provider.store_noun} is kept)",
@@ -62,7 +62,7 @@ def submit(st: ClusterState, provider: Provider, job: JobSpec, args: list[str], 
                           final=True)
     spec = RunSpec(id=run_id, name=job.name, command=job.command, args=list(args), env=job.env, package=sha,
                    requirements=job.requirements, submitted=time.time(), cluster=st.name,
-                   framework=job.framework.value)
+                   framework=job.framework.value, down_after=down_after)
     if not store.create(layout.run_job(run_id), json.dumps(spec.to_json(), indent=2).encode()):
         raise TpuctlError(ErrorKind.ERROR, f"run id {run_id} already exists", "submit again")
     return run_id, synced

@@ -136,6 +136,9 @@ class Provider(Protocol):
     @property
     def inventory(self) -> Inventory | None:
         """None: nothing to list beyond local state."""
+    @property
+    def self_teardown(self) -> bool:
+        """Whether the host can end the cluster's compute itself (autostop, --max-duration, submit --down)."""
 
     # -- planning (offline) ----------------------------------------------------------------------------
     def make_spec(self, name: str, flags: UpFlags) -> ClusterSpec:

@@ -57,6 +57,7 @@ class LocalProvider:
     store_noun = "store"
     grants = None
     inventory = None
+    self_teardown = True   # the agent ends itself (lifecycle.py)
 
     @staticmethod
     def root(cluster: str) -> Path:
@@ -135,7 +136,8 @@ class LocalProvider:
         progress("deleted")
 
     def write_cluster_record(self, st: ClusterState, confirmed: bool) -> None:
-        self.store(st).write(layout.CLUSTER_RECORD, json.dumps(cluster_record(st, ""), indent=2).encode())
+        self.store(st).write(layout.CLUSTER_RECORD, json.dumps(cluster_record(st, "", teardown="exit"),
+                                                                indent=2).encode())
 
     # -- using ---------------------------------------------------------------------------------------
     def store(self, st: ClusterState) -> LocalStore:

@@ -33,6 +33,9 @@ class GcpProvider:
         self.inventory = self
         self.nonce = secrets.token_hex(4)   # labels what this process creates (TpuApi.create)
         self._checked: dict[str, list[str]] = {}   # project -> permission warnings, asked once per process
+        # The host deleting its own TPU is not built yet (issue 12): refused at `up` and `submit --down` rather
+        # than shown armed when nothing would fire.
+        self.self_teardown = False
 
     # -- planning (offline) ------------------------------------------------------------------------------
     def make_spec(self, name: str, flags: UpFlags) -> ClusterSpec:

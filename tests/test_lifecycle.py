@@ -1,0 +1,110 @@
+"""The compute ends by itself, enforced by the agent (issue 12's first part, on the local provider): autostop,
+--max-duration, submit --down; cost so far in status; durations; refused where the host cannot enforce it."""
+import json
+import time
+
+import pytest
+
+from jobs import SLEEP_JOB, make_job
+from tpuctl import state
+from tpuctl.lifecycle import Clock, Policy, parse_duration
+from tpuctl.providers.local import LocalProvider
+
+
+def _wait_stopped(name, timeout=30):
+    st = state.load(name)
+    deadline = time.time() + timeout
+    while LocalProvider().agent_alive(st) and time.time() < deadline:
+        time.sleep(0.1)
+    return not LocalProvider().agent_alive(st)
+
+
+@pytest.fixture
+def stop_agents(env):
+    yield
+    for st in state.all_clusters():
+        LocalProvider()._stop(st, lambda s: None)
+
+
+@pytest.mark.parametrize("text,seconds", [("90s", 90), ("30m", 1800), ("2h", 7200), ("1d", 86400), ("off", 0)])
+def test_durations(text, seconds):
+    assert parse_duration(text, "--autostop") == seconds
+
+
+def test_bad_durations_exit_2(env, cli):
+    for bad in ("10", "5x", "-3m", "0m", "m"):
+        code, out, err = cli("up", "--provider", "local", "-c", "d", "--autostop", bad)
+        assert code == 2 and "is not a duration" in err, bad
+    assert state.load("d") is None
+
+
+def test_the_clock():
+    c = Clock(now=100.0)
+    p = Policy(autostop=60)
+    assert c.due(p, running=False, now=159.0) == "" and "autostop" in c.due(p, running=False, now=160.0)
+    assert c.due(p, running=True, now=500.0) == ""                   # never while a run is active
+    c.busy(now=500.0)
+    assert c.due(p, running=False, now=530.0) == ""
+    assert "deadline" in c.due(Policy(deadline=10.0), running=True, now=11.0)
+
+
+def test_autostop_waits_for_the_run_then_ends_the_agent_and_up_brings_it_back(stop_agents, cli, tmp_path):
+    code, out, err = cli("up", "--provider", "local", "-c", "auto", "--autostop", "3s")
+    assert code == 0 and "after 3s with no run" in err, err
+    job = make_job(tmp_path, "import time; time.sleep(5); print('slept')")
+    code, out, err = cli("submit", str(job), "-c", "auto")              # longer than the autostop: never cut
+    assert code == 0 and "slept" in out, err
+    info = json.loads(cli("status", "-c", "auto", "--json")[1])
+    assert "next:" in info["autostop"]
+    assert _wait_stopped("auto", timeout=20)
+    info = json.loads(cli("status", "-c", "auto", "--json")[1])
+    assert info["phase"] == "stopped" and "autostop: no run for 3s" in info["stopped"]
+    assert info["fix"] == "tpuctl up -c auto brings it back" and info["problem"] == ""
+    assert "stopped" in json.loads(cli("ls", "--json")[1])[0]["phase"]
+    assert cli("up", "--provider", "local", "-c", "auto", "--autostop", "off")[0] == 0
+    st = state.load("auto")
+    assert LocalProvider().agent_alive(st) and st.spec.autostop == 0 and len(st.periods) == 2
+    info = json.loads(cli("status", "-c", "auto", "--json")[1])
+    assert info["phase"] == "ready" and "autostop" not in info
+    assert cli("up", "--provider", "local", "-c", "auto")[0] == 0          # no flag: keeps what it has
+    assert state.load("auto").spec.autostop == 0
+
+
+def test_max_duration_ends_a_running_job_then_the_agent(stop_agents, cli, tmp_path):
+    assert cli("up", "--provider", "local", "-c", "dl", "--max-duration", "4s")[0] == 0
+    job = make_job(tmp_path, SLEEP_JOB)
+    t = time.time()
+    code, out, err = cli("submit", str(job), "-c", "dl")
+    assert code != 0 and time.time() - t < 30 and "max-duration deadline" in out, out + err
+    assert _wait_stopped("dl")
+    assert "deadline" in json.loads(cli("status", "-c", "dl", "--json")[1])["stopped"]
+
+
+def test_submit_down_ends_the_compute_once_the_run_is_final(stop_agents, cli, tmp_path):
+    assert cli("up", "--provider", "local", "-c", "sd")[0] == 0
+    job = make_job(tmp_path, "print('done')")
+    run_id = cli("submit", str(job), "-c", "sd", "--down", "--detach")[1].strip()
+    assert _wait_stopped("sd")
+    assert json.loads(cli("jobs", "-c", "sd", "--json")[1])[0]["state"] == "succeeded"
+    assert json.loads(cli("status", "-c", "sd", "--json")[1])["stopped"].startswith(f"run {run_id} ended")
+
+
+def test_gcp_refuses_what_its_host_cannot_enforce_yet(cloud, cli, tmp_path):
+    code, out, err = cli("up", "--type", "v3-8", "--zone", "us-central1-b", "-c", "g", "--autostop", "30m")
+    assert code == 2 and "not enforced on gcp yet" in err and cloud.mutating_calls() == []
+    assert cli("up", "--type", "v3-8", "--zone", "us-central1-b", "-c", "g")[0] == 0
+    code, out, err = cli("submit", str(make_job(tmp_path, "print(1)")), "-c", "g", "--down")
+    assert code == 2 and "submit --down is not enforced" in err
+
+
+def test_cost_so_far_sums_every_period_of_compute(cloud, cli):
+    assert cli("up", "--type", "v3-8", "--zone", "us-central1-b", "-c", "c")[0] == 0
+    st = state.load("c")
+    st.periods = [[time.time() - 7200, time.time() - 3600], [st.periods[-1][0] - 1800, 0.0]]   # 1 h, then 30 min
+    state.save(st)
+    info = json.loads(cli("status", "-c", "c", "--json")[1])
+    assert info["uptime"] == "1h30m" and info["cost_so_far_usd"] == pytest.approx(1.5 * 8.0, rel=0.01)
+    assert cli("down", "-c", "c", "--yes")[0] == 0
+    st = state.load("c")
+    assert all(end for _, end in st.periods)
+    assert json.loads(cli("status", "-c", "c", "--json")[1])["cost_so_far_usd"] == pytest.approx(12.0, rel=0.01)
