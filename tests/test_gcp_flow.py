@@ -191,9 +191,10 @@ def test_ls_flags_orphans(cloud, cli):
     state.remove("lost")  # local state gone: the TPU is an orphan still billing
     code, out, err = cli("ls", "--json")
     assert code == 0, err
-    rows = {r["cluster"]: r for r in json.loads(out)}
-    assert rows["bert"]["orphan"] is False
-    assert rows["lost"]["orphan"] is True and rows["lost"]["zone"] == "us-central1-a"
+    rows = {(r["cluster"], r["kind"]): r for r in json.loads(out)}
+    assert rows["bert", "cluster"]["orphan"] is False and ("bert", "bucket") not in rows   # the bucket is bert's
+    assert rows["lost", "tpu"]["orphan"] is True and rows["lost", "tpu"]["zone"] == "us-central1-a"
+    assert rows["lost", "bucket"]["orphan"] is True and rows["lost", "bucket"]["zone"] == "us-central1"
 
 
 def test_preempted_tpu_is_recreated_by_up(cloud, cli):

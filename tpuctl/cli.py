@@ -185,7 +185,7 @@ def ls_(as_json: bool = typer.Option(False, "--json", help="Machine-readable out
         return
     def note(r: dict[str, object]) -> str:
         if r["orphan"]:
-            return "ORPHAN: no local state (tpuctl up -c NAME adopts it)"
+            return f"ORPHAN {r['kind']} {r['name']}: no local state; remove: {r['remove']}"
         if r["phase"] == "down":
             kept = f"{con.human_bytes(int(str(r['store_bytes'])))} kept" if r["store_bytes"] is not None else "kept"
             return f"{kept}; --delete-bucket on down removes it"
@@ -199,11 +199,18 @@ def ls_(as_json: bool = typer.Option(False, "--json", help="Machine-readable out
 def down(cluster: Optional[str] = CLUSTER,
          delete_bucket: bool = typer.Option(False, "--delete-bucket", help="Also delete the bucket and its contents."),
          yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
+         project: Optional[str] = typer.Option(None, "--project",
+                                               help="Without local state: find the cluster by its labels here."),
          provider: Optional[str] = PROVIDER) -> None:
     """Delete what `up` made: TPU, VM, the grants it added; the bucket only with --delete-bucket."""
     from .models import Phase
     con = _console()
-    st, prov = _cluster_and_provider(cluster, provider)
+    try:
+        st, prov = _cluster_and_provider(cluster, provider)
+    except TpuctlError as e:
+        if e.kind is not ErrorKind.NOT_FOUND:
+            raise
+        st, prov = _from_labels(_cluster(cluster), project, provider, e)
     already = st.phase is Phase.DOWN
     if already and not delete_bucket:
         con.err.print(f"cluster {st.name} is already down; its {prov.store_noun} {st.spec.store} is kept "
@@ -219,8 +226,26 @@ def down(cluster: Optional[str] = CLUSTER,
             _declined()
     from .locks import cluster_lock
     with cluster_lock(st.name, "down", lambda m: con.err.print(f"[yellow]! {m}[/]")), con.Reporter() as rep:
-        _orch().down(_orch().load(st.name), prov, rep, delete_bucket)   # as it is now: an `up` may have just run
+        from . import state
+        # as it is now (an `up` may have just run), or as found by its labels when there is no state
+        _orch().down(state.load(st.name) or st, prov, rep, delete_bucket)
     con.err.print(f"[green]cluster {st.name} is down[/]")
+
+
+def _from_labels(name: str, project: Optional[str], provider: Optional[str],
+                 missing: TpuctlError) -> "tuple[ClusterState, Provider]":
+    """No local state: the cluster as its labelled resources describe it (ls names this way for orphans)."""
+    from . import providers
+    prov = providers.get(_config().provider(provider))
+    proj = _config().project(project)
+    if prov.inventory is None or not proj:
+        raise missing
+    st = _orch().from_labels(name, proj, prov)
+    if st is None:
+        raise TpuctlError(ErrorKind.NOT_FOUND, f"no cluster named {name!r}, here or labelled in project {proj}",
+                          "`tpuctl ls --project P` lists what carries tpuctl's label")
+    _console().err.print(f"no local state for {name}: found by its labels in project {proj}")
+    return st, prov
 
 
 def _lifecycle(spec: "ClusterSpec", prov: "Provider", autostop: Optional[str], max_duration: Optional[str]) -> None:

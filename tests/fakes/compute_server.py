@@ -20,6 +20,7 @@ _ROUTES = [
     ("GET", r"^/compute/v1/projects/(?P<project>[^/]+)$", "project"),
     ("POST", r"^/compute/v1/projects/(?P<project>[^/]+)/zones/(?P<zone>[^/]+)/instances$", "insert"),
     ("GET", r"^/compute/v1/projects/(?P<project>[^/]+)/zones/(?P<zone>[^/]+)/instances$", "list"),
+    ("GET", r"^/compute/v1/projects/(?P<project>[^/]+)/aggregated/instances$", "aggregated"),
     ("GET", r"^/compute/v1/projects/(?P<project>[^/]+)/zones/(?P<zone>[^/]+)/instances/(?P<name>[^/]+)$", "get"),
     ("DELETE", r"^/compute/v1/projects/(?P<project>[^/]+)/zones/(?P<zone>[^/]+)/instances/(?P<name>[^/]+)$", "delete"),
     ("GET", r"^/compute/v1/projects/(?P<project>[^/]+)/zones/(?P<zone>[^/]+)/operations/(?P<op>[^/]+)$", "operation"),
@@ -153,6 +154,18 @@ class FakeCompute:
 
     def do_list(self, body, project, zone):
         return 200, {"items": [i for (p, z, _), i in self.instances.items() if p == project and z == zone]}
+
+    def do_aggregated(self, body, project):
+        """instances.aggregatedList (cloud.google.com/compute/docs/reference/rest/v1/instances/aggregatedList):
+        `items` maps "zones/ZONE" to {"instances": [...]}; a zone without instances carries a warning instead."""
+        items = {}
+        for (p, z, _), inst in self.instances.items():
+            if p == project:
+                items.setdefault(f"zones/{z}", {"instances": []})["instances"].append(inst)
+        items.setdefault("zones/europe-west4-a", {"warning": {"code": "NO_RESULTS_ON_PAGE",
+                                                              "message": "There are no results for scope"}})
+        return 200, {"kind": "compute#instanceAggregatedList", "id": f"projects/{project}/aggregated/instances",
+                     "items": items}
 
     def do_delete(self, body, project, zone, name):
         key = (project, zone, name)

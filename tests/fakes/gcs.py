@@ -231,6 +231,12 @@ class FakeGcs:
                     self.granted.pop(parts[4], None)   # a deleted bucket's policy goes with it
             elif method == "GET":
                 data = self._overlay(parts[4], data)
+        elif url.path == "/storage/v1/b" and method == "GET" and status == 200:
+            # buckets.list answers full bucket resources, labels included (storage/docs/json_api/v1/buckets/list)
+            doc = json.loads(data)
+            for b in doc.get("items", []):
+                b.update(self.meta.get(b.get("name"), {}))
+            data = json.dumps(doc).encode()
         return status, hdrs, data
 
     def _overlay(self, name, data):

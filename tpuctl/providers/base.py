@@ -121,7 +121,10 @@ class Inventory(Protocol):
     """Capability: list what carries the tpuctl label, with or without local state (orphans)."""
 
     def list_labelled(self, project: str) -> list[dict[str, str]]:
-        """Every labelled compute resource: cluster, name, zone, type, state."""
+        """Every labelled resource (compute and stores): cluster, kind (tpu, vm, bucket), name, zone (a bucket's:
+        its location), arch, type, state."""
+    def state_from(self, name: str, project: str, found: list[dict[str, str]]) -> ClusterState:
+        """The state of cluster `name` as its labelled resources (`found`, from list_labelled) describe it."""
 
 
 class Provider(Protocol):

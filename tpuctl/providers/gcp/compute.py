@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...errors import ErrorKind, TpuctlError
-from ...models import ClusterSpec, require_owned
+from ...models import LABEL, ClusterSpec, require_owned
 from ..base import Progress
 from . import clients
 from .errors import classify_text
@@ -35,6 +35,14 @@ def find(project: str, name: str, zone: str) -> Any:
         if e.kind is ErrorKind.NOT_FOUND:
             return None
         raise
+
+
+def list_labelled(project: str) -> list[tuple[str, Any]]:
+    """(zone, VM) of every VM in the project carrying the tpuctl label, across zones (instances.aggregatedList)."""
+    client = clients.compute("InstancesClient")
+    pages = call(lambda: list(client.aggregated_list(project=project)), what="list VMs")
+    return [(zone.removeprefix("zones/"), vm) for zone, scoped in pages for vm in scoped.instances
+            if LABEL in vm.labels]
 
 
 def build_instance(spec: ClusterSpec, zone: str, script: str, labels: dict[str, str]) -> Any:

@@ -13,8 +13,8 @@ from ... import layout, runs
 from ...background import Background
 from ...catalog import region_of, tpu_type
 from ...errors import ErrorKind, Scope, TpuctlError
-from ...models import (LABEL, Arch, ClusterSpec, ClusterState, Framework, HostFacts, ProviderName, cluster_record,
-                       require_owned)
+from ...models import (LABEL, Arch, ClusterSpec, ClusterState, Framework, HostFacts, Phase, ProviderName,
+                       cluster_record, default_bucket, require_owned)
 from ..base import Compute, Created, Placement, PlanRow, Price, Progress, Reporter, UpFlags, progress_of
 from . import clients, compute, permissions, planning, storage
 from .gcs_store import GcsStore
@@ -308,6 +308,17 @@ class GcpProvider:
         return logs
 
     # -- inventory ---------------------------------------------------------------------------------------
+    def state_from(self, name: str, project: str, found: list[dict[str, str]]) -> ClusterState:
+        tpu = next((n for n in found if n["kind"] == "tpu"), None)
+        vm = next((n for n in found if n["kind"] == "vm"), None)
+        bucket = next((n for n in found if n["kind"] == "bucket"), None)
+        arch = Arch.NODE if (tpu and tpu["arch"] == "node") or vm else Arch.VM
+        zone = (tpu or vm or {"zone": ""})["zone"]
+        spec = ClusterSpec(name=name, provider=ProviderName.GCP, project=project,
+                           store=f"gs://{bucket['name'] if bucket else default_bucket(project, name)}",
+                           tpu_type=tpu["type"] if tpu else "", zones=[zone] if zone else [], arch=arch)
+        return ClusterState(spec=spec, zone=zone, phase=Phase.READY, created_at=time.time())
+
     def list_labelled(self, project: str) -> list[dict[str, str]]:
         out, seen = [], set()
         for arch in Arch:
@@ -316,6 +327,12 @@ class GcpProvider:
                 if (parts[3], parts[-1]) in seen:   # both API versions may list the same node
                     continue
                 seen.add((parts[3], parts[-1]))
-                out.append({"cluster": n.labels[LABEL], "name": parts[-1], "zone": parts[3], "arch": arch.value,
-                            "type": n.accelerator_type, "state": type(n).State(n.state).name})
+                out.append({"cluster": n.labels[LABEL], "kind": "tpu", "name": parts[-1], "zone": parts[3],
+                            "arch": arch.value, "type": n.accelerator_type, "state": type(n).State(n.state).name})
+        for zone, vm in compute.list_labelled(project):
+            out.append({"cluster": vm.labels[LABEL], "kind": "vm", "name": vm.name, "zone": zone, "arch": "node",
+                        "type": vm.machine_type.rsplit("/", 1)[-1], "state": vm.status})
+        for b in storage.list_labelled(project):
+            out.append({"cluster": b.labels[LABEL], "kind": "bucket", "name": b.name,
+                        "zone": (b.location or "").lower(), "arch": "", "type": "", "state": "READY"})
         return out

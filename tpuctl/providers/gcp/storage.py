@@ -23,6 +23,13 @@ def find(project: str, name: str) -> Any:
         raise
 
 
+def list_labelled(project: str) -> list[Any]:
+    """Every bucket of the project carrying the tpuctl label."""
+    client = clients.storage(project)
+    return [b for b in call(lambda: list(client.list_buckets(project=project)), what="list buckets")
+            if LABEL in (b.labels or {})]
+
+
 def ensure(project: str, spec: ClusterSpec, name: str, region: str, nonce: str, progress: Progress) -> bool:
     b = find(project, name)
     if b is not None:
