@@ -320,13 +320,11 @@ class Agent:
             if not cancelled and now - last_cancel_check >= 1.0:
                 last_cancel_check = now
                 self.clock.busy()
-                if self.worker == 0 and self.clock.due(Policy.of(self.record), running=True):
-                    # the hard deadline: the run is ended like a cancel, then the compute (enforce, next tick)
+                # the hard deadline ends the run like a cancel, then the compute (enforce, next tick)
+                deadline = self.worker == 0 and bool(self.clock.due(Policy.of(self.record), running=True))
+                if deadline:
                     shipper.note("the cluster's --max-duration deadline has come: ending the run", fresh_line=True)
-                    cancelled = True
-                    procs.signal(signal.SIGTERM)
-                    kill_at = now + float(os.environ.get("TPUCTL_CANCEL_GRACE", "30"))
-                elif self.store.read(layout.run_cancel(run_id)) is not None:
+                if deadline or self.store.read(layout.run_cancel(run_id)) is not None:
                     cancelled = True
                     procs.signal(signal.SIGTERM)
                     kill_at = now + float(os.environ.get("TPUCTL_CANCEL_GRACE", "30"))

@@ -16,7 +16,7 @@ import threading
 import time
 from typing import Callable
 
-from . import layout, state
+from . import layout, runs, state
 from .background import Background
 from .lifecycle import show_duration
 from .store import BlobStore
@@ -240,15 +240,8 @@ def _cost(st: ClusterState, hourly: float | None) -> dict[str, object]:
 
 def _autostop_at(store: BlobStore) -> float:
     """When worker 0's agent will end the compute if no run starts (its last heartbeat says), or 0."""
-    best = 0.0
-    for key, _ in store.list(layout.AGENTS_PREFIX):
-        try:
-            beat = json.loads(store.read(key) or b"{}")
-        except ValueError:
-            continue
-        if beat.get("worker") == 0:
-            best = max(best, float(beat.get("autostop_at") or 0.0))
-    return best
+    return max([float(b.get("autostop_at") or 0.0) for b in runs.heartbeats(store) if b.get("worker") == 0],
+               default=0.0)
 
 
 def _when(t: float) -> str:

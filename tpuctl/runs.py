@@ -69,6 +69,20 @@ class RunStatus(JsonRecord):
 _ID_RE = re.compile(r"^[0-9]{8}-[0-9]{6}-[0-9a-f]{4}$")
 
 
+def heartbeats(store: BlobStore) -> list[dict[str, Any]]:
+    """Every agent's last heartbeat (layout.agent_heartbeat, written by agent.Agent.beat); an unreadable one is
+    skipped."""
+    out = []
+    for key, _ in store.list(layout.AGENTS_PREFIX):
+        try:
+            beat = json.loads(store.read(key) or b"{}")
+        except ValueError:
+            continue
+        if isinstance(beat, dict):
+            out.append(beat)
+    return out
+
+
 def stale_seconds() -> float:
     """No heartbeat for this long (TPUCTL_STALE_SECONDS, 90 s) means a run's host went quiet: agents take the run
     over, followers warn (hostwatch.py)."""

@@ -197,9 +197,13 @@ class GcpProvider:
     def store(self, st: ClusterState) -> GcsStore:
         return GcsStore(st.spec.store, st.spec.project)
 
-    def check_ready(self, st: ClusterState) -> None:
+    def _tpu_state(self, st: ClusterState) -> str:
+        """The cluster's TPU state as the API reports it now; MISSING when there is none."""
         node = self._tpu(st.spec).find(st.spec.tpu_name, st.zone) if st.zone else None
-        state = self._tpu(st.spec).state(node) if node else "MISSING"
+        return self._tpu(st.spec).state(node) if node is not None else "MISSING"
+
+    def check_ready(self, st: ClusterState) -> None:
+        state = self._tpu_state(st)
         if state != "READY":
             raise TpuctlError(ErrorKind.PREEMPTED if state in ("PREEMPTED", "TERMINATED") else ErrorKind.NOT_FOUND,
                               f"the TPU of cluster {st.name} is {state}",
@@ -209,8 +213,7 @@ class GcpProvider:
         return f"{st.spec.tpu_type} in {st.zone}"
 
     def host_state(self, st: ClusterState) -> tuple[bool, str]:
-        node = self._tpu(st.spec).find(st.spec.tpu_name, st.zone) if st.zone else None
-        state = self._tpu(st.spec).state(node) if node is not None else "MISSING"
+        state = self._tpu_state(st)
         if state in ("CREATING", "STARTING", "RESTARTING", "REPAIRING"):
             return True, f"the TPU is {state}: its host will resume the run once it has booted"
         boot = "; ".join(f"{h}: {line}" for h, line in self._boot_logs(st).items())
@@ -219,8 +222,7 @@ class GcpProvider:
         return False, f"the TPU is {state}" + (f" (last boot log lines: {boot})" if boot else "")
 
     def problem(self, st: ClusterState) -> tuple[str, str] | None:
-        node = self._tpu(st.spec).find(st.spec.tpu_name, st.zone) if st.zone else None
-        state = self._tpu(st.spec).state(node) if node is not None else "MISSING"
+        state = self._tpu_state(st)
         again = f"tpuctl up -c {st.name}"
         if state in ("CREATING", "STARTING", "RESTARTING", "REPAIRING"):
             return (f"the TPU is {state}; runs start once its hosts have booted",
@@ -228,8 +230,8 @@ class GcpProvider:
         if state != "READY":
             return f"the TPU is {state}: submitted runs wait and running ones resume once it is back", again
         beats = {who: age for who, (age, _) in self._beats(st).items()}
-        boot = "; ".join(f"{h}: {line}" for h, line in self._boot_logs(st).items())
         if not beats:
+            boot = "; ".join(f"{h}: {line}" for h, line in self._boot_logs(st).items())
             return ("the TPU is READY but no agent has reported yet" + (f" (boot log: {boot})" if boot else ""),
                     f"look at the host: tpuctl ssh -c {st.name} -- sudo journalctl -u tpuctl-agent")
         silent = sorted(w for w, age in beats.items() if age > runs.stale_seconds())
@@ -290,13 +292,9 @@ class GcpProvider:
 
     def _beats(self, st: ClusterState) -> dict[str, tuple[float, str]]:
         """'wN host' -> (seconds since its agent's last heartbeat, its role)."""
-        store = self.store(st)
-        found: dict[str, tuple[float, str]] = {}
-        for key, _ in store.list(layout.AGENTS_PREFIX):
-            beat = json.loads(store.read(key) or b"{}")
-            found[f"w{beat.get('worker', '?')} {beat.get('host', '')}"] = (
-                time.time() - float(beat.get("time", 0)), str(beat.get("role", "agent")))
-        return found
+        return {f"w{beat.get('worker', '?')} {beat.get('host', '')}":
+                (time.time() - float(beat.get("time", 0)), str(beat.get("role", "agent")))
+                for beat in runs.heartbeats(self.store(st))}
 
     def _boot_logs(self, st: ClusterState) -> dict[str, object]:
         """The last line each host's start-up script wrote into the store: how a failed boot becomes visible."""
