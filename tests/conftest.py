@@ -92,6 +92,22 @@ def cloud(env, _servers, monkeypatch, tmp_path):
 
 
 @pytest.fixture
+def local_up(env, cli):
+    """up(name, *flags): a local cluster through the real CLI, its state returned; every local agent still running
+    is stopped when the test ends."""
+    from tpuctl import state
+    from tpuctl.providers.local import LocalProvider
+
+    def up(name, *flags):
+        code, out, err = cli("up", "--provider", "local", "-c", name, *flags)
+        assert code == 0, err
+        return state.load(name)
+    yield up
+    for st in state.all_clusters():
+        LocalProvider()._stop(st, lambda s: None)
+
+
+@pytest.fixture
 def cli(capsys):
     """Run the real CLI entry point in-process; returns (exit code, stdout, stderr)."""
     from tpuctl.cli import main

@@ -6,10 +6,9 @@ import pytest
 
 from conftest import PROJECT
 from jobs import make_job
-from tpuctl import layout, state
+from tpuctl import layout
 from tpuctl.download import outputs
 from tpuctl.errors import TpuctlError
-from tpuctl.providers.local import LocalProvider
 
 OUTPUT_JOB = """
 import os
@@ -22,11 +21,8 @@ print("done")
 
 
 @pytest.fixture
-def local(env, cli):
-    assert cli("up", "--provider", "local", "-c", "dl")[0] == 0
-    st = state.load("dl")
-    yield st
-    LocalProvider()._stop(st, lambda s: None)
+def local(local_up):
+    return local_up("dl")
 
 
 def test_download_fetches_a_runs_outputs_then_only_what_changed(local, cli, tmp_path, monkeypatch):

@@ -31,19 +31,15 @@ def test_dry_run_without_a_cluster_shows_the_package_and_where_data_lands(env, c
     assert state.load("nosuch") is None and not (env / "home" / "data").exists()
 
 
-def test_dry_run_against_a_cluster_counts_only_what_is_new(env, cli, tmp_path):
+def test_dry_run_against_a_cluster_counts_only_what_is_new(local_up, cli, tmp_path):
     job = _job(tmp_path)
-    assert cli("up", "--provider", "local", "-c", "dry")[0] == 0
-    st = state.load("dry")
-    try:
-        code, out, err = cli("submit", str(job), "-c", "dry", "--dry-run")
-        assert code == 0 and "  new" in out and "2 of 2 data contents new" in out, out + err
-        assert LocalProvider().store(st).list("tpuctl/runs/") == []              # nothing run
-        assert cli("submit", str(job), "-c", "dry")[0] == 0
-        code, out, err = cli("submit", str(job), "-c", "dry", "--dry-run")
-        assert "already in the store" in out and "0 of 2 data contents new" in out and "to send  0 B" in out
-        (job / "a" / "x.txt").write_text("changed")
-        code, out, err = cli("submit", str(job), "-c", "dry", "--dry-run")
-        assert "1 of 3 data contents new" in out and "to send  7 B" in out, out
-    finally:
-        LocalProvider()._stop(st, lambda s: None)
+    st = local_up("dry")
+    code, out, err = cli("submit", str(job), "-c", "dry", "--dry-run")
+    assert code == 0 and "  new" in out and "2 of 2 data contents new" in out, out + err
+    assert LocalProvider().store(st).list("tpuctl/runs/") == []              # nothing run
+    assert cli("submit", str(job), "-c", "dry")[0] == 0
+    code, out, err = cli("submit", str(job), "-c", "dry", "--dry-run")
+    assert "already in the store" in out and "0 of 2 data contents new" in out and "to send  0 B" in out
+    (job / "a" / "x.txt").write_text("changed")
+    code, out, err = cli("submit", str(job), "-c", "dry", "--dry-run")
+    assert "1 of 3 data contents new" in out and "to send  7 B" in out, out

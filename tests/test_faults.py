@@ -12,15 +12,10 @@ from tpuctl.providers.local import LocalProvider
 
 
 @pytest.fixture
-def quick_local(env, cli, monkeypatch):
+def quick_local(local_up, monkeypatch):
     """A local cluster whose agent drains a finished job's output for 1 s (TPUCTL_DRAIN_SECONDS)."""
     monkeypatch.setenv("TPUCTL_DRAIN_SECONDS", "1")
-    code, out, err = cli("up", "--provider", "local", "-c", "faults")
-    assert code == 0, err
-    yield state.load("faults")
-    st = state.load("faults")
-    if st:
-        LocalProvider()._stop(st, lambda s: None)
+    return local_up("faults")
 
 
 def test_command_runs_as_a_shell_writes_it(quick_local, cli, tmp_path):

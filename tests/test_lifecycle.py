@@ -19,13 +19,6 @@ def _wait_stopped(name, timeout=30):
     return not LocalProvider().agent_alive(st)
 
 
-@pytest.fixture
-def stop_agents(env):
-    yield
-    for st in state.all_clusters():
-        LocalProvider()._stop(st, lambda s: None)
-
-
 @pytest.mark.parametrize("text,seconds", [("90s", 90), ("30m", 1800), ("2h", 7200), ("1d", 86400), ("off", 0)])
 def test_durations(text, seconds):
     assert parse_duration(text, "--autostop") == seconds
@@ -48,8 +41,8 @@ def test_the_clock():
     assert "deadline" in c.due(Policy(deadline=10.0), running=True, now=11.0)
 
 
-def test_autostop_waits_for_the_run_then_ends_the_agent_and_up_brings_it_back(stop_agents, cli, tmp_path):
-    code, out, err = cli("up", "--provider", "local", "-c", "auto", "--autostop", "3s")
+def test_autostop_waits_for_the_run_then_ends_the_agent_and_up_brings_it_back(local_up, cli, tmp_path):
+    code, out, err = cli("up", "--provider", "local", "-c", "auto", "--autostop", "3s")   # its plan is checked
     assert code == 0 and "after 3s with no run" in err, err
     job = make_job(tmp_path, "import time; time.sleep(5); print('slept')")
     code, out, err = cli("submit", str(job), "-c", "auto")              # longer than the autostop: never cut
@@ -70,8 +63,8 @@ def test_autostop_waits_for_the_run_then_ends_the_agent_and_up_brings_it_back(st
     assert state.load("auto").spec.autostop == 0
 
 
-def test_max_duration_ends_a_running_job_then_the_agent(stop_agents, cli, tmp_path):
-    assert cli("up", "--provider", "local", "-c", "dl", "--max-duration", "4s")[0] == 0
+def test_max_duration_ends_a_running_job_then_the_agent(local_up, cli, tmp_path):
+    local_up("dl", "--max-duration", "4s")
     job = make_job(tmp_path, SLEEP_JOB)
     t = time.time()
     code, out, err = cli("submit", str(job), "-c", "dl")
@@ -80,8 +73,8 @@ def test_max_duration_ends_a_running_job_then_the_agent(stop_agents, cli, tmp_pa
     assert "deadline" in json.loads(cli("status", "-c", "dl", "--json")[1])["stopped"]
 
 
-def test_submit_down_ends_the_compute_once_the_run_is_final(stop_agents, cli, tmp_path):
-    assert cli("up", "--provider", "local", "-c", "sd")[0] == 0
+def test_submit_down_ends_the_compute_once_the_run_is_final(local_up, cli, tmp_path):
+    local_up("sd")
     job = make_job(tmp_path, "print('done')")
     run_id = cli("submit", str(job), "-c", "sd", "--down", "--detach")[1].strip()
     assert _wait_stopped("sd")

@@ -14,13 +14,8 @@ from tpuctl.providers.local import LocalProvider
 
 
 @pytest.fixture
-def local(env, cli):
-    code, out, err = cli("up", "--provider", "local", "-c", "loc")
-    assert code == 0, err
-    yield state.load("loc")
-    st = state.load("loc")
-    if st:
-        LocalProvider()._stop(st, lambda s: None)
+def local(local_up):
+    return local_up("loc")
 
 
 def test_up_is_idempotent_and_restarts_a_dead_agent(local, cli):

@@ -35,12 +35,8 @@ def test_up_says_there_are_no_credentials_before_asking(env, monkeypatch):
     assert "credentials" in err and "Create these resources" not in err
 
 
-def test_declining_down_keeps_the_cluster(env, cli):
-    assert cli("up", "--provider", "local", "-c", "keep")[0] == 0
-    st = state.load("keep")
-    try:
-        code, err = _at_terminal(["down", "-c", "keep"], "no")
-        assert "[y/N]" in err and code == 1 and "nothing changed" in err
-        assert LocalProvider().agent_alive(st) and state.load("keep") is not None
-    finally:
-        LocalProvider()._stop(st, lambda s: None)
+def test_declining_down_keeps_the_cluster(local_up):
+    st = local_up("keep")
+    code, err = _at_terminal(["down", "-c", "keep"], "no")
+    assert "[y/N]" in err and code == 1 and "nothing changed" in err
+    assert LocalProvider().agent_alive(st) and state.load("keep") is not None

@@ -45,18 +45,12 @@ def test_on_a_gpu_machine_cuda_errors_stay():
 JOB = "import os\nos.write(2, {preamble!r})\nos.write(1, {kept!r})\n"
 
 
-def test_a_cpu_runs_log_has_no_preamble_unless_the_job_asks(env, cli, tmp_path):
-    from tpuctl import state
-    from tpuctl.providers.local import LocalProvider
-    assert cli("up", "--provider", "local", "-c", "q")[0] == 0
-    st = state.load("q")
-    try:
-        job = make_job(tmp_path, JOB.format(preamble=PREAMBLE, kept=KEPT))
-        code, out, err = cli("submit", str(job), "-c", "q")
-        assert code == 0 and out == KEPT.decode(), out
-        loud = make_job(tmp_path, JOB.format(preamble=PREAMBLE, kept=KEPT), '[env]\nTPUCTL_TF_PREAMBLE = "1"\n',
-                        name="loud")
-        code, out, err = cli("submit", str(loud), "-c", "q")
-        assert code == 0 and out == (PREAMBLE + KEPT).decode()
-    finally:
-        LocalProvider()._stop(st, lambda s: None)
+def test_a_cpu_runs_log_has_no_preamble_unless_the_job_asks(local_up, cli, tmp_path):
+    local_up("q")
+    job = make_job(tmp_path, JOB.format(preamble=PREAMBLE, kept=KEPT))
+    code, out, err = cli("submit", str(job), "-c", "q")
+    assert code == 0 and out == KEPT.decode(), out
+    loud = make_job(tmp_path, JOB.format(preamble=PREAMBLE, kept=KEPT), '[env]\nTPUCTL_TF_PREAMBLE = "1"\n',
+                    name="loud")
+    code, out, err = cli("submit", str(loud), "-c", "q")
+    assert code == 0 and out == (PREAMBLE + KEPT).decode()

@@ -45,12 +45,7 @@ def test_ssh_without_gcloud_says_what_to_install(cloud, cli, monkeypatch, tmp_pa
     assert code == 2 and "gcloud is not installed" in err and "Google Cloud CLI" in err
 
 
-def test_ssh_on_the_local_provider_has_no_host(env, cli):
-    from tpuctl import state
-    from tpuctl.providers.local import LocalProvider
-    assert cli("up", "--provider", "local", "-c", "loc")[0] == 0
-    try:
-        code, out, err = cli("ssh", "-c", "loc")
-        assert code == 2 and "no remote host" in err and "agents/loc.log" in err
-    finally:
-        LocalProvider()._stop(state.load("loc"), lambda s: None)
+def test_ssh_on_the_local_provider_has_no_host(local_up, cli):
+    local_up("loc")
+    code, out, err = cli("ssh", "-c", "loc")
+    assert code == 2 and "no remote host" in err and "agents/loc.log" in err

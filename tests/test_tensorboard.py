@@ -79,11 +79,9 @@ def _scalars(url, run, tag="epoch_loss", want=1, timeout=60):
     raise AssertionError(f"{run}: {len(got)} points after {timeout}s")
 
 
-def test_tensorboard_serves_a_local_runs_scalars(env, cli):
-    assert cli("up", "--provider", "local", "-c", "tb")[0] == 0
-    from tpuctl import state
+def test_tensorboard_serves_a_local_runs_scalars(local_up):
     from tpuctl.providers.local import LocalProvider
-    st = state.load("tb")
+    st = local_up("tb")
     store = LocalProvider().store(st)
     store.write(layout.run_job(RUN), _job_json())
     out_dir = os.path.join(st.spec.store, layout.run_output(RUN), "tensorboard", "train")
@@ -97,7 +95,6 @@ def test_tensorboard_serves_a_local_runs_scalars(env, cli):
     finally:
         if p:
             _stop(p)
-        LocalProvider()._stop(st, lambda s: None)
 
 
 def test_tensorboard_syncs_a_buckets_event_files_as_they_grow(cloud, cli, tmp_path, monkeypatch):
