@@ -1,0 +1,93 @@
+"""The typer app and what every command shares: the common options, where settings and the cluster come from,
+and lazy access to the console and the orchestrator (so `tpuctl --help` imports neither). The commands are in
+cli.py (clusters) and cli_runs.py (runs); cli.main is the entry point."""
+from __future__ import annotations
+
+import sys
+from types import ModuleType
+from typing import TYPE_CHECKING, Optional
+
+import typer
+
+from . import __version__
+from .errors import ExitCode, bad_input
+
+if TYPE_CHECKING:
+    from .models import ClusterState
+    from .providers.base import Provider
+
+app = typer.Typer(add_completion=True, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
+                  help="Train TensorFlow jobs on Cloud TPUs (or this machine): up, submit, logs, down.",
+                  context_settings={"help_option_names": ["-h", "--help"]})
+
+
+def _cluster_names(incomplete: str) -> list[str]:
+    """Shell completion of -c: the clusters in local state (file names only: nothing is parsed or asked)."""
+    from .state import cluster_names
+    return [n for n in cluster_names() if n.startswith(incomplete)]
+
+
+CLUSTER = typer.Option(None, "--cluster", "-c", help="Cluster name (default: 'default').",
+                       autocompletion=_cluster_names)
+PROVIDER = typer.Option(None, "--provider", help="gcp (default) or local; also TPUCTL_PROVIDER.")
+PROJECT = typer.Option(None, "--project", help="Google Cloud project id.")
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        print(f"tpuctl {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _main(version: bool = typer.Option(False, "--version", "-V", is_eager=True, callback=_print_version,
+                                       help="Print tpuctl's version and exit.")) -> None:
+    """Train TensorFlow jobs on Cloud TPUs (or this machine): up, submit, logs, down."""
+
+
+def settings() -> ModuleType:
+    from . import config   # lazily: tomllib and configparser are not needed to print help
+    return config
+
+
+def cluster_name(flag: Optional[str]) -> str:
+    from .models import check_cluster_name
+    if flag == "":
+        raise bad_input("empty cluster name (-c \"\")", "drop -c to use the cluster 'default', or name one: -c bert")
+    cfg = settings()
+    return check_cluster_name(cfg.setting("cluster", flag, "default"))
+
+
+def console() -> ModuleType:
+    from . import console
+    return console
+
+
+def orch() -> ModuleType:
+    from . import orchestrator
+    return orchestrator
+
+
+def interactive() -> bool:
+    return sys.stdin.isatty()
+
+
+def declined() -> None:
+    console().err.print("nothing changed")
+    raise typer.Exit(ExitCode.ERROR)   # README's exit table: 1 also means "declined"
+
+
+def cluster_and_provider(cluster: Optional[str], provider: Optional[str]) -> "tuple[ClusterState, Provider]":
+    from . import providers
+    st = orch().load(cluster_name(cluster))
+    if provider and provider != st.spec.provider.value:
+        raise bad_input(f"cluster {st.name} uses provider {st.spec.provider.value}, not {provider}",
+                        "drop --provider")
+    return st, providers.get(st.spec.provider)
+
+
+def check_worker(st: "ClusterState", worker: int) -> None:
+    workers = max(1, st.host.hosts)
+    if not 0 <= worker < workers:
+        raise bad_input(f"cluster {st.name} has {workers} worker{'s' * (workers > 1)}",
+                        f"--worker takes 0 to {workers - 1}")

@@ -1,0 +1,238 @@
+"""The run commands: submit (and its dry run), logs, download, tensorboard, ssh, jobs, cancel. Registered on the
+app when cli.py imports this module."""
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, List, Optional
+
+import typer
+
+from .cli_app import CLUSTER, PROVIDER, app, check_worker, cluster_and_provider, cluster_name, console
+from .errors import ErrorKind, ExitCode, TpuctlError, bad_input
+
+if TYPE_CHECKING:
+    from .jobspec import JobSpec
+    from .models import ClusterState
+    from .providers.base import Provider
+    from .store import BlobStore
+
+
+def _follow(store: "BlobStore", run_id: str, st0: "ClusterState", prov: "Provider", worker: int = 0,
+            follow: bool = True, give_up_after: float = 900.0) -> int:
+    from . import layout, runs
+    from .hostwatch import HostWatch
+    out = sys.stdout.buffer
+    cluster = st0.name
+
+    def write(data: bytes) -> None:
+        out.write(data)
+        out.flush()
+    watch = HostWatch(prov, st0, run_id, give_up_after, lambda m: console().err.print(f"[yellow]! {m}[/]"))
+    try:
+        st = runs.follow(store, run_id, write, worker=worker, follow=follow, watch=watch)
+    except KeyboardInterrupt:
+        console().err.print(f"\nstopped following; run {run_id} continues. "
+                             f"Reattach: tpuctl logs {run_id} -c {cluster} -f")
+        raise typer.Exit(130)
+    if follow:
+        code = st.exit_code
+        con = console()
+        con.err.print(f"run {run_id} {st.state.value}" + (f" (exit code {code})" if code is not None else ""))
+        con.err.print(f"outputs: {store.local_path(layout.run_output(run_id))}/  "
+                      f"fetch them: tpuctl download {run_id} -c {cluster}")
+        return code if code is not None else int(ExitCode.ERROR)
+    return int(ExitCode.OK)
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def submit(ctx: typer.Context,
+           job_dir: str = typer.Argument(..., help="Directory holding tpuctl.toml."),
+           cluster: Optional[str] = CLUSTER,
+           data: List[str] = typer.Option([], "--data", help="Extra data path to sync (repeatable)."),
+           detach: bool = typer.Option(False, "--detach", "-d", help="Print the run id and return at once."),
+           give_up_after: float = typer.Option(900.0, "--give-up-after", help="Seconds to follow a silent host."),
+           dry_run: bool = typer.Option(False, "--dry-run",
+                                        help="Show what would be uploaded (needs no cluster); run nothing."),
+           down: bool = typer.Option(False, "--down", help="The host ends the compute once the run is final."),
+           provider: Optional[str] = PROVIDER) -> None:
+    """Package JOB_DIR, sync its data, run it on the cluster and follow its logs; exits with the job's code.
+    Arguments after `--` are appended to the job's command."""
+    from . import jobspec, packaging, submission
+    con = console()
+    job = jobspec.load(job_dir, data)          # the job's own mistakes first, before any cluster is looked for
+    packaging.files(job.root, job.data)        # links out of the job are refused here too
+    if dry_run:
+        _submit_preview(job, cluster, provider)
+        return
+    st, prov = cluster_and_provider(cluster, provider)
+    if down and not prov.self_teardown:
+        raise TpuctlError(ErrorKind.INPUT, f"submit --down is not enforced on {st.spec.provider.value} yet: "
+                          "refused rather than leaving the compute running", f"submit without --down, then "
+                          f"`tpuctl down -c {st.name}`")
+    with con.Reporter() as rep:
+        run_id, _ = submission.submit(st, prov, job, list(ctx.args), rep.transfer, rep, down_after=down)
+    if detach:
+        print(run_id)
+        return
+    con.err.print(f"run {run_id} submitted; following its log (Ctrl-C stops following, not the run)")
+    raise typer.Exit(_follow(prov.store(st), run_id, st, prov, give_up_after=give_up_after))
+
+
+def _submit_preview(job: "JobSpec", cluster: Optional[str], provider: Optional[str]) -> None:
+    from . import state, submission
+    con = console()
+    st = state.load(cluster_name(cluster))
+    store = None
+    if st is not None:
+        try:
+            store = cluster_and_provider(cluster, provider)[1].store(st)
+        except TpuctlError as e:   # no credentials, say: still show what is known offline
+            con.err.print(f"[yellow]! cannot compare with cluster {st.name}'s store: {e.message}[/]")
+    p = submission.preview(job, store)
+    human = con.human_bytes
+    print(f"job      {job.name}: {job.command}")
+    print(f"package  {human(p.package_bytes)} packed ({human(p.package_unpacked_bytes)} of files), "
+          f"sha256 {p.package_sha256[:12]}" +
+          ("" if store is None else ("  new" if p.package_new else "  already in the store")))
+    if p.data:
+        print(f"data     {len(p.data)} files, {human(p.data_bytes)} ({p.data_contents} distinct contents); "
+              "the job sees each at $TPUCTL_DATA_DIR/<path>:")
+        for path, rel, size in p.data[:20]:
+            print(f"           {rel}  <- {path}  ({human(size)})")
+        if len(p.data) > 20:
+            print(f"           ... and {len(p.data) - 20} more")
+    where = (f"to cluster {st.name}'s store: {p.data_new_contents} of {p.data_contents} data contents new"
+             if store is not None and st is not None else "no cluster to compare with: everything counted")
+    print(f"to send  {human(p.bytes_to_send)} ({where})")
+    con.err.print("dry run: nothing was uploaded or run")
+
+
+@app.command()
+def logs(run_id: Optional[str] = typer.Argument(None, help="Run id (default: the latest run)."),
+         cluster: Optional[str] = CLUSTER,
+         follow: bool = typer.Option(False, "--follow", "-f", help="Keep following until the run ends."),
+         worker: int = typer.Option(0, "--worker", help="Worker of a multi-host slice (0 is the primary log)."),
+         give_up_after: float = typer.Option(900.0, "--give-up-after", help="Seconds to follow a silent host."),
+         provider: Optional[str] = PROVIDER) -> None:
+    """Print a run's output, raw, on stdout."""
+    from . import runs, submission
+    st, prov = cluster_and_provider(cluster, provider)
+    check_worker(st, worker)
+    store = prov.store(st)
+    rid = submission.resolve_run(store, run_id)
+    job = runs.job(store, rid)
+    if worker > 0 and job is not None and job.framework == "tensorflow":
+        console().err.print(f"run {rid} is a TensorFlow program: it runs on worker 0 (`tpuctl logs {rid}`); "
+                             f"worker {worker} serves the TPU runtime")
+        return
+    raise typer.Exit(_follow(store, rid, st, prov, worker, follow, give_up_after))
+
+
+@app.command()
+def download(run_id: Optional[str] = typer.Argument(None, help="Run id (default: the latest run)."),
+             dest: Optional[str] = typer.Option(None, "--output", "-o", help="Directory (default: ./RUN_ID)."),
+             cluster: Optional[str] = CLUSTER,
+             provider: Optional[str] = PROVIDER) -> None:
+    """Fetch a run's outputs (checkpoints, TensorBoard events, metrics.json); again, only what changed."""
+    from pathlib import Path
+
+    from . import download as dl, runs, submission
+    con = console()
+    st, prov = cluster_and_provider(cluster, provider)
+    store = prov.store(st)
+    rid = submission.resolve_run(store, run_id)
+    target = Path(dest or rid)
+    if target.exists() and not target.is_dir():
+        raise bad_input(f"{target} exists and is not a directory", "pass -o DIR")
+    with con.Reporter() as rep:
+        got = dl.outputs(store, rid, target, lambda total: rep.transfer(total, "download"))
+    if got.files == 0:
+        con.err.print(f"run {rid} has no outputs yet (a job writes them under $TPUCTL_OUTPUT_DIR)")
+        return
+    con.err.print(f"[green]{target}/[/]: {got.fetched} of {got.files} files fetched "
+                  f"({con.human_bytes(got.bytes_fetched)}; {con.human_bytes(got.bytes_unchanged)} already here)")
+    if not runs.status(store, rid).state.final:
+        con.err.print(f"run {rid} is still going: run the same command again to fetch what is new")
+
+
+@app.command()
+def tensorboard(run_ids: List[str] = typer.Argument(None, help="Run ids (default: every run of the cluster)."),
+                cluster: Optional[str] = CLUSTER,
+                port: Optional[int] = typer.Option(None, "--port", help="Port (default: the first free from 6006)."),
+                host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
+                provider: Optional[str] = PROVIDER) -> None:
+    """Serve TensorBoard on runs' event files (a bucket's are synced as they grow) and print its URL."""
+    from . import board, runs, submission
+    board.require_installed()
+    con = console()
+    st, prov = cluster_and_provider(cluster, provider)
+    store = prov.store(st)
+    ids = [submission.resolve_run(store, r) for r in run_ids] if run_ids else runs.all_ids(store)
+    if not ids:
+        raise TpuctlError(ErrorKind.NOT_FOUND, f"cluster {st.name} has no runs yet",
+                          "`tpuctl submit JOB_DIR` starts one")
+    sources = board.Sources(store, st.name, ids)
+    if sources.cached:
+        con.err.print(f"syncing event files of {len(sources.cached)} run(s) from {st.spec.store} every "
+                      f"{board.sync_seconds():g}s")
+
+    def ready(url: str) -> None:
+        con.err.print(f"[green]TensorBoard[/] for {len(ids)} run(s): {url}   (Ctrl-C stops it)")
+        print(url, flush=True)
+    raise typer.Exit(board.serve(sources, port or board.free_port(), host, ready))
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def ssh(ctx: typer.Context, cluster: Optional[str] = CLUSTER,
+        worker: int = typer.Option(0, "--worker", help="Worker of a multi-host slice."),
+        provider: Optional[str] = PROVIDER) -> None:
+    """Open a shell on the cluster's host through gcloud (`-- CMD` runs CMD there instead)."""
+    import shlex
+    import shutil
+    import subprocess
+    from .models import Phase
+    st, prov = cluster_and_provider(cluster, provider)
+    if st.phase is Phase.DOWN:
+        raise TpuctlError(ErrorKind.NOT_FOUND, f"cluster {st.name} is down", f"`tpuctl up -c {st.name}` brings it back")
+    check_worker(st, worker)
+    argv = prov.ssh_argv(st, worker, shlex.join(ctx.args))
+    if shutil.which(argv[0]) is None:
+        raise bad_input(f"{argv[0]} is not installed: `tpuctl ssh` runs `{shlex.join(argv)}`",
+                        "install the Google Cloud CLI (cloud.google.com/sdk/docs/install), then run it again")
+    console().err.print(f"$ {shlex.join(argv)}", style="dim", markup=False)
+    raise typer.Exit(subprocess.call(argv))
+
+
+@app.command()
+def jobs(cluster: Optional[str] = CLUSTER,
+         as_json: bool = typer.Option(False, "--json", help="Machine-readable output on stdout."),
+         provider: Optional[str] = PROVIDER) -> None:
+    """List the cluster's runs: id, job, state, start, duration, exit code, latest step and loss, loss curve."""
+    from . import submission
+    con = console()
+    st, prov = cluster_and_provider(cluster, provider)
+    rows = submission.table(prov.store(st))
+    hourly = prov.price(st.spec).hourly
+    for r in rows:   # what the compute cost while the run ran, at the catalog price of the cluster's type
+        d = r["duration"]
+        r["cost_usd"] = round(d / 3600 * hourly, 4) if isinstance(d, float) and hourly is not None else None
+    if as_json:
+        con.print_json(rows)
+        return
+    con.print_table(["id", "job", "state", "started", "duration", "exit", "cost", "step", "loss", "loss curve"],
+                    [[r["id"], r["name"], r["state"], r["started"],
+                      "" if r["duration"] is None else f"{r['duration']:.0f}s",
+                      "" if r["exit_code"] is None else r["exit_code"],
+                      "" if r["cost_usd"] is None else f"${r['cost_usd']:.2f}",
+                      "" if r["step"] is None else r["step"],
+                      "" if r["loss"] is None else f"{r['loss']:.4f}", r["loss_curve"]] for r in rows])
+
+
+@app.command()
+def cancel(run_id: str = typer.Argument(..., help="Run id."), cluster: Optional[str] = CLUSTER,
+           provider: Optional[str] = PROVIDER) -> None:
+    """Ask the agent to stop a run (SIGTERM, then SIGKILL after a grace period)."""
+    from . import submission
+    st, prov = cluster_and_provider(cluster, provider)
+    submission.cancel(prov.store(st), run_id)
+    console().err.print(f"cancel of run {run_id} requested")
