@@ -183,9 +183,11 @@ def test_a_killed_agent_never_leaves_two_attempts_running(quick_local, cli, tmp_
     assert os.path.exists(f"/proc/{first.pid}")
     assert cli("up", "--provider", "local", "-c", "faults")[0] == 0   # restarts the agent
     deadline = time.monotonic() + 20
-    while runs.status(store, run_id).attempt < 2 and time.monotonic() < deadline:
-        time.sleep(0.1)
     second = runs.status(store, run_id)
+    # attempt 2 is recorded STARTING before its process exists; wait for RUNNING, well inside the 90 s staleness
+    while not (second.attempt >= 2 and second.state is runs.RunState.RUNNING) and time.monotonic() < deadline:
+        time.sleep(0.1)
+        second = runs.status(store, run_id)
     assert second.attempt == 2 and second.state is runs.RunState.RUNNING   # resumed at once, not after 90 s
     stat = f"/proc/{first.pid}/stat"
     assert not os.path.exists(stat) or open(stat).read().rsplit(")", 1)[1].split()[0] in "ZX"   # first one ended
