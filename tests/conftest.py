@@ -1,7 +1,7 @@
 import logging
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pytest
 
@@ -9,8 +9,9 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 from fakes.compute_server import FakeCompute  # noqa: E402
 from fakes.gcs import FakeGcs  # noqa: E402
+from fakes.resource_manager import FakeResourceManager  # noqa: E402
 from fakes.tpu_host import SimulatedHosts  # noqa: E402
-from fakes.tpu_server import FakeTpu  # noqa: E402
+from fakes.tpu_server import QR_PLAN, FakeTpu  # noqa: E402
 
 PROJECT = "test-proj"
 logging.getLogger("gcp_storage_emulator").setLevel(logging.CRITICAL)  # it logs every 404 as an ERROR
@@ -22,20 +23,37 @@ class Cloud:
     compute: FakeCompute
     gcs: FakeGcs
     hosts: SimulatedHosts
+    iam: FakeResourceManager
+
+    foreign: set = field(default_factory=set)   # leaks() entries a test made as the user or another machine
 
     def mutating_calls(self):
         gcs = [c for c in self.gcs.calls if not c.startswith("GET")]
         return self.tpu.mutating_calls() + self.compute.mutating_calls() + gcs
 
+    def leaks(self):
+        """What carries tpuctl's label (TPUs, queued resources, VMs) or is a bucket grant of tpuctl's roles, read
+        from the fakes' own state; after `down` of every cluster it must be empty (buckets are kept by design)."""
+        from tpuctl.models import LABEL, OBJECT_ROLES
+        found = [f"tpu {n}" for v in (1, 2) for n, node in self.tpu.nodes[v].items() if LABEL in node.labels]
+        found += [f"queued resource {n}" for n in self.tpu.queued]
+        found += [f"vm {k[2]}" for k, inst in self.compute.instances.items()
+                  if LABEL in (inst.get("labels") or {})]
+        found += [f"grant {role} to {member} on {bucket}" for bucket, held in self.gcs.granted.items()
+                  for role, member in held if role in OBJECT_ROLES and member.startswith("serviceAccount:")]
+        return [f for f in found if f not in self.foreign]
+
 
 @pytest.fixture(scope="session")
 def _servers():
-    tpu, compute, gcs = FakeTpu(), FakeCompute(), FakeGcs()
-    hosts = tpu.start(), compute.start(), gcs.start()
-    yield (tpu, compute, gcs), hosts
+    tpu, compute, gcs, iam = FakeTpu(), FakeCompute(), FakeGcs(), FakeResourceManager()
+    hosts = tpu.start(), compute.start(), gcs.start(), iam.start(), tpu.start_rest()
+    tpu.iam = compute.iam = iam
+    yield (tpu, compute, gcs, iam), hosts
     tpu.stop()
     compute.stop()
     gcs.stop()
+    iam.stop()
 
 
 @pytest.fixture
@@ -49,7 +67,7 @@ def env(tmp_path, monkeypatch):
     monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(tmp_path / "missing.json"))
     for var in ("GOOGLE_CLOUD_PROJECT", "CLOUDSDK_CORE_PROJECT", "TPUCTL_PROVIDER", "TPUCTL_CLUSTER",
                 "TPUCTL_PROJECT", "TPUCTL_ZONE", "TPU_EMULATOR_HOST", "COMPUTE_EMULATOR_HOST",
-                "STORAGE_EMULATOR_HOST"):
+                "STORAGE_EMULATOR_HOST", "RESOURCE_MANAGER_EMULATOR_HOST"):
         monkeypatch.delenv(var, raising=False)
     from tpuctl.providers.gcp import clients
     clients.reset()
@@ -59,8 +77,9 @@ def env(tmp_path, monkeypatch):
 
 @pytest.fixture
 def cloud(env, _servers, monkeypatch, tmp_path):
-    (tpu, compute, gcs), (th, ch, sh) = _servers
+    (tpu, compute, gcs, iam), (th, ch, sh, rh, trh) = _servers
     monkeypatch.setenv("TPU_EMULATOR_HOST", th)
+    monkeypatch.setenv("RESOURCE_MANAGER_EMULATOR_HOST", rh)
     monkeypatch.setenv("COMPUTE_EMULATOR_HOST", ch)
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", sh)
     monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", PROJECT)
@@ -72,6 +91,9 @@ def cloud(env, _servers, monkeypatch, tmp_path):
         fake.lost.clear()
         fake.calls.clear()
     tpu.nodes = {1: {}, 2: {}}
+    tpu.rest_calls.clear()
+    tpu.queued, tpu.qr_plan, tpu.qr_plans, tpu.qr_step = {}, list(QR_PLAN), {}, 0.0
+    iam.reset(f"{compute.project_number}-compute@developer.gserviceaccount.com")
     tpu.zones = None
     tpu.runtimes.clear()
     tpu.accelerator_types.clear()
@@ -84,11 +106,39 @@ def cloud(env, _servers, monkeypatch, tmp_path):
     gcs.lost.clear()
     gcs.wipe()
     hosts = SimulatedHosts(gcs, tmp_path / "hosts")   # off unless a test turns it on (hosts.enabled = True)
+    hosts.env.update(TPU_REST_EMULATOR_HOST=trh, COMPUTE_EMULATOR_HOST=ch, RESOURCE_MANAGER_EMULATOR_HOST=rh)
     tpu.hosts = compute.hosts = hosts
-    yield Cloud(tpu, compute, gcs, hosts)
+    yield Cloud(tpu, compute, gcs, hosts, iam)
     hosts.stop_all()
     tpu.hosts = compute.hosts = None
     gcs.stop_identities()
+
+
+@pytest.fixture
+def live_hosts(cloud, monkeypatch):
+    """Simulated hosts boot for every TPU and VM made; waits short enough for tests (grants apply at once)."""
+    cloud.hosts.enabled = True
+    cloud.hosts.env.update(TPUCTL_LOG_POLL_MAX="0.2", TPUCTL_TEARDOWN_RETRY="0.5")
+    monkeypatch.setenv("TPUCTL_LOG_POLL_MAX", "0.2")
+    monkeypatch.setenv("TPUCTL_TEARDOWN_WAIT", "120")
+    return cloud.hosts
+
+
+@pytest.fixture
+def no_leak(cloud, cli):
+    """A fault test ends here: faults off, `down` of every cluster left in state, and then nothing tpuctl made may
+    be left in the fakes that `down` should have removed."""
+    from tpuctl import state
+    yield
+    for fake in (cloud.tpu, cloud.compute):
+        fake.faults.clear()
+        fake.op_faults.clear()
+        fake.lost.clear()
+    cloud.gcs.faults.clear()
+    cloud.gcs.lost.clear()
+    for st in state.all_clusters():
+        cli("down", "-c", st.name, "--yes")   # may refuse (a resource lost its label): then it is not tpuctl's
+    assert cloud.leaks() == []
 
 
 @pytest.fixture

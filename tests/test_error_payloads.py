@@ -10,6 +10,8 @@ from tpuctl import state
 from tpuctl.errors import ErrorKind, Scope
 from tpuctl.providers.gcp.errors import classify
 
+pytestmark = pytest.mark.usefixtures("no_leak")   # every test ends with nothing of tpuctl left
+
 V3_ZONES = "us-central1-a,us-central1-b,europe-west4-a"
 
 

@@ -1,10 +1,13 @@
 """`up` -> `status` -> `down` through the real CLI and the real google clients, against the wire-level fakes."""
 import json
 
+import pytest
 from conftest import PROJECT
 
 from tpuctl import state
 from tpuctl.models import OBJECT_ROLES
+
+pytestmark = pytest.mark.usefixtures("no_leak")   # every test ends with nothing of tpuctl left
 
 STOCKOUT = 'There is no more capacity in the zone "us-central1-a"; you can try in another zone where Cloud TPU ' \
            'Nodes are offered (see https://cloud.google.com/tpu/docs/regions) [EID: 0x1234]'
@@ -195,6 +198,7 @@ def test_ls_flags_orphans(cloud, cli):
     assert rows["bert", "cluster"]["orphan"] is False and ("bert", "bucket") not in rows   # the bucket is bert's
     assert rows["lost", "tpu"]["orphan"] is True and rows["lost", "tpu"]["zone"] == "us-central1-a"
     assert rows["lost", "bucket"]["orphan"] is True and rows["lost", "bucket"]["zone"] == "us-central1"
+    assert cli("down", "-c", "lost", "--project", PROJECT, "--yes")[0] == 0   # the command ls gives for it
 
 
 def test_preempted_tpu_is_recreated_by_up(cloud, cli):

@@ -10,6 +10,8 @@ from jobs import ENV_JOB, SLEEP_JOB, make_job, tpuctl_within
 from tpuctl import runs
 from tpuctl.agent import Agent
 
+pytestmark = pytest.mark.usefixtures("no_leak")   # every test ends with nothing of tpuctl left
+
 BUCKET = f"{PROJECT}-tpuctl-bert"
 
 

@@ -10,6 +10,8 @@ from tpuctl import datasync, layout, runs, state
 from tpuctl.providers.gcp.tpu import pick_runtime
 from tpuctl.store import LocalStore
 
+pytestmark = pytest.mark.usefixtures("no_leak")   # every test ends with nothing of tpuctl left
+
 ZONE = "us-central1-b"
 TPU = f"projects/{PROJECT}/locations/{ZONE}/nodes/tpuctl-bert"
 STOCKOUT = "There is no more capacity in the zone \"us-central1-b\"; you can try in another zone"
@@ -167,6 +169,7 @@ def test_a_grant_that_was_there_before_is_never_revoked(cloud, cli):
     policy.version = 3
     policy.bindings.append({"role": "roles/storage.objectAdmin", "members": {member}})
     b.set_iam_policy(policy)
+    cloud.foreign.add(f"grant roles/storage.objectAdmin to {member} on shared-data")
     assert cli("up", "--type", "v3-8", "--zone", ZONE, "-c", "bert", "--bucket", "shared-data")[0] == 0
     assert [g.role for g in state.load("bert").grants] == ["roles/storage.legacyBucketReader"]
     assert cli("down", "-c", "bert", "--yes")[0] == 0
@@ -202,6 +205,7 @@ def test_another_machines_up_of_the_same_cluster_is_adopted_never_deleted(cloud,
     from google.cloud import tpu_v2
 
     def other_machine_creates_first():
+        cloud.foreign.add(f"tpu {TPU}")   # the other machine's `down` removes it
         cloud.tpu.nodes[2][TPU] = tpu_v2.Node(name=TPU, accelerator_type="v3-8", state=tpu_v2.Node.State.CREATING,
                                               labels={"tpuctl-cluster": "bert", "tpuctl-nonce": "0ther000"},
                                               network_endpoints=[tpu_v2.NetworkEndpoint(ip_address="10.9.9.9")])
@@ -219,6 +223,7 @@ def test_a_failed_wait_on_another_machines_tpu_does_not_delete_it(cloud, cli):
     from google.cloud import tpu_v2
 
     def other_machine_creates_first():
+        cloud.foreign.add(f"tpu {TPU}")   # the other machine's `down` removes it
         cloud.tpu.nodes[2][TPU] = tpu_v2.Node(name=TPU, accelerator_type="v3-8", state=tpu_v2.Node.State.CREATING,
                                               labels={"tpuctl-cluster": "bert", "tpuctl-nonce": "0ther000"})
         threading.Timer(0.3, lambda: cloud.tpu.set_state(2, TPU, "TERMINATED")).start()
@@ -237,6 +242,7 @@ def test_a_vm_insert_whose_answer_was_lost_is_adopted_and_another_machines_vm_ke
     assert cli("down", "-c", "bert", "--yes")[0] == 0
 
     def other_machine_first():
+        cloud.foreign.add("vm tpuctl-two-vm")   # the other machine's `down` removes it
         cloud.compute.instances[(PROJECT, ZONE, "tpuctl-two-vm")] = {
             "name": "tpuctl-two-vm", "status": "RUNNING", "zone": ZONE,
             "labels": {"tpuctl-cluster": "two", "tpuctl-nonce": "0ther000"}}

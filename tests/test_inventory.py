@@ -2,8 +2,11 @@
 there is no local state (another machine, a lost state file)."""
 import json
 
+import pytest
 from conftest import PROJECT
 from tpuctl import state
+
+pytestmark = pytest.mark.usefixtures("no_leak")   # every test ends with nothing of tpuctl left
 
 
 def _orphans(cli):

@@ -1,5 +1,5 @@
 """The compute ends by itself, enforced by the agent (issue 12's first part, on the local provider): autostop,
---max-duration, submit --down; cost so far in status; durations; refused where the host cannot enforce it."""
+--max-duration, submit --down; cost so far in status; durations. On Google Cloud hosts: test_self_teardown.py."""
 import json
 import time
 
@@ -82,14 +82,6 @@ def test_submit_down_ends_the_compute_once_the_run_is_final(local_up, cli, tmp_p
     assert json.loads(cli("status", "-c", "sd", "--json")[1])["stopped"].startswith(f"run {run_id} ended")
 
 
-def test_gcp_refuses_what_its_host_cannot_enforce_yet(cloud, cli, tmp_path):
-    code, out, err = cli("up", "--type", "v3-8", "--zone", "us-central1-b", "-c", "g", "--autostop", "30m")
-    assert code == 2 and "not enforced on gcp yet" in err and cloud.mutating_calls() == []
-    assert cli("up", "--type", "v3-8", "--zone", "us-central1-b", "-c", "g")[0] == 0
-    code, out, err = cli("submit", str(make_job(tmp_path, "print(1)")), "-c", "g", "--down")
-    assert code == 2 and "submit --down is not enforced" in err
-
-
 def test_cost_so_far_sums_every_period_of_compute(cloud, cli):
     assert cli("up", "--type", "v3-8", "--zone", "us-central1-b", "-c", "c")[0] == 0
     st = state.load("c")
@@ -101,3 +93,12 @@ def test_cost_so_far_sums_every_period_of_compute(cloud, cli):
     st = state.load("c")
     assert all(end for _, end in st.periods)
     assert json.loads(cli("status", "-c", "c", "--json")[1])["cost_so_far_usd"] == pytest.approx(12.0, rel=0.01)
+
+
+def test_ls_flags_a_cluster_past_its_deadline_that_is_still_up(local_up, cli):
+    st = local_up("pd", "--max-duration", "1h")
+    st.periods[-1][0] -= 7200          # made two hours ago; its host never ended it (dead, or no permission)
+    state.save(st)
+    [row] = json.loads(cli("ls", "--json")[1])
+    assert row["past_deadline"]
+    assert "PAST ITS DEADLINE" in cli("ls")[1].replace("\n", " ") or "PAST ITS" in cli("ls")[1]

@@ -194,7 +194,8 @@ def test_bad_submit_inputs_upload_nothing(local, cli, tmp_path, setup, args, cod
 
 
 def test_bert_quick_start_on_the_local_provider(local, cli):
-    """The README's first command, through the CLI: the real job, generated corpus, decreasing loss."""
+    """The README's first command, through the CLI: the real job, generated corpus, a loss that falls by over a
+    nat between the first and the last line (issue 13)."""
     job = Path(__file__).parent.parent / "jobs" / "bert_pretrain"
     code, out, err = cli("submit", str(job), "-c", "loc", "--", "--preset", "tiny", "--steps", "30",
                          "--log-every", "10")
@@ -202,7 +203,7 @@ def test_bert_quick_start_on_the_local_provider(local, cli):
     assert "generated 2.0 MB Hangul/Latin sample" in out
     assert "absl::InitializeLog" not in out and "cuInit" not in out and "cpu_feature_guard" not in out
     losses = [float(line.split()[3]) for line in out.splitlines() if line.startswith("step ")]
-    assert len(losses) == 3 and losses[-1] < losses[0]
+    assert len(losses) == 3 and losses[-1] <= losses[0] - 1.0, losses
     assert list(Path(local.spec.store).glob("runs/*/output/checkpoints/ckpt-30*"))
     assert list(Path(local.spec.store).glob("prepared/bert_pretrain-128/part-*.tfrecord"))
     [row] = json.loads(cli("jobs", "-c", "loc", "--json")[1])     # metrics.json, from tpuctl.runtime's callback

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from . import __version__, jobenv, layout, runs
+from . import __version__, hostapi, jobenv, layout, runs
 from .jobprocs import JobProcesses
 from .lifecycle import Clock, Policy
 from .logshipper import LogShipper
@@ -69,6 +69,9 @@ class Agent:
         self.ended_here: set[str] = set()   # runs whose attempt on this host a predecessor left running, now ended
         self.specs: dict[str, RunSpec] = {}  # job.json is written once: read it once per run
         self.clock = Clock()                 # idleness, for autostop (lifecycle.py)
+        self.ending = False                  # this host asked for its own deletion
+        self._retry_at = 0.0                 # when a refused self-deletion may be tried again
+        self._checked_for: object = None     # the `up` (record's `written`) the teardown check answered
 
     def read_record(self) -> dict[str, Any]:
         """The cluster record; `up` rewrites it (the legacy node's address appears once the node is READY)."""
@@ -105,17 +108,52 @@ class Agent:
         self._last_beat = time.monotonic()
 
     def end_compute(self, reason: str) -> None:
-        """Worker 0 ends the cluster's compute itself: the record of why first (status reads it), then the
-        teardown the cluster record names. Only "exit" (the local agent) exists: `up` refuses the settings that
-        lead here where the provider has none."""
-        self.store.write(layout.STOPPED, json.dumps({"reason": reason, "time": time.time(), "host": self.host,
-                                                     "worker": self.worker}).encode())
+        """Worker 0 ends the cluster's compute itself: the record of why first (status reads it; the deletion may
+        end this host before another write), then the teardown the cluster record names: "exit" (the local agent
+        stops), or "gcp" (the host deletes its TPU, queued resource or VM as its own identity, hostapi.py). A
+        deletion Google refuses turns the record into a failure and is tried again TEARDOWN_RETRY later."""
+        if time.monotonic() < self._retry_at:
+            return
+        how = self.record.get("teardown")
+        stopped = {"reason": reason, "time": time.time(), "host": self.host, "worker": self.worker}
+        self.store.write(layout.STOPPED, json.dumps(stopped).encode())
         print(f"tpuctl agent: ending the compute: {reason}", file=sys.stderr, flush=True)
-        if self.record.get("teardown") == "exit":
+        if how == "exit":
             self.stop.set()
+        elif how == "gcp":
+            try:
+                for target in hostapi.targets(self.record):
+                    hostapi.delete(target)
+            except Exception as e:  # noqa: BLE001 - a refused or unreachable API: say so where status looks
+                failed = f"{type(e).__name__}: {e}"
+                self.store.write(layout.STOPPED, json.dumps({**stopped, "failed": failed}).encode())
+                print(f"tpuctl agent: could not end the compute: {failed}", file=sys.stderr, flush=True)
+                self._retry_at = time.monotonic() + float(os.environ.get("TPUCTL_TEARDOWN_RETRY", "60"))
+                return
+            self.ending = True   # the deletion is under way: take no new run while the host still lives
+
+    def check_teardown(self) -> None:
+        """Worker 0 of a Google Cloud host reports, for each `up` (the record's `written`), whether its own
+        identity holds what deleting the compute needs: `up --autostop` waits for this report, and `status`
+        shows autostop as enforced only on its word. testIamPermissions sees project-level grants, the only ones
+        that can carry tpu.nodes.delete (lifecycle.py)."""
+        written = self.record.get("written")
+        if self.worker != 0 or self.record.get("teardown") != "gcp" or written == self._checked_for:
+            return
+        self._checked_for = written
+        needed = sorted({t.permission for t in hostapi.targets(self.record)})
+        report: dict[str, Any] = {"for": written, "host": self.host, "time": time.time(), "needed": needed}
+        try:
+            report["identity"] = hostapi.identity()
+            have = hostapi.held(str(self.record.get("project", "")), needed)
+            report["missing"] = [p for p in needed if p not in have]
+        except Exception as e:  # noqa: BLE001 - cannot tell: never report able
+            report["missing"], report["error"] = needed, f"{type(e).__name__}: {e}"
+        report["able"] = not report["missing"]
+        self.store.write(layout.TEARDOWN_CHECK, json.dumps(report).encode())
 
     def enforce(self, running: bool = False) -> None:
-        if self.worker != 0:
+        if self.worker != 0 or self.ending:
             return
         reason = self.clock.due(Policy.of(self.record), running)
         if reason:
@@ -158,7 +196,9 @@ class Agent:
         while not self.stop.is_set():
             try:
                 self.read_record()
-                self.tick()
+                self.check_teardown()
+                if not self.ending:
+                    self.tick()
                 self.enforce()
             except Exception as e:  # noqa: BLE001 - a store hiccup must not kill the agent; log and go on
                 print(f"tpuctl agent: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
@@ -213,7 +253,7 @@ class Agent:
     def after_run(self, job: RunSpec) -> None:
         self.clock.busy()
         self.beat()   # with the new autostop time, for `status`
-        if job.down_after and self.worker == 0 and not self.stop.is_set():
+        if job.down_after and self.worker == 0 and not self.stop.is_set() and not self.ending:
             self.end_compute(f"run {job.id} ended (submit --down)")
 
     def _claim_record(self, attempt: int) -> bytes:

@@ -40,6 +40,10 @@ def up(
                                            help="End the compute after this long with no run (90s, 30m, 2h, 1d, off)."),
     max_duration: Optional[str] = typer.Option(None, "--max-duration",
                                                help="End the compute this long after it was made (30m, 8h, 1d, off)."),
+    queued: bool = typer.Option(False, "--queued", help="Ask through a queued resource: waits for capacity."),
+    valid_until: Optional[str] = typer.Option(None, "--valid-until",
+                                              help="How long a --queued request may wait (2h, 1d) before it expires."),
+    flex_start: bool = typer.Option(False, "--flex-start", help="Flex-start queued request (not available yet)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Validate and print the plan; create nothing."),
     yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
     provider: Optional[str] = PROVIDER,
@@ -47,13 +51,17 @@ def up(
     """Create (or adopt) a TPU, a bucket in its region, and the bucket permissions its workload needs."""
     from . import providers
     from .providers.base import UpFlags
+    from . import state
     con = console()
-    prov = providers.get(settings().provider(provider))
+    prior = state.load(cluster_name(cluster))   # `up -c NAME` again: the provider it was made with, unless given
+    prov = providers.get(settings().provider(provider or (prior.spec.provider.value if prior else None)))
     flags = UpFlags(tpu_type=type_, zones=zone, project=project, arch=arch,
                     runtime=runtime, spot=spot, service_account=service_account, bucket=bucket, vm_type=vm_type,
-                    framework=framework)
+                    framework=framework, queued=queued, valid_until=valid_until, flex_start=flex_start)
+    if prior and prior.spec.provider is prov.name:
+        flags.remember(prior.spec)
     spec = prov.make_spec(cluster_name(cluster), flags)
-    _lifecycle(spec, prov, autostop, max_duration)
+    _lifecycle(spec, autostop, max_duration)
     price = prov.price(spec)
     con.err.print(f"[bold]Plan for cluster {spec.name}[/]" + (f" (project {spec.project}):" if spec.project else ":"))
     for row in prov.plan(spec):
@@ -75,6 +83,9 @@ def up(
     from .locks import cluster_lock
     with cluster_lock(spec.name, "up", lambda m: con.err.print(f"[yellow]! {m}[/]")), con.Reporter() as rep:
         st = orch().up(spec, prov, rep)
+        if spec.autostop or spec.max_duration:
+            who = orch().arm(st, prov, lambda s: rep.resource("autostop", "host", s))
+            rep.resource("autostop", "host", f"armed: enforced by {who}", final=True)
     con.err.print(f"[green]cluster {st.name} ready[/]: {prov.location(st)}, store {st.spec.store}")
     con.err.print(f"next: tpuctl submit JOB_DIR -c {st.name}    when done: tpuctl down -c {st.name}")
 
@@ -125,6 +136,8 @@ def ls_(as_json: bool = typer.Option(False, "--json", help="Machine-readable out
     def note(r: dict[str, object]) -> str:
         if r["orphan"]:
             return f"ORPHAN {r['kind']} {r['name']}: no local state; remove: {r['remove']}"
+        if r.get("past_deadline"):
+            return f"PAST ITS DEADLINE ({r['past_deadline']}) and still billing: {r['remove']}"
         if r["phase"] == "down":
             kept = f"{con.human_bytes(int(str(r['store_bytes'])))} kept" if r["store_bytes"] is not None else "kept"
             return f"{kept}; --delete-bucket on down removes it"
@@ -187,7 +200,7 @@ def _from_labels(name: str, project: Optional[str], provider: Optional[str],
     return st, prov
 
 
-def _lifecycle(spec: "ClusterSpec", prov: "Provider", autostop: Optional[str], max_duration: Optional[str]) -> None:
+def _lifecycle(spec: "ClusterSpec", autostop: Optional[str], max_duration: Optional[str]) -> None:
     """--autostop / --max-duration (or the config's autostop / max_duration); when neither is given on a re-run,
     the cluster keeps what it had."""
     from . import state
@@ -199,10 +212,6 @@ def _lifecycle(spec: "ClusterSpec", prov: "Provider", autostop: Optional[str], m
         given = cfg.setting(key, value, None)
         setattr(spec, attr, parse_duration(str(given), flag) if given is not None
                 else (getattr(prior.spec, attr) if prior else 0))
-    if (spec.autostop or spec.max_duration) and not prov.self_teardown:
-        raise TpuctlError(ErrorKind.INPUT, f"--autostop and --max-duration are not enforced on "
-                          f"{spec.provider.value} yet: refused rather than shown armed when nothing would fire",
-                          "leave them out (or set them off), and `tpuctl down` when done")
 
 
 from . import cli_runs  # noqa: E402,F401 - registers the run commands after the cluster ones (their order in --help)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, List, Optional
 
 import typer
 
-from .cli_app import CLUSTER, PROVIDER, app, check_worker, cluster_and_provider, cluster_name, console
+from .cli_app import CLUSTER, PROVIDER, app, check_worker, cluster_and_provider, cluster_name, console, orch
 from .errors import ErrorKind, ExitCode, TpuctlError, bad_input
 
 if TYPE_CHECKING:
@@ -65,11 +65,9 @@ def submit(ctx: typer.Context,
         _submit_preview(job, cluster, provider)
         return
     st, prov = cluster_and_provider(cluster, provider)
-    if down and not prov.self_teardown:
-        raise TpuctlError(ErrorKind.INPUT, f"submit --down is not enforced on {st.spec.provider.value} yet: "
-                          "refused rather than leaving the compute running", f"submit without --down, then "
-                          f"`tpuctl down -c {st.name}`")
     with con.Reporter() as rep:
+        if down:   # refused before the run exists when the host could not end the compute after it
+            orch().arm(st, prov, lambda s: rep.resource("--down", "host", s))
         run_id, _ = submission.submit(st, prov, job, list(ctx.args), rep.transfer, rep, down_after=down)
     if detach:
         print(run_id)

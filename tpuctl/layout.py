@@ -7,6 +7,7 @@ from __future__ import annotations
 
 CLUSTER_RECORD = "tpuctl/cluster.json"
 STOPPED = "tpuctl/stopped.json"
+TEARDOWN_CHECK = "tpuctl/teardown-check.json"
 AGENT_PACKAGE_PREFIX = "tpuctl/agent/"
 JOB_PACKAGE_PREFIX = "tpuctl/packages/"
 RUNS_PREFIX = "tpuctl/runs/"
@@ -95,6 +96,7 @@ def run_id_of(key: str) -> str | None:
 DESCRIBED = [
     (CLUSTER_RECORD, "written by `up`: what the host agent needs (TPU address, type, runtime)"),
     (STOPPED, "written by the agent that ended the compute itself (autostop, deadline, submit --down): why, when"),
+    (TEARDOWN_CHECK, "written by worker 0 at boot: whether the host's identity may delete the compute itself"),
     (agent_package("VERSION"), "the agent package the hosts install, built from the CLI that ran `up`"),
     (boot_log("HOST"), "each host's start-up script log"),
     (agent_heartbeat("HOST", 0).replace("-w0", "-wN"), "each agent's heartbeat"),

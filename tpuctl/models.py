@@ -3,6 +3,7 @@ exists (ClusterState, which holds the spec it was made from plus what `up` learn
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
 from typing import TYPE_CHECKING, Any, TypeVar, cast
@@ -130,6 +131,8 @@ class ClusterSpec(JsonRecord):
     framework: Framework = Framework.TENSORFLOW   # picks the runtime family (TensorFlow or base images)
     autostop: int = 0               # seconds with no active run before the host ends its compute; 0: off
     max_duration: int = 0           # seconds from the compute's creation to its hard end; 0: none
+    queued: bool = False            # the TPU is had through a queued resource (providers/gcp/queued.py)
+    valid_until: int = 0            # seconds a queued request may wait before it expires; 0: Google's default
 
     # Fields that name what a cluster IS: `up` refuses to change them on an existing cluster.
     IDENTITY = ("provider", "tpu_type", "arch", "project", "store")
@@ -141,6 +144,11 @@ class ClusterSpec(JsonRecord):
     @property
     def vm_name(self) -> str:
         return f"tpuctl-{self.name}-vm"
+
+    @property
+    def qr_name(self) -> str:
+        """The queued resource (`up --queued`) that asks for the TPU."""
+        return f"tpuctl-{self.name}-qr"
 
     def __post_init__(self) -> None:
         self.provider, self.arch = ProviderName(self.provider), Arch(self.arch)
@@ -232,12 +240,18 @@ def _from_first_version(d: dict[str, Any]) -> dict[str, Any]:
             "created_at": d.get("created_at", 0.0)}
 
 
-def cluster_record(st: ClusterState, tpu_address: str, teardown: str = "") -> dict[str, Any]:
+def cluster_record(st: ClusterState, tpu_address: str, teardown: str = "",
+                   delete: list[dict[str, str]] | None = None) -> dict[str, Any]:
     """`tpuctl/cluster.json`: what a host's agent reads from the store (the provider decides `tpu_address`:
     "local" on a TPU VM, grpc://IP:8470 beside a legacy node, "" without a TPU; and `teardown`, how worker 0's
-    agent ends the compute itself (lifecycle.py): "exit" for the local agent, "" where it cannot)."""
+    agent ends the compute itself (lifecycle.py): "exit" for the local agent, "gcp" for a host that deletes
+    `delete` (hostapi.Target records, in order) as its own identity). `written` tells one `up` from the next: the
+    host answers each with a teardown check. `grants` are those `up` added on the store, so that `down` from the
+    labels alone (no local state) revokes exactly them."""
     from . import __version__
     return {"cluster": st.name, "tpu_type": st.spec.tpu_type, "arch": st.spec.arch.value, "zone": st.zone,
             "runtime": st.runtime, "tpu_address": tpu_address, "tpu_name": st.spec.tpu_name, "hosts": st.host.hosts,
             "framework": st.spec.framework.value, "store": st.spec.store, "tpuctl_version": __version__,
-            "autostop": st.spec.autostop, "deadline": st.deadline, "teardown": teardown}
+            "project": st.spec.project, "autostop": st.spec.autostop, "deadline": st.deadline,
+            "teardown": teardown, "delete": delete or [], "written": time.time(),
+            "grants": [asdict(g) for g in st.grants]}

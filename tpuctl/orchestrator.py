@@ -11,7 +11,7 @@ placements span regions and a store this run made is in a region it moves away f
 """
 from __future__ import annotations
 
-import json
+import os
 import threading
 import time
 from typing import Callable
@@ -188,6 +188,32 @@ def up(spec: ClusterSpec, provider: Provider, reporter: Reporter) -> ClusterStat
         raise
 
 
+def arm(st: ClusterState, provider: Provider, progress: Callable[[str], None]) -> str:
+    """After `up` with autostop or a deadline, or before `submit --down`: wait for the host's word that it can end
+    the compute itself (TPUCTL_TEARDOWN_WAIT seconds, default 900: a TPU VM boots and installs the agent first).
+    Returns who enforces it; raises PERMISSION (the grant that would mend it) or TIMEOUT, never calling a
+    setting armed that nothing would enforce."""
+    deadline = time.monotonic() + float(os.environ.get("TPUCTL_TEARDOWN_WAIT", "900"))
+    poll = min(float(os.environ.get("TPUCTL_POLL_INTERVAL", "2")), 2.0)
+    shown = False
+    while True:
+        said = provider.enforcement(st)
+        if said.able:
+            return said.text
+        if said.able is False:
+            raise TpuctlError(ErrorKind.PERMISSION, f"the host cannot end the compute itself: {said.text}; the "
+                              "compute is up and billing, with nothing enforcing autostop, deadline or --down",
+                              said.hint)
+        if time.monotonic() >= deadline:
+            raise TpuctlError(ErrorKind.TIMEOUT, f"{said.text}: autostop, deadline and --down are NOT armed",
+                              f"look at the host: tpuctl status -c {st.name}; run `tpuctl up -c {st.name}` again "
+                              "to wait for it, or `tpuctl down` when done")
+        if not shown:
+            progress("waiting for the host to confirm it may delete its own compute")
+            shown = True
+        time.sleep(poll)
+
+
 def load(name: str) -> ClusterState:
     st = state.load(name)
     if st is None:
@@ -204,14 +230,17 @@ def status(st: ClusterState, provider: Provider) -> dict[str, object]:
                                **provider.summary(st), "store": st.spec.store,
                                "price": "nothing billed" if st.phase is Phase.DOWN else price.text,
                                "grants": [f"{g.role} -> {g.member}" for g in st.grants]}
-    stopped = stopped_by_host(st, provider) if provider.self_teardown and st.phase is Phase.READY else None
+    record = _stopped_record(st, provider) if st.phase is Phase.READY else {}   # read once: stop and failure
+    stopped = _stop_in(st, record)
     info.update(_cost(st, price.hourly))
+    armed = _armed(st, provider, record) if (st.spec.autostop or st.deadline) and st.phase is Phase.READY and not stopped \
+        else ""
     if st.spec.autostop:
-        fires = _autostop_at(provider.store(st)) if st.phase is Phase.READY and not stopped else 0.0
+        fires = _autostop_at(provider.store(st)) if st.phase is Phase.READY and not stopped and not armed else 0.0
         info["autostop"] = (f"after {show_duration(st.spec.autostop)} with no run"
-                            + (f" (next: {_when(fires)} if still idle)" if fires else ""))
+                            + (f" (next: {_when(fires)} if still idle)" if fires else "") + armed)
     if st.deadline and st.phase is Phase.READY and not stopped:
-        info["deadline"] = _when(st.deadline)
+        info["deadline"] = _when(st.deadline) + armed
     if st.phase is Phase.DOWN:
         info["resources"] = {}
         info["problem"] = ""
@@ -228,6 +257,15 @@ def status(st: ClusterState, provider: Provider) -> dict[str, object]:
     found = provider.problem(st) if st.phase is Phase.READY else None
     info["problem"], info["fix"] = found if found else ("", "")
     return info
+
+
+def _armed(st: ClusterState, provider: Provider, record: dict[str, object]) -> str:
+    """"" when the host said it can end the compute itself and has not failed to (`record`, its stop record);
+    else why it is NOT enforced."""
+    said = provider.enforcement(st)
+    failed = record.get("failed")
+    why = ([] if said.able else [said.text]) + ([f"the host's attempt to end it failed: {failed}"] if failed else [])
+    return f" - NOT ENFORCED: {'; '.join(why)}" if why else ""
 
 
 def _cost(st: ClusterState, hourly: float | None) -> dict[str, object]:
@@ -248,22 +286,33 @@ def _when(t: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
 
 
-def stopped_by_host(st: ClusterState, provider: Provider) -> tuple[str, float] | None:
-    """The host's own record of ending the compute (lifecycle.py), when it is about the compute that `up` made
-    last; the period of compute (and cost) it ended is closed in the state."""
+def _stopped_record(st: ClusterState, provider: Provider) -> dict[str, object]:
+    """The host's own record of ending the compute (lifecycle.py) when it is about the compute `up` made last."""
     if not st.periods:
-        return None
+        return {}
     try:
-        raw = provider.store(st).read(layout.STOPPED)
-        rec = json.loads(raw) if raw else None
-    except (TpuctlError, ValueError):
+        rec = runs.read_object(provider.store(st), layout.STOPPED)
+    except TpuctlError:
+        return {}
+    if float(str(rec.get("time", 0))) < st.periods[-1][0]:
+        return {}   # about an earlier compute: `up` has made a new one since (or none at all)
+    return rec
+
+
+def _stop_in(st: ClusterState, rec: dict[str, object]) -> tuple[str, float] | None:
+    """(why, when) of a stop record; the period of compute (and cost) it ended is closed in the state. A record of
+    a deletion Google refused is not a stop (status shows it as a failure)."""
+    if not rec or rec.get("failed"):
         return None
-    if not isinstance(rec, dict) or float(rec.get("time", 0)) < st.periods[-1][0]:
-        return None   # about an earlier compute: `up` has made a new one since
     if st.compute_since:
-        st.compute_ended(float(rec["time"]))
+        st.compute_ended(float(str(rec["time"])))
         state.save(st)
-    return str(rec.get("reason", "")), float(rec["time"])
+    return str(rec.get("reason", "")), float(str(rec["time"]))
+
+
+def stopped_by_host(st: ClusterState, provider: Provider) -> tuple[str, float] | None:
+    """(why, when) the host ended the compute `up` made last, if it did."""
+    return _stop_in(st, _stopped_record(st, provider))
 
 
 def store_bytes(st: ClusterState, provider: Provider) -> int | None:
@@ -279,17 +328,19 @@ def ls(providers: list[Provider], extra_project: str, warn: Callable[[str], None
     project a cluster uses (and extra_project); those without state are orphans."""
     rows: list[dict[str, object]] = []
     local = state.all_clusters(lambda e: warn(f"{e.message}; {e.hint}"))
-    known = {(s.name, name, s.zone) for s in local for name in (s.spec.tpu_name, s.spec.vm_name)}
+    known = {(s.name, name, s.zone) for s in local for name in (s.spec.tpu_name, s.spec.vm_name, s.spec.qr_name)}
     known_stores = {s.spec.store for s in local}
     by_name = {p.name: p for p in providers}
     for s in local:
         prov = by_name[s.spec.provider]
         kept = store_bytes(s, prov) if s.phase is Phase.DOWN else None
-        stopped = stopped_by_host(s, prov) if s.phase is Phase.READY and prov.self_teardown else None
+        stopped = stopped_by_host(s, prov) if s.phase is Phase.READY else None
         phase = f"stopped {_when(stopped[1])}" if stopped else s.phase.value
+        overdue = bool(s.deadline) and time.time() > s.deadline and s.phase is Phase.READY and not stopped
         rows.append({"cluster": s.name, "provider": s.spec.provider.value, "type": s.spec.tpu_type, "zone": s.zone,
                      "phase": phase, "store": s.spec.store, "store_bytes": kept, "orphan": False, "kind": "cluster",
-                     "name": s.name, "remove": f"tpuctl down -c {s.name}"})
+                     "name": s.name, "remove": f"tpuctl down -c {s.name}",
+                     "past_deadline": _when(s.deadline) if overdue else ""})
     for p in providers:
         if p.inventory is None:
             continue

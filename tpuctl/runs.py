@@ -105,6 +105,16 @@ def read_json(store: BlobStore, key: str) -> dict[str, Any] | None:
     return json.loads(raw) if raw else None
 
 
+def read_object(store: BlobStore, key: str) -> dict[str, Any]:
+    """A JSON object the CLI only reports on: {} when it is missing, corrupt or not an object, so a damaged file
+    never stops `status`."""
+    try:
+        doc = json.loads(store.read(key) or b"null")
+    except ValueError:
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
 def job(store: BlobStore, run_id: str) -> RunSpec | None:
     d = read_json(store, layout.run_job(run_id))
     return RunSpec.from_json(d) if d is not None else None

@@ -4,6 +4,9 @@ The real google-cloud-compute clients talk to it (COMPUTE_EMULATOR_HOST=http://1
 `delay` seconds after they start. Faults:
   fake.faults["insert"].append((503, "backendError", "..."))          the next HTTP call fails at once
   fake.op_faults["insert"].append(("ZONE_RESOURCE_POOL_EXHAUSTED", "..."))  its operation ends with this error
+A request with a bearer token is the identity it names (a host deleting itself: the project IAM in
+resource_manager.py decides, 403 otherwise, as instances.delete needs compute.instances.delete); one without is the
+test's user (the CLI's anonymous client).
 """
 from __future__ import annotations
 
@@ -44,6 +47,7 @@ class FakeCompute:
         self.lock = threading.RLock()
         self._ids = itertools.count(1)
         self.httpd = None
+        self.iam = None   # FakeResourceManager
 
     def start(self) -> str:
         fake = self
@@ -57,13 +61,11 @@ class FakeCompute:
             def _go(self):
                 length = int(self.headers.get("Content-Length") or 0)
                 body = json.loads(self.rfile.read(length) or b"{}") if length else {}
-                code, payload = fake.handle(self.command, self.path.split("?")[0], body)
-                data = json.dumps(payload).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                from fakes.resource_manager import member_of
+                from fakes.wire import send_json
+                code, payload = fake.handle(self.command, self.path.split("?")[0], body,
+                                            member_of(self.headers.get("Authorization")))
+                send_json(self, code, payload)
             do_GET = do_POST = do_DELETE = _go
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
@@ -81,13 +83,21 @@ class FakeCompute:
     def _error(code, reason, message):
         return code, {"error": {"code": code, "message": message, "errors": [{"reason": reason, "message": message}]}}
 
-    def handle(self, method, path, body):
+    def handle(self, method, path, body, member=None):
         for verb, rx, action in _ROUTES:
             m = re.match(rx, path)
             if verb == method and m:
                 break
         else:
             return self._error(404, "notFound", f"no route {method} {path}")
+        if member is not None:
+            target = path.removeprefix("/compute/v1/")
+            if member == "invalid":
+                return self._error(401, "authError", "Invalid Credentials")
+            if action != "delete" or not self.iam.allows(member, "compute.instances.delete", target,
+                                                         "compute.googleapis.com"):
+                return self._error(403, "forbidden", f"Required 'compute.instances.{action}' permission for "
+                                                     f"'{target}'")
         with self.lock:
             self.calls.append((action, path))
             if self.before[action]:

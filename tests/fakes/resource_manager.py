@@ -1,8 +1,21 @@
-"""A wire-level fake of Resource Manager's projects.testIamPermissions (v1), as documented at
-cloud.google.com/resource-manager/reference/rest/v1/projects/testIamPermissions: POST
-/v1/projects/{resource}:testIamPermissions with {"permissions": [...]} answers {"permissions": [the subset held]}
-(the field is omitted when none is held, as proto3 JSON omits empty lists). `held` is what the caller holds
-(None: everything asked); `status` makes every call fail with that HTTP status (an API not enabled answers 403)."""
+"""A wire-level fake of Resource Manager's projects.testIamPermissions (v1) over a project IAM policy with
+conditions, which the fake TPU and Compute APIs also ask before a host's own deletion.
+
+Documented behaviours modelled:
+- POST /v1/projects/{resource}:testIamPermissions with {"permissions": [...]} answers {"permissions": [the subset
+  held]}; the field is omitted when none is held, as proto3 JSON omits empty lists
+  (cloud.google.com/resource-manager/reference/rest/v1/projects/testIamPermissions).
+- The caller is whoever the bearer token names: a host's metadata token is `token-of-EMAIL` (tpu_host.py), so a
+  host is `serviceAccount:EMAIL`; a call without a token is the test's user, whose permissions are `held` (None:
+  every one asked).
+- A binding grants its role's permissions (a few predefined roles, from cloud.google.com/iam/docs/
+  understanding-roles) to its members; a binding with a condition grants only when the condition holds for the
+  resource asked about. `resource.name` and `resource.service` are known only to the services listed at
+  cloud.google.com/iam/docs/conditions-resource-attributes ("Other services and resource types do not recognize
+  resource attributes"): tpu.googleapis.com is not one, so a condition on a TPU's name never grants a TPU
+  permission. A project-level testIamPermissions is about the project (projects/P, cloudresourcemanager).
+- `status` makes every call fail with that HTTP status (an API not enabled answers 403).
+"""
 from __future__ import annotations
 
 import json
@@ -10,7 +23,27 @@ import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from fakes.wire import send_error, send_json
+
 _ROUTE = re.compile(r"^/v1/projects/(?P<project>[^/:]+):testIamPermissions$")
+# Predefined roles as prefixes of the permissions they carry (a subset: what tpuctl and its hosts ask).
+ROLES = {
+    "roles/owner": ("",),
+    "roles/editor": ("tpu.", "compute.", "storage.", "iam.serviceAccounts.actAs"),
+    "roles/tpu.admin": ("tpu.",),
+    "roles/tpu.viewer": ("tpu.nodes.get", "tpu.nodes.list", "tpu.operations.get"),
+    "roles/compute.instanceAdmin.v1": ("compute.instances.",),
+}
+ATTRIBUTE_SERVICES = {"cloudresourcemanager.googleapis.com", "compute.googleapis.com", "storage.googleapis.com"}
+_COND = re.compile(r'^resource\.name\s*(==\s*"(?P<eq>[^"]*)"|\.startsWith\("(?P<prefix>[^"]*)"\))$')
+
+
+def member_of(authorization: str | None) -> str | None:
+    """The principal a request's Authorization header names; None for no token (the test's user)."""
+    if not authorization:
+        return None
+    token = authorization.removeprefix("Bearer ").strip()
+    return f"serviceAccount:{token.removeprefix('token-of-')}" if token.startswith("token-of-") else "invalid"
 
 
 class FakeResourceManager:
@@ -18,6 +51,33 @@ class FakeResourceManager:
         self.held: set[str] | None = None
         self.status = 200
         self.calls: list[tuple[str, list[str]]] = []
+        self.bindings: list[dict] = []   # {"role", "members", ["condition": {"expression"}]} as in an IAM policy
+
+    def reset(self, default_account: str) -> None:
+        """A fresh project: its Compute Engine default service account holds roles/editor, as Google grants it on
+        projects made before the constraint iam.automaticIamGrantsForDefaultServiceAccounts (May 2024) applies."""
+        self.held, self.status, self.calls = None, 200, []
+        self.bindings = [{"role": "roles/editor", "members": [f"serviceAccount:{default_account}"]}]
+
+    def allows(self, member: str | None, permission: str, resource: str, service: str) -> bool:
+        if member is None:
+            return self.held is None or permission in self.held
+        for b in self.bindings:
+            if member not in b["members"] or not any(permission.startswith(p) for p in ROLES.get(b["role"], ())):
+                continue
+            expr = (b.get("condition") or {}).get("expression")
+            if expr is None or self._holds(expr, resource, service):
+                return True
+        return False
+
+    @staticmethod
+    def _holds(expression: str, resource: str, service: str) -> bool:
+        if service not in ATTRIBUTE_SERVICES:
+            return False   # the service knows no resource attributes: the condition cannot be true
+        m = _COND.match(expression.strip())
+        if not m:
+            raise ValueError(f"the fake evaluates only resource.name conditions, not {expression!r}")
+        return resource == m["eq"] if m["eq"] is not None else resource.startswith(m["prefix"])
 
     def start(self) -> str:
         fake = self
@@ -30,22 +90,17 @@ class FakeResourceManager:
                 m = _ROUTE.match(self.path.split("?")[0])
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
                 if not m:
-                    return self._send(404, {"error": {"code": 404, "message": "not found", "status": "NOT_FOUND"}})
+                    return send_error(self, 404, "NOT_FOUND", "not found")
+                member = member_of(self.headers.get("Authorization"))
+                if member == "invalid":
+                    return send_error(self, 401, "UNAUTHENTICATED", "Request had invalid authentication credentials.")
                 fake.calls.append((m["project"], body.get("permissions", [])))
                 if fake.status != 200:
-                    return self._send(fake.status, {"error": {"code": fake.status, "status": "PERMISSION_DENIED",
-                                      "message": "Cloud Resource Manager API has not been used in project"}})
-                asked = body.get("permissions", [])
-                held = [p for p in asked if fake.held is None or p in fake.held]
-                self._send(200, {"permissions": held} if held else {})
-
-            def _send(self, code, doc):
-                data = json.dumps(doc).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                    return send_error(self, fake.status, "PERMISSION_DENIED",
+                                      "Cloud Resource Manager API has not been used in project")
+                held = [p for p in body.get("permissions", [])
+                        if fake.allows(member, p, f"projects/{m['project']}", "cloudresourcemanager.googleapis.com")]
+                send_json(self, 200, {"permissions": held} if held else {})
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         threading.Thread(target=self.server.serve_forever, daemon=True).start()

@@ -136,13 +136,20 @@ class Host:
         return p.read_text() if p.exists() else ""
 
     def stop(self):
-        """Power off: the script and the agent (and its jobs) go."""
+        """Power off: the script, the agent and its jobs, even those in sessions of their own, all go at once."""
         pid_file = self.root / "etc/systemd/system/agent.pid"
         pids = [self.script.pid] + ([int(pid_file.read_text())] if pid_file.exists() else [])
         for pid in pids:
             try:
                 os.killpg(pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
+                pass
+        marker = f"TPUCTL_AGENT_HOME={self.env['TPUCTL_AGENT_HOME']}".encode()
+        for proc in Path("/proc").iterdir():
+            try:
+                if proc.name.isdigit() and marker in (proc / "environ").read_bytes().split(b"\0"):
+                    os.kill(int(proc.name), signal.SIGKILL)
+            except (OSError, ValueError):
                 pass
         self.script.wait(10)
         self.metadata.stop()
@@ -156,16 +163,19 @@ class SimulatedHosts:
         self.hosts: dict[str, list[Host]] = {}
         self.env: dict[str, str] = {}        # extra environment for every host (short waits in tests)
         self.enabled = False
+        self.boots: dict[str, int] = {}      # resource short name -> times booted
 
     def boot(self, resource: str, script: str, workers: int, service_account: str, accelerator: str,
              kind: str = "tpu-vm") -> None:
         if not self.enabled or not script:
             return
         short = resource.rsplit("/", 1)[-1]
+        self.boots[short] = self.boots.get(short, 0) + 1   # a recreated TPU VM boots from a fresh disk
+        disk = short if self.boots[short] == 1 else f"{short}.{self.boots[short]}"
         hosts = []
         for w in range(workers):
             name = f"t1v-n-{abs(hash(resource)) % 10**8:08d}-w-{w}" if kind == "tpu-vm" else short
-            hosts.append(Host(self.root / short / f"w{w}", name, w, script, service_account, accelerator, self.gcs,
+            hosts.append(Host(self.root / disk / f"w{w}", name, w, script, service_account, accelerator, self.gcs,
                               self.env))
         self.hosts[resource] = hosts
 

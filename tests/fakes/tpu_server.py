@@ -9,14 +9,22 @@ Google's APIs send it (google/rpc/error_details.proto; AIP-193): google-api-core
 `calls` records every method called, so tests can assert that nothing mutating happened.
 Documented behaviours modelled (sources beside each): v1 DeleteNode answers google.protobuf.Empty although the
 client declares Node; ListAcceleratorTypes is per zone; a failed create leaves no node.
+
+A REST front (`start_rest`, TPU_REST_EMULATOR_HOST on simulated hosts) serves what a host asks as its own
+identity: `DELETE /v{1,2}/projects/P/locations/Z/nodes/N` (cloud.google.com/tpu/docs/reference/rest/v2/
+projects.locations.nodes/delete). It authenticates the bearer token (401 without one) and asks the project IAM
+(resource_manager.py) for tpu.nodes.delete on that node, answering 403 PERMISSION_DENIED in Google's JSON error
+shape when it is not held. gRPC calls come from the CLI, whose test credentials are the project owner's.
 """
 from __future__ import annotations
 
 import collections
 import itertools
+import re
 import threading
 import time
 from concurrent import futures
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import grpc
 from google.cloud import tpu_v1, tpu_v2
@@ -25,7 +33,12 @@ from google.protobuf import any_pb2, empty_pb2
 from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
-MUTATING = {"CreateNode", "DeleteNode", "StartNode", "StopNode", "UpdateNode"}
+MUTATING = {"CreateNode", "DeleteNode", "StartNode", "StopNode", "UpdateNode", "CreateQueuedResource",
+            "DeleteQueuedResource"}
+# A queued resource's life (cloud.google.com/tpu/docs/queued-resources): ACCEPTED, WAITING_FOR_RESOURCES while it
+# waits for capacity, PROVISIONING, then ACTIVE with its node READY; FAILED when it cannot be met (or its
+# valid-until time passed first); a spot one goes SUSPENDED when preempted, its node gone.
+QR_PLAN = ["ACCEPTED", "WAITING_FOR_RESOURCES", "PROVISIONING", "ACTIVE"]
 RUNTIMES = ["tpu-vm-tf-2.16.1-pjrt", "tpu-vm-tf-2.17.0-pjrt", "tpu-vm-tf-2.17.0-pod-pjrt", "tpu-vm-tf-2.17.0-se",
             "tpu-vm-tf-2.18.0-pjrt-v5e-and-v6", "tpu-vm-tf-2.18.0-pjrt-v5p-and-below", "tpu-vm-base",
             "tpu-vm-tf-2.18.0-pod-pjrt-v5p-and-below", "v2-alpha-tpuv5-lite", "v2-alpha-tpuv5", "v2-alpha-tpuv6e",
@@ -58,6 +71,12 @@ class FakeTpu:
         self.accelerator_types = {}   # zone -> [type, ...]; a zone not listed offers every type
         self.runtimes = {}            # zone -> [runtime, ...]; a zone not listed offers RUNTIMES
         self.hosts = None             # SimulatedHosts: boots a host per worker while a node is created
+        self.queued = {}              # name -> {"qr": QueuedResource, "plan": [state...], "since": t, "valid_until"}
+        self.qr_plan = list(QR_PLAN)  # the states each new request goes through (end with FAILED to refuse it)
+        self.qr_plans = {}            # zone -> its own plan
+        self.qr_step = 0.0            # seconds in each state before the next
+        self.iam = None               # FakeResourceManager: who may delete over the REST front
+        self.rest_calls = []          # (method, path, member) of every REST call
         self.lock = threading.RLock()
         self._ids = itertools.count(1)
         self.server = None
@@ -73,6 +92,50 @@ class FakeTpu:
 
     def stop(self):
         self.server.stop(0)
+        if getattr(self, "httpd", None):
+            self.httpd.shutdown()
+
+    def start_rest(self) -> str:
+        fake = self
+        route = re.compile(r"^/v(?P<v>[12])/(?P<name>projects/[^/]+/locations/[^/]+/(?P<kind>nodes|queuedResources)"
+                           r"/[^/]+)$")
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def do_DELETE(self):
+                from fakes.resource_manager import member_of
+                from fakes.wire import send_error, send_json
+                m = route.match(self.path.split("?")[0])
+                member = member_of(self.headers.get("Authorization"))
+                with fake.lock:
+                    fake.rest_calls.append(("DELETE", self.path, member))
+                if not m:
+                    return send_error(self, 404, "NOT_FOUND", f"no route {self.path}")
+                if member in (None, "invalid"):
+                    return send_error(self, 401, "UNAUTHENTICATED", "Request is missing required authentication credential.")
+                permission = "tpu.nodes.delete" if m["kind"] == "nodes" else "tpu.queuedResources.delete"
+                if not fake.iam.allows(member, permission, m["name"], "tpu.googleapis.com"):
+                    return send_error(self, 403, "PERMISSION_DENIED", f"Permission '{permission}' denied on '{m['name']}'")
+                v, name = int(m["v"]), m["name"]
+                with fake.lock:
+                    fake._advance()
+                    fake.calls.append((v, "DeleteNode" if m["kind"] == "nodes" else "DeleteQueuedResource", name))
+                    if name not in (fake.nodes[v] if m["kind"] == "nodes" else fake.queued):
+                        return send_error(self, 404, "NOT_FOUND", f"Resource '{name}' was not found")
+                    if m["kind"] == "nodes":
+                        op = fake._delete(v, name)
+                    else:
+                        refused = []
+                        op = fake._delete_qr(name, "force=true" in self.path, lambda code, msg: refused.append(msg))
+                        if refused:
+                            return send_error(self, 400, "FAILED_PRECONDITION", refused[0])
+                send_json(self, 200, {"name": op.name, "done": op.done})
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        return f"http://127.0.0.1:{self.httpd.server_port}"
 
     def mutating_calls(self) -> list:
         return [c for c in self.calls if c[1] in MUTATING]
@@ -92,6 +155,11 @@ class FakeTpu:
         if v == 2:
             table["ListRuntimeVersions"] = (m.ListRuntimeVersionsRequest, m.ListRuntimeVersionsResponse,
                                             self.list_runtimes)
+            table["CreateQueuedResource"] = (m.CreateQueuedResourceRequest, None, self.create_qr)
+            table["GetQueuedResource"] = (m.GetQueuedResourceRequest, m.QueuedResource, self.get_qr)
+            table["ListQueuedResources"] = (m.ListQueuedResourcesRequest, m.ListQueuedResourcesResponse,
+                                            self.list_qrs)
+            table["DeleteQueuedResource"] = (m.DeleteQueuedResourceRequest, None, self.delete_qr)
         else:
             table["ListTensorFlowVersions"] = (m.ListTensorFlowVersionsRequest, m.ListTensorFlowVersionsResponse,
                                                self.list_tf)
@@ -130,6 +198,8 @@ class FakeTpu:
 
     def _advance(self):
         now = time.monotonic()
+        for name, q in list(self.queued.items()):
+            self._step_qr(name, q, now)
         for op in self.ops.values():
             if not op["done"] and op["at"] <= now:
                 op["done"] = True
@@ -233,16 +303,19 @@ class FakeTpu:
         return self._op(v, req.parent, finish, error, lambda: m.Node.pb(self.nodes[v].get(name) or node))
 
     def delete_node(self, v, req, context):
+        self._node_or_404(v, req.name, context)
+        return self._delete(v, req.name)
+
+    def _delete(self, v, name):
         m = tpu_v1 if v == 1 else tpu_v2
-        node = self._node_or_404(v, req.name, context)
-        node.state = m.Node.State.DELETING
-        parent = "/".join(req.name.split("/")[:4])
+        self.nodes[v][name].state = m.Node.State.DELETING
+        parent = "/".join(name.split("/")[:4])
         # Both versions answer Empty, though tpu_v1's client declares Node: its op.result()/done() then raise
         # TypeError (googleapis/google-cloud-go#10951, GoogleCloudPlatform/golang-samples#4422).
         def finish():
-            self.nodes[v].pop(req.name, None)
+            self.nodes[v].pop(name, None)
             if self.hosts is not None:
-                self.hosts.power_off(req.name)
+                self.hosts.power_off(name)
         return self._op(v, parent, finish, None, empty_pb2.Empty())
 
     def start_node(self, v, req, context):
@@ -261,7 +334,96 @@ class FakeTpu:
             context.abort(grpc.StatusCode.NOT_FOUND, f"operation {req.name} not found")
         return self._op_pb(op)
 
+    # -- queued resources (v2) ------------------------------------------------------------------------
+    def create_qr(self, v, req, context):
+        self._zone(req.parent, context)
+        name = f"{req.parent}/queuedResources/{req.queued_resource_id}"
+        if name in self.queued:
+            context.abort(grpc.StatusCode.ALREADY_EXISTS, f"Resource '{name}' already exists")
+        qr = tpu_v2.QueuedResource(req.queued_resource)
+        qr.name = name
+        policy = qr.queueing_policy.valid_until_duration
+        valid = policy.total_seconds() if policy else 0.0
+        plan = list(self.qr_plans.get(name.split("/")[3], self.qr_plan))
+        self.queued[name] = {"qr": qr, "plan": plan, "since": time.monotonic(), "i": 0,
+                             "valid_until": time.monotonic() + valid if valid else 0.0}
+        self._set_qr(name, plan[0])
+        return self._op(v, req.parent, lambda: None, None, lambda: tpu_v2.QueuedResource.pb(qr))
+
+    def _set_qr(self, name, state):
+        q = self.queued[name]
+        q["qr"].state = tpu_v2.QueuedResourceState(state=tpu_v2.QueuedResourceState.State[state])
+        q["since"] = time.monotonic()
+        if state == "ACTIVE":   # its node, made as the request's node spec says, READY with its hosts booted
+            spec = q["qr"].tpu.node_spec[0]
+            node = tpu_v2.Node(spec.node)
+            node.name = f"{spec.parent}/nodes/{spec.node_id}"
+            node.state = tpu_v2.Node.State.READY
+            node.queued_resource = name
+            from tpuctl.catalog import tpu_type
+            workers = tpu_type(node.accelerator_type).hosts
+            node.network_endpoints = [tpu_v2.NetworkEndpoint(ip_address=f"10.1.0.{w + 1}", port=8470)
+                                      for w in range(workers)]
+            self.nodes[2][node.name] = node
+            if self.hosts is not None:
+                self.hosts.boot(node.name, node.metadata.get("startup-script", ""), workers,
+                                node.service_account.email, node.accelerator_type)
+
+    def _step_qr(self, name, q, now):
+        state = tpu_v2.QueuedResourceState.State(q["qr"].state.state).name
+        if state in ("ACTIVE", "FAILED", "SUSPENDED", "DELETING") or now - q["since"] < self.qr_step:
+            return
+        if q["valid_until"] and now >= q["valid_until"]:
+            return self._set_qr(name, "FAILED")   # not met in time: the request expired
+        q["i"] += 1
+        self._set_qr(name, q["plan"][min(q["i"], len(q["plan"]) - 1)])
+        if self.qr_step == 0:
+            self._step_qr(name, q, now)
+
+    def get_qr(self, v, req, context):
+        q = self.queued.get(req.name)
+        if q is None:
+            context.abort(grpc.StatusCode.NOT_FOUND, f"Resource '{req.name}' was not found")
+        return q["qr"]
+
+    def list_qrs(self, v, req, context):
+        zone = self._zone(req.parent, context)
+        return tpu_v2.ListQueuedResourcesResponse(queued_resources=[
+            q["qr"] for name, q in self.queued.items() if zone == "-" or name.split("/")[3] == zone])
+
+    def delete_qr(self, v, req, context):
+        q = self.queued.get(req.name)
+        if q is None:
+            context.abort(grpc.StatusCode.NOT_FOUND, f"Resource '{req.name}' was not found")
+        return self._delete_qr(req.name, req.force, context.abort)
+
+    def _delete_qr(self, name, force, abort):
+        """Without force, a request whose node still exists is refused (gcloud's `queued-resources delete
+        --force` "deletes the TPUs of the queued resource as well")."""
+        spec = self.queued[name]["qr"].tpu.node_spec[0]
+        node = f"{spec.parent}/nodes/{spec.node_id}"
+        if node in self.nodes[2] and not force:
+            return abort(grpc.StatusCode.FAILED_PRECONDITION,
+                         f"Queued resource {name} has nodes; delete them first or use force")
+        self._set_qr(name, "DELETING")
+
+        def finish():
+            self.queued.pop(name, None)
+            if self.nodes[2].pop(node, None) is not None and self.hosts is not None:
+                self.hosts.power_off(node)
+        return self._op(2, "/".join(name.split("/")[:4]), finish, None, empty_pb2.Empty())
+
     # -- test helpers ---------------------------------------------------------------------------------
+    def suspend(self, name: str):
+        """A spot queued resource preempted: SUSPENDED, its node gone with its hosts."""
+        with self.lock:
+            spec = self.queued[name]["qr"].tpu.node_spec[0]
+            node = f"{spec.parent}/nodes/{spec.node_id}"
+            self.nodes[2].pop(node, None)
+            if self.hosts is not None:
+                self.hosts.power_off(node)
+            self._set_qr(name, "SUSPENDED")
+
     def set_state(self, v: int, name: str, state: str):
         with self.lock:
             m = tpu_v1 if v == 1 else tpu_v2

@@ -61,12 +61,33 @@ class UpFlags:
     bucket: str | None = None
     vm_type: str | None = None
     framework: str | None = None
+    queued: bool = False
+    valid_until: str | None = None
+    flex_start: bool = False
+
+    def remember(self, spec: ClusterSpec) -> None:
+        """`up -c NAME` on an existing cluster: each flag not given again takes the value the cluster was made
+        with (the provider's own flags only: the local provider's spec leaves them all empty)."""
+        if not spec.tpu_type:
+            return
+        self.tpu_type = self.tpu_type or spec.tpu_type
+        self.zones = self.zones or list(spec.zones)
+        self.project = self.project or spec.project
+        self.arch = self.arch or spec.arch.value
+        self.runtime = self.runtime or spec.runtime or None
+        self.spot = self.spot or spec.spot
+        self.service_account = self.service_account or spec.service_account or None
+        self.bucket = self.bucket or spec.store.split("://", 1)[-1]
+        self.vm_type = self.vm_type or spec.vm_type or None
+        self.framework = self.framework or spec.framework.value
+        self.queued = self.queued or spec.queued
 
     def given(self) -> list[str]:
         """The flags the user set, spelled as on the command line."""
         names = {"tpu_type": "--type", "zones": "--zone", "project": "--project", "arch": "--arch",
                  "runtime": "--runtime", "spot": "--spot", "service_account": "--service-account",
-                 "bucket": "--bucket", "vm_type": "--vm-type", "framework": "--framework"}
+                 "bucket": "--bucket", "vm_type": "--vm-type", "framework": "--framework", "queued": "--queued",
+                 "valid_until": "--valid-until", "flex_start": "--flex-start"}
         return [flag for attr, flag in names.items() if getattr(self, attr)]
 
 
@@ -101,6 +122,14 @@ class Compute:
     facts: HostFacts
 
 
+class Enforcement(NamedTuple):
+    """Whether the host can end the cluster's compute itself, on the host's own word: `able` True (text: who
+    enforces it), False (text: what it lacks; hint: the grant that would mend it), None (not reported yet)."""
+    able: bool | None
+    text: str
+    hint: str = ""
+
+
 class BucketGrants(Protocol):
     """Capability: the workload's identities get object access on the store, on the bucket only."""
 
@@ -121,8 +150,8 @@ class Inventory(Protocol):
     """Capability: list what carries the tpuctl label, with or without local state (orphans)."""
 
     def list_labelled(self, project: str) -> list[dict[str, str]]:
-        """Every labelled resource (compute and stores): cluster, kind (tpu, vm, bucket), name, zone (a bucket's:
-        its location), arch, type, state."""
+        """Every labelled resource (compute and stores): cluster, kind (tpu, queued, vm, bucket), name, zone (a
+        bucket's: its location), arch, type, state."""
     def state_from(self, name: str, project: str, found: list[dict[str, str]]) -> ClusterState:
         """The state of cluster `name` as its labelled resources (`found`, from list_labelled) describe it."""
 
@@ -139,9 +168,6 @@ class Provider(Protocol):
     @property
     def inventory(self) -> Inventory | None:
         """None: nothing to list beyond local state."""
-    @property
-    def self_teardown(self) -> bool:
-        """Whether the host can end the cluster's compute itself (autostop, --max-duration, submit --down)."""
 
     # -- planning (offline) ----------------------------------------------------------------------------
     def make_spec(self, name: str, flags: UpFlags) -> ClusterSpec:
@@ -179,6 +205,8 @@ class Provider(Protocol):
     def problem(self, st: ClusterState) -> tuple[str, str] | None:
         """What keeps a ready cluster from running jobs now (a dead agent, a lost TPU, silent hosts) and the one
         command that mends it, or None when it is healthy."""
+    def enforcement(self, st: ClusterState) -> Enforcement:
+        """What the host reported about ending the compute itself, for the cluster record `up` wrote last."""
     def ssh_argv(self, st: ClusterState, worker: int, command: str) -> list[str]:
         """The command line that opens a shell on a host of the cluster (running `command` there when given), or
         TpuctlError(INPUT) when the cluster has no remote host."""

@@ -17,7 +17,7 @@ from .. import layout, state
 from ..errors import ErrorKind, TpuctlError, bad_input
 from ..models import ClusterSpec, ClusterState, HostFacts, ProviderName, cluster_record
 from ..store import LocalStore
-from .base import Compute, Created, Placement, PlanRow, Price, Progress, Reporter, UpFlags, progress_of
+from .base import Compute, Created, Enforcement, Placement, PlanRow, Price, Progress, Reporter, UpFlags, progress_of
 
 
 def data_home() -> Path:
@@ -57,7 +57,6 @@ class LocalProvider:
     store_noun = "store"
     grants = None
     inventory = None
-    self_teardown = True   # the agent ends itself (lifecycle.py)
 
     @staticmethod
     def root(cluster: str) -> Path:
@@ -168,6 +167,9 @@ class LocalProvider:
             return None
         return (f"the local agent (pid {st.host.pid}) is not running: submitted runs wait",
                 f"tpuctl up -c {st.name} --provider local")
+
+    def enforcement(self, st: ClusterState) -> Enforcement:
+        return Enforcement(True, f"the agent on this machine (pid {st.host.pid})")
 
     def ssh_argv(self, st: ClusterState, worker: int, command: str) -> list[str]:
         raise bad_input(f"cluster {st.name} runs on this machine: there is no remote host to open a shell on",

@@ -12,7 +12,7 @@ from ...models import LABEL, ClusterSpec, require_owned
 from ..base import Progress
 from . import clients
 from .errors import classify_text
-from .operations import call, wait
+from .operations import call, get_or_none, wait
 from .tpu import NONCE_LABEL
 
 IMAGE = "projects/debian-cloud/global/images/family/debian-12"
@@ -28,13 +28,8 @@ def default_service_account(project: str) -> str:
 
 
 def find(project: str, name: str, zone: str) -> Any:
-    try:
-        return call(clients.compute("InstancesClient").get, project=project, zone=zone, instance=name,
-                    what=f"get VM {name}")
-    except TpuctlError as e:
-        if e.kind is ErrorKind.NOT_FOUND:
-            return None
-        raise
+    return get_or_none(clients.compute("InstancesClient").get, project=project, zone=zone, instance=name,
+                what=f"get VM {name}")
 
 
 def list_labelled(project: str) -> list[tuple[str, Any]]:

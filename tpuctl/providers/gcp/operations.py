@@ -55,3 +55,13 @@ def call(fn: Callable[..., Any], *args: Any, what: str = "request", attempts: in
             if not err.retryable or attempt == attempts - 1:
                 raise err from e
             sleep(min(base * 2 ** attempt, 30.0) * random.uniform(0.5, 1.0))
+
+
+def get_or_none(fn: Callable[..., Any], *args: Any, what: str, **kwargs: Any) -> Any:
+    """call(), with None for a resource that does not exist (NOT_FOUND) instead of an error."""
+    try:
+        return call(fn, *args, what=what, **kwargs)
+    except TpuctlError as e:
+        if e.kind is ErrorKind.NOT_FOUND:
+            return None
+        raise

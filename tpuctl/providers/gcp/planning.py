@@ -7,6 +7,7 @@ from ...catalog import (DEFAULT_VM_TYPE, VM_PRICES, TpuType, check_vm_type, chec
                         tpu_type, unlisted)
 from ...config import setting
 from ...errors import bad_input
+from ...lifecycle import parse_duration, show_duration
 from ...models import (Arch, ClusterSpec, Framework, ProviderName, check_bucket_name, check_project,
                        check_service_account, default_bucket)
 from ..base import PlanRow, Price, UpFlags
@@ -37,12 +38,31 @@ def make_spec(name: str, flags: UpFlags) -> ClusterSpec:
     for zone in unlisted(t, zones):
         _ask_whether_offered(t, zone, proj, arch)
     bucket = check_bucket_name(flags.bucket or default_bucket(proj, name))
+    queued, valid_until = _queueing(flags, arch)
     return ClusterSpec(
         name=name, provider=ProviderName.GCP, store=f"gs://{bucket}", project=proj, tpu_type=t.name,
         zones=zones, arch=arch, runtime=flags.runtime or "", spot=flags.spot,
         service_account=check_service_account(flags.service_account) if flags.service_account else "",
-        framework=framework,
+        framework=framework, queued=queued, valid_until=valid_until,
         vm_type=check_vm_type(flags.vm_type or DEFAULT_VM_TYPE) if arch is Arch.NODE else "")
+
+
+def _queueing(flags: UpFlags, arch: Arch) -> tuple[bool, int]:
+    """--queued [--valid-until D]; --flex-start is refused: google-cloud-tpu (v2 and v2alpha1, 1.28) has no
+    provisioning model or maximum run duration field, only `gcloud alpha compute tpus queued-resources create
+    --provisioning-model=flex-start --max-run-duration` does (cloud.google.com/tpu/docs/request-using-flex-start),
+    and a request tpuctl cannot express would be a deadline shown that Google does not enforce."""
+    if flags.flex_start:
+        raise bad_input("--flex-start is not available: the installed google-cloud-tpu client exposes no "
+                        "Flex-start provisioning model or maximum run duration",
+                        "use --queued with --max-duration (enforced by the host), or gcloud alpha compute tpus "
+                        "queued-resources create --provisioning-model=flex-start")
+    valid_until = parse_duration(flags.valid_until, "--valid-until") if flags.valid_until else 0
+    if valid_until and not flags.queued:
+        raise bad_input("--valid-until applies to queued requests only", "add --queued, or leave --valid-until out")
+    if flags.queued and arch is Arch.NODE:
+        raise bad_input("a TPU Node (--arch node) cannot be queued", "use --arch vm with --queued")
+    return flags.queued, valid_until
 
 
 def _ask_whether_offered(t: TpuType, zone: str, proj: str, arch: Arch) -> None:
@@ -73,6 +93,9 @@ def plan(spec: ClusterSpec) -> list[PlanRow]:
     shape = (f"{spec.tpu_type} ({t.chips} chips, {t.hosts} host{'s' * (t.hosts > 1)}, "
              f"{'TPU VM' if spec.arch is Arch.VM else 'TPU Node'}{', spot' if spec.spot else ''})")
     rows = [PlanRow("tpu", spec.tpu_name, f"{shape} in {where}")]
+    if spec.queued:
+        until = f", waiting at most {show_duration(spec.valid_until)}" if spec.valid_until else ""
+        rows.insert(0, PlanRow("queued", spec.qr_name, f"a queued request for it{until}"))
     if spec.arch is Arch.NODE:
         rows.append(PlanRow("vm", spec.vm_name, f"{spec.vm_type} beside the TPU Node"))
     regions = sorted({region_of(z) for z in spec.zones})

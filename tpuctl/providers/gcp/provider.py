@@ -13,13 +13,14 @@ from ... import layout, runs
 from ...background import Background
 from ...catalog import region_of, tpu_type
 from ...errors import ErrorKind, Scope, TpuctlError
-from ...models import (LABEL, Arch, ClusterSpec, ClusterState, Framework, HostFacts, Phase, ProviderName,
+from ...models import (LABEL, Arch, ClusterSpec, ClusterState, Framework, Grant, HostFacts, Phase, ProviderName,
                        cluster_record, default_bucket, require_owned)
-from ..base import Compute, Created, Placement, PlanRow, Price, Progress, Reporter, UpFlags, progress_of
-from . import clients, compute, permissions, planning, storage
+from ..base import Compute, Created, Enforcement, Placement, PlanRow, Price, Progress, Reporter, UpFlags, progress_of
+from . import clients, compute, permissions, planning, storage, teardown
 from .gcs_store import GcsStore
 from .iam import BucketIam
 from .operations import call
+from .queued import QueuedApi
 from .startup import render
 from .tpu import TpuApi, facts, pick_base_runtime, pick_runtime, pick_tf_version
 
@@ -33,9 +34,6 @@ class GcpProvider:
         self.inventory = self
         self.nonce = secrets.token_hex(4)   # labels what this process creates (TpuApi.create)
         self._checked: dict[str, list[str]] = {}   # project -> permission warnings, asked once per process
-        # The host deleting its own TPU is not built yet (issue 12): refused at `up` and `submit --down` rather
-        # than shown armed when nothing would fire.
-        self.self_teardown = False
 
     # -- planning (offline) ------------------------------------------------------------------------------
     def make_spec(self, name: str, flags: UpFlags) -> ClusterSpec:
@@ -117,12 +115,23 @@ class GcpProvider:
 
     def _created_tpu(self, st: ClusterState, reporter: Reporter) -> Created:
         zone = st.zone   # the undo removes the TPU made in THIS zone, even after failover moved st.zone on
-        return Created("tpu", st.spec.tpu_name, lambda: self._tpu(st.spec).delete(
-            st.spec.tpu_name, zone, st.name, progress_of(reporter, "tpu", st.spec.tpu_name)))
+        return Created("tpu", st.spec.tpu_name, lambda: self._delete_tpu(st.spec, zone, reporter))
+
+    def _delete_tpu(self, spec: ClusterSpec, zone: str, reporter: Reporter) -> None:
+        """The TPU, and first its queued request (with force: its node goes with it) when it was queued."""
+        progress = progress_of(reporter, "tpu", spec.tpu_name)
+        if spec.queued:
+            QueuedApi(spec.project).delete(spec, zone, progress_of(reporter, "queued", spec.qr_name))
+        self._tpu(spec).delete(spec.tpu_name, zone, spec.name, progress)
 
     def _ensure_tpu(self, st: ClusterState, script: str, progress: Progress) -> tuple[bool, HostFacts]:
         spec, zone = st.spec, st.zone
         api = self._tpu(spec)
+        sa = spec.service_account or (self.grants.default_service_account(spec.project) if spec.arch is Arch.VM
+                                      else "")
+        if spec.queued:
+            created = QueuedApi(spec.project).request(spec, zone, st.runtime, script, sa, self.nonce, progress)
+            return created, facts(api.get(spec.tpu_name, zone))
         node = api.find(spec.tpu_name, zone)
         if node is not None:
             require_owned(node.labels, spec.name, f"TPU {spec.tpu_name} in {zone}")
@@ -141,8 +150,6 @@ class GcpProvider:
             if node is not None:
                 api.wait_state(spec.tpu_name, zone, {"READY"}, 1800, progress)
                 return False, facts(api.get(spec.tpu_name, zone))
-        sa = spec.service_account or (self.grants.default_service_account(spec.project) if spec.arch is Arch.VM
-                                      else "")
         created = api.create(spec, zone, st.runtime, script, sa, self.nonce, progress)
         return created, facts(api.get(spec.tpu_name, zone))
 
@@ -162,8 +169,7 @@ class GcpProvider:
         if not st.zone:
             return   # `up` never got as far as a zone: nothing was created
         spec = st.spec
-        work = [Background(lambda: self._tpu(spec).delete(spec.tpu_name, st.zone, spec.name,
-                                                          progress_of(reporter, "tpu", spec.tpu_name)))]
+        work = [Background(lambda: self._delete_tpu(spec, st.zone, reporter))]
         if spec.arch is Arch.NODE:
             work.append(Background(lambda: self._delete_vm(spec, st.zone, progress_of(reporter, "vm", spec.vm_name))))
         errors = []
@@ -184,7 +190,8 @@ class GcpProvider:
         else:
             address = f"grpc://{st.host.ip}:8470" if st.host.ip and confirmed else ""
         b = clients.storage(st.spec.project).bucket(planning.bucket_of(st.spec))
-        call(b.blob(layout.CLUSTER_RECORD).upload_from_string, json.dumps(cluster_record(st, address), indent=2),
+        record = cluster_record(st, address, teardown="gcp", delete=teardown.targets(st))
+        call(b.blob(layout.CLUSTER_RECORD).upload_from_string, json.dumps(record, indent=2),
              content_type="application/json", what="write cluster record")
         if not confirmed:
             call(b.blob(agent_package.key()).upload_from_string, agent_package.build(),
@@ -240,6 +247,9 @@ class GcpProvider:
                     f"tpuctl ssh -c {st.name} -- sudo systemctl restart tpuctl-agent")
         return None
 
+    def enforcement(self, st: ClusterState) -> Enforcement:
+        return teardown.enforcement(self.store(st), st)
+
     def ssh_argv(self, st: ClusterState, worker: int, command: str) -> list[str]:
         """gcloud's own ssh, which manages keys (OS Login or metadata) and IAP: `gcloud compute tpus tpu-vm ssh TPU
         --zone Z --project P --worker N [--command CMD]` (cloud.google.com/sdk/gcloud/reference/compute/tpus/tpu-vm/
@@ -260,11 +270,15 @@ class GcpProvider:
                 "framework": s.framework.value, "workers": st.host.hosts, "spot": s.spot}
 
     def teardown_list(self, st: ClusterState) -> list[str]:
-        return [f"TPU {st.spec.tpu_name}"] + ([f"VM {st.spec.vm_name}"] if st.spec.arch is Arch.NODE else [])
+        return ([f"queued resource {st.spec.qr_name}"] if st.spec.queued else []) + [f"TPU {st.spec.tpu_name}"] \
+            + ([f"VM {st.spec.vm_name}"] if st.spec.arch is Arch.NODE else [])
 
     def describe(self, st: ClusterState) -> dict[str, dict[str, object]]:
         spec = st.spec
         out: dict[str, dict[str, object]] = {}
+        if st.zone and spec.queued:
+            qr = QueuedApi(spec.project).find(spec.qr_name, st.zone)
+            out["queued"] = {"state": QueuedApi.state(qr) if qr else "MISSING"}
         if st.zone:
             node = self._tpu(spec).find(spec.tpu_name, st.zone)
             if node is None:
@@ -307,15 +321,20 @@ class GcpProvider:
 
     # -- inventory ---------------------------------------------------------------------------------------
     def state_from(self, name: str, project: str, found: list[dict[str, str]]) -> ClusterState:
-        tpu = next((n for n in found if n["kind"] == "tpu"), None)
+        tpu = next((n for n in found if n["kind"] == "tpu"), None) or next(
+            (n for n in found if n["kind"] == "queued"), None)
         vm = next((n for n in found if n["kind"] == "vm"), None)
         bucket = next((n for n in found if n["kind"] == "bucket"), None)
         arch = Arch.NODE if (tpu and tpu["arch"] == "node") or vm else Arch.VM
         zone = (tpu or vm or {"zone": ""})["zone"]
         spec = ClusterSpec(name=name, provider=ProviderName.GCP, project=project,
                            store=f"gs://{bucket['name'] if bucket else default_bucket(project, name)}",
-                           tpu_type=tpu["type"] if tpu else "", zones=[zone] if zone else [], arch=arch)
-        return ClusterState(spec=spec, zone=zone, phase=Phase.READY, created_at=time.time())
+                           tpu_type=tpu["type"] if tpu else "", zones=[zone] if zone else [], arch=arch,
+                           queued=any(n["kind"] == "queued" for n in found))
+        st = ClusterState(spec=spec, zone=zone, phase=Phase.READY, created_at=time.time())
+        record = runs.read_object(self.store(st), layout.CLUSTER_RECORD) if bucket else {}
+        st.grants = [Grant(str(g["member"]), str(g["role"])) for g in record.get("grants") or []]
+        return st
 
     def list_labelled(self, project: str) -> list[dict[str, str]]:
         out, seen = [], set()
@@ -327,6 +346,10 @@ class GcpProvider:
                 seen.add((parts[3], parts[-1]))
                 out.append({"cluster": n.labels[LABEL], "kind": "tpu", "name": parts[-1], "zone": parts[3],
                             "arch": arch.value, "type": n.accelerator_type, "state": type(n).State(n.state).name})
+        for q in QueuedApi(project).list_labelled():
+            parts = q.name.split("/")
+            out.append({"cluster": QueuedApi.labels(q)[LABEL], "kind": "queued", "name": parts[-1], "zone": parts[3],
+                        "arch": "vm", "type": q.tpu.node_spec[0].node.accelerator_type, "state": QueuedApi.state(q)})
         for zone, vm in compute.list_labelled(project):
             out.append({"cluster": vm.labels[LABEL], "kind": "vm", "name": vm.name, "zone": zone, "arch": "node",
                         "type": vm.machine_type.rsplit("/", 1)[-1], "state": vm.status})

@@ -11,7 +11,7 @@ from ...models import LABEL, Arch, ClusterSpec, HostFacts, require_owned
 from ..base import Progress
 from . import clients
 from .errors import classify
-from .operations import call, wait
+from .operations import call, get_or_none, wait
 
 CREATE_DEADLINE = 1800.0
 NONCE_LABEL = "tpuctl-nonce"   # which `up` run created a resource (see TpuApi.create)
@@ -40,12 +40,7 @@ class TpuApi:
         return f"projects/{self.project}/locations/{zone}/nodes/{name}"
 
     def find(self, name: str, zone: str) -> Any:
-        try:
-            return call(self.client.get_node, name=self.path(name, zone), what=f"get TPU {name}")
-        except TpuctlError as e:
-            if e.kind is ErrorKind.NOT_FOUND:
-                return None
-            raise
+        return get_or_none(self.client.get_node, name=self.path(name, zone), what=f"get TPU {name}")
 
     def get(self, name: str, zone: str) -> Any:
         """The node, which must exist (it was just made or adopted)."""

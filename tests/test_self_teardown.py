@@ -1,0 +1,119 @@
+"""A Google Cloud host ends its own compute (issue 12): the agent on the simulated TPU VM (or the legacy node's VM)
+deletes it through the fake APIs' REST front as its own identity, which the fake project IAM authorises; the CLI
+deletes nothing. Autostop is called armed only on the host's own word."""
+import json
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+from conftest import PROJECT
+
+from jobs import make_job
+from tpuctl import state
+
+pytestmark = pytest.mark.usefixtures("no_leak")   # every test ends with nothing of tpuctl left
+
+SA = f"trainer@{PROJECT}.iam.gserviceaccount.com"
+DEFAULT_SA = "424242-compute@developer.gserviceaccount.com"
+
+
+def _wait(cond, timeout=60.0):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if cond():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def _host_deletions(cloud):
+    return [(path, who) for method, path, who in cloud.tpu.rest_calls if method == "DELETE"]
+
+
+def test_autostop_fires_on_the_host_which_deletes_its_own_tpu(live_hosts, cloud, cli):
+    code, out, err = cli("up", "--type", "v3-8", "--zone", "us-central1-b", "-c", "auto", "--autostop", "3s")
+    assert code == 0, err
+    assert f"armed: enforced by the host, as {DEFAULT_SA}" in err
+    name = f"projects/{PROJECT}/locations/us-central1-b/nodes/tpuctl-auto"
+    assert _wait(lambda: name not in cloud.tpu.nodes[2]), [h.agent_out() for hs in live_hosts.hosts.values() for h in hs]
+    # the host asked, as its own identity; the CLI never called DeleteNode over gRPC
+    assert _host_deletions(cloud) == [(f"/v2/{name}", f"serviceAccount:{DEFAULT_SA}")]
+    assert [c for c in cloud.tpu.calls if c[1] == "DeleteNode"] == [(2, "DeleteNode", name)]
+    info = json.loads(cli("status", "-c", "auto", "--json")[1])
+    assert info["phase"] == "stopped" and info["stopped"].startswith("autostop: no run for 3s")
+    assert state.load("auto").periods[-1][1] > 0                 # the cost stopped counting
+    assert json.loads(cli("ls", "--json")[1])[0]["phase"].startswith("stopped ")
+    assert cli("down", "-c", "auto", "--yes")[0] == 0
+
+
+def test_submit_down_on_gcp_the_host_deletes_its_tpu_after_the_run(live_hosts, cloud, cli, tmp_path):
+    assert cli("up", "--type", "v3-8", "--zone", "us-central1-b", "-c", "sd")[0] == 0
+    job = make_job(tmp_path, "print('trained')")
+    code, out, err = cli("submit", str(job), "-c", "sd", "--down")
+    assert code == 0 and "trained" in out, err
+    name = f"projects/{PROJECT}/locations/us-central1-b/nodes/tpuctl-sd"
+    assert _wait(lambda: name not in cloud.tpu.nodes[2])
+    assert _host_deletions(cloud) == [(f"/v2/{name}", f"serviceAccount:{DEFAULT_SA}")]
+    assert "(submit --down)" in json.loads(cli("status", "-c", "sd", "--json")[1])["stopped"]
+
+
+def test_the_legacy_nodes_vm_deletes_the_node_then_itself(live_hosts, cloud, cli):
+    code, out, err = cli("up", "--type", "v2-8", "--zone", "us-central1-b", "--arch", "node", "-c", "nd",
+                         "--max-duration", "4s")
+    assert code == 0, err
+    assert _wait(lambda: not cloud.compute.instances and not cloud.tpu.nodes[1])
+    node = f"projects/{PROJECT}/locations/us-central1-b/nodes/tpuctl-nd"
+    assert _host_deletions(cloud) == [(f"/v1/{node}", f"serviceAccount:{DEFAULT_SA}")]
+    assert [c for c in cloud.compute.calls if c[0] == "delete"] == [
+        ("delete", f"/compute/v1/projects/{PROJECT}/zones/us-central1-b/instances/tpuctl-nd-vm")]
+    assert "max-duration deadline" in json.loads(cli("status", "-c", "nd", "--json")[1])["stopped"]
+
+
+def _rest_delete(cloud, name, email):
+    """A DELETE as `email`'s metadata token would carry it, straight to the fake TPU's REST front."""
+    base = cloud.hosts.env["TPU_REST_EMULATOR_HOST"]
+    req = urllib.request.Request(f"{base}/v2/{name}", method="DELETE",
+                                 headers={"Authorization": f"Bearer token-of-{email}"})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+def test_an_identity_without_tpu_delete_is_refused_never_shown_armed(live_hosts, cloud, cli):
+    # The narrow grant one would want: roles/tpu.admin on this TPU only. The TPU API knows no resource attributes
+    # (iam/docs/conditions-resource-attributes), so it grants nothing, and the host must say so.
+    name = f"projects/{PROJECT}/locations/us-central1-b/nodes/tpuctl-na"
+    cloud.iam.bindings.append({"role": "roles/tpu.admin", "members": [f"serviceAccount:{SA}"],
+                               "condition": {"expression": f'resource.name == "{name}"'}})
+    code, out, err = cli("up", "--type", "v3-8", "--zone", "us-central1-b", "-c", "na", "--autostop", "2s",
+                         "--service-account", SA)
+    assert code == 5, err
+    assert f"the host's identity {SA} lacks tpu.nodes.delete in project {PROJECT}" in err
+    assert f"--member=serviceAccount:{SA} --role=roles/tpu.admin" in err and "every TPU" in err
+    info = json.loads(cli("status", "-c", "na", "--json")[1])
+    assert info["phase"] == "ready" and "NOT ENFORCED" in info["autostop"]
+    assert name in cloud.tpu.nodes[2]                            # up and billing, and said so: nothing deleted
+    assert _rest_delete(cloud, name, SA) == 403                  # the conditional grant indeed does not work
+    time.sleep(3)                                                # autostop is due now: the host tries, is refused
+    assert name in cloud.tpu.nodes[2]
+    assert "NOT ENFORCED" in json.loads(cli("status", "-c", "na", "--json")[1])["autostop"]
+
+    cloud.iam.bindings.append({"role": "roles/tpu.admin", "members": [f"serviceAccount:{SA}"]})   # the fix
+    code, out, err = cli("up", "-c", "na")                       # asks the host again: armed now
+    assert code == 0 and f"armed: enforced by the host, as {SA}" in err, err
+    assert _wait(lambda: name not in cloud.tpu.nodes[2])         # and the overdue autostop fires
+    assert _host_deletions(cloud)[-1] == (f"/v2/{name}", f"serviceAccount:{SA}")
+
+
+def test_the_fake_apis_authenticate_the_host(cloud):
+    name = f"projects/{PROJECT}/locations/us-central1-b/nodes/x"
+    base = cloud.hosts.env["TPU_REST_EMULATOR_HOST"]
+    req = urllib.request.Request(f"{base}/v2/{name}", method="DELETE")
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(req, timeout=10)
+    assert e.value.code == 401
+    assert _rest_delete(cloud, name, "nobody@x.iam.gserviceaccount.com") == 403
+    assert _rest_delete(cloud, name, DEFAULT_SA) == 404          # allowed, but there is no such node

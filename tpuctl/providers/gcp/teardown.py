@@ -1,0 +1,61 @@
+"""A Google Cloud host ending its own compute (autostop, --max-duration, submit --down): what it deletes, and
+whether its identity may, as the host itself reported it (agent.check_teardown, hostapi.py).
+
+Why no narrow grant: IAM Conditions can scope a role to one resource by `resource.name` only for the services
+listed at cloud.google.com/iam/docs/conditions-resource-attributes ("Other services and resource types do not
+recognize resource attributes"); tpu.googleapis.com is not among them. So tpu.nodes.delete can be held only for
+the whole project, and tpuctl does not grant it: the host reports what its identity holds and `up --autostop`
+refuses to call autostop armed when the report says no, naming the grant and how far it reaches.
+"""
+from __future__ import annotations
+
+from ... import layout, runs
+from ...models import Arch, ClusterState
+from ...store import BlobStore
+from ..base import Enforcement
+
+# permission -> the narrowest predefined role that carries it (cloud.google.com/iam/docs/understanding-roles)
+ROLE = {"tpu.nodes.delete": "roles/tpu.admin", "tpu.queuedResources.delete": "roles/tpu.admin",
+        "compute.instances.delete": "roles/compute.instanceAdmin.v1"}
+REACH = {"roles/tpu.admin": "create and delete every TPU and queued resource in the project",
+         "roles/compute.instanceAdmin.v1": "create and delete every Compute Engine VM in the project"}
+
+
+def targets(st: ClusterState) -> list[dict[str, str]]:
+    """What the host deletes, in order: its queued request with force (cloud.google.com/tpu/docs/reference/rest/
+    v2/projects.locations.queuedResources/delete), its TPU (v2 for a TPU VM, v1 for a legacy node), then the node's VM, which
+    is the host asking and so goes last (REST paths: cloud.google.com/tpu/docs/reference/rest/v2/
+    projects.locations.nodes/delete, compute/docs/reference/rest/v1/instances/delete)."""
+    s = st.spec
+    version = "v2" if s.arch is Arch.VM else "v1"
+    queued = [{"api": "tpu", "path": f"v2/projects/{s.project}/locations/{st.zone}/queuedResources/{s.qr_name}"
+                                     "?force=true", "permission": "tpu.queuedResources.delete"}] if s.queued else []
+    out = queued + [{"api": "tpu", "path": f"{version}/projects/{s.project}/locations/{st.zone}/nodes/{s.tpu_name}",
+            "permission": "tpu.nodes.delete"}]
+    if s.arch is Arch.NODE:
+        out.append({"api": "compute", "path": f"compute/v1/projects/{s.project}/zones/{st.zone}/instances/{s.vm_name}",
+                    "permission": "compute.instances.delete"})
+    return out
+
+
+def enforcement(store: BlobStore, st: ClusterState) -> Enforcement:
+    record = runs.read_object(store, layout.CLUSTER_RECORD)
+    report = runs.read_object(store, layout.TEARDOWN_CHECK)
+    if not record or not report or report.get("for") != record.get("written"):
+        return Enforcement(None, "the host has not yet reported whether it may delete its own compute")
+    who = str(report.get("identity") or "the host's service account")
+    if report.get("able"):
+        return Enforcement(True, f"the host, as {who}")
+    missing = [str(p) for p in report.get("missing") or []]
+    roles = sorted({ROLE.get(p, "a role with " + p) for p in missing})
+    text = f"the host's identity {who} lacks {', '.join(missing)} in project {st.spec.project}"
+    if report.get("error"):
+        text += f" (its check failed: {report['error']})"
+    grants = "; ".join(f"gcloud projects add-iam-policy-binding {st.spec.project} --member=serviceAccount:{who} "
+                       f"--role={r}" for r in roles)
+    reach = "; ".join(f"{r} lets anything running on the host {REACH[r]}" for r in roles if r in REACH)
+    hint = (f"grant it ({grants}; {reach}, since IAM conditions cannot narrow TPU permissions to one TPU), or "
+            f"make the cluster with --service-account ACCOUNT that holds it; then run `tpuctl up -c {st.name}` "
+            f"again, or `tpuctl down -c {st.name}` when done")
+    return Enforcement(False, text, hint)
+
