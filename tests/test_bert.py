@@ -2,6 +2,7 @@
 MirroredStrategy on two logical CPUs, kill-and-resume, and tpuctl.runtime."""
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -180,6 +181,7 @@ def test_kill_and_resume_continues_from_the_saved_step(prepared, tmp_path):
 def test_runtime_helpers(monkeypatch):
     from tpuctl import runtime
     assert runtime.scaled_lr(1e-4, 1024, 256) == pytest.approx(4e-4)
+    assert runtime.scaled_lr(2e-3, 128, 32, rule="sqrt") == pytest.approx(4e-3)
     sched = runtime.schedule(1e-4, 512, 256, warmup_steps=10, total_steps=110)
     assert float(sched(0)) == 0.0
     assert float(sched(5)) == pytest.approx(1e-4)
@@ -213,3 +215,168 @@ def test_prepare_writes_to_gcs_and_caches_there(cloud, text, capsys):
     capsys.readouterr()
     assert prepare.main(args)["key"] == summary["key"]
     assert "cached" in capsys.readouterr().out
+
+
+def test_the_masked_lm_loss_averages_over_the_real_masked_tokens_only():
+    sys.path.insert(0, str(JOB))
+    import tensorflow as tf
+    from losses import terms
+    logits = tf.math.log(tf.constant([[[0.5, 0.25, 0.25], [0.25, 0.5, 0.25], [1 / 3, 1 / 3, 1 / 3],
+                                       [1 / 3, 1 / 3, 1 / 3]]]))
+    y = {"mlm": tf.constant([[0, 0, 2, 2]]), "nsp": tf.constant([[1]])}
+    w = {"mlm": tf.constant([[1.0, 1.0, 0.0, 0.0]]), "nsp": tf.constant([[1.0]])}
+    t = terms({"mlm": logits, "nsp": tf.math.log(tf.constant([[0.2, 0.8]]))}, y, w)
+    assert float(t["mlm_loss"]) == pytest.approx((np.log(2) + np.log(4)) / 2, rel=1e-5)   # /2 real, not /4 slots
+    assert float(t["mlm_acc"]) == pytest.approx(0.5) and float(t["nsp_acc"]) == 1.0
+    assert float(t["loss"]) == pytest.approx(float(t["mlm_loss"]) - np.log(0.8), rel=1e-5)
+
+
+def test_checkpoints_and_lines_fall_on_their_own_steps_and_never_past_the_end(prepared, tmp_path):
+    out, summary = prepared
+    args = [sys.executable, str(JOB / "train.py"), "--data", f"{out}/part-*.tfrecord", "--vocab-size",
+            str(summary["vocab_size"]), "--seq-length", "64", "--max-predictions-per-seq", "10", "--batch-size", "4",
+            "--steps", "25", "--steps-per-execution", "4", "--log-every", "10", "--checkpoint-every", "20",
+            "--output", str(tmp_path / "out")]
+    r = subprocess.run(args, capture_output=True, text=True, env=_train_env(), timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "--log-every 10 rounded up to 12" in r.stdout
+    steps = [int(line.split()[1]) for line in r.stdout.splitlines() if line.startswith("step ")]
+    assert steps == [12, 24, 25]                                  # the last line is the last step, not past it
+    saved = sorted(p.name for p in (tmp_path / "out" / "checkpoints").glob("ckpt-*.index"))
+    assert saved == ["ckpt-20.index", "ckpt-25.index"]           # every multiple of 20, and the end
+    metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())
+    assert metrics["step"] == 25 and {"mlm_loss", "nsp_loss", "nsp_acc", "mlm_acc"} <= set(metrics["metrics"])
+    events = list((tmp_path / "out" / "tensorboard").rglob("*tfevents*"))
+    assert events
+
+
+def test_the_encoder_stands_alone_is_initialised_as_bert_and_exports_load_back(tmp_path):
+    sys.path.insert(0, str(JOB))
+    import tensorflow as tf
+    import export
+    from model import BertConfig, BertEncoder, BertPretrainer
+    cfg = BertConfig.preset("tiny", 500)
+    assert BertConfig.from_config(cfg.get_config()) == cfg
+    model = BertPretrainer(cfg)
+    rng = np.random.default_rng(0)
+    x = {"input_ids": tf.constant(rng.integers(5, 500, (2, 24)), tf.int32), "input_mask": tf.ones([2, 24], tf.int32),
+         "segment_ids": tf.zeros([2, 24], tf.int32)}
+    model({**x, "masked_lm_positions": tf.zeros([2, 3], tf.int32)})
+    enc = model.encoder
+    assert isinstance(enc, BertEncoder)
+    names = [v.name for v in enc.trainable_variables]
+    assert "bert_pretrainer/encoder/layer_1/attention/query/kernel:0" in names          # stable names
+    assert enc.position_embeddings.embeddings.shape[0] == 512                           # whatever seq is used
+    q = enc.blocks[0].attention._query_dense.kernel.numpy()
+    assert abs(q.std() - 0.0176) < 0.002 and abs(q).max() <= 0.04                      # truncated normal 0.02
+    ff = [b.intermediate.kernel.numpy() for b in enc.blocks]
+    assert not np.allclose(ff[0], ff[1])                                                # no shared draws
+    ref = enc(x)
+    assert ref["sequence_output"].shape == (2, 24, 128) and ref["pooled_output"].shape == (2, 128)
+    paths = export.export(enc, str(tmp_path / "export"))
+    back = tf.keras.models.load_model(paths["keras"])
+    assert np.allclose(back(x)["pooled_output"], ref["pooled_output"], atol=1e-6)
+    served = tf.saved_model.load(paths["saved_model"]).signatures["serving_default"](**x)
+    assert np.allclose(served["sequence_output"], ref["sequence_output"], atol=1e-6)
+    assert json.loads(Path(paths["config"]).read_text())["hidden"] == 128
+
+
+def test_phase_two_at_a_longer_sequence_starts_from_phase_one(text, tmp_path):
+    long = tmp_path / "prep128"
+    summary = prepare.main(["--input", str(text), "--output", str(long), "--workers", "1", "--vocab-size", "2000",
+                            "--max-seq-length", "128", "--max-predictions-per-seq", "20"])
+    short = tmp_path / "prep64"
+    prepare.main(["--input", str(text), "--output", str(short), "--workers", "1", "--vocab", str(long / "vocab.txt"),
+                  "--max-seq-length", "64", "--max-predictions-per-seq", "10"])
+    common = [sys.executable, str(JOB / "train.py"), "--vocab-size", str(summary["vocab_size"]), "--batch-size", "4",
+              "--steps", "4", "--log-every", "2", "--checkpoint-every", "4"]
+    one = subprocess.run(common + ["--data", f"{short}/part-*.tfrecord", "--seq-length", "64",
+                                   "--max-predictions-per-seq", "10", "--output", str(tmp_path / "p1")],
+                         capture_output=True, text=True, env=_train_env(), timeout=600)
+    assert one.returncode == 0, one.stderr[-3000:]
+    two = subprocess.run(common + ["--data", f"{long}/part-*.tfrecord", "--seq-length", "128",
+                                   "--max-predictions-per-seq", "20", "--output", str(tmp_path / "p2"),
+                                   "--init-from", str(tmp_path / "p1" / "checkpoints")],
+                         capture_output=True, text=True, env=_train_env(), timeout=600)
+    assert two.returncode == 0, two.stderr[-3000:]
+    assert "initialised from" in two.stdout and "ckpt-4" in two.stdout
+    steps = [int(line.split()[1]) for line in two.stdout.splitlines() if line.startswith("step ")]
+    assert steps == [2, 4], two.stdout                       # a new phase: its own steps from 0
+
+
+def test_deterministic_resume_after_sigkill_repeats_the_uninterrupted_run(prepared, tmp_path):
+    out, summary = prepared
+    base = [sys.executable, str(JOB / "train.py"), "--data", f"{out}/part-*.tfrecord", "--vocab-size",
+            str(summary["vocab_size"]), "--seq-length", "64", "--max-predictions-per-seq", "10", "--batch-size", "4",
+            "--steps", "20", "--log-every", "10", "--checkpoint-every", "10", "--deterministic"]
+
+    def line(stdout, step):
+        return next(ln for ln in stdout.splitlines() if ln.startswith(f"step {step:6d}")).split("examples/s")[0]
+    whole = subprocess.run(base + ["--output", str(tmp_path / "whole")], capture_output=True, text=True,
+                           env=_train_env(), timeout=600)
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    # the same run, killed once its step-10 checkpoint exists (as a preemption would), then started again; a run
+    # that got to its end before the kill landed is tried again
+    saved = tmp_path / "cut" / "checkpoints" / "checkpoint"
+    for _ in range(5):
+        shutil.rmtree(tmp_path / "cut", ignore_errors=True)
+        killed = subprocess.Popen(base + ["--output", str(tmp_path / "cut")], stdout=subprocess.PIPE,
+                                  stderr=subprocess.DEVNULL, env=_train_env(), text=True)
+        deadline = time.time() + 300
+        while time.time() < deadline and not (saved.exists() and "ckpt-10" in saved.read_text()):
+            time.sleep(0.002)
+        killed.send_signal(signal.SIGKILL)
+        first = killed.communicate()[0]
+        if "ckpt-20" not in saved.read_text():
+            break
+    assert "ckpt-20" not in saved.read_text(), "the run always finished before SIGKILL landed"
+    again = subprocess.run(base + ["--output", str(tmp_path / "cut")], capture_output=True, text=True,
+                           env=_train_env(), timeout=600)
+    assert again.returncode == 0 and "resumed from step 10" in again.stdout, again.stderr[-3000:]
+    assert line(first, 10) == line(whole.stdout, 10)
+    assert line(again.stdout, 20) == line(whole.stdout, 20)      # every metric, to the printed digit
+
+
+def test_the_hugging_face_export_loads_in_transformers_with_equal_outputs(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    assert transformers.__version__.startswith("4.57.")
+    sys.path.insert(0, str(JOB))
+    import tensorflow as tf
+    import export
+    from model import BertConfig, BertPretrainer
+    model = BertPretrainer(BertConfig.preset("tiny", 400))
+    rng = np.random.default_rng(1)
+    mask = np.ones((2, 20), np.int32)
+    mask[1, 14:] = 0                                                   # a padded row
+    x = {"input_ids": tf.constant(rng.integers(5, 400, (2, 20)), tf.int32), "input_mask": tf.constant(mask),
+         "segment_ids": tf.constant(np.r_[[0] * 10 + [1] * 10, [0] * 20].reshape(2, 20).astype(np.int32))}
+    model({**x, "masked_lm_positions": tf.zeros([2, 3], tf.int32)})
+    ours = model.encoder(x)
+    path = export.export_hf(model.encoder, str(tmp_path / "hf"))
+    hf = transformers.TFBertModel.from_pretrained(path)
+    theirs = hf(input_ids=x["input_ids"], attention_mask=x["input_mask"], token_type_ids=x["segment_ids"])
+    real = mask.astype(bool)
+    assert np.abs(theirs.last_hidden_state.numpy()[real] - ours["sequence_output"].numpy()[real]).max() < 1e-4
+    assert np.abs(theirs.pooler_output.numpy() - ours["pooled_output"].numpy()).max() < 1e-4
+
+
+def test_fine_tuning_runs_from_the_exported_encoder_and_from_a_random_one(prepared, tmp_path):
+    """The pipeline a researcher uses: pretrain, export, fine-tune (and the random-encoder baseline). Whether the
+    pretrained encoder wins is measured by bench/bench_finetune.py: at this scale it is not yet reliable."""
+    out, summary = prepared
+    pre = subprocess.run([sys.executable, str(JOB / "train.py"), "--data", f"{out}/part-*.tfrecord", "--vocab-size",
+                          str(summary["vocab_size"]), "--seq-length", "64", "--max-predictions-per-seq", "10",
+                          "--batch-size", "8", "--steps", "10", "--checkpoint-every", "10",
+                          "--output", str(tmp_path / "pre")], capture_output=True, text=True, env=_train_env(),
+                         timeout=600)
+    assert pre.returncode == 0, pre.stderr[-3000:]
+    exp = subprocess.run([sys.executable, str(JOB / "export.py"), "--checkpoint", str(tmp_path / "pre" / "checkpoints"),
+                          "--vocab-size", str(summary["vocab_size"]), "--output", str(tmp_path / "export")],
+                         capture_output=True, text=True, env=_train_env(), timeout=600)
+    assert exp.returncode == 0, exp.stderr[-3000:]
+    for how in (["--encoder", str(tmp_path / "export" / "encoder.keras")], ["--random-init"]):
+        r = subprocess.run([sys.executable, str(JOB / "finetune.py"), "--vocab", str(out / "vocab.txt"), "--steps",
+                            "5", "--language-seed", "1", *how], capture_output=True, text=True, env=_train_env(),
+                           timeout=600)
+        assert r.returncode == 0, r.stderr[-3000:]
+        assert 0.0 <= float(r.stdout.split("held-out accuracy ")[1].split(",")[0]) <= 1.0

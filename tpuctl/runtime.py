@@ -95,16 +95,18 @@ def global_batch(per_replica: int, strategy_: Any) -> int:
     return per_replica * strategy_.num_replicas_in_sync
 
 
-def scaled_lr(base_lr: float, batch: int, base_batch: int) -> float:
-    """Linear scaling rule (Goyal et al. 2017): the learning rate grows with the global batch."""
-    return base_lr * batch / base_batch
+def scaled_lr(base_lr: float, batch: int, base_batch: int, rule: str = "linear") -> float:
+    """The learning rate defined at `base_batch`, at the global `batch`: "linear" (Goyal et al. 2017, for SGD) or
+    "sqrt" (the square root of the batch ratio, which suits Adam: Malladi et al. 2022)."""
+    ratio = batch / base_batch
+    return base_lr * (ratio ** 0.5 if rule == "sqrt" else ratio)
 
 
 def schedule(base_lr: float, batch: int, base_batch: int, warmup_steps: int, total_steps: int,
-             end_lr: float = 0.0) -> Any:
+             end_lr: float = 0.0, rule: str = "linear") -> Any:
     """Linear warm-up to the scaled learning rate, then linear decay to end_lr at total_steps."""
     tf = _tf()
-    peak = scaled_lr(base_lr, batch, base_batch)
+    peak = scaled_lr(base_lr, batch, base_batch, rule)
 
     class WarmupDecay(tf.keras.optimizers.schedules.LearningRateSchedule):  # type: ignore[name-defined]  # TF is imported lazily, so its classes are values here
         def __call__(self, step: Any) -> Any:
@@ -180,4 +182,10 @@ def metrics_callback(every: int | None = None, path: str | None = None) -> Any:
         def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
             if every and int(self.model.optimizer.iterations.numpy()) % every == 0:
                 self._record(logs)
+            self.last = logs
+
+        def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
+            # a run whose last step is not a multiple of `every` still ends with its last step in the file
+            if every and self.log.step < int(self.model.optimizer.iterations.numpy()) and getattr(self, "last", None):
+                self._record(self.last)
     return MetricsFile()

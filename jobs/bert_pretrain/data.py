@@ -12,7 +12,10 @@ def features(max_seq: int, max_pred: int) -> dict:
     return f
 
 
-def dataset(pattern: str, batch: int, max_seq: int, max_pred: int, seed: int = 0, training: bool = True):
+def dataset(pattern: str, batch: int, max_seq: int, max_pred: int, seed: int = 0, training: bool = True,
+            skip: int = 0):
+    """Training: shards in a seeded order, read in a fixed interleave (deterministic, so a resumed run that skips
+    the `skip` batches it consumed continues the same sequence), shuffled with a seed, repeated."""
     files = tf.io.gfile.glob(pattern)
     if not files:
         raise FileNotFoundError(f"no TFRecord shards match {pattern}")
@@ -21,7 +24,7 @@ def dataset(pattern: str, batch: int, max_seq: int, max_pred: int, seed: int = 0
     if training:
         ds = ds.shuffle(len(files), seed=seed).repeat()
     ds = ds.interleave(tf.data.TFRecordDataset, cycle_length=min(8, len(files)),
-                       num_parallel_calls=tf.data.AUTOTUNE, deterministic=not training)
+                       num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     if training:
         ds = ds.shuffle(10000, seed=seed)
 
@@ -33,5 +36,7 @@ def dataset(pattern: str, batch: int, max_seq: int, max_pred: int, seed: int = 0
         w = {"mlm": ex["masked_lm_weights"], "nsp": tf.ones_like(ex["next_sentence_labels"], tf.float32)}
         return x, y, w
     # Batch first, then parse a whole batch at once: far cheaper than parsing record by record.
-    return ds.batch(batch, drop_remainder=True).map(parse, num_parallel_calls=tf.data.AUTOTUNE) \
-             .prefetch(tf.data.AUTOTUNE)
+    ds = ds.batch(batch, drop_remainder=True)
+    if skip:
+        ds = ds.skip(skip)   # unparsed: skipping costs reading the records, not parsing them
+    return ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)

@@ -1,5 +1,14 @@
-"""A BERT encoder with masked-LM and next-sentence heads, in tf-keras (TF_USE_LEGACY_KERAS=1)."""
+"""BERT in tf-keras (TF_USE_LEGACY_KERAS=1), in tf-models-official's shape: a BertConfig, a BertEncoder usable
+alone (sequence and pooled outputs), masked-LM and next-sentence heads, and a BertPretrainer composing them.
+
+As the original BERT: post-LN blocks, GELU (tanh approximation), every weight drawn from a truncated normal of
+standard deviation 0.02, 512 position embeddings whatever the sequence length (sliced to it), so a checkpoint of
+phase 1 (seq 128) starts phase 2 (seq 512). Layer names are stable (`encoder/layer_3/attention`), and each class
+has get_config, so a saved `.keras` file loads back.
+"""
 from __future__ import annotations
+
+from dataclasses import asdict, dataclass
 
 import tensorflow as tf
 
@@ -13,57 +22,178 @@ PRESETS = {  # layers, hidden, heads, intermediate
 }
 
 
+@dataclass
+class BertConfig:
+    vocab_size: int
+    layers: int = 2
+    hidden: int = 128
+    heads: int = 2
+    intermediate: int = 512
+    max_positions: int = 512
+    type_vocab: int = 2
+    dropout: float = 0.1
+    initializer_range: float = 0.02
+
+    @classmethod
+    def preset(cls, name: str, vocab_size: int, **kw) -> "BertConfig":
+        layers, hidden, heads, inter = PRESETS[name]
+        return cls(vocab_size, layers, hidden, heads, inter, **kw)
+
+    def get_config(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_config(cls, d: dict) -> "BertConfig":
+        return cls(**d)
+
+    def init(self):
+        """A new initializer for each weight: one unseeded instance used twice gives the same values twice."""
+        return keras.initializers.TruncatedNormal(stddev=self.initializer_range)
+
+
+def example_inputs(seq: int, max_pred: int) -> dict:
+    """One sequence of the given shape: what builds a model's variables without reading any data."""
+    ones = tf.ones([1, seq], tf.int32)
+    return {"input_ids": ones, "input_mask": ones, "segment_ids": tf.zeros_like(ones),
+            "masked_lm_positions": tf.zeros([1, max_pred], tf.int32)}
+
+
+def _config(config) -> BertConfig:
+    return config if isinstance(config, BertConfig) else BertConfig.from_config(config)
+
+
 def _gelu(x):
     return tf.nn.gelu(x, approximate=True)
 
 
-class Layer(keras.layers.Layer):
+@keras.utils.register_keras_serializable(package="bert")
+class TransformerBlock(keras.layers.Layer):
     """Post-LN transformer block as in the original BERT."""
 
-    def __init__(self, hidden, heads, inter, dropout, **kw):
+    def __init__(self, config, **kw):
         super().__init__(**kw)
-        self.attn = keras.layers.MultiHeadAttention(heads, hidden // heads, dropout=dropout)
-        self.ln1 = keras.layers.LayerNormalization(epsilon=1e-12)
-        self.ff1 = keras.layers.Dense(inter, activation=_gelu)
-        self.ff2 = keras.layers.Dense(hidden)
-        self.ln2 = keras.layers.LayerNormalization(epsilon=1e-12)
-        self.drop = keras.layers.Dropout(dropout)
+        c = self.config = _config(config)
+        self.attention = keras.layers.MultiHeadAttention(c.heads, c.hidden // c.heads, dropout=c.dropout,
+                                                         kernel_initializer=c.init(), name="attention")
+        self.attention_norm = keras.layers.LayerNormalization(epsilon=1e-12, name="attention_layer_norm")
+        self.intermediate = keras.layers.Dense(c.intermediate, activation=_gelu, kernel_initializer=c.init(),
+                                               name="intermediate")
+        self.output_dense = keras.layers.Dense(c.hidden, kernel_initializer=c.init(), name="output")
+        self.output_norm = keras.layers.LayerNormalization(epsilon=1e-12, name="output_layer_norm")
+        self.drop = keras.layers.Dropout(c.dropout)
 
     def call(self, x, mask, training=False):
-        a = self.attn(x, x, attention_mask=mask, training=training)
-        x = self.ln1(x + self.drop(a, training=training))
-        f = self.ff2(self.ff1(x))
-        return self.ln2(x + self.drop(f, training=training))
+        a = self.attention(x, x, attention_mask=mask, training=training)
+        x = self.attention_norm(x + self.drop(a, training=training))
+        f = self.output_dense(self.intermediate(x))
+        return self.output_norm(x + self.drop(f, training=training))
+
+    def get_config(self):
+        return {**super().get_config(), "config": self.config.get_config()}
 
 
-class Bert(keras.Model):
-    def __init__(self, vocab_size, preset="tiny", max_seq=512, dropout=0.1, **kw):
+@keras.utils.register_keras_serializable(package="bert")
+class BertEncoder(keras.Model):
+    """input_ids, input_mask, segment_ids [batch, seq] -> {"sequence_output": [batch, seq, hidden],
+    "pooled_output": [batch, hidden]} (the [CLS] position through a tanh dense layer, as BERT's pooler)."""
+
+    def __init__(self, config, **kw):
+        kw.setdefault("name", "encoder")
         super().__init__(**kw)
-        layers, hidden, heads, inter = PRESETS[preset]
-        self.hidden = hidden
-        self.tok = keras.layers.Embedding(vocab_size, hidden, name="word_embeddings")
-        self.pos = keras.layers.Embedding(max_seq, hidden, name="position_embeddings")
-        self.seg = keras.layers.Embedding(2, hidden, name="type_embeddings")
-        self.ln = keras.layers.LayerNormalization(epsilon=1e-12)
-        self.drop = keras.layers.Dropout(dropout)
-        self.blocks = [Layer(hidden, heads, inter, dropout, name=f"layer_{i}") for i in range(layers)]
-        self.mlm_dense = keras.layers.Dense(hidden, activation=_gelu)
-        self.mlm_ln = keras.layers.LayerNormalization(epsilon=1e-12)
-        self.pool = keras.layers.Dense(hidden, activation="tanh")
-        self.nsp = keras.layers.Dense(2, name="nsp")
-        self.mlm_bias = self.add_weight(name="mlm_bias", shape=[vocab_size], initializer="zeros")
+        c = self.config = _config(config)
+        self.word_embeddings = keras.layers.Embedding(c.vocab_size, c.hidden, embeddings_initializer=c.init(),
+                                                      name="word_embeddings")
+        self.position_embeddings = keras.layers.Embedding(c.max_positions, c.hidden, embeddings_initializer=c.init(),
+                                                          name="position_embeddings")
+        self.type_embeddings = keras.layers.Embedding(c.type_vocab, c.hidden, embeddings_initializer=c.init(),
+                                                      name="type_embeddings")
+        self.embeddings_norm = keras.layers.LayerNormalization(epsilon=1e-12, name="embeddings_layer_norm")
+        self.drop = keras.layers.Dropout(c.dropout)
+        self.blocks = [TransformerBlock(c, name=f"layer_{i}") for i in range(c.layers)]
+        self.pooler = keras.layers.Dense(c.hidden, activation="tanh", kernel_initializer=c.init(), name="pooler")
 
-    def call(self, f, training=False):
-        ids = f["input_ids"]
+    def call(self, inputs, training=False):
+        ids = inputs["input_ids"]
         seq = tf.shape(ids)[1]
-        x = self.tok(ids) + self.pos(tf.range(seq))[tf.newaxis] + self.seg(f["segment_ids"])
-        x = self.drop(self.ln(x), training=training)
-        mask = tf.cast(f["input_mask"][:, tf.newaxis, :], tf.bool)
+        x = self.word_embeddings(ids) + self.position_embeddings(tf.range(seq))[tf.newaxis] \
+            + self.type_embeddings(inputs["segment_ids"])
+        x = self.drop(self.embeddings_norm(x), training=training)
+        mask = tf.cast(inputs["input_mask"][:, tf.newaxis, :], tf.bool)
         for b in self.blocks:
             x = b(x, mask, training=training)
-        # Masked LM: only the masked positions, projected with the (tied) word embeddings.
-        picked = tf.gather(x, f["masked_lm_positions"], batch_dims=1)
-        h = self.mlm_ln(self.mlm_dense(picked))
-        logits = tf.matmul(tf.cast(h, tf.float32), self.tok.embeddings, transpose_b=True) + self.mlm_bias
-        nsp = self.nsp(self.pool(x[:, 0]))
-        return {"mlm": logits, "nsp": tf.cast(nsp, tf.float32)}
+        return {"sequence_output": x, "pooled_output": self.pooler(x[:, 0])}
+
+    def get_config(self):
+        return {"config": self.config.get_config(), "name": self.name}
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)
+
+
+@keras.utils.register_keras_serializable(package="bert")
+class MaskedLMHead(keras.layers.Layer):
+    """Hidden states at the masked positions -> logits over the vocabulary, through the encoder's (tied) word
+    embeddings."""
+
+    def __init__(self, config, embeddings, **kw):
+        kw.setdefault("name", "masked_lm")
+        super().__init__(**kw)
+        c = self.config = _config(config)
+        self.embeddings = embeddings
+        self.transform = keras.layers.Dense(c.hidden, activation=_gelu, kernel_initializer=c.init(), name="transform")
+        self.norm = keras.layers.LayerNormalization(epsilon=1e-12, name="transform_layer_norm")
+
+    def build(self, shape):
+        self.bias = self.add_weight(name="output_bias", shape=[self.config.vocab_size], initializer="zeros")
+        super().build(shape)
+
+    def call(self, picked):
+        h = self.norm(self.transform(picked))
+        return tf.matmul(tf.cast(h, tf.float32), self.embeddings.embeddings, transpose_b=True) + self.bias
+
+
+class BertPretrainer(keras.Model):
+    """The encoder and both heads, trained on the reference's objective (losses.py): its own train and test steps,
+    so the logged and optimised loss is the sum of the normalised masked-LM and next-sentence terms."""
+
+    def __init__(self, config, **kw):
+        super().__init__(**kw)
+        c = self.config = _config(config)
+        self.encoder = BertEncoder(c)
+        self.masked_lm = MaskedLMHead(c, self.encoder.word_embeddings)
+        self.next_sentence = keras.layers.Dense(2, kernel_initializer=c.init(), name="next_sentence")
+        from losses import WEIGHTS
+        self.weights_of = WEIGHTS
+        self.trackers = {k: keras.metrics.Mean(name=k) for k in WEIGHTS}
+
+    def call(self, f, training=False):
+        enc = self.encoder(f, training=training)
+        picked = tf.gather(enc["sequence_output"], f["masked_lm_positions"], batch_dims=1)
+        return {"mlm": self.masked_lm(picked),
+                "nsp": tf.cast(self.next_sentence(enc["pooled_output"]), tf.float32)}
+
+    @property
+    def metrics(self):
+        return list(self.trackers.values())
+
+    def _track(self, t):
+        for k, m in self.trackers.items():
+            by = self.weights_of[k]
+            m.update_state(t[k], sample_weight=t[by] if by else None)
+        return {k: m.result() for k, m in self.trackers.items()}
+
+    def train_step(self, data):
+        from losses import terms
+        x, y, w = data
+        with tf.GradientTape() as tape:
+            t = terms(self(x, training=True), y, w)
+            # Gradients are summed over replicas: each replica's share of the mean (as Keras' own losses do).
+            loss = t["loss"] / tf.distribute.get_strategy().num_replicas_in_sync
+        self.optimizer.minimize(loss, self.trainable_variables, tape=tape)
+        return self._track(t)
+
+    def test_step(self, data):
+        from losses import terms
+        x, y, w = data
+        return self._track(terms(self(x, training=False), y, w))

@@ -1,0 +1,27 @@
+"""The pretraining objective as the reference defines it (tf-models-official BertPretrainerV2 and its
+MaskedLMTask): the masked-LM cross-entropy averaged over the REAL masked tokens (masked_lm_weights), not over
+every prediction slot; the next-sentence cross-entropy averaged over the batch; the optimised loss is their sum.
+Accuracies are weighted the same way."""
+from __future__ import annotations
+
+import tensorflow as tf
+
+
+def terms(out: dict, y: dict, w: dict) -> dict:
+    """Each term of one batch, and the weight (count) it averages over, so intervals average exactly."""
+    wm = tf.cast(w["mlm"], tf.float32)
+    tokens = tf.reduce_sum(wm)
+    ce = tf.keras.losses.sparse_categorical_crossentropy(y["mlm"], out["mlm"], from_logits=True)
+    hit = tf.cast(tf.equal(tf.cast(tf.argmax(out["mlm"], -1), y["mlm"].dtype), y["mlm"]), tf.float32)
+    labels = y["nsp"][:, 0]
+    nsp_ce = tf.keras.losses.sparse_categorical_crossentropy(labels, out["nsp"], from_logits=True)
+    nsp_hit = tf.cast(tf.equal(tf.cast(tf.argmax(out["nsp"], -1), labels.dtype), labels), tf.float32)
+    safe = tf.maximum(tokens, 1.0)
+    mlm_loss = tf.reduce_sum(ce * wm) / safe
+    nsp_loss = tf.reduce_mean(nsp_ce)
+    return {"loss": mlm_loss + nsp_loss, "mlm_loss": mlm_loss, "mlm_acc": tf.reduce_sum(hit * wm) / safe,
+            "nsp_loss": nsp_loss, "nsp_acc": tf.reduce_mean(nsp_hit), "tokens": tokens}
+
+
+# metric -> the weight of its per-batch value in an interval's average
+WEIGHTS = {"loss": None, "mlm_loss": "tokens", "mlm_acc": "tokens", "nsp_loss": None, "nsp_acc": None}
