@@ -279,6 +279,12 @@ def test_the_encoder_stands_alone_is_initialised_as_bert_and_exports_load_back(t
     served = tf.saved_model.load(paths["saved_model"]).signatures["serving_default"](**x)
     assert np.allclose(served["sequence_output"], ref["sequence_output"], atol=1e-6)
     assert json.loads(Path(paths["config"]).read_text())["hidden"] == 128
+    import train
+    opt = train.optimizer(1e-3)
+    opt.build(model.trainable_variables)
+    decayed = {v.name.split("/", 1)[1] for v in model.trainable_variables if opt._use_weight_decay(v)}
+    assert "encoder/layer_0/intermediate/kernel:0" in decayed
+    assert not [n for n in decayed if "norm" in n or "bias" in n]       # as BERT: no decay on biases, layer norms
 
 
 def test_phase_two_at_a_longer_sequence_starts_from_phase_one(text, tmp_path):

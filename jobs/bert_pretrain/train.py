@@ -59,6 +59,15 @@ def parse(argv=None):
     return ap.parse_args(argv)
 
 
+def optimizer(lr):
+    """BERT's AdamW: weight decay 0.01 on every weight but biases and layer norms (the names the reference's
+    AdamWeightDecay excludes, with this model's `*_layer_norm` among them), gradients clipped to norm 1."""
+    import tensorflow as tf
+    opt = tf.keras.optimizers.AdamW(lr, weight_decay=0.01, epsilon=1e-6, global_clipnorm=1.0)
+    opt.exclude_from_weight_decay(var_names=["bias", "LayerNorm", "layer_norm", "layer_normalization"])
+    return opt
+
+
 def _multiple(n: int, of: int, flag: str) -> int:
     """n rounded up to a multiple of `of` (Keras calls back only between executions), said when it changes."""
     rounded = -(-n // of) * of
@@ -96,8 +105,7 @@ def main(argv=None, strategy=None) -> dict:
     with strategy.scope():
         model = BertPretrainer(BertConfig.preset(a.preset, a.vocab_size))
         lr = runtime.schedule(base_lr, batch, at_batch, warmup, a.steps, rule="sqrt")
-        opt = tf.keras.optimizers.AdamW(lr, weight_decay=0.01, epsilon=1e-6, global_clipnorm=1.0)
-        opt.exclude_from_weight_decay(var_names=["bias", "LayerNorm", "layer_normalization"])
+        opt = optimizer(lr)
         model.compile(optimizer=opt, steps_per_execution=spe, jit_compile=a.jit or kind == "tpu",
                       weighted_metrics=[])   # the weights are the train step's own (losses.py)
     with strategy.scope():
