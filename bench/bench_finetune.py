@@ -28,7 +28,7 @@ def main():
            "--output", str(tmp / "pre")]
     subprocess.run(run, check=True)
     subprocess.run([sys.executable, str(JOB / "export.py"), "--checkpoint", str(tmp / "pre" / "checkpoints"),
-                    "--vocab-size", str(s["vocab_size"]), "--output", str(tmp / "export")], check=True)
+                    "--output", str(tmp / "export")], check=True)
     for how in (["--encoder", str(tmp / "export" / "encoder.keras")], ["--random-init"]):
         subprocess.run([sys.executable, str(JOB / "finetune.py"), "--vocab", str(tmp / "prep" / "vocab.txt"),
                         "--repeats", "4", *how], check=True)

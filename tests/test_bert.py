@@ -64,6 +64,8 @@ def test_prepared_examples_follow_the_bert_schema(prepared):
         k = int(ex["masked_lm_weights"][i].sum())
         pos = ex["masked_lm_positions"][i, :k]
         assert k >= 1 and (pos > 0).all() and (pos < L - 1).all()        # inside the real tokens, never CLS
+        assert (np.diff(pos) > 0).all() and (ex["masked_lm_positions"][i, k:] == 0).all()   # in order, distinct
+        assert k == min(10, L - 3, max(1, round(L * 0.15)))               # BERT's count, capped at 10 here
         assert not np.isin(ex["input_ids"][i, pos], [prepare.CLS, prepare.SEP, prepare.PAD]).any()
         assert (ex["masked_lm_ids"][i, :k] >= len(prepare.SPECIALS)).all()  # a real word was hidden
         segs = ex["segment_ids"][i, :L]
@@ -296,14 +298,16 @@ def test_phase_two_at_a_longer_sequence_starts_from_phase_one(text, tmp_path):
                   "--max-seq-length", "64", "--max-predictions-per-seq", "10"])
     common = [sys.executable, str(JOB / "train.py"), "--vocab-size", str(summary["vocab_size"]), "--batch-size", "4",
               "--steps", "4", "--log-every", "2", "--checkpoint-every", "4"]
+    # phase 1 as tpuctl runs it (its outputs in the cluster's store), phase 2 naming that run
+    store = tmp_path / "store"
     one = subprocess.run(common + ["--data", f"{short}/part-*.tfrecord", "--seq-length", "64",
-                                   "--max-predictions-per-seq", "10", "--output", str(tmp_path / "p1")],
+                                   "--max-predictions-per-seq", "10", "--output", str(store / "runs/r1/output")],
                          capture_output=True, text=True, env=_train_env(), timeout=600)
     assert one.returncode == 0, one.stderr[-3000:]
     two = subprocess.run(common + ["--data", f"{long}/part-*.tfrecord", "--seq-length", "128",
                                    "--max-predictions-per-seq", "20", "--output", str(tmp_path / "p2"),
-                                   "--init-from", str(tmp_path / "p1" / "checkpoints")],
-                         capture_output=True, text=True, env=_train_env(), timeout=600)
+                                   "--init-from-run", "r1"],
+                         capture_output=True, text=True, env=dict(_train_env(), TPUCTL_STORE=str(store)), timeout=600)
     assert two.returncode == 0, two.stderr[-3000:]
     assert "initialised from" in two.stdout and "ckpt-4" in two.stdout
     steps = [int(line.split()[1]) for line in two.stdout.splitlines() if line.startswith("step ")]
@@ -376,13 +380,27 @@ def test_fine_tuning_runs_from_the_exported_encoder_and_from_a_random_one(prepar
                           "--output", str(tmp_path / "pre")], capture_output=True, text=True, env=_train_env(),
                          timeout=600)
     assert pre.returncode == 0, pre.stderr[-3000:]
+    # the size and the vocabulary come from the run's own output: nothing to repeat
     exp = subprocess.run([sys.executable, str(JOB / "export.py"), "--checkpoint", str(tmp_path / "pre" / "checkpoints"),
-                          "--vocab-size", str(summary["vocab_size"]), "--output", str(tmp_path / "export")],
+                          "--output", str(tmp_path / "export")],
                          capture_output=True, text=True, env=_train_env(), timeout=600)
     assert exp.returncode == 0, exp.stderr[-3000:]
+    vocab = tmp_path / "export" / "vocab.txt"
+    assert vocab.read_bytes() == (out / "vocab.txt").read_bytes()
     for how in (["--encoder", str(tmp_path / "export" / "encoder.keras")], ["--random-init"]):
-        r = subprocess.run([sys.executable, str(JOB / "finetune.py"), "--vocab", str(out / "vocab.txt"), "--steps",
+        r = subprocess.run([sys.executable, str(JOB / "finetune.py"), "--vocab", str(vocab), "--steps",
                             "5", "--language-seed", "1", *how], capture_output=True, text=True, env=_train_env(),
                            timeout=600)
         assert r.returncode == 0, r.stderr[-3000:]
         assert 0.0 <= float(r.stdout.split("held-out accuracy ")[1].split(",")[0]) <= 1.0
+
+def test_a_second_phase_prepares_its_data_with_the_first_phases_vocabulary(tmp_path, monkeypatch):
+    sys.path.insert(0, str(JOB))
+    import run
+    out = tmp_path / "runs" / "r1" / "output"
+    out.mkdir(parents=True)
+    (out / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n가\n")
+    monkeypatch.setenv("TPUCTL_STORE", str(tmp_path))
+    assert Path(run.earlier_vocab("r1")).read_text() == (out / "vocab.txt").read_text()
+    with pytest.raises(SystemExit, match="is r2 a bert_pretrain run on this cluster"):
+        run.earlier_vocab("r2")

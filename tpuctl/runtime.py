@@ -133,6 +133,16 @@ def output_dir(default: str = "output") -> str:
     return os.environ.get("TPUCTL_OUTPUT_DIR") or default
 
 
+def output_of(run_id_: str) -> str:
+    """Another run's output directory on this cluster's store (a bucket on Google Cloud): how a job reads what an
+    earlier run wrote, e.g. a second training phase starting from the first one's checkpoints."""
+    from tpuctl import layout
+    store = os.environ.get("TPUCTL_STORE")
+    if not store:
+        raise RuntimeError("TPUCTL_STORE is not set: only a job started by tpuctl knows its cluster's store")
+    return f"{store.rstrip('/')}/{layout.run_output(run_id_)}"
+
+
 def data_dir(default: str = "data") -> str:
     return os.environ.get("TPUCTL_DATA_DIR") or default
 

@@ -1,6 +1,9 @@
 """Export a pretrained encoder for whoever builds on it (fine-tuning, feature extraction):
 
-    python export.py --checkpoint OUTPUT/checkpoints --vocab-size 8000 --preset tiny --output OUTPUT/export
+    python export.py --checkpoint OUTPUT/checkpoints --output EXPORT
+
+The model's size comes from OUTPUT/bert_config.json, which train.py writes beside its checkpoints (or from
+--preset and --vocab-size), and OUTPUT/vocab.txt is copied along, so EXPORT is all a fine-tuning user needs.
 
 writes
     encoder.keras     the BertEncoder as a Keras file: keras.models.load_model(path) after `import model`
@@ -94,21 +97,36 @@ def export_hf(encoder, out: str) -> str:
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--checkpoint", required=True, help="a training checkpoint, or the directory of checkpoints")
-    ap.add_argument("--vocab-size", type=int, required=True)
-    ap.add_argument("--preset", default="tiny")
+    ap.add_argument("--vocab-size", type=int, help="default: from the run's bert_config.json")
+    ap.add_argument("--preset", help="default: from the run's bert_config.json")
     ap.add_argument("--output", required=True)
     ap.add_argument("--hf", action="store_true", help="also write the Hugging Face BERT format under OUTPUT/hf")
     a = ap.parse_args(argv)
     import tensorflow as tf
 
     from model import BertConfig, BertPretrainer, example_inputs
-    model = BertPretrainer(BertConfig.preset(a.preset, a.vocab_size))
-    model(example_inputs(8, 2))   # variables exist before the checkpoint is read into them
     src = tf.train.latest_checkpoint(a.checkpoint) or a.checkpoint
+    run_dir = os.path.dirname(os.path.dirname(src))   # OUTPUT/checkpoints/ckpt-N -> OUTPUT
+    described = f"{run_dir}/bert_config.json"
+    if a.preset or a.vocab_size:
+        if not (a.preset and a.vocab_size):
+            raise SystemExit("export.py: give both --preset and --vocab-size, or neither (read from the run)")
+        config = BertConfig.preset(a.preset, a.vocab_size)
+    elif tf.io.gfile.exists(described):
+        with tf.io.gfile.GFile(described) as f:
+            config = BertConfig.from_config(json.load(f))
+    else:
+        raise SystemExit(f"export.py: no {described} (written by train.py); give --preset and --vocab-size")
+    model = BertPretrainer(config)
+    model(example_inputs(8, 2))   # variables exist before the checkpoint is read into them
     tf.train.Checkpoint(model=model).restore(src).expect_partial()
     paths = export(model.encoder, a.output)
     if a.hf:
         paths["hf"] = export_hf(model.encoder, f"{a.output}/hf")
+    if tf.io.gfile.exists(f"{run_dir}/vocab.txt"):
+        for where in [a.output] + ([paths["hf"]] if a.hf else []):
+            tf.io.gfile.copy(f"{run_dir}/vocab.txt", f"{where}/vocab.txt", overwrite=True)
+        paths["vocab"] = f"{a.output}/vocab.txt"
     print(f"export: encoder of {src} -> {a.output}", flush=True)
     return paths
 

@@ -25,3 +25,36 @@ def terms(out: dict, y: dict, w: dict) -> dict:
 
 # metric -> the weight of its per-batch value in an interval's average
 WEIGHTS = {"loss": None, "mlm_loss": "tokens", "mlm_acc": "tokens", "nsp_loss": None, "nsp_acc": None}
+
+
+class PretrainingModel(tf.keras.Model):
+    """A model whose call returns {"mlm": logits at the masked positions, "nsp": next-sentence logits}, trained and
+    evaluated on these terms, each tracked as its own metric. The BERT job's pretrainer is one; the parity bench
+    puts tf-models-official's network under the same steps."""
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.trackers = {k: tf.keras.metrics.Mean(name=k) for k in WEIGHTS}
+
+    @property
+    def metrics(self):
+        return list(self.trackers.values())
+
+    def _track(self, t):
+        for k, m in self.trackers.items():
+            by = WEIGHTS[k]
+            m.update_state(t[k], sample_weight=t[by] if by else None)
+        return {k: m.result() for k, m in self.trackers.items()}
+
+    def train_step(self, data):
+        x, y, w = data
+        with tf.GradientTape() as tape:
+            t = terms(self(x, training=True), y, w)
+            # Gradients are summed over replicas: each replica's share of the mean (as Keras' own losses do).
+            loss = t["loss"] / tf.distribute.get_strategy().num_replicas_in_sync
+        self.optimizer.minimize(loss, self.trainable_variables, tape=tape)
+        return self._track(t)
+
+    def test_step(self, data):
+        x, y, w = data
+        return self._track(terms(self(x, training=False), y, w))

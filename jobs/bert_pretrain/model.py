@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 import tensorflow as tf
+from losses import PretrainingModel
 
 keras = tf.keras
 
@@ -153,9 +154,9 @@ class MaskedLMHead(keras.layers.Layer):
         return tf.matmul(tf.cast(h, tf.float32), self.embeddings.embeddings, transpose_b=True) + self.bias
 
 
-class BertPretrainer(keras.Model):
-    """The encoder and both heads, trained on the reference's objective (losses.py): its own train and test steps,
-    so the logged and optimised loss is the sum of the normalised masked-LM and next-sentence terms."""
+class BertPretrainer(PretrainingModel):
+    """The encoder and both heads, trained on the reference's objective (losses.PretrainingModel: the logged and
+    optimised loss is the sum of the normalised masked-LM and next-sentence terms)."""
 
     def __init__(self, config, **kw):
         super().__init__(**kw)
@@ -163,37 +164,9 @@ class BertPretrainer(keras.Model):
         self.encoder = BertEncoder(c)
         self.masked_lm = MaskedLMHead(c, self.encoder.word_embeddings)
         self.next_sentence = keras.layers.Dense(2, kernel_initializer=c.init(), name="next_sentence")
-        from losses import WEIGHTS
-        self.weights_of = WEIGHTS
-        self.trackers = {k: keras.metrics.Mean(name=k) for k in WEIGHTS}
 
     def call(self, f, training=False):
         enc = self.encoder(f, training=training)
         picked = tf.gather(enc["sequence_output"], f["masked_lm_positions"], batch_dims=1)
         return {"mlm": self.masked_lm(picked),
                 "nsp": tf.cast(self.next_sentence(enc["pooled_output"]), tf.float32)}
-
-    @property
-    def metrics(self):
-        return list(self.trackers.values())
-
-    def _track(self, t):
-        for k, m in self.trackers.items():
-            by = self.weights_of[k]
-            m.update_state(t[k], sample_weight=t[by] if by else None)
-        return {k: m.result() for k, m in self.trackers.items()}
-
-    def train_step(self, data):
-        from losses import terms
-        x, y, w = data
-        with tf.GradientTape() as tape:
-            t = terms(self(x, training=True), y, w)
-            # Gradients are summed over replicas: each replica's share of the mean (as Keras' own losses do).
-            loss = t["loss"] / tf.distribute.get_strategy().num_replicas_in_sync
-        self.optimizer.minimize(loss, self.trainable_variables, tape=tape)
-        return self._track(t)
-
-    def test_step(self, data):
-        from losses import terms
-        x, y, w = data
-        return self._track(terms(self(x, training=False), y, w))

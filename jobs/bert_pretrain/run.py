@@ -2,6 +2,8 @@
 
     python run.py [--corpus FILE_OR_GLOB] [--vocab-size N] [train.py flags, e.g. --preset tiny --steps 30]
 
+With --init-from-run RUN (a second phase), the data is prepared with that run's vocabulary.
+
 The corpus is --corpus, else the *.txt files synced to $TPUCTL_DATA_DIR (tpuctl submit --data my_corpus.txt),
 else a small generated Hangul/Latin sample, so the job runs offline. Prepared shards live in
 $TPUCTL_STORE/prepared/bert_pretrain-SEQ/ (the cluster's bucket on a TPU), shared by later runs.
@@ -10,12 +12,27 @@ from __future__ import annotations
 
 import argparse
 import glob
+import hashlib
 import os
 import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+
+
+def earlier_vocab(run_id: str) -> str:
+    """The vocabulary an earlier run trained with (train.py copies it into its outputs), as a local file: a phase 2
+    must tokenize with phase 1's vocabulary, not train a new one."""
+    import tensorflow as tf
+
+    from tpuctl import runtime
+    src = f"{runtime.output_of(run_id)}/vocab.txt"
+    if not tf.io.gfile.exists(src):
+        raise SystemExit(f"run.py: {src} does not exist: is {run_id} a bert_pretrain run on this cluster?")
+    local = os.path.join(tempfile.mkdtemp(prefix="vocab-"), "vocab.txt")
+    tf.io.gfile.copy(src, local)
+    return local
 
 
 def main(argv=None):
@@ -25,7 +42,10 @@ def main(argv=None):
     ap.add_argument("--sample-mb", type=float, default=2.0)
     ap.add_argument("--seq-length", type=int, default=128)
     ap.add_argument("--max-predictions-per-seq", type=int, default=20)
+    ap.add_argument("--init-from-run", default=None)
     a, train_args = ap.parse_known_args(argv)
+    if a.init_from_run:
+        train_args += ["--init-from-run", a.init_from_run]
     data_dir = os.environ.get("TPUCTL_DATA_DIR", "")
     if a.corpus:
         corpus = [a.corpus]
@@ -41,10 +61,15 @@ def main(argv=None):
     else:
         corpus = []
     if not corpus:
-        from corpus import generate
-        path = os.path.join(tempfile.gettempdir(), f"bert-sample-{a.sample_mb}mb.txt")
+        import corpus as generator
+        # named by the generator's own source: a sample left by an older generator is never reused
+        with open(generator.__file__, "rb") as f:
+            version = hashlib.sha256(f.read()).hexdigest()[:12]
+        path = os.path.join(tempfile.gettempdir(), f"bert-sample-{a.sample_mb}mb-{version}.txt")
         if not os.path.exists(path):
-            generate(path, a.sample_mb, seed=0)
+            partial = f"{path}.{os.getpid()}.partial"   # two runs at once never read a half-written sample
+            generator.generate(partial, a.sample_mb, seed=0)
+            os.replace(partial, path)
         print(f"run: no corpus given; using a generated {a.sample_mb} MB Hangul/Latin sample", flush=True)
         corpus = [path]
         vocab_size = a.vocab_size or 8000
@@ -52,8 +77,12 @@ def main(argv=None):
         vocab_size = a.vocab_size or 30000
     store = os.environ.get("TPUCTL_STORE") or os.path.join(HERE, ".tpuctl-cache")
     prepared = f"{store.rstrip('/')}/prepared/bert_pretrain-{a.seq_length}"
+    vocab = ["--vocab-size", str(vocab_size)]
+    if a.init_from_run:
+        vocab = ["--vocab", earlier_vocab(a.init_from_run)]
+        prepared += f"-{a.init_from_run}"   # data in that run's vocabulary, beside the others
     import prepare
-    summary = prepare.main(["--input", *corpus, "--output", prepared, "--vocab-size", str(vocab_size),
+    summary = prepare.main(["--input", *corpus, "--output", prepared, *vocab,
                             "--max-seq-length", str(a.seq_length),
                             "--max-predictions-per-seq", str(a.max_predictions_per_seq)])
     import train

@@ -55,12 +55,21 @@ def _len(n: int) -> bytes:
     return _V[n] if n < 16384 else _varint(n)
 
 
+_HEADS: dict = {}
+
+
 def _feature_entry(key: bytes, kind_tag: int, payload: bytes) -> bytes:
-    """Features.feature map entry {key, Feature{kind_tag: List{value (packed) = payload}}}."""
-    lst = b"\x0a" + _len(len(payload)) + payload
-    feat = bytes([kind_tag]) + _len(len(lst)) + lst
-    body = b"\x0a" + _len(len(key)) + key + b"\x12" + _len(len(feat)) + feat
-    return b"\x0a" + _len(len(body)) + body
+    """Features.feature map entry {key, Feature{kind_tag: List{value (packed) = payload}}}. Everything before the
+    payload depends only on the key, the kind and the payload's length: built once per length, then reused."""
+    n = len(payload)
+    head = _HEADS.get((key, kind_tag, n))
+    if head is None:
+        lst = 1 + len(_len(n)) + n                                      # List{1: payload}
+        feat = 1 + len(_len(lst)) + lst                                 # Feature{kind_tag: List}
+        body = b"\x0a" + _len(len(key)) + key + b"\x12" + _len(feat) + bytes([kind_tag]) + _len(lst) \
+            + b"\x0a" + _len(n)                                         # MapEntry{1: key, 2: Feature}
+        head = _HEADS[(key, kind_tag, n)] = b"\x0a" + _len(len(body) + n) + body
+    return head + payload
 
 
 def serialize_batch(int_features: dict, float_features: dict) -> list[bytes]:

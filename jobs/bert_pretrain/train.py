@@ -48,6 +48,8 @@ def parse(argv=None):
     ap.add_argument("--init-from", default=None,
                     help="start a new phase from these weights (a checkpoint or its directory), e.g. phase 2 at seq "
                          "512 from phase 1 at 128; the optimizer and step start afresh")
+    ap.add_argument("--init-from-run", default=None, metavar="RUN_ID",
+                    help="--init-from the checkpoints of an earlier tpuctl run on this cluster (see `tpuctl jobs`)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--eval-data", default=None, help="TFRecord glob of held-out data, evaluated after training")
     ap.add_argument("--eval-steps", type=int, default=20, help="batches of --eval-data to evaluate")
@@ -66,6 +68,20 @@ def optimizer(lr):
     opt = tf.keras.optimizers.AdamW(lr, weight_decay=0.01, epsilon=1e-6, global_clipnorm=1.0)
     opt.exclude_from_weight_decay(var_names=["bias", "LayerNorm", "layer_norm", "layer_normalization"])
     return opt
+
+
+def describe(out: str, config, data: str) -> None:
+    """OUTPUT/bert_config.json and the data's vocab.txt (prepare.py writes it beside the shards) next to the
+    checkpoints: a downloaded run is enough to export and fine-tune from, with no flags to remember."""
+    import json
+
+    import tensorflow as tf
+    tf.io.gfile.makedirs(out)
+    with tf.io.gfile.GFile(f"{out}/bert_config.json", "w") as f:
+        f.write(json.dumps(config.get_config(), indent=2))
+    vocab = f"{os.path.dirname(data)}/vocab.txt"
+    if tf.io.gfile.exists(vocab):
+        tf.io.gfile.copy(vocab, f"{out}/vocab.txt", overwrite=True)
 
 
 def _multiple(n: int, of: int, flag: str) -> int:
@@ -102,8 +118,10 @@ def main(argv=None, strategy=None) -> dict:
     peak = runtime.scaled_lr(base_lr, batch, at_batch, rule="sqrt")
     print(f"bert: {a.preset} on {kind} x{strategy.num_replicas_in_sync} replicas, global batch {batch}, "
           f"{policy}, seq {a.seq_length}, {a.steps} steps, peak learning rate {peak:.2e}", flush=True)
+    config = BertConfig.preset(a.preset, a.vocab_size)
+    describe(out, config, a.data)
     with strategy.scope():
-        model = BertPretrainer(BertConfig.preset(a.preset, a.vocab_size))
+        model = BertPretrainer(config)
         lr = runtime.schedule(base_lr, batch, at_batch, warmup, a.steps, rule="sqrt")
         opt = optimizer(lr)
         model.compile(optimizer=opt, steps_per_execution=spe, jit_compile=a.jit or kind == "tpu",
@@ -123,8 +141,9 @@ def main(argv=None, strategy=None) -> dict:
     if src:
         ckpt.restore(src).expect_partial()
         print(f"bert: resumed from step {int(opt.iterations.numpy())} ({src})", flush=True)
-    elif a.init_from:
-        init = tf.train.latest_checkpoint(a.init_from) or a.init_from
+    elif a.init_from or a.init_from_run:
+        given = a.init_from or f"{runtime.output_of(a.init_from_run)}/checkpoints"
+        init = tf.train.latest_checkpoint(given) or given
         # the encoder and heads only: the model's own optimizer (and its step) would come along with `model`
         weights = tf.train.Checkpoint(encoder=model.encoder, masked_lm=model.masked_lm,
                                       next_sentence=model.next_sentence)
