@@ -63,8 +63,12 @@ def test_completion_completes_commands_and_cluster_names(env, cli, monkeypatch):
 def test_completion_installs_for_bash(env, cli, monkeypatch):
     monkeypatch.setenv("HOME", str(env))
     monkeypatch.setenv("SHELL", "/bin/bash")
+    # typer asks shellingham, which walks this process's parents for a shell: a test run detached from its
+    # terminal (parents reaped, reparented to init) has none, and the install then says "Shell None is not supported"
+    import shellingham
+    monkeypatch.setattr(shellingham, "detect_shell", lambda *a, **k: ("bash", "/bin/bash"))
     code, out, err = cli("--install-completion", "bash")
-    assert code == 0, err
+    assert code == 0, out + err
     script = next((env / ".bash_completions").glob("tpuctl*"))
     assert "_TPUCTL_COMPLETE=complete_bash" in script.read_text()
     assert str(script.name) in (env / ".bashrc").read_text()
