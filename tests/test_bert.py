@@ -192,6 +192,11 @@ def test_runtime_helpers(monkeypatch):
     assert float(sched(110)) == pytest.approx(0.0, abs=1e-9)
     monkeypatch.setenv("TPUCTL_OUTPUT_DIR", "gs://b/runs/1/output")
     assert runtime.output_dir() == "gs://b/runs/1/output"
+    monkeypatch.delenv("TPUCTL_STORE", raising=False)
+    with pytest.raises(RuntimeError, match="only a job started by tpuctl"):
+        runtime.output_of("r1")
+    monkeypatch.setenv("TPUCTL_STORE", "gs://b/")
+    assert runtime.output_of("r1") == "gs://b/runs/r1/output"
     import tensorflow as tf
     assert runtime.kind(tf.distribute.get_strategy()) == "cpu"
 
