@@ -2,7 +2,7 @@
 sentence classifier fine-tuned for 40 steps on a few-shot task of that language (finetune.py's default: 40
 examples, 4 topics, 1000 held out), averaged over 4 seeds, against the same classifier from a random encoder.
 
-    python bench/bench_finetune.py [STEPS]      # default 300
+    python bench/bench_finetune.py [STEPS]      # default 400
 """
 import os
 import subprocess
@@ -14,7 +14,7 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 JOB = Path(__file__).resolve().parent.parent / "jobs" / "bert_pretrain"
 sys.path.insert(0, str(JOB))
-STEPS = sys.argv[1] if len(sys.argv) > 1 else "300"
+STEPS = sys.argv[1] if len(sys.argv) > 1 else "400"
 
 
 def main():
