@@ -143,8 +143,9 @@ def test_tiny_model_learns_under_mirrored_strategy_on_two_cpus(prepared, tmp_pat
     out, summary = prepared
     args = ["--data", f"{out}/part-*.tfrecord", "--vocab-size", str(summary["vocab_size"]), "--preset", "tiny",
             "--seq-length", "64", "--max-predictions-per-seq", "10", "--batch-size", "8", "--steps", "60",
-            "--log-every", "10", "--checkpoint-every", "1000", "--learning-rate", "1e-2", "--output",
-            str(tmp_path / "out")]
+            "--log-every", "10", "--checkpoint-every", "1000", "--output", str(tmp_path / "out")]
+    # the preset's own learning rate (2e-3 at 32, 1.4e-3 at this global 16): a forced 1e-2 learned, then diverged
+    # on some draws of the data (8.18 -> 7.60 -> 8.44)
     r = subprocess.run([sys.executable, "-c", TWO_CPUS, str(JOB), *args], capture_output=True, text=True,
                        env=_train_env(), timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -153,6 +154,7 @@ def test_tiny_model_learns_under_mirrored_strategy_on_two_cpus(prepared, tmp_pat
     assert result["step"] == 60
     losses = result["loss"]
     assert len(losses) == 6
+    print("mirrored losses", losses)
     assert np.mean(losses[-2:]) < losses[0] - 0.5, losses
     assert list((tmp_path / "out" / "tensorboard").rglob("*tfevents*"))
 
