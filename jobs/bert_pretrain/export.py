@@ -17,7 +17,6 @@ writes
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
@@ -32,15 +31,14 @@ def export(encoder, out: str) -> dict:
     """Write the three forms of `encoder` (a built BertEncoder) under `out`; returns their paths."""
     import tensorflow as tf
     tf.io.gfile.makedirs(out)
-    paths = {"keras": f"{out}/encoder.keras", "saved_model": f"{out}/saved_model", "config": f"{out}/bert_config.json"}
+    paths = {"keras": f"{out}/encoder.keras", "saved_model": f"{out}/saved_model"}
     encoder.save(paths["keras"])
 
     @tf.function(input_signature=[{k: tf.TensorSpec([None, None], tf.int32, name=k) for k in INPUTS}])
     def serve(inputs):
         return encoder(inputs, training=False)
     tf.saved_model.save(encoder, paths["saved_model"], signatures={"serving_default": serve})
-    with tf.io.gfile.GFile(paths["config"], "w") as f:
-        f.write(json.dumps(encoder.config.get_config(), indent=2))
+    paths["config"] = encoder.config.write(out)
     return paths
 
 
@@ -107,16 +105,15 @@ def main(argv=None) -> dict:
     from model import BertConfig, BertPretrainer, example_inputs
     src = tf.train.latest_checkpoint(a.checkpoint) or a.checkpoint
     run_dir = os.path.dirname(os.path.dirname(src))   # OUTPUT/checkpoints/ckpt-N -> OUTPUT
-    described = f"{run_dir}/bert_config.json"
     if a.preset or a.vocab_size:
         if not (a.preset and a.vocab_size):
             raise SystemExit("export.py: give both --preset and --vocab-size, or neither (read from the run)")
         config = BertConfig.preset(a.preset, a.vocab_size)
-    elif tf.io.gfile.exists(described):
-        with tf.io.gfile.GFile(described) as f:
-            config = BertConfig.from_config(json.load(f))
     else:
-        raise SystemExit(f"export.py: no {described} (written by train.py); give --preset and --vocab-size")
+        config = BertConfig.read(run_dir)
+        if config is None:
+            raise SystemExit(f"export.py: no {run_dir}/bert_config.json (written by train.py); give --preset and "
+                             f"--vocab-size")
     model = BertPretrainer(config)
     model(example_inputs(8, 2))   # variables exist before the checkpoint is read into them
     tf.train.Checkpoint(model=model).restore(src).expect_partial()

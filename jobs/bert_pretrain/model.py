@@ -8,6 +8,7 @@ has get_config, so a saved `.keras` file loads back.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass
 
 import tensorflow as tf
@@ -46,6 +47,22 @@ class BertConfig:
     @classmethod
     def from_config(cls, d: dict) -> "BertConfig":
         return cls(**d)
+
+    def write(self, directory: str) -> str:
+        """DIR/bert_config.json (DIR may be gs://): what train.py leaves beside its checkpoints and export.py
+        beside the encoder."""
+        path = f"{directory}/bert_config.json"
+        with tf.io.gfile.GFile(path, "w") as f:
+            f.write(json.dumps(self.get_config(), indent=2))
+        return path
+
+    @classmethod
+    def read(cls, directory: str) -> "BertConfig | None":
+        path = f"{directory}/bert_config.json"
+        if not tf.io.gfile.exists(path):
+            return None
+        with tf.io.gfile.GFile(path) as f:
+            return cls.from_config(json.load(f))
 
     def init(self):
         """A new initializer for each weight: one unseeded instance used twice gives the same values twice."""

@@ -73,12 +73,9 @@ def optimizer(lr):
 def describe(out: str, config, data: str) -> None:
     """OUTPUT/bert_config.json and the data's vocab.txt (prepare.py writes it beside the shards) next to the
     checkpoints: a downloaded run is enough to export and fine-tune from, with no flags to remember."""
-    import json
-
     import tensorflow as tf
     tf.io.gfile.makedirs(out)
-    with tf.io.gfile.GFile(f"{out}/bert_config.json", "w") as f:
-        f.write(json.dumps(config.get_config(), indent=2))
+    config.write(out)
     vocab = f"{os.path.dirname(data)}/vocab.txt"
     if tf.io.gfile.exists(vocab):
         tf.io.gfile.copy(vocab, f"{out}/vocab.txt", overwrite=True)
