@@ -32,7 +32,7 @@ def main():
     os.environ.update(STORAGE_EMULATOR_HOST=gcs.start(), GOOGLE_CLOUD_PROJECT="bench-proj",
                       TPUCTL_HOME=tempfile.mkdtemp())
     from google.cloud import storage
-    from tpuctl import datasync
+    from tpuctl.core import datasync
     from tpuctl.providers import open_store
     client = storage.Client(project="bench-proj")
     client.create_bucket("bench")

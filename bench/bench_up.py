@@ -43,7 +43,7 @@ def main():
         run_cli("down", "-c", f"b{arch}", "--yes", "--delete-bucket")
 
     # Baseline: the node architecture's resources created one after another (TPU, then VM).
-    from tpuctl.models import Arch, ClusterSpec, ClusterState, ProviderName
+    from tpuctl.core.models import Arch, ClusterSpec, ClusterState, ProviderName
     from tpuctl.providers.gcp.provider import GcpProvider
     p = GcpProvider()
     spec = ClusterSpec(name="seq", provider=ProviderName.GCP, project="bench-proj", tpu_type="v2-8",

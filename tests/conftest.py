@@ -34,7 +34,7 @@ class Cloud:
     def leaks(self):
         """What carries tpuctl's label (TPUs, queued resources, VMs) or is a bucket grant of tpuctl's roles, read
         from the fakes' own state; after `down` of every cluster it must be empty (buckets are kept by design)."""
-        from tpuctl.models import LABEL, OBJECT_ROLES
+        from tpuctl.core.models import LABEL, OBJECT_ROLES
         found = [f"tpu {n}" for v in (1, 2) for n, node in self.tpu.nodes[v].items() if LABEL in node.labels]
         found += [f"queued resource {n}" for n in self.tpu.queued]
         found += [f"vm {k[2]}" for k, inst in self.compute.instances.items()
@@ -128,7 +128,7 @@ def live_hosts(cloud, monkeypatch):
 def no_leak(cloud, cli):
     """A fault test ends here: faults off, `down` of every cluster left in state, and then nothing tpuctl made may
     be left in the fakes that `down` should have removed."""
-    from tpuctl import state
+    from tpuctl.core import state
     yield
     for fake in (cloud.tpu, cloud.compute):
         fake.faults.clear()
@@ -145,7 +145,7 @@ def no_leak(cloud, cli):
 def local_up(env, cli):
     """up(name, *flags): a local cluster through the real CLI, its state returned; every local agent still running
     is stopped when the test ends."""
-    from tpuctl import state
+    from tpuctl.core import state
     from tpuctl.providers.local import LocalProvider
 
     def up(name, *flags):

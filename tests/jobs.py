@@ -67,7 +67,7 @@ def tpuctl_within(seconds: float, *args: str) -> tuple[int, str, str]:
 
 def submit_to_store(store, job_dir: Path) -> str:
     """What `tpuctl submit` writes, straight into a store: the package and the run's job.json."""
-    from tpuctl import layout, packaging, runs
+    from tpuctl.core import layout, packaging, runs
     pkg, sha = packaging.build(job_dir)
     store.create(layout.job_package(sha), pkg)
     run_id = runs.new_id()

@@ -6,9 +6,9 @@ import pytest
 
 from conftest import PROJECT
 from jobs import make_job
-from tpuctl import layout
-from tpuctl.download import outputs
-from tpuctl.errors import TpuctlError
+from tpuctl.core import layout
+from tpuctl.control.download import outputs
+from tpuctl.core.errors import TpuctlError
 
 OUTPUT_JOB = """
 import os

@@ -1,6 +1,6 @@
 """`submit` checks the job before it looks for a cluster; `submit --dry-run` says what would be sent, with or
 without a cluster, and sends nothing."""
-from tpuctl import state
+from tpuctl.core import state
 from tpuctl.providers.local import LocalProvider
 
 from jobs import make_job

@@ -6,8 +6,8 @@ import pytest
 import requests
 from conftest import PROJECT
 
-from tpuctl import state
-from tpuctl.errors import ErrorKind, Scope
+from tpuctl.core import state
+from tpuctl.core.errors import ErrorKind, Scope
 from tpuctl.providers.gcp.errors import classify
 
 pytestmark = pytest.mark.usefixtures("no_leak")   # every test ends with nothing of tpuctl left

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from jobs import make_job, tpuctl_within
-from tpuctl import runs, state
+from tpuctl.core import runs, state
 from tpuctl.providers.local import LocalProvider
 
 
@@ -96,7 +96,7 @@ def test_empty_cluster_name_and_type_spelling(env, cli):
 
 
 def test_a_corrupt_state_file_does_not_hide_the_other_clusters(quick_local, cli):
-    from tpuctl import state
+    from tpuctl.core import state
     bad = state.home() / "clusters" / "broken.json"
     bad.write_text('{"spec": {"name": "broken"')                 # truncated
     code, out, err = cli("ls", "--json")
@@ -106,7 +106,7 @@ def test_a_corrupt_state_file_does_not_hide_the_other_clusters(quick_local, cli)
 
 
 def test_what_tpuctl_creates_is_private(quick_local, cli, tmp_path):
-    from tpuctl import state
+    from tpuctl.core import state
     home = state.home()
     assert (home / "clusters").stat().st_mode & 0o077 == 0
     assert (home / "clusters" / "faults.json").stat().st_mode & 0o077 == 0
@@ -124,7 +124,7 @@ def test_what_tpuctl_creates_is_private(quick_local, cli, tmp_path):
 
 def test_a_second_up_or_down_waits_for_the_first_then_says_who_holds_it(quick_local, cli, monkeypatch):
     import threading
-    from tpuctl.locks import cluster_lock
+    from tpuctl.core.locks import cluster_lock
     monkeypatch.setenv("TPUCTL_LOCK_WAIT", "1")
     held, release = threading.Event(), threading.Event()
 

@@ -4,8 +4,8 @@ import json
 import pytest
 from conftest import PROJECT
 
-from tpuctl import state
-from tpuctl.models import OBJECT_ROLES
+from tpuctl.core import state
+from tpuctl.core.models import OBJECT_ROLES
 
 pytestmark = pytest.mark.usefixtures("no_leak")   # every test ends with nothing of tpuctl left
 

@@ -7,8 +7,8 @@ import pytest
 
 from conftest import PROJECT
 from jobs import ENV_JOB, SLEEP_JOB, make_job, tpuctl_within
-from tpuctl import runs
-from tpuctl.agent import Agent
+from tpuctl.core import runs
+from tpuctl.host.agent import Agent
 
 pytestmark = pytest.mark.usefixtures("no_leak")   # every test ends with nothing of tpuctl left
 

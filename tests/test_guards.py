@@ -6,9 +6,9 @@ import threading
 import pytest
 from conftest import PROJECT
 
-from tpuctl import datasync, layout, runs, state
+from tpuctl.core import datasync, layout, runs, state
 from tpuctl.providers.gcp.tpu import pick_runtime
-from tpuctl.store import LocalStore
+from tpuctl.core.store import LocalStore
 
 pytestmark = pytest.mark.usefixtures("no_leak")   # every test ends with nothing of tpuctl left
 

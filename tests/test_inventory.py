@@ -4,7 +4,7 @@ import json
 
 import pytest
 from conftest import PROJECT
-from tpuctl import state
+from tpuctl.core import state
 
 pytestmark = pytest.mark.usefixtures("no_leak")   # every test ends with nothing of tpuctl left
 

@@ -6,8 +6,8 @@ import time
 import pytest
 
 from jobs import SLEEP_JOB, make_job
-from tpuctl import state
-from tpuctl.lifecycle import Clock, Policy, parse_duration
+from tpuctl.core import state
+from tpuctl.core.lifecycle import Clock, Policy, parse_duration
 from tpuctl.providers.local import LocalProvider
 
 

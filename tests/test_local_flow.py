@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from jobs import ENV_JOB, FIDELITY_JOB, SLEEP_JOB, fidelity_expected, make_job, make_wheel
-from tpuctl import state
-from tpuctl.models import ProviderName
+from tpuctl.core import state
+from tpuctl.core.models import ProviderName
 from tpuctl.providers.local import LocalProvider
 
 

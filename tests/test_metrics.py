@@ -1,7 +1,7 @@
 """metrics.json: what a job writes through tpuctl.runtime and `tpuctl jobs` reads."""
 import json
 
-from tpuctl.metrics import MetricsLog, parse, sparkline, thin
+from tpuctl.core.metrics import MetricsLog, parse, sparkline, thin
 
 
 def test_history_is_capped_and_keeps_the_whole_curve():

@@ -4,9 +4,9 @@ import tarfile
 
 import pytest
 
-from tpuctl import packaging, runs
-from tpuctl.errors import TpuctlError
-from tpuctl.store import LocalStore
+from tpuctl.core import packaging, runs
+from tpuctl.core.errors import TpuctlError
+from tpuctl.core.store import LocalStore
 
 
 def _job(tmp_path):
@@ -72,7 +72,7 @@ def test_local_store_create_if_absent(tmp_path):
 
 
 def test_sync_plan_places_each_path_at_its_name(tmp_path):
-    from tpuctl.datasync import plan
+    from tpuctl.core.datasync import plan
     (tmp_path / "d" / "sub").mkdir(parents=True)
     (tmp_path / "d" / "sub" / "a.txt").write_text("a")
     (tmp_path / "f.txt").write_text("f")
@@ -83,7 +83,7 @@ def test_sync_plan_places_each_path_at_its_name(tmp_path):
 def test_following_an_idle_run_costs_a_bounded_number_of_requests():
     """Two store reads per poll, polls spaced out to TPUCTL_LOG_POLL_MAX (1 s): a run silent for 10 minutes
     costs about 1,200 requests, not one per millisecond."""
-    from tpuctl import runs
+    from tpuctl.core import runs
 
     class CountingStore:
         def __init__(self):
@@ -162,8 +162,8 @@ def test_unpack_caps_entries_and_bytes(tmp_path):
 def test_the_agent_refuses_a_package_that_does_not_match_its_name(tmp_path):
     import json
     from jobs import make_job
-    from tpuctl import layout
-    from tpuctl.agent import Agent
+    from tpuctl.core import layout
+    from tpuctl.host.agent import Agent
     store = LocalStore(tmp_path / "store")
     data, sha = packaging.build(make_job(tmp_path, "print('tampered')\n"))
     other = "0" * 64
@@ -177,7 +177,7 @@ def test_the_agent_refuses_a_package_that_does_not_match_its_name(tmp_path):
 
 
 def test_package_limits_come_from_the_environment_then_the_cluster_record(tmp_path, monkeypatch):
-    from tpuctl.agent import Agent
+    from tpuctl.host.agent import Agent
     agent = Agent(str(tmp_path / "store"), home=str(tmp_path / "agent"))
     assert agent.package_limits() == (packaging.MAX_BYTES, packaging.MAX_ENTRIES)
     agent.record = {"max_package_bytes": 1000, "max_package_entries": 7}

@@ -3,7 +3,7 @@ import os
 import subprocess
 import sys
 
-from tpuctl import state
+from tpuctl.core import state
 from tpuctl.providers.local import LocalProvider
 
 

@@ -8,7 +8,7 @@ import pytest
 from conftest import PROJECT
 
 from jobs import make_job
-from tpuctl import runs, state
+from tpuctl.core import runs, state
 
 pytestmark = pytest.mark.usefixtures("no_leak")   # every test ends with nothing of tpuctl left
 

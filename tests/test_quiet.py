@@ -2,7 +2,7 @@
 import pytest
 
 from jobs import make_job
-from tpuctl.preamble import PreambleFilter
+from tpuctl.host.preamble import PreambleFilter
 
 PREAMBLE = (
     b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n"

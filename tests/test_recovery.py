@@ -5,9 +5,9 @@ import threading
 import time
 
 from jobs import make_job, submit_to_store
-from tpuctl import layout, runs
-from tpuctl.agent import Agent
-from tpuctl.store import LocalStore
+from tpuctl.core import layout, runs
+from tpuctl.host.agent import Agent
+from tpuctl.core.store import LocalStore
 
 # Counts to 6, one step a line, keeping its progress in TPUCTL_OUTPUT_DIR as a checkpoint would.
 RESUMABLE = """

@@ -10,7 +10,7 @@ import pytest
 from conftest import PROJECT
 
 from jobs import make_job
-from tpuctl import state
+from tpuctl.core import state
 
 pytestmark = pytest.mark.usefixtures("no_leak")   # every test ends with nothing of tpuctl left
 

@@ -112,7 +112,7 @@ def test_the_legacy_nodes_vm_boots_and_waits_for_the_tpu_address(hosts, cloud, c
     assert "[node-vm worker 0]" in vm.boot_log()
     # The window a recreation opens (after a preemption the node comes back with a new address): the record
     # written ahead of creation has no address yet. A run submitted then waits for it instead of using none.
-    from tpuctl import layout
+    from tpuctl.core import layout
     store = _store("legacy")
     record = json.loads(store.read(layout.CLUSTER_RECORD))
     address = record["tpu_address"]

@@ -5,8 +5,8 @@ import time
 from conftest import PROJECT
 
 from fakes.tpu_host import Host
-from tpuctl import agent_package
-from tpuctl.models import OBJECT_ROLES
+from tpuctl.providers import agent_package
+from tpuctl.core.models import OBJECT_ROLES
 from tpuctl.providers.gcp.startup import render
 
 BUCKET = "boot-test"

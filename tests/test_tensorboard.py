@@ -11,7 +11,7 @@ import urllib.request
 import pytest
 
 from conftest import PROJECT
-from tpuctl import layout
+from tpuctl.core import layout
 
 pytest.importorskip("tensorboard")
 RUN = "20261122-120000-abcd"

@@ -4,9 +4,9 @@ import sys
 
 import pytest
 
-from tpuctl import catalog, config
-from tpuctl.errors import TpuctlError
-from tpuctl.models import check_bucket_name, default_bucket
+from tpuctl.core import catalog, config
+from tpuctl.core.errors import TpuctlError
+from tpuctl.core.models import check_bucket_name, default_bucket
 from tpuctl.providers.gcp.errors import classify, classify_text
 from tpuctl.providers.gcp.operations import call, wait
 from tpuctl.providers.gcp.tpu import pick_runtime, pick_tf_version
@@ -244,5 +244,5 @@ def test_tpu_vm_device_files_mean_a_local_tpu(monkeypatch):
     ("tensorflow", {"arch": "vm", "hosts": 1, "runtime": ""}, "cpu", {}),
 ])
 def test_tpu_environment_follows_googles_harness(framework, record, accelerator, expect):
-    from tpuctl.tpuenv import tpu_environment
+    from tpuctl.host.tpuenv import tpu_environment
     assert tpu_environment(framework, record, accelerator) == expect

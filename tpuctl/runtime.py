@@ -136,7 +136,7 @@ def output_dir(default: str = "output") -> str:
 def output_of(run_id_: str) -> str:
     """Another run's output directory on this cluster's store (a bucket on Google Cloud): how a job reads what an
     earlier run wrote, e.g. a second training phase starting from the first one's checkpoints."""
-    from tpuctl import layout
+    from tpuctl.core import layout
     store = os.environ.get("TPUCTL_STORE")
     if not store:
         raise RuntimeError("TPUCTL_STORE is not set: only a job started by tpuctl knows its cluster's store")
@@ -157,7 +157,7 @@ def metrics_callback(every: int | None = None, path: str | None = None) -> Any:
     The step is the optimizer's iteration count; a resumed run continues the history it finds there. What
     callbacks before it put into `logs` is recorded too."""
     tf = _tf()
-    from .metrics import FILE, MetricsLog, parse
+    from .core.metrics import FILE, MetricsLog, parse
     target = path or f"{output_dir()}/{FILE}"
 
     def write(log: MetricsLog) -> None:

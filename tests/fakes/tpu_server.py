@@ -280,7 +280,7 @@ class FakeTpu:
         ip = f"10.0.0.{len(self.nodes[v]) + 1}"
         if self.hosts is not None and v == 2 and not error:
             # The start-up script runs on every worker while the node is still CREATING (GCP_FACTS §6).
-            from tpuctl.catalog import tpu_type
+            from tpuctl.core.catalog import tpu_type
             self.hosts.boot(name, node.metadata.get("startup-script", ""), tpu_type(node.accelerator_type).hosts,
                             node.service_account.email, node.accelerator_type)
 
@@ -293,7 +293,7 @@ class FakeTpu:
                 return
             n.state = m.Node.State.READY
             # one endpoint per worker of the slice (Node.network_endpoints, tpu v2 API reference)
-            from tpuctl.catalog import tpu_type
+            from tpuctl.core.catalog import tpu_type
             workers = tpu_type(n.accelerator_type).hosts if v == 2 else 1
             n.network_endpoints = [m.NetworkEndpoint(ip_address=f"{ip}{'' if w == 0 else f'.{w}'}", port=8470)
                                    for w in range(workers)]
@@ -360,7 +360,7 @@ class FakeTpu:
             node.name = f"{spec.parent}/nodes/{spec.node_id}"
             node.state = tpu_v2.Node.State.READY
             node.queued_resource = name
-            from tpuctl.catalog import tpu_type
+            from tpuctl.core.catalog import tpu_type
             workers = tpu_type(node.accelerator_type).hosts
             node.network_endpoints = [tpu_v2.NetworkEndpoint(ip_address=f"10.1.0.{w + 1}", port=8470)
                                       for w in range(workers)]

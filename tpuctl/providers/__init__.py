@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..errors import bad_input
-from ..models import ProviderName
+from ..core.errors import bad_input
+from ..core.models import ProviderName
 
 if TYPE_CHECKING:
-    from ..store import BlobStore
+    from ..core.store import BlobStore
     from .base import Provider
 
 
@@ -30,5 +30,5 @@ def open_store(uri: str) -> "BlobStore":
     if uri.startswith("gs://"):
         from .gcp.gcs_store import GcsStore
         return GcsStore(uri)
-    from ..store import LocalStore
+    from ..core.store import LocalStore
     return LocalStore(uri)

@@ -27,8 +27,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, NamedTuple, Protocol
 
-from ..models import ClusterSpec, ClusterState, Grant, HostFacts, ProviderName
-from ..store import BlobStore
+from ..core.models import ClusterSpec, ClusterState, Grant, HostFacts, ProviderName
+from ..core.store import BlobStore
 
 Progress = Callable[[str], None]
 

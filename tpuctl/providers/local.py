@@ -13,10 +13,10 @@ import sys
 import time
 from pathlib import Path
 
-from .. import layout, state
-from ..errors import ErrorKind, TpuctlError, bad_input
-from ..models import ClusterSpec, ClusterState, HostFacts, ProviderName, cluster_record
-from ..store import LocalStore
+from ..core import layout, state
+from ..core.errors import ErrorKind, TpuctlError, bad_input
+from ..core.models import ClusterSpec, ClusterState, HostFacts, ProviderName, cluster_record
+from ..core.store import LocalStore
 from .base import Compute, Created, Enforcement, Placement, PlanRow, Price, Progress, Reporter, UpFlags, progress_of
 
 

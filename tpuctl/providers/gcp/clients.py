@@ -12,7 +12,7 @@ import functools
 import os
 from typing import Any
 
-from ...errors import ErrorKind, TpuctlError
+from ...core.errors import ErrorKind, TpuctlError
 
 
 def _anonymous() -> Any:

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...errors import ErrorKind, TpuctlError
-from ...models import LABEL, ClusterSpec, require_owned
+from ...core.errors import ErrorKind, TpuctlError
+from ...core.models import LABEL, ClusterSpec, require_owned
 from ..base import Progress
 from . import clients
 from .errors import classify_text

@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ...errors import ErrorKind, Scope, TpuctlError
+from ...core.errors import ErrorKind, Scope, TpuctlError
 
 _ENABLE = "gcloud services enable tpu.googleapis.com compute.googleapis.com storage.googleapis.com"
 _QUOTA_HINT = "request more quota in the console (IAM & Admin > Quotas), or pick a zone in another region"

@@ -10,8 +10,8 @@ import os
 import time
 from typing import Any, Callable
 
-from ...errors import ErrorKind, TpuctlError
-from ...store import partial_name
+from ...core.errors import ErrorKind, TpuctlError
+from ...core.store import partial_name
 from . import clients
 from .operations import call
 

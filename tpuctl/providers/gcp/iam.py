@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ...errors import ErrorKind, TpuctlError
-from ...models import OBJECT_ROLES, Arch, ClusterSpec, ClusterState, Grant
+from ...core.errors import ErrorKind, TpuctlError
+from ...core.models import OBJECT_ROLES, Arch, ClusterSpec, ClusterState, Grant
 from . import clients, compute
 from .operations import call
 from .planning import bucket_of

@@ -11,7 +11,7 @@ import random
 import time
 from typing import Any, Callable
 
-from ...errors import ErrorKind, TpuctlError
+from ...core.errors import ErrorKind, TpuctlError
 from .errors import classify
 
 

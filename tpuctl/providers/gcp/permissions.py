@@ -14,8 +14,8 @@ import json
 import os
 from typing import Any
 
-from ...errors import ErrorKind, TpuctlError
-from ...models import Arch, ClusterSpec
+from ...core.errors import ErrorKind, TpuctlError
+from ...core.models import Arch, ClusterSpec
 
 # permission -> the predefined role that carries it (cloud.google.com/iam/docs/understanding-roles)
 _HARD = {"tpu.nodes.create": "roles/tpu.admin", "tpu.nodes.delete": "roles/tpu.admin",

@@ -3,13 +3,13 @@ The catalog's tables decide offline (see catalog.py for their sources); the one 
 list_accelerator_types for a zone the table does not list, when there are credentials to ask with."""
 from __future__ import annotations
 
-from ...catalog import (DEFAULT_VM_TYPE, VM_PRICES, TpuType, check_vm_type, check_zones, not_offered, region_of,
-                        tpu_type, unlisted)
-from ...config import setting
-from ...errors import bad_input
-from ...lifecycle import parse_duration, show_duration
-from ...models import (Arch, ClusterSpec, Framework, ProviderName, check_bucket_name, check_project,
-                       check_service_account, default_bucket)
+from ...core.catalog import (DEFAULT_VM_TYPE, VM_PRICES, TpuType, check_vm_type, check_zones, not_offered, region_of,
+                             tpu_type, unlisted)
+from ...core.config import setting
+from ...core.errors import bad_input
+from ...core.lifecycle import parse_duration, show_duration
+from ...core.models import (Arch, ClusterSpec, Framework, ProviderName, check_bucket_name, check_project,
+                            check_service_account, default_bucket)
 from ..base import PlanRow, Price, UpFlags
 from . import clients, project
 

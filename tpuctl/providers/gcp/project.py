@@ -2,8 +2,8 @@
 active configuration, then Application Default Credentials (the only step that imports google.auth)."""
 from __future__ import annotations
 
-from ... import config
-from ...errors import ErrorKind, TpuctlError
+from ...core import config
+from ...core.errors import ErrorKind, TpuctlError
 
 
 def adc_project() -> str:

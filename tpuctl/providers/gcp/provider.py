@@ -9,12 +9,12 @@ import json
 import secrets
 import time
 
-from ... import layout, runs
-from ...background import Background
-from ...catalog import region_of, tpu_type
-from ...errors import ErrorKind, Scope, TpuctlError
-from ...models import (LABEL, Arch, ClusterSpec, ClusterState, Framework, Grant, HostFacts, Phase, ProviderName,
-                       cluster_record, default_bucket, require_owned)
+from ...core import layout, runs
+from ...core.background import Background
+from ...core.catalog import region_of, tpu_type
+from ...core.errors import ErrorKind, Scope, TpuctlError
+from ...core.models import (LABEL, Arch, ClusterSpec, ClusterState, Framework, Grant, HostFacts, Phase, ProviderName,
+                            cluster_record, default_bucket, require_owned)
 from ..base import Compute, Created, Enforcement, Placement, PlanRow, Price, Progress, Reporter, UpFlags, progress_of
 from . import clients, compute, permissions, planning, storage, teardown
 from .gcs_store import GcsStore
@@ -184,7 +184,7 @@ class GcpProvider:
     def write_cluster_record(self, st: ClusterState, confirmed: bool) -> None:
         """What the agent on the host needs (the node VM reads the TPU's address, and waits while it is empty),
         and, ahead of creation (the hosts install it at boot), the agent package."""
-        from ... import agent_package
+        from .. import agent_package
         if st.spec.arch is Arch.VM:
             address = "local"   # the job runs on the TPU host itself
         else:

@@ -10,8 +10,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ...errors import ErrorKind, Scope, TpuctlError
-from ...models import LABEL, Arch, ClusterSpec, require_owned
+from ...core.errors import ErrorKind, Scope, TpuctlError
+from ...core.models import LABEL, Arch, ClusterSpec, require_owned
 from ..base import Progress
 from . import clients
 from .operations import call, get_or_none, wait

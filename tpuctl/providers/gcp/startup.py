@@ -5,7 +5,8 @@ from __future__ import annotations
 import string
 from pathlib import Path
 
-from ... import __version__, layout
+from ... import __version__
+from ...core import layout
 
 
 class _Template(string.Template):

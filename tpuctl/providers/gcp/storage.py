@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...errors import ErrorKind, Scope, TpuctlError
-from ...models import LABEL, ClusterSpec, require_owned
+from ...core.errors import ErrorKind, Scope, TpuctlError
+from ...core.models import LABEL, ClusterSpec, require_owned
 from ..base import Progress
 from . import clients
 from .operations import call

@@ -9,9 +9,9 @@ refuses to call autostop armed when the report says no, naming the grant and how
 """
 from __future__ import annotations
 
-from ... import layout, runs
-from ...models import Arch, ClusterState
-from ...store import BlobStore
+from ...core import layout, runs
+from ...core.models import Arch, ClusterState
+from ...core.store import BlobStore
 from ..base import Enforcement
 
 # permission -> the narrowest predefined role that carries it (cloud.google.com/iam/docs/understanding-roles)

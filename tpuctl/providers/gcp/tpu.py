@@ -6,8 +6,8 @@ import re
 from types import ModuleType
 from typing import Any
 
-from ...errors import ErrorKind, TpuctlError
-from ...models import LABEL, Arch, ClusterSpec, HostFacts, require_owned
+from ...core.errors import ErrorKind, TpuctlError
+from ...core.models import LABEL, Arch, ClusterSpec, HostFacts, require_owned
 from ..base import Progress
 from . import clients
 from .errors import classify

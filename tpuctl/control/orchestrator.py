@@ -16,13 +16,13 @@ import threading
 import time
 from typing import Callable
 
-from . import layout, runs, state
-from .background import Background
-from .lifecycle import show_duration
-from .store import BlobStore
-from .errors import ErrorKind, Scope, TpuctlError
-from .models import ClusterSpec, ClusterState, Grant, HostFacts, Phase
-from .providers.base import BucketGrants, Created, Placement, Provider, Reporter, progress_of
+from ..core import layout, runs, state
+from ..core.background import Background
+from ..core.lifecycle import show_duration
+from ..core.store import BlobStore
+from ..core.errors import ErrorKind, Scope, TpuctlError
+from ..core.models import ClusterSpec, ClusterState, Grant, HostFacts, Phase
+from ..providers.base import BucketGrants, Created, Placement, Provider, Reporter, progress_of
 
 
 class _Up:

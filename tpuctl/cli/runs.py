@@ -7,20 +7,20 @@ from typing import TYPE_CHECKING, List, Optional
 
 import typer
 
-from .cli_app import CLUSTER, PROVIDER, app, check_worker, cluster_and_provider, cluster_name, console, orch
-from .errors import ErrorKind, ExitCode, TpuctlError, bad_input
+from .common import CLUSTER, PROVIDER, app, check_worker, cluster_and_provider, cluster_name, console, orch
+from ..core.errors import ErrorKind, ExitCode, TpuctlError, bad_input
 
 if TYPE_CHECKING:
-    from .jobspec import JobSpec
-    from .models import ClusterState
-    from .providers.base import Provider
-    from .store import BlobStore
+    from ..core.jobspec import JobSpec
+    from ..core.models import ClusterState
+    from ..providers.base import Provider
+    from ..core.store import BlobStore
 
 
 def _follow(store: "BlobStore", run_id: str, st0: "ClusterState", prov: "Provider", worker: int = 0,
             follow: bool = True, give_up_after: float = 900.0) -> int:
-    from . import layout, runs
-    from .hostwatch import HostWatch
+    from ..core import layout, runs
+    from ..control.hostwatch import HostWatch
     out = sys.stdout.buffer
     cluster = st0.name
 
@@ -57,7 +57,8 @@ def submit(ctx: typer.Context,
            provider: Optional[str] = PROVIDER) -> None:
     """Package JOB_DIR, sync its data, run it on the cluster and follow its logs; exits with the job's code.
     Arguments after `--` are appended to the job's command."""
-    from . import jobspec, packaging, submission
+    from ..core import jobspec, packaging
+    from ..control import submission
     con = console()
     job = jobspec.load(job_dir, data)          # the job's own mistakes first, before any cluster is looked for
     packaging.files(job.root, job.data)        # links out of the job are refused here too
@@ -77,7 +78,8 @@ def submit(ctx: typer.Context,
 
 
 def _submit_preview(job: "JobSpec", cluster: Optional[str], provider: Optional[str]) -> None:
-    from . import state, submission
+    from ..core import state
+    from ..control import submission
     con = console()
     st = state.load(cluster_name(cluster))
     store = None
@@ -113,7 +115,8 @@ def logs(run_id: Optional[str] = typer.Argument(None, help="Run id (default: the
          give_up_after: float = typer.Option(900.0, "--give-up-after", help="Seconds to follow a silent host."),
          provider: Optional[str] = PROVIDER) -> None:
     """Print a run's output, raw, on stdout."""
-    from . import runs, submission
+    from ..core import runs
+    from ..control import submission
     st, prov = cluster_and_provider(cluster, provider)
     check_worker(st, worker)
     store = prov.store(st)
@@ -134,7 +137,8 @@ def download(run_id: Optional[str] = typer.Argument(None, help="Run id (default:
     """Fetch a run's outputs (checkpoints, TensorBoard events, metrics.json); again, only what changed."""
     from pathlib import Path
 
-    from . import download as dl, runs, submission
+    from ..control import download as dl, submission
+    from ..core import runs
     con = console()
     st, prov = cluster_and_provider(cluster, provider)
     store = prov.store(st)
@@ -160,7 +164,9 @@ def tensorboard(run_ids: List[str] = typer.Argument(None, help="Run ids (default
                 host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
                 provider: Optional[str] = PROVIDER) -> None:
     """Serve TensorBoard on runs' event files (a bucket's are synced as they grow) and print its URL."""
-    from . import board, runs, submission
+    from . import tensorboard as board
+    from ..core import runs
+    from ..control import submission
     board.require_installed()
     con = console()
     st, prov = cluster_and_provider(cluster, provider)
@@ -188,7 +194,7 @@ def ssh(ctx: typer.Context, cluster: Optional[str] = CLUSTER,
     import shlex
     import shutil
     import subprocess
-    from .models import Phase
+    from ..core.models import Phase
     st, prov = cluster_and_provider(cluster, provider)
     if st.phase is Phase.DOWN:
         raise TpuctlError(ErrorKind.NOT_FOUND, f"cluster {st.name} is down", f"`tpuctl up -c {st.name}` brings it back")
@@ -206,7 +212,7 @@ def jobs(cluster: Optional[str] = CLUSTER,
          as_json: bool = typer.Option(False, "--json", help="Machine-readable output on stdout."),
          provider: Optional[str] = PROVIDER) -> None:
     """List the cluster's runs: id, job, state, start, duration, exit code, latest step and loss, loss curve."""
-    from . import submission
+    from ..control import submission
     con = console()
     st, prov = cluster_and_provider(cluster, provider)
     rows = submission.table(prov.store(st))
@@ -230,7 +236,7 @@ def jobs(cluster: Optional[str] = CLUSTER,
 def cancel(run_id: str = typer.Argument(..., help="Run id."), cluster: Optional[str] = CLUSTER,
            provider: Optional[str] = PROVIDER) -> None:
     """Ask the agent to stop a run (SIGTERM, then SIGKILL after a grace period)."""
-    from . import submission
+    from ..control import submission
     st, prov = cluster_and_provider(cluster, provider)
     submission.cancel(prov.store(st), run_id)
     console().err.print(f"cancel of run {run_id} requested")

@@ -248,7 +248,7 @@ def cluster_record(st: ClusterState, tpu_address: str, teardown: str = "",
     `delete` (hostapi.Target records, in order) as its own identity). `written` tells one `up` from the next: the
     host answers each with a teardown check. `grants` are those `up` added on the store, so that `down` from the
     labels alone (no local state) revokes exactly them."""
-    from . import __version__
+    from .. import __version__
     return {"cluster": st.name, "tpu_type": st.spec.tpu_type, "arch": st.spec.arch.value, "zone": st.zone,
             "runtime": st.runtime, "tpu_address": tpu_address, "tpu_name": st.spec.tpu_name, "hosts": st.host.hosts,
             "framework": st.spec.framework.value, "store": st.spec.store, "tpuctl_version": __version__,

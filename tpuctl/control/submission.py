@@ -10,13 +10,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import datasync, layout, metrics, packaging, runs
-from .errors import ErrorKind, TpuctlError
-from .jobspec import JobSpec
-from .models import ClusterState, Phase
-from .providers.base import Provider, Reporter
-from .runs import RunSpec, RunState
-from .store import BlobStore
+from ..core import datasync, layout, metrics, packaging, runs
+from ..core.errors import ErrorKind, TpuctlError
+from ..core.jobspec import JobSpec
+from ..core.models import ClusterState, Phase
+from ..providers.base import Provider, Reporter
+from ..core.runs import RunSpec, RunState
+from ..core.store import BlobStore
 
 STALE_SECONDS = 120   # no heartbeat for this long: `jobs` shows the run as "lost?"
 

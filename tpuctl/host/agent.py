@@ -25,15 +25,17 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from . import __version__, hostapi, jobenv, layout, runs
+from .. import __version__
+from . import google_api as hostapi, jobenv
+from ..core import layout, runs
 from .jobprocs import JobProcesses
-from .lifecycle import Clock, Policy
+from ..core.lifecycle import Clock, Policy
 from .logshipper import LogShipper
-from .packaging import MAX_BYTES, MAX_ENTRIES, unpack
+from ..core.packaging import MAX_BYTES, MAX_ENTRIES, unpack
 from .preamble import PreambleFilter
-from .providers import open_store
-from .runs import RunSpec, RunState, RunStatus
-from .runtime import prefer_legacy_keras
+from ..providers import open_store
+from ..core.runs import RunSpec, RunState, RunStatus
+from ..runtime import prefer_legacy_keras
 from .tpuenv import tpu_environment
 
 HEARTBEAT_SECONDS = 5.0

@@ -9,12 +9,12 @@ from typing import TYPE_CHECKING, Optional
 
 import typer
 
-from . import __version__
-from .errors import ExitCode, bad_input
+from .. import __version__
+from ..core.errors import ExitCode, bad_input
 
 if TYPE_CHECKING:
-    from .models import ClusterState
-    from .providers.base import Provider
+    from ..core.models import ClusterState
+    from ..providers.base import Provider
 
 app = typer.Typer(add_completion=True, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
                   help="Train TensorFlow jobs on Cloud TPUs (or this machine): up, submit, logs, down.",
@@ -23,7 +23,7 @@ app = typer.Typer(add_completion=True, no_args_is_help=True, pretty_exceptions_e
 
 def _cluster_names(incomplete: str) -> list[str]:
     """Shell completion of -c: the clusters in local state (file names only: nothing is parsed or asked)."""
-    from .state import cluster_names
+    from ..core.state import cluster_names
     return [n for n in cluster_names() if n.startswith(incomplete)]
 
 
@@ -46,12 +46,12 @@ def _main(version: bool = typer.Option(False, "--version", "-V", is_eager=True, 
 
 
 def settings() -> ModuleType:
-    from . import config   # lazily: tomllib and configparser are not needed to print help
+    from ..core import config   # lazily: tomllib and configparser are not needed to print help
     return config
 
 
 def cluster_name(flag: Optional[str]) -> str:
-    from .models import check_cluster_name
+    from ..core.models import check_cluster_name
     if flag == "":
         raise bad_input("empty cluster name (-c \"\")", "drop -c to use the cluster 'default', or name one: -c bert")
     cfg = settings()
@@ -64,7 +64,7 @@ def console() -> ModuleType:
 
 
 def orch() -> ModuleType:
-    from . import orchestrator
+    from ..control import orchestrator
     return orchestrator
 
 
@@ -78,7 +78,7 @@ def declined() -> None:
 
 
 def cluster_and_provider(cluster: Optional[str], provider: Optional[str]) -> "tuple[ClusterState, Provider]":
-    from . import providers
+    from .. import providers
     st = orch().load(cluster_name(cluster))
     if provider and provider != st.spec.provider.value:
         raise bad_input(f"cluster {st.name} uses provider {st.spec.provider.value}, not {provider}",

@@ -12,14 +12,14 @@ from typing import TYPE_CHECKING, List, Optional
 
 import typer
 
-from . import __version__
-from .cli_app import (CLUSTER, PROJECT, PROVIDER, app, cluster_and_provider, cluster_name, console, declined,
-                      interactive, orch, settings)
-from .errors import ErrorKind, ExitCode, TpuctlError, bad_input
+from .. import __version__
+from .common import (CLUSTER, PROJECT, PROVIDER, app, cluster_and_provider, cluster_name, console, declined,
+                     interactive, orch, settings)
+from ..core.errors import ErrorKind, ExitCode, TpuctlError, bad_input
 
 if TYPE_CHECKING:
-    from .models import ClusterSpec, ClusterState
-    from .providers.base import Provider
+    from ..core.models import ClusterSpec, ClusterState
+    from ..providers.base import Provider
 
 
 @app.command()
@@ -49,9 +49,9 @@ def up(
     provider: Optional[str] = PROVIDER,
 ) -> None:
     """Create (or adopt) a TPU, a bucket in its region, and the bucket permissions its workload needs."""
-    from . import providers
-    from .providers.base import UpFlags
-    from . import state
+    from .. import providers
+    from ..providers.base import UpFlags
+    from ..core import state
     con = console()
     prior = state.load(cluster_name(cluster))   # `up -c NAME` again: the provider it was made with, unless given
     prov = providers.get(settings().provider(provider or (prior.spec.provider.value if prior else None)))
@@ -67,7 +67,7 @@ def up(
     for row in prov.plan(spec):
         con.err.print(f"  {row.kind:<6} {row.name}  [dim]{row.where}[/]")
     con.err.print(f"  cost   {price.text} while it exists")
-    from .lifecycle import show_duration
+    from ..core.lifecycle import show_duration
     if spec.autostop:
         con.err.print(f"  stop   the host ends the compute after {show_duration(spec.autostop)} with no run")
     if spec.max_duration:
@@ -80,7 +80,7 @@ def up(
     costs_money = price.hourly != 0.0
     if costs_money and interactive() and not yes and not con.confirm("Create these resources?"):
         declined()
-    from .locks import cluster_lock
+    from ..core.locks import cluster_lock
     with cluster_lock(spec.name, "up", lambda m: con.err.print(f"[yellow]! {m}[/]")), con.Reporter() as rep:
         st = orch().up(spec, prov, rep)
         if spec.autostop or spec.max_duration:
@@ -122,8 +122,8 @@ def status(cluster: Optional[str] = CLUSTER,
 def ls_(as_json: bool = typer.Option(False, "--json", help="Machine-readable output on stdout."),
         project: Optional[str] = PROJECT) -> None:
     """List clusters in local state and every tpuctl-labelled TPU in the project (orphans flagged)."""
-    from . import providers
-    from .models import ProviderName
+    from .. import providers
+    from ..core.models import ProviderName
     con = console()
     rows = orch().ls([providers.get(p) for p in ProviderName], settings().project(project),
                       lambda m: con.err.print(f"[yellow]! {m}[/]"))
@@ -155,7 +155,7 @@ def down(cluster: Optional[str] = CLUSTER,
                                                help="Without local state: find the cluster by its labels here."),
          provider: Optional[str] = PROVIDER) -> None:
     """Delete what `up` made: TPU, VM, the grants it added; the bucket only with --delete-bucket."""
-    from .models import Phase
+    from ..core.models import Phase
     con = console()
     try:
         st, prov = cluster_and_provider(cluster, provider)
@@ -176,9 +176,9 @@ def down(cluster: Optional[str] = CLUSTER,
             raise bad_input(f"down would delete {what}; refusing without confirmation", "pass --yes")
         if not con.confirm(f"Delete {what}?"):
             declined()
-    from .locks import cluster_lock
+    from ..core.locks import cluster_lock
     with cluster_lock(st.name, "down", lambda m: con.err.print(f"[yellow]! {m}[/]")), con.Reporter() as rep:
-        from . import state
+        from ..core import state
         # as it is now (an `up` may have just run), or as found by its labels when there is no state
         orch().down(state.load(st.name) or st, prov, rep, delete_bucket)
     con.err.print(f"[green]cluster {st.name} is down[/]")
@@ -187,7 +187,7 @@ def down(cluster: Optional[str] = CLUSTER,
 def _from_labels(name: str, project: Optional[str], provider: Optional[str],
                  missing: TpuctlError) -> "tuple[ClusterState, Provider]":
     """No local state: the cluster as its labelled resources describe it (ls names this way for orphans)."""
-    from . import providers
+    from .. import providers
     prov = providers.get(settings().provider(provider))
     proj = settings().project(project)
     if prov.inventory is None or not proj:
@@ -203,8 +203,8 @@ def _from_labels(name: str, project: Optional[str], provider: Optional[str],
 def _lifecycle(spec: "ClusterSpec", autostop: Optional[str], max_duration: Optional[str]) -> None:
     """--autostop / --max-duration (or the config's autostop / max_duration); when neither is given on a re-run,
     the cluster keeps what it had."""
-    from . import state
-    from .lifecycle import parse_duration
+    from ..core import state
+    from ..core.lifecycle import parse_duration
     prior = state.load(spec.name)
     cfg = settings()
     for attr, flag, key, value in (("autostop", "--autostop", "autostop", autostop),
@@ -214,13 +214,13 @@ def _lifecycle(spec: "ClusterSpec", autostop: Optional[str], max_duration: Optio
                 else (getattr(prior.spec, attr) if prior else 0))
 
 
-from . import cli_runs  # noqa: E402,F401 - registers the run commands after the cluster ones (their order in --help)
+from . import runs as cli_runs  # noqa: E402,F401 - registers the run commands after the cluster ones (their order in --help)
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def agent(ctx: typer.Context, store: str = typer.Option(..., "--store", help="gs://bucket or a directory.")) -> None:
     """Run the host agent (what the startup script runs; also `python -m tpuctl.agent`)."""
-    from .agent import main as agent_main
+    from ..host.agent import main as agent_main
     agent_main(["--store", store, *ctx.args])
 
 
@@ -231,7 +231,7 @@ def version() -> None:
 
 
 def _debug_log(exc: BaseException) -> str:
-    from .state import home
+    from ..core.state import home
     path = home() / "debug.log"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -15,9 +15,10 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from . import download, layout, state
-from .errors import ErrorKind, TpuctlError
-from .store import BlobStore
+from ..control import download
+from ..core import layout, state
+from ..core.errors import ErrorKind, TpuctlError
+from ..core.store import BlobStore
 
 EXTRA = "pip install 'tpuctl[tensorboard]'"
 

@@ -6,9 +6,9 @@ import select
 import threading
 import time
 
-from . import layout
+from ..core import layout
 from .preamble import PreambleFilter
-from .store import BlobStore
+from ..core.store import BlobStore
 
 FLUSH_SECONDS = 0.5
 CHUNK_BYTES = 64 * 1024

@@ -16,7 +16,8 @@ import io
 import zipfile
 from pathlib import Path
 
-from . import __version__, layout
+from .. import __version__
+from ..core import layout
 
 REQUIRES = ["google-cloud-storage>=2.14"]
 _DIST_INFO = f"tpuctl-{__version__}.dist-info"
@@ -27,7 +28,7 @@ def key() -> str:
 
 
 def _files() -> list[tuple[str, bytes]]:
-    src = Path(__file__).parent
+    src = Path(__file__).parent.parent   # the tpuctl package
     out = [("tpuctl/" + p.relative_to(src).as_posix(), p.read_bytes()) for p in sorted(src.rglob("*"))
            if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"]
     metadata = "Metadata-Version: 2.1\nName: tpuctl\nVersion: " + __version__ + "\n" + "".join(

@@ -10,11 +10,11 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Callable
 
-from . import layout
-from .datasync import WORKERS, Transfer
-from .errors import ErrorKind, TpuctlError
-from .md5cache import Md5Cache
-from .store import BlobStore, partial_name
+from ..core import layout
+from ..core.datasync import WORKERS, Transfer
+from ..core.errors import ErrorKind, TpuctlError
+from ..core.md5cache import Md5Cache
+from ..core.store import BlobStore, partial_name
 
 
 @dataclass

@@ -6,10 +6,10 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from .errors import ErrorKind, TpuctlError
-from .models import ClusterState
-from .providers.base import Provider
-from .runs import RunState, RunStatus, stale_seconds
+from ..core.errors import ErrorKind, TpuctlError
+from ..core.models import ClusterState
+from ..providers.base import Provider
+from ..core.runs import RunState, RunStatus, stale_seconds
 
 CHECK_SECONDS = 10.0   # how often the cluster is asked while the host is quiet
 
