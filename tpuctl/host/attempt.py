@@ -1,0 +1,211 @@
+"""One attempt at one run on this host: check the package against its name, unpack it, install the job's
+requirements into an environment of their own that sees the image's TensorFlow (jobenv.py), run the command with
+the TPUCTL_* environment, ship its output (logshipper.py), and supervise it until it ends: cancel and the
+--max-duration deadline (SIGTERM to the job's processes, SIGKILL after a grace period), what the job left
+running, the run's heartbeat. The status it writes is the run's status.json for this worker."""
+from __future__ import annotations
+
+import hashlib
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..core import layout, runs
+from ..core.lifecycle import Policy
+from ..core.packaging import unpack
+from ..core.runs import RunSpec, RunState, RunStatus
+from ..runtime import prefer_legacy_keras
+from . import jobenv
+from .jobprocs import JobProcesses
+from .logshipper import LogShipper
+from .preamble import PreambleFilter
+from .tpuenv import tpu_environment
+
+if TYPE_CHECKING:
+    from .agent import Agent
+
+HEARTBEAT_SECONDS = 5.0
+_PINNED = ("tensorflow", "tensorflow-cpu", "tensorflow-tpu", "tf-keras", "keras", "libtpu", "libtpu-nightly",
+           "tensorboard", "tf-nightly")
+
+
+def _constraints(path: Path) -> Path:
+    """Pins of the image's TensorFlow stack, so a job's requirements can add packages but never swap TF."""
+    from importlib import metadata
+    pins = sorted({f"{d.metadata['Name'].lower()}=={d.version}" for d in metadata.distributions()
+                   if (d.metadata["Name"] or "").lower() in _PINNED})
+    path.write_text("\n".join(pins) + "\n")
+    return path
+
+
+class Attempt:
+    def __init__(self, agent: Agent, run_id: str, attempt: int) -> None:
+        self.a, self.run_id, self.attempt = agent, run_id, attempt
+        self.job = agent.claims.specs.get(run_id) or runs.job(agent.store, run_id)
+        self.started = time.time()
+        self.work = agent.home / "runs" / run_id / f"w{agent.worker}"
+        self.code_dir = self.work / "code"
+
+    def status(self, state: RunState, exit_code: int | None = None, pid: int | None = None) -> None:
+        self.a.write_status(self.run_id, RunStatus(state=state, exit_code=exit_code, pid=pid, started=self.started,
+                                                   attempt=self.attempt,
+                                                   ended=time.time() if state.final else None))
+
+    def run(self) -> int:
+        """The job's exit code (127: the run could not be prepared; 130: cancelled before it started)."""
+        if self.a.store.read(layout.run_cancel(self.run_id)) is not None:
+            self.status(RunState.CANCELLED)   # cancelled while queued: it never starts
+            return 130
+        self.status(RunState.STARTING)
+        quiet = None if self.job is not None and self.job.env.get("TPUCTL_TF_PREAMBLE") == "1" else \
+            PreambleFilter(gpu=self.a.accelerator.startswith("gpu"))
+        shipper = LogShipper(self.a.store, self.run_id, self.a.worker, quiet)
+        if self.attempt > 1:
+            shipper.note(f"the previous host stopped heartbeating; run resumed on {self.a.host} "
+                         f"(attempt {self.attempt})", fresh_line=True)
+        try:
+            job = self._prepare(shipper)
+        except Exception as e:  # noqa: BLE001 - reported in the run's own log and status
+            shipper.note(f"cannot prepare the run: {e}")
+            self.status(RunState.FAILED, exit_code=127)
+            return 127
+        proc = subprocess.Popen(["bash", "-c", self._script(job)], cwd=self.code_dir, env=self.environment(job),
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        rc, cancelled = _Supervisor(self, proc, shipper).run()
+        self.status(RunState.CANCELLED if cancelled else (RunState.SUCCEEDED if rc == 0 else RunState.FAILED),
+                    exit_code=rc)
+        return rc
+
+    def _prepare(self, shipper: LogShipper) -> RunSpec:
+        job, a = self.job, self.a
+        if job is None:
+            raise RuntimeError(f"{layout.run_job(self.run_id)} is unreadable")
+        pkg = a.store.read(layout.job_package(job.package))
+        if pkg is None:
+            raise RuntimeError(f"package {job.package} is missing from the store")
+        if hashlib.sha256(pkg).hexdigest() != job.package:
+            raise RuntimeError(f"package {job.package} does not match its sha256 name")
+        unpack(pkg, self.code_dir, *a.package_limits())
+        if a.record.get("arch") == "node" and not a.tpu_address():
+            shipper.note("waiting for the TPU node's address (tpuctl up writes it once the node is READY)")
+            if not a.wait_tpu_address(lambda: self.status(RunState.STARTING)):
+                raise RuntimeError("the TPU node's address never appeared in the cluster record")
+        return job
+
+    def _script(self, job: RunSpec) -> str:
+        script = "set -e\n"
+        if job.requirements:
+            cons = _constraints(self.work / "constraints.txt")
+            req = self.code_dir / job.requirements
+            # a missing file hashes as empty; pip then says in the run's log that it is missing
+            env_dir = jobenv.env_dir(self.a.home, req.read_bytes() if req.is_file() else b"", cons.read_bytes())
+            script += jobenv.script(env_dir, job.requirements, cons)
+        # As written, through bash: `prepare && train`, `cd sub && ...`, `VAR=1 python ...` all work; arguments
+        # after `--` are appended shell-quoted (to the last command of a list).
+        return script + "set +e\n" + job.command + "".join(" " + shlex.quote(x) for x in job.args) + "\n"
+
+    def environment(self, job: RunSpec) -> dict[str, str]:
+        a, run_id = self.a, self.run_id
+        env = dict(os.environ)
+        env.update(job.env)
+        out = a.store.local_path(layout.run_output(run_id))
+        data = a.store.local_path(layout.run_data(run_id).rstrip("/"))
+        if not out.startswith("gs://"):
+            Path(out).mkdir(parents=True, exist_ok=True)
+            Path(data).mkdir(parents=True, exist_ok=True)   # there even when the run has no data
+        framework_env = tpu_environment(job.framework, a.record, a.accelerator)
+        env.update(TPUCTL_RUN_ID=run_id, TPUCTL_STORE=a.store.uri, TPUCTL_DATA_DIR=data, TPUCTL_OUTPUT_DIR=out,
+                   TPUCTL_ACCELERATOR=a.accelerator, TPUCTL_TPU=framework_env.get("TPU_NAME", a.tpu_address()),
+                   TPUCTL_WORKER=str(a.worker), TPUCTL_NUM_WORKERS=str(a.workers), PYTHONUNBUFFERED="1")
+        for k, v in framework_env.items():
+            if k not in job.env:   # a job's own value wins
+                env[k] = v
+        prefer_legacy_keras(env)
+        # `python` in a job's command means the agent's own interpreter (its venv has the agent's packages).
+        env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+        return env
+
+
+class _Supervisor:
+    """A started job, watched until it ends. The run ends when the job's main process ends. Whatever it left
+    running (`tensorboard &`, `nohup ...`, a daemon that called setsid) may still hold its output: it gets `drain`
+    seconds to finish writing, then it is ended too, so one job can never keep the agent, its heartbeats and the
+    next runs waiting."""
+
+    def __init__(self, attempt: Attempt, proc: subprocess.Popen[bytes], shipper: LogShipper) -> None:
+        self.at, self.a, self.proc, self.shipper = attempt, attempt.a, proc, shipper
+        stdout = proc.stdout
+        assert stdout is not None, "Popen(stdout=PIPE) always sets it"
+        self.stdout = stdout
+        self.procs = JobProcesses(proc.pid, pipe_inode=os.fstat(stdout.fileno()).st_ino)
+        self.stop_pump = threading.Event()
+        self.pump = threading.Thread(target=shipper.pump, args=(stdout.fileno(), self.stop_pump), daemon=True)
+        self.cancelled = False
+        self.kill_at: float | None = None
+        self.drain = float(os.environ.get("TPUCTL_DRAIN_SECONDS", "10"))
+        self.main_ended: float | None = None
+        self.left: list[int] = []
+        self.last_beat = self.last_cancel_check = 0.0
+
+    def run(self) -> tuple[int, bool]:
+        """(exit code, cancelled)"""
+        self.pump.start()
+        self.at.status(RunState.RUNNING, pid=self.proc.pid)
+        self.last_beat = self.last_cancel_check = time.monotonic()
+        while self.pump.is_alive() or self.proc.poll() is None:
+            self.pump.join(0.1)
+            self._step(time.monotonic())
+        self.stdout.close()
+        if self.left and self.left != [-1]:
+            self.shipper.note(f"the job's main process ended; {len(self.left)} process(es) it left running still "
+                              f"held its output after {self.drain:g}s and were ended "
+                              f"(pids {', '.join(map(str, self.left))})", fresh_line=True)
+        rc = self.proc.returncode
+        return (rc if rc >= 0 else 128 - rc), self.cancelled
+
+    def _step(self, now: float) -> None:
+        if not self.cancelled and self.a.stop.is_set():
+            # The agent itself is being stopped (`tpuctl down`): take the job down with it, never orphan it.
+            self._cancel(now, 5.0)
+        if not self.cancelled and now - self.last_cancel_check >= 1.0:
+            self.last_cancel_check = now
+            self._check_cancel(now)
+        if self.main_ended is None and self.proc.poll() is not None:
+            self.main_ended = now
+        if self.main_ended is not None and not self.left and now - self.main_ended >= self.drain:
+            self.left = self.procs.processes() or [-1]
+            self.procs.signal(signal.SIGTERM)
+            self.kill_at = min(self.kill_at or now + 2.0, now + 2.0)
+        if self.kill_at and now >= self.kill_at:
+            self.procs.signal(signal.SIGKILL)
+            self.kill_at = None
+            if self.main_ended is not None:
+                self.stop_pump.set()   # nothing of the job is left to write; stop reading whatever holds the pipe
+        if now - self.last_beat >= HEARTBEAT_SECONDS:
+            self.last_beat = now
+            self.at.status(RunState.RUNNING, pid=self.proc.pid)
+            if now - self.a.last_beat > HEARTBEAT_SECONDS * 6:
+                self.a.beat(self.at.run_id)
+
+    def _check_cancel(self, now: float) -> None:
+        """A cancel written by `tpuctl cancel`, or the hard deadline, which ends the run like a cancel and then the
+        compute (the agent's enforce, next tick)."""
+        a = self.a
+        a.clock.busy()
+        deadline = a.worker == 0 and bool(a.clock.due(Policy.of(a.record), running=True))
+        if deadline:
+            self.shipper.note("the cluster's --max-duration deadline has come: ending the run", fresh_line=True)
+        if deadline or a.store.read(layout.run_cancel(self.at.run_id)) is not None:
+            self._cancel(now, float(os.environ.get("TPUCTL_CANCEL_GRACE", "30")))
+
+    def _cancel(self, now: float, grace: float) -> None:
+        self.cancelled = True
+        self.procs.signal(signal.SIGTERM)
+        self.kill_at = now + grace

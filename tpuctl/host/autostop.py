@@ -1,0 +1,79 @@
+"""Autostop, --max-duration and `submit --down`: worker 0 ends its cluster's compute itself (the policy and its
+clock are core/lifecycle.py). The record of why is written first (status reads it; the deletion may end this host
+before another write), then the teardown the cluster record names: "exit" (the local agent stops), or "gcp" (the
+host deletes its TPU, queued resource or VM as its own identity, google_api.py). A deletion Google refused turns
+the record into a failure and is tried again TPUCTL_TEARDOWN_RETRY seconds later. On Google Cloud, worker 0 also
+reports, once per `up`, whether its identity may delete the compute at all (teardown-check.json)."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import TYPE_CHECKING, Any
+
+from ..core import layout
+from ..core.lifecycle import Policy
+from . import google_api
+
+if TYPE_CHECKING:
+    from .agent import Agent
+
+
+class SelfStop:
+    def __init__(self, agent: Agent) -> None:
+        self.a = agent
+        self.ending = False                  # this host asked for its own deletion
+        self._retry_at = 0.0                 # when a refused self-deletion may be tried again
+        self._checked_for: object = None     # the `up` (record's `written`) the teardown check answered
+
+    def enforce(self) -> None:
+        """Ends the compute when the cluster's policy says it is time (idle past autostop, past the deadline)."""
+        if self.a.worker != 0 or self.ending:
+            return
+        reason = self.a.clock.due(Policy.of(self.a.record), False)
+        if reason:
+            self.end_compute(reason)
+
+    def end_compute(self, reason: str) -> None:
+        a = self.a
+        if time.monotonic() < self._retry_at:
+            return
+        how = a.record.get("teardown")
+        stopped = {"reason": reason, "time": time.time(), "host": a.host, "worker": a.worker}
+        a.store.write(layout.STOPPED, json.dumps(stopped).encode())
+        print(f"tpuctl agent: ending the compute: {reason}", file=sys.stderr, flush=True)
+        if how == "exit":
+            a.stop.set()
+        elif how == "gcp":
+            try:
+                for target in google_api.targets(a.record):
+                    google_api.delete(target)
+            except Exception as e:  # noqa: BLE001 - a refused or unreachable API: say so where status looks
+                failed = f"{type(e).__name__}: {e}"
+                a.store.write(layout.STOPPED, json.dumps({**stopped, "failed": failed}).encode())
+                print(f"tpuctl agent: could not end the compute: {failed}", file=sys.stderr, flush=True)
+                self._retry_at = time.monotonic() + float(os.environ.get("TPUCTL_TEARDOWN_RETRY", "60"))
+                return
+            self.ending = True   # the deletion is under way: take no new run while the host still lives
+
+    def check_teardown(self) -> None:
+        """Worker 0 of a Google Cloud host reports, for each `up` (the record's `written`), whether its own
+        identity holds what deleting the compute needs: `up --autostop` waits for this report, and `status`
+        shows autostop as enforced only on its word. testIamPermissions sees project-level grants, the only ones
+        that can carry tpu.nodes.delete."""
+        a = self.a
+        written = a.record.get("written")
+        if a.worker != 0 or a.record.get("teardown") != "gcp" or written == self._checked_for:
+            return
+        self._checked_for = written
+        needed = sorted({t.permission for t in google_api.targets(a.record)})
+        report: dict[str, Any] = {"for": written, "host": a.host, "time": time.time(), "needed": needed}
+        try:
+            report["identity"] = google_api.identity()
+            have = google_api.held(str(a.record.get("project", "")), needed)
+            report["missing"] = [p for p in needed if p not in have]
+        except Exception as e:  # noqa: BLE001 - cannot tell: never report able
+            report["missing"], report["error"] = needed, f"{type(e).__name__}: {e}"
+        report["able"] = not report["missing"]
+        a.store.write(layout.TEARDOWN_CHECK, json.dumps(report).encode())

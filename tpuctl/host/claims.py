@@ -1,0 +1,91 @@
+"""Which run this host takes next. A new run is claimed once, by create-if-absent on its claim object, so two
+agents never run it both. A run whose host stopped heartbeating (a preempted or deleted TPU VM: `tpuctl up`
+recreates it) is taken over by the next attempt's claim, same run id and output dir, so a job that checkpoints
+continues; after MAX_ATTEMPTS it is LOST. A restarted agent first ends what its predecessor on this host left
+running, so one run never has two attempts at once."""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import TYPE_CHECKING
+
+from ..core import layout, runs
+from ..core.runs import RunSpec, RunState
+from .jobprocs import JobProcesses
+
+if TYPE_CHECKING:
+    from .agent import Agent
+
+MAX_ATTEMPTS = 3
+
+
+class Claims:
+    def __init__(self, agent: Agent) -> None:
+        self.a = agent
+        self.done: set[str] = set()          # runs this agent ran, or will never run
+        self.specs: dict[str, RunSpec] = {}  # job.json is written once: read it once per run
+        self.ended_here: set[str] = set()    # runs whose attempt on this host a predecessor left running, now ended
+
+    def runs_here(self, job: RunSpec) -> bool:
+        """TensorFlow on a slice runs ONE program, on worker 0; JAX and PyTorch run on every worker (GCP_FACTS §6;
+        ml-auto-solutions runs TF pod tests with all_workers=not is_pod)."""
+        return job.framework != "tensorflow" or self.a.worker == 0
+
+    def end_orphans(self) -> None:
+        """Ends the attempts a predecessor on this host left running (a job outlives an agent killed with
+        SIGKILL); their runs are then resumed at once, without waiting for them to go stale."""
+        a = self.a
+        for run_id in runs.all_ids(a.store):
+            st = runs.status(a.store, run_id, a.worker)
+            if st.state.final or st.host != a.host or not st.pid:
+                continue
+            left = JobProcesses(st.pid, run_id=run_id)
+            if left.processes():
+                print(f"tpuctl agent: ending run {run_id}'s attempt {st.attempt} left by the previous agent",
+                      file=sys.stderr, flush=True)
+                left.end(grace=5.0)
+            self.ended_here.add(run_id)
+
+    def next(self) -> tuple[str, int] | None:
+        """Claims the first run this host may take now: (run id, attempt), or None."""
+        a = self.a
+        for run_id in runs.all_ids(a.store):
+            if run_id in self.done:
+                continue
+            if run_id not in self.specs:
+                spec = runs.job(a.store, run_id)
+                if spec is None:
+                    continue   # listed before its job.json is readable: look again next tick
+                self.specs[run_id] = spec
+            if not self.runs_here(self.specs[run_id]):
+                self.done.add(run_id)   # never claimed here, so never taken over here either
+                continue
+            first = a.store.read(layout.run_claim(run_id, a.worker))
+            if first is None:
+                if a.store.create(layout.run_claim(run_id, a.worker), self._record(1)):
+                    self.done.add(run_id)
+                    return run_id, 1
+                continue   # another agent won the race; look at it again later, it may die
+            st = runs.status(a.store, run_id, a.worker)
+            if st.state.final:
+                self.done.add(run_id)
+                continue
+            last = st.heartbeat or float(json.loads(first).get("time", 0))
+            stale = time.time() - last >= runs.stale_seconds()
+            if not stale and run_id not in self.ended_here:
+                continue
+            attempt = st.attempt + 1
+            if attempt > MAX_ATTEMPTS:
+                st.state, st.ended = RunState.LOST, time.time()
+                a.write_status(run_id, st)
+                self.done.add(run_id)
+                continue
+            if a.store.create(layout.run_claim(run_id, a.worker, attempt), self._record(attempt)):
+                self.done.add(run_id)
+                return run_id, attempt
+        return None
+
+    def _record(self, attempt: int) -> bytes:
+        return json.dumps({"host": self.a.host, "worker": self.a.worker, "time": time.time(),
+                           "attempt": attempt}).encode()
