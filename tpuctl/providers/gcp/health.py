@@ -1,0 +1,106 @@
+"""How the cluster is doing, as Google and the store see it now: the TPU's state, each agent's heartbeat, each
+host's last boot-log line; what keeps a ready cluster from running jobs, and the command that mends it."""
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from ...core import layout, runs
+from ...core.errors import ErrorKind, TpuctlError
+from ...core.models import Arch, ClusterState
+from . import compute, planning, storage
+from .gcs_store import GcsStore
+from .queued import QueuedApi
+from .tpu import facts
+from .topology import Topology
+
+
+class Health:
+    def __init__(self, store_of: Callable[[ClusterState], GcsStore]) -> None:
+        self.store_of = store_of
+
+    def _tpu_state(self, st: ClusterState) -> str:
+        """The cluster's TPU state as the API reports it now; MISSING when there is none."""
+        node = Topology.tpu(st.spec).find(st.spec.tpu_name, st.zone) if st.zone else None
+        return Topology.tpu(st.spec).state(node) if node is not None else "MISSING"
+
+    def check_ready(self, st: ClusterState) -> None:
+        state = self._tpu_state(st)
+        if state != "READY":
+            raise TpuctlError(ErrorKind.PREEMPTED if state in ("PREEMPTED", "TERMINATED") else ErrorKind.NOT_FOUND,
+                              f"the TPU of cluster {st.name} is {state}",
+                              f"run `tpuctl up -c {st.name} ...` again to (re)create it")
+
+    def host_state(self, st: ClusterState) -> tuple[bool, str]:
+        state = self._tpu_state(st)
+        if state in ("CREATING", "STARTING", "RESTARTING", "REPAIRING"):
+            return True, f"the TPU is {state}: its host will resume the run once it has booted"
+        boot = "; ".join(f"{h}: {line}" for h, line in self._boot_logs(st).items())
+        if state == "READY":
+            return True, "the TPU is READY but its agent is silent" + (f" (boot log: {boot})" if boot else "")
+        return False, f"the TPU is {state}" + (f" (last boot log lines: {boot})" if boot else "")
+
+    def problem(self, st: ClusterState) -> tuple[str, str] | None:
+        state = self._tpu_state(st)
+        again = f"tpuctl up -c {st.name}"
+        if state in ("CREATING", "STARTING", "RESTARTING", "REPAIRING"):
+            return (f"the TPU is {state}; runs start once its hosts have booted",
+                    f"wait, or watch: tpuctl status -c {st.name}")
+        if state != "READY":
+            return f"the TPU is {state}: submitted runs wait and running ones resume once it is back", again
+        beats = {who: age for who, (age, _) in self._beats(st).items()}
+        if not beats:
+            boot = "; ".join(f"{h}: {line}" for h, line in self._boot_logs(st).items())
+            return ("the TPU is READY but no agent has reported yet" + (f" (boot log: {boot})" if boot else ""),
+                    f"look at the host: tpuctl ssh -c {st.name} -- sudo journalctl -u tpuctl-agent")
+        silent = sorted(w for w, age in beats.items() if age > runs.stale_seconds())
+        if silent:
+            return (f"agent {', '.join(silent)} silent for over {runs.stale_seconds():.0f}s",
+                    f"tpuctl ssh -c {st.name} -- sudo systemctl restart tpuctl-agent")
+        return None
+
+    def describe(self, st: ClusterState) -> dict[str, dict[str, object]]:
+        spec = st.spec
+        out: dict[str, dict[str, object]] = {}
+        if st.zone and spec.queued:
+            qr = QueuedApi(spec.project).find(spec.qr_name, st.zone)
+            out["queued"] = {"state": QueuedApi.state(qr) if qr else "MISSING"}
+        if st.zone:
+            node = Topology.tpu(spec).find(spec.tpu_name, st.zone)
+            if node is None:
+                out["tpu"] = {"state": "MISSING"}
+            else:
+                f = facts(node)
+                out["tpu"] = {"ip": f.ip, "service_account": f.service_account, "hosts": f.hosts,
+                              "state": Topology.tpu(spec).state(node), "health": type(node).Health(node.health).name}
+            if spec.arch is Arch.NODE:
+                vm = compute.find(spec.project, spec.vm_name, st.zone)
+                out["vm"] = {"state": vm.status if vm else "MISSING"}
+        b = storage.find(spec.project, planning.bucket_of(spec))
+        out["bucket"] = {"state": "READY" if b else "MISSING", "location": (b.location or "").lower() if b else ""}
+        if b is not None:
+            out["boot_logs"] = self._boot_logs(st)
+            out["workers"] = self._workers(st)
+        return out
+
+    def _workers(self, st: ClusterState) -> dict[str, object]:
+        """Each agent's last heartbeat: its role (a TensorFlow slice's workers > 0 serve the TPU runtime) and age."""
+        found: dict[str, object] = {}
+        for who, (age, role) in self._beats(st).items():
+            found[who] = f"{role}, heartbeat {age:.0f}s ago" + (" (STALE)" if age > runs.stale_seconds() else "")
+        return found
+
+    def _beats(self, st: ClusterState) -> dict[str, tuple[float, str]]:
+        """'wN host' -> (seconds since its agent's last heartbeat, its role)."""
+        return {f"w{beat.get('worker', '?')} {beat.get('host', '')}":
+                (time.time() - float(beat.get("time", 0)), str(beat.get("role", "agent")))
+                for beat in runs.heartbeats(self.store_of(st))}
+
+    def _boot_logs(self, st: ClusterState) -> dict[str, object]:
+        """The last line each host's start-up script wrote into the store: how a failed boot becomes visible."""
+        store = self.store_of(st)
+        logs: dict[str, object] = {}
+        for key, _ in store.list(layout.BOOT_PREFIX):
+            lines = (store.read(key) or b"").decode(errors="replace").strip().splitlines()
+            logs[key[len(layout.BOOT_PREFIX):].removesuffix(".log")] = lines[-1] if lines else ""
+        return logs

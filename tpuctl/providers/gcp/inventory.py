@@ -1,0 +1,56 @@
+"""Every tpuctl-labelled resource in a project (TPUs of both APIs, queued requests, companion VMs, buckets), and a
+cluster rebuilt from its labels when no local state describes it (`ls`, `down -c NAME --project P`)."""
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from ...core import layout, runs
+from ...core.models import LABEL, Arch, ClusterSpec, ClusterState, Grant, Phase, ProviderName, default_bucket
+from . import compute, storage
+from .gcs_store import GcsStore
+from .queued import QueuedApi
+from .tpu import TpuApi
+
+
+class GcpInventory:
+    def __init__(self, store_of: Callable[[ClusterState], GcsStore]) -> None:
+        self.store_of = store_of
+
+    def state_from(self, name: str, project: str, found: list[dict[str, str]]) -> ClusterState:
+        tpu = next((n for n in found if n["kind"] == "tpu"), None) or next(
+            (n for n in found if n["kind"] == "queued"), None)
+        vm = next((n for n in found if n["kind"] == "vm"), None)
+        bucket = next((n for n in found if n["kind"] == "bucket"), None)
+        arch = Arch.NODE if (tpu and tpu["arch"] == "node") or vm else Arch.VM
+        zone = (tpu or vm or {"zone": ""})["zone"]
+        spec = ClusterSpec(name=name, provider=ProviderName.GCP, project=project,
+                           store=f"gs://{bucket['name'] if bucket else default_bucket(project, name)}",
+                           tpu_type=tpu["type"] if tpu else "", zones=[zone] if zone else [], arch=arch,
+                           queued=any(n["kind"] == "queued" for n in found))
+        st = ClusterState(spec=spec, zone=zone, phase=Phase.READY, created_at=time.time())
+        record = runs.read_object(self.store_of(st), layout.CLUSTER_RECORD) if bucket else {}
+        st.grants = [Grant(str(g["member"]), str(g["role"])) for g in record.get("grants") or []]
+        return st
+
+    def list_labelled(self, project: str) -> list[dict[str, str]]:
+        out, seen = [], set()
+        for arch in Arch:
+            for n in TpuApi(project, arch).list_labelled():
+                parts = n.name.split("/")
+                if (parts[3], parts[-1]) in seen:   # both API versions may list the same node
+                    continue
+                seen.add((parts[3], parts[-1]))
+                out.append({"cluster": n.labels[LABEL], "kind": "tpu", "name": parts[-1], "zone": parts[3],
+                            "arch": arch.value, "type": n.accelerator_type, "state": type(n).State(n.state).name})
+        for q in QueuedApi(project).list_labelled():
+            parts = q.name.split("/")
+            out.append({"cluster": QueuedApi.labels(q)[LABEL], "kind": "queued", "name": parts[-1], "zone": parts[3],
+                        "arch": "vm", "type": q.tpu.node_spec[0].node.accelerator_type, "state": QueuedApi.state(q)})
+        for zone, vm in compute.list_labelled(project):
+            out.append({"cluster": vm.labels[LABEL], "kind": "vm", "name": vm.name, "zone": zone, "arch": "node",
+                        "type": vm.machine_type.rsplit("/", 1)[-1], "state": vm.status})
+        for b in storage.list_labelled(project):
+            out.append({"cluster": b.labels[LABEL], "kind": "bucket", "name": b.name,
+                        "zone": (b.location or "").lower(), "arch": "", "type": "", "state": "READY"})
+        return out
