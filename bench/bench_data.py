@@ -33,7 +33,7 @@ def main():
                       TPUCTL_HOME=tempfile.mkdtemp())
     from google.cloud import storage
     from tpuctl.core import datasync
-    from tpuctl.providers import open_store
+    from tpuctl.providers.stores import open_store
     client = storage.Client(project="bench-proj")
     client.create_bucket("bench")
     store = open_store("gs://bench")

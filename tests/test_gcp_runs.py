@@ -68,7 +68,7 @@ def test_two_agents_claim_a_run_once(cluster, cli, tmp_path):
 
 def test_claim_is_create_if_absent_against_the_fake(cloud, cli):
     assert cli("up", "--type", "v3-8", "--zone", "us-central1-b", "-c", "bert")[0] == 0
-    from tpuctl.providers import open_store
+    from tpuctl.providers.stores import open_store
     s = open_store(f"gs://{BUCKET}")
     assert s.create("tpuctl/runs/x/claim", b"first") is True
     assert s.create("tpuctl/runs/x/claim", b"second") is False
@@ -81,7 +81,7 @@ def test_cancel_on_gcp(cluster, cli, tmp_path, monkeypatch):
     job = make_job(tmp_path, SLEEP_JOB)
     code, out, err = cli("submit", str(job), "-c", "bert", "--detach")
     run_id = out.strip()
-    from tpuctl.providers import open_store
+    from tpuctl.providers.stores import open_store
     s = open_store(f"gs://{BUCKET}")
     import time
     deadline = time.time() + 20
@@ -107,7 +107,7 @@ def test_agent_package_is_in_the_store_and_installs(cloud, cli, tmp_path):
     import sys
     assert cli("up", "--type", "v3-8", "--zone", "us-central1-b", "-c", "bert")[0] == 0
     from tpuctl import __version__
-    from tpuctl.providers import open_store
+    from tpuctl.providers.stores import open_store
     data = open_store(f"gs://{BUCKET}").read(f"tpuctl/agent/tpuctl-{__version__}-py3-none-any.whl")
     wheel = tmp_path / f"tpuctl-{__version__}-py3-none-any.whl"
     wheel.write_bytes(data)
@@ -121,7 +121,7 @@ def test_agent_package_is_in_the_store_and_installs(cloud, cli, tmp_path):
 def test_a_large_upload_resumes_after_a_failed_chunk(cloud, tmp_path):
     """A 40 MiB file goes up in 16 MiB chunks; the second chunk fails once with 503 and is resent, not the file."""
     from google.cloud import storage
-    from tpuctl.providers import open_store
+    from tpuctl.providers.stores import open_store
     storage.Client(project=PROJECT).create_bucket("big-data")
     f = tmp_path / "shard.bin"
     f.write_bytes(os.urandom(40 << 20))
@@ -169,7 +169,7 @@ def test_a_bucket_created_but_answered_503_is_this_runs_own(cloud, cli):
 
 def test_a_follower_shows_the_boot_log_of_a_host_that_never_started_and_gives_up(cloud, cli, tmp_path, monkeypatch):
     assert cli("up", "--type", "v3-8", "--zone", "us-central1-b", "-c", "bert")[0] == 0
-    from tpuctl.providers import open_store
+    from tpuctl.providers.stores import open_store
     open_store(f"gs://{BUCKET}").write("tpuctl/boot/t1v-n-1-w-0.log",
                                        b"2026-11-22T00:00:00Z [tpu-vm worker 0] FAILED: pip install agent\n")
     monkeypatch.setenv("TPUCTL_STALE_SECONDS", "0.5")

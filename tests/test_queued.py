@@ -97,7 +97,7 @@ def test_a_preempted_spot_request_is_asked_again_and_its_run_resumes(live_hosts,
     assert cloud.tpu.queued[QR]["qr"].spot is not None and "spot" in cloud.tpu.queued[QR]["qr"]
     job = make_job(tmp_path, "import time\nprint('working', flush=True)\ntime.sleep(4)\nprint('done')")
     run_id = cli("submit", str(job), "-c", "q", "--detach")[1].strip()
-    from tpuctl.providers import open_store
+    from tpuctl.providers.stores import open_store
     store = open_store(f"gs://{PROJECT}-tpuctl-q")
     deadline = time.time() + 60
     while runs.status(store, run_id, 0).state is not runs.RunState.RUNNING and time.time() < deadline:

@@ -62,7 +62,7 @@ def test_single_host_tpu_vm_boots_its_agent_from_the_bucket(hosts, cloud, cli, t
 
 
 def _store(cluster="slice"):
-    from tpuctl.providers import open_store
+    from tpuctl.providers.stores import open_store
     return open_store(f"gs://{PROJECT}-tpuctl-{cluster}")
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tpuctl.core import layout, state
+from tpuctl.providers import agent_package
 from tpuctl.core.errors import ExitCode
 from tpuctl.core.models import Arch, Phase, ProviderName
 
@@ -18,34 +19,10 @@ PKG = ROOT / "tpuctl"
 README = (ROOT / "README.md").read_text()
 
 
-def _module(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-def _imports(path: Path, known: set[str] = frozenset()) -> set[str]:
-    """Every module imported anywhere in the file (function-level imports too), absolute names. `from P import m`
-    of a module m in `known` imports m (P's __init__ is implied), of anything else imports P."""
-    mod = _module(path)
-    package = mod if path.name == "__init__.py" else mod.rsplit(".", 1)[0]
-    out = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            out |= {a.name for a in node.names}
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = package.split(".")
-                anchor = anchor[:len(anchor) - node.level + 1]
-                base = ".".join(anchor + ([base] if base else []))
-            for a in node.names:
-                out.add(f"{base}.{a.name}" if f"{base}.{a.name}" in known else base)
-    return out
-
-
 def _graph() -> dict[str, set[str]]:
-    files = {_module(p): p for p in PKG.rglob("*.py")}
-    return {m: {i for i in _imports(p, set(files)) if i in files and i != m} for m, p in files.items()}
+    files = agent_package.modules(PKG)
+    return {m: {i for i in agent_package.imports_of(p, m, set(files)) if i in files and i != m}
+            for m, p in files.items()}
 
 
 def test_no_import_cycle_inside_tpuctl():
@@ -82,10 +59,99 @@ def test_google_and_grpc_are_imported_only_under_providers_gcp():
     for p in PKG.rglob("*.py"):
         if (PKG / "providers" / "gcp") in p.parents:
             continue
-        bad = [i for i in _imports(p) if i.split(".")[0] in ("google", "grpc")]
+        bad = [i for i in agent_package.imports_of(p, "tpuctl.x") if i.split(".")[0] in ("google", "grpc")]
         if bad:
             offenders.append(f"{p.relative_to(ROOT)}: {sorted(bad)}")
     assert not offenders
+
+
+# Where each room's code runs decides what it may import (README "Layout"). `agent` is the host's entry point
+# (python -m tpuctl.agent), which the CLI's hidden `tpuctl agent` command calls; the CLI never reaches into host/.
+MAY_IMPORT = {
+    "core": ("core",),
+    "host": ("core", "host", "runtime", "providers.stores"),
+    "runtime": ("core",),
+    "providers": ("core", "providers"),
+    "control": ("core", "control", "providers"),
+    "cli": ("core", "cli", "control", "providers", "agent"),
+    "agent": ("host",),
+}
+TOP_LEVEL = {"tpuctl", "tpuctl.__main__", "tpuctl.runtime", "tpuctl.agent"}
+
+
+def _room(module: str) -> str:
+    return module.split(".")[1] if module.count(".") else ""
+
+
+def _layering_violations(graph: dict[str, set[str]]) -> list[str]:
+    bad = []
+    for m, imported in graph.items():
+        allowed = MAY_IMPORT.get(_room(m))
+        if allowed is None:
+            continue   # tpuctl and tpuctl.__main__ (the console entry) may import anything
+        for i in imported:
+            inner = i.split(".", 1)[1] if "." in i else ""
+            if inner and not any(inner == a or inner.startswith(a + ".") for a in allowed):
+                bad.append(f"{m} imports {i}")
+    return sorted(bad)
+
+
+def test_every_module_lives_in_the_room_for_where_it_runs():
+    loose = sorted(set(agent_package.modules(PKG)) - TOP_LEVEL)
+    assert [m for m in loose if m.count(".") < 2 and m not in ("tpuctl." + r for r in MAY_IMPORT)] == []
+    assert {p.name for p in PKG.iterdir() if p.is_dir() and p.name != "__pycache__"} == \
+        {r for r in MAY_IMPORT if (PKG / r).is_dir()} == {"cli", "control", "core", "host", "providers"}
+
+
+def test_each_room_imports_only_the_rooms_below_it():
+    assert _layering_violations(_graph()) == []
+
+
+def test_the_layering_check_sees_a_violation():
+    graph = _graph()
+    graph["tpuctl.core.models"] = graph["tpuctl.core.models"] | {"tpuctl.cli.console"}
+    graph["tpuctl.host.attempt"] = graph["tpuctl.host.attempt"] | {"tpuctl.providers.gcp.tpu"}
+    graph["tpuctl.cli.runs"] = graph["tpuctl.cli.runs"] | {"tpuctl.host.claims"}
+    assert _layering_violations(graph) == ["tpuctl.cli.runs imports tpuctl.host.claims",
+                                           "tpuctl.core.models imports tpuctl.cli.console",
+                                           "tpuctl.host.attempt imports tpuctl.providers.gcp.tpu"]
+
+
+def test_the_host_wheel_holds_what_the_host_runs_and_runs_from_it_alone(tmp_path):
+    import io
+    import zipfile
+    names = zipfile.ZipFile(io.BytesIO(agent_package.build())).namelist()
+    shipped = {n for n in names if n.endswith(".py")}
+    rooms = {n.split("/")[1] for n in shipped if n.count("/") > 1}
+    assert rooms == {"core", "host", "providers"}
+    assert {f"tpuctl/host/{p.name}" for p in (PKG / "host").glob("*.py")} <= shipped
+    assert {"tpuctl/agent.py", "tpuctl/runtime.py", "tpuctl/providers/gcp/gcs_store.py"} <= shipped
+    assert not {"tpuctl/providers/gcp/provider.py", "tpuctl/core/catalog.py"} & shipped
+    zipfile.ZipFile(io.BytesIO(agent_package.build())).extractall(tmp_path)
+    # Only the wheel on the path (-S: no site-packages): every module it holds imports.
+    mods = sorted(n[:-3].replace("/", ".").removesuffix(".__init__") for n in shipped)
+    r = subprocess.run([sys.executable, "-S", "-c", "import importlib, sys\nfor m in sys.argv[1:]: "
+                        "importlib.import_module(m)", *mods], env={"PYTHONPATH": str(tmp_path)},
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+_SIZE_LIMITS = {"host": 80}   # lines of one function; 100 elsewhere. A class: 250.
+
+
+def test_no_function_or_class_too_long_to_read():
+    long = []
+    for p in PKG.rglob("*.py"):
+        limit = _SIZE_LIMITS.get(p.relative_to(PKG).parts[0], 100)
+        for node in ast.walk(ast.parse(p.read_text())):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                continue
+            size = (node.end_lineno or node.lineno) - node.lineno + 1
+            if not isinstance(node, ast.ClassDef) and size > limit:
+                long.append(f"{p.relative_to(ROOT)}: {node.name} is {size} lines (> {limit})")
+            if isinstance(node, ast.ClassDef) and size > 250:
+                long.append(f"{p.relative_to(ROOT)}: class {node.name} is {size} lines (> 250)")
+    assert long == []
 
 
 _TOPOLOGY_WORDS = {p.value for p in ProviderName} | {a.value for a in Arch}

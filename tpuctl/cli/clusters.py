@@ -49,12 +49,12 @@ def up(
     provider: Optional[str] = PROVIDER,
 ) -> None:
     """Create (or adopt) a TPU, a bucket in its region, and the bucket permissions its workload needs."""
-    from .. import providers
+    from ..providers import registry
     from ..providers.base import UpFlags
     from ..core import state
     con = console()
     prior = state.load(cluster_name(cluster))   # `up -c NAME` again: the provider it was made with, unless given
-    prov = providers.get(settings().provider(provider or (prior.spec.provider.value if prior else None)))
+    prov = registry.get(settings().provider(provider or (prior.spec.provider.value if prior else None)))
     flags = UpFlags(tpu_type=type_, zones=zone, project=project, arch=arch,
                     runtime=runtime, spot=spot, service_account=service_account, bucket=bucket, vm_type=vm_type,
                     framework=framework, queued=queued, valid_until=valid_until, flex_start=flex_start)
@@ -122,10 +122,10 @@ def status(cluster: Optional[str] = CLUSTER,
 def ls_(as_json: bool = typer.Option(False, "--json", help="Machine-readable output on stdout."),
         project: Optional[str] = PROJECT) -> None:
     """List clusters in local state and every tpuctl-labelled TPU in the project (orphans flagged)."""
-    from .. import providers
+    from ..providers import registry
     from ..core.models import ProviderName
     con = console()
-    rows = orch().ls([providers.get(p) for p in ProviderName], settings().project(project),
+    rows = orch().ls([registry.get(p) for p in ProviderName], settings().project(project),
                       lambda m: con.err.print(f"[yellow]! {m}[/]"))
     if as_json:
         con.print_json(rows)
@@ -187,8 +187,8 @@ def down(cluster: Optional[str] = CLUSTER,
 def _from_labels(name: str, project: Optional[str], provider: Optional[str],
                  missing: TpuctlError) -> "tuple[ClusterState, Provider]":
     """No local state: the cluster as its labelled resources describe it (ls names this way for orphans)."""
-    from .. import providers
-    prov = providers.get(settings().provider(provider))
+    from ..providers import registry
+    prov = registry.get(settings().provider(provider))
     proj = settings().project(project)
     if prov.inventory is None or not proj:
         raise missing
@@ -220,7 +220,7 @@ from . import runs as cli_runs  # noqa: E402,F401 - registers the run commands a
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def agent(ctx: typer.Context, store: str = typer.Option(..., "--store", help="gs://bucket or a directory.")) -> None:
     """Run the host agent (what the startup script runs; also `python -m tpuctl.agent`)."""
-    from ..host.agent import main as agent_main
+    from ..agent import main as agent_main
     agent_main(["--store", store, *ctx.args])
 
 

@@ -78,12 +78,12 @@ def declined() -> None:
 
 
 def cluster_and_provider(cluster: Optional[str], provider: Optional[str]) -> "tuple[ClusterState, Provider]":
-    from .. import providers
+    from ..providers import registry
     st = orch().load(cluster_name(cluster))
     if provider and provider != st.spec.provider.value:
         raise bad_input(f"cluster {st.name} uses provider {st.spec.provider.value}, not {provider}",
                         "drop --provider")
-    return st, providers.get(st.spec.provider)
+    return st, registry.get(st.spec.provider)
 
 
 def check_worker(st: "ClusterState", worker: int) -> None:

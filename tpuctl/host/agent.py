@@ -25,7 +25,7 @@ from ..core import layout, runs
 from ..core.lifecycle import Clock, Policy
 from ..core.packaging import MAX_BYTES, MAX_ENTRIES
 from ..core.runs import RunSpec, RunStatus
-from ..providers import open_store
+from ..providers.stores import open_store
 from .attempt import HEARTBEAT_SECONDS, Attempt
 from .autostop import SelfStop
 from .claims import Claims

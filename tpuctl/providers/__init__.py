@@ -1,34 +1,3 @@
-"""Provider registry. Implementations are imported lazily, so `--provider local` never loads google-cloud and
-`tpuctl --help` loads neither."""
-from __future__ import annotations
-
-from typing import TYPE_CHECKING
-
-from ..core.errors import bad_input
-from ..core.models import ProviderName
-
-if TYPE_CHECKING:
-    from ..core.store import BlobStore
-    from .base import Provider
-
-
-def get(name: ProviderName | str) -> "Provider":
-    try:
-        which = ProviderName(name)
-    except ValueError:
-        raise bad_input(f"unknown provider {name!r}", "use --provider " + " or --provider ".join(
-            p.value for p in ProviderName))
-    if which is ProviderName.LOCAL:
-        from .local import LocalProvider
-        return LocalProvider()
-    from .gcp.provider import GcpProvider
-    return GcpProvider()
-
-
-def open_store(uri: str) -> "BlobStore":
-    """A store from its URI, through the provider that owns the scheme (gs:// is Google Cloud Storage)."""
-    if uri.startswith("gs://"):
-        from .gcp.gcs_store import GcsStore
-        return GcsStore(uri)
-    from ..core.store import LocalStore
-    return LocalStore(uri)
+"""Where the compute lives. base.py is the contract every provider implements; registry.py gives the provider for
+a name; stores.py opens a store from its URI (all the host uses); local.py and gcp/ are the providers;
+agent_package.py builds the wheel remote hosts install."""

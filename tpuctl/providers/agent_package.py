@@ -1,14 +1,17 @@
 """The agent's installable package, uploaded by `up` to the store (layout.agent_package), so every host runs the
 same tpuctl as the CLI that made the cluster; the host's start-up script pip-installs it from there.
 
-A wheel, built from this very installation: the tpuctl package plus metadata whose only dependency is what the
-agent needs on a host (google-cloud-storage), not the CLI's typer/rich/compute. A wheel and not an sdist because
-installing an sdist builds it first, and pip's build isolation would fetch a build backend from the network while
-the host boots (PEP 517); a wheel installs by unpacking. Deterministic: sorted entries, fixed timestamps, so the
-same tpuctl uploads the same bytes.
+A wheel, built from this very installation. It holds what the host runs and nothing else: the import closure of
+`tpuctl.agent` (the host's entry point) and `tpuctl.runtime` (what its jobs import), function-level imports
+included, with each package's __init__; so host/, the core modules they use and the store clients, never cli/ or
+control/. Its metadata's only dependency is what the agent needs on a host (google-cloud-storage), not the CLI's
+typer/rich/compute. A wheel and not an sdist because installing an sdist builds it first, and pip's build
+isolation would fetch a build backend from the network while the host boots (PEP 517); a wheel installs by
+unpacking. Deterministic: sorted entries, fixed timestamps, so the same tpuctl uploads the same bytes.
 """
 from __future__ import annotations
 
+import ast
 import base64
 import functools
 import hashlib
@@ -27,10 +30,66 @@ def key() -> str:
     return layout.agent_package(__version__)
 
 
+ENTRY_POINTS = ("tpuctl.agent", "tpuctl.runtime")
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or \
+        (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def imports_of(path: Path, module: str, known: set[str] | frozenset[str] = frozenset()) -> set[str]:
+    """Every module the file imports when it runs, anywhere in it (function-level imports too; not those under `if
+    TYPE_CHECKING:`), as absolute names. `from P import m` of a module m in `known` imports m (P's __init__ is
+    implied); of anything else, it imports P."""
+    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+    tree = ast.parse(path.read_text())
+    typing_only = {id(n) for block in ast.walk(tree) if isinstance(block, ast.If) and _is_type_checking(block.test)
+                   for stmt in block.body for n in ast.walk(stmt)}   # never imported at run time
+    out = set()
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")
+                base = ".".join(anchor[:len(anchor) - node.level + 1] + ([base] if base else []))
+            out |= {f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names}
+    return out
+
+
+def modules(src: Path) -> dict[str, Path]:
+    """Every module of the tpuctl package rooted at src: dotted name -> file."""
+    found = {}
+    for p in sorted(src.rglob("*.py")):
+        parts = ("tpuctl",) + p.relative_to(src).with_suffix("").parts
+        found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = p
+    return found
+
+
+def host_closure(src: Path) -> dict[str, Path]:
+    """The modules the host may import: ENTRY_POINTS and everything they reach, with their packages."""
+    known = modules(src)
+    taken: dict[str, Path] = {}
+    todo = list(ENTRY_POINTS)
+    while todo:
+        mod = todo.pop()
+        if mod in taken or mod not in known:
+            continue
+        taken[mod] = known[mod]
+        parts = mod.split(".")
+        todo += [".".join(parts[:i]) for i in range(1, len(parts))]
+        todo += imports_of(known[mod], mod, set(known))
+    return taken
+
+
 def _files() -> list[tuple[str, bytes]]:
     src = Path(__file__).parent.parent   # the tpuctl package
-    out = [("tpuctl/" + p.relative_to(src).as_posix(), p.read_bytes()) for p in sorted(src.rglob("*"))
-           if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"]
+    out = [("tpuctl/" + p.relative_to(src).as_posix(), p.read_bytes())
+           for p in sorted(host_closure(src).values())]
     metadata = "Metadata-Version: 2.1\nName: tpuctl\nVersion: " + __version__ + "\n" + "".join(
         f"Requires-Dist: {r}\n" for r in REQUIRES)
     wheel = "Wheel-Version: 1.0\nGenerator: tpuctl\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
