@@ -1,6 +1,6 @@
 """The entry point (main: errors as one line and an exit code, never a traceback) and the cluster commands: up,
-status, ls, down. The run commands are in cli_runs.py, what both share in cli_app.py. Commands parse, call the
-orchestrator and render; no cloud logic here. Imports of google-cloud and the providers happen inside commands,
+status, ls, down. The run commands are in runs.py, what both share in common.py. Commands parse, call the flows
+(control/) and render; no cloud logic here. Imports of google-cloud and the providers happen inside commands,
 so `tpuctl --help` stays fast.
 """
 from __future__ import annotations
@@ -8,13 +8,13 @@ from __future__ import annotations
 import os
 import sys
 import traceback
-from typing import TYPE_CHECKING, List, Optional
+from typing import TYPE_CHECKING, Any, List, Optional
 
 import typer
 
 from .. import __version__
 from .common import (CLUSTER, PROJECT, PROVIDER, app, cluster_and_provider, cluster_name, console, declined,
-                     interactive, orch, settings)
+                     interactive, settings)
 from ..core.errors import ErrorKind, ExitCode, TpuctlError, bad_input
 
 if TYPE_CHECKING:
@@ -80,11 +80,12 @@ def up(
     costs_money = price.hourly != 0.0
     if costs_money and interactive() and not yes and not con.confirm("Create these resources?"):
         declined()
+    from ..control import up as up_flow
     from ..core.locks import cluster_lock
     with cluster_lock(spec.name, "up", lambda m: con.err.print(f"[yellow]! {m}[/]")), con.Reporter() as rep:
-        st = orch().up(spec, prov, rep)
+        st = up_flow.up(spec, prov, rep)
         if spec.autostop or spec.max_duration:
-            who = orch().arm(st, prov, lambda s: rep.resource("autostop", "host", s))
+            who = up_flow.arm(st, prov, lambda s: rep.resource("autostop", "host", s))
             rep.resource("autostop", "host", f"armed: enforced by {who}", final=True)
     con.err.print(f"[green]cluster {st.name} ready[/]: {prov.location(st)}, store {st.spec.store}")
     con.err.print(f"next: tpuctl submit JOB_DIR -c {st.name}    when done: tpuctl down -c {st.name}")
@@ -97,7 +98,8 @@ def status(cluster: Optional[str] = CLUSTER,
     """Show a cluster's resources as the cloud reports them now."""
     con = console()
     st, prov = cluster_and_provider(cluster, provider)
-    info = orch().status(st, prov)
+    from ..control import status as status_flow
+    info: dict[str, Any] = status_flow.status(st, prov)   # values of several shapes, keyed as status documents
     if as_json:
         con.print_json(info)
         return
@@ -125,7 +127,8 @@ def ls_(as_json: bool = typer.Option(False, "--json", help="Machine-readable out
     from ..providers import registry
     from ..core.models import ProviderName
     con = console()
-    rows = orch().ls([registry.get(p) for p in ProviderName], settings().project(project),
+    from ..control import inventory
+    rows = inventory.ls([registry.get(p) for p in ProviderName], settings().project(project),
                       lambda m: con.err.print(f"[yellow]! {m}[/]"))
     if as_json:
         con.print_json(rows)
@@ -176,11 +179,12 @@ def down(cluster: Optional[str] = CLUSTER,
             raise bad_input(f"down would delete {what}; refusing without confirmation", "pass --yes")
         if not con.confirm(f"Delete {what}?"):
             declined()
+    from ..control import down as down_flow
     from ..core.locks import cluster_lock
     with cluster_lock(st.name, "down", lambda m: con.err.print(f"[yellow]! {m}[/]")), con.Reporter() as rep:
         from ..core import state
         # as it is now (an `up` may have just run), or as found by its labels when there is no state
-        orch().down(state.load(st.name) or st, prov, rep, delete_bucket)
+        down_flow.down(state.load(st.name) or st, prov, rep, delete_bucket)
     con.err.print(f"[green]cluster {st.name} is down[/]")
 
 
@@ -192,7 +196,8 @@ def _from_labels(name: str, project: Optional[str], provider: Optional[str],
     proj = settings().project(project)
     if prov.inventory is None or not proj:
         raise missing
-    st = orch().from_labels(name, proj, prov)
+    from ..control import inventory
+    st = inventory.from_labels(name, proj, prov)
     if st is None:
         raise TpuctlError(ErrorKind.NOT_FOUND, f"no cluster named {name!r}, here or labelled in project {proj}",
                           "`tpuctl ls --project P` lists what carries tpuctl's label")
@@ -214,7 +219,7 @@ def _lifecycle(spec: "ClusterSpec", autostop: Optional[str], max_duration: Optio
                 else (getattr(prior.spec, attr) if prior else 0))
 
 
-from . import runs as cli_runs  # noqa: E402,F401 - registers the run commands after the cluster ones (their order in --help)
+from . import runs  # noqa: E402,F401 - registers the run commands after the cluster ones (their order in --help)
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

@@ -1,6 +1,6 @@
 """The typer app and what every command shares: the common options, where settings and the cluster come from,
-and lazy access to the console and the orchestrator (so `tpuctl --help` imports neither). The commands are in
-cli.py (clusters) and cli_runs.py (runs); cli.main is the entry point."""
+and lazy access to the console (so `tpuctl --help` imports no rich). The commands are in clusters.py and
+runs.py; tpuctl.cli.main is the entry point. The flows they call (control/) are imported inside each command."""
 from __future__ import annotations
 
 import sys
@@ -63,11 +63,6 @@ def console() -> ModuleType:
     return console
 
 
-def orch() -> ModuleType:
-    from ..control import orchestrator
-    return orchestrator
-
-
 def interactive() -> bool:
     return sys.stdin.isatty()
 
@@ -79,7 +74,8 @@ def declined() -> None:
 
 def cluster_and_provider(cluster: Optional[str], provider: Optional[str]) -> "tuple[ClusterState, Provider]":
     from ..providers import registry
-    st = orch().load(cluster_name(cluster))
+    from ..control.status import load
+    st = load(cluster_name(cluster))
     if provider and provider != st.spec.provider.value:
         raise bad_input(f"cluster {st.name} uses provider {st.spec.provider.value}, not {provider}",
                         "drop --provider")

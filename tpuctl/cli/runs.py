@@ -1,5 +1,5 @@
 """The run commands: submit (and its dry run), logs, download, tensorboard, ssh, jobs, cancel. Registered on the
-app when cli.py imports this module."""
+app when clusters.py imports this module."""
 from __future__ import annotations
 
 import sys
@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, List, Optional
 
 import typer
 
-from .common import CLUSTER, PROVIDER, app, check_worker, cluster_and_provider, cluster_name, console, orch
+from .common import CLUSTER, PROVIDER, app, check_worker, cluster_and_provider, cluster_name, console
 from ..core.errors import ErrorKind, ExitCode, TpuctlError, bad_input
 
 if TYPE_CHECKING:
@@ -68,7 +68,8 @@ def submit(ctx: typer.Context,
     st, prov = cluster_and_provider(cluster, provider)
     with con.Reporter() as rep:
         if down:   # refused before the run exists when the host could not end the compute after it
-            orch().arm(st, prov, lambda s: rep.resource("--down", "host", s))
+            from ..control.up import arm
+            arm(st, prov, lambda s: rep.resource("--down", "host", s))
         run_id, _ = submission.submit(st, prov, job, list(ctx.args), rep.transfer, rep, down_after=down)
     if detach:
         print(run_id)

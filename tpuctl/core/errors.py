@@ -1,7 +1,7 @@
 """The one error type tpuctl raises, its kinds, how far a failure reaches, and the exit code each kind maps to.
 
 The CLI prints `message` and `hint` (no traceback) and exits with `ExitCode.of(kind)`. `scope` tells the
-orchestrator how far a capacity-like failure reaches: ZONE means the next zone may work, REGION means every zone of
+flows (control/up.py) how far a capacity-like failure reaches: ZONE means the next zone may work, REGION means every zone of
 that region is out, GLOBAL means no other placement will help.
 """
 from __future__ import annotations

@@ -245,7 +245,7 @@ def cluster_record(st: ClusterState, tpu_address: str, teardown: str = "",
     """`tpuctl/cluster.json`: what a host's agent reads from the store (the provider decides `tpu_address`:
     "local" on a TPU VM, grpc://IP:8470 beside a legacy node, "" without a TPU; and `teardown`, how worker 0's
     agent ends the compute itself (lifecycle.py): "exit" for the local agent, "gcp" for a host that deletes
-    `delete` (hostapi.Target records, in order) as its own identity). `written` tells one `up` from the next: the
+    `delete` (host/google_api.Target records, in order) as its own identity). `written` tells one `up` from the next: the
     host answers each with a teardown check. `grants` are those `up` added on the store, so that `down` from the
     labels alone (no local state) revokes exactly them."""
     from .. import __version__

@@ -1,6 +1,6 @@
-"""The contract between the orchestrator and where the compute lives. A provider owns its topology: how a
+"""The contract between the flows (control/) and where the compute lives. A provider owns its topology: how a
 ClusterSpec becomes resources, their plan rows and price, what the host runs at boot, the cluster record, and
-how its store is opened. The orchestrator owns only what every provider shares (validate, plan, confirm, create
+how its store is opened. The flows own only what every provider shares (validate, plan, confirm, create
 across placements with failover, undo what this run created, save state, tear down) and never asks which
 provider or architecture it is talking to: it asks for a capability (`grants`, `inventory`) instead.
 
@@ -20,7 +20,7 @@ Rules every implementation follows:
   REGION; everything else is GLOBAL.
 - `ensure_compute` cleans up after itself when it fails part-way (e.g. the legacy node's TPU when its VM could
   not be made), so a failed placement leaves nothing behind; on success it returns what it created, each with
-  the undo the orchestrator runs if a later step of the same `up` fails.
+  the undo `up` runs if a later step of the same `up` fails.
 """
 from __future__ import annotations
 

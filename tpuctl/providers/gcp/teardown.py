@@ -1,5 +1,5 @@
 """A Google Cloud host ending its own compute (autostop, --max-duration, submit --down): what it deletes, and
-whether its identity may, as the host itself reported it (agent.check_teardown, hostapi.py).
+whether its identity may, as the host itself reported it (host/autostop.py, host/google_api.py).
 
 Why no narrow grant: IAM Conditions can scope a role to one resource by `resource.name` only for the services
 listed at cloud.google.com/iam/docs/conditions-resource-attributes ("Other services and resource types do not

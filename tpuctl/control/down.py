@@ -1,0 +1,48 @@
+"""`down`: delete what `up` made (compute, then the grants it added), keep the store unless asked, and remember a
+kept cluster as down so its runs' logs and outputs stay reachable by name."""
+from __future__ import annotations
+
+import time
+
+from ..core import state
+from ..core.errors import TpuctlError
+from ..core.models import ClusterState, HostFacts, Phase
+from ..providers.base import Provider, Reporter, progress_of
+
+
+def down(st: ClusterState, provider: Provider, reporter: Reporter, delete_store: bool) -> None:
+    errors = []
+    try:
+        provider.delete_compute(st, reporter)
+        st.compute_ended(time.time())
+    except TpuctlError as e:
+        errors.append(e)
+    if st.grants and provider.grants is not None:
+        try:
+            provider.grants.revoke(st.spec, st.grants)
+            for m in sorted({g.member for g in st.grants}):
+                reporter.resource("grant", m, "revoked")
+            st.grants = []
+            state.save(st)
+        except TpuctlError as e:
+            errors.append(e)
+    if delete_store:
+        try:
+            provider.delete_store(st, progress_of(reporter, provider.store_noun, st.spec.store))
+            reporter.resource(provider.store_noun, st.spec.store, "deleted")
+        except TpuctlError as e:
+            errors.append(e)
+    else:
+        reporter.info(f"kept {provider.store_noun} {st.spec.store}: `tpuctl logs/jobs/download -c {st.name}` still "
+                      f"read it; `tpuctl down -c {st.name} --delete-bucket` removes it and its contents")
+    if errors:
+        state.save(st)
+        first = errors[0]
+        raise TpuctlError(first.kind, f"down incomplete: {first.message}", first.hint or
+                          f"run `tpuctl down -c {st.name}` again")
+    if delete_store:
+        state.remove(st.name)
+        return
+    # Remembered as down with its store kept, so the runs' logs and outputs stay reachable by the cluster's name.
+    st.phase, st.host = Phase.DOWN, HostFacts()
+    state.save(st)

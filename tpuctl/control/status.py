@@ -1,0 +1,121 @@
+"""`status`: a cluster as recorded plus the provider's live view, what it has cost, whether autostop and the
+deadline are enforced, and whether its host ended the compute itself. Also what `ls` shows of each cluster."""
+from __future__ import annotations
+
+import time
+
+from ..core import layout, runs, state
+from ..core.errors import ErrorKind, TpuctlError
+from ..core.lifecycle import show_duration
+from ..core.models import ClusterState, Phase
+from ..core.store import BlobStore
+from ..providers.base import Provider
+
+
+def load(name: str) -> ClusterState:
+    st = state.load(name)
+    if st is None:
+        raise TpuctlError(ErrorKind.NOT_FOUND, f"no cluster named {name!r}",
+                          "`tpuctl ls` lists clusters; `tpuctl up -c NAME ...` makes one")
+    return st
+
+
+def status(st: ClusterState, provider: Provider) -> dict[str, object]:
+    """The cluster as recorded plus the provider's live view; keys in display order. `problem` and `fix` say what
+    is wrong with a cluster that should be running (a dead agent, a preempted TPU) and the command that mends it."""
+    price = provider.price(st.spec)
+    info: dict[str, object] = {"cluster": st.name, "provider": st.spec.provider.value, "phase": st.phase.value,
+                               **provider.summary(st), "store": st.spec.store,
+                               "price": "nothing billed" if st.phase is Phase.DOWN else price.text,
+                               "grants": [f"{g.role} -> {g.member}" for g in st.grants]}
+    record = _stopped_record(st, provider) if st.phase is Phase.READY else {}   # read once: stop and failure
+    stopped = _stop_in(st, record)
+    info.update(_cost(st, price.hourly))
+    armed = _armed(st, provider, record) if (st.spec.autostop or st.deadline) and st.phase is Phase.READY and not stopped \
+        else ""
+    if st.spec.autostop:
+        fires = _autostop_at(provider.store(st)) if st.phase is Phase.READY and not stopped and not armed else 0.0
+        info["autostop"] = (f"after {show_duration(st.spec.autostop)} with no run"
+                            + (f" (next: {when(fires)} if still idle)" if fires else "") + armed)
+    if st.deadline and st.phase is Phase.READY and not stopped:
+        info["deadline"] = when(st.deadline) + armed
+    if st.phase is Phase.DOWN:
+        info["resources"] = {}
+        info["problem"] = ""
+        info["fix"] = f"tpuctl up -c {st.name} brings it back; logs, jobs and download work while it is down"
+        return info
+    if stopped:
+        info["phase"] = "stopped"
+        info["stopped"] = f"{stopped[0]} at {when(stopped[1])}"
+        info["resources"] = {}
+        info["problem"] = ""
+        info["fix"] = f"tpuctl up -c {st.name} brings it back"
+        return info
+    info["resources"] = provider.describe(st)
+    found = provider.problem(st) if st.phase is Phase.READY else None
+    info["problem"], info["fix"] = found if found else ("", "")
+    return info
+
+
+def _armed(st: ClusterState, provider: Provider, record: dict[str, object]) -> str:
+    """"" when the host said it can end the compute itself and has not failed to (`record`, its stop record);
+    else why it is NOT enforced."""
+    said = provider.enforcement(st)
+    failed = record.get("failed")
+    why = ([] if said.able else [said.text]) + ([f"the host's attempt to end it failed: {failed}"] if failed else [])
+    return f" - NOT ENFORCED: {'; '.join(why)}" if why else ""
+
+
+def _cost(st: ClusterState, hourly: float | None) -> dict[str, object]:
+    """Compute time summed over every period the cluster's compute existed (recreations included) at the
+    catalog price of its type; region differences are ignored."""
+    seconds = st.compute_seconds(time.time())
+    h, m = divmod(int(seconds) // 60, 60)
+    return {"uptime": f"{h}h{m:02d}m", "cost_so_far_usd": None if hourly is None else round(seconds / 3600 * hourly, 2)}
+
+
+def _autostop_at(store: BlobStore) -> float:
+    """When worker 0's agent will end the compute if no run starts (its last heartbeat says), or 0."""
+    return max([float(b.get("autostop_at") or 0.0) for b in runs.heartbeats(store) if b.get("worker") == 0],
+               default=0.0)
+
+
+def when(t: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+
+
+def _stopped_record(st: ClusterState, provider: Provider) -> dict[str, object]:
+    """The host's own record of ending the compute (lifecycle.py) when it is about the compute `up` made last."""
+    if not st.periods:
+        return {}
+    try:
+        rec = runs.read_object(provider.store(st), layout.STOPPED)
+    except TpuctlError:
+        return {}
+    if float(str(rec.get("time", 0))) < st.periods[-1][0]:
+        return {}   # about an earlier compute: `up` has made a new one since (or none at all)
+    return rec
+
+
+def _stop_in(st: ClusterState, rec: dict[str, object]) -> tuple[str, float] | None:
+    """(why, when) of a stop record; the period of compute (and cost) it ended is closed in the state. A record of
+    a deletion Google refused is not a stop (status shows it as a failure)."""
+    if not rec or rec.get("failed"):
+        return None
+    if st.compute_since:
+        st.compute_ended(float(str(rec["time"])))
+        state.save(st)
+    return str(rec.get("reason", "")), float(str(rec["time"]))
+
+
+def stopped_by_host(st: ClusterState, provider: Provider) -> tuple[str, float] | None:
+    """(why, when) the host ended the compute `up` made last, if it did."""
+    return _stop_in(st, _stopped_record(st, provider))
+
+
+def store_bytes(st: ClusterState, provider: Provider) -> int | None:
+    """What a kept store holds, in bytes (None when it cannot be listed)."""
+    try:
+        return sum(size for _, size in provider.store(st).list(""))
+    except Exception:  # noqa: BLE001 - a size is a nicety in `ls`: a store that cannot be listed shows none
+        return None
