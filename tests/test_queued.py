@@ -124,3 +124,26 @@ def test_the_host_of_a_queued_tpu_deletes_its_request_when_autostop_fires(live_h
     asked = [(m, p) for m, p, who in cloud.tpu.rest_calls]
     assert asked[0] == ("DELETE", f"/v2/{QR}?force=true")
     assert json.loads(cli("status", "-c", "q", "--json")[1])["phase"] == "stopped"
+
+
+def test_two_ups_racing_on_one_request_never_delete_each_others(cloud, cli):
+    """Another machine's `up` of the same cluster makes the request first (this `up` meets ALREADY_EXISTS); the
+    request then FAILS. This `up` adopted it under the other's nonce, so it moves on without deleting it: the request
+    (and whatever TPU it brings) is the other machine's to clean up."""
+    from google.cloud import tpu_v2
+    cloud.tpu.qr_plans[ZONE] = ["ACCEPTED", "WAITING_FOR_RESOURCES", "FAILED"]
+
+    def other_machine_requests_first():
+        cloud.foreign.add(f"queued resource {QR}")   # the other machine's `down` removes it
+        parent = f"projects/{PROJECT}/locations/{ZONE}"
+        node = tpu_v2.Node(accelerator_type="v5litepod-8", labels={"tpuctl-cluster": "q", "tpuctl-nonce": "0ther000"})
+        cloud.tpu.create_qr(2, tpu_v2.CreateQueuedResourceRequest(
+            parent=parent, queued_resource_id="tpuctl-q-qr", queued_resource=tpu_v2.QueuedResource(
+                tpu=tpu_v2.QueuedResource.Tpu(node_spec=[tpu_v2.QueuedResource.Tpu.NodeSpec(
+                    parent=parent, node_id="tpuctl-q", node=node)]))), None)
+    cloud.tpu.before["CreateQueuedResource"].append(other_machine_requests_first)
+    code, out, err = cli("up", "--type", "v5litepod-8", "--zone", ZONE, "-c", "q", "--queued", "--yes")
+    assert "requested by another `up` of cluster q (its nonce 0ther000)" in err, err
+    assert code == 4 and "FAILED" in err, err
+    assert QR in cloud.tpu.queued and _qr_state(cloud) == "FAILED"   # left for the machine that made it
+    assert _calls(cloud, "DeleteQueuedResource") == []

@@ -83,11 +83,12 @@ class QueuedApi:
                 op = call(self.client.create_queued_resource, parent=parent, queued_resource_id=name,
                           queued_resource=request, what=f"request {spec.tpu_type} in {zone}")
                 self.nodes.wait_operation(op, f"request {spec.tpu_type} in {zone}", 600.0, progress)
+                ours = True
             except TpuctlError as e:
                 from google.api_core.exceptions import Conflict
-                if not isinstance(e.__cause__, Conflict):   # our own create whose answer was lost: adopt it
+                if not isinstance(e.__cause__, Conflict):   # ALREADY_EXISTS (409)
                     raise
-            ours = True
+                ours = self._adopt(spec, zone, nonce, progress)
         try:
             self._wait_active(spec, zone, progress)
         except TpuctlError:
@@ -95,6 +96,24 @@ class QueuedApi:
                 self.delete(spec, zone, progress)
             raise
         return ours
+
+    def _adopt(self, spec: ClusterSpec, zone: str, nonce: str, progress: Progress) -> bool:
+        """A create that met ALREADY_EXISTS: ours when the request carries this run's nonce (our create whose answer
+        was lost), else another machine's `up` of the same cluster got there first: adopted, never deleted by this
+        run, as TpuApi.create does for nodes."""
+        qr = self.find(spec.qr_name, zone)
+        if qr is None:
+            raise TpuctlError(ErrorKind.ERROR, f"queued resource {spec.qr_name} answered ALREADY_EXISTS, then vanished",
+                              "another `tpuctl up` or `down` of this cluster may be running: run the command again")
+        labels = self.labels(qr)
+        require_owned(labels, spec.name, f"queued resource {spec.qr_name} in {zone}")
+        theirs = labels.get(NONCE_LABEL, "")
+        if theirs == nonce:
+            progress("requested by this run, answer lost: adopting")
+            return True
+        progress(f"requested by another `up` of cluster {spec.name} (its nonce {theirs or 'unset'}): adopting; "
+                 "this run will not delete it")
+        return False
 
     def _wait_active(self, spec: ClusterSpec, zone: str, progress: Progress) -> None:
         name = spec.qr_name
