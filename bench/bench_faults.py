@@ -43,6 +43,7 @@ def leftovers(tpu, compute, gcs, bucket):
 
 def main():
     tpu, compute, gcs = FakeTpu(delay=DELAY), FakeCompute(delay=DELAY), FakeGcs()
+    tpu.tpu_nodes_allowed = True   # the legacy node path, as for a project Google still lets make Nodes
     gcs.iam_delay = 0.5
     os.environ.update(TPU_EMULATOR_HOST=tpu.start(), COMPUTE_EMULATOR_HOST=compute.start(),
                       STORAGE_EMULATOR_HOST=gcs.start(), GOOGLE_CLOUD_PROJECT=PROJECT,

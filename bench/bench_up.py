@@ -29,6 +29,7 @@ def run_cli(*args):
 
 def main():
     tpu, compute, gcs = FakeTpu(delay=DELAY), FakeCompute(delay=DELAY), FakeGcs()
+    tpu.tpu_nodes_allowed = True   # the legacy node path, as for a project Google still lets make Nodes
     os.environ.update(TPU_EMULATOR_HOST=tpu.start(), COMPUTE_EMULATOR_HOST=compute.start(),
                       STORAGE_EMULATOR_HOST=gcs.start(), GOOGLE_CLOUD_PROJECT="bench-proj",
                       TPUCTL_HOME=tempfile.mkdtemp(), TPUCTL_CONFIG="/nonexistent")

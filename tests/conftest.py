@@ -76,7 +76,7 @@ def env(tmp_path, monkeypatch):
 
 
 @pytest.fixture
-def cloud(env, _servers, monkeypatch, tmp_path):
+def cloud(env, _servers, monkeypatch, tmp_path, request):
     (tpu, compute, gcs, iam), (th, ch, sh, rh, trh) = _servers
     monkeypatch.setenv("TPU_EMULATOR_HOST", th)
     monkeypatch.setenv("RESOURCE_MANAGER_EMULATOR_HOST", rh)
@@ -91,6 +91,7 @@ def cloud(env, _servers, monkeypatch, tmp_path):
         fake.lost.clear()
         fake.calls.clear()
     tpu.nodes = {1: {}, 2: {}}
+    tpu.tpu_nodes_allowed = request.node.get_closest_marker("tpu_nodes") is not None
     tpu.rest_calls.clear()
     tpu.queued, tpu.qr_plan, tpu.qr_plans, tpu.qr_step = {}, list(QR_PLAN), {}, 0.0
     iam.reset(f"{compute.project_number}-compute@developer.gserviceaccount.com")

@@ -52,6 +52,7 @@ def test_quota_limit_429_fails_over_without_retrying(cloud, cli, where, landed, 
     assert state.load("bert").zone == landed
 
 
+@pytest.mark.tpu_nodes
 def test_compute_quota_403_fails_over_to_another_region_and_removes_the_tpu(cloud, cli):
     # Compute's synchronous quota answer: HTTP 403, reason quotaExceeded (GCP_FACTS §5).
     cloud.compute.faults["insert"].append((403, "quotaExceeded", "Quota 'CPUS' exceeded. Limit: 24.0 in region "
@@ -65,6 +66,7 @@ def test_compute_quota_403_fails_over_to_another_region_and_removes_the_tpu(clou
 
 
 @pytest.mark.parametrize("status", ["FAILED_PRECONDITION", "INVALID_ARGUMENT"])
+@pytest.mark.tpu_nodes
 def test_tpu_node_denial(cloud, cli, status):
     # SkyPilot PR #5593: 400 FAILED_PRECONDITION "Your request to provision TPU Node has been denied ..."; the text
     # decides, whatever the code (GCP_FACTS §1 saw it as a plain 400 too)
@@ -106,3 +108,16 @@ def _http_error(status, body):
 def test_rest_payloads_as_sent(status, body, expect):
     e = classify(_http_error(status, body))
     assert (e.kind, e.scope, e.retryable) == expect
+
+
+def test_a_denied_tpu_node_says_googles_words_and_never_makes_the_vm(cloud, cli):
+    """The default fake answers v1 CreateNode as Google does today (no TPU Node access): one line with Google's own
+    words and the way out, and the companion VM is asked for only after Google accepted the node, so never here."""
+    code, out, err = cli("up", "--type", "v2-8", "--zone", "us-central1-b", "--arch", "node", "-c", "old")
+    assert code == 6, err
+    lines = [ln for ln in err.splitlines() if ln.startswith("error:")]
+    assert len(lines) == 1, err
+    assert "provision TPU Node has been denied" in lines[0] and "migrate to TPU VM Architecture" in lines[0], err
+    assert "--arch vm" in err and "Traceback" not in err
+    assert not [c for c in cloud.compute.calls if "insert" in str(c)], cloud.compute.calls
+    assert not cloud.compute.instances and not cloud.tpu.nodes[1]

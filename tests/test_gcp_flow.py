@@ -65,6 +65,7 @@ def test_up_status_down_vm(cloud, cli):
     assert state.load("bert").phase.value == "down"   # remembered: its logs and outputs are still reachable
 
 
+@pytest.mark.tpu_nodes
 def test_up_status_down_node(cloud, cli):
     code, out, err = cli("up", "--type", "v2-8", "--zone", "us-central1-b", "-c", "bert", "--arch", "node")
     assert code == 0, err
@@ -124,6 +125,7 @@ def test_stockout_everywhere_fails_and_cleans_up(cloud, cli):
     assert state.load("bert") is None
 
 
+@pytest.mark.tpu_nodes
 def test_node_vm_stockout_moves_on_and_removes_the_tpu(cloud, cli):
     cloud.compute.op_faults["insert"].append(("ZONE_RESOURCE_POOL_EXHAUSTED",
                                               "The zone 'us-central1-b' does not have enough resources available"))

@@ -41,6 +41,7 @@ def test_down_refuses_to_delete_a_tpu_that_lost_its_label(cloud, cli):
     assert state.load("bert") is not None                   # nothing forgotten: down can be retried
 
 
+@pytest.mark.tpu_nodes
 def test_up_refuses_to_adopt_an_unlabelled_vm_and_removes_the_tpu_it_made(cloud, cli):
     cloud.compute.instances[(PROJECT, ZONE, "tpuctl-bert-vm")] = {"name": "tpuctl-bert-vm", "status": "RUNNING",
                                                                   "labels": {}, "zone": ZONE}
@@ -51,6 +52,7 @@ def test_up_refuses_to_adopt_an_unlabelled_vm_and_removes_the_tpu_it_made(cloud,
     assert not cloud.tpu.nodes[1]                           # the TPU this attempt made is gone again
 
 
+@pytest.mark.tpu_nodes
 def test_down_refuses_to_delete_a_vm_that_lost_its_label(cloud, cli):
     assert cli("up", "--type", "v2-8", "--zone", ZONE, "--arch", "node", "-c", "bert")[0] == 0
     cloud.compute.instances[(PROJECT, ZONE, "tpuctl-bert-vm")]["labels"] = {}
@@ -233,6 +235,7 @@ def test_a_failed_wait_on_another_machines_tpu_does_not_delete_it(cloud, cli):
     assert TPU in cloud.tpu.nodes[2]               # ...but it is the other machine's to delete, not ours
 
 
+@pytest.mark.tpu_nodes
 def test_a_vm_insert_whose_answer_was_lost_is_adopted_and_another_machines_vm_kept(cloud, cli):
     cloud.compute.lost["insert"] = 1                 # applied, answered 503: the retry meets 409 alreadyExists
     code, out, err = cli("up", "--type", "v2-8", "--zone", ZONE, "--arch", "node", "-c", "bert")

@@ -15,6 +15,7 @@ def _orphans(cli):
     return sorted((r["kind"], r["name"], r["remove"]) for r in json.loads(out) if r["orphan"])
 
 
+@pytest.mark.tpu_nodes
 def test_ls_lists_a_lost_node_clusters_tpu_vm_and_bucket_and_down_removes_them_from_labels(cloud, cli):
     assert cli("up", "--type", "v2-8", "--zone", "us-central1-b", "-c", "old", "--arch", "node")[0] == 0
     (state.home() / "clusters" / "old.json").unlink()                # the state file is lost

@@ -22,6 +22,7 @@ def test_a_missing_tpu_permission_stops_up_before_anything_is_made(rm, cloud, cl
     assert len(rm.calls) == 1 and "tpu.nodes.create" in rm.calls[0][1]
 
 
+@pytest.mark.tpu_nodes
 def test_the_node_architecture_also_needs_compute(rm, cloud, cli):
     rm.held = {p for p in ("tpu.nodes.create", "tpu.nodes.delete", "tpu.nodes.get", "tpu.operations.get")}
     code, out, err = cli("up", "--type", "v2-8", "--zone", "us-central1-b", "-c", "old", "--arch", "node", "--yes")

@@ -58,6 +58,7 @@ def test_submit_down_on_gcp_the_host_deletes_its_tpu_after_the_run(live_hosts, c
     assert "(submit --down)" in json.loads(cli("status", "-c", "sd", "--json")[1])["stopped"]
 
 
+@pytest.mark.tpu_nodes
 def test_the_legacy_nodes_vm_deletes_the_node_then_itself(live_hosts, cloud, cli):
     code, out, err = cli("up", "--type", "v2-8", "--zone", "us-central1-b", "--arch", "node", "-c", "nd",
                          "--max-duration", "4s")

@@ -105,6 +105,7 @@ def test_a_four_host_slice_runs_tensorflow_once_and_jax_everywhere(hosts, cloud,
     assert not hosts.hosts
 
 
+@pytest.mark.tpu_nodes
 def test_the_legacy_nodes_vm_boots_and_waits_for_the_tpu_address(hosts, cloud, cli, tmp_path):
     code, out, err = cli("up", "--type", "v2-8", "--zone", "us-central1-b", "--arch", "node", "-c", "legacy")
     assert code == 0, err

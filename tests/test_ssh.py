@@ -32,6 +32,7 @@ def test_ssh_to_a_tpu_vm_worker_with_a_command(cloud, cli, gcloud):
     assert code == 2 and "--worker takes 0 to 0" in err
 
 
+@pytest.mark.tpu_nodes
 def test_ssh_beside_a_legacy_node_goes_to_its_vm(cloud, cli, gcloud):
     assert cli("up", "--type", "v2-8", "--zone", "us-central1-b", "-c", "old", "--arch", "node")[0] == 0
     assert cli("ssh", "-c", "old")[0] == 7

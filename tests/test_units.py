@@ -104,6 +104,14 @@ def test_classification(code, message, expect):
     assert (e.kind, e.scope, e.retryable) == expect
 
 
+def test_insufficient_reserved_capacity_is_a_stockout_even_without_a_reservation():
+    # Google answers it to requests that named no reservation (skypilot-org/skypilot#4579): the hint must not send
+    # the user looking for a reservation to drop.
+    hint = classify_text("RESOURCE_EXHAUSTED", "Insufficient reserved capacity. Contact customer support.").hint
+    assert "reservation is full" not in hint and "even when no reservation was asked for" in hint
+    assert "--zone" in hint and "--spot" in hint
+
+
 def test_classify_google_exceptions():
     from google.api_core import exceptions as g
     assert classify(g.ResourceExhausted('There is no more capacity in the zone "z"')).scope == "zone"

@@ -56,8 +56,13 @@ def error_status(code: int, message: str, reason: str = "") -> status_pb2.Status
     return status
 
 
+NODE_DENIED = ("Your request to provision TPU Node has been denied. Please migrate to TPU VM Architecture or contact "
+               "Cloud TPU team to gain TPU Node access.")
+
+
 class FakeTpu:
     def __init__(self, delay: float = 0.0, project_number: int = 424242):
+        self.tpu_nodes_allowed = False   # a project Google still lets make TPU Nodes (tests mark tpu_nodes)
         self.delay = delay
         self.project_number = project_number
         self.nodes = {1: {}, 2: {}}
@@ -268,6 +273,10 @@ class FakeTpu:
 
     def create_node(self, v, req, context):
         self._zone(req.parent, context)
+        if v == 1 and not self.tpu_nodes_allowed:
+            # What Google answers a project without TPU Node access, HTTP 400 (skypilot-org/skypilot#5593; GCP_FACTS
+            # §1, §5): the architecture is retired for new creates.
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, NODE_DENIED)
         name = f"{req.parent}/nodes/{req.node_id}"
         if name in self.nodes[v]:
             context.abort(grpc.StatusCode.ALREADY_EXISTS, f"Resource '{name}' already exists")

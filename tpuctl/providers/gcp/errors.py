@@ -40,8 +40,12 @@ TABLE: list[tuple[str, ErrorKind, Scope, bool, str]] = [
      ErrorKind.CAPACITY, Scope.REGION, False, _QUOTA_HINT),
     (r"Quota '[^']*' (exhausted|exceeded)|QUOTA_EXCEEDED|\bquotaExceeded\b",
      ErrorKind.CAPACITY, Scope.ZONE, False, _QUOTA_HINT),
+    # Code 8 "Insufficient reserved capacity. Contact customer support..." also answers requests that named no
+    # reservation (skypilot-org/skypilot#4579): it is a stockout, not a sign that a reservation was used.
     (r"Insufficient reserved capacity",
-     ErrorKind.CAPACITY, Scope.ZONE, False, "the reservation is full: drop the reservation, use --spot, or try another zone"),
+     ErrorKind.CAPACITY, Scope.ZONE, False,
+     "Google has no capacity for this type here (it says 'reserved' even when no reservation was asked for): add "
+     "more --zone values, try --spot or --queued, or retry later"),
     (r"accelerator \S+ was not found in zone|accelerator type .* not (found|available)",
      ErrorKind.INPUT, Scope.ZONE, False, "this zone does not offer that type: try a zone from Google's TPU regions page"),
     # In the ErrorInfo reason only (see above): the organisation's location policy forbids the region.

@@ -4,6 +4,8 @@ fails. The Provider contract's rules (../base.py) hold: what is adopted carries 
 placement leaves nothing behind, and each creation comes with its undo."""
 from __future__ import annotations
 
+from typing import Callable
+
 from ...core.background import Background
 from ...core.errors import TpuctlError
 from ...core.models import Arch, ClusterSpec, ClusterState, HostFacts, require_owned
@@ -31,21 +33,28 @@ class Topology:
         return self._ensure_node_and_vm(st, reporter)
 
     def _ensure_node_and_vm(self, st: ClusterState, reporter: Reporter) -> Compute:
-        """TPU Node and companion VM at once; if either fails, the other is removed before the error goes up."""
+        """TPU Node and companion VM at once: the VM is asked for as soon as Google has accepted the node (its create
+        answered with an operation, or the node is there already), so a denied node (Google refuses new TPU Nodes to
+        most projects: FAILED_PRECONDITION, skypilot-org/skypilot#5593) makes no VM and spends no CPU quota. If either
+        fails, the other is removed before the error goes up."""
         spec = st.spec
         script = render(spec.store, spec.name, "node-vm", spec.tpu_type, "", st.runtime)
-        vm = Background(lambda: self._ensure_vm(st, script, progress_of(reporter, "vm", spec.vm_name)))
+        vm: list[Background[bool]] = []
+
+        def start_vm() -> None:
+            if not vm:
+                vm.append(Background(lambda: self._ensure_vm(st, script, progress_of(reporter, "vm", spec.vm_name))))
         made: list[Created] = []
         tpu_facts = HostFacts()
         errors: list[TpuctlError] = []
         try:
-            created, tpu_facts = self._ensure_tpu(st, "", progress_of(reporter, "tpu", spec.tpu_name))
+            created, tpu_facts = self._ensure_tpu(st, "", progress_of(reporter, "tpu", spec.tpu_name), start_vm)
             if created:
                 made.append(self._created_tpu(st, reporter))
         except TpuctlError as e:
             errors.append(e)
         try:
-            if vm.result():
+            if vm and vm[0].result():
                 zone = st.zone
                 made.append(Created("vm", spec.vm_name, lambda: self._delete_vm(
                     spec, zone, progress_of(reporter, "vm", spec.vm_name))))
@@ -68,7 +77,8 @@ class Topology:
             QueuedApi(spec.project).delete(spec, zone, progress_of(reporter, "queued", spec.qr_name))
         self.tpu(spec).delete(spec.tpu_name, zone, spec.name, progress)
 
-    def _ensure_tpu(self, st: ClusterState, script: str, progress: Progress) -> tuple[bool, HostFacts]:
+    def _ensure_tpu(self, st: ClusterState, script: str, progress: Progress,
+                    accepted: Callable[[], None] = lambda: None) -> tuple[bool, HostFacts]:
         spec, zone = st.spec, st.zone
         api = self.tpu(spec)
         sa = spec.service_account or (self.grants.default_service_account(spec.project) if spec.arch is Arch.VM
@@ -92,9 +102,10 @@ class Topology:
                     api.wait_state(spec.tpu_name, zone, {"STOPPED"}, 900, progress)
                 api.start(spec.tpu_name, zone, progress)
             if node is not None:
+                accepted()
                 api.wait_state(spec.tpu_name, zone, {"READY"}, 1800, progress)
                 return False, facts(api.get(spec.tpu_name, zone))
-        created = api.create(spec, zone, st.runtime, script, sa, self.nonce, progress)
+        created = api.create(spec, zone, st.runtime, script, sa, self.nonce, progress, accepted)
         return created, facts(api.get(spec.tpu_name, zone))
 
     def _ensure_vm(self, st: ClusterState, script: str, progress: Progress) -> bool:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import importlib
 import re
 from types import ModuleType
-from typing import Any
+from typing import Any, Callable
 
 from ...core.errors import ErrorKind, TpuctlError
 from ...core.models import LABEL, Arch, ClusterSpec, HostFacts, require_owned
@@ -123,11 +123,12 @@ class TpuApi:
         return wait(poll, f"TPU {name}", deadline, progress)
 
     def create(self, spec: ClusterSpec, zone: str, runtime: str, script: str, service_account: str,
-               nonce: str, progress: Progress) -> bool:
+               nonce: str, progress: Progress, accepted: Callable[[], None] = lambda: None) -> bool:
         """Create and wait until READY; True when THIS run's create made the node. The node carries this run's
         `nonce` label, which tells a create whose answer was lost (its retry meets ALREADY_EXISTS: ours, adopted as
         made by us) from another machine's `up` of the same cluster that got there first (adopted, never deleted).
-        On failure only a node with our nonce is removed."""
+        On failure only a node with our nonce is removed. `accepted` is called once Google has taken the create (or
+        the node exists), before the wait for READY."""
         labels = {**spec.labels, NONCE_LABEL: nonce}
         node = self.build_node(spec, runtime, script, service_account, labels)
         parent = f"projects/{self.project}/locations/{zone}"
@@ -136,6 +137,7 @@ class TpuApi:
             try:
                 op = call(self.client.create_node, parent=parent, node_id=spec.tpu_name, node=node,
                           what=f"create TPU {spec.tpu_name} in {zone}")
+                accepted()
                 self.wait_operation(op, f"create TPU {spec.tpu_name} in {zone}", CREATE_DEADLINE, progress)
                 ours = True
             except TpuctlError as e:
@@ -145,6 +147,7 @@ class TpuApi:
                 existing = self.get(spec.tpu_name, zone)
                 require_owned(existing.labels, spec.name, f"TPU {spec.tpu_name} in {zone}")
                 ours = existing.labels.get(NONCE_LABEL) == nonce
+                accepted()
                 progress("created by this run, answer lost: adopting" if ours else "made by another `up`: adopting")
             self.wait_state(spec.tpu_name, zone, {"READY"}, CREATE_DEADLINE, progress)
             return ours
