@@ -118,3 +118,59 @@ def test_the_fake_apis_authenticate_the_host(cloud):
     assert e.value.code == 401
     assert _rest_delete(cloud, name, "nobody@x.iam.gserviceaccount.com") == 403
     assert _rest_delete(cloud, name, DEFAULT_SA) == 404          # allowed, but there is no such node
+
+
+# -- asked before anything is made (issue 19): the API off, or an identity with no role that can delete ------------
+@pytest.fixture
+def short_arm(monkeypatch):
+    monkeypatch.setenv("TPUCTL_TEARDOWN_WAIT", "3")   # without the check up would wait this long for a host, then fail
+
+
+def test_autostop_with_resource_manager_off_says_so_and_makes_nothing(cloud, cli, short_arm):
+    cloud.iam.disabled = True
+    code, out, err = cli("up", "--type", "v3-8", "--zone", "us-central1-b", "-c", "rm", "--autostop", "1h", "--yes")
+    assert code == 5, err
+    assert "the cloudresourcemanager.googleapis.com API is disabled" in err
+    assert f"gcloud services enable cloudresourcemanager.googleapis.com --project {PROJECT}" in err
+    assert "roles/tpu.admin" not in err                          # not mistaken for a missing grant
+    assert cloud.mutating_calls() == [] and state.load("rm") is None
+
+
+def test_without_autostop_resource_manager_off_never_blocks_up(cloud, cli):
+    cloud.iam.disabled = True
+    code, out, err = cli("up", "--type", "v3-8", "--zone", "us-central1-b", "-c", "rm", "--yes")
+    assert code == 0, err
+    assert "the cloudresourcemanager.googleapis.com API is disabled" in err   # said, as a warning
+
+
+def test_a_default_account_without_editor_is_refused_before_any_tpu_exists(cloud, cli, short_arm):
+    cloud.iam.withhold_default_editor()   # an organisation that keeps basic roles from default accounts
+    code, out, err = cli("up", "--type", "v3-8", "--zone", "us-central1-b", "-c", "lock", "--max-duration", "8h",
+                         "--yes")
+    assert code == 5, err
+    assert f"{DEFAULT_SA}, the identity the TPU would run as, holds no role with tpu.nodes.delete" in err
+    assert (f"gcloud projects add-iam-policy-binding {PROJECT} --member=serviceAccount:{DEFAULT_SA} "
+            "--role=roles/tpu.admin") in err
+    assert cloud.mutating_calls() == [] and not cloud.tpu.nodes[2]
+
+
+def test_what_the_project_policy_cannot_decide_is_left_to_the_host():
+    from tpuctl.providers.gcp.permissions import judge
+    sa = "serviceAccount:a@p.iam.gserviceaccount.com"
+    need = ["tpu.nodes.delete"]
+    assert judge([{"role": "roles/editor", "members": [sa]}], sa, need) == ([], [])
+    assert judge([{"role": "roles/logging.logWriter", "members": [sa]}], sa, need) == (need, [])
+    assert judge([{"role": "roles/tpu.viewer", "members": [sa]}], sa, need) == (need, [])
+    assert judge([{"role": "projects/p/roles/mine", "members": [sa]}], sa, need) == ([], need)   # custom
+    assert judge([{"role": "roles/tpu.admin", "members": [sa], "condition": {"expression": "x"}}], sa, need) == \
+        ([], need)
+    assert judge([{"role": "roles/tpu.admin", "members": ["user:b@x"]}], sa, need) == (need, [])
+
+
+def test_a_host_that_cannot_ask_says_which_api_is_off(live_hosts, cloud, cli, tmp_path):
+    cloud.iam.disabled = True
+    assert cli("up", "--type", "v3-8", "--zone", "us-central1-b", "-c", "off", "--yes")[0] == 0
+    code, out, err = cli("submit", str(make_job(tmp_path, "print('never')")), "-c", "off", "--down")
+    assert code == 5, err
+    assert "the host cannot check what its identity" in err and "cloudresourcemanager.googleapis.com API is" in err
+    assert "gcloud services enable cloudresourcemanager.googleapis.com" in err and "lacks" not in err

@@ -14,7 +14,16 @@ Documented behaviours modelled:
   cloud.google.com/iam/docs/conditions-resource-attributes ("Other services and resource types do not recognize
   resource attributes"): tpu.googleapis.com is not one, so a condition on a TPU's name never grants a TPU
   permission. A project-level testIamPermissions is about the project (projects/P, cloudresourcemanager).
-- `status` makes every call fail with that HTTP status (an API not enabled answers 403).
+- POST /v1/projects/{resource}:getIamPolicy answers the policy {"version", "etag", "bindings"}; the caller needs
+  resourcemanager.projects.getIamPolicy (cloud.google.com/resource-manager/reference/rest/v1/projects/getIamPolicy).
+- `disabled` answers every call as Google does in a project that has not enabled the API: 403 PERMISSION_DENIED
+  "Cloud Resource Manager API has not been used in project N before or it is disabled. Enable it by visiting
+  https://console.developers.google.com/apis/api/cloudresourcemanager.googleapis.com/overview?project=N then retry.
+  ..." (googleapis/python-resource-manager#129) with an ErrorInfo, reason SERVICE_DISABLED, naming the service
+  (cloud.google.com/apis/design/errors).
+- `status` makes every call fail with that HTTP status, for any other reason.
+- `withhold_default_editor()`: the project as an organisation enforcing
+  iam.managed.preventPrivilegedBasicRolesForDefaultServiceAccounts leaves it: the default account holds no role.
 """
 from __future__ import annotations
 
@@ -25,12 +34,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from fakes.wire import send_error, send_json
 
-_ROUTE = re.compile(r"^/v1/projects/(?P<project>[^/:]+):testIamPermissions$")
+_ROUTE = re.compile(r"^/v1/projects/(?P<project>[^/:]+):(?P<method>testIamPermissions|getIamPolicy)$")
 # Predefined roles as prefixes of the permissions they carry (a subset: what tpuctl and its hosts ask).
 ROLES = {
     "roles/owner": ("",),
     "roles/editor": ("tpu.", "compute.", "storage.", "iam.serviceAccounts.actAs"),
     "roles/tpu.admin": ("tpu.",),
+    "roles/viewer": ("resourcemanager.projects.get", "tpu.nodes.get", "tpu.nodes.list"),
     "roles/tpu.viewer": ("tpu.nodes.get", "tpu.nodes.list", "tpu.operations.get"),
     "roles/compute.instanceAdmin.v1": ("compute.instances.",),
 }
@@ -50,14 +60,20 @@ class FakeResourceManager:
     def __init__(self) -> None:
         self.held: set[str] | None = None
         self.status = 200
+        self.disabled = False
+        self.project_number = 424242
         self.calls: list[tuple[str, list[str]]] = []
         self.bindings: list[dict] = []   # {"role", "members", ["condition": {"expression"}]} as in an IAM policy
 
     def reset(self, default_account: str) -> None:
         """A fresh project: its Compute Engine default service account holds roles/editor, as Google grants it on
         projects made before the constraint iam.automaticIamGrantsForDefaultServiceAccounts (May 2024) applies."""
-        self.held, self.status, self.calls = None, 200, []
+        self.held, self.status, self.calls, self.disabled = None, 200, [], False
+        self.default_account = default_account
         self.bindings = [{"role": "roles/editor", "members": [f"serviceAccount:{default_account}"]}]
+
+    def withhold_default_editor(self) -> None:
+        self.bindings = [b for b in self.bindings if b["members"] != [f"serviceAccount:{self.default_account}"]]
 
     def allows(self, member: str | None, permission: str, resource: str, service: str) -> bool:
         if member is None:
@@ -94,10 +110,27 @@ class FakeResourceManager:
                 member = member_of(self.headers.get("Authorization"))
                 if member == "invalid":
                     return send_error(self, 401, "UNAUTHENTICATED", "Request had invalid authentication credentials.")
-                fake.calls.append((m["project"], body.get("permissions", [])))
+                fake.calls.append((m["project"], body.get("permissions", [m["method"]])))
+                if fake.disabled:
+                    n = fake.project_number
+                    return send_json(self, 403, {"error": {
+                        "code": 403, "status": "PERMISSION_DENIED",
+                        "message": f"Cloud Resource Manager API has not been used in project {n} before or it is "
+                                   "disabled. Enable it by visiting https://console.developers.google.com/apis/api/"
+                                   f"cloudresourcemanager.googleapis.com/overview?project={n} then retry. If you "
+                                   "enabled this API recently, wait a few minutes for the action to propagate to our "
+                                   "systems and retry.",
+                        "details": [{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "SERVICE_DISABLED",
+                                     "domain": "googleapis.com",
+                                     "metadata": {"service": "cloudresourcemanager.googleapis.com",
+                                                  "consumer": f"projects/{n}"}}]}})
                 if fake.status != 200:
-                    return send_error(self, fake.status, "PERMISSION_DENIED",
-                                      "Cloud Resource Manager API has not been used in project")
+                    return send_error(self, fake.status, "PERMISSION_DENIED", "The caller does not have permission")
+                if m["method"] == "getIamPolicy":
+                    if not fake.allows(member, "resourcemanager.projects.getIamPolicy", f"projects/{m['project']}",
+                                       "cloudresourcemanager.googleapis.com"):
+                        return send_error(self, 403, "PERMISSION_DENIED", "The caller does not have permission")
+                    return send_json(self, 200, {"version": 3, "etag": "BwYfake=", "bindings": fake.bindings})
                 held = [p for p in body.get("permissions", [])
                         if fake.allows(member, p, f"projects/{m['project']}", "cloudresourcemanager.googleapis.com")]
                 send_json(self, 200, {"permissions": held} if held else {})

@@ -6,6 +6,8 @@ that region is out, GLOBAL means no other placement will help.
 """
 from __future__ import annotations
 
+import re
+
 from enum import Enum, IntEnum
 
 
@@ -68,3 +70,19 @@ class TpuctlError(Exception):
 
 def bad_input(message: str, hint: str = "") -> TpuctlError:
     return TpuctlError(ErrorKind.INPUT, message, hint)
+
+
+_DISABLED = re.compile(r"apis/api/([a-z0-9.-]+\.googleapis\.com)|\"service\":\s*\"([a-z0-9.-]+\.googleapis\.com)\"")
+
+
+def disabled_api(status: int, payload: str) -> str:
+    """The service a Google answer says is not enabled in the project, else "". Google answers 403 PERMISSION_DENIED
+    "Cloud Resource Manager API has not been used in project N before or it is disabled. Enable it by visiting
+    https://console.developers.google.com/apis/api/cloudresourcemanager.googleapis.com/overview?project=N then
+    retry." (googleapis/python-resource-manager#129), with an ErrorInfo whose reason is SERVICE_DISABLED and whose
+    metadata names the service (cloud.google.com/apis/design/errors). Shared by the CLI and the host, which read
+    such answers with different clients."""
+    if status != 403 or not ("SERVICE_DISABLED" in payload or "has not been used in project" in payload):
+        return ""
+    m = _DISABLED.search(payload)
+    return (m.group(1) or m.group(2)) if m else ""

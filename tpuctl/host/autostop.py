@@ -75,5 +75,7 @@ class SelfStop:
             report["missing"] = [p for p in needed if p not in have]
         except Exception as e:  # noqa: BLE001 - cannot tell: never report able
             report["missing"], report["error"] = needed, f"{type(e).__name__}: {e}"
+            if isinstance(e, google_api.ApiError) and e.disabled:
+                report["disabled_api"] = e.disabled   # not a missing grant: an API to enable
         report["able"] = not report["missing"]
         a.store.write(layout.TEARDOWN_CHECK, json.dumps(report).encode())

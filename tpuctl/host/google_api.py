@@ -19,6 +19,8 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
+from ..core.errors import disabled_api
+
 _BASES = {"tpu": ("TPU_REST_EMULATOR_HOST", "https://tpu.googleapis.com"),
           "compute": ("COMPUTE_EMULATOR_HOST", "https://compute.googleapis.com"),
           "resourcemanager": ("RESOURCE_MANAGER_EMULATOR_HOST", "https://cloudresourcemanager.googleapis.com")}
@@ -26,9 +28,10 @@ TIMEOUT = 30.0
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, disabled: str = "") -> None:
         super().__init__(f"HTTP {status}: {message}")
         self.status = status
+        self.disabled = disabled   # the API the project has not enabled, when that is why (core.errors.disabled_api)
 
 
 def _metadata(path: str) -> str:
@@ -63,7 +66,7 @@ def call(api: str, method: str, path: str, body: dict[str, Any] | None = None) -
             message = json.loads(text)["error"]["message"]
         except (ValueError, KeyError, TypeError):
             message = text[:300]
-        raise ApiError(e.code, message) from None
+        raise ApiError(e.code, message, disabled_api(e.code, text)) from None
     return json.loads(raw) if raw.strip() else {}
 
 

@@ -20,7 +20,8 @@ from typing import Any
 
 from ...core.errors import ErrorKind, Scope, TpuctlError
 
-_ENABLE = "gcloud services enable tpu.googleapis.com compute.googleapis.com storage.googleapis.com"
+_ENABLE = ("gcloud services enable tpu.googleapis.com compute.googleapis.com storage.googleapis.com "
+           "cloudresourcemanager.googleapis.com")
 _QUOTA_HINT = "request more quota in the console (IAM & Admin > Quotas), or pick a zone in another region"
 
 # (regex, kind, scope, retryable, hint)

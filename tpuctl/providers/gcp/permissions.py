@@ -14,8 +14,9 @@ import json
 import os
 from typing import Any
 
-from ...core.errors import ErrorKind, TpuctlError
+from ...core.errors import ErrorKind, TpuctlError, disabled_api
 from ...core.models import Arch, ClusterSpec
+from . import teardown
 
 # permission -> the predefined role that carries it (cloud.google.com/iam/docs/understanding-roles)
 _HARD = {"tpu.nodes.create": "roles/tpu.admin", "tpu.nodes.delete": "roles/tpu.admin",
@@ -36,17 +37,34 @@ def _endpoint() -> str | None:
     return "https://cloudresourcemanager.googleapis.com"
 
 
-def _ask(base: str, project: str, wanted: list[str]) -> set[str]:
+class _Refused(Exception):
+    def __init__(self, status: int, text: str) -> None:
+        super().__init__(f"HTTP {status}: {text[:200]}")
+        self.disabled = disabled_api(status, text)
+
+
+def _post(base: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
     from google.auth.transport.requests import AuthorizedSession
     from google.auth.credentials import AnonymousCredentials
 
     from . import clients
     creds: Any = AnonymousCredentials() if os.environ.get("RESOURCE_MANAGER_EMULATOR_HOST") else clients.credentials()
-    r = AuthorizedSession(creds).post(f"{base}/v1/projects/{project}:testIamPermissions",
-                                      json={"permissions": wanted}, timeout=20)
+    r = AuthorizedSession(creds).post(f"{base}/{path}", json=body, timeout=20)
     if r.status_code != 200:
-        raise RuntimeError(f"HTTP {r.status_code}: {r.text[:200]}")
-    return set(json.loads(r.text or "{}").get("permissions", []))
+        raise _Refused(r.status_code, r.text)
+    answer = json.loads(r.text or "{}")
+    return answer if isinstance(answer, dict) else {}
+
+
+def _ask(base: str, project: str, wanted: list[str]) -> set[str]:
+    return set(_post(base, f"v1/projects/{project}:testIamPermissions", {"permissions": wanted}).get("permissions", []))
+
+
+def _cannot_check(project: str, e: Exception) -> str:
+    if isinstance(e, _Refused) and e.disabled:
+        return (f"could not check permissions in project {project}: the {e.disabled} API is disabled "
+                f"(gcloud services enable {e.disabled} --project {project})")
+    return f"could not check your permissions in project {project} ({type(e).__name__}: {e})"
 
 
 def check(spec: ClusterSpec) -> list[str]:
@@ -58,7 +76,7 @@ def check(spec: ClusterSpec) -> list[str]:
     try:
         held = _ask(base, spec.project, sorted(needed))
     except Exception as e:  # noqa: BLE001 - a check that cannot be made must not stop a user who may have the rights
-        return [f"could not check your permissions in project {spec.project} ({type(e).__name__}: {e})"]
+        return [_cannot_check(spec.project, e)]
     missing = [p for p in needed if p not in held]
     hard = [p for p in missing if p not in _SOFT]
     if hard:
@@ -68,3 +86,73 @@ def check(spec: ClusterSpec) -> list[str]:
                           f"{spec.project} --member=user:YOU --role={roles[0]})")
     return [f"no project-level {p} ({_SOFT[p]}): fine only if it is granted on the bucket or service account "
             "itself" for p in sorted(missing)]
+
+
+# What the host's identity needs to end its own compute (teardown.needed), and the predefined roles known to carry
+# it (cloud.google.com/iam/docs/understanding-roles: Owner and Editor carry tpu.* and compute.* writes, TPU Admin
+# tpu.*, Compute Admin compute.*, Compute Instance Admin compute.instances.*).
+CARRIES = {"tpu.nodes.delete": {"roles/owner", "roles/editor", "roles/tpu.admin"},
+           "tpu.queuedResources.delete": {"roles/owner", "roles/editor", "roles/tpu.admin"},
+           "compute.instances.delete": {"roles/owner", "roles/editor", "roles/compute.admin",
+                                        "roles/compute.instanceAdmin", "roles/compute.instanceAdmin.v1"}}
+
+
+def judge(bindings: list[dict[str, Any]], member: str, needed: list[str]) -> tuple[list[str], list[str]]:
+    """(missing, undecided) among `needed` for `member`, from the project's IAM policy. Missing: no role of the
+    member can carry it. Undecided: only a role this table cannot read could (a custom role, another role of the
+    same service, a conditional binding), so the host's own check decides."""
+    roles: set[str] = set()
+    conditional: set[str] = set()
+    for b in bindings:
+        if member in (b.get("members") or []):
+            (conditional if b.get("condition") else roles).add(str(b.get("role", "")))
+    missing: list[str] = []
+    undecided: list[str] = []
+    for perm in needed:
+        if roles & CARRIES[perm]:
+            continue
+        family = "roles/" + perm.split(".")[0] + "."
+        unknown = [r for r in roles | conditional
+                   if not r.startswith("roles/") or (r.startswith(family) and not r.endswith("viewer"))
+                   or (r in conditional and r in CARRIES[perm])]
+        (undecided if unknown else missing).append(perm)
+    return missing, undecided
+
+
+def check_self_teardown(spec: ClusterSpec, account: str) -> list[str]:
+    """Before anything is made for `up --autostop/--max-duration`: can `account`, the identity the TPU's host will
+    run as, delete the compute? Read from the project's IAM policy with the user's own credentials
+    (projects.getIamPolicy needs resourcemanager.projects.getIamPolicy, which Viewer and Editor hold;
+    testIamPermissions cannot answer for another principal). Raises TpuctlError(PERMISSION) when the policy shows it
+    certainly cannot, or when Resource Manager is disabled (then the host could not check either); returns warnings
+    when it cannot tell. The host's report after boot stays the final word. Grants on a folder or the organisation
+    are not in the project's policy: TPUCTL_TRUST_HOST_CHECK=1 leaves the decision to the host."""
+    base = _endpoint()
+    if base is None:
+        return []
+    needed = teardown.needed(spec)
+    try:
+        policy = _post(base, f"v1/projects/{spec.project}:getIamPolicy", {"options": {"requestedPolicyVersion": 3}})
+    except Exception as e:  # noqa: BLE001 - only a disabled API is certain; anything else leaves it to the host
+        if isinstance(e, _Refused) and e.disabled:
+            raise TpuctlError(ErrorKind.PERMISSION, f"the {e.disabled} API is disabled in project {spec.project}: "
+                              "the TPU's host could not check that it may delete its own compute, so autostop, "
+                              "--max-duration and --down would not be enforced",
+                              f"gcloud services enable {e.disabled} --project {spec.project}, then run the same "
+                              "`tpuctl up` again") from None
+        return [_cannot_check(spec.project, e) + f"; the host checks {account} once it boots"]
+    missing, undecided = judge(policy.get("bindings") or [], f"serviceAccount:{account}", needed)
+    if missing and not os.environ.get("TPUCTL_TRUST_HOST_CHECK"):
+        roles = sorted({teardown.ROLE[p] for p in missing})
+        grants = "; ".join(f"gcloud projects add-iam-policy-binding {spec.project} --member=serviceAccount:{account} "
+                           f"--role={r} (it lets anything on the host {teardown.REACH[r]})" for r in roles)
+        raise TpuctlError(ErrorKind.PERMISSION, f"{account}, the identity the TPU would run as, holds no role with "
+                          f"{', '.join(missing)} in project {spec.project}: its host could not end the compute "
+                          "(autostop, --max-duration, --down)",
+                          f"grant it ({grants}), or pass --service-account ACCOUNT that holds it, or drop --autostop "
+                          "and --max-duration; nothing was created. A grant on a folder or the organisation does not "
+                          "show in the project's policy: TPUCTL_TRUST_HOST_CHECK=1 leaves the decision to the host")
+    if missing or undecided:
+        return [f"cannot tell from project {spec.project}'s policy whether {account} holds "
+                f"{', '.join(missing + undecided)}: the host checks once it boots"]
+    return []

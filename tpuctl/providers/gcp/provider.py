@@ -54,8 +54,11 @@ class GcpProvider:
     def preflight(self, spec: ClusterSpec) -> list[str]:
         clients.preflight()
         if spec.project not in self._checked:   # the CLI asks before its prompt, `up` again: ask Google once
-            self._checked[spec.project] = permissions.check(spec)
-            return self._checked[spec.project]
+            warnings = permissions.check(spec)
+            if spec.autostop or spec.max_duration:   # refused now rather than found out after the TPU exists
+                warnings += permissions.check_self_teardown(spec, self.grants.workload_accounts(spec)[0])
+            self._checked[spec.project] = warnings
+            return warnings
         return []
 
     def ensure_store(self, spec: ClusterSpec, region: str, progress: Progress) -> bool:

@@ -10,7 +10,7 @@ refuses to call autostop armed when the report says no, naming the grant and how
 from __future__ import annotations
 
 from ...core import layout, runs
-from ...core.models import Arch, ClusterState
+from ...core.models import Arch, ClusterSpec, ClusterState
 from ...core.store import BlobStore
 from ..base import Enforcement
 
@@ -19,6 +19,12 @@ ROLE = {"tpu.nodes.delete": "roles/tpu.admin", "tpu.queuedResources.delete": "ro
         "compute.instances.delete": "roles/compute.instanceAdmin.v1"}
 REACH = {"roles/tpu.admin": "create and delete every TPU and queued resource in the project",
          "roles/compute.instanceAdmin.v1": "create and delete every Compute Engine VM in the project"}
+
+
+def needed(spec: ClusterSpec) -> list[str]:
+    """The permissions the host's identity needs to end the compute, known before anything exists."""
+    return (["tpu.queuedResources.delete"] if spec.queued else []) + ["tpu.nodes.delete"] \
+        + (["compute.instances.delete"] if spec.arch is Arch.NODE else [])
 
 
 def targets(st: ClusterState) -> list[dict[str, str]]:
@@ -46,6 +52,12 @@ def enforcement(store: BlobStore, st: ClusterState) -> Enforcement:
     who = str(report.get("identity") or "the host's service account")
     if report.get("able"):
         return Enforcement(True, f"the host, as {who}")
+    if report.get("disabled_api"):
+        api = str(report["disabled_api"])
+        return Enforcement(False, f"the host cannot check what its identity {who} may delete: the {api} API is "
+                                  f"disabled in project {st.spec.project}",
+                           f"gcloud services enable {api} --project {st.spec.project}; then run `tpuctl up -c "
+                           f"{st.name}` again, or `tpuctl down -c {st.name}` when done")
     missing = [str(p) for p in report.get("missing") or []]
     roles = sorted({ROLE.get(p, "a role with " + p) for p in missing})
     text = f"the host's identity {who} lacks {', '.join(missing)} in project {st.spec.project}"
