@@ -86,6 +86,15 @@ else
   fail "cannot create a python environment (python3 -m venv)"
 fi
 
+# The image's own packages, wherever its python3 finds them, and a login user's ~/.local (where an image puts its
+# TensorFlow is not documented): the agent, a systemd service with no PYTHONPATH, sees them through this file
+# whatever --system-site-packages covers.
+{ python3 -c 'import os, sys
+print("\n".join(p for p in sys.path if os.path.basename(p) in ("site-packages", "dist-packages") and os.path.isdir(p)))'
+  ls -d /home/*/.local/lib/python3*/site-packages 2>/dev/null || true
+} >"$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/_tpuctl_image.pth" \
+  || log "could not list the image's site directories"
+
 # Versions come from package metadata: importing TensorFlow to ask would cost seconds at every boot.
 dist_version() {
   "$PY" -c 'import sys
@@ -106,10 +115,14 @@ if [ "$ROLE" = "node-vm" ] && [ -n "$TF_VERSION" ] && ! dist_version tensorflow 
 fi
 
 # tf.keras with TF_USE_LEGACY_KERAS=1 needs tf-keras; the agent sets that variable only where tf-keras imports.
+# --no-deps: tf-keras requires `tensorflow` by that name, and beside an image TensorFlow installed under another
+# name (tensorflow-tpu) pip would fetch PyPI's tensorflow as a second copy; Google's TPU harness installs it so
+# (ml-auto-solutions dags/solutions_team/configs/tensorflow/common.py, set_up_tensorflow_models). On a base runtime
+# there is no TensorFlow here: the agent installs the one each job asks for (host/jobenv.py).
 if TFV=$(dist_version tensorflow tensorflow-tpu tensorflow-cpu tf-nightly); then
   if dist_version tf-keras tf_keras >/dev/null; then
     log "TensorFlow $TFV with tf-keras"
-  elif "$PY" -m pip install -q "tf-keras~=${TFV%.*}.0" >/dev/null 2>&1; then
+  elif "$PY" -m pip install -q --no-deps "tf-keras~=${TFV%.*}.0" >/dev/null 2>&1; then
     log "TensorFlow $TFV: installed tf-keras ${TFV%.*}"
   else
     log "TensorFlow $TFV: no tf-keras to be had; tf.keras stays Keras 3 (TF_USE_LEGACY_KERAS unset)"

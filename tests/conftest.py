@@ -56,6 +56,15 @@ def _servers():
     iam.stop()
 
 
+@pytest.fixture(scope="session")
+def wheel_index(tmp_path_factory):
+    """The local package index (fakes/pyindex.py): tensorflow-tpu, tf-keras and PyPI's tensorflow stand-ins."""
+    from fakes.pyindex import WheelIndex
+    index = WheelIndex(tmp_path_factory.mktemp("index"))
+    yield index
+    index.stop()
+
+
 @pytest.fixture
 def env(tmp_path, monkeypatch):
     """An isolated tpuctl home and config, fast polls and retries, no real credentials anywhere."""
@@ -76,8 +85,12 @@ def env(tmp_path, monkeypatch):
 
 
 @pytest.fixture
-def cloud(env, _servers, monkeypatch, tmp_path, request):
+def cloud(env, _servers, monkeypatch, tmp_path, request, wheel_index):
     (tpu, compute, gcs, iam), (th, ch, sh, rh, trh) = _servers
+    # A TPU VM on a base runtime installs the TensorFlow each job asks for: from the local index, never the network
+    pip_env = {"TPUCTL_TF_FIND_LINKS": wheel_index.url, "PIP_FIND_LINKS": wheel_index.url, "PIP_NO_INDEX": "1"}
+    for k, v in pip_env.items():
+        monkeypatch.setenv(k, v)
     monkeypatch.setenv("TPU_EMULATOR_HOST", th)
     monkeypatch.setenv("RESOURCE_MANAGER_EMULATOR_HOST", rh)
     monkeypatch.setenv("COMPUTE_EMULATOR_HOST", ch)
@@ -107,7 +120,8 @@ def cloud(env, _servers, monkeypatch, tmp_path, request):
     gcs.lost.clear()
     gcs.wipe()
     hosts = SimulatedHosts(gcs, tmp_path / "hosts")   # off unless a test turns it on (hosts.enabled = True)
-    hosts.env.update(TPU_REST_EMULATOR_HOST=trh, COMPUTE_EMULATOR_HOST=ch, RESOURCE_MANAGER_EMULATOR_HOST=rh)
+    hosts.env.update(TPU_REST_EMULATOR_HOST=trh, COMPUTE_EMULATOR_HOST=ch, RESOURCE_MANAGER_EMULATOR_HOST=rh,
+                     **pip_env)
     tpu.hosts = compute.hosts = hosts
     yield Cloud(tpu, compute, gcs, hosts, iam)
     hosts.stop_all()

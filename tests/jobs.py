@@ -78,13 +78,21 @@ def submit_to_store(store, job_dir: Path) -> str:
 
 def make_wheel(dest: Path, name: str, version: str, module_src: str) -> Path:
     """A pure-Python wheel written by hand (no build backend, no network): `name`.py holding module_src."""
+    return build_wheel(dest, name, version, {f"{name}.py": module_src})
+
+
+def build_wheel(dest: Path, dist_name: str, version: str, files: dict, requires=()) -> Path:
+    """A pure-Python wheel of distribution `dist_name` holding `files` (path -> text), with Requires-Dist lines."""
     import base64
     import hashlib
     import zipfile
-    dist = f"{name}-{version}.dist-info"
-    files = {f"{name}.py": module_src, f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+    stem = dist_name.replace("-", "_")
+    dist = f"{stem}-{version}.dist-info"
+    metadata = f"Metadata-Version: 2.1\nName: {dist_name}\nVersion: {version}\n" + "".join(
+        f"Requires-Dist: {r}\n" for r in requires)
+    files = {**files, f"{dist}/METADATA": metadata,
              f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
-    path = dest / f"{name}-{version}-py3-none-any.whl"
+    path = dest / f"{stem}-{version}-py3-none-any.whl"
     record = []
     with zipfile.ZipFile(path, "w") as z:
         for n, text in files.items():

@@ -33,7 +33,7 @@ def test_up_status_down_vm(cloud, cli):
     node = cloud.tpu.nodes[2][f"projects/{PROJECT}/locations/us-central1-b/nodes/tpuctl-bert"]
     assert node.state.name == "READY"
     assert node.accelerator_type == "v3-8"
-    assert node.runtime_version == "tpu-vm-tf-2.18.0-pjrt-v5p-and-below"  # newest single-host TF runtime for v3
+    assert node.runtime_version == "v2-alpha-tpuv5"   # where Google's own TF release tests run TF on a v3
     assert node.labels["tpuctl-cluster"] == "bert"
     assert node.service_account.email == DEFAULT_SA.split(":")[1]
     script = node.metadata["startup-script"]

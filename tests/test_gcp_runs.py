@@ -13,11 +13,14 @@ from tpuctl.host.agent import Agent
 pytestmark = pytest.mark.usefixtures("no_leak")   # every test ends with nothing of tpuctl left
 
 BUCKET = f"{PROJECT}-tpuctl-bert"
+# These tests are about running and following runs: on an image that ships TensorFlow, so no job installs one
+# (test_tensorflow_install.py and test_simulated_hosts.py cover the base runtime).
+IMAGE = "tpu-vm-tf-2.18.0-pjrt-v5p-and-below"
 
 
 @pytest.fixture
 def cluster(cloud, cli, tmp_path):
-    code, out, err = cli("up", "--type", "v3-8", "--zone", "us-central1-b", "-c", "bert")
+    code, out, err = cli("up", "--type", "v3-8", "--zone", "us-central1-b", "-c", "bert", "--runtime", IMAGE)
     assert code == 0, err
     agents = []
 
@@ -67,7 +70,7 @@ def test_two_agents_claim_a_run_once(cluster, cli, tmp_path):
 
 
 def test_claim_is_create_if_absent_against_the_fake(cloud, cli):
-    assert cli("up", "--type", "v3-8", "--zone", "us-central1-b", "-c", "bert")[0] == 0
+    assert cli("up", "--type", "v3-8", "--zone", "us-central1-b", "-c", "bert", "--runtime", IMAGE)[0] == 0
     from tpuctl.providers.stores import open_store
     s = open_store(f"gs://{BUCKET}")
     assert s.create("tpuctl/runs/x/claim", b"first") is True
@@ -94,7 +97,7 @@ def test_cancel_on_gcp(cluster, cli, tmp_path, monkeypatch):
 
 
 def test_submit_refuses_a_cluster_whose_tpu_is_gone(cloud, cli, tmp_path):
-    assert cli("up", "--type", "v3-8", "--zone", "us-central1-b", "-c", "bert")[0] == 0
+    assert cli("up", "--type", "v3-8", "--zone", "us-central1-b", "-c", "bert", "--runtime", IMAGE)[0] == 0
     cloud.tpu.nodes[2].clear()
     job = make_job(tmp_path, "print(1)\n")
     code, out, err = cli("submit", str(job), "-c", "bert")
@@ -105,7 +108,7 @@ def test_submit_refuses_a_cluster_whose_tpu_is_gone(cloud, cli, tmp_path):
 def test_agent_package_is_in_the_store_and_installs(cloud, cli, tmp_path):
     import subprocess
     import sys
-    assert cli("up", "--type", "v3-8", "--zone", "us-central1-b", "-c", "bert")[0] == 0
+    assert cli("up", "--type", "v3-8", "--zone", "us-central1-b", "-c", "bert", "--runtime", IMAGE)[0] == 0
     from tpuctl import __version__
     from tpuctl.providers.stores import open_store
     data = open_store(f"gs://{BUCKET}").read(f"tpuctl/agent/tpuctl-{__version__}-py3-none-any.whl")
@@ -161,14 +164,14 @@ def test_a_submit_whose_writes_were_applied_but_answered_503_runs_once(cluster, 
 
 def test_a_bucket_created_but_answered_503_is_this_runs_own(cloud, cli):
     cloud.gcs.lost["POST /storage/v1/b"] = 1
-    code, out, err = cli("up", "--type", "v3-8", "--zone", "us-central1-b", "-c", "bert")
+    code, out, err = cli("up", "--type", "v3-8", "--zone", "us-central1-b", "-c", "bert", "--runtime", IMAGE)
     assert code == 0, err
     assert "taken by another project" not in err
     assert cli("down", "-c", "bert", "--yes", "--delete-bucket")[0] == 0
 
 
 def test_a_follower_shows_the_boot_log_of_a_host_that_never_started_and_gives_up(cloud, cli, tmp_path, monkeypatch):
-    assert cli("up", "--type", "v3-8", "--zone", "us-central1-b", "-c", "bert")[0] == 0
+    assert cli("up", "--type", "v3-8", "--zone", "us-central1-b", "-c", "bert", "--runtime", IMAGE)[0] == 0
     from tpuctl.providers.stores import open_store
     open_store(f"gs://{BUCKET}").write("tpuctl/boot/t1v-n-1-w-0.log",
                                        b"2026-11-22T00:00:00Z [tpu-vm worker 0] FAILED: pip install agent\n")

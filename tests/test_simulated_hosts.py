@@ -2,6 +2,7 @@
 start-up script while the TPU is CREATING, installs the agent from the bucket once its grant has propagated, and
 the agent runs what `submit` sends. No package is placed by hand and no agent is started by the test."""
 import json
+import subprocess
 import time
 
 import pytest
@@ -34,13 +35,37 @@ def _wait_agents(hosts, resource_suffix, n, timeout=120):
                                    f"\n{h.agent_out()}" for r, hs in hosts.hosts.items() for h in hs))
 
 
+def test_a_base_runtime_host_installs_the_tensorflow_the_job_asks_for(hosts, cloud, cli, tmp_path):
+    """The default for TensorFlow: Google's base runtime, and tensorflow-tpu of the job's version installed by the
+    host (from the tests' local index, fakes/pyindex.py), with tf-keras as tf.keras."""
+    code, out, err = cli("up", "--type", "v3-8", "--zone", "us-central1-b", "-c", "base")
+    assert code == 0, err
+    assert json.loads(cli("status", "-c", "base", "--json")[1])["runtime"] == "v2-alpha-tpuv5"
+    [host] = _wait_agents(hosts, "nodes/tpuctl-base", 1)
+    job = make_job(tmp_path, "import os, tensorflow as tf\nprint('tf', tf.__version__, tf.__distribution__, "
+                             "tf.keras.__name__, os.environ['TF_USE_LEGACY_KERAS'])\n", 'tensorflow = "2.19"\n')
+    code, out, err = cli("submit", str(job), "-c", "base")
+    assert code == 0, out + err + host.agent_out()
+    assert "tf 2.19.1 tensorflow-tpu tf_keras 1" in out, out
+    assert cli("down", "-c", "base", "--yes")[0] == 0
+
+
 def test_single_host_tpu_vm_boots_its_agent_from_the_bucket(hosts, cloud, cli, tmp_path, monkeypatch):
-    code, out, err = cli("up", "--type", "v3-8", "--zone", "us-central1-b", "-c", "sim")
+    code, out, err = cli("up", "--type", "v3-8", "--zone", "us-central1-b", "-c", "sim", "--runtime",
+                         "tpu-vm-tf-2.18.0-pjrt-v5p-and-below")
     assert code == 0, err
     [host] = _wait_agents(hosts, "nodes/tpuctl-sim", 1)
     boot = host.boot_log()
     assert "python3-venv missing" in boot                       # the image has no ensurepip
     assert "waiting for the agent package in the store" in boot and "403" in boot   # the grant was propagating
+    # The image's TensorFlow is tensorflow-tpu without tf-keras: the script adds tf-keras with --no-deps, and the
+    # agent's environment (no PYTHONPATH: the image's site directory reaches it through the script's .pth) holds one
+    # TensorFlow, not PyPI's tensorflow beside it.
+    assert "TensorFlow 2.20.0: installed tf-keras 2.20" in boot, boot
+    seen = subprocess.run([str(host.root / "opt/tpuctl/venv/bin/python"), "-c", "import importlib.metadata as m; "
+                           "print(sorted(set(m.packages_distributions()['tensorflow'])))"],
+                          capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"})
+    assert seen.stdout.strip() == "['tensorflow-tpu']", seen.stdout + seen.stderr
     job = make_job(tmp_path, "import os, tpuctl\nprint('on', os.environ['TPUCTL_ACCELERATOR'], "
                              "os.environ['TPUCTL_TPU'], tpuctl.__file__, os.environ['NEXT_PLUGGABLE_DEVICE_USE_C_API'],"
                              " os.environ['TF_PLUGGABLE_DEVICE_LIBRARY_PATH'])\n",
@@ -72,7 +97,8 @@ ENV_PRINT = ("import os\nkeys = ['TPUCTL_WORKER', 'TPUCTL_NUM_WORKERS', 'TPU_NAM
 
 
 def test_a_four_host_slice_runs_tensorflow_once_and_jax_everywhere(hosts, cloud, cli, tmp_path):
-    code, out, err = cli("up", "--type", "v3-32", "--zone", "europe-west4-a", "-c", "slice")
+    code, out, err = cli("up", "--type", "v3-32", "--zone", "europe-west4-a", "-c", "slice", "--runtime",
+                         "tpu-vm-tf-2.18.0-pod-pjrt-v5p-and-below")
     assert code == 0, err
     four = _wait_agents(hosts, "nodes/tpuctl-slice", 4)
     assert sorted(h.worker for h in four) == [0, 1, 2, 3]

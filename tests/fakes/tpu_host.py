@@ -11,11 +11,14 @@ agent runs `startup-script` metadata at boot while the API still reports CREATIN
 - the host's identity: its own port on the fake Cloud Storage (`FakeGcs.listen_as`), so IAM grants and their
   propagation delay apply to it, while the script's downloads go through curl (a real HTTP client) and the agent's
   through google-cloud-storage;
-- the image: a `python3` with the TPU image's packages (this test environment's site-packages stand for TF,
-  tf-keras and google-cloud-storage) but without python3-venv's ensurepip, as on fresh Ubuntu images
-  (`python3 -m venv` fails, `--without-pip` works); `apt-get` fails (no network here); `hostname` answers the TPU
-  VM's `t1v-n-...-w-N` name; pip may not reach the network (PIP_NO_INDEX).
-- systemd: a stand-in `systemctl` that starts the unit's ExecStart with its Environment= lines, detached.
+- the image: a `python3` that knows the image's packages (its own site directory: this test environment's
+  site-packages without TensorFlow, tf-keras or Keras, plus TensorFlow installed as `tensorflow-tpu`, the name
+  Google's TPU harness installs it under, from fakes/pyindex.py) but without python3-venv's ensurepip, as on fresh
+  Ubuntu images (`python3 -m venv` fails, `--without-pip` works); only that python3 has them: nothing else of the
+  host's environment points at them (no PYTHONPATH); `apt-get` fails (no network here); `hostname` answers the TPU
+  VM's `t1v-n-...-w-N` name; pip reaches only the tests' local index (PIP_NO_INDEX, PIP_FIND_LINKS).
+- systemd: a stand-in `systemctl` that starts the unit's ExecStart with its Environment= lines, detached, with no
+  PYTHONPATH, as systemd gives a service none.
 Not modelled: reboots, the TPU runtime itself, libtpu, the dpkg lock, real apt.
 """
 from __future__ import annotations
@@ -40,6 +43,7 @@ case "$1" in
 esac
 unit="$TPUCTL_UNIT_DIR/${@: -1}"
 if pid=$(cat "$TPUCTL_UNIT_DIR/agent.pid" 2>/dev/null) && kill -0 "$pid" 2>/dev/null; then exit 0; fi
+unset PYTHONPATH PYTHONHOME VIRTUAL_ENV   # systemd gives a service none of these
 while IFS= read -r line; do
   case "$line" in Environment=*) export "${line#Environment=}";; esac
 done < "$unit"
@@ -48,7 +52,9 @@ setsid $cmd >> "$TPUCTL_UNIT_DIR/agent.out" 2>&1 < /dev/null &
 echo $! > "$TPUCTL_UNIT_DIR/agent.pid"
 """
 PYTHON3 = """#!/bin/bash
-# The image's python3: its packages, but no ensurepip (python3-venv is not installed on fresh Ubuntu images).
+# The image's python3: its packages (its own site directory), but no ensurepip (python3-venv is not installed on
+# fresh Ubuntu images).
+export PYTHONPATH="@IMAGE@"
 if [ "$1" = "-m" ] && [ "$2" = "venv" ] && [[ " $* " != *" --without-pip "* ]]; then
   echo "The virtual environment was not created successfully because ensurepip is not available.  On Debian/Ubuntu" >&2
   echo "systems, you need to install the python3-venv package using the following command." >&2
@@ -97,13 +103,39 @@ class _Metadata:
         self.server.server_close()
 
 
+_IMAGE: list[Path] = []
+_NOT_IN_IMAGE = ("tensorflow", "tf_keras", "keras", "tf-keras")
+
+
+def image_site() -> Path:
+    """The image's site directory, made once per test session: links to this environment's packages but its
+    TensorFlow stack, and the tensorflow-tpu stand-in unpacked in their place."""
+    if not _IMAGE:
+        import tempfile
+        import zipfile
+        from fakes import pyindex
+        site = Path(tempfile.mkdtemp(prefix="tpu-image-")) / "site-packages"
+        site.mkdir()
+        purelib = Path(sysconfig.get_paths()["purelib"])
+        for entry in purelib.iterdir():
+            if not entry.name.lower().replace("-", "_").startswith(tuple(n.replace("-", "_") for n in _NOT_IN_IMAGE)):
+                (site / entry.name).symlink_to(entry)
+        wheels = pyindex.build(site.parent / "wheels")
+        zipfile.ZipFile(wheels / f"tensorflow_tpu-{pyindex.LINES['2.20'][0]}-py3-none-any.whl").extractall(site)
+        _IMAGE.append(site)
+    return _IMAGE[0]
+
+
 class Host:
     def __init__(self, root: Path, name: str, worker: int, script: str, service_account: str, accelerator: str,
                  gcs, env: dict):
         self.root, self.name, self.worker = root, name, worker
         for d in ("shims", "etc/systemd/system", "opt/tpuctl", "var/log", "home"):
             (root / d).mkdir(parents=True, exist_ok=True)
-        shims = {"systemctl": SYSTEMCTL, "python3": PYTHON3.replace("@PYTHON@", sys.executable),
+        shims = {"systemctl": SYSTEMCTL,
+                 # the interpreter itself, not this test environment's venv, so only the image's packages show
+                 "python3": PYTHON3.replace("@PYTHON@", getattr(sys, "_base_executable", sys.executable))
+                                   .replace("@IMAGE@", str(image_site())),
                  "apt-get": APT_GET, "hostname": HOSTNAME}
         for n, text in shims.items():
             (root / "shims" / n).write_text(text)
@@ -114,7 +146,6 @@ class Host:
         self.env = {
             "PATH": f"{root / 'shims'}:{os.environ['PATH']}",
             "HOME": str(root / "home"),
-            "PYTHONPATH": sysconfig.get_paths()["purelib"],   # the image's site-packages (see the module doc)
             "SIMULATED_HOSTNAME": name,
             "GCE_METADATA_HOST": self.metadata.host,
             "STORAGE_EMULATOR_HOST": gcs.listen_as(f"serviceAccount:{service_account}"),

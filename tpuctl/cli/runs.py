@@ -92,6 +92,9 @@ def _submit_preview(job: "JobSpec", cluster: Optional[str], provider: Optional[s
     p = submission.preview(job, store)
     human = con.human_bytes
     print(f"job      {job.name}: {job.command}")
+    if job.framework.value == "tensorflow":
+        print(f"tensorflow {job.tensorflow} (what a TPU VM on a base runtime installs for it: tensorflow-tpu; "
+              "a tpu-vm-tf image keeps its own)")
     print(f"package  {human(p.package_bytes)} packed ({human(p.package_unpacked_bytes)} of files), "
           f"sha256 {p.package_sha256[:12]}" +
           ("" if store is None else ("  new" if p.package_new else "  already in the store")))

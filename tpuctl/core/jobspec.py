@@ -12,7 +12,14 @@ from .errors import bad_input
 from .models import Framework
 
 FILE = "tpuctl.toml"
-_TYPES = {"command": str, "name": str, "data": list, "requirements": str, "env": dict, "framework": str}
+_TYPES = {"command": str, "name": str, "data": list, "requirements": str, "env": dict, "framework": str,
+          "tensorflow": str}
+# The TensorFlow a job gets on a TPU VM made on a base runtime (the host installs tensorflow-tpu of this version, as
+# Google's own TF release tests do): the newest line Google publishes as tensorflow-tpu (its libtpu TF release index
+# and PyPI list 2.16.1 to 2.20.0). The local extra's TensorFlow is tested on its newest release, 2.21: no
+# tensorflow-tpu exists for that line.
+DEFAULT_TENSORFLOW = "2.20"
+_TF_RE = re.compile(r"^\d+\.\d+(\.\d+)?$")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 _ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -27,6 +34,7 @@ class JobSpec:
     requirements: str = ""                        # path relative to root
     env: dict = field(default_factory=dict)
     framework: Framework = Framework.TENSORFLOW
+    tensorflow: str = DEFAULT_TENSORFLOW          # major.minor or an exact version (TensorFlow jobs)
 
 
 def load(job_dir: str, extra_data: Sequence[str] = ()) -> JobSpec:
@@ -90,5 +98,11 @@ def load(job_dir: str, extra_data: Sequence[str] = ()) -> JobSpec:
     except ValueError:
         raise bad_input(f"{f}: 'framework' must be one of " + ", ".join(x.value for x in Framework),
                         'e.g. framework = "jax" (every worker runs the command; tensorflow: worker 0 only)')
+    tensorflow = doc.get("tensorflow", DEFAULT_TENSORFLOW)
+    if not _TF_RE.match(tensorflow):
+        raise bad_input(f"{f}: 'tensorflow' {tensorflow!r} is not a TensorFlow version",
+                        'a major.minor line or an exact release: tensorflow = "2.20" or "2.19.1"')
+    if "tensorflow" in doc and framework is not Framework.TENSORFLOW:
+        raise bad_input(f"{f}: 'tensorflow' is for TensorFlow jobs, not {framework.value} ones", "remove the key")
     return JobSpec(root=root, command=doc["command"], name=name, data=data, data_as=data_as, requirements=req,
-                   env={k: str(v) for k, v in env.items()}, framework=framework)
+                   env={k: str(v) for k, v in env.items()}, framework=framework, tensorflow=tensorflow)

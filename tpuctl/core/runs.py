@@ -47,6 +47,7 @@ class RunSpec(JsonRecord):
     cluster: str = ""
     framework: str = "tensorflow"     # models.Framework: which workers of a slice run the command
     down_after: bool = False          # `submit --down`: the host ends the compute once this run is final
+    tensorflow: str = ""              # tpuctl.toml's `tensorflow`: what a host on a base runtime installs for it
 
 
 @dataclass

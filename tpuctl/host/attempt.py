@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..core import layout, runs
+from ..core.jobspec import DEFAULT_TENSORFLOW
 from ..core.lifecycle import Policy
 from ..core.packaging import unpack
 from ..core.runs import RunSpec, RunState, RunStatus
@@ -35,11 +36,13 @@ _PINNED = ("tensorflow", "tensorflow-cpu", "tensorflow-tpu", "tf-keras", "keras"
            "tensorboard", "tf-nightly")
 
 
-def _constraints(path: Path) -> Path:
-    """Pins of the image's TensorFlow stack, so a job's requirements can add packages but never swap TF."""
+def _constraints(path: Path, tensorflow: str = "") -> Path:
+    """Pins of the TensorFlow stack, so a job's requirements can add packages but never swap TF: the image's, or,
+    where the host installs TensorFlow (`tensorflow`), the version installed."""
     from importlib import metadata
     pins = sorted({f"{d.metadata['Name'].lower()}=={d.version}" for d in metadata.distributions()
-                   if (d.metadata["Name"] or "").lower() in _PINNED})
+                   if (d.metadata["Name"] or "").lower() in _PINNED}) if not tensorflow else \
+        jobenv.tensorflow_pins(tensorflow)
     path.write_text("\n".join(pins) + "\n")
     return path
 
@@ -51,6 +54,7 @@ class Attempt:
         self.started = time.time()
         self.work = agent.home / "runs" / run_id / f"w{agent.worker}"
         self.code_dir = self.work / "code"
+        self.env_dir: Path | None = None   # the job's own environment, when it needs one
 
     def status(self, state: RunState, exit_code: int | None = None, pid: int | None = None) -> None:
         self.a.write_status(self.run_id, RunStatus(state=state, exit_code=exit_code, pid=pid, started=self.started,
@@ -75,7 +79,8 @@ class Attempt:
             shipper.note(f"cannot prepare the run: {e}")
             self.status(RunState.FAILED, exit_code=127)
             return 127
-        proc = subprocess.Popen(["bash", "-c", self._script(job)], cwd=self.code_dir, env=self.environment(job),
+        script = self._script(job)   # before environment(): it decides the job's own environment
+        proc = subprocess.Popen(["bash", "-c", script], cwd=self.code_dir, env=self.environment(job),
                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 start_new_session=True)
         rc, cancelled = _Supervisor(self, proc, shipper).run()
@@ -99,14 +104,24 @@ class Attempt:
                 raise RuntimeError("the TPU node's address never appeared in the cluster record")
         return job
 
+    def tensorflow(self, job: RunSpec) -> str:
+        """The TensorFlow this host installs for the job: on a TPU VM whose runtime has none (the cluster record's
+        `tensorflow_from` is "pip"), the version the job's tpuctl.toml asked for; else "" (the image's)."""
+        if job.framework != "tensorflow" or self.a.record.get("tensorflow_from") != "pip":
+            return ""
+        return job.tensorflow or DEFAULT_TENSORFLOW
+
     def _script(self, job: RunSpec) -> str:
         script = "set -e\n"
-        if job.requirements:
-            cons = _constraints(self.work / "constraints.txt")
-            req = self.code_dir / job.requirements
+        tf = self.tensorflow(job)
+        if job.requirements or tf:
+            cons = _constraints(self.work / "constraints.txt", tf)
+            req = self.code_dir / job.requirements if job.requirements else None
             # a missing file hashes as empty; pip then says in the run's log that it is missing
-            env_dir = jobenv.env_dir(self.a.home, req.read_bytes() if req.is_file() else b"", cons.read_bytes())
-            script += jobenv.script(env_dir, job.requirements, cons)
+            env_dir = jobenv.env_dir(self.a.home, req.read_bytes() if req and req.is_file() else b"",
+                                     cons.read_bytes())
+            self.env_dir = env_dir
+            script += jobenv.script(env_dir, job.requirements, cons, tf)
         # As written, through bash: `prepare && train`, `cd sub && ...`, `VAR=1 python ...` all work; arguments
         # after `--` are appended shell-quoted (to the last command of a list).
         return script + "set +e\n" + job.command + "".join(" " + shlex.quote(x) for x in job.args) + "\n"
@@ -120,13 +135,17 @@ class Attempt:
         if not out.startswith("gs://"):
             Path(out).mkdir(parents=True, exist_ok=True)
             Path(data).mkdir(parents=True, exist_ok=True)   # there even when the run has no data
-        framework_env = tpu_environment(job.framework, a.record, a.accelerator)
+        tf = self.tensorflow(job)
+        libtpu = str(jobenv.purelib(self.env_dir) / "libtpu" / "libtpu.so") if tf and self.env_dir else ""
+        framework_env = tpu_environment(job.framework, a.record, a.accelerator, libtpu)
         env.update(TPUCTL_RUN_ID=run_id, TPUCTL_STORE=a.store.uri, TPUCTL_DATA_DIR=data, TPUCTL_OUTPUT_DIR=out,
                    TPUCTL_ACCELERATOR=a.accelerator, TPUCTL_TPU=framework_env.get("TPU_NAME", a.tpu_address()),
                    TPUCTL_WORKER=str(a.worker), TPUCTL_NUM_WORKERS=str(a.workers), PYTHONUNBUFFERED="1")
         for k, v in framework_env.items():
             if k not in job.env:   # a job's own value wins
                 env[k] = v
+        if tf:
+            env.setdefault("TF_USE_LEGACY_KERAS", "1")   # tf-keras was installed beside it (Google's harness sets it too)
         prefer_legacy_keras(env)
         # `python` in a job's command means the agent's own interpreter (its venv has the agent's packages).
         env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")

@@ -5,8 +5,16 @@ pip itself) without reinstalling it, and pip never changes the agent's environme
 differs from the agent's is installed into the job's venv: pip does not uninstall what lies outside the
 environment it installs into). The image's TensorFlow stack stays pinned by the constraints file.
 
-Environments are cached by a hash of the interpreter, the requirements and the constraints, and marked complete
-only after pip succeeded, so a re-run installs nothing and an install cut short is redone."""
+On a TPU VM made on a base runtime the host has no TensorFlow of its own: the environment then first gets the
+TensorFlow the job asked for, the way Google's own TF release tests install it (GoogleCloudPlatform/ml-auto-solutions,
+dags/solutions_team/configs/tensorflow/common.py): `pip install tensorflow-tpu==X -f
+https://storage.googleapis.com/libtpu-tf-releases/index.html` (install_tf) and tf-keras with `--no-deps`
+(set_up_tensorflow_models). --no-deps matters: tf-keras requires `tensorflow` by that name (2.20.1: tensorflow>=2.20,
+<2.21), and beside a tensorflow-tpu distribution pip would fetch PyPI's `tensorflow` as a second copy.
+
+Environments are cached by a hash of the interpreter, the requirements, the constraints and the TensorFlow asked
+for, and marked complete only after pip succeeded, so a re-run (and a rebooted host: the cache is on its disk)
+installs nothing and an install cut short is redone."""
 from __future__ import annotations
 
 import hashlib
@@ -16,6 +24,23 @@ import sys
 from pathlib import Path
 
 READY = ".tpuctl-ready"
+FIND_LINKS = "https://storage.googleapis.com/libtpu-tf-releases/index.html"
+
+
+def find_links() -> str:
+    """Where tensorflow-tpu wheels are found (TPUCTL_TF_FIND_LINKS: a mirror, or the tests' local index)."""
+    return os.environ.get("TPUCTL_TF_FIND_LINKS") or FIND_LINKS
+
+
+def tensorflow_pins(version: str) -> list[str]:
+    """The requirement lines for TensorFlow `version` (a major.minor line, or an exact release) and its tf-keras."""
+    line = ".".join(version.split(".")[:2])
+    tf = f"tensorflow-tpu=={version}" if version.count(".") == 2 else f"tensorflow-tpu~={line}.0"
+    return [tf, f"tf-keras~={line}.0"]
+
+
+def purelib(env: Path) -> Path:
+    return env / f"lib/python{sys.version_info.major}.{sys.version_info.minor}/site-packages"
 
 
 def _site_dirs() -> list[str]:
@@ -30,20 +55,29 @@ def env_dir(home: Path, requirements: bytes, constraints: bytes) -> Path:
     return home / "envs" / h.hexdigest()[:16]
 
 
-def script(env: Path, requirements: str, constraints: Path) -> str:
+def script(env: Path, requirements: str, constraints: Path, tensorflow: str = "") -> str:
     """bash that makes (unless made) the environment, then puts its `python` first on PATH. Run in the job's
-    script, so pip's output lands in the run's log."""
+    script, so pip's output lands in the run's log. `tensorflow`: the version to install first (base runtimes)."""
     q = shlex.quote
-    purelib = f"lib/python{sys.version_info.major}.{sys.version_info.minor}/site-packages"
     pth = "".join(f"import site; site.addsitedir({d!r})\n" for d in _site_dirs())
+    pip = f"{q(str(env / 'bin' / 'python'))} -m pip install -q --disable-pip-version-check"
+    steps = ""
+    if tensorflow:
+        tf, keras = tensorflow_pins(tensorflow)
+        steps += (f"  echo 'tpuctl: installing {tf} and {keras} (--no-deps), as Google installs them on base "
+                  f"runtimes'\n"
+                  f"  {pip} {q(tf)} -f {q(find_links())}\n"
+                  f"  {pip} --no-deps {q(keras)}\n")
+    if requirements:
+        steps += f"  {pip} -r {q(requirements)} -c {q(str(constraints))}\n"
+    what = "requirements" if requirements else "TensorFlow"
     return (f"if [ ! -f {q(str(env / READY))} ]; then\n"
             f"  rm -rf {q(str(env))}\n"
             f"  {q(sys.executable)} -m venv --without-pip {q(str(env))}\n"
-            f"  printf %s {q(pth)} > {q(str(env / purelib / '_tpuctl_host.pth'))}\n"
-            f"  {q(str(env / 'bin' / 'python'))} -m pip install -q --disable-pip-version-check "
-            f"-r {q(requirements)} -c {q(str(constraints))}\n"
+            f"  printf %s {q(pth)} > {q(str(purelib(env) / '_tpuctl_host.pth'))}\n"
+            + steps +
             f"  touch {q(str(env / READY))}\n"
             f"else\n"
-            f"  echo 'tpuctl: requirements already installed ({env.name})'\n"
+            f"  echo 'tpuctl: {what} already installed ({env.name})'\n"
             f"fi\n"
             f"export PATH={q(str(env / 'bin'))}:\"$PATH\"\n")

@@ -22,7 +22,7 @@ from .iam import BucketIam
 from .inventory import GcpInventory
 from .operations import call
 from .topology import Topology
-from .tpu import pick_base_runtime, pick_runtime, pick_tf_version
+from .tpu import pick_base_runtime, pick_runtime, pick_tf_base_runtime, pick_tf_version, tensorflow_from
 
 
 class GcpProvider:
@@ -75,7 +75,9 @@ class GcpProvider:
         if spec.arch is Arch.NODE:
             chosen = pick_tf_version(versions)
         elif spec.framework is Framework.TENSORFLOW:
-            chosen = pick_runtime(versions, t.family, t.multi_host)
+            # as Google's TF release tests run it (tpu.TF_BASE_RUNTIMES); a tpu-vm-tf image where the base is not
+            # offered
+            chosen = pick_tf_base_runtime(versions, t.family) or pick_runtime(versions, t.family, t.multi_host)
         else:
             chosen = pick_base_runtime(versions, t.family)
         if not chosen:
@@ -100,6 +102,8 @@ class GcpProvider:
             address = f"grpc://{st.host.ip}:8470" if st.host.ip and confirmed else ""
         b = clients.storage(st.spec.project).bucket(planning.bucket_of(st.spec))
         record = cluster_record(st, address, teardown="gcp", delete=teardown.targets(st))
+        if st.spec.arch is Arch.VM and st.spec.framework is Framework.TENSORFLOW:
+            record["tensorflow_from"] = tensorflow_from(st.runtime)
         call(b.blob(layout.CLUSTER_RECORD).upload_from_string, json.dumps(record, indent=2),
              content_type="application/json", what="write cluster record")
         if not confirmed:

@@ -228,6 +228,27 @@ def pick_base_runtime(versions: list[str], family: str) -> str:
     return want if want in versions else ""
 
 
+# Where Google's own TensorFlow release tests run TensorFlow: not on tpu-vm-tf images but on these base runtimes,
+# with tensorflow-tpu pip-installed from Google's libtpu TF release index (GoogleCloudPlatform/ml-auto-solutions:
+# dags/solutions_team/solutionsteam_tf_release_supported.py creates v2-8, v3-8, v4-8/32 and v5p on
+# RuntimeVersion.V2_ALPHA_TPUV5 and v5e on V2_ALPHA_TPUV5_LITE; dags/common/vm_resource.py adds V2_ALPHA_TPUV6
+# "v2-alpha-tpuv6e"; configs/tensorflow/common.py install_tf).
+TF_BASE_RUNTIMES = {"v5litepod": "v2-alpha-tpuv5-lite", "v6e": "v2-alpha-tpuv6e"}
+TF_BASE_RUNTIME_OTHERS = "v2-alpha-tpuv5"
+
+
+def pick_tf_base_runtime(versions: list[str], family: str) -> str:
+    """The base runtime Google's TF release tests use for the family, if the zone offers it."""
+    want = TF_BASE_RUNTIMES.get(family, TF_BASE_RUNTIME_OTHERS)
+    return want if want in versions else ""
+
+
+def tensorflow_from(runtime: str) -> str:
+    """Where a TPU VM's TensorFlow comes from: "image" on a tpu-vm-tf runtime (TensorFlow and libtpu matched by
+    Google), else "pip" (the host installs tensorflow-tpu for each job, at the version its tpuctl.toml asks for)."""
+    return "image" if runtime.startswith("tpu-vm-tf") else "pip"
+
+
 def pick_tf_version(versions: list[str]) -> str:
     parsed = []
     for v in versions:

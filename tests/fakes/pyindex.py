@@ -1,0 +1,66 @@
+"""A local package index: stand-ins for what Google's libtpu TF release index and PyPI serve, as wheels built here and
+served over HTTP as a find-links page (pip reads the links of a directory listing), so installs on the simulated
+hosts and agents go through a real pip against a real HTTP index with no network.
+
+- tensorflow-tpu X: the `tensorflow` package under the distribution name Google's TPU harness installs
+  (GoogleCloudPlatform/ml-auto-solutions, configs/tensorflow/common.py install_tf: `pip install tensorflow-tpu==X -f
+  https://storage.googleapis.com/libtpu-tf-releases/index.html`). Its `tf.keras` is tf_keras when
+  TF_USE_LEGACY_KERAS=1, as in TensorFlow >= 2.16.
+- tf-keras X: requires `tensorflow` by that name, as the real wheels do (tf_keras 2.20.1 METADATA:
+  `Requires-Dist: tensorflow<2.21,>=2.20`).
+- tensorflow X: PyPI's TensorFlow. An install that pulls it beside tensorflow-tpu leaves two distributions of
+  `tensorflow` behind, which is what the tests look for.
+"""
+from __future__ import annotations
+
+import functools
+import threading
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+from jobs import build_wheel
+
+LINES = {"2.19": ("2.19.1", "2.19.0"), "2.20": ("2.20.0", "2.20.1")}   # line -> (tensorflow[-tpu], tf-keras)
+
+_TF = '''__version__ = "{version}"
+__distribution__ = "{dist}"
+
+
+def __getattr__(name):
+    if name == "keras":
+        import importlib
+        import os
+        if os.environ.get("TF_USE_LEGACY_KERAS") == "1":
+            return importlib.import_module("tf_keras")
+        raise AttributeError("this stand-in has no Keras 3: set TF_USE_LEGACY_KERAS=1 and install tf-keras")
+    raise AttributeError(name)
+'''
+
+
+def build(dest: Path) -> Path:
+    dest.mkdir(parents=True, exist_ok=True)
+    for line, (tf, keras) in LINES.items():
+        nxt = f"{line.split('.')[0]}.{int(line.split('.')[1]) + 1}"
+        for dist in ("tensorflow-tpu", "tensorflow"):
+            build_wheel(dest, dist, tf, {"tensorflow/__init__.py": _TF.format(version=tf, dist=dist)})
+        build_wheel(dest, "tf-keras", keras, {"tf_keras/__init__.py": f'__version__ = "{keras}"\n'},
+                    requires=[f"tensorflow<{nxt},>={line}"])
+    return dest
+
+
+class WheelIndex:
+    def __init__(self, root: Path) -> None:
+        self.root = build(root)
+        handler = functools.partial(_Quiet, directory=str(self.root))
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/"
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class _Quiet(SimpleHTTPRequestHandler):
+    def log_message(self, *a) -> None:
+        pass
