@@ -10,6 +10,8 @@ hosts and agents go through a real pip against a real HTTP index with no network
   `Requires-Dist: tensorflow<2.21,>=2.20`).
 - tensorflow X: PyPI's TensorFlow. An install that pulls it beside tensorflow-tpu leaves two distributions of
   `tensorflow` behind, which is what the tests look for.
+- tensorflow-cpu X: what the legacy TPU Node's companion VM installs to match the node (the fake TPU API's
+  TensorFlow versions).
 """
 from __future__ import annotations
 
@@ -18,9 +20,11 @@ import threading
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from fakes.tpu_server import TF_VERSIONS
 from jobs import build_wheel
 
 LINES = {"2.19": ("2.19.1", "2.19.0"), "2.20": ("2.20.0", "2.20.1")}   # line -> (tensorflow[-tpu], tf-keras)
+
 
 _TF = '''__version__ = "{version}"
 __distribution__ = "{dist}"
@@ -45,6 +49,9 @@ def build(dest: Path) -> Path:
             build_wheel(dest, dist, tf, {"tensorflow/__init__.py": _TF.format(version=tf, dist=dist)})
         build_wheel(dest, "tf-keras", keras, {"tf_keras/__init__.py": f'__version__ = "{keras}"\n'},
                     requires=[f"tensorflow<{nxt},>={line}"])
+    for version in TF_VERSIONS:
+        build_wheel(dest, "tensorflow-cpu", version,
+                    {"tensorflow/__init__.py": _TF.format(version=version, dist="tensorflow-cpu")})
     return dest
 
 
