@@ -92,7 +92,7 @@ def _submit_preview(job: "JobSpec", cluster: Optional[str], provider: Optional[s
     p = submission.preview(job, store)
     human = con.human_bytes
     print(f"job      {job.name}: {job.command}")
-    if job.framework.value == "tensorflow":
+    if job.tensorflow:
         print(f"tensorflow {job.tensorflow} (what a TPU VM on a base runtime installs for it: tensorflow-tpu; "
               "a tpu-vm-tf image keeps its own)")
     print(f"package  {human(p.package_bytes)} packed ({human(p.package_unpacked_bytes)} of files), "

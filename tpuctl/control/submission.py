@@ -13,7 +13,7 @@ from pathlib import Path
 from ..core import datasync, layout, metrics, packaging, runs
 from ..core.errors import ErrorKind, TpuctlError
 from ..core.jobspec import JobSpec
-from ..core.models import ClusterState, Framework, Phase
+from ..core.models import ClusterState, Phase
 from ..providers.base import Provider, Reporter
 from ..core.runs import RunSpec, RunState
 from ..core.store import BlobStore
@@ -62,8 +62,7 @@ def submit(st: ClusterState, provider: Provider, job: JobSpec, args: list[str], 
                           final=True)
     spec = RunSpec(id=run_id, name=job.name, command=job.command, args=list(args), env=job.env, package=sha,
                    requirements=job.requirements, submitted=time.time(), cluster=st.name,
-                   framework=job.framework.value, down_after=down_after,
-                   tensorflow=job.tensorflow if job.framework is Framework.TENSORFLOW else "")
+                   framework=job.framework.value, down_after=down_after, tensorflow=job.tensorflow)
     if not store.create(layout.run_job(run_id), json.dumps(spec.to_json(), indent=2).encode()):
         raise TpuctlError(ErrorKind.ERROR, f"run id {run_id} already exists", "submit again")
     return run_id, synced

@@ -34,7 +34,7 @@ class JobSpec:
     requirements: str = ""                        # path relative to root
     env: dict = field(default_factory=dict)
     framework: Framework = Framework.TENSORFLOW
-    tensorflow: str = DEFAULT_TENSORFLOW          # major.minor or an exact version (TensorFlow jobs)
+    tensorflow: str = DEFAULT_TENSORFLOW          # major.minor or an exact version; "" for other frameworks
 
 
 def load(job_dir: str, extra_data: Sequence[str] = ()) -> JobSpec:
@@ -105,4 +105,5 @@ def load(job_dir: str, extra_data: Sequence[str] = ()) -> JobSpec:
     if "tensorflow" in doc and framework is not Framework.TENSORFLOW:
         raise bad_input(f"{f}: 'tensorflow' is for TensorFlow jobs, not {framework.value} ones", "remove the key")
     return JobSpec(root=root, command=doc["command"], name=name, data=data, data_as=data_as, requirements=req,
-                   env={k: str(v) for k, v in env.items()}, framework=framework, tensorflow=tensorflow)
+                   env={k: str(v) for k, v in env.items()}, framework=framework,
+                   tensorflow=tensorflow if framework is Framework.TENSORFLOW else "")

@@ -54,7 +54,6 @@ class Attempt:
         self.started = time.time()
         self.work = agent.home / "runs" / run_id / f"w{agent.worker}"
         self.code_dir = self.work / "code"
-        self.env_dir: Path | None = None   # the job's own environment, when it needs one
 
     def status(self, state: RunState, exit_code: int | None = None, pid: int | None = None) -> None:
         self.a.write_status(self.run_id, RunStatus(state=state, exit_code=exit_code, pid=pid, started=self.started,
@@ -79,8 +78,9 @@ class Attempt:
             shipper.note(f"cannot prepare the run: {e}")
             self.status(RunState.FAILED, exit_code=127)
             return 127
-        script = self._script(job)   # before environment(): it decides the job's own environment
-        proc = subprocess.Popen(["bash", "-c", script], cwd=self.code_dir, env=self.environment(job),
+        tf = self.tensorflow(job)
+        script, env_dir = self._script(job, tf)
+        proc = subprocess.Popen(["bash", "-c", script], cwd=self.code_dir, env=self.environment(job, tf, env_dir),
                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 start_new_session=True)
         rc, cancelled = _Supervisor(self, proc, shipper).run()
@@ -111,22 +111,22 @@ class Attempt:
             return ""
         return job.tensorflow or DEFAULT_TENSORFLOW
 
-    def _script(self, job: RunSpec) -> str:
+    def _script(self, job: RunSpec, tf: str) -> tuple[str, Path | None]:
+        """The job's bash script, and its own environment when it needs one (requirements, or TensorFlow `tf`)."""
         script = "set -e\n"
-        tf = self.tensorflow(job)
+        env_dir = None
         if job.requirements or tf:
             cons = _constraints(self.work / "constraints.txt", tf)
             req = self.code_dir / job.requirements if job.requirements else None
             # a missing file hashes as empty; pip then says in the run's log that it is missing
             env_dir = jobenv.env_dir(self.a.home, req.read_bytes() if req and req.is_file() else b"",
                                      cons.read_bytes())
-            self.env_dir = env_dir
             script += jobenv.script(env_dir, job.requirements, cons, tf)
         # As written, through bash: `prepare && train`, `cd sub && ...`, `VAR=1 python ...` all work; arguments
         # after `--` are appended shell-quoted (to the last command of a list).
-        return script + "set +e\n" + job.command + "".join(" " + shlex.quote(x) for x in job.args) + "\n"
+        return script + "set +e\n" + job.command + "".join(" " + shlex.quote(x) for x in job.args) + "\n", env_dir
 
-    def environment(self, job: RunSpec) -> dict[str, str]:
+    def environment(self, job: RunSpec, tf: str = "", env_dir: Path | None = None) -> dict[str, str]:
         a, run_id = self.a, self.run_id
         env = dict(os.environ)
         env.update(job.env)
@@ -135,8 +135,7 @@ class Attempt:
         if not out.startswith("gs://"):
             Path(out).mkdir(parents=True, exist_ok=True)
             Path(data).mkdir(parents=True, exist_ok=True)   # there even when the run has no data
-        tf = self.tensorflow(job)
-        libtpu = str(jobenv.purelib(self.env_dir) / "libtpu" / "libtpu.so") if tf and self.env_dir else ""
+        libtpu = str(jobenv.purelib(env_dir) / "libtpu" / "libtpu.so") if tf and env_dir else ""
         framework_env = tpu_environment(job.framework, a.record, a.accelerator, libtpu)
         env.update(TPUCTL_RUN_ID=run_id, TPUCTL_STORE=a.store.uri, TPUCTL_DATA_DIR=data, TPUCTL_OUTPUT_DIR=out,
                    TPUCTL_ACCELERATOR=a.accelerator, TPUCTL_TPU=framework_env.get("TPU_NAME", a.tpu_address()),

@@ -22,7 +22,8 @@ REACH = {"roles/tpu.admin": "create and delete every TPU and queued resource in 
 
 
 def needed(spec: ClusterSpec) -> list[str]:
-    """The permissions the host's identity needs to end the compute, known before anything exists."""
+    """The permissions the host's identity needs to end the compute, one per deletion of `targets`, in its order;
+    known before anything exists."""
     return (["tpu.queuedResources.delete"] if spec.queued else []) + ["tpu.nodes.delete"] \
         + (["compute.instances.delete"] if spec.arch is Arch.NODE else [])
 
@@ -34,14 +35,12 @@ def targets(st: ClusterState) -> list[dict[str, str]]:
     projects.locations.nodes/delete, compute/docs/reference/rest/v1/instances/delete)."""
     s = st.spec
     version = "v2" if s.arch is Arch.VM else "v1"
-    queued = [{"api": "tpu", "path": f"v2/projects/{s.project}/locations/{st.zone}/queuedResources/{s.qr_name}"
-                                     "?force=true", "permission": "tpu.queuedResources.delete"}] if s.queued else []
-    out = queued + [{"api": "tpu", "path": f"{version}/projects/{s.project}/locations/{st.zone}/nodes/{s.tpu_name}",
-            "permission": "tpu.nodes.delete"}]
-    if s.arch is Arch.NODE:
-        out.append({"api": "compute", "path": f"compute/v1/projects/{s.project}/zones/{st.zone}/instances/{s.vm_name}",
-                    "permission": "compute.instances.delete"})
-    return out
+    where = {"tpu.queuedResources.delete": ("tpu", f"v2/projects/{s.project}/locations/{st.zone}/queuedResources/"
+                                                   f"{s.qr_name}?force=true"),
+             "tpu.nodes.delete": ("tpu", f"{version}/projects/{s.project}/locations/{st.zone}/nodes/{s.tpu_name}"),
+             "compute.instances.delete": ("compute", f"compute/v1/projects/{s.project}/zones/{st.zone}/instances/"
+                                                     f"{s.vm_name}")}
+    return [{"api": where[p][0], "path": where[p][1], "permission": p} for p in needed(s)]
 
 
 def enforcement(store: BlobStore, st: ClusterState) -> Enforcement:
