@@ -1,7 +1,9 @@
 """gcp-storage-emulator behind a thin proxy that adds what the emulator lacks and tests rely on:
 
 - bucket `location`, `labels` and `iamConfiguration` are kept as sent on insert (the emulator reads back `US`);
-- `ifGenerationMatch=0` is enforced: a second create of the same object answers 412, as real GCS does;
+- `ifGenerationMatch` is enforced (the emulator ignores it): 0 answers 412 when the object exists, N when its
+  generation is not N, on uploads and reads alike, as real GCS does (cloud.google.com/storage/docs/
+  request-preconditions);
 - a fault queue: fake.faults["POST /storage/v1/b"].append((503, "backendError")) fails the next matching call;
 - identities: `listen_as(member)` opens another port on which every request is made as that member (a simulated
   TPU host's service account; emulator clients send no credentials, so the port tells hosts apart). Such requests
@@ -203,20 +205,28 @@ class FakeGcs:
                 if "location" in self.meta[name]:
                     self.meta[name]["location"] = self.meta[name]["location"].upper()
             return status, hdrs, self._overlay(name, data)
-        if method == "POST" and query.get("ifGenerationMatch") == ["0"]:
-            with self.create_lock:  # check and create as one step, as GCS does
-                return self._create_if_absent(method, path, headers, body, url, query)
+        if query.get("ifGenerationMatch"):
+            with self.create_lock:  # check and write as one step, as GCS does
+                return self._if_generation(method, path, headers, body, url, query)
         return self._plain(method, path, headers, body, url)
 
-    def _create_if_absent(self, method, path, headers, body, url, query):
-        """The object's name is in the query (media uploads) or the JSON metadata part (multipart, resumable)."""
-        bucket = re.search(r"/b/([^/]+)/o$", url.path)
+    def _if_generation(self, method, path, headers, body, url, query):
+        """An upload names its object in the query (media uploads) or the JSON metadata part (multipart,
+        resumable); a read or delete in its path."""
+        upload = re.search(r"/b/([^/]+)/o$", url.path)
         named = re.search(rb'"name":\s*"([^"]+)"', body or b"")
-        obj = query.get("name", [None])[0] or (named.group(1).decode() if named else None)
-        if bucket and obj:
-            st, _, _ = self._upstream(
-                "GET", f"/storage/v1/b/{bucket.group(1)}/o/{urllib.parse.quote(obj, safe='')}", {}, b"")
-            if st == 200:
+        in_path = re.search(r"/b/([^/]+)/o/(.+)$", url.path)
+        if upload:
+            bucket, obj = upload.group(1), query.get("name", [None])[0] or (named.group(1).decode() if named else None)
+        elif in_path:
+            bucket, obj = in_path.group(1), urllib.parse.unquote(in_path.group(2))
+        else:
+            return self._plain(method, path, headers, body, url)
+        if obj is not None:
+            st, _, data = self._upstream("GET", f"/storage/v1/b/{bucket}/o/{urllib.parse.quote(obj, safe='')}",
+                                         {}, b"")
+            have = json.loads(data).get("generation", "0") if st == 200 else "0"
+            if str(have) != query["ifGenerationMatch"][0]:
                 return self._json_error(412, "conditionNotMet", "At least one of the pre-conditions you "
                                         "specified did not hold.")
         return self._plain(method, path, headers, body, url)

@@ -4,13 +4,17 @@ A store is a flat key space under a root URI: a GCS bucket (`gs://bucket`, provi
 directory (LocalStore below); `providers.open_store(uri)` opens one through the provider that owns the scheme.
 Keys use '/' separators and are built by layout.py. The only consistency primitive is `create`
 (create-if-absent: GCS `if_generation_match=0`, locally `O_CREAT|O_EXCL` on a fully written temp file's link),
-which is what lets exactly one agent claim a run and keeps log chunks written once.
+which is what lets exactly one agent claim a run and keeps log chunks written once; `write_if` (a write
+conditional on the object's generation: GCS `ifGenerationMatch`) is what lets several machines share one
+changing record, such as the watcher's lease (core/lease.py).
 """
 from __future__ import annotations
 
+import fcntl
 import os
 import secrets
 import shutil
+import time
 from pathlib import Path
 from typing import Callable, Protocol
 
@@ -27,6 +31,13 @@ class BlobStore(Protocol):
     def create(self, key: str, data: bytes) -> bool:
         """Create only if absent. True when the object now holds `data` because of this call or an earlier try of
         the same write whose answer was lost; False when someone else's object was there (nothing written)."""
+    def read_generation(self, key: str) -> tuple[bytes | None, int]:
+        """The object's bytes and its generation (a number that changes at every write), or (None, 0) when absent."""
+    def write_if(self, key: str, data: bytes, generation: int) -> bool:
+        """Write only if the object is still at `generation` (0: only if absent). True when it now holds `data`
+        because of this call (or an earlier try of it whose answer was lost); False when someone else wrote
+        first (nothing written). `data` must be unique to this write (a holder's id, a nonce): bytes equal to
+        another writer's would pass for ours."""
     def list(self, prefix: str) -> list[tuple[str, int]]:
         """(key, size) of every object under prefix, sorted by key."""
     def stats(self, prefix: str) -> dict[str, tuple[int, str]]:
@@ -81,6 +92,45 @@ class LocalStore:
         finally:
             tmp.unlink(missing_ok=True)
 
+    def _generation(self, p: Path) -> int:
+        try:
+            return p.stat().st_mtime_ns
+        except FileNotFoundError:
+            return 0
+
+    def _cas_lock(self) -> int:
+        """Conditional writes and the reads that pair with them hold one lock file: what a generation check saw is
+        what is replaced. The generation is the file's mtime in ns, moved forward on every conditional write even
+        within one clock tick (the kernel's file clock is coarse)."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.root / _CAS_LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        return fd
+
+    def read_generation(self, key: str) -> tuple[bytes | None, int]:
+        p = self._p(key)
+        fd = self._cas_lock()
+        try:
+            data = self.read(key)
+            return (data, self._generation(p)) if data is not None else (None, 0)
+        finally:
+            os.close(fd)
+
+    def write_if(self, key: str, data: bytes, generation: int) -> bool:
+        p = self._p(key)
+        fd = self._cas_lock()
+        try:
+            now = self._generation(p)
+            if now != generation:
+                return False
+            tmp = self._tmp(p, data)
+            stamp = max(time.time_ns(), now + 1)
+            os.utime(tmp, ns=(stamp, stamp))
+            os.replace(tmp, p)
+            return True
+        finally:
+            os.close(fd)
+
     def list(self, prefix: str) -> list[tuple[str, int]]:
         base = self._p(prefix.rsplit("/", 1)[0]) if "/" in prefix else self.root
         out: list[tuple[str, int]] = []
@@ -88,7 +138,7 @@ class LocalStore:
             return out
         for dirpath, _, files in os.walk(base):
             for f in files:
-                if f.startswith(".") and (f.endswith(".tmp") or f.startswith(_PARTIAL)):
+                if f.startswith(".") and (f.endswith(".tmp") or f.startswith(_PARTIAL) or f == _CAS_LOCK):
                     continue
                 full = Path(dirpath) / f
                 key = full.relative_to(self.root).as_posix()
@@ -125,6 +175,7 @@ class LocalStore:
 
 
 _PARTIAL = ".tpuctl-partial."
+_CAS_LOCK = ".tpuctl-cas.lock"
 
 
 def partial_name() -> str:

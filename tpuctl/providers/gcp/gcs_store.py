@@ -1,4 +1,7 @@
-"""BlobStore (tpuctl/store.py) over a GCS bucket. Create-if-absent is `if_generation_match=0` (412 when present).
+"""BlobStore (tpuctl/store.py) over a GCS bucket. Create-if-absent is `if_generation_match=0` (412 when present);
+`write_if` is `if_generation_match=N`: "Request proceeds if the generation of the target resource matches the value
+used in the precondition. If the values don't match, the request fails with a 412 Precondition Failed response"
+(cloud.google.com/storage/docs/request-preconditions).
 
 403s are retried for a few minutes: bucket grants take ~2 minutes, sometimes 7+, to apply (GCP_FACTS §4), and the
 agent on a fresh TPU VM starts right after `up` made them.
@@ -61,6 +64,36 @@ class GcsStore:
                 # never match).
                 return bool(self.read(key) == data)
         return _retry_forbidden(once, what=f"create {key}")
+
+    def read_generation(self, key: str) -> tuple[bytes | None, int]:
+        from google.api_core.exceptions import PreconditionFailed
+
+        def once() -> tuple[bytes | None, int]:
+            # The generation from the metadata, then the bytes of exactly that generation: an object rewritten
+            # between the two answers 412 and is read again, so bytes and generation always belong together.
+            while True:
+                blob = self.bucket.get_blob(key)
+                if blob is None:
+                    return None, 0
+                gen = int(blob.generation)   # read first: the download resets it from a response header
+                try:
+                    return blob.download_as_bytes(if_generation_match=gen), gen
+                except PreconditionFailed:
+                    continue
+        return _retry_forbidden(once, what=f"read {key}")
+
+    def write_if(self, key: str, data: bytes, generation: int) -> bool:
+        from google.api_core.exceptions import PreconditionFailed
+
+        def once() -> bool:
+            try:
+                self.bucket.blob(key).upload_from_string(data, if_generation_match=generation)
+                return True
+            except PreconditionFailed:
+                # As for create: a first try applied whose answer was lost reads back as ours (a lease record holds
+                # its holder's id and times, so another writer's never matches).
+                return bool(self.read(key) == data)
+        return _retry_forbidden(once, what=f"write {key}")
 
     def _blobs(self, prefix: str) -> list[Any]:
         client = self.bucket.client
