@@ -44,6 +44,10 @@ def up(
     valid_until: Optional[str] = typer.Option(None, "--valid-until",
                                               help="How long a --queued request may wait (2h, 1d) before it expires."),
     flex_start: bool = typer.Option(False, "--flex-start", help="Flex-start queued request (not available yet)."),
+    recover: bool = typer.Option(False, "--recover", help="Arm recovery: `tpuctl watch` re-creates a preempted TPU."),
+    max_recoveries: Optional[int] = typer.Option(None, "--max-recoveries", help="Re-creates allowed (default 5)."),
+    recover_for: Optional[str] = typer.Option(None, "--recover-for", help="Stop recovering after this long (1d)."),
+    watcher: Optional[str] = typer.Option(None, "--watcher", help="Where the watcher runs: local (default)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Validate and print the plan; create nothing."),
     yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
     provider: Optional[str] = PROVIDER,
@@ -62,6 +66,8 @@ def up(
         flags.remember(prior.spec)
     spec = prov.make_spec(cluster_name(cluster), flags)
     _lifecycle(spec, autostop, max_duration)
+    from .recovery import RecoverFlags, arm as arm_recovery
+    recovery = RecoverFlags.parse(recover, max_recoveries, recover_for, watcher)
     price = prov.price(spec)
     con.err.print(f"[bold]Plan for cluster {spec.name}[/]" + (f" (project {spec.project}):" if spec.project else ":"))
     for row in prov.plan(spec):
@@ -72,6 +78,8 @@ def up(
         con.err.print(f"  stop   the host ends the compute after {show_duration(spec.autostop)} with no run")
     if spec.max_duration:
         con.err.print(f"  stop   the host ends the compute {show_duration(spec.max_duration)} after it is made")
+    if recovery.recover:
+        con.err.print(f"  watch  re-created when preempted, up to {recovery.max_recoveries} times, by `tpuctl watch`")
     if dry_run:
         con.err.print("dry run: nothing was created")
         return
@@ -81,13 +89,19 @@ def up(
     if costs_money and interactive() and not yes and not con.confirm("Create these resources?"):
         declined()
     from ..control import up as up_flow
+    from ..control.watch import CommandLease
     from ..core.locks import cluster_lock
-    with cluster_lock(spec.name, "up", lambda m: con.err.print(f"[yellow]! {m}[/]")), con.Reporter() as rep:
+    from contextlib import nullcontext
+    say = lambda m: con.err.print(f"[yellow]! {m}[/]")  # noqa: E731
+    with cluster_lock(spec.name, "up", say), con.Reporter() as rep, \
+            (CommandLease(prior, prov, "up", say) if prior else nullcontext()):
         st = up_flow.up(spec, prov, rep)
         if spec.autostop or spec.max_duration:
             who = up_flow.arm(st, prov, lambda s: rep.resource("autostop", "host", s))
             rep.resource("autostop", "host", f"armed: enforced by {who}", final=True)
     con.err.print(f"[green]cluster {st.name} ready[/]: {prov.location(st)}, store {st.spec.store}")
+    if recovery.recover:
+        arm_recovery(st, prov, recovery)
     con.err.print(f"next: tpuctl submit JOB_DIR -c {st.name}    when done: tpuctl down -c {st.name}")
 
 
@@ -104,7 +118,8 @@ def status(cluster: Optional[str] = CLUSTER,
         con.print_json(info)
         return
     rows = [[k, "yes" if v is True else str(v)] for k, v in info.items()
-            if k not in ("grants", "resources", "problem", "fix") and v not in ("", None, False)]
+            if k not in ("grants", "resources", "problem", "fix", "recoveries") and v not in ("", None, False)]
+    rows += [[f"recovery {i}", r] for i, r in enumerate(info.get("recoveries", []), 1)]
     for kind, res in info["resources"].items():
         if kind in ("boot_logs", "workers"):
             for host, line in res.items():
@@ -180,8 +195,10 @@ def down(cluster: Optional[str] = CLUSTER,
         if not con.confirm(f"Delete {what}?"):
             declined()
     from ..control import down as down_flow
+    from ..control.watch import CommandLease
     from ..core.locks import cluster_lock
-    with cluster_lock(st.name, "down", lambda m: con.err.print(f"[yellow]! {m}[/]")), con.Reporter() as rep:
+    say = lambda m: con.err.print(f"[yellow]! {m}[/]")  # noqa: E731
+    with cluster_lock(st.name, "down", say), con.Reporter() as rep, CommandLease(st, prov, "down", say):
         from ..core import state
         # as it is now (an `up` may have just run), or as found by its labels when there is no state
         down_flow.down(state.load(st.name) or st, prov, rep, delete_bucket)
@@ -219,7 +236,7 @@ def _lifecycle(spec: "ClusterSpec", autostop: Optional[str], max_duration: Optio
                 else (getattr(prior.spec, attr) if prior else 0))
 
 
-from . import runs  # noqa: E402,F401 - registers the run commands after the cluster ones (their order in --help)
+from . import runs, recovery  # noqa: E402,F401 - registers the run commands after the cluster ones (--help's order)
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

@@ -8,14 +8,36 @@ from ..core import state
 from ..core.errors import TpuctlError
 from ..core.models import ClusterState, HostFacts, Phase
 from ..providers.base import Provider, Reporter, progress_of
+from . import armed
+
+
+def _disarm(st: ClusterState, provider: Provider) -> list[str]:
+    """End a recovery watch (its watchers exit; the caller holds the lease) and take the state its watcher left:
+    the zones where compute may be, the one it was last in first. A watcher killed mid-re-create may have begun
+    one in any of the cluster's zones, so all are looked at."""
+    try:
+        store = provider.store(st)
+        if armed.read(store) is None:
+            return [st.zone]
+        armed.end(store, "`tpuctl down`")
+        armed.sync(st, store)
+    except TpuctlError:
+        return [st.zone]
+    return [st.zone] + [z for z in st.spec.zones if z != st.zone] if st.zone else [st.zone]
 
 
 def down(st: ClusterState, provider: Provider, reporter: Reporter, delete_store: bool) -> None:
     errors = []
+    zones = _disarm(st, provider)
+    last = st.zone
     try:
-        provider.delete_compute(st, reporter)
+        for zone in zones:
+            st.zone = zone
+            provider.delete_compute(st, reporter)
+        st.zone = last
         st.compute_ended(time.time())
     except TpuctlError as e:
+        st.zone = last
         errors.append(e)
     if st.grants and provider.grants is not None:
         try:

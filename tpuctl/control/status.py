@@ -23,6 +23,7 @@ def load(name: str) -> ClusterState:
 def status(st: ClusterState, provider: Provider) -> dict[str, object]:
     """The cluster as recorded plus the provider's live view; keys in display order. `problem` and `fix` say what
     is wrong with a cluster that should be running (a dead agent, a preempted TPU) and the command that mends it."""
+    watch = _watch(st, provider)   # first: a watcher may have moved the compute, and `status` shows where it is
     price = provider.price(st.spec)
     info: dict[str, object] = {"cluster": st.name, "provider": st.spec.provider.value, "phase": st.phase.value,
                                **provider.summary(st), "store": st.spec.store,
@@ -31,6 +32,7 @@ def status(st: ClusterState, provider: Provider) -> dict[str, object]:
     record = _stopped_record(st, provider) if st.phase is Phase.READY else {}   # read once: stop and failure
     stopped = _stop_in(st, record)
     info.update(_cost(st, price.hourly))
+    info.update(watch)
     armed = _armed(st, provider, record) if (st.spec.autostop or st.deadline) and st.phase is Phase.READY and not stopped \
         else ""
     if st.spec.autostop:
@@ -53,8 +55,40 @@ def status(st: ClusterState, provider: Provider) -> dict[str, object]:
         return info
     info["resources"] = provider.describe(st)
     found = provider.problem(st) if st.phase is Phase.READY else None
+    if found and provider.compute_lost(st) and watch.get("watcher") and "NONE" not in str(watch["watcher"]):
+        found = (found[0], f"nothing: the watcher on {str(watch['watcher']).split(',')[0]} re-creates it")
     info["problem"], info["fix"] = found if found else ("", "")
     return info
+
+
+def _watch(st: ClusterState, provider: Provider) -> dict[str, object]:
+    """Recovery: whether the cluster is armed, which watcher holds the lease and when it last looked, and each
+    recovery so far. Nothing for a cluster never armed."""
+    from . import armed
+    from .watch import lease_of
+    try:
+        store = provider.store(st)
+        doc = armed.read(store)
+        if not doc:
+            return {}
+        armed.sync(st, store)
+        holder = lease_of(store, "").holder()
+        done = armed.recoveries(store)
+    except TpuctlError:
+        return {}
+    used = f"{doc.get('recoveries', 0)} of {doc.get('max_recoveries')} recoveries used"
+    if not armed.live(doc):
+        out: dict[str, object] = {"recovery": f"ended {when(float(doc.get('ended_at', 0)))}: {doc.get('ended')} "
+                                              f"({used})"}
+    else:
+        out = {"recovery": f"armed ({used}" + (f", until {when(float(doc['until']))}" if doc.get("until") else "")
+                           + (f", for run {doc['run']})" if doc.get("run") else ", for the next run submitted)")}
+        out["watcher"] = (f"{holder.get('where')}, {holder.get('doing', 'watching')}, last looked "
+                          f"{time.time() - float(holder.get('looked') or holder.get('renewed', 0)):.0f}s ago"
+                          if holder else f"NONE holds the lease: start one with `tpuctl watch -c {st.name} --detach`")
+    out["recoveries"] = [f"{when(float(r.get('detected_at', 0)))}: {r.get('lost')}; back in {r.get('zone')} after "
+                         f"{float(r.get('gone_seconds', 0)):.0f}s" for r in done]
+    return out
 
 
 def _armed(st: ClusterState, provider: Provider, record: dict[str, object]) -> str:

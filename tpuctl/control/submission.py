@@ -14,6 +14,7 @@ from ..core import datasync, layout, metrics, packaging, runs
 from ..core.errors import ErrorKind, TpuctlError
 from ..core.jobspec import JobSpec
 from ..core.models import ClusterState, Phase
+from . import armed
 from ..providers.base import Provider, Reporter
 from ..core.runs import RunSpec, RunState
 from ..core.store import BlobStore
@@ -65,6 +66,7 @@ def submit(st: ClusterState, provider: Provider, job: JobSpec, args: list[str], 
                    framework=job.framework.value, down_after=down_after, tensorflow=job.tensorflow)
     if not store.create(layout.run_job(run_id), json.dumps(spec.to_json(), indent=2).encode()):
         raise TpuctlError(ErrorKind.ERROR, f"run id {run_id} already exists", "submit again")
+    armed.for_run(store, run_id)   # an armed cluster's watch is for the first run submitted after `up --recover`
     return run_id, synced
 
 

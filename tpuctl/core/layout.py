@@ -15,10 +15,17 @@ BOOT_PREFIX = "tpuctl/boot/"
 AGENTS_PREFIX = "tpuctl/agents/"
 OUTPUTS_PREFIX = "runs/"
 BLOBS_PREFIX = "tpuctl/blobs/"
+WATCH_ARMED = "tpuctl/watch/armed.json"
+WATCH_LEASE = "tpuctl/watch/lease.json"
+RECOVERIES_PREFIX = "tpuctl/watch/recoveries/"
 
 def agent_package(version: str) -> str:
     """A wheel (agent_package.py says why): its file name must follow PEP 427 for pip to install it."""
     return f"{AGENT_PACKAGE_PREFIX}tpuctl-{version}-py3-none-any.whl"
+
+
+def recovery(n: int) -> str:
+    return f"{RECOVERIES_PREFIX}{n:06d}.json"
 
 
 def job_package(sha256: str) -> str:
@@ -97,6 +104,10 @@ DESCRIBED = [
     (CLUSTER_RECORD, "written by `up`: what the host agent needs (TPU address, type, runtime)"),
     (STOPPED, "written by the agent that ended the compute itself (autostop, deadline, submit --down): why, when"),
     (TEARDOWN_CHECK, "written by worker 0 at boot: whether the host's identity may delete the compute itself"),
+    (WATCH_ARMED, "written by `up --recover`, the watcher and `down`: the recovery settings, the cluster's state, why "
+                  "it ended"),
+    (WATCH_LEASE, "the recovery watcher's lease (conditional writes only): who may re-create the compute now"),
+    (recovery(1).replace("000001", "NNNNNN"), "one per recovery: when and why the compute was lost, where it came back"),
     (agent_package("VERSION"), "the agent package the hosts install, built from the CLI that ran `up`"),
     (boot_log("HOST"), "each host's start-up script log"),
     (agent_heartbeat("HOST", 0).replace("-w0", "-wN"), "each agent's heartbeat"),

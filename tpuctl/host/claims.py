@@ -1,7 +1,7 @@
 """Which run this host takes next. A new run is claimed once, by create-if-absent on its claim object, so two
 agents never run it both. A run whose host stopped heartbeating (a preempted or deleted TPU VM: `tpuctl up`
 recreates it) is taken over by the next attempt's claim, same run id and output dir, so a job that checkpoints
-continues; after MAX_ATTEMPTS it is LOST. A restarted agent first ends what its predecessor on this host left
+continues; after MAX_ATTEMPTS (more on a cluster armed for recovery) it is LOST. A restarted agent first ends what its predecessor on this host left
 running, so one run never has two attempts at once."""
 from __future__ import annotations
 
@@ -76,7 +76,7 @@ class Claims:
             if not stale and run_id not in self.ended_here:
                 continue
             attempt = st.attempt + 1
-            if attempt > MAX_ATTEMPTS:
+            if attempt > self.max_attempts():
                 st.state, st.ended = RunState.LOST, time.time()
                 a.write_status(run_id, st)
                 self.done.add(run_id)
@@ -85,6 +85,15 @@ class Claims:
                 self.done.add(run_id)
                 return run_id, attempt
         return None
+
+    def max_attempts(self) -> int:
+        """MAX_ATTEMPTS, plus one per re-create a recovery watcher may make (`up --recover --max-recoveries`): a
+        run on spot capacity may be preempted more often than a run whose host fails."""
+        try:
+            doc = json.loads(self.a.store.read(layout.WATCH_ARMED) or b"{}")
+            return MAX_ATTEMPTS + (int(doc.get("max_recoveries", 0)) if doc.get("armed") else 0)
+        except (ValueError, TypeError, AttributeError):
+            return MAX_ATTEMPTS
 
     def _record(self, attempt: int) -> bytes:
         return json.dumps({"host": self.a.host, "worker": self.a.worker, "time": time.time(),

@@ -205,6 +205,10 @@ class Provider(Protocol):
     def problem(self, st: ClusterState) -> tuple[str, str] | None:
         """What keeps a ready cluster from running jobs now (a dead agent, a lost TPU, silent hosts) and the one
         command that mends it, or None when it is healthy."""
+    def compute_lost(self, st: ClusterState) -> str | None:
+        """Why the cluster's compute is gone and will not come back by itself (a PREEMPTED, TERMINATED or missing
+        TPU; a SUSPENDED or FAILED queued request; a dead local agent), or None while it is up or coming up. What
+        the recovery watcher (control/watch.py) asks at each look."""
     def enforcement(self, st: ClusterState) -> Enforcement:
         """What the host reported about ending the compute itself, for the cluster record `up` wrote last."""
     def ssh_argv(self, st: ClusterState, worker: int, command: str) -> list[str]:

@@ -168,6 +168,9 @@ class LocalProvider:
         return (f"the local agent (pid {st.host.pid}) is not running: submitted runs wait",
                 f"tpuctl up -c {st.name} --provider local")
 
+    def compute_lost(self, st: ClusterState) -> str | None:
+        return None if self.agent_alive(st) else f"the local agent (pid {st.host.pid}) is gone"
+
     def enforcement(self, st: ClusterState) -> Enforcement:
         return Enforcement(True, f"the agent on this machine (pid {st.host.pid})")
 

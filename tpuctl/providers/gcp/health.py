@@ -31,6 +31,21 @@ class Health:
                               f"the TPU of cluster {st.name} is {state}",
                               f"run `tpuctl up -c {st.name} ...` again to (re)create it")
 
+    def compute_lost(self, st: ClusterState) -> str | None:
+        """A queued request answers first: SUSPENDED (a spot request preempted, its node gone) or FAILED is lost
+        whatever the node says; WAITING_FOR_RESOURCES or PROVISIONING is coming up (cloud.google.com/tpu/docs/
+        queued-resources). Then the node: PREEMPTED, TERMINATED or MISSING is lost."""
+        spec = st.spec
+        if spec.queued and st.zone:
+            qr = QueuedApi(spec.project).find(spec.qr_name, st.zone)
+            qstate = QueuedApi.state(qr) if qr else "MISSING"
+            if qstate in ("SUSPENDED", "SUSPENDING", "FAILED", "MISSING"):
+                return f"its queued request {spec.qr_name} is {qstate}"
+            if qstate != "ACTIVE":
+                return None
+        state = self._tpu_state(st)
+        return f"its TPU {spec.tpu_name} is {state}" if state in ("PREEMPTED", "TERMINATED", "MISSING") else None
+
     def host_state(self, st: ClusterState) -> tuple[bool, str]:
         state = self._tpu_state(st)
         if state in ("CREATING", "STARTING", "RESTARTING", "REPAIRING"):

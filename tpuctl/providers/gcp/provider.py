@@ -123,6 +123,9 @@ class GcpProvider:
     def problem(self, st: ClusterState) -> tuple[str, str] | None:
         return self.health.problem(st)
 
+    def compute_lost(self, st: ClusterState) -> str | None:
+        return self.health.compute_lost(st)
+
     def describe(self, st: ClusterState) -> dict[str, dict[str, object]]:
         return self.health.describe(st)
 

@@ -1,0 +1,287 @@
+"""Recovery from preemption (issue 20): conditional writes in both stores, the lease, and the watcher against the
+fake TPU API: a preempted node and a suspended queued request come back, two watchers re-create once, a watcher
+killed mid-re-create is succeeded without a duplicate, `down` during a re-create leaves nothing, a host's own stop
+is final, and --max-recoveries ends the watch with a clear status."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+from conftest import PROJECT
+
+from tpuctl.core import layout
+from tpuctl.core.lease import Lease
+from tpuctl.core.store import LocalStore
+
+ZONE = "us-central1-b"
+NODE = f"projects/{PROJECT}/locations/{ZONE}/nodes/tpuctl-w"
+
+
+class Said:
+    """A Reporter that keeps what it was told."""
+
+    def __init__(self):
+        self.lines = []
+
+    def info(self, m):
+        self.lines.append(m)
+
+    warn = info
+
+    def resource(self, kind, name, state, final=None):
+        self.lines.append(f"{kind} {name} {state}")
+
+    def transfer(self, total, verb="upload"):
+        return lambda n: None
+
+
+def _gcs_store(bucket="cas-test"):
+    from google.cloud import storage
+    storage.Client(project=PROJECT).create_bucket(bucket)
+    from tpuctl.providers.gcp.gcs_store import GcsStore
+    return GcsStore(f"gs://{bucket}")
+
+
+@pytest.fixture(params=["local", "gcs"])
+def store(request, tmp_path):
+    if request.param == "local":
+        return LocalStore(tmp_path / "s")
+    request.getfixturevalue("cloud")
+    return _gcs_store()
+
+
+def test_write_if_is_a_compare_and_swap(store):
+    assert store.read_generation("k") == (None, 0)
+    assert store.write_if("k", b"one", 0)
+    data, gen = store.read_generation("k")
+    assert data == b"one" and gen
+    assert not store.write_if("k", b"two", 0)          # exists: a create-if-absent loses
+    assert store.write_if("k", b"two", gen)
+    assert not store.write_if("k", b"three", gen)      # stale generation: someone wrote since
+    assert store.read("k") == b"two"
+    assert [k for k, _ in store.list("")] == ["k"]      # the local store's lock file is not a key
+
+
+def test_concurrent_read_modify_writes_lose_nothing(store):
+    from tpuctl.control import armed
+
+    def bump():
+        for _ in range(10):
+            armed.update(store, lambda d: {**d, "n": d.get("n", 0) + 1})
+    threads = [threading.Thread(target=bump) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert armed.read(store)["n"] == 40
+
+
+def test_the_lease_has_one_holder_lapses_and_is_handed_over(tmp_path):
+    store = LocalStore(tmp_path / "s")
+    now = [1000.0]
+    a, b = (Lease(store, "lease", w, ttl=10, clock=lambda: now[0]) for w in ("a", "b"))
+    assert a.acquire() and not b.acquire()
+    assert b.holder()["where"] == "a"
+    now[0] += 11                                        # a died: its lease lapses
+    assert b.acquire() and not a.renew()
+    # a command asks for it: the holder steps aside at its next renewal, and only the asker may take it
+    cmd = Lease(store, "lease", "down", ttl=10, clock=lambda: now[0])
+    rec, gen = b._read()
+    store.write_if("lease", json.dumps({**rec, "wanted_by": cmd.id}).encode(), gen)
+    assert not b.renew()
+    assert not a.acquire() and not b.acquire()
+    assert cmd.acquire()
+    cmd.release()
+    assert a.acquire()
+
+
+# -- the watcher against the fakes ---------------------------------------------------------------------------
+@pytest.fixture
+def fast(monkeypatch):
+    for k, v in {"TPUCTL_WATCH_POLL": "0.05", "TPUCTL_LEASE_SECONDS": "2", "TPUCTL_RECOVER_BACKOFF": "0.05",
+                 "TPUCTL_LEASE_WAIT": "60"}.items():
+        monkeypatch.setenv(k, v)
+
+
+def _up(cli, *flags, name="w"):
+    code, out, err = cli("up", "--type", "v3-8", "--zone", ZONE, "-c", name, "--recover", *flags)
+    assert code == 0, err
+    assert f"tpuctl watch -c {name}" in err
+    return err
+
+
+class Running:
+    def __init__(self, name="w", where="watcher-1"):
+        from tpuctl.control.watch import Watcher
+        from tpuctl.core import state
+        from tpuctl.providers import registry
+        st = state.load(name)
+        self.said = Said()
+        self.w = Watcher(st, registry.get(st.spec.provider), self.said, where=where)
+        self.why = None
+        self.t = threading.Thread(target=self._run, daemon=True)
+        self.t.start()
+
+    def _run(self):
+        self.why = self.w.run()
+
+    def wait(self, timeout=60):
+        self.t.join(timeout)
+        assert not self.t.is_alive(), self.said.lines
+        return self.why
+
+
+def _until(cond, timeout=60, what=""):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if cond():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _creates(cloud):
+    return [c for c in cloud.tpu.mutating_calls() if "CreateNode" in str(c) or "CreateQueuedResource" in str(c)]
+
+
+def _recoveries(cloud):
+    from google.cloud import storage
+    b = storage.Client(project=PROJECT).bucket(f"{PROJECT}-tpuctl-w")
+    return [json.loads(x.download_as_bytes()) for x in b.list_blobs(prefix=layout.RECOVERIES_PREFIX)]
+
+
+def test_a_preempted_node_is_recreated_and_the_watch_ends_with_its_run(cloud, cli, fast, no_leak):
+    _up(cli)
+    created = len(_creates(cloud))
+    w = Running()
+    _until(lambda: any("holding its lease" in m for m in w.said.lines), what="the lease")
+    status = json.loads(cli("status", "-c", "w", "--json")[1])
+    assert status["recovery"].startswith("armed (0 of 5 recoveries used") and "watcher-1" in status["watcher"]
+    cloud.tpu.set_state(2, NODE, "PREEMPTED")
+    _until(lambda: _recoveries(cloud), what="a recovery")
+    assert cloud.tpu.nodes[2][NODE].state.name == "READY"
+    assert len(_creates(cloud)) == created + 1
+    [rec] = _recoveries(cloud)
+    assert "PREEMPTED" in rec["lost"] and rec["zone"] == ZONE
+    status = json.loads(cli("status", "-c", "w", "--json")[1])
+    assert "1 of 5 recoveries used" in status["recovery"] and len(status["recoveries"]) == 1
+    # the run the cluster was armed for ends: so does the watch
+    from tpuctl.providers import registry
+    from tpuctl.core import state, runs
+    store = registry.get("gcp").store(state.load("w"))
+    from tpuctl.control import armed
+    armed.for_run(store, "20261125-000000-abcd")
+    store.write(layout.run_status("20261125-000000-abcd", 0), json.dumps(
+        runs.RunStatus(state=runs.RunState.SUCCEEDED).to_json()).encode())
+    assert w.wait() == "run 20261125-000000-abcd ended (succeeded)"
+    assert "ended" in json.loads(cli("status", "-c", "w", "--json")[1])["recovery"]
+
+
+def test_a_suspended_queued_request_is_asked_for_again(cloud, cli, fast, no_leak):
+    _up(cli, "--queued", "--spot")
+    w = Running()
+    _until(lambda: any("holding" in m for m in w.said.lines), what="the lease")
+    qr = f"projects/{PROJECT}/locations/{ZONE}/queuedResources/tpuctl-w-qr"
+    cloud.tpu.suspend(qr)
+    _until(lambda: _recoveries(cloud), what="a recovery")
+    assert "SUSPENDED" in _recoveries(cloud)[0]["lost"]
+    assert cloud.tpu.queued[qr]["qr"].state.state.name == "ACTIVE"
+    assert cloud.tpu.nodes[2][NODE].state.name == "READY"
+    assert cli("down", "-c", "w", "--yes")[0] == 0
+    assert "tpuctl down" in w.wait()
+
+
+def test_two_watchers_recreate_once(cloud, cli, fast, no_leak):
+    _up(cli)
+    created = len(_creates(cloud))
+    a, b = Running(where="one"), Running(where="two")
+    _until(lambda: any("standing by" in m for m in a.said.lines + b.said.lines), what="a watcher standing by")
+    cloud.tpu.set_state(2, NODE, "PREEMPTED")
+    _until(lambda: _recoveries(cloud), what="a recovery")
+    time.sleep(0.5)
+    assert len(_creates(cloud)) == created + 1 and len(_recoveries(cloud)) == 1
+    assert cli("down", "-c", "w", "--yes")[0] == 0
+    a.wait(), b.wait()
+
+
+def test_down_while_a_watcher_recreates_leaves_nothing(cloud, cli, fast, no_leak):
+    _up(cli)
+    w = Running()
+    _until(lambda: any("holding" in m for m in w.said.lines), what="the lease")
+    cloud.tpu.delay = 1.5                       # the re-create takes a while
+    cloud.tpu.set_state(2, NODE, "PREEMPTED")
+    _until(lambda: any("re-creating" in m for m in w.said.lines), what="the re-create")
+    code, out, err = cli("down", "-c", "w", "--yes")
+    assert code == 0, err
+    assert "step aside" in err
+    assert cloud.leaks() == []
+    assert w.wait() == "`tpuctl down`"
+    assert NODE not in cloud.tpu.nodes[2]
+
+
+def test_a_hosts_own_stop_is_not_undone(cloud, cli, fast, no_leak):
+    _up(cli)
+    from tpuctl.providers import registry
+    from tpuctl.core import state
+    store = registry.get("gcp").store(state.load("w"))
+    created = len(_creates(cloud))
+    w = Running()
+    _until(lambda: any("holding" in m for m in w.said.lines), what="the lease")
+    # what worker 0's agent does at autostop: its record, then the deletion of its own TPU
+    store.write(layout.STOPPED, json.dumps({"reason": "autostop: idle for 30m", "time": time.time()}).encode())
+    del cloud.tpu.nodes[2][NODE]
+    assert "autostop" in w.wait()
+    assert len(_creates(cloud)) == created
+
+
+def test_max_recoveries_ends_the_watch_with_a_clear_status(cloud, cli, fast, no_leak):
+    _up(cli, "--max-recoveries", "1")
+    w = Running()
+    _until(lambda: any("holding" in m for m in w.said.lines), what="the lease")
+    cloud.tpu.set_state(2, NODE, "PREEMPTED")
+    _until(lambda: _recoveries(cloud), what="a recovery")
+    _until(lambda: cloud.tpu.nodes[2][NODE].state.name == "READY", what="READY")
+    cloud.tpu.set_state(2, NODE, "PREEMPTED")
+    why = w.wait()
+    assert why.startswith("gave up") and "--max-recoveries" in why
+    status = json.loads(cli("status", "-c", "w", "--json")[1])
+    assert "gave up" in status["recovery"] and "1 of 1 recoveries used" in status["recovery"]
+
+
+def test_a_watcher_killed_mid_recreate_is_succeeded_without_a_duplicate(cloud, cli, fast, no_leak, tmp_path):
+    _up(cli)
+    created = len(_creates(cloud))
+    log = open(tmp_path / "watcher.log", "wb")
+    first = subprocess.Popen([sys.executable, "-m", "tpuctl", "watch", "-c", "w"], stdout=log, stderr=subprocess.STDOUT,
+                             env={**os.environ, "PYTHONPATH": os.getcwd()})
+    try:
+        _until(lambda: b"holding its lease" in (tmp_path / "watcher.log").read_bytes(), what="the first watcher")
+        cloud.tpu.delay = 3.0
+        cloud.tpu.set_state(2, NODE, "PREEMPTED")
+        _until(lambda: len(_creates(cloud)) == created + 1, what="the re-create to begin")
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait(10)
+    assert cloud.tpu.nodes[2][NODE].state.name == "CREATING"
+    w = Running(where="second")                 # stands by until the dead one's lease lapses, then adopts
+    _until(lambda: _recoveries(cloud), what="the second watcher's recovery")
+    assert len(_creates(cloud)) == created + 1, "the second watcher made another TPU"
+    assert cloud.tpu.nodes[2][NODE].state.name == "READY"
+    assert cli("down", "-c", "w", "--yes")[0] == 0
+    w.wait()
+
+
+def test_recover_flags_are_checked_before_anything_is_made(cloud, cli):
+    code, out, err = cli("up", "--type", "v3-8", "--zone", ZONE, "-c", "w", "--max-recoveries", "3")
+    assert code == 2 and "--max-recoveries applies only with --recover" in err
+    code, out, err = cli("up", "--type", "v3-8", "--zone", ZONE, "-c", "w", "--recover", "--max-recoveries", "0")
+    assert code == 2 and "at least 1" in err
+    code, out, err = cli("up", "--type", "v3-8", "--zone", ZONE, "-c", "w", "--recover", "--recover-for", "soon")
+    assert code == 2 and "--recover-for" in err
+    assert not cloud.mutating_calls()
+    code, out, err = cli("watch", "-c", "nope")
+    assert code != 0 and "no cluster named" in err

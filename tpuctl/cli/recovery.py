@@ -1,0 +1,107 @@
+"""Recovery from preemption on the command line: `up --recover` (its flags are checked and applied here), `tpuctl
+watch`, and what `down` asks of a watcher. The watcher itself is control/watch.py."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Optional
+
+import typer
+
+from .common import CLUSTER, app, cluster_and_provider, console
+from ..core.errors import ErrorKind, TpuctlError, bad_input
+
+if TYPE_CHECKING:
+    from ..core.models import ClusterState
+    from ..providers.base import Provider
+
+WATCHERS = ("local", "vm")
+
+
+@dataclass
+class RecoverFlags:
+    recover: bool = False
+    max_recoveries: int = 0
+    recover_for: int = 0
+    watcher: str = "local"
+
+    @classmethod
+    def parse(cls, recover: bool, max_recoveries: Optional[int], recover_for: Optional[str],
+              watcher: Optional[str]) -> "RecoverFlags":
+        from ..control.armed import DEFAULT_MAX_RECOVERIES
+        from ..core.lifecycle import parse_duration
+        if not recover:
+            given = [f for f, v in (("--max-recoveries", max_recoveries), ("--recover-for", recover_for),
+                                    ("--watcher", watcher)) if v is not None]
+            if given:
+                raise bad_input(f"{given[0]} applies only with --recover", f"add --recover, or drop {given[0]}")
+            return cls()
+        if max_recoveries is not None and max_recoveries < 1:
+            raise bad_input(f"--max-recoveries {max_recoveries} must be at least 1", "e.g. --max-recoveries 5")
+        if watcher is not None and watcher not in WATCHERS:
+            raise bad_input(f"--watcher {watcher!r} is not one of {', '.join(WATCHERS)}",
+                            "--watcher local: `tpuctl watch` on a machine that stays on")
+        if watcher == "vm":
+            raise TpuctlError(ErrorKind.INPUT, "--watcher vm is not available in this version",
+                              "run `tpuctl watch -c NAME --detach` on a machine that stays on")
+        return cls(True, max_recoveries or DEFAULT_MAX_RECOVERIES,
+                   parse_duration(recover_for, "--recover-for") if recover_for else 0, watcher or "local")
+
+
+def arm(st: "ClusterState", prov: "Provider", flags: RecoverFlags) -> None:
+    from ..control import armed
+    from ..core.lifecycle import show_duration
+    con = console()
+    until = time.time() + flags.recover_for if flags.recover_for else 0.0
+    doc = armed.arm(prov.store(st), st, flags.max_recoveries, until, flags.watcher)
+    con.err.print(f"armed for recovery: up to {flags.max_recoveries} re-creates"
+                  + (f" within {show_duration(flags.recover_for)}" if flags.recover_for else "")
+                  + (f", for run {doc['run']}" if doc["run"] else ", for the next run submitted"))
+    con.err.print(f"start its watcher on a machine that stays on: tpuctl watch -c {st.name} --detach")
+
+
+def _watch_files(name: str) -> tuple[str, str]:
+    from ..core.state import home
+    d = home() / "watchers"
+    d.mkdir(parents=True, exist_ok=True)
+    return str(d / f"{name}.log"), str(d / f"{name}.pid")
+
+
+@app.command()
+def watch(cluster: Optional[str] = CLUSTER,
+          detach: bool = typer.Option(False, "--detach", "-d",
+                                      help="Run in the background (log and pid file under tpuctl's state dir).")
+          ) -> None:
+    """Watch a cluster armed with `up --recover`: re-create its TPU when it is preempted, until its run ends."""
+    from ..control import armed, watch as watch_flow
+    con = console()
+    st, prov = cluster_and_provider(cluster, None)
+    if not armed.live(armed.read(prov.store(st))):
+        raise bad_input(f"cluster {st.name} is not armed for recovery",
+                        f"arm it: tpuctl up -c {st.name} --recover")
+    if detach:
+        log, pid_file = _watch_files(st.name)
+        with open(log, "ab") as out:
+            proc = subprocess.Popen([sys.executable, "-m", "tpuctl", "watch", "-c", st.name], stdin=subprocess.DEVNULL,
+                                    stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        with open(pid_file, "w") as f:
+            f.write(str(proc.pid))
+        con.err.print(f"watcher for {st.name} running in the background (pid {proc.pid}); its log: {log}")
+        return
+    with con.Reporter() as rep:
+        why = watch_flow.Watcher(st, prov, rep).run()
+    con.err.print(f"watch of {st.name} ended: {why}")
+
+
+def detached_pid(name: str) -> int:
+    """The pid of this machine's background watcher of `name`, or 0."""
+    _, pid_file = _watch_files(name)
+    try:
+        pid = int(open(pid_file).read())
+        os.kill(pid, 0)
+        return pid
+    except (OSError, ValueError):
+        return 0

@@ -1,0 +1,123 @@
+"""A cluster armed for recovery (`up --recover`): its record in the store (layout.WATCH_ARMED), which the watcher,
+`submit`, `status` and `down` read and change, each by a conditional write so no change is lost to another
+machine's; and each recovery's record (layout.recovery).
+
+The record holds the cluster's state as the last writer knew it: the watcher may run on another machine (a watcher
+VM has no state of its own) and may move the compute to another zone; the CLI takes the newer state from it
+(`sync`), so `down` deletes where the compute is now.
+
+    {"armed": true, "armed_at": T, "max_recoveries": 5, "until": T|0, "run": ID|"", "recoveries": 1,
+     "watcher": "local"|"vm", "state": {...}, "ended": ""|why, "ended_at": T}
+"""
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from typing import Any, Callable
+
+from ..core import layout, state
+from ..core.models import ClusterState
+from ..core.store import BlobStore
+
+DEFAULT_MAX_RECOVERIES = 5
+
+
+def read(store: BlobStore) -> dict[str, Any] | None:
+    raw = store.read(layout.WATCH_ARMED)
+    try:
+        return json.loads(raw) if raw else None
+    except ValueError:
+        return None
+
+
+def update(store: BlobStore, change: Callable[[dict[str, Any]], dict[str, Any] | None]) -> dict[str, Any] | None:
+    """Read, change, write back only if nobody wrote in between (else again). `change` returns None to write
+    nothing."""
+    while True:
+        raw, gen = store.read_generation(layout.WATCH_ARMED)
+        try:
+            doc = json.loads(raw) if raw else {}
+        except ValueError:
+            doc = {}
+        new = change(dict(doc))
+        if new is None:
+            return doc or None
+        # a write of its own (write_if takes an object holding our bytes for our lost-answer retry's)
+        new["write"] = secrets.token_hex(8)
+        if store.write_if(layout.WATCH_ARMED, json.dumps(new).encode(), gen):
+            return new
+
+
+def arm(store: BlobStore, st: ClusterState, max_recoveries: int, until: float, watcher: str) -> dict[str, Any]:
+    """(Re-)arm: a new watch, its count from zero; the run it is for is the next one submitted, or the one
+    running now."""
+    from ..core import runs
+    active = [r for r in runs.all_ids(store) if not runs.status(store, r).state.final]
+    doc = {"armed": True, "armed_at": time.time(), "max_recoveries": max_recoveries, "until": until,
+           "run": active[-1] if active else "", "recoveries": 0, "watcher": watcher, "state": st.to_json(),
+           "ended": "", "ended_at": 0.0}
+    update(store, lambda old: doc)
+    return doc
+
+
+def live(doc: dict[str, Any] | None) -> bool:
+    return bool(doc and doc.get("armed") and not doc.get("ended"))
+
+
+def end(store: BlobStore, why: str) -> None:
+    """The watch is over (down, the run ended, the host stopped itself, limits): watchers exit and `status` says
+    why."""
+    def change(doc: dict[str, Any]) -> dict[str, Any] | None:
+        if not live(doc):
+            return None
+        return {**doc, "ended": why, "ended_at": time.time()}
+    update(store, change)
+
+
+def for_run(store: BlobStore, run_id: str) -> None:
+    """`submit` on an armed cluster: the first run submitted after arming is the one the watch is for."""
+    def change(doc: dict[str, Any]) -> dict[str, Any] | None:
+        return {**doc, "run": run_id} if live(doc) and not doc.get("run") else None
+    update(store, change)
+
+
+def save_state(store: BlobStore, st: ClusterState) -> None:
+    update(store, lambda doc: {**doc, "state": st.to_json()} if doc else None)
+
+
+def sync(st: ClusterState, store: BlobStore) -> ClusterState:
+    """The newer of the local state and the one a watcher left in the store (the compute's latest period decides);
+    saved locally when the store's is newer."""
+    try:
+        doc = read(store)
+    except Exception:  # noqa: BLE001 - a store that cannot be read leaves the local state as it is
+        return st
+    if not doc or "state" not in doc:
+        return st
+    theirs = ClusterState.from_json(doc["state"])
+    newer = (theirs.periods[-1][0] if theirs.periods else 0) > (st.periods[-1][0] if st.periods else 0)
+    if not newer:
+        return st
+    st.zone, st.runtime, st.host, st.periods = theirs.zone, theirs.runtime, theirs.host, theirs.periods
+    st.grants = st.grants + [g for g in theirs.grants if g not in st.grants]
+    state.save(st)
+    return st
+
+
+def record_recovery(store: BlobStore, rec: dict[str, Any]) -> int:
+    """Writes the next recovery record (create-if-absent: two writers never share a number); returns its number."""
+    n = len(store.list(layout.RECOVERIES_PREFIX)) + 1
+    while not store.create(layout.recovery(n), json.dumps({**rec, "n": n}).encode()):
+        n += 1
+    return n
+
+
+def recoveries(store: BlobStore) -> list[dict[str, Any]]:
+    out = []
+    for key, _ in store.list(layout.RECOVERIES_PREFIX):
+        try:
+            out.append(json.loads(store.read(key) or b"{}"))
+        except ValueError:
+            continue
+    return out
