@@ -70,7 +70,7 @@ def test_google_and_grpc_are_imported_only_under_providers_gcp():
 MAY_IMPORT = {
     "core": ("core",),
     "host": ("core", "host", "runtime", "providers.stores"),
-    "runtime": ("core",),
+    "runtime": ("core", "providers.stores"),   # a job's metrics.json into the store without TensorFlow
     "providers": ("core", "providers"),
     "control": ("core", "control", "providers"),
     "cli": ("core", "cli", "control", "providers", "agent"),

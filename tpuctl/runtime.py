@@ -6,6 +6,8 @@
     lr = runtime.schedule(1e-4, batch, 256, warmup_steps=1000, total_steps=100000)
     runtime.output_dir(), runtime.data_dir()      # from TPUCTL_* with local fallbacks
     model.fit(..., callbacks=[runtime.metrics_callback()])   # metrics.json: `tpuctl jobs` shows step, loss, curve
+    progress = runtime.Progress(start_step)       # the same for a loop of one's own, without TensorFlow;
+    progress.step(step, seconds, loss=...)        # both record what goodput is computed from
 
 TensorFlow is imported lazily, and TF_USE_LEGACY_KERAS=1 is set before it when tf-keras is installed (Keras 3 +
 TPUStrategy model.fit has open failures on TPU VMs, keras-team/keras#19448); a job's own value wins.
@@ -15,6 +17,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import time
 from typing import Any, Mapping, MutableMapping
 
 
@@ -161,16 +164,7 @@ def metrics_callback(every: int | None = None, path: str | None = None) -> Any:
     target = path or f"{output_dir()}/{FILE}"
 
     def write(log: MetricsLog) -> None:
-        tf.io.gfile.makedirs(os.path.dirname(target) or ".")
-        text = json.dumps(log.to_json())
-        if "://" in target:                  # an object store: one write replaces the object whole
-            with tf.io.gfile.GFile(target, "w") as f:
-                f.write(text)
-            return
-        tmp = f"{target}.tmp{os.getpid()}"
-        with open(tmp, "w") as f:
-            f.write(text)
-        os.replace(tmp, target)              # readers (`tpuctl jobs`) never see half a file
+        _write_text(target, json.dumps(log.to_json()), tf)
 
     class MetricsFile(tf.keras.callbacks.Callback):  # type: ignore[name-defined]  # TF is imported lazily, so its classes are values here
         def __init__(self) -> None:
@@ -181,6 +175,12 @@ def metrics_callback(every: int | None = None, path: str | None = None) -> Any:
                     found = parse(f.read())
             self.log = found or MetricsLog()
 
+        def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
+            self.log.begin(int(self.model.optimizer.iterations.numpy()), time.time())
+
+        def on_train_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+            self.t0 = time.perf_counter()
+
         def _record(self, logs: dict[str, Any] | None) -> None:
             self.log.record(int(self.model.optimizer.iterations.numpy()), logs or {})
             write(self.log)
@@ -190,6 +190,7 @@ def metrics_callback(every: int | None = None, path: str | None = None) -> Any:
                 self._record(logs)
 
         def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+            self.log.stepped(int(self.model.optimizer.iterations.numpy()), time.perf_counter() - self.t0, time.time())
             if every and int(self.model.optimizer.iterations.numpy()) % every == 0:
                 self._record(logs)
             self.last = logs
@@ -199,3 +200,57 @@ def metrics_callback(every: int | None = None, path: str | None = None) -> Any:
             if every and self.log.step < int(self.model.optimizer.iterations.numpy()) and getattr(self, "last", None):
                 self._record(self.last)
     return MetricsFile()
+
+
+def _write_text(target: str, text: str, tf: Any = None) -> None:
+    """Replace `target` whole: a local file by rename (readers never see half of one); in the cluster's store
+    through tpuctl's own store client (no TensorFlow needed); elsewhere through TensorFlow's file system."""
+    store = os.environ.get("TPUCTL_STORE", "").rstrip("/")
+    if "://" in target and store and target.startswith(store + "/"):
+        from .providers.stores import open_store
+        open_store(store).write(target[len(store) + 1:], text.encode())
+        return
+    if "://" in target:
+        tf = tf or _tf()
+        with tf.io.gfile.GFile(target, "w") as f:
+            f.write(text)
+        return
+    os.makedirs(os.path.dirname(target) or ".", exist_ok=True)
+    tmp = f"{target}.tmp{os.getpid()}"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, target)
+
+
+def _read_bytes(target: str) -> bytes | None:
+    store = os.environ.get("TPUCTL_STORE", "").rstrip("/")
+    if "://" in target and store and target.startswith(store + "/"):
+        from .providers.stores import open_store
+        return open_store(store).read(target[len(store) + 1:])
+    try:
+        with open(target, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
+
+
+class Progress:
+    """metrics.json for a training loop of one's own (no Keras, no TensorFlow needed): `Progress(start_step)` once
+    the checkpoint is restored, then `step(step, seconds, **metrics)` after each step, `seconds` being the time
+    the step itself took. Written every `every` steps and at each call of `flush()`."""
+
+    def __init__(self, start_step: int = 0, every: int = 1, path: str | None = None) -> None:
+        from .core.metrics import FILE, MetricsLog, parse
+        self.target = path or f"{output_dir()}/{FILE}"
+        self.log = parse(_read_bytes(self.target)) or MetricsLog()
+        self.log.begin(start_step, time.time())
+        self.every = max(1, every)
+
+    def step(self, step: int, seconds: float, **metrics: float) -> None:
+        self.log.stepped(step, seconds, time.time())
+        if step % self.every == 0:
+            self.log.record(step, metrics)
+            self.flush()
+
+    def flush(self) -> None:
+        _write_text(self.target, json.dumps(self.log.to_json()))

@@ -12,13 +12,13 @@ from typing import TYPE_CHECKING, Optional
 import typer
 
 from .common import CLUSTER, app, cluster_and_provider, console
-from ..core.errors import ErrorKind, TpuctlError, bad_input
+from ..core.errors import bad_input
 
 if TYPE_CHECKING:
     from ..core.models import ClusterState
     from ..providers.base import Provider
 
-WATCHERS = ("local", "vm")
+WATCHERS = {"local": "", "vm": "a watcher VM is not available in this version"}   # where: why not, if not
 
 
 @dataclass
@@ -41,12 +41,9 @@ class RecoverFlags:
             return cls()
         if max_recoveries is not None and max_recoveries < 1:
             raise bad_input(f"--max-recoveries {max_recoveries} must be at least 1", "e.g. --max-recoveries 5")
-        if watcher is not None and watcher not in WATCHERS:
-            raise bad_input(f"--watcher {watcher!r} is not one of {', '.join(WATCHERS)}",
-                            "--watcher local: `tpuctl watch` on a machine that stays on")
-        if watcher == "vm":
-            raise TpuctlError(ErrorKind.INPUT, "--watcher vm is not available in this version",
-                              "run `tpuctl watch -c NAME --detach` on a machine that stays on")
+        if watcher is not None and (watcher not in WATCHERS or WATCHERS[watcher]):
+            raise bad_input(f"--watcher {watcher!r}: " + (WATCHERS.get(watcher) or f"not one of {', '.join(WATCHERS)}"),
+                            "--watcher local: `tpuctl watch -c NAME --detach` on a machine that stays on")
         return cls(True, max_recoveries or DEFAULT_MAX_RECOVERIES,
                    parse_duration(recover_for, "--recover-for") if recover_for else 0, watcher or "local")
 

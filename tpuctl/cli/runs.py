@@ -3,7 +3,7 @@ app when clusters.py imports this module."""
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, List, Optional
+from typing import TYPE_CHECKING, Any, List, Optional
 
 import typer
 
@@ -215,7 +215,8 @@ def ssh(ctx: typer.Context, cluster: Optional[str] = CLUSTER,
 def jobs(cluster: Optional[str] = CLUSTER,
          as_json: bool = typer.Option(False, "--json", help="Machine-readable output on stdout."),
          provider: Optional[str] = PROVIDER) -> None:
-    """List the cluster's runs: id, job, state, start, duration, exit code, latest step and loss, loss curve."""
+    """List the cluster's runs: id, job, state, start, duration, exit code, latest step and loss, loss curve, and
+    goodput (the share of the run's time spent in training steps that were kept)."""
     from ..control import submission
     con = console()
     st, prov = cluster_and_provider(cluster, provider)
@@ -227,13 +228,22 @@ def jobs(cluster: Optional[str] = CLUSTER,
     if as_json:
         con.print_json(rows)
         return
-    con.print_table(["id", "job", "state", "started", "duration", "exit", "cost", "step", "loss", "loss curve"],
+    con.print_table(["id", "job", "state", "started", "duration", "exit", "cost", "step", "loss", "loss curve",
+                     "goodput"],
                     [[r["id"], r["name"], r["state"], r["started"],
                       "" if r["duration"] is None else f"{r['duration']:.0f}s",
                       "" if r["exit_code"] is None else r["exit_code"],
                       "" if r["cost_usd"] is None else f"${r['cost_usd']:.2f}",
                       "" if r["step"] is None else r["step"],
-                      "" if r["loss"] is None else f"{r['loss']:.4f}", r["loss_curve"]] for r in rows])
+                      "" if r["loss"] is None else f"{r['loss']:.4f}", r["loss_curve"],
+                      "" if r["goodput"] is None else f"{r['goodput']:.0f}%"
+                      + _resumes(r)]
+                     for r in rows])
+
+
+def _resumes(row: dict[str, Any]) -> str:
+    n = row["goodput_parts"]["resumes"]
+    return f" ({n} resume{'s' * (n > 1)})" if n else ""
 
 
 @app.command()

@@ -1,15 +1,19 @@
 """What a follower (`submit`, `logs -f`) does when the run's host goes quiet: say so at once, keep following while
-the compute is coming back (being recreated, booting), and give up with exit 9 when nothing is bringing it back or
-after a limit, with the command that resumes the run. Never a silent wait on a dead host."""
+the compute is coming back (being recreated, booting, or lost on a cluster whose recovery watcher holds the lease),
+and give up with exit 9 when nothing is bringing it back or after a limit, with the command that resumes the run.
+Never a silent wait on a dead host."""
 from __future__ import annotations
 
 import time
 from typing import Callable
 
+from ..core import layout
 from ..core.errors import ErrorKind, TpuctlError
+from ..core.lease import Lease
 from ..core.models import ClusterState
 from ..providers.base import Provider
 from ..core.runs import RunState, RunStatus, stale_seconds
+from . import armed
 
 CHECK_SECONDS = 10.0   # how often the cluster is asked while the host is quiet
 
@@ -51,4 +55,20 @@ class HostWatch:
                     else f"has had no heartbeat for {stale_seconds():.0f}s")
             self.warn(f"run {self.run_id} {what}: {detail}")
         if not alive:
-            raise TpuctlError(ErrorKind.HOST_LOST, f"run {self.run_id}: its host is gone ({detail})", self._resume())
+            watcher = self._watcher()
+            if not watcher:
+                raise TpuctlError(ErrorKind.HOST_LOST, f"run {self.run_id}: its host is gone ({detail})",
+                                  self._resume())
+            if self.quiet_since == now:
+                self.warn(f"the recovery watcher on {watcher} is bringing it back; following on")
+
+    def _watcher(self) -> str:
+        """Where the watcher of a cluster armed for recovery runs, when one holds the lease; else ""."""
+        try:
+            store = self.p.store(self.st)
+            if not armed.live(armed.read(store)):
+                return ""
+            holder = Lease(store, layout.WATCH_LEASE, "").holder()
+        except TpuctlError:
+            return ""
+        return str(holder.get("where", "?")) if holder else ""

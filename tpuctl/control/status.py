@@ -65,14 +65,14 @@ def _watch(st: ClusterState, provider: Provider) -> dict[str, object]:
     """Recovery: whether the cluster is armed, which watcher holds the lease and when it last looked, and each
     recovery so far. Nothing for a cluster never armed."""
     from . import armed
-    from .watch import lease_of
+    from ..core.lease import Lease
     try:
         store = provider.store(st)
         doc = armed.read(store)
         if not doc:
             return {}
         armed.sync(st, store)
-        holder = lease_of(store, "").holder()
+        holder = Lease(store, layout.WATCH_LEASE, "").holder()
         done = armed.recoveries(store)
     except TpuctlError:
         return {}

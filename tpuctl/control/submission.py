@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core import datasync, layout, metrics, packaging, runs
+from ..core import datasync, goodput, layout, metrics, packaging, runs
 from ..core.errors import ErrorKind, TpuctlError
 from ..core.jobspec import JobSpec
 from ..core.models import ClusterState, Phase
@@ -130,7 +130,20 @@ def _row(store: BlobStore, run_id: str) -> dict[str, object]:
             "duration": round((end or time.time()) - start, 1) if start else None,
             "exit_code": st.exit_code, "attempt": st.attempt,
             "step": m.step if m else None, "loss": m.metrics.get("loss") if m else None,
-            "loss_curve": metrics.sparkline(losses)}
+            "loss_curve": metrics.sparkline(losses), **_goodput(store, run_id, m, end if st.state.final else None)}
+
+
+def _goodput(store: BlobStore, run_id: str, m: metrics.MetricsLog | None, end: float | None) -> dict[str, object]:
+    """goodput.py's breakdown over the run's lifetime: its first claim to its end (or now)."""
+    if not m or not m.attempts:
+        return {"goodput": None}
+    try:
+        first = json.loads(store.read(layout.run_claim(run_id, 0)) or b"{}")
+    except ValueError:
+        first = {}
+    started = float(first.get("time") or m.attempts[0]["start"])
+    parts = goodput.breakdown(m.attempts, min(started, m.attempts[0]["start"]), end or time.time())
+    return {"goodput": parts.pop("goodput_pct"), "goodput_parts": parts}
 
 
 def table(store: BlobStore) -> list[dict[str, object]]:

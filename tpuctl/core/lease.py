@@ -28,9 +28,11 @@ def ttl_seconds() -> float:
 
 
 def _free(rec: dict[str, Any] | None, me: str, now: float) -> bool:
-    if rec is None or float(rec.get("expires", 0)) <= now:
-        reserved = rec.get("reserved_for") if rec else None
-        return not reserved or reserved == me or float(rec.get("reserved_until", 0)) <= now   # type: ignore[union-attr]
+    if rec is None:
+        return True
+    if float(rec.get("expires", 0)) <= now:
+        reserved = rec.get("reserved_for")
+        return not reserved or reserved == me or float(rec.get("reserved_until", 0)) <= now
     return rec.get("id") == me
 
 

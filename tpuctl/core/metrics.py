@@ -2,7 +2,12 @@
 rewritten whole at every log interval (object stores cannot append). The job writes it through
 `tpuctl.runtime.metrics_callback()`; `tpuctl jobs` reads it for the step, the loss and a sparkline.
 
-    {"step": 120, "metrics": {"loss": 6.91, ...}, "history": {"loss": [[10, 8.01], [20, 7.49], ...], ...}}
+    {"step": 120, "metrics": {"loss": 6.91, ...}, "history": {"loss": [[10, 8.01], [20, 7.49], ...], ...},
+     "attempts": [{"start": T, "from": 0, "step": 120, "last": T, "step_seconds": 98.2}, ...]}
+
+`attempts` is what goodput (goodput.py) is computed from: each start of the job's training (a resume after a
+preemption is a new one), the step it started from, the last step it reached and when, and the time it spent
+inside training steps.
 
 No TensorFlow here: the CLI imports this module.
 """
@@ -30,6 +35,19 @@ class MetricsLog:
         self.step = 0
         self.metrics: dict[str, float] = {}
         self.history: dict[str, list[list[float]]] = {}
+        self.attempts: list[dict[str, float]] = []
+
+    def begin(self, step: int, now: float) -> None:
+        """Training (re)starts at `step` (the step its checkpoint restored; 0 on a fresh start)."""
+        self.attempts.append({"start": now, "from": float(step), "step": float(step), "last": now,
+                              "step_seconds": 0.0})
+
+    def stepped(self, step: int, seconds: float, now: float) -> None:
+        """Steps up to `step` done, `seconds` of them spent inside training steps since the last call."""
+        if not self.attempts:
+            self.begin(step, now)
+        a = self.attempts[-1]
+        a["step"], a["last"], a["step_seconds"] = float(step), now, a["step_seconds"] + seconds
 
     def record(self, step: int, values: Mapping[str, Any]) -> None:
         """Values at `step`; a step at or before one already recorded (a resumed run) replaces what followed it."""
@@ -41,7 +59,7 @@ class MetricsLog:
             self.history[name] = thin(points, self.cap)
 
     def to_json(self) -> dict[str, Any]:
-        return {"step": self.step, "metrics": self.metrics, "history": self.history}
+        return {"step": self.step, "metrics": self.metrics, "history": self.history, "attempts": self.attempts}
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any], cap: int = CAP) -> "MetricsLog":
@@ -49,6 +67,7 @@ class MetricsLog:
         log.step = int(doc.get("step", 0))
         log.metrics = {k: float(v) for k, v in dict(doc.get("metrics", {})).items() if _number(v)}
         log.history = {k: [[float(s), float(v)] for s, v in pts] for k, pts in dict(doc.get("history", {})).items()}
+        log.attempts = [{k: float(v) for k, v in dict(a).items()} for a in doc.get("attempts", [])]
         return log
 
 

@@ -1,0 +1,40 @@
+"""Goodput (core/goodput.py) from the attempts a job records through tpuctl.runtime.Progress: productive step time,
+steps re-done after a resume, time lost between attempts."""
+import json
+
+from tpuctl.core import goodput
+from tpuctl.core.metrics import MetricsLog
+
+
+def test_a_resumed_run_counts_redone_steps_and_the_gap_as_badput():
+    # 0..10 s: startup; steps 1-60 at 1 s each (10..70); preempted; the checkpoint was at step 50; back at 100 s,
+    # steps 51-100 at 1 s each (100..150); the run ends at 150 s.
+    attempts = [{"start": 10, "from": 0, "step": 60, "last": 70, "step_seconds": 60},
+                {"start": 100, "from": 50, "step": 100, "last": 150, "step_seconds": 50}]
+    g = goodput.breakdown(attempts, 0, 150)
+    assert g["steps_redone"] == 10 and g["resumes"] == 1
+    assert g["wasted_progress_seconds"] == 10 and g["productive_seconds"] == 100
+    assert g["disruption_seconds"] == 30 and g["other_seconds"] == 10
+    assert g["goodput_pct"] == round(100 * 100 / 150, 1)
+
+
+def test_an_uninterrupted_run_is_all_steps_but_its_startup():
+    g = goodput.breakdown([{"start": 5, "from": 0, "step": 10, "last": 15, "step_seconds": 10}], 0, 15)
+    assert g["goodput_pct"] == round(100 * 10 / 15, 1) and g["resumes"] == 0 and g["steps_redone"] == 0
+
+
+def test_progress_keeps_attempts_across_restarts(tmp_path, monkeypatch):
+    from tpuctl import runtime
+    monkeypatch.setenv("TPUCTL_OUTPUT_DIR", str(tmp_path))
+    monkeypatch.delenv("TPUCTL_STORE", raising=False)
+    p = runtime.Progress(0)
+    for s in range(1, 7):
+        p.step(s, 0.5, loss=10 - s)
+    p = runtime.Progress(4)                  # restarted from the checkpoint at step 4
+    for s in range(5, 9):
+        p.step(s, 0.5, loss=10 - s)
+    log = MetricsLog.from_json(json.loads((tmp_path / "metrics.json").read_text()))
+    assert [(a["from"], a["step"]) for a in log.attempts] == [(0, 6), (4, 8)]
+    assert log.step == 8 and [s for s, _ in log.history["loss"]] == list(range(1, 9))
+    g = goodput.breakdown(log.attempts, log.attempts[0]["start"], log.attempts[-1]["last"])
+    assert g["steps_redone"] == 2 and g["wasted_progress_seconds"] == 1.0
