@@ -84,7 +84,8 @@ def start_fakes(tmp: Path):
     pip = {"TPUCTL_TF_FIND_LINKS": index.url, "PIP_FIND_LINKS": index.url, "PIP_NO_INDEX": "1"}
     hosts = SimulatedHosts(gcs, tmp / "hosts")
     hosts.enabled = True
-    fast = {"TPUCTL_STALE_SECONDS": "3", "TPUCTL_LOG_POLL_MAX": "0.2", "TPUCTL_POLL_INTERVAL": "0.1"}
+    fast = {"TPUCTL_STALE_SECONDS": "3", "TPUCTL_LOG_POLL_MAX": "0.2", "TPUCTL_POLL_INTERVAL": "0.1",
+            "TPUCTL_PROGRESS_SECONDS": "0.3"}
     hosts.env.update(TPU_REST_EMULATOR_HOST=trh, COMPUTE_EMULATOR_HOST=ch, RESOURCE_MANAGER_EMULATOR_HOST=rh,
                      **pip, **fast)
     tpu.hosts = compute.hosts = hosts

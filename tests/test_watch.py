@@ -285,3 +285,25 @@ def test_recover_flags_are_checked_before_anything_is_made(cloud, cli):
     assert not cloud.mutating_calls()
     code, out, err = cli("watch", "-c", "nope")
     assert code != 0 and "no cluster named" in err
+
+
+def test_on_the_local_provider_a_detached_watcher_restarts_a_killed_agent(local_up, cli, fast, monkeypatch):
+    from tpuctl.cli.recovery import detached_pid
+    from tpuctl.core import state
+    from tpuctl.providers.local import LocalProvider
+    code, out, err = cli("up", "--provider", "local", "-c", "lw", "--recover")
+    assert code == 0, err
+    st = state.load("lw")
+    code, out, err = cli("watch", "-c", "lw", "--detach")
+    assert code == 0, err
+    watcher = detached_pid("lw")
+    assert watcher
+    os.kill(st.host.pid, signal.SIGKILL)
+    _until(lambda: state.load("lw").host.pid != st.host.pid and LocalProvider().agent_alive(state.load("lw")),
+           what="the agent to be restarted")
+    status = json.loads(cli("status", "-c", "lw", "--json")[1])
+    assert "1 of 5" in status["recovery"] and "is gone" in status["recoveries"][0]
+    code, out, err = cli("down", "-c", "lw", "--yes")
+    assert code == 0, err
+    _until(lambda: not detached_pid("lw"), what="the watcher to exit after down")
+    assert "`tpuctl down`" in json.loads(cli("status", "-c", "lw", "--json")[1])["recovery"]

@@ -237,20 +237,28 @@ def _read_bytes(target: str) -> bytes | None:
 class Progress:
     """metrics.json for a training loop of one's own (no Keras, no TensorFlow needed): `Progress(start_step)` once
     the checkpoint is restored, then `step(step, seconds, **metrics)` after each step, `seconds` being the time
-    the step itself took. Written every `every` steps and at each call of `flush()`."""
+    the step itself took. Metrics are recorded every `every` steps; the file is written then, and at least every
+    `flush_seconds` (TPUCTL_PROGRESS_SECONDS, 10) so that the steps an interruption makes the job re-do are known."""
 
-    def __init__(self, start_step: int = 0, every: int = 1, path: str | None = None) -> None:
+    def __init__(self, start_step: int = 0, every: int = 1, path: str | None = None,
+                 flush_seconds: float | None = None) -> None:
         from .core.metrics import FILE, MetricsLog, parse
         self.target = path or f"{output_dir()}/{FILE}"
         self.log = parse(_read_bytes(self.target)) or MetricsLog()
         self.log.begin(start_step, time.time())
         self.every = max(1, every)
+        self.flush_seconds = flush_seconds if flush_seconds is not None else \
+            float(os.environ.get("TPUCTL_PROGRESS_SECONDS", "10"))
+        self.flushed = time.monotonic()
 
     def step(self, step: int, seconds: float, **metrics: float) -> None:
         self.log.stepped(step, seconds, time.time())
         if step % self.every == 0:
             self.log.record(step, metrics)
             self.flush()
+        elif time.monotonic() - self.flushed >= self.flush_seconds:
+            self.flush()
 
     def flush(self) -> None:
         _write_text(self.target, json.dumps(self.log.to_json()))
+        self.flushed = time.monotonic()

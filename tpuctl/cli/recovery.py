@@ -99,6 +99,12 @@ def detached_pid(name: str) -> int:
     try:
         pid = int(open(pid_file).read())
         os.kill(pid, 0)
-        return pid
     except (OSError, ValueError):
         return 0
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            if f.read().rsplit(")", 1)[-1].split()[0] == "Z":
+                return 0   # exited, not yet reaped by the process that started it
+    except (OSError, IndexError):
+        pass   # no /proc (macOS): alive as far as kill can tell
+    return pid
