@@ -13,7 +13,8 @@ set -uo pipefail
 STORE="@{store}"
 CLUSTER="@{cluster}"
 VERSION="@{version}"
-ROLE="@{role}"                 # tpu-vm: the TPU host itself; node-vm: the VM beside a legacy TPU Node
+ROLE="@{role}"                 # tpu-vm: the TPU host itself; node-vm: the VM beside a legacy TPU Node;
+                               # watcher-vm: the recovery watcher's VM (runs tpuctl.watcher, not the agent)
 ACCELERATOR="@{accelerator}"
 TPU_ADDRESS="@{tpu_address}"   # "local" on a TPU VM; empty on a node VM: the agent reads it from the store
 TF_VERSION="@{tf_version}"     # node-vm only: must match the TPU Node's TensorFlow exactly
@@ -140,9 +141,36 @@ else
   mv "$WHEEL.part" "$WHEEL"
   retry "pip install of the agent" "$PY" -m pip install -q --force-reinstall --no-deps "$WHEEL" \
     || fail "pip install agent"
+  if [ "$ROLE" = "watcher-vm" ]; then   # its dependencies (the TPU, Compute and Storage clients) from PyPI
+    retry "pip install of the watcher's dependencies" "$PY" -m pip install -q "$WHEEL" \
+      || fail "pip install the watcher's dependencies"
+  fi
   "$PY" -c "import google.cloud.storage" 2>/dev/null \
     || retry "pip install google-cloud-storage" "$PY" -m pip install -q "google-cloud-storage>=2.14" \
     || fail "pip install google-cloud-storage"
+fi
+
+if [ "$ROLE" = "watcher-vm" ]; then
+  cat >"$UNIT_DIR/tpuctl-watcher.service" <<UNIT
+[Unit]
+Description=tpuctl recovery watcher for cluster $CLUSTER
+After=network-online.target
+Wants=network-online.target
+
+[Service]
+Environment=TPUCTL_HOME=$AGENT_DIR/home
+Environment=TPUCTL_HOST=$HOST
+ExecStart=$PY -m tpuctl.watcher --store $STORE --cluster $CLUSTER
+Restart=on-failure
+RestartSec=10
+
+[Install]
+WantedBy=multi-user.target
+UNIT
+  systemctl daemon-reload && systemctl enable tpuctl-watcher.service && systemctl restart tpuctl-watcher.service \
+    || fail "systemctl"
+  log "watcher running"
+  exit 0
 fi
 
 cat >"$UNIT_DIR/tpuctl-agent.service" <<UNIT

@@ -2,6 +2,7 @@
 the providers, the type checker, and README tables that must match the code."""
 import ast
 import json
+import os
 import re
 import subprocess
 import sys
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+import tpuctl
 from tpuctl.core import layout, state
 from tpuctl.providers import agent_package
 from tpuctl.core.errors import ExitCode
@@ -75,8 +77,9 @@ MAY_IMPORT = {
     "control": ("core", "control", "providers"),
     "cli": ("core", "cli", "control", "providers", "agent"),
     "agent": ("host",),
+    "watcher": ("core", "control", "providers"),
 }
-TOP_LEVEL = {"tpuctl", "tpuctl.__main__", "tpuctl.runtime", "tpuctl.agent"}
+TOP_LEVEL = {"tpuctl", "tpuctl.__main__", "tpuctl.runtime", "tpuctl.agent", "tpuctl.watcher"}
 
 
 def _room(module: str) -> str:
@@ -134,6 +137,28 @@ def test_the_host_wheel_holds_what_the_host_runs_and_runs_from_it_alone(tmp_path
                         "importlib.import_module(m)", *mods], env={"PYTHONPATH": str(tmp_path)},
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+
+
+def test_the_watcher_wheel_holds_ups_code_path_and_rebuilds_the_same_agent_wheel(tmp_path):
+    """The recovery watcher's VM installs it: the watch, `up`'s code path, the start-up script, never the CLI; and
+    the agent package it uploads when it re-creates the TPU, built from what it has installed, is byte for byte the
+    one `up` uploaded."""
+    import io
+    import zipfile
+    wheel = agent_package.build(agent_package.WATCHER)
+    names = set(zipfile.ZipFile(io.BytesIO(wheel)).namelist())
+    assert {"tpuctl/watcher.py", "tpuctl/control/watch.py", "tpuctl/control/up.py", "tpuctl/providers/gcp/provider.py",
+            "tpuctl/templates/startup.sh", "tpuctl/agent.py"} <= names
+    assert not [n for n in names if n.startswith("tpuctl/cli/")]
+    assert "Requires-Dist: google-cloud-tpu>=1.18" in zipfile.ZipFile(io.BytesIO(wheel)).read(
+        f"tpuctl-{tpuctl.__version__}.dist-info/METADATA").decode()
+    zipfile.ZipFile(io.BytesIO(wheel)).extractall(tmp_path)
+    r = subprocess.run([sys.executable, "-c", "import sys; from tpuctl.providers import agent_package; "
+                        "from tpuctl.providers.gcp import startup; assert (startup.templates_dir() / 'startup.sh')"
+                        ".is_file(); sys.stdout.buffer.write(agent_package.build())", str(tmp_path)],
+                       env={**os.environ, "PYTHONPATH": str(tmp_path)}, capture_output=True, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr.decode()
+    assert r.stdout == agent_package.build()
 
 
 _SIZE_LIMITS = {"host": 80}   # lines of one function; 100 elsewhere. A class: 250.

@@ -307,3 +307,41 @@ def test_on_the_local_provider_a_detached_watcher_restarts_a_killed_agent(local_
     assert code == 0, err
     _until(lambda: not detached_pid("lw"), what="the watcher to exit after down")
     assert "`tpuctl down`" in json.loads(cli("status", "-c", "lw", "--json")[1])["recovery"]
+
+
+def _vms(cloud):
+    return sorted(k[2] for k in cloud.compute.instances)
+
+
+def test_a_watcher_vm_brings_back_a_preempted_tpu_and_down_removes_it(cloud, live_hosts, cli, fast, no_leak):
+    """`up --recover --watcher vm`: an e2-micro booted with the real start-up script (role watcher-vm) installs the
+    watcher package from the bucket and runs `python -m tpuctl.watcher` under (simulated) systemd; it re-creates the
+    preempted TPU with nobody at the keyboard; `ls` and `status` show it; `down` removes it with the rest."""
+    live_hosts.env.update(TPU_EMULATOR_HOST=os.environ["TPU_EMULATOR_HOST"], TPUCTL_WATCH_POLL="0.2",
+                          TPUCTL_LEASE_SECONDS="2", TPUCTL_RECOVER_BACKOFF="0.05")
+    code, out, err = cli("up", "--type", "v3-8", "--zone", ZONE, "-c", "w", "--runtime",
+                         "tpu-vm-tf-2.18.0-pjrt-v5p-and-below", "--recover", "--watcher", "vm")
+    assert code == 0, err + "\n".join(h.boot_log() + h.agent_out() for hs in live_hosts.hosts.values() for h in hs)
+    assert "e2-micro" in err and "free tier in us-central1" in err
+    assert "watcher running on VM tpuctl-w-watch" in err
+    assert _vms(cloud) == ["tpuctl-w-watch"]
+    status = json.loads(cli("status", "-c", "w", "--json")[1])
+    assert status["watcher"].startswith("VM tpuctl-w-watch") and status["watcher_vm"].endswith("RUNNING")
+    [row] = json.loads(cli("ls", "--json")[1])
+    assert "watcher VM tpuctl-w-watch" in row["watcher"] and not row["orphan"]
+    created = len(_creates(cloud))
+    cloud.tpu.set_state(2, NODE, "PREEMPTED")
+    _until(lambda: _recoveries(cloud), timeout=120, what="the watcher VM's recovery")
+    assert cloud.tpu.nodes[2][NODE].state.name == "READY" and len(_creates(cloud)) == created + 1
+    assert _recoveries(cloud)[0]["watcher"] == "VM tpuctl-w-watch"
+    code, out, err = cli("down", "-c", "w", "--yes")
+    assert code == 0, err
+    assert _vms(cloud) == [] and cloud.leaks() == []
+
+
+def test_a_watcher_vm_whose_identity_cannot_recreate_is_refused_before_anything_is_made(cloud, cli):
+    cloud.iam.withhold_default_editor()
+    code, out, err = cli("up", "--type", "v3-8", "--zone", ZONE, "-c", "w", "--recover", "--watcher", "vm", "--yes")
+    assert code == 5, err
+    assert "could not re-create a preempted TPU" in err and "roles/tpu.admin" in err
+    assert not cloud.mutating_calls()

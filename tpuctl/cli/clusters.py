@@ -66,7 +66,7 @@ def up(
         flags.remember(prior.spec)
     spec = prov.make_spec(cluster_name(cluster), flags)
     _lifecycle(spec, autostop, max_duration)
-    from .recovery import RecoverFlags, arm as arm_recovery
+    from .recovery import ON_VM, RecoverFlags, arm as arm_recovery
     recovery = RecoverFlags.parse(recover, max_recoveries, recover_for, watcher)
     price = prov.price(spec)
     con.err.print(f"[bold]Plan for cluster {spec.name}[/]" + (f" (project {spec.project}):" if spec.project else ":"))
@@ -78,12 +78,16 @@ def up(
         con.err.print(f"  stop   the host ends the compute after {show_duration(spec.autostop)} with no run")
     if spec.max_duration:
         con.err.print(f"  stop   the host ends the compute {show_duration(spec.max_duration)} after it is made")
-    if recovery.recover:
-        con.err.print(f"  watch  re-created when preempted, up to {recovery.max_recoveries} times, by `tpuctl watch`")
+    from .recovery import plan as recovery_plan
+    for line in recovery_plan(spec, prov, recovery):
+        con.err.print(f"  {line}")
     if dry_run:
         con.err.print("dry run: nothing was created")
         return
-    for warning in prov.preflight(spec):   # no credentials or permissions: say so now, not after a yes
+    warnings = prov.preflight(spec)   # no credentials or permissions: say so now, not after a yes
+    if recovery.watcher == ON_VM and prov.watcher_host is not None:
+        warnings += prov.watcher_host.check(spec)
+    for warning in warnings:
         con.err.print(f"! {warning}", style="yellow", markup=False)
     costs_money = price.hourly != 0.0
     if costs_money and interactive() and not yes and not con.confirm("Create these resources?"):
@@ -159,7 +163,7 @@ def ls_(as_json: bool = typer.Option(False, "--json", help="Machine-readable out
         if r["phase"] == "down":
             kept = f"{con.human_bytes(int(str(r['store_bytes'])))} kept" if r["store_bytes"] is not None else "kept"
             return f"{kept}; --delete-bucket on down removes it"
-        return ""
+        return str(r.get("watcher", ""))
     con.print_table(["cluster", "provider", "type", "zone", "state", "store", "note"],
                     [[r["cluster"], r["provider"], r["type"], r["zone"], r["phase"], r["store"], note(r)]
                      for r in rows])

@@ -122,7 +122,16 @@ def print_table(columns: list[str], rows: list[list[str]]) -> None:
     t = Table(*columns, box=None, pad_edge=False, header_style="bold")
     for r in rows:
         t.add_row(*[str(x) for x in r])
-    out.print(t)
+    if out.is_terminal:
+        out.print(t)
+        return
+    # into a pipe or a file (`tpuctl jobs | grep`), whole rows: no terminal width to fit, so no cell is cut short
+    # (rich sizes a table by the console's width, not print's)
+    width, out.width = out.width, 1000
+    try:
+        out.print(t)
+    finally:
+        out.width = width
 
 
 def confirm(question: str) -> bool:

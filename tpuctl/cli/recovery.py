@@ -12,13 +12,13 @@ from typing import TYPE_CHECKING, Optional
 import typer
 
 from .common import CLUSTER, app, cluster_and_provider, console
+from ..control.armed import ON_MACHINE, ON_VM, WATCHERS
 from ..core.errors import bad_input
 
 if TYPE_CHECKING:
-    from ..core.models import ClusterState
+    from ..core.models import ClusterSpec, ClusterState
     from ..providers.base import Provider
 
-WATCHERS = {"local": "", "vm": "a watcher VM is not available in this version"}   # where: why not, if not
 
 
 @dataclass
@@ -26,7 +26,7 @@ class RecoverFlags:
     recover: bool = False
     max_recoveries: int = 0
     recover_for: int = 0
-    watcher: str = "local"
+    watcher: str = ON_MACHINE
 
     @classmethod
     def parse(cls, recover: bool, max_recoveries: Optional[int], recover_for: Optional[str],
@@ -41,11 +41,29 @@ class RecoverFlags:
             return cls()
         if max_recoveries is not None and max_recoveries < 1:
             raise bad_input(f"--max-recoveries {max_recoveries} must be at least 1", "e.g. --max-recoveries 5")
-        if watcher is not None and (watcher not in WATCHERS or WATCHERS[watcher]):
-            raise bad_input(f"--watcher {watcher!r}: " + (WATCHERS.get(watcher) or f"not one of {', '.join(WATCHERS)}"),
-                            "--watcher local: `tpuctl watch -c NAME --detach` on a machine that stays on")
+        if watcher is not None and watcher not in WATCHERS:
+            raise bad_input(f"--watcher {watcher!r} is not one of {', '.join(WATCHERS)}",
+                            "--watcher local: `tpuctl watch -c NAME --detach` on a machine that stays on; --watcher "
+                            "vm: a small VM in the cluster's region runs it")
         return cls(True, max_recoveries or DEFAULT_MAX_RECOVERIES,
-                   parse_duration(recover_for, "--recover-for") if recover_for else 0, watcher or "local")
+                   parse_duration(recover_for, "--recover-for") if recover_for else 0, watcher or ON_MACHINE)
+
+
+def plan(spec: "ClusterSpec", prov: "Provider", flags: RecoverFlags) -> list[str]:
+    """The plan's lines for recovery; for a watcher VM, checks (before anything is made) that the identity it would
+    run as may re-create the TPU: warnings come back, a certain refusal raises."""
+    if not flags.recover:
+        return []
+    lines = [f"watch  re-created when preempted, up to {flags.max_recoveries} times, by `tpuctl watch`"]
+    if flags.watcher == ON_VM:
+        host = prov.watcher_host
+        if host is None:
+            raise bad_input(f"--watcher vm: the {prov.name.value} provider has no VM to run the watcher on",
+                            f"run `tpuctl watch -c {spec.name} --detach` on this machine instead (--watcher local)")
+        zone = spec.zones[0] if spec.zones else ""
+        lines = [f"watch  VM {host.name(spec)} in {zone} re-creates the TPU when preempted, up to "
+                 f"{flags.max_recoveries} times; {host.price(zone)}"]
+    return lines
 
 
 def arm(st: "ClusterState", prov: "Provider", flags: RecoverFlags) -> None:
@@ -53,11 +71,18 @@ def arm(st: "ClusterState", prov: "Provider", flags: RecoverFlags) -> None:
     from ..core.lifecycle import show_duration
     con = console()
     until = time.time() + flags.recover_for if flags.recover_for else 0.0
-    doc = armed.arm(prov.store(st), st, flags.max_recoveries, until, flags.watcher)
+    store = prov.store(st)
+    doc = armed.arm(store, st, flags.max_recoveries, until, flags.watcher)
     con.err.print(f"armed for recovery: up to {flags.max_recoveries} re-creates"
                   + (f" within {show_duration(flags.recover_for)}" if flags.recover_for else "")
                   + (f", for run {doc['run']}" if doc["run"] else ", for the next run submitted"))
-    con.err.print(f"start its watcher on a machine that stays on: tpuctl watch -c {st.name} --detach")
+    if flags.watcher != ON_VM or prov.watcher_host is None:
+        con.err.print(f"start its watcher on a machine that stays on: tpuctl watch -c {st.name} --detach")
+        return
+    from ..control.watch import start_watcher_vm
+    with con.Reporter() as rep:
+        where = start_watcher_vm(st, prov, prov.watcher_host, rep)
+    con.err.print(f"watcher running on {where}: `tpuctl status -c {st.name}` shows when it last looked")
 
 
 def _watch_files(name: str) -> tuple[str, str]:

@@ -21,6 +21,10 @@ from ..core.models import ClusterState
 from ..core.store import BlobStore
 
 DEFAULT_MAX_RECOVERIES = 5
+# Where the watcher runs (`up --recover --watcher`): wherever `tpuctl watch` is started, or a VM of its own that the
+# provider makes (providers/base.py WatcherHost). Not an architecture: a TPU VM is models.Arch.
+ON_MACHINE, ON_VM = "local", "vm"
+WATCHERS = (ON_MACHINE, ON_VM)
 
 
 def read(store: BlobStore) -> dict[str, Any] | None:

@@ -11,24 +11,26 @@ from ..providers.base import Provider, Reporter, progress_of
 from . import armed
 
 
-def _disarm(st: ClusterState, provider: Provider) -> list[str]:
-    """End a recovery watch (its watchers exit; the caller holds the lease) and take the state its watcher left:
-    the zones where compute may be, the one it was last in first. A watcher killed mid-re-create may have begun
-    one in any of the cluster's zones, so all are looked at."""
+def _disarm(st: ClusterState, provider: Provider) -> tuple[list[str], str]:
+    """End a recovery watch (its watchers exit; the caller holds the lease) and take the state its watcher left.
+    Returns the zones where compute may be, the one it was last in first (a watcher killed mid-re-create may have
+    begun one in any of the cluster's zones, so all are looked at), and the zone of its watcher VM ("" if none)."""
     try:
         store = provider.store(st)
-        if armed.read(store) is None:
-            return [st.zone]
+        doc = armed.read(store)
+        if doc is None:
+            return [st.zone], ""
         armed.end(store, "`tpuctl down`")
         armed.sync(st, store)
     except TpuctlError:
-        return [st.zone]
-    return [st.zone] + [z for z in st.spec.zones if z != st.zone] if st.zone else [st.zone]
+        return [st.zone], ""
+    vm_zone = str(doc.get("watcher_zone") or "") if doc.get("watcher") == armed.ON_VM else ""
+    return ([st.zone] + [z for z in st.spec.zones if z != st.zone] if st.zone else [st.zone]), vm_zone
 
 
 def down(st: ClusterState, provider: Provider, reporter: Reporter, delete_store: bool) -> None:
     errors = []
-    zones = _disarm(st, provider)
+    zones, watcher_zone = _disarm(st, provider)
     last = st.zone
     try:
         for zone in zones:
@@ -39,6 +41,11 @@ def down(st: ClusterState, provider: Provider, reporter: Reporter, delete_store:
     except TpuctlError as e:
         st.zone = last
         errors.append(e)
+    if watcher_zone and provider.watcher_host is not None:
+        try:
+            provider.watcher_host.delete(st, watcher_zone, reporter)
+        except TpuctlError as e:
+            errors.append(e)
     if st.grants and provider.grants is not None:
         try:
             provider.grants.revoke(st.spec, st.grants)

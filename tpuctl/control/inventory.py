@@ -39,7 +39,11 @@ def ls(providers: list[Provider], extra_project: str, warn: Callable[[str], None
             except TpuctlError as e:   # local clusters still list; say what could not be seen
                 warn(f"could not list {p.name.value} resources in project {project}: {e.message} ({e.hint})")
                 continue
+            mine = {r["cluster"]: r for r in rows if not r["orphan"] and r["provider"] == p.name.value}
             for n in found:
+                if n["kind"] == "watcher" and n["cluster"] in mine:
+                    mine[n["cluster"]]["watcher"] = f"watcher VM {n['name']} ({n['zone']}, {n['state']})"
+                    continue
                 store = f"gs://{n['name']}" if n["kind"] == "bucket" else ""
                 if store in known_stores or (not store and (n["cluster"], n["name"], n["zone"]) in known):
                     continue

@@ -86,6 +86,10 @@ def _watch(st: ClusterState, provider: Provider) -> dict[str, object]:
         out["watcher"] = (f"{holder.get('where')}, {holder.get('doing', 'watching')}, last looked "
                           f"{time.time() - float(holder.get('looked') or holder.get('renewed', 0)):.0f}s ago"
                           if holder else f"NONE holds the lease: start one with `tpuctl watch -c {st.name} --detach`")
+    host = provider.watcher_host
+    if doc.get("watcher") == armed.ON_VM and doc.get("watcher_zone") and host is not None:
+        zone = str(doc["watcher_zone"])
+        out["watcher_vm"] = f"{host.name(st.spec)} in {zone}: {host.state(st, zone)}"
     out["recoveries"] = [f"{when(float(r.get('detected_at', 0)))}: {r.get('lost')}; back in {r.get('zone')} after "
                          f"{float(r.get('gone_seconds', 0)):.0f}s" for r in done]
     return out

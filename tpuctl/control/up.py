@@ -28,8 +28,9 @@ from ..providers.base import BucketGrants, Created, Placement, Provider, Reporte
 class _Up:
     """One `up`: the state it saves as it goes, and the undo list of what this run created."""
 
-    def __init__(self, provider: Provider, reporter: Reporter, st: ClusterState) -> None:
+    def __init__(self, provider: Provider, reporter: Reporter, st: ClusterState, regrant: bool = True) -> None:
         self.p, self.r, self.st = provider, reporter, st
+        self.regrant = regrant
         self.lock = threading.Lock()
         self.undo: list[Created] = []
         self.store_region: str | None = None
@@ -62,7 +63,7 @@ class _Up:
         if self.p.ensure_store(spec, region, progress_of(self.r, noun, spec.store)):
             self.undo.append(Created(noun, spec.store, lambda: self.p.delete_store(self.st, lambda s: None)))
         self.store_region = region
-        if self.p.grants is not None and self.accounts is not None:
+        if self.p.grants is not None and self.accounts is not None and self.regrant:
             self.grant(self.p.grants, self.accounts.result())
 
     def grant(self, grants: BucketGrants, accounts: list[str]) -> None:
@@ -146,7 +147,9 @@ def check_compatible(spec: ClusterSpec, st: ClusterState) -> None:
                               f"use another -c NAME, or `tpuctl down -c {spec.name}` first")
 
 
-def up(spec: ClusterSpec, provider: Provider, reporter: Reporter) -> ClusterState:
+def up(spec: ClusterSpec, provider: Provider, reporter: Reporter, regrant: bool = True) -> ClusterState:
+    """`regrant` False: a recovery watcher re-creating the compute of a cluster `up` made, whose bucket grants are in
+    place (and are not its to change: the watcher VM's identity may not read the bucket's IAM policy)."""
     prior = state.load(spec.name)
     if prior:
         check_compatible(spec, prior)
@@ -159,13 +162,13 @@ def up(spec: ClusterSpec, provider: Provider, reporter: Reporter) -> ClusterStat
     was_down = st.phase is Phase.DOWN
     if was_down:
         st.phase = Phase.CREATING   # from here on `down` must look for compute again
-    run = _Up(provider, reporter, st)
+    run = _Up(provider, reporter, st, regrant)
     run.save()
     placements = _ordered(provider.placements(spec), st.zone)
     grants = provider.grants
     try:
         run.place(placements)
-        if grants:
+        if grants and run.regrant:
             run.grant(grants, grants.host_accounts(st))
         provider.write_cluster_record(st, confirmed=True)   # again: with what creation taught (the node's address)
         st.phase = Phase.READY

@@ -17,11 +17,11 @@ import time
 from typing import Any, Callable
 
 from ..core import layout, runs, state
-from ..core.errors import TpuctlError
+from ..core.errors import ErrorKind, TpuctlError
 from ..core.lease import Lease
 from ..core.models import ClusterState, Phase
 from ..core.store import BlobStore
-from ..providers.base import Provider, Reporter
+from ..providers.base import Provider, Reporter, WatcherHost
 from . import armed, up as up_flow
 from .status import stopped_by_host
 
@@ -137,7 +137,7 @@ class Watcher:
                 if not armed.live(armed.read(self.store)):
                     return   # `down` (or a limit) ended the watch while we waited
                 try:
-                    self.st = up_flow.up(self.st.spec, self.p, self.r)
+                    self.st = up_flow.up(self.st.spec, self.p, self.r, regrant=False)
                     break
                 except TpuctlError as e:
                     wait = backoff_seconds(tries)
@@ -195,3 +195,25 @@ class CommandLease:
         if self.lease is not None:
             self.keeper.__exit__()
             self.lease.release()
+
+
+def start_watcher_vm(st: ClusterState, provider: Provider, host: WatcherHost, reporter: Reporter) -> str:
+    """`up --recover --watcher vm`: the VM in the cluster's zone, and the wait (TPUCTL_WATCHER_WAIT seconds, 600:
+    it boots and installs the watcher first) until its watcher holds the lease. Returns where it runs."""
+    store = provider.store(st)
+    zone, vm = st.zone, host.name(st.spec)
+    armed.update(store, lambda d: {**d, "watcher": armed.ON_VM, "watcher_zone": zone} if d else None)
+    host.ensure(st, zone, reporter)
+    lease = lease_of(store, "")
+    deadline = time.monotonic() + float(os.environ.get("TPUCTL_WATCHER_WAIT", "600"))
+    reporter.resource("watcher", vm, "booting: installing the watcher")
+    while True:
+        rec = lease.holder()
+        if rec and str(rec.get("where", "")).startswith(f"VM {vm}"):
+            reporter.resource("watcher", vm, "watching", final=True)
+            return str(rec["where"])
+        if time.monotonic() >= deadline:
+            raise TpuctlError(ErrorKind.TIMEOUT, f"the watcher VM {vm} has not started watching",
+                              f"its boot log: `tpuctl status -c {st.name}`; the cluster is armed: `tpuctl watch -c "
+                              f"{st.name} --detach` runs a watcher here meanwhile")
+        time.sleep(min(poll_seconds(), 2.0))

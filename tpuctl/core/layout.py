@@ -32,6 +32,11 @@ def job_package(sha256: str) -> str:
     return f"{JOB_PACKAGE_PREFIX}{sha256}.tar.gz"
 
 
+def watcher_package(version: str) -> str:
+    """The recovery watcher VM's package: the agent's modules, the watcher and `up`'s code path (agent_package.py)."""
+    return f"{AGENT_PACKAGE_PREFIX}watcher/tpuctl-{version}-py3-none-any.whl"
+
+
 def boot_log(host: str) -> str:
     return f"{BOOT_PREFIX}{host}.log"
 
@@ -109,6 +114,7 @@ DESCRIBED = [
     (WATCH_LEASE, "the recovery watcher's lease (conditional writes only): who may re-create the compute now"),
     (recovery(1).replace("000001", "NNNNNN"), "one per recovery: when and why the compute was lost, where it came back"),
     (agent_package("VERSION"), "the agent package the hosts install, built from the CLI that ran `up`"),
+    (watcher_package("VERSION"), "the recovery watcher VM's package (up --recover --watcher vm)"),
     (boot_log("HOST"), "each host's start-up script log"),
     (agent_heartbeat("HOST", 0).replace("-w0", "-wN"), "each agent's heartbeat"),
     (job_package("SHA256"), "content-addressed job code, uploaded only if absent"),

@@ -24,13 +24,17 @@ from ..core import layout
 
 REQUIRES = ["google-cloud-storage>=2.14"]
 _DIST_INFO = f"tpuctl-{__version__}.dist-info"
-
-
-def key() -> str:
-    return layout.agent_package(__version__)
-
-
 ENTRY_POINTS = ("tpuctl.agent", "tpuctl.runtime")
+
+# The recovery watcher's VM (`up --recover --watcher vm`) runs `tpuctl.watcher`, which re-creates the TPU through
+# `up`'s code path: the agent's modules too (it uploads the agent package, built from what it has installed, as
+# any `up` does: the same bytes), the start-up script template, and the TPU and Compute clients.
+WATCHER = ENTRY_POINTS + ("tpuctl.watcher",)
+WATCHER_REQUIRES = REQUIRES + ["google-cloud-tpu>=1.18", "google-cloud-compute>=1.18"]
+
+
+def key(entry_points: tuple[str, ...] = ENTRY_POINTS) -> str:
+    return layout.agent_package(__version__) if entry_points == ENTRY_POINTS else layout.watcher_package(__version__)
 
 
 def _is_type_checking(test: ast.expr) -> bool:
@@ -70,11 +74,11 @@ def modules(src: Path) -> dict[str, Path]:
     return found
 
 
-def host_closure(src: Path) -> dict[str, Path]:
-    """The modules the host may import: ENTRY_POINTS and everything they reach, with their packages."""
+def host_closure(src: Path, entry_points: tuple[str, ...] = ENTRY_POINTS) -> dict[str, Path]:
+    """The modules the host may import: `entry_points` and everything they reach, with their packages."""
     known = modules(src)
     taken: dict[str, Path] = {}
-    todo = list(ENTRY_POINTS)
+    todo = list(entry_points)
     while todo:
         mod = todo.pop()
         if mod in taken or mod not in known:
@@ -86,20 +90,25 @@ def host_closure(src: Path) -> dict[str, Path]:
     return taken
 
 
-def _files() -> list[tuple[str, bytes]]:
+def _files(entry_points: tuple[str, ...]) -> list[tuple[str, bytes]]:
     src = Path(__file__).parent.parent   # the tpuctl package
     out = [("tpuctl/" + p.relative_to(src).as_posix(), p.read_bytes())
-           for p in sorted(host_closure(src).values())]
+           for p in sorted(host_closure(src, entry_points).values())]
+    requires = REQUIRES
+    if entry_points != ENTRY_POINTS:
+        from .gcp.startup import templates_dir
+        out += [(f"tpuctl/templates/{t.name}", t.read_bytes()) for t in sorted(templates_dir().glob("*.sh"))]
+        requires = WATCHER_REQUIRES
     metadata = "Metadata-Version: 2.1\nName: tpuctl\nVersion: " + __version__ + "\n" + "".join(
-        f"Requires-Dist: {r}\n" for r in REQUIRES)
+        f"Requires-Dist: {r}\n" for r in requires)
     wheel = "Wheel-Version: 1.0\nGenerator: tpuctl\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
     return out + [(f"{_DIST_INFO}/METADATA", metadata.encode()), (f"{_DIST_INFO}/WHEEL", wheel.encode())]
 
 
-@functools.lru_cache(maxsize=1)   # one installation, one wheel: `up` uploads it before each zone it tries
-def build() -> bytes:
+@functools.lru_cache(maxsize=2)   # one installation, one wheel each: `up` uploads it before each zone it tries
+def build(entry_points: tuple[str, ...] = ENTRY_POINTS) -> bytes:
     """The wheel's bytes (PEP 427: a zip with a RECORD of each file's urlsafe-base64 sha256 and size)."""
-    files = _files()
+    files = _files(entry_points)
     record = "".join(f"{name},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},"
                      f"{len(data)}\n" for name, data in files) + f"{_DIST_INFO}/RECORD,,\n"
     raw = io.BytesIO()

@@ -156,6 +156,22 @@ class Inventory(Protocol):
         """The state of cluster `name` as its labelled resources (`found`, from list_labelled) describe it."""
 
 
+class WatcherHost(Protocol):
+    """Capability: a small machine in the cloud that runs the recovery watcher (`up --recover --watcher vm`)."""
+
+    def check(self, spec: ClusterSpec) -> list[str]:
+        """Before anything is made: raise TpuctlError(PERMISSION) when the identity it would run as certainly
+        cannot re-create the compute; return warnings when that cannot be told."""
+    def name(self, spec: ClusterSpec) -> str: ...
+    def price(self, zone: str) -> str:
+        """What it costs, in words (free tiers included)."""
+    def ensure(self, st: ClusterState, zone: str, reporter: Reporter) -> bool:
+        """Create or adopt it in `zone`, started with the watcher; True when this call created it."""
+    def delete(self, st: ClusterState, zone: str, reporter: Reporter) -> None: ...
+    def state(self, st: ClusterState, zone: str) -> str:
+        """Its state as the cloud reports it ("RUNNING", "MISSING", ...)."""
+
+
 class Provider(Protocol):
     @property
     def name(self) -> ProviderName: ...
@@ -168,6 +184,9 @@ class Provider(Protocol):
     @property
     def inventory(self) -> Inventory | None:
         """None: nothing to list beyond local state."""
+    @property
+    def watcher_host(self) -> WatcherHost | None:
+        """None: the recovery watcher runs only where `tpuctl watch` is started."""
 
     # -- planning (offline) ----------------------------------------------------------------------------
     def make_spec(self, name: str, flags: UpFlags) -> ClusterSpec:

@@ -57,6 +57,7 @@ class LocalProvider:
     store_noun = "store"
     grants = None
     inventory = None
+    watcher_host = None
 
     @staticmethod
     def root(cluster: str) -> Path:

@@ -1,11 +1,12 @@
-"""The legacy node's companion VM, and the project's default service account (Compute API projects.get).
+"""Compute Engine VMs tpuctl makes (the legacy node's companion VM, the recovery watcher's VM), and the project's
+default service account (Compute API projects.get).
 
 Operations are polled through our own ZoneOperationsClient: ExtendedOperation.result() polls through an internal
 client built without our client_options, so against an emulator it would call compute.googleapis.com (GCP_FACTS §3).
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from ...core.errors import ErrorKind, TpuctlError
 from ...core.models import LABEL, ClusterSpec, require_owned
@@ -40,13 +41,29 @@ def list_labelled(project: str) -> list[tuple[str, Any]]:
             if LABEL in vm.labels]
 
 
-def build_instance(spec: ClusterSpec, zone: str, script: str, labels: dict[str, str]) -> Any:
+class VmShape(NamedTuple):
+    """What differs between the VMs tpuctl makes."""
+    name: str
+    machine_type: str
+    disk_gb: int
+    description: str
+    labels: dict[str, str]
+
+
+def node_vm(spec: ClusterSpec) -> VmShape:
+    return VmShape(spec.vm_name, spec.vm_type, 50, f"tpuctl cluster {spec.name}: runs the job against the TPU Node",
+                   spec.labels)
+
+
+def build_instance(spec: ClusterSpec, zone: str, script: str, labels: dict[str, str],
+                   shape: VmShape | None = None) -> Any:
     from google.cloud import compute_v1 as c
+    shape = shape or node_vm(spec)
     return c.Instance(
-        name=spec.vm_name, machine_type=f"zones/{zone}/machineTypes/{spec.vm_type}", labels=labels,
-        description=f"tpuctl cluster {spec.name}: runs the job against the TPU Node",
+        name=shape.name, machine_type=f"zones/{zone}/machineTypes/{shape.machine_type}", labels=labels,
+        description=shape.description,
         disks=[c.AttachedDisk(boot=True, auto_delete=True, initialize_params=c.AttachedDiskInitializeParams(
-            source_image=IMAGE, disk_size_gb=50))],
+            source_image=IMAGE, disk_size_gb=shape.disk_gb))],
         network_interfaces=[c.NetworkInterface(network="global/networks/default", access_configs=[
             c.AccessConfig(name="External NAT", type_="ONE_TO_ONE_NAT")])],
         service_accounts=[c.ServiceAccount(email=spec.service_account or "default",
@@ -67,30 +84,34 @@ def _wait_op(project: str, zone: str, op: Any, what: str, progress: Progress) ->
         raise classify_text(e.code, e.message, what)
 
 
-def create(project: str, spec: ClusterSpec, zone: str, script: str, nonce: str, progress: Progress) -> bool:
-    """Create the VM; True when THIS run made it. As for TPUs (tpu.TpuApi.create): a 409 is adopted (ours when
-    it carries our nonce: an insert applied whose answer was lost), and only a VM with our nonce is ever removed."""
+def create(project: str, spec: ClusterSpec, zone: str, script: str, nonce: str, progress: Progress,
+           shape: VmShape | None = None) -> bool:
+    """Create the VM (the node's companion unless `shape` says otherwise); True when THIS run made it. As for TPUs
+    (tpu.TpuApi.create): a 409 is adopted (ours when it carries our nonce: an insert applied whose answer was
+    lost), and only a VM with our nonce is ever removed."""
+    shape = shape or node_vm(spec)
     progress("creating")
-    what = f"create VM {spec.vm_name} in {zone}"
+    what = f"create VM {shape.name} in {zone}"
     try:
         try:
             op = call(clients.compute("InstancesClient").insert_unary, project=project, zone=zone,
-                      instance_resource=build_instance(spec, zone, script, {**spec.labels, NONCE_LABEL: nonce}),
+                      instance_resource=build_instance(spec, zone, script, {**shape.labels, NONCE_LABEL: nonce},
+                                                       shape),
                       what=what)
             _wait_op(project, zone, op, what, progress)
             ours = True
         except TpuctlError as e:
             from google.api_core.exceptions import Conflict
-            vm = find(project, spec.vm_name, zone) if isinstance(e.__cause__, Conflict) else None
+            vm = find(project, shape.name, zone) if isinstance(e.__cause__, Conflict) else None
             if vm is None:
                 raise
-            require_owned(vm.labels, spec.name, f"VM {spec.vm_name} in {zone}")
+            require_owned(vm.labels, spec.name, f"VM {shape.name} in {zone}")
             ours = vm.labels.get(NONCE_LABEL) == nonce
             progress("created by this run, answer lost: adopting" if ours else "made by another `up`: adopting")
     except TpuctlError:
-        left = find(project, spec.vm_name, zone)
+        left = find(project, shape.name, zone)
         if left is not None and left.labels.get(NONCE_LABEL) == nonce:
-            delete(project, spec.vm_name, zone, spec.name, progress)
+            delete(project, shape.name, zone, spec.name, progress)
         raise
     progress("RUNNING")
     return ours

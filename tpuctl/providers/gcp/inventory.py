@@ -1,5 +1,6 @@
-"""Every tpuctl-labelled resource in a project (TPUs of both APIs, queued requests, companion VMs, buckets), and a
-cluster rebuilt from its labels when no local state describes it (`ls`, `down -c NAME --project P`)."""
+"""Every tpuctl-labelled resource in a project (TPUs of both APIs, queued requests, companion and watcher VMs,
+buckets), and a cluster rebuilt from its labels when no local state describes it (`ls`, `down -c NAME --project
+P`)."""
 from __future__ import annotations
 
 import time
@@ -11,6 +12,7 @@ from . import compute, storage
 from .gcs_store import GcsStore
 from .queued import QueuedApi
 from .tpu import TpuApi
+from .watcher_vm import ROLE_LABEL
 
 
 class GcpInventory:
@@ -48,8 +50,10 @@ class GcpInventory:
             out.append({"cluster": QueuedApi.labels(q)[LABEL], "kind": "queued", "name": parts[-1], "zone": parts[3],
                         "arch": "vm", "type": q.tpu.node_spec[0].node.accelerator_type, "state": QueuedApi.state(q)})
         for zone, vm in compute.list_labelled(project):
-            out.append({"cluster": vm.labels[LABEL], "kind": "vm", "name": vm.name, "zone": zone, "arch": "node",
-                        "type": vm.machine_type.rsplit("/", 1)[-1], "state": vm.status})
+            watcher = vm.labels.get(ROLE_LABEL) == "watcher"   # the recovery watcher's VM (watcher_vm.py)
+            out.append({"cluster": vm.labels[LABEL], "kind": "watcher" if watcher else "vm", "name": vm.name,
+                        "zone": zone, "arch": "" if watcher else "node", "type": vm.machine_type.rsplit("/", 1)[-1],
+                        "state": vm.status})
         for b in storage.list_labelled(project):
             out.append({"cluster": b.labels[LABEL], "kind": "bucket", "name": b.name,
                         "zone": (b.location or "").lower(), "arch": "", "type": "", "state": "READY"})

@@ -97,7 +97,8 @@ CARRIES = {"tpu.nodes.delete": {"roles/owner", "roles/editor", "roles/tpu.admin"
                                         "roles/compute.instanceAdmin", "roles/compute.instanceAdmin.v1"}}
 
 
-def judge(bindings: list[dict[str, Any]], member: str, needed: list[str]) -> tuple[list[str], list[str]]:
+def judge(bindings: list[dict[str, Any]], member: str, needed: list[str],
+          carries: dict[str, set[str]] | None = None) -> tuple[list[str], list[str]]:
     """(missing, undecided) among `needed` for `member`, from the project's IAM policy. Missing: no role of the
     member can carry it. Undecided: only a role this table cannot read could (a custom role, another role of the
     same service, a conditional binding), so the host's own check decides."""
@@ -106,53 +107,93 @@ def judge(bindings: list[dict[str, Any]], member: str, needed: list[str]) -> tup
     for b in bindings:
         if member in (b.get("members") or []):
             (conditional if b.get("condition") else roles).add(str(b.get("role", "")))
+    carries = carries or CARRIES
     missing: list[str] = []
     undecided: list[str] = []
     for perm in needed:
-        if roles & CARRIES[perm]:
+        if roles & carries[perm]:
             continue
         family = "roles/" + perm.split(".")[0] + "."
         unknown = [r for r in roles | conditional
                    if not r.startswith("roles/") or (r.startswith(family) and not r.endswith("viewer"))
-                   or (r in conditional and r in CARRIES[perm])]
+                   or (r in conditional and r in carries[perm])]
         (undecided if unknown else missing).append(perm)
     return missing, undecided
 
 
-def check_self_teardown(spec: ClusterSpec, account: str) -> list[str]:
-    """Before anything is made for `up --autostop/--max-duration`: can `account`, the identity the TPU's host will
-    run as, delete the compute? Read from the project's IAM policy with the user's own credentials
-    (projects.getIamPolicy needs resourcemanager.projects.getIamPolicy, which Viewer and Editor hold;
-    testIamPermissions cannot answer for another principal). Raises TpuctlError(PERMISSION) when the policy shows it
-    certainly cannot, or when Resource Manager is disabled (then the host could not check either); returns warnings
-    when it cannot tell. The host's report after boot stays the final word. Grants on a folder or the organisation
-    are not in the project's policy: TPUCTL_TRUST_HOST_CHECK=1 leaves the decision to the host."""
-    base = _endpoint()
-    if base is None:
-        return []
-    needed = teardown.needed(spec)
+def _policy(spec: ClusterSpec, account: str, consequence: str) -> dict[str, Any] | None:
+    """The project's IAM policy, read with the user's own credentials (projects.getIamPolicy needs
+    resourcemanager.projects.getIamPolicy, which Viewer and Editor hold; testIamPermissions cannot answer for another
+    principal); None when it cannot be read for a reason that leaves the decision to the identity's own check.
+    Raises when Resource Manager is disabled: then that check could not be made either."""
     try:
-        policy = _post(base, f"v1/projects/{spec.project}:getIamPolicy", {"options": {"requestedPolicyVersion": 3}})
+        return _post(_endpoint() or "", f"v1/projects/{spec.project}:getIamPolicy",
+                     {"options": {"requestedPolicyVersion": 3}})
     except Exception as e:  # noqa: BLE001 - only a disabled API is certain; anything else leaves it to the host
         if isinstance(e, _Refused) and e.disabled:
             raise TpuctlError(ErrorKind.PERMISSION, f"the {e.disabled} API is disabled in project {spec.project}: "
-                              "the TPU's host could not check that it may delete its own compute, so autostop, "
-                              "--max-duration and --down would not be enforced",
-                              f"gcloud services enable {e.disabled} --project {spec.project}, then run the same "
-                              "`tpuctl up` again") from None
-        return [_cannot_check(spec.project, e) + f"; the host checks {account} once it boots"]
+                              f"{consequence}", f"gcloud services enable {e.disabled} --project {spec.project}, then "
+                              "run the same `tpuctl up` again") from None
+        return None
+
+
+def _grant_commands(project: str, account: str, roles: list[str], reach: dict[str, str]) -> str:
+    return "; ".join(f"gcloud projects add-iam-policy-binding {project} --member=serviceAccount:{account} "
+                     f"--role={r}" + (f" (it lets anything on the host {reach[r]})" if r in reach else "")
+                     for r in roles)
+
+
+_UNSEEN = ("A grant on a folder or the organisation does not show in the project's policy: TPUCTL_TRUST_HOST_CHECK=1 "
+           "leaves the decision to the host")
+
+
+def check_self_teardown(spec: ClusterSpec, account: str) -> list[str]:
+    """Before anything is made for `up --autostop/--max-duration`: can `account`, the identity the TPU's host will
+    run as, delete the compute? Raises TpuctlError(PERMISSION) when the project's policy shows it certainly cannot,
+    or when Resource Manager is disabled (then the host could not check either); returns warnings when it cannot
+    tell. The host's report after boot stays the final word."""
+    if _endpoint() is None:
+        return []
+    needed = teardown.needed(spec)
+    policy = _policy(spec, account, "the TPU's host could not check that it may delete its own compute, so "
+                     "autostop, --max-duration and --down would not be enforced")
+    if policy is None:
+        return [f"could not read project {spec.project}'s IAM policy; the host checks {account} once it boots"]
     missing, undecided = judge(policy.get("bindings") or [], f"serviceAccount:{account}", needed)
     if missing and not os.environ.get("TPUCTL_TRUST_HOST_CHECK"):
         roles = sorted({teardown.ROLE[p] for p in missing})
-        grants = "; ".join(f"gcloud projects add-iam-policy-binding {spec.project} --member=serviceAccount:{account} "
-                           f"--role={r} (it lets anything on the host {teardown.REACH[r]})" for r in roles)
         raise TpuctlError(ErrorKind.PERMISSION, f"{account}, the identity the TPU would run as, holds no role with "
                           f"{', '.join(missing)} in project {spec.project}: its host could not end the compute "
                           "(autostop, --max-duration, --down)",
-                          f"grant it ({grants}), or pass --service-account ACCOUNT that holds it, or drop --autostop "
-                          "and --max-duration; nothing was created. A grant on a folder or the organisation does not "
-                          "show in the project's policy: TPUCTL_TRUST_HOST_CHECK=1 leaves the decision to the host")
+                          f"grant it ({_grant_commands(spec.project, account, roles, teardown.REACH)}), or pass "
+                          "--service-account ACCOUNT that holds it, or drop --autostop and --max-duration; nothing was "
+                          f"created. {_UNSEEN}")
     if missing or undecided:
         return [f"cannot tell from project {spec.project}'s policy whether {account} holds "
                 f"{', '.join(missing + undecided)}: the host checks once it boots"]
+    return []
+
+
+def check_watcher(spec: ClusterSpec, account: str, needs: dict[str, tuple[str, set[str]]]) -> list[str]:
+    """Before anything is made for `up --recover --watcher vm`: can `account`, the identity the watcher VM runs
+    as, re-create the TPU (`needs`: permission -> (the role to grant, the roles that carry it))? As
+    check_self_teardown, from the project's policy."""
+    if _endpoint() is None:
+        return []
+    policy = _policy(spec, account, "the watcher could not be checked")
+    if policy is None:
+        return [f"could not read project {spec.project}'s IAM policy: whether {account} may re-create the TPU is "
+                "seen only when it first has to"]
+    missing, undecided = judge(policy.get("bindings") or [], f"serviceAccount:{account}", sorted(needs),
+                               {p: carriers for p, (_, carriers) in needs.items()})
+    if missing and not os.environ.get("TPUCTL_TRUST_HOST_CHECK"):
+        roles = sorted({needs[p][0] for p in missing})
+        raise TpuctlError(ErrorKind.PERMISSION, f"{account}, the identity the watcher VM would run as, holds no role "
+                          f"with {', '.join(missing)} in project {spec.project}: it could not re-create a preempted TPU",
+                          f"grant it ({_grant_commands(spec.project, account, roles, teardown.REACH)}), or pass "
+                          "--service-account ACCOUNT that holds it, or run the watcher on your own machine "
+                          f"(--watcher local); nothing was created. {_UNSEEN}")
+    if missing or undecided:
+        return [f"cannot tell from project {spec.project}'s policy whether {account} holds "
+                f"{', '.join(missing + undecided)}"]
     return []

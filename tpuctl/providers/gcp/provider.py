@@ -22,6 +22,7 @@ from .iam import BucketIam
 from .inventory import GcpInventory
 from .operations import call
 from .topology import Topology
+from .watcher_vm import GcpWatcherHost
 from .tpu import pick_base_runtime, pick_runtime, pick_tf_base_runtime, pick_tf_version, tensorflow_from
 
 
@@ -35,6 +36,7 @@ class GcpProvider:
         self.topology = Topology(self.grants, self.nonce)
         self.health = Health(self.store)
         self.inventory = GcpInventory(self.store)
+        self.watcher_host = GcpWatcherHost(self.grants, self.nonce)
         self._checked: dict[str, list[str]] = {}   # project -> permission warnings, asked once per process
 
     # -- planning (offline) ------------------------------------------------------------------------------

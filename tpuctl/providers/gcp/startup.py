@@ -20,11 +20,13 @@ def templates_dir() -> Path:
 
 
 def render(store: str, cluster: str, role: str, accelerator: str, tpu_address: str = "", tf_version: str = "") -> str:
-    """role: "tpu-vm" (the TPU host itself) or "node-vm" (the VM beside a legacy TPU Node)."""
-    if role not in ("tpu-vm", "node-vm"):
+    """role: "tpu-vm" (the TPU host itself), "node-vm" (the VM beside a legacy TPU Node) or "watcher-vm" (the
+    recovery watcher's VM: it installs the watcher package and runs `tpuctl.watcher` instead of the agent)."""
+    if role not in ("tpu-vm", "node-vm", "watcher-vm"):
         raise ValueError(role)
+    package = layout.watcher_package(__version__) if role == "watcher-vm" else layout.agent_package(__version__)
     text = (templates_dir() / "startup.sh").read_text()
     return _Template(text).substitute(store=store, cluster=cluster, version=__version__, role=role,
                                       accelerator=accelerator, tpu_address=tpu_address, tf_version=tf_version,
-                                      agent_package=layout.agent_package(__version__),
+                                      agent_package=package,
                                       boot_prefix=layout.BOOT_PREFIX)
