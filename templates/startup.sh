@@ -150,46 +150,26 @@ else
     || fail "pip install google-cloud-storage"
 fi
 
-if [ "$ROLE" = "watcher-vm" ]; then
-  cat >"$UNIT_DIR/tpuctl-watcher.service" <<UNIT
-[Unit]
-Description=tpuctl recovery watcher for cluster $CLUSTER
-After=network-online.target
-Wants=network-online.target
+# service NAME DESCRIPTION RESTART EXEC [ENV=VALUE...]: a systemd unit, (re)started now and at every boot
+service() {
+  local name="$1" description="$2" restart="$3" exec="$4"
+  shift 4
+  {
+    printf '[Unit]\nDescription=%s\nAfter=network-online.target\nWants=network-online.target\n\n[Service]\n' \
+      "$description"
+    for env in "$@@"; do printf 'Environment=%s\n' "$env"; done
+    printf 'ExecStart=%s\nRestart=%s\nRestartSec=5\n\n[Install]\nWantedBy=multi-user.target\n' "$exec" "$restart"
+  } >"$UNIT_DIR/$name.service"
+  systemctl daemon-reload && systemctl enable "$name.service" && systemctl restart "$name.service" || fail "systemctl"
+}
 
-[Service]
-Environment=TPUCTL_HOME=$AGENT_DIR/home
-Environment=TPUCTL_HOST=$HOST
-ExecStart=$PY -m tpuctl.watcher --store $STORE --cluster $CLUSTER
-Restart=on-failure
-RestartSec=10
-
-[Install]
-WantedBy=multi-user.target
-UNIT
-  systemctl daemon-reload && systemctl enable tpuctl-watcher.service && systemctl restart tpuctl-watcher.service \
-    || fail "systemctl"
+if [ "$ROLE" = "watcher-vm" ]; then   # on-failure: a watch that ended stays ended
+  service tpuctl-watcher "tpuctl recovery watcher for cluster $CLUSTER" on-failure \
+    "$PY -m tpuctl.watcher --store $STORE --cluster $CLUSTER" "TPUCTL_HOME=$AGENT_DIR/home" "TPUCTL_HOST=$HOST"
   log "watcher running"
   exit 0
 fi
 
-cat >"$UNIT_DIR/tpuctl-agent.service" <<UNIT
-[Unit]
-Description=tpuctl agent for cluster $CLUSTER
-After=network-online.target
-Wants=network-online.target
-
-[Service]
-Environment=TPUCTL_ACCELERATOR=$ACCELERATOR
-Environment=TPUCTL_TPU=$TPU_ADDRESS
-Environment=TPUCTL_HOST=$HOST
-ExecStart=$PY -m tpuctl.agent --store $STORE --worker $WORKER
-Restart=always
-RestartSec=5
-
-[Install]
-WantedBy=multi-user.target
-UNIT
-systemctl daemon-reload && systemctl enable tpuctl-agent.service && systemctl restart tpuctl-agent.service \
-  || fail "systemctl"
+service tpuctl-agent "tpuctl agent for cluster $CLUSTER" always "$PY -m tpuctl.agent --store $STORE --worker $WORKER" \
+  "TPUCTL_ACCELERATOR=$ACCELERATOR" "TPUCTL_TPU=$TPU_ADDRESS" "TPUCTL_HOST=$HOST"
 log "agent running"

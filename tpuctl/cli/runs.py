@@ -242,8 +242,9 @@ def jobs(cluster: Optional[str] = CLUSTER,
 
 
 def _resumes(row: dict[str, Any]) -> str:
-    n = row["goodput_parts"]["resumes"]
-    return f" ({n} resume{'s' * (n > 1)})" if n else ""
+    n, k = row["goodput_parts"]["resumes"], row.get("recoveries", 0)
+    said = ([f"{n} resume{'s' * (n > 1)}"] if n else []) + ([f"{k} recover{'ies' if k > 1 else 'y'}"] if k else [])
+    return f" ({', '.join(said)})" if said else ""
 
 
 @app.command()

@@ -117,33 +117,35 @@ def resolve_run(store: BlobStore, run_id: str | None) -> str:
 
 
 def _row(store: BlobStore, run_id: str) -> dict[str, object]:
+    """A run from its first claim (its first attempt's start: a resumed run's time includes its outages) to its
+    end, or now."""
     job = runs.job(store, run_id)
     st = runs.status(store, run_id)
     m = metrics.parse(store.read(layout.run_metrics(run_id)))
-    start, end = st.started, st.ended
+    start = _first_claim(store, run_id) or st.started
+    end = st.ended
     shown = st.state.value
     if not st.state.final and st.heartbeat and time.time() - st.heartbeat > STALE_SECONDS:
         shown = "lost?"   # no heartbeat for 2 minutes: the host may be gone
     losses = [v for _, v in m.history.get("loss", [])] if m else []
+    parts = goodput.breakdown(m.attempts, min(start or m.attempts[0]["start"], m.attempts[0]["start"]),
+                              end or time.time()) if m and m.attempts else None
     return {"id": run_id, "name": job.name if job else "", "state": shown,
             "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(start)) if start else "",
+            "started_at": start,
             "duration": round((end or time.time()) - start, 1) if start else None,
             "exit_code": st.exit_code, "attempt": st.attempt,
             "step": m.step if m else None, "loss": m.metrics.get("loss") if m else None,
-            "loss_curve": metrics.sparkline(losses), **_goodput(store, run_id, m, end if st.state.final else None)}
+            "loss_curve": metrics.sparkline(losses),
+            "goodput": parts.pop("goodput_pct") if parts else None, "goodput_parts": parts}
 
 
-def _goodput(store: BlobStore, run_id: str, m: metrics.MetricsLog | None, end: float | None) -> dict[str, object]:
-    """goodput.py's breakdown over the run's lifetime: its first claim to its end (or now)."""
-    if not m or not m.attempts:
-        return {"goodput": None}
+def _first_claim(store: BlobStore, run_id: str) -> float | None:
     try:
-        first = json.loads(store.read(layout.run_claim(run_id, 0)) or b"{}")
-    except ValueError:
-        first = {}
-    started = float(first.get("time") or m.attempts[0]["start"])
-    parts = goodput.breakdown(m.attempts, min(started, m.attempts[0]["start"]), end or time.time())
-    return {"goodput": parts.pop("goodput_pct"), "goodput_parts": parts}
+        t = json.loads(store.read(layout.run_claim(run_id, 0)) or b"{}").get("time")
+    except (ValueError, AttributeError):
+        return None
+    return float(t) if t else None
 
 
 def table(store: BlobStore) -> list[dict[str, object]]:
@@ -152,7 +154,20 @@ def table(store: BlobStore) -> list[dict[str, object]]:
     if not ids:
         return []
     with ThreadPoolExecutor(min(16, len(ids))) as pool:
-        return list(pool.map(lambda rid: _row(store, rid), ids))
+        rows = list(pool.map(lambda rid: _row(store, rid), ids))
+    _recoveries_during(store, rows)
+    return rows
+
+
+def _recoveries_during(store: BlobStore, rows: list[dict[str, object]]) -> None:
+    """Each run's `recoveries`: the recovery watcher's re-creates while it ran (one listing for all runs)."""
+    done = [float(r.get("detected_at", 0)) for r in armed.recoveries(store)] if rows else []
+    for row in rows:
+        start, took = row["started_at"], row["duration"]
+        if isinstance(start, float) and isinstance(took, float):
+            row["recoveries"] = sum(1 for t in done if start <= t <= start + took)
+        else:
+            row["recoveries"] = 0
 
 
 def cancel(store: BlobStore, run_id: str) -> RunState:
