@@ -158,8 +158,10 @@ def metrics_callback(every: int | None = None, path: str | None = None) -> Any:
     """A Keras callback that rewrites `metrics.json` (tpuctl/metrics.py) in the output directory: at the end of
     each epoch (a job whose epochs are its log intervals, as jobs/bert_pretrain's are), or every `every` steps.
     The step is the optimizer's iteration count; a resumed run continues the history it finds there. What
-    callbacks before it put into `logs` is recorded too."""
+    callbacks before it put into `logs` is recorded too. Each start of training and the time spent in steps are
+    recorded for goodput (core/goodput.py); the step reached is written at least every TPUCTL_PROGRESS_SECONDS (10)."""
     tf = _tf()
+    flush_seconds = float(os.environ.get("TPUCTL_PROGRESS_SECONDS", "10"))
     from .core.metrics import FILE, MetricsLog, parse
     target = path or f"{output_dir()}/{FILE}"
 
@@ -190,9 +192,14 @@ def metrics_callback(every: int | None = None, path: str | None = None) -> Any:
                 self._record(logs)
 
         def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
-            self.log.stepped(int(self.model.optimizer.iterations.numpy()), time.perf_counter() - self.t0, time.time())
-            if every and int(self.model.optimizer.iterations.numpy()) % every == 0:
+            step = int(self.model.optimizer.iterations.numpy())
+            self.log.stepped(step, time.perf_counter() - self.t0, time.time())
+            if every and step % every == 0:
                 self._record(logs)
+                self.flushed = time.monotonic()
+            elif time.monotonic() - getattr(self, "flushed", 0.0) >= flush_seconds:
+                write(self.log)   # the step reached, so that the steps a preemption makes it re-do are known
+                self.flushed = time.monotonic()
             self.last = logs
 
         def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
