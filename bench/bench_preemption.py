@@ -167,7 +167,8 @@ def main():
     print(f"run wall {wall:.1f} s (uninterrupted steps alone: {STEPS * STEP_SECONDS:.1f} s); goodput {g.get('goodput')}%"
           f" = productive {parts.get('productive_seconds')} s; wasted progress {parts.get('wasted_progress_seconds')} s"
           f" ({parts.get('steps_redone')} steps re-done); lost to preemption and re-provisioning "
-          f"{parts.get('disruption_seconds')} s; other {parts.get('other_seconds')} s")
+          f"{parts.get('disruption_seconds')} s; other {parts.get('other_seconds')} s; `jobs` counts "
+          f"{g.get('recoveries')} recoveries during the run")
     if gaps:
         print(f"preemption -> training again: median {statistics.median(gaps):.1f} s, max {max(gaps):.1f} s "
               f"({', '.join(f'{x:.1f}' for x in gaps)})")
