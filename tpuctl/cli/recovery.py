@@ -97,11 +97,14 @@ def watch(cluster: Optional[str] = CLUSTER,
           detach: bool = typer.Option(False, "--detach", "-d",
                                       help="Run in the background (log and pid file under tpuctl's state dir).")
           ) -> None:
-    """Watch a cluster armed with `up --recover`: re-create its TPU when it is preempted, until its run ends."""
+    """Watch a cluster armed with `up --recover`: re-create its TPU when it is preempted, until its run ends. On a
+    Kaggle cluster: move its runs on, session after session, until they end."""
     from ..control import armed, watch as watch_flow
     con = console()
     st, prov = cluster_and_provider(cluster, None)
-    if not armed.live(armed.read(prov.store(st))):
+    if prov.remote_runs is not None and not detach:
+        return _advance_until_done(st, prov)
+    if prov.remote_runs is None and not armed.live(armed.read(prov.store(st))):
         raise bad_input(f"cluster {st.name} is not armed for recovery",
                         f"arm it: tpuctl up -c {st.name} --recover")
     if detach:
@@ -116,6 +119,23 @@ def watch(cluster: Optional[str] = CLUSTER,
     with con.Reporter() as rep:
         why = watch_flow.Watcher(st, prov, rep).run()
     con.err.print(f"watch of {st.name} ended: {why}")
+
+
+def _advance_until_done(st: "ClusterState", prov: "Provider") -> None:
+    """A cluster whose runs execute on a service (Kaggle): move every unfinished run on (its next session when one
+    ends at the time limit) until none is left."""
+    from ..control import submission
+    from ..core import runs
+    con = console()
+    store = prov.store(st)
+    poll = float(os.environ.get("TPUCTL_KAGGLE_POLL", "5"))
+    while True:
+        submission.refresh(st, prov, store)
+        left = [r for r in runs.all_ids(store) if not runs.status(store, r).state.final]
+        if not left:
+            con.err.print(f"no unfinished run on {st.name}: the watch is over")
+            return
+        time.sleep(poll)
 
 
 def detached_pid(name: str) -> int:

@@ -27,7 +27,20 @@ def _follow(store: "BlobStore", run_id: str, st0: "ClusterState", prov: "Provide
     def write(data: bytes) -> None:
         out.write(data)
         out.flush()
-    watch = HostWatch(prov, st0, run_id, give_up_after, lambda m: console().err.print(f"[yellow]! {m}[/]"))
+    host_watch = HostWatch(prov, st0, run_id, give_up_after, lambda m: console().err.print(f"[yellow]! {m}[/]"))
+    remote = prov.remote_runs
+    said = [""]
+
+    def watch(status: "runs.RunStatus") -> None:
+        if remote is not None:   # a service's run: each idle poll moves it on, and says when its state changes
+            words = remote.advance(st0, store, run_id)
+            if words.split(" ")[:4] != said[0].split(" ")[:4]:
+                console().err.print(f"[dim]{words}[/]")
+            said[0] = words
+            return
+        host_watch(status)
+    if remote is not None:
+        remote.advance(st0, store, run_id)
     try:
         st = runs.follow(store, run_id, write, worker=worker, follow=follow, watch=watch)
     except KeyboardInterrupt:
@@ -54,6 +67,8 @@ def submit(ctx: typer.Context,
            dry_run: bool = typer.Option(False, "--dry-run",
                                         help="Show what would be uploaded (needs no cluster); run nothing."),
            down: bool = typer.Option(False, "--down", help="The host ends the compute once the run is final."),
+           chain: Optional[int] = typer.Option(None, "--chain", help="Kaggle: sessions a run may chain through "
+                                               "past the session limit (default 10)."),
            provider: Optional[str] = PROVIDER) -> None:
     """Package JOB_DIR, sync its data, run it on the cluster and follow its logs; exits with the job's code.
     Arguments after `--` are appended to the job's command."""
@@ -66,11 +81,16 @@ def submit(ctx: typer.Context,
         _submit_preview(job, cluster, provider)
         return
     st, prov = cluster_and_provider(cluster, provider)
+    if chain is not None and (prov.remote_runs is None or chain < 1):
+        raise bad_input(f"--chain {chain}: " + ("must be at least 1" if prov.remote_runs else
+                        f"cluster {st.name}'s runs do not run in sessions"),
+                        "--chain applies to --provider kaggle clusters, e.g. --chain 5")
     with con.Reporter() as rep:
         if down:   # refused before the run exists when the host could not end the compute after it
             from ..control.up import arm
             arm(st, prov, lambda s: rep.resource("--down", "host", s))
-        run_id, _ = submission.submit(st, prov, job, list(ctx.args), rep.transfer, rep, down_after=down)
+        run_id, _ = submission.submit(st, prov, job, list(ctx.args), rep.transfer, rep, down_after=down,
+                                      sessions=chain or 0)
     if detach:
         print(run_id)
         return
@@ -147,6 +167,7 @@ def download(run_id: Optional[str] = typer.Argument(None, help="Run id (default:
     st, prov = cluster_and_provider(cluster, provider)
     store = prov.store(st)
     rid = submission.resolve_run(store, run_id)
+    submission.refresh(st, prov, store, [rid])
     target = Path(dest or rid)
     if target.exists() and not target.is_dir():
         raise bad_input(f"{target} exists and is not a directory", "pass -o DIR")
@@ -220,6 +241,7 @@ def jobs(cluster: Optional[str] = CLUSTER,
     from ..control import submission
     con = console()
     st, prov = cluster_and_provider(cluster, provider)
+    submission.refresh(st, prov, prov.store(st))
     rows = submission.table(prov.store(st))
     hourly = prov.price(st.spec).hourly
     for r in rows:   # what the compute cost while the run ran, at the catalog price of the cluster's type
@@ -253,5 +275,9 @@ def cancel(run_id: str = typer.Argument(..., help="Run id."), cluster: Optional[
     """Ask the agent to stop a run (SIGTERM, then SIGKILL after a grace period)."""
     from ..control import submission
     st, prov = cluster_and_provider(cluster, provider)
+    if prov.remote_runs is not None:
+        prov.remote_runs.cancel(st, prov.store(st), submission.resolve_run(prov.store(st), run_id))
+        console().err.print(f"run {run_id} cancelled")
+        return
     submission.cancel(prov.store(st), run_id)
     console().err.print(f"cancel of run {run_id} requested")

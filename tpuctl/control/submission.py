@@ -22,14 +22,18 @@ from ..core.store import BlobStore
 STALE_SECONDS = 120   # no heartbeat for this long: `jobs` shows the run as "lost?"
 
 
+DEFAULT_SESSIONS = 10   # a service's run chains through at most this many sessions unless --chain says otherwise
+
+
 def warn_package_bytes() -> int:
     """A job directory larger than this (100 MB, TPUCTL_PACKAGE_WARN_BYTES) gets a warning that suggests `data`."""
     return int(os.environ.get("TPUCTL_PACKAGE_WARN_BYTES", 100 << 20))
 
 
 def submit(st: ClusterState, provider: Provider, job: JobSpec, args: list[str], transfer: datasync.Transfer,
-           reporter: Reporter, down_after: bool = False) -> tuple[str, dict[str, int]]:
-    """Everything up to the written job.json; returns (run id, data sync summary)."""
+           reporter: Reporter, down_after: bool = False, sessions: int = 0) -> tuple[str, dict[str, int]]:
+    """Everything up to the written job.json (and, where runs execute on a service, its hand-over); returns (run
+    id, data sync summary). `sessions`: how many sessions a service's run may chain through (0: the default)."""
     if st.phase is Phase.DOWN:
         raise TpuctlError(ErrorKind.NOT_FOUND, f"cluster {st.name} is down (its {provider.store_noun} is kept)",
                           f"`tpuctl up -c {st.name}` brings it back")
@@ -67,6 +71,9 @@ def submit(st: ClusterState, provider: Provider, job: JobSpec, args: list[str], 
     if not store.create(layout.run_job(run_id), json.dumps(spec.to_json(), indent=2).encode()):
         raise TpuctlError(ErrorKind.ERROR, f"run id {run_id} already exists", "submit again")
     armed.for_run(store, run_id)   # an armed cluster's watch is for the first run submitted after `up --recover`
+    if provider.remote_runs is not None:
+        provider.remote_runs.dispatch(st, store, run_id, sessions or DEFAULT_SESSIONS,
+                                      lambda m: reporter.resource("run", run_id, m, final=True))
     return run_id, synced
 
 
@@ -168,6 +175,16 @@ def _recoveries_during(store: BlobStore, rows: list[dict[str, object]]) -> None:
             row["recoveries"] = sum(1 for t in done if start <= t <= start + took)
         else:
             row["recoveries"] = 0
+
+
+def refresh(st: ClusterState, provider: Provider, store: BlobStore, run_ids: list[str] | None = None) -> None:
+    """Where runs execute on a service: bring the records of these (default: every unfinished) run up to date."""
+    remote = provider.remote_runs
+    if remote is None:
+        return
+    for run_id in run_ids if run_ids is not None else runs.all_ids(store):
+        if not runs.status(store, run_id).state.final:
+            remote.advance(st, store, run_id)
 
 
 def cancel(store: BlobStore, run_id: str) -> RunState:

@@ -26,6 +26,7 @@ _SA_RE = re.compile(r"^[a-z0-9][a-z0-9.@_-]*@[a-z0-9.-]+\.[a-z]+$")
 class ProviderName(str, Enum):
     GCP = "gcp"
     LOCAL = "local"
+    KAGGLE = "kaggle"
 
 
 class Arch(str, Enum):

@@ -172,6 +172,20 @@ class WatcherHost(Protocol):
         """Its state as the cloud reports it ("RUNNING", "MISSING", ...)."""
 
 
+class RemoteRuns(Protocol):
+    """Capability: runs execute on a service the CLI drives (a notebook service's sessions), not by an agent that
+    reads the store. `submit` hands each run over; every command that looks at a run moves it on, keeping the
+    store's run records (status, log chunks, outputs) as an agent would, so logs, jobs and download read them as
+    for every provider."""
+
+    def dispatch(self, st: ClusterState, store: BlobStore, run_id: str, sessions: int,
+                 progress: Callable[[str], None]) -> None:
+        """Start the run whose job.json is written; `sessions`: how many sessions it may chain through."""
+    def advance(self, st: ClusterState, store: BlobStore, run_id: str) -> str:
+        """Bring the run's records up to date (rate-limited); its state in words, "" when not one of these runs."""
+    def cancel(self, st: ClusterState, store: BlobStore, run_id: str) -> None: ...
+
+
 class Provider(Protocol):
     @property
     def name(self) -> ProviderName: ...
@@ -184,6 +198,9 @@ class Provider(Protocol):
     @property
     def inventory(self) -> Inventory | None:
         """None: nothing to list beyond local state."""
+    @property
+    def remote_runs(self) -> RemoteRuns | None:
+        """None: an agent on the compute runs what is in the store."""
     @property
     def watcher_host(self) -> WatcherHost | None:
         """None: the recovery watcher runs only where `tpuctl watch` is started."""

@@ -58,6 +58,7 @@ class LocalProvider:
     grants = None
     inventory = None
     watcher_host = None
+    remote_runs = None
 
     @staticmethod
     def root(cluster: str) -> Path:

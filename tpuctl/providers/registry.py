@@ -20,5 +20,8 @@ def get(name: ProviderName | str) -> "Provider":
     if which is ProviderName.LOCAL:
         from .local import LocalProvider
         return LocalProvider()
+    if which is ProviderName.KAGGLE:
+        from .kaggle.provider import KaggleProvider
+        return KaggleProvider()
     from .gcp.provider import GcpProvider
     return GcpProvider()

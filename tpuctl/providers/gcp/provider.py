@@ -29,6 +29,7 @@ from .tpu import pick_base_runtime, pick_runtime, pick_tf_base_runtime, pick_tf_
 class GcpProvider:
     name = ProviderName.GCP
     store_noun = "bucket"
+    remote_runs = None
 
     def __init__(self) -> None:
         self.grants = BucketIam()

@@ -1,0 +1,333 @@
+"""A wire-level fake of Kaggle's public API for the official client (kagglesdk, as the `kaggle` package uses it).
+
+The client picks its endpoint from KAGGLE_API_ENVIRONMENT (kagglesdk/kaggle_env.py): TEST is http://localhost:7777,
+and every call is `POST {endpoint}/api/v1/{service}/{method}` with the request object's JSON (camelCase field
+names, KaggleObject.to_dict), answered with the response object's JSON; an error is a JSON body whose `code` is
+>= 400 (kaggle_http_client.py `_prepare_response`). Requests and responses here are built and parsed with
+kagglesdk's own types, so a field the real client would not send or read fails here too. Auth is the legacy API
+key as HTTP basic (`_try_fill_auth`).
+
+Served: blobs.BlobApiService/StartBlobUpload and the PUT to its createUrl (kaggle_api_extended `upload_complete`);
+datasets.DatasetApiService CreateDataset, GetDatasetStatus, DeleteDataset; kernels.KernelsApiService SaveKernel,
+GetKernelSessionStatus, ListKernelSessionOutput (its file URLs served too), DeleteKernel (a running session stops),
+GetAcceleratorQuotaStatistics.
+
+A saved kernel runs as a simulated session, as Kaggle runs a "Save & Run All" version: its script runs in a scratch
+directory whose `kaggle/input/<slug>` holds each attached dataset's files and each attached kernel's last output, and
+`kaggle/working` is the output (TPUCTL_KAGGLE_ROOT points the script there: the real one is /kaggle). The session
+ends at `session_limit` seconds (killed: ERROR), and TPU time is charged to the weekly quota.
+"""
+from __future__ import annotations
+
+import base64
+import datetime
+import itertools
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+from kagglesdk.blobs.types.blob_api_service import ApiStartBlobUploadRequest, ApiStartBlobUploadResponse
+from kagglesdk.datasets.types.dataset_api_service import (ApiCreateDatasetRequest, ApiCreateDatasetResponse,
+                                                          ApiDeleteDatasetRequest, ApiGetDatasetStatusRequest,
+                                                          ApiGetDatasetStatusResponse)
+from kagglesdk.kernels.types.kernels_api_service import (ApiAcceleratorQuota,
+                                                         ApiDeleteKernelRequest, ApiGetAcceleratorQuotaStatisticsResponse,
+                                                         ApiGetKernelSessionStatusRequest,
+                                                         ApiGetKernelSessionStatusResponse, ApiKernelSessionOutputFile,
+                                                         ApiListKernelSessionOutputRequest,
+                                                         ApiListKernelSessionOutputResponse, ApiSaveKernelRequest,
+                                                         ApiSaveKernelResponse)
+from kagglesdk.datasets.types.dataset_enums import DatabundleVersionStatus
+from kagglesdk.kernels.types.kernels_enums import KernelWorkerStatus
+
+PORT = 7777
+TPU_SHAPES = {"TpuV5E8"}
+
+
+class FakeKaggle:
+    def __init__(self, root: Path, users: dict[str, str] | None = None):
+        self.root = root
+        self.users = users or {"alice": "k" * 32}
+        self.blobs: dict[str, bytes] = {}
+        self.datasets: dict[str, dict] = {}          # "owner/slug" -> {"files": {name: bytes}, "private": bool}
+        self.kernels: dict[str, dict] = {}           # "owner/slug" -> {"versions": [session...], "request": dict}
+        self.calls: list[str] = []
+        self.errors: list[str] = []    # requests that failed inside the fake (a test asserts there are none)
+        self.session_limit = 3600.0
+        self.tpu_allowed = 20 * 3600.0
+        self.tpu_used = 0.0
+        self.phone_verified = True
+        self.lock = threading.RLock()
+        self._ids = itertools.count(1)
+        self.httpd: ThreadingHTTPServer | None = None
+
+    # -- lifecycle ------------------------------------------------------------------------------------
+    def start(self) -> None:
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def do_POST(self):
+                fake._serve(self)
+
+            do_PUT = do_GET = do_POST
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", PORT), Handler)
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        self.kill_all()
+        if self.httpd:
+            self.httpd.shutdown()
+            self.httpd.server_close()
+
+    def reset(self) -> None:
+        self.kill_all()
+        with self.lock:
+            self.blobs.clear()
+            self.datasets.clear()
+            self.kernels.clear()
+            self.calls.clear()
+        self.session_limit, self.tpu_allowed, self.tpu_used, self.phone_verified = 3600.0, 20 * 3600.0, 0.0, True
+
+    def kill_all(self) -> None:
+        for k in list(self.kernels.values()):
+            for s in k["versions"]:
+                if s["proc"] and s["proc"].poll() is None:
+                    s["proc"].kill()
+
+    def leftovers(self) -> list[str]:
+        return sorted([f"dataset {d}" for d in self.datasets] + [f"kernel {k}" for k in self.kernels])
+
+    # -- HTTP -----------------------------------------------------------------------------------------
+    def _serve(self, h: BaseHTTPRequestHandler) -> None:
+        n = int(h.headers.get("Content-Length") or 0)
+        body = h.rfile.read(n) if n else b""
+        path = h.path.split("?", 1)[0]
+        with self.lock:
+            self.calls.append(f"{h.command} {path}")
+        if h.command == "PUT" and path.startswith("/upload/"):
+            self.blobs[path[len("/upload/"):]] = body   # a single-request upload (upload_complete without resume)
+            return self._send(h, 200, b"{}")
+        if h.command == "GET" and path.startswith("/output/"):
+            data = self._output_file(path[len("/output/"):])
+            return self._send(h, 200 if data is not None else 404, data or b"", "application/octet-stream")
+        if h.command != "POST" or not path.startswith("/api/v1/"):
+            return self._error(h, 404, f"no route {h.command} {path}")
+        user = self._user(h.headers.get("Authorization", ""))
+        if user is None:
+            return self._error(h, 401, "Unauthenticated: the API key is not valid")
+        service, method = path[len("/api/v1/"):].split("/", 1)
+        handler = getattr(self, f"_{method}", None)
+        if handler is None:
+            return self._error(h, 404, f"unknown method {service}/{method}")
+        try:
+            status, out = handler(user, json.loads(body or b"{}"))
+        except KeyError as e:
+            return self._error(h, 404, f"not found: {e}")
+        except Exception as e:  # noqa: BLE001 - a request the types refuse: answered as a server error, and logged
+            self.errors.append(f"{method}: {type(e).__name__}: {e}")
+            return self._error(h, 500, f"{type(e).__name__}: {e}")
+        if status >= 400:
+            return self._error(h, status, out)
+        return self._send(h, 200, json.dumps(type(out).to_dict(out)).encode())
+
+    def _user(self, auth: str) -> str | None:
+        if not auth.startswith("Basic "):
+            return None
+        name, _, key = base64.b64decode(auth[6:]).decode().partition(":")
+        return name if self.users.get(name) == key else None
+
+    @staticmethod
+    def _send(h, status, data, ctype="application/json"):
+        h.send_response(status)
+        h.send_header("Content-Type", ctype)
+        h.send_header("Content-Length", str(len(data)))
+        h.end_headers()
+        h.wfile.write(data)
+
+    def _error(self, h, status, message):
+        self._send(h, status, json.dumps({"code": status, "message": message}).encode())
+
+    # -- blobs ------------------------------------------------------------------------------------------
+    def _StartBlobUpload(self, user, body):
+        req = ApiStartBlobUploadRequest.from_dict(body)
+        token = f"blob-{next(self._ids)}-{req.name}"
+        resp = ApiStartBlobUploadResponse()
+        resp.token, resp.create_url = token, f"http://localhost:{PORT}/upload/{token}"
+        return 200, resp
+
+    # -- datasets -------------------------------------------------------------------------------------
+    def _CreateDataset(self, user, body):
+        req = ApiCreateDatasetRequest.from_dict(body)
+        ref = f"{req.owner_slug}/{req.slug}"
+        resp = ApiCreateDatasetResponse()
+        if req.owner_slug != user:
+            resp.error = f"You do not have permission to create datasets for {req.owner_slug}"
+            return 200, resp
+        with self.lock:
+            if ref in self.datasets:
+                resp.error = f"The requested title or slug {req.slug!r} is already in use by a dataset"
+                return 200, resp
+            files = {}
+            for f in req.files:
+                name = f.token.split("-", 2)[2]
+                files[name] = self.blobs.pop(f.token)
+            self.datasets[ref] = {"files": files, "private": req.is_private, "title": req.title}
+        resp.ref, resp.url, resp.status = ref, f"https://www.kaggle.com/datasets/{ref}", "ok"
+        return 200, resp
+
+    def _GetDatasetStatus(self, user, body):
+        req = ApiGetDatasetStatusRequest.from_dict(body)
+        ref = f"{req.owner_slug}/{req.dataset_slug}"
+        if ref not in self.datasets:
+            return 404, f"Dataset {ref} not found"
+        resp = ApiGetDatasetStatusResponse()
+        resp.status = DatabundleVersionStatus.READY
+        return 200, resp
+
+    def _DeleteDataset(self, user, body):
+        req = ApiDeleteDatasetRequest.from_dict(body)
+        ref = f"{req.owner_slug}/{req.dataset_slug}"
+        with self.lock:
+            if self.datasets.pop(ref, None) is None:
+                return 404, f"Dataset {ref} not found"
+        from kagglesdk.datasets.types.dataset_api_service import ApiDeleteDatasetResponse
+        return 200, ApiDeleteDatasetResponse()
+
+    # -- kernels --------------------------------------------------------------------------------------
+    def _SaveKernel(self, user, body):
+        req = ApiSaveKernelRequest.from_dict(body)
+        resp = ApiSaveKernelResponse()
+        owner = req.slug.split("/")[0]
+        if owner != user:
+            resp.error = f"You do not have permission to save kernels for {owner}"
+            return 200, resp
+        accelerated = bool(req.machine_shape) or req.enable_tpu or req.enable_gpu
+        if accelerated and not self.phone_verified:
+            resp.error = "Phone verification is required to use accelerators. Verify your phone number in your " \
+                         "Kaggle account settings"
+            return 200, resp
+        if req.machine_shape in TPU_SHAPES and self.tpu_used >= self.tpu_allowed:
+            resp.error = "You have exceeded your weekly TPU quota"
+            return 200, resp
+        missing = [d for d in req.dataset_data_sources if d not in self.datasets] + \
+                  [k for k in req.kernel_data_sources if k not in self.kernels]
+        if missing:
+            resp.invalid_dataset_sources = [d for d in missing if d in req.dataset_data_sources]
+            resp.invalid_kernel_sources = [k for k in missing if k in req.kernel_data_sources]
+            return 200, resp
+        with self.lock:
+            k = self.kernels.setdefault(req.slug, {"versions": [], "id": next(self._ids)})
+            k["request"] = body
+            session = self._start(req, len(k["versions"]) + 1)
+            k["versions"].append(session)
+        resp.ref, resp.url = f"/code/{req.slug}", f"https://www.kaggle.com/code/{req.slug}"
+        resp.version_number, resp.kernel_id = len(k["versions"]), k["id"]
+        return 200, resp
+
+    def _start(self, req, version: int) -> dict:
+        where = self.root / req.slug.replace("/", "__") / f"v{version}"
+        inp, work = where / "kaggle" / "input", where / "kaggle" / "working"
+        work.mkdir(parents=True)
+        inp.mkdir(parents=True)
+        for ref in req.dataset_data_sources:
+            d = inp / ref.split("/")[1]
+            d.mkdir()
+            for name, data in self.datasets[ref]["files"].items():
+                (d / name).write_bytes(data)
+        for ref in req.kernel_data_sources:
+            prev = self.kernels[ref]["versions"][-1]
+            shutil.copytree(prev["dir"] / "kaggle" / "working", inp / ref.split("/")[1])
+        (where / "script.py").write_text(req.text)
+        log = open(where / "log.txt", "wb")
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("KAGGLE_", "TPUCTL_"))}
+        env.update(TPUCTL_KAGGLE_ROOT=str(where / "kaggle"), KAGGLE_KERNEL_RUN_TYPE="Batch",
+                   KAGGLE_ACCELERATOR=req.machine_shape or "None")
+        proc = subprocess.Popen([sys.executable, "-u", str(where / "script.py")], cwd=work, env=env, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+        session = {"dir": where, "proc": proc, "started": time.monotonic(), "status": "RUNNING", "failure": "",
+                   "shape": req.machine_shape, "id": next(self._ids)}
+        threading.Thread(target=self._supervise, args=(session,), daemon=True).start()
+        return session
+
+    def _supervise(self, s: dict) -> None:
+        try:
+            code = s["proc"].wait(timeout=self.session_limit)
+            s["status"], s["failure"] = ("COMPLETE", "") if code == 0 else ("ERROR", f"exit code {code}")
+        except subprocess.TimeoutExpired:
+            s["proc"].kill()
+            s["proc"].wait()
+            s["status"], s["failure"] = "ERROR", "Your notebook was stopped because it exceeded the session time limit"
+        if s["shape"] in TPU_SHAPES:
+            self.tpu_used += time.monotonic() - s["started"]
+
+    def _kernel(self, user_name: str, slug: str) -> dict:
+        return self.kernels[f"{user_name}/{slug}"]
+
+    def _GetKernelSessionStatus(self, user, body):
+        req = ApiGetKernelSessionStatusRequest.from_dict(body)
+        s = self._kernel(req.user_name, req.kernel_slug)["versions"][-1]
+        resp = ApiGetKernelSessionStatusResponse()
+        resp.status = KernelWorkerStatus[s["status"]]
+        resp.failure_message = s["failure"]
+        return 200, resp
+
+    def _ListKernelSessionOutput(self, user, body):
+        req = ApiListKernelSessionOutputRequest.from_dict(body)
+        k = self._kernel(req.user_name, req.kernel_slug)
+        s = k["versions"][-1]
+        resp = ApiListKernelSessionOutputResponse()
+        if s["status"] in ("QUEUED", "RUNNING"):
+            return 200, resp   # output and log come when the session has ended
+        work = s["dir"] / "kaggle" / "working"
+        files = []
+        for p in sorted(work.rglob("*")):
+            if p.is_file():
+                f = ApiKernelSessionOutputFile()
+                f.file_name = p.relative_to(work).as_posix()
+                f.url = f"http://localhost:{PORT}/output/{req.user_name}/{req.kernel_slug}/{len(k['versions'])}/" \
+                        f"{f.file_name}"
+                files.append(f)
+        resp.files = files
+        # Kaggle's log is a JSON list of {"stream_name", "time", "data"} entries
+        text = (s["dir"] / "log.txt").read_text(errors="replace")
+        resp.log = json.dumps([{"stream_name": "stdout", "time": 0.0, "data": line}
+                               for line in text.splitlines(keepends=True)])
+        return 200, resp
+
+    def _output_file(self, rest: str) -> bytes | None:
+        user, slug, version, name = rest.split("/", 3)
+        try:
+            s = self.kernels[f"{user}/{slug}"]["versions"][int(version) - 1]
+        except (KeyError, IndexError, ValueError):
+            return None
+        p = s["dir"] / "kaggle" / "working" / name
+        return p.read_bytes() if p.is_file() else None
+
+    def _DeleteKernel(self, user, body):
+        req = ApiDeleteKernelRequest.from_dict(body)
+        with self.lock:
+            k = self.kernels.pop(f"{req.user_name}/{req.kernel_slug}")
+        for s in k["versions"]:
+            if s["proc"].poll() is None:
+                s["proc"].kill()
+        from kagglesdk.kernels.types.kernels_api_service import ApiDeleteKernelResponse
+        return 200, ApiDeleteKernelResponse()
+
+    def _GetAcceleratorQuotaStatistics(self, user, body):
+        resp = ApiGetAcceleratorQuotaStatisticsResponse()
+        q = ApiAcceleratorQuota()
+        q.time_used = datetime.timedelta(seconds=int(self.tpu_used))   # whole seconds: "3600s", as Kaggle sends
+        q.total_time_allowed = datetime.timedelta(seconds=int(self.tpu_allowed))
+        resp.tpu_quota = q
+        resp.quota_refresh_time = datetime.datetime(2026, 11, 30)
+        return 200, resp

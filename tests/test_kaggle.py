@@ -1,0 +1,144 @@
+"""--provider kaggle against the wire-level fake Kaggle (tests/fakes/kaggle.py), through the real kagglesdk client:
+credentials, quota, a run chained across sessions cut at their time limit, logs, jobs, download, re-submits that
+upload nothing, cancel, and `down` leaving nothing of tpuctl's on Kaggle."""
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from jobs import make_job
+
+KEY = "k" * 32
+
+# Counts to 12, a quarter second a step, keeping its progress in TPUCTL_OUTPUT_DIR as a checkpoint would.
+COUNTER = """
+import os, time
+ck = os.path.join(os.environ["TPUCTL_OUTPUT_DIR"], "step")
+start = int(open(ck).read()) if os.path.exists(ck) else 0
+print("resuming at", start, "on", os.environ["TPUCTL_ACCELERATOR"], flush=True)
+for step in range(start + 1, 13):
+    time.sleep(0.25)
+    open(ck, "w").write(str(step))
+    print("step", step, flush=True)
+print("done", flush=True)
+"""
+
+
+@pytest.fixture(scope="session")
+def _fake_kaggle(tmp_path_factory):
+    from fakes.kaggle import FakeKaggle
+    fake = FakeKaggle(tmp_path_factory.mktemp("kaggle"))
+    fake.start()
+    yield fake
+    fake.stop()
+
+
+@pytest.fixture
+def kaggle(_fake_kaggle, env, monkeypatch, tmp_path):
+    _fake_kaggle.reset()
+    monkeypatch.setenv("KAGGLE_API_ENVIRONMENT", "TEST")
+    monkeypatch.setenv("KAGGLE_CONFIG_DIR", str(tmp_path / "kaggle-config"))
+    monkeypatch.setenv("KAGGLE_USERNAME", "alice")
+    monkeypatch.setenv("KAGGLE_KEY", KEY)
+    monkeypatch.setenv("TPUCTL_KAGGLE_POLL", "0.05")
+    monkeypatch.setenv("TPUCTL_LOG_POLL_MAX", "0.1")
+    yield _fake_kaggle
+    assert _fake_kaggle.errors == []
+
+
+def _up(cli, *flags):
+    code, out, err = cli("up", "--provider", "kaggle", "-c", "kg", *flags)
+    assert code == 0, err
+    return err
+
+
+def test_a_run_longer_than_a_session_chains_through_sessions_and_down_leaves_nothing(kaggle, cli, tmp_path,
+                                                                                      monkeypatch):
+    err = _up(cli, "--type", "v5e-8")
+    assert "TpuV5E8" in err and "free" in err
+    status = json.loads(cli("status", "-c", "kg", "--json")[1])
+    assert status["tpu_quota"].startswith("0s of 20h used this week") and status["machine_shape"] == "TpuV5E8"
+    monkeypatch.setenv("TPUCTL_KAGGLE_SESSION_SECONDS", "1.6")   # the script stops the job, the next session goes on
+    job = make_job(tmp_path, COUNTER)
+    code, out, err = cli("submit", str(job), "-c", "kg")
+    assert code == 0, out + err
+    assert out.count("resuming at") >= 3 and "resuming at 0 on tpu:v5e-8" in out
+    assert out.count("step 12\n") == 1 and "done" in out.splitlines()[-1]
+    assert "the next session resumes it" in out
+    sessions = out.count("--- Kaggle session ")
+    [row] = json.loads(cli("jobs", "-c", "kg", "--json")[1])
+    assert row["state"] == "succeeded" and row["attempt"] == sessions >= 3
+    # what was pushed: the TPU's machine shape, private, no pinned image, the dataset (and the previous session)
+    pushed = [json.loads(k["request"]) if isinstance(k["request"], str) else k["request"]
+              for k in kaggle.kernels.values()]
+    assert all(p["machineShape"] == "TpuV5E8" and p["isPrivate"] and "dockerImage" not in p for p in pushed)
+    assert sorted(len(p.get("kernelDataSources", [])) for p in pushed) == [0] + [1] * (sessions - 1)
+    assert len(kaggle.datasets) == 1 and all(d["private"] for d in kaggle.datasets.values())
+    dest = tmp_path / "got"
+    assert cli("download", "-c", "kg", "-o", str(dest))[0] == 0
+    assert (dest / "step").read_text() == "12"
+    # the same job again: its dataset is there already, nothing is uploaded
+    monkeypatch.setenv("TPUCTL_KAGGLE_SESSION_SECONDS", "60")
+    uploads = sum(1 for c in kaggle.calls if c.startswith("PUT /upload/"))
+    code, out, err = cli("submit", str(job), "-c", "kg")
+    assert code == 0 and "unchanged: nothing uploaded" in err, err
+    assert sum(1 for c in kaggle.calls if c.startswith("PUT /upload/")) == uploads and len(kaggle.datasets) == 1
+    code, out, err = cli("down", "-c", "kg", "--yes")
+    assert code == 0, err
+    assert kaggle.leftovers() == []
+
+
+def test_a_job_that_fails_fails_the_run_with_its_code(kaggle, cli, tmp_path):
+    _up(cli, "--type", "cpu")
+    code, out, err = cli("submit", str(make_job(tmp_path, "print('about to fail')\nraise SystemExit(3)\n")), "-c", "kg")
+    assert code == 3, out + err
+    assert "about to fail" in out and "ERROR" in out
+    assert [k["request"].get("machineShape") for k in kaggle.kernels.values()] == [None]
+    assert cli("down", "-c", "kg", "--yes")[0] == 0 and kaggle.leftovers() == []
+
+
+def test_cancel_stops_the_session(kaggle, cli, tmp_path):
+    _up(cli, "--type", "t4x2")
+    job = make_job(tmp_path, "import time\nprint('long', flush=True)\ntime.sleep(60)\n")
+    code, out, err = cli("submit", str(job), "-c", "kg", "--detach")
+    assert code == 0, err
+    run_id = out.strip()
+    assert cli("cancel", run_id, "-c", "kg")[0] == 0
+    [row] = json.loads(cli("jobs", "-c", "kg", "--json")[1])
+    assert row["state"] == "cancelled" and kaggle.kernels == {}
+    assert cli("down", "-c", "kg", "--yes")[0] == 0 and kaggle.leftovers() == []
+
+
+def test_credentials_and_refusals_are_one_line_each_and_leave_nothing(kaggle, cli, tmp_path, monkeypatch):
+    monkeypatch.delenv("KAGGLE_USERNAME")
+    monkeypatch.delenv("KAGGLE_KEY")
+    code, out, err = cli("up", "--provider", "kaggle", "-c", "kg")
+    assert code == 5 and "no Kaggle credentials" in err and "kaggle.json" in err and "Traceback" not in err
+    cfg = Path(os.environ["KAGGLE_CONFIG_DIR"])
+    cfg.mkdir()
+    (cfg / "kaggle.json").write_text(json.dumps({"username": "alice", "key": KEY}))
+    (cfg / "kaggle.json").chmod(0o644)
+    code, out, err = cli("up", "--provider", "kaggle", "-c", "kg")
+    assert code == 5 and "readable by other users" in err and "chmod 600" in err
+    (cfg / "kaggle.json").chmod(stat.S_IRUSR | stat.S_IWUSR)
+    (cfg / "kaggle.json").write_text(json.dumps({"username": "alice", "key": "wrong"}))
+    code, out, err = cli("up", "--provider", "kaggle", "-c", "kg")
+    assert code == 5 and "refused the API key" in err and "wrong" not in err
+    (cfg / "kaggle.json").write_text(json.dumps({"username": "alice", "key": KEY}))
+    kaggle.tpu_used = kaggle.tpu_allowed
+    code, out, err = cli("up", "--provider", "kaggle", "-c", "kg", "--type", "v5e-8")
+    assert code == 4 and "weekly TPU quota" in err
+    code, out, err = cli("up", "--provider", "kaggle", "-c", "kg", "--type", "p100")
+    assert code == 2 and "retired" in err and "t4x2" in err
+    kaggle.tpu_used = 0.0
+    _up(cli, "--type", "v5e-8")
+    kaggle.phone_verified = False
+    code, out, err = cli("submit", str(make_job(tmp_path, "print(1)\n")), "-c", "kg")
+    assert code == 6 and "Phone verification" in err and "verify your phone" in err
+    assert kaggle.kernels == {}
+    [row] = json.loads(cli("jobs", "-c", "kg", "--json")[1])   # the run that Kaggle refused: failed, and why
+    assert row["state"] == "failed"
+    assert "Phone verification" in cli("logs", row["id"], "-c", "kg")[1]
+    assert cli("down", "-c", "kg", "--yes")[0] == 0 and kaggle.leftovers() == []

@@ -1,0 +1,154 @@
+"""KaggleProvider: the Provider contract (../base.py) over Kaggle's free accelerators. There is no compute to make:
+`up` checks the credentials and the weekly quota and records the cluster; each run is one or more Kaggle sessions
+(sessions.py); the store is a directory on this machine, as for the local provider, which the commands that look
+at a run keep up to date (`remote_runs`). `down` deletes the kernels and datasets tpuctl made."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from ...core import layout
+from ...core.errors import ErrorKind, TpuctlError, bad_input
+from ...core.lifecycle import show_duration
+from ...core.models import ClusterSpec, ClusterState, HostFacts, ProviderName, cluster_record
+from ...core.store import LocalStore
+from ..base import Compute, Enforcement, Placement, PlanRow, Price, Progress, Reporter, UpFlags, progress_of
+from ..local import data_home
+from .sessions import KaggleSessions, session_seconds
+
+# --type -> Kaggle's machine_shape (kaggle_api_extended: "TpuV5E8", "NvidiaTeslaT4"; "" is no accelerator) and what
+# the job sees as TPUCTL_ACCELERATOR
+TYPES = {"v5e-8": ("TpuV5E8", "tpu:v5e-8"), "t4x2": ("NvidiaTeslaT4", "gpu:2"), "cpu": ("", "cpu")}
+# retired shapes: Kaggle runs them on something else (kaggle_api_extended `_RETIRED_ACCELERATORS`)
+RETIRED = {"p100": "t4x2", "v3-8": "v5e-8"}
+
+
+class KaggleProvider:
+    name = ProviderName.KAGGLE
+    store_noun = "store"
+    grants = None
+    inventory = None
+    watcher_host = None
+
+    def __init__(self) -> None:
+        self.remote_runs = KaggleSessions(lambda st: TYPES[st.spec.tpu_type][0], lambda st: TYPES[st.spec.tpu_type][1])
+
+    @staticmethod
+    def root(cluster: str) -> Path:
+        return data_home() / "clusters" / cluster / "store"
+
+    # -- planning ------------------------------------------------------------------------------------
+    def make_spec(self, name: str, flags: UpFlags) -> ClusterSpec:
+        given = [f for f in flags.given() if f != "--type"]
+        if given:
+            raise bad_input(f"{', '.join(given)} do not apply to --provider kaggle",
+                            "Kaggle picks where a session runs: `tpuctl up --provider kaggle --type v5e-8`")
+        t = (flags.tpu_type or "v5e-8").lower()
+        if t in RETIRED:
+            raise bad_input(f"--type {t} is retired on Kaggle (its sessions run on other hardware)",
+                            f"use --type {RETIRED[t]}")
+        if t not in TYPES:
+            raise bad_input(f"--type {t!r} is not a Kaggle accelerator", f"use one of {', '.join(TYPES)}")
+        return ClusterSpec(name=name, provider=self.name, store=str(self.root(name)), tpu_type=t)
+
+    def plan(self, spec: ClusterSpec) -> list[PlanRow]:
+        shape = TYPES[spec.tpu_type][0] or "no accelerator"
+        return [PlanRow("store", spec.store, "this machine"),
+                PlanRow("kernel", "one private Kaggle kernel per session of each run",
+                        f"Kaggle, {shape}, {show_duration(int(session_seconds(TYPES[spec.tpu_type][0])))} a session")]
+
+    def price(self, spec: ClusterSpec) -> Price:
+        return Price(0.0, "free (Kaggle's weekly accelerator quota)")
+
+    def placements(self, spec: ClusterSpec) -> list[Placement]:
+        return [Placement("", "")]
+
+    # -- making and removing ---------------------------------------------------------------------------
+    def preflight(self, spec: ClusterSpec) -> list[str]:
+        """The credentials, and for a TPU the weekly quota (GetAcceleratorQuotaStatistics): refused when used up."""
+        from .client import Kaggle
+        k = Kaggle()
+        used, allowed, refresh = k.tpu_quota()
+        if not TYPES[spec.tpu_type][0].startswith("Tpu"):
+            return []
+        if allowed and used >= allowed:
+            raise TpuctlError(ErrorKind.CAPACITY, f"Kaggle account {k.user} has used its weekly TPU quota "
+                              f"({show_duration(int(used))} of {show_duration(int(allowed))})",
+                              f"it refreshes at {refresh}; or `up --provider kaggle --type t4x2` meanwhile")
+        return []
+
+    def ensure_store(self, spec: ClusterSpec, region: str, progress: Progress) -> bool:
+        p = Path(spec.store)
+        created = not p.is_dir()
+        p.mkdir(parents=True, exist_ok=True)
+        progress("ready")
+        return created
+
+    def delete_store(self, st: ClusterState, progress: Progress) -> None:
+        p = Path(st.spec.store)
+        if p.is_dir():
+            progress("deleting")
+            shutil.rmtree(p.parent)
+
+    def choose_runtime(self, spec: ClusterSpec, placement: Placement) -> str:
+        return ""
+
+    def ensure_compute(self, st: ClusterState, reporter: Reporter) -> Compute:
+        progress_of(reporter, "kaggle", st.spec.tpu_type)("ready: each run is a Kaggle session")
+        return Compute([], HostFacts())
+
+    def delete_compute(self, st: ClusterState, reporter: Reporter) -> None:
+        if Path(st.spec.store).is_dir():
+            self.remote_runs.delete_all(self.store(st), progress_of(reporter, "kaggle", st.name))
+
+    def write_cluster_record(self, st: ClusterState, confirmed: bool) -> None:
+        self.store(st).write(layout.CLUSTER_RECORD, json.dumps(cluster_record(st, "", teardown="exit"),
+                                                                indent=2).encode())
+
+    # -- using ---------------------------------------------------------------------------------------
+    def store(self, st: ClusterState) -> LocalStore:
+        return LocalStore(st.spec.store)
+
+    def check_ready(self, st: ClusterState) -> None:
+        from .client import credentials
+        credentials()
+
+    def host_state(self, st: ClusterState) -> tuple[bool, str]:
+        return True, "Kaggle runs the session"
+
+    def problem(self, st: ClusterState) -> tuple[str, str] | None:
+        return None
+
+    def compute_lost(self, st: ClusterState) -> str | None:
+        return None
+
+    def enforcement(self, st: ClusterState) -> Enforcement:
+        return Enforcement(True, "Kaggle's session limit")
+
+    def ssh_argv(self, st: ClusterState, worker: int, command: str) -> list[str]:
+        raise bad_input(f"cluster {st.name} runs on Kaggle: there is no host to open a shell on",
+                        f"`tpuctl logs -c {st.name}` prints each session's log")
+
+    def location(self, st: ClusterState) -> str:
+        return f"Kaggle, {st.spec.tpu_type}"
+
+    def summary(self, st: ClusterState) -> dict[str, object]:
+        from .client import Kaggle
+        shape = TYPES[st.spec.tpu_type][0]
+        out: dict[str, object] = {"type": st.spec.tpu_type, "machine_shape": shape or "none",
+                                  "session_limit": f"{show_duration(int(session_seconds(shape)))} a session "
+                                                   "(Kaggle: 9h on TPU, 12h otherwise, kaggle.com/docs/tpu)"}
+        try:
+            used, allowed, refresh = Kaggle().tpu_quota()
+            out["tpu_quota"] = f"{show_duration(int(used)) if used else '0s'} of {show_duration(int(allowed))} " \
+                               f"used this week, refreshes {refresh}"
+        except TpuctlError as e:
+            out["tpu_quota"] = f"unknown ({e.message})"
+        return out
+
+    def describe(self, st: ClusterState) -> dict[str, dict[str, object]]:
+        return {"store": {"path": st.spec.store, "state": "READY" if Path(st.spec.store).is_dir() else "MISSING"}}
+
+    def teardown_list(self, st: ClusterState) -> list[str]:
+        return [f"the Kaggle kernels and datasets tpuctl made for {st.name}"]
