@@ -11,14 +11,15 @@ import pytest
 from jobs import make_job
 
 KEY = "k" * 32
+JOB = Path(__file__).parent.parent / "jobs" / "bert_pretrain"
 
-# Counts to 12, a quarter second a step, keeping its progress in TPUCTL_OUTPUT_DIR as a checkpoint would.
+# Counts to 16, a quarter second a step, keeping its progress in TPUCTL_OUTPUT_DIR as a checkpoint would.
 COUNTER = """
 import os, time
 ck = os.path.join(os.environ["TPUCTL_OUTPUT_DIR"], "step")
 start = int(open(ck).read()) if os.path.exists(ck) else 0
 print("resuming at", start, "on", os.environ["TPUCTL_ACCELERATOR"], flush=True)
-for step in range(start + 1, 13):
+for step in range(start + 1, 17):
     time.sleep(0.25)
     open(ck, "w").write(str(step))
     print("step", step, flush=True)
@@ -44,6 +45,7 @@ def kaggle(_fake_kaggle, env, monkeypatch, tmp_path):
     monkeypatch.setenv("KAGGLE_KEY", KEY)
     monkeypatch.setenv("TPUCTL_KAGGLE_POLL", "0.05")
     monkeypatch.setenv("TPUCTL_LOG_POLL_MAX", "0.1")
+    monkeypatch.setenv("TPUCTL_KAGGLE_GRACE_SECONDS", "0.2")
     yield _fake_kaggle
     assert _fake_kaggle.errors == []
 
@@ -60,12 +62,12 @@ def test_a_run_longer_than_a_session_chains_through_sessions_and_down_leaves_not
     assert "TpuV5E8" in err and "free" in err
     status = json.loads(cli("status", "-c", "kg", "--json")[1])
     assert status["tpu_quota"].startswith("0s of 20h used this week") and status["machine_shape"] == "TpuV5E8"
-    monkeypatch.setenv("TPUCTL_KAGGLE_SESSION_SECONDS", "1.6")   # the script stops the job, the next session goes on
+    monkeypatch.setenv("TPUCTL_KAGGLE_SESSION_SECONDS", "1.2")   # the script stops the job, the next session goes on
     job = make_job(tmp_path, COUNTER)
-    code, out, err = cli("submit", str(job), "-c", "kg")
+    code, out, err = cli("submit", str(job), "-c", "kg", "--chain", "30")
     assert code == 0, out + err
-    assert out.count("resuming at") >= 3 and "resuming at 0 on tpu:v5e-8" in out
-    assert out.count("step 12\n") == 1 and "done" in out.splitlines()[-1]
+    assert out.count("resuming at") >= 3 and "resuming at 0 on kaggle:TpuV5E8" in out
+    assert out.count("step 16\n") == 1 and "done" in out.splitlines()[-1]
     assert "the next session resumes it" in out
     sessions = out.count("--- Kaggle session ")
     [row] = json.loads(cli("jobs", "-c", "kg", "--json")[1])
@@ -78,7 +80,7 @@ def test_a_run_longer_than_a_session_chains_through_sessions_and_down_leaves_not
     assert len(kaggle.datasets) == 1 and all(d["private"] for d in kaggle.datasets.values())
     dest = tmp_path / "got"
     assert cli("download", "-c", "kg", "-o", str(dest))[0] == 0
-    assert (dest / "step").read_text() == "12"
+    assert (dest / "step").read_text() == "16"
     # the same job again: its dataset is there already, nothing is uploaded
     monkeypatch.setenv("TPUCTL_KAGGLE_SESSION_SECONDS", "60")
     uploads = sum(1 for c in kaggle.calls if c.startswith("PUT /upload/"))
@@ -88,6 +90,19 @@ def test_a_run_longer_than_a_session_chains_through_sessions_and_down_leaves_not
     code, out, err = cli("down", "-c", "kg", "--yes")
     assert code == 0, err
     assert kaggle.leftovers() == []
+
+
+def test_a_detached_chain_is_moved_on_by_tpuctl_watch(kaggle, cli, tmp_path, monkeypatch):
+    _up(cli, "--type", "v5e-8")
+    monkeypatch.setenv("TPUCTL_KAGGLE_SESSION_SECONDS", "1.2")
+    code, out, err = cli("submit", str(make_job(tmp_path, COUNTER)), "-c", "kg", "--detach", "--chain", "30")
+    assert code == 0, err
+    code, _, err = cli("watch", "-c", "kg")          # nobody follows it: the watch pushes each next session
+    assert code == 0 and "no unfinished run" in err, err
+    [row] = json.loads(cli("jobs", "-c", "kg", "--json")[1])
+    assert row["state"] == "succeeded" and row["attempt"] >= 3
+    assert "step 16" in cli("logs", "-c", "kg")[1]
+    assert cli("down", "-c", "kg", "--yes")[0] == 0 and kaggle.leftovers() == []
 
 
 def test_a_job_that_fails_fails_the_run_with_its_code(kaggle, cli, tmp_path):
@@ -141,4 +156,38 @@ def test_credentials_and_refusals_are_one_line_each_and_leave_nothing(kaggle, cl
     [row] = json.loads(cli("jobs", "-c", "kg", "--json")[1])   # the run that Kaggle refused: failed, and why
     assert row["state"] == "failed"
     assert "Phone verification" in cli("logs", row["id"], "-c", "kg")[1]
+    assert cli("down", "-c", "kg", "--yes")[0] == 0 and kaggle.leftovers() == []
+
+
+def _final(out):
+    """(step, loss) of the last `step N loss L` line."""
+    last = [line.split() for line in out.splitlines() if line.startswith("step ") and " loss " in line][-1]
+    return int(last[1]), float(last[3])
+
+
+def test_bert_cut_by_the_session_limit_ends_as_the_uninterrupted_run(kaggle, cli, monkeypatch, tmp_path):
+    """The flagship job on Kaggle's TPU shape: sessions cut at their limit (the job saves and exits 85 when
+    tpuctl.runtime.session_ending() says so, at a log line), chained into one run, end at the step and loss of an
+    uninterrupted run on the same prepared data (prepared once, in the run's store, kept across its sessions: the
+    tokenizer's training is not reproducible to the bit, so a second preparation would differ)."""
+    import subprocess
+    import sys
+    _up(cli, "--type", "v5e-8")
+    steps = ["--preset", "tiny", "--steps", "300", "--deterministic", "--log-every", "20", "--checkpoint-every", "100"]
+    monkeypatch.setenv("TPUCTL_KAGGLE_SESSION_SECONDS", "20")
+    monkeypatch.setenv("TPUCTL_KAGGLE_GRACE_SECONDS", "60")
+    code, cut, err = cli("submit", str(JOB), "-c", "kg", "--chain", "8", "--", *steps)
+    assert code == 0, cut[-3000:] + err[-2000:]
+    sessions = cut.count("--- Kaggle session ")
+    assert sessions >= 2 and "bert: the session ends: checkpoint at step" in cut and "bert: resumed from step" in cut
+    assert cut.count("generated 2.0 MB") == 1 or "prepared" in cut   # prepared once for all sessions
+    [k] = [k for slug, k in kaggle.kernels.items() if slug.endswith(f"-s{sessions}")]
+    prepared = k["versions"][-1]["dir"] / "kaggle" / "working" / "store" / "prepared" / "bert_pretrain-128"
+    vocab = json.loads((prepared / "prepared.json").read_text())["vocab_size"]
+    whole = subprocess.run([sys.executable, str(JOB / "train.py"), "--data", f"{prepared}/part-*.tfrecord",
+                            "--vocab-size", str(vocab), "--seq-length", "128", "--max-predictions-per-seq", "20",
+                            "--output", str(tmp_path / "whole"), *steps], capture_output=True, text=True,
+                           env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", TF_USE_LEGACY_KERAS="1"), timeout=600)
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    assert _final(cut) == _final(whole.stdout) and _final(cut)[0] == 300
     assert cli("down", "-c", "kg", "--yes")[0] == 0 and kaggle.leftovers() == []

@@ -132,6 +132,18 @@ def mixed_precision(kind_: str) -> str:
     return policy
 
 
+CONTINUE_CODE = 85   # "my checkpoint is written: run me again in the next session" (a notebook service's chain)
+
+
+def session_ending(margin: float = 0.0) -> bool:
+    """True once the session this job runs in is within `margin` seconds of its end: a notebook service's session
+    (Kaggle's, TPUCTL_SESSION_DEADLINE in epoch seconds) that tpuctl continues in the next one. A job that checks it
+    between steps saves its checkpoint and exits with CONTINUE_CODE, and loses no step; one that does not is
+    stopped at the deadline and resumes from its last checkpoint. Always False elsewhere."""
+    deadline = float(os.environ.get("TPUCTL_SESSION_DEADLINE") or 0)
+    return bool(deadline) and time.time() >= deadline - margin
+
+
 def output_dir(default: str = "output") -> str:
     return os.environ.get("TPUCTL_OUTPUT_DIR") or default
 

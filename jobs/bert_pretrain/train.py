@@ -183,11 +183,20 @@ def main(argv=None, strategy=None) -> dict:
                     tf.summary.scalar("learning_rate", float(lr(step)), step=step)
                 board.flush()
                 self.model.reset_metrics()   # each line averages its own interval
-            if step % ckpt_every == 0 or last:
+            # A notebook service's session is ending (Kaggle's): stop at a log line, so the next session's lines
+            # average the same steps as an uninterrupted run's, with a checkpoint there.
+            ending = not last and step % log_every == 0 and runtime.session_ending()
+            if step % ckpt_every == 0 or last or ending:
                 manager.save(checkpoint_number=step)
+            if ending:
+                print(f"bert: the session ends: checkpoint at step {step}, the next session goes on", flush=True)
+                self.model.stop_training = True
+                history["continue"] = True
 
     model.fit(ds, steps_per_epoch=a.steps - start, epochs=1, verbose=0,
               callbacks=[Progress(), runtime.metrics_callback(every=log_every, path=f"{out}/metrics.json")])
+    if history.get("continue"):
+        raise SystemExit(runtime.CONTINUE_CODE)
     if a.eval_data:
         held = dataset(a.eval_data, batch, a.seq_length, a.max_predictions_per_seq, training=False)
         history["eval"] = {k: float(v) for k, v in model.evaluate(held, steps=a.eval_steps, verbose=0,

@@ -18,8 +18,8 @@ from ..local import data_home
 from .sessions import KaggleSessions, session_seconds
 
 # --type -> Kaggle's machine_shape (kaggle_api_extended: "TpuV5E8", "NvidiaTeslaT4"; "" is no accelerator) and what
-# the job sees as TPUCTL_ACCELERATOR
-TYPES = {"v5e-8": ("TpuV5E8", "tpu:v5e-8"), "t4x2": ("NvidiaTeslaT4", "gpu:2"), "cpu": ("", "cpu")}
+# the job sees as TPUCTL_ACCELERATOR. The TPU itself is found by tpuctl.runtime as on any TPU VM (its /dev/vfio).
+TYPES = {"v5e-8": ("TpuV5E8", "kaggle:TpuV5E8"), "t4x2": ("NvidiaTeslaT4", "gpu:2"), "cpu": ("", "cpu")}
 # retired shapes: Kaggle runs them on something else (kaggle_api_extended `_RETIRED_ACCELERATORS`)
 RETIRED = {"p100": "t4x2", "v3-8": "v5e-8"}
 

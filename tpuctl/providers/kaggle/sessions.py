@@ -48,6 +48,12 @@ def session_seconds(shape: str) -> float:
     return (TPU_SESSION if shape.startswith("Tpu") else OTHER_SESSION) - MARGIN
 
 
+def grace_seconds() -> float:
+    """After the job's deadline, how long it has to save and stop itself before it is stopped
+    (TPUCTL_KAGGLE_GRACE_SECONDS, 120; part of the margin before Kaggle's limit)."""
+    return float(os.environ.get("TPUCTL_KAGGLE_GRACE_SECONDS", "120"))
+
+
 def _tar(files: dict[str, bytes]) -> bytes:
     """Deterministic: the same files always make the same bytes (so the same dataset name)."""
     raw = io.BytesIO()
@@ -100,8 +106,7 @@ class KaggleSessions:
         script = kernel.render({"run_id": run_id, "dataset": rec["dataset"], "previous": previous, "session": n,
                                 "command": job.command, "args": job.args, "env": job.env,
                                 "requirements": job.requirements, "accelerator": self.accelerator(st),
-                                "tpu": "local" if shape.startswith("Tpu") else "",
-                                "deadline": session_seconds(shape), "grace": 60.0})
+                                "deadline": session_seconds(shape), "grace": grace_seconds()})
         # recorded before the push: `down` deletes it even if the answer is lost
         rec["sessions"].append({"kernel": slug, "pushed": time.time(), "state": "PUSHING"})
         store.write(run_record(run_id), json.dumps(rec).encode())
