@@ -269,6 +269,25 @@ def _resumes(row: dict[str, Any]) -> str:
     return f" ({', '.join(said)})" if said else ""
 
 
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def notebook(ctx: typer.Context, job_dir: str = typer.Argument(..., help="Directory holding tpuctl.toml."),
+             output: Optional[str] = typer.Option(None, "--output", "-o", help="Notebook file (default: JOB.ipynb)."),
+             data: List[str] = typer.Option([], "--data", help="Extra data path to carry (repeatable).")) -> None:
+    """Write a notebook that runs the job on Colab's TPU (or any Jupyter), resuming from Google Drive each session.
+    Arguments after `--` are appended to the job's command."""
+    import json
+    from pathlib import Path
+
+    from ..control import notebook as nb
+    from ..core import jobspec
+    job = jobspec.load(job_dir, data)
+    doc = nb.build(job, list(ctx.args))
+    target = Path(output or f"{job.name}.ipynb")
+    target.write_text(json.dumps(doc, indent=1))
+    console().err.print(f"[green]{target}[/]: {target.stat().st_size / 1e6:.1f} MB, the job, its data and tpuctl "
+                        "inside; on Colab: File, Upload notebook, pick a TPU runtime, Run all")
+
+
 @app.command()
 def cancel(run_id: str = typer.Argument(..., help="Run id."), cluster: Optional[str] = CLUSTER,
            provider: Optional[str] = PROVIDER) -> None:

@@ -28,6 +28,14 @@ def recovery(n: int) -> str:
     return f"{RECOVERIES_PREFIX}{n:06d}.json"
 
 
+def run_remote(run_id: str) -> str:
+    """A run that executes on a service (providers/base.py RemoteRuns): its sessions there, kept by the CLI."""
+    return f"{run_prefix(run_id)}remote.json"
+
+
+REMOTE_DATASETS = "tpuctl/remote/datasets.json"
+
+
 def job_package(sha256: str) -> str:
     return f"{JOB_PACKAGE_PREFIX}{sha256}.tar.gz"
 
@@ -124,6 +132,8 @@ DESCRIBED = [
     (run_status("ID", 0).replace("status.json", "status[-wN].json"), "state, exit code, heartbeat, host"),
     (log_chunk("ID", 0, 1).replace("logs/", "logs[-wN]/"), "ordered log chunks, each written once"),
     (run_cancel("ID"), "written by `tpuctl cancel`"),
+    (run_remote("ID"), "a Kaggle run's sessions (kernel, state, times), kept by the commands that look at it"),
+    (REMOTE_DATASETS, "the Kaggle datasets tpuctl made for the cluster's runs (what `down` deletes there)"),
     (run_data("ID") + "...", "the run's own data ($TPUCTL_DATA_DIR): copies of blobs, frozen at submit"),
     (run_output("ID") + "/", "the job's outputs: checkpoints, TensorBoard events ($TPUCTL_OUTPUT_DIR)"),
     (run_metrics("ID"), "latest step, metrics and their history, for `tpuctl jobs` (tpuctl.runtime writes it)"),

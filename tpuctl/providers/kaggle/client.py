@@ -55,7 +55,11 @@ class Kaggle:
         self.user, self._key = credentials()
 
     def _client(self) -> Any:
-        from kagglesdk import KaggleClient
+        try:
+            from kagglesdk import KaggleClient
+        except ImportError:
+            raise TpuctlError(ErrorKind.INPUT, "the kaggle package is not installed",
+                              "pip install 'tpuctl[kaggle]' (or pip install kaggle)") from None
         return KaggleClient(username=self.user, password=self._key)
 
     def _call(self, what: str, fn: Callable[[Any], Any]) -> Any:

@@ -34,11 +34,8 @@ from .client import Kaggle
 TPU_SESSION = 9 * 3600      # Kaggle's TPU session limit (kaggle.com/docs/tpu: 9 hours a session, 20 a week)
 OTHER_SESSION = 12 * 3600   # GPU and CPU sessions (kaggle.com/docs/notebooks: 12 hours)
 MARGIN = 15 * 60            # stopped this long before the limit: time to write the checkpoint and the output
-DATASETS = "tpuctl/kaggle/datasets.json"
-
-
-def run_record(run_id: str) -> str:
-    return f"{layout.run_prefix(run_id)}kaggle.json"
+DATASETS = layout.REMOTE_DATASETS
+run_record = layout.run_remote
 
 
 def session_seconds(shape: str) -> float:
@@ -54,7 +51,7 @@ def grace_seconds() -> float:
     return float(os.environ.get("TPUCTL_KAGGLE_GRACE_SECONDS", "120"))
 
 
-def _tar(files: dict[str, bytes]) -> bytes:
+def tar_files(files: dict[str, bytes]) -> bytes:
     """Deterministic: the same files always make the same bytes (so the same dataset name)."""
     raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w") as t:
@@ -79,7 +76,7 @@ class KaggleSessions:
         k = Kaggle()
         from .. import agent_package
         files = {"job.tar.gz": store.read(layout.job_package(job.package)) or b"", "tpuctl.whl": agent_package.build(),
-                 "data.tar": _tar({key[len(layout.run_data(run_id)):]: store.read(key) or b""
+                 "data.tar": tar_files({key[len(layout.run_data(run_id)):]: store.read(key) or b""
                                    for key, _ in store.list(layout.run_data(run_id))})}
         digest = hashlib.sha256(b"".join(hashlib.sha256(files[n]).digest() for n in sorted(files))).hexdigest()[:16]
         dataset = f"tpuctl-{digest}"
