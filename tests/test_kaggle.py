@@ -190,4 +190,6 @@ def test_bert_cut_by_the_session_limit_ends_as_the_uninterrupted_run(kaggle, cli
                            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", TF_USE_LEGACY_KERAS="1"), timeout=600)
     assert whole.returncode == 0, whole.stderr[-3000:]
     assert _final(cut) == _final(whole.stdout) and _final(cut)[0] == 300
+    assert cli("download", "-c", "kg", "-o", str(tmp_path / "got"))[0] == 0
+    assert list((tmp_path / "got" / "checkpoints").glob("ckpt-300.index"))
     assert cli("down", "-c", "kg", "--yes")[0] == 0 and kaggle.leftovers() == []
