@@ -86,17 +86,10 @@ class LocalProvider:
         return []
 
     def ensure_store(self, spec: ClusterSpec, region: str, progress: Progress) -> bool:
-        p = Path(spec.store)
-        created = not p.is_dir()
-        p.mkdir(parents=True, exist_ok=True)
-        progress("ready")
-        return created
+        return ensure_dir_store(spec, progress)
 
     def delete_store(self, st: ClusterState, progress: Progress) -> None:
-        p = Path(st.spec.store)
-        if p.is_dir():
-            progress("deleting")
-            shutil.rmtree(p.parent if p.name == "store" and p.parent.parent.name == "clusters" else p)
+        delete_dir_store(st, progress)
 
     def choose_runtime(self, spec: ClusterSpec, placement: Placement) -> str:
         return ""
@@ -189,6 +182,23 @@ class LocalProvider:
 
     def teardown_list(self, st: ClusterState) -> list[str]:
         return [f"the local agent of {st.name}"]
+
+
+def ensure_dir_store(spec: ClusterSpec, progress: Progress) -> bool:
+    """A store that is a directory on this machine (the local and Kaggle providers'); True when made now."""
+    p = Path(spec.store)
+    created = not p.is_dir()
+    p.mkdir(parents=True, exist_ok=True)
+    progress("ready")
+    return created
+
+
+def delete_dir_store(st: ClusterState, progress: Progress) -> None:
+    """The store directory, and the cluster's folder around it (its agent's work directory)."""
+    p = Path(st.spec.store)
+    if p.is_dir():
+        progress("deleting")
+        shutil.rmtree(p.parent if p.name == "store" and p.parent.parent.name == "clusters" else p)
 
 
 def _exited(pid: int) -> bool:

@@ -137,11 +137,7 @@ class Kaggle:
         from kagglesdk.datasets.types.dataset_api_service import ApiDeleteDatasetRequest
         req = ApiDeleteDatasetRequest()
         req.owner_slug, req.dataset_slug = self.user, slug
-        try:
-            self._call(f"delete dataset {slug}", lambda c: c.datasets.dataset_api_client.delete_dataset(req))
-        except TpuctlError as e:
-            if e.kind is not ErrorKind.NOT_FOUND:
-                raise
+        self._delete(f"delete dataset {slug}", lambda c: c.datasets.dataset_api_client.delete_dataset(req))
 
     # -- kernels --------------------------------------------------------------------------------------
     def push_kernel(self, slug: str, title: str, script: str, machine_shape: str, datasets: list[str],
@@ -213,8 +209,12 @@ class Kaggle:
         from kagglesdk.kernels.types.kernels_api_service import ApiDeleteKernelRequest
         req = ApiDeleteKernelRequest()
         req.user_name, req.kernel_slug = self.user, slug
+        self._delete(f"delete kernel {slug}", lambda c: c.kernels.kernels_api_client.delete_kernel(req))
+
+    def _delete(self, what: str, fn: Callable[[Any], Any]) -> None:
+        """A deletion of what is gone already succeeds (the provider contract's rule for `delete_*`)."""
         try:
-            self._call(f"delete kernel {slug}", lambda c: c.kernels.kernels_api_client.delete_kernel(req))
+            self._call(what, fn)
         except TpuctlError as e:
             if e.kind is not ErrorKind.NOT_FOUND:
                 raise

@@ -5,7 +5,6 @@ at a run keep up to date (`remote_runs`). `down` deletes the kernels and dataset
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 from ...core import layout
@@ -14,7 +13,7 @@ from ...core.lifecycle import show_duration
 from ...core.models import ClusterSpec, ClusterState, HostFacts, ProviderName, cluster_record
 from ...core.store import LocalStore
 from ..base import Compute, Enforcement, Placement, PlanRow, Price, Progress, Reporter, UpFlags, progress_of
-from ..local import data_home
+from ..local import data_home, delete_dir_store, ensure_dir_store
 from .sessions import KaggleSessions, session_seconds
 
 # --type -> Kaggle's machine_shape (kaggle_api_extended: "TpuV5E8", "NvidiaTeslaT4"; "" is no accelerator) and what
@@ -79,17 +78,10 @@ class KaggleProvider:
         return []
 
     def ensure_store(self, spec: ClusterSpec, region: str, progress: Progress) -> bool:
-        p = Path(spec.store)
-        created = not p.is_dir()
-        p.mkdir(parents=True, exist_ok=True)
-        progress("ready")
-        return created
+        return ensure_dir_store(spec, progress)
 
     def delete_store(self, st: ClusterState, progress: Progress) -> None:
-        p = Path(st.spec.store)
-        if p.is_dir():
-            progress("deleting")
-            shutil.rmtree(p.parent)
+        delete_dir_store(st, progress)
 
     def choose_runtime(self, spec: ClusterSpec, placement: Placement) -> str:
         return ""
