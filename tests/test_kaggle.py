@@ -72,6 +72,8 @@ def test_a_run_longer_than_a_session_chains_through_sessions_and_down_leaves_not
     sessions = out.count("--- Kaggle session ")
     [row] = json.loads(cli("jobs", "-c", "kg", "--json")[1])
     assert row["state"] == "succeeded" and row["attempt"] == sessions >= 3
+    assert len(row["sessions"]) == sessions and all(s["state"] == "COMPLETE" and s["hours"] > 0
+                                                    for s in row["sessions"])
     # what was pushed: the TPU's machine shape, private, no pinned image, the dataset (and the previous session)
     pushed = [json.loads(k["request"]) if isinstance(k["request"], str) else k["request"]
               for k in kaggle.kernels.values()]
@@ -102,6 +104,19 @@ def test_a_detached_chain_is_moved_on_by_tpuctl_watch(kaggle, cli, tmp_path, mon
     [row] = json.loads(cli("jobs", "-c", "kg", "--json")[1])
     assert row["state"] == "succeeded" and row["attempt"] >= 3
     assert "step 16" in cli("logs", "-c", "kg")[1]
+    assert cli("down", "-c", "kg", "--yes")[0] == 0 and kaggle.leftovers() == []
+
+
+def test_a_session_kaggle_stops_at_its_hard_limit_is_continued(kaggle, cli, tmp_path, monkeypatch):
+    """The job ignores the deadline and the script's own stop comes too late: Kaggle ends the session (ERROR, time
+    limit); its output so far is attached to the next session, which resumes from the checkpoint."""
+    _up(cli, "--type", "v5e-8")
+    kaggle.session_limit = 1.5
+    monkeypatch.setenv("TPUCTL_KAGGLE_SESSION_SECONDS", "60")
+    code, out, err = cli("submit", str(make_job(tmp_path, COUNTER)), "-c", "kg", "--chain", "30")
+    assert code == 0, out + err
+    assert "exceeded the session time limit" in out and "resuming at 0" in out and "step 16\n" in out
+    assert out.count("resuming at") >= 2
     assert cli("down", "-c", "kg", "--yes")[0] == 0 and kaggle.leftovers() == []
 
 

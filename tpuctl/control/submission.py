@@ -144,7 +144,21 @@ def _row(store: BlobStore, run_id: str) -> dict[str, object]:
             "exit_code": st.exit_code, "attempt": st.attempt,
             "step": m.step if m else None, "loss": m.metrics.get("loss") if m else None,
             "loss_curve": metrics.sparkline(losses),
-            "goodput": parts.pop("goodput_pct") if parts else None, "goodput_parts": parts}
+            "goodput": parts.pop("goodput_pct") if parts else None, "goodput_parts": parts,
+            "sessions": _sessions(store, run_id)}
+
+
+def _sessions(store: BlobStore, run_id: str) -> list[dict[str, object]] | None:
+    """A run on a service (Kaggle): each session's kernel, state and accelerator hours; None for other runs."""
+    try:
+        rec = json.loads(store.read(layout.run_remote(run_id)) or b"null")
+    except ValueError:
+        return None
+    if not rec:
+        return None
+    return [{"kernel": s.get("kernel"), "state": s.get("state"),
+             "hours": round((s["ended"] - s.get("started", s["pushed"])) / 3600, 4) if s.get("ended") else None}
+            for s in rec.get("sessions", [])]
 
 
 def _first_claim(store: BlobStore, run_id: str) -> float | None:
