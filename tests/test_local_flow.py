@@ -216,8 +216,11 @@ def test_ctrl_c_stops_following_not_the_run(local, cli, tmp_path):
     import subprocess
     import sys
     job = make_job(tmp_path, SLEEP_JOB)
+    # SIGINT as a terminal's Ctrl-C delivers it, even where this suite runs with SIGINT ignored (a background job of
+    # a non-interactive shell: its children inherit SIG_IGN, and Python then installs no KeyboardInterrupt)
     p = subprocess.Popen([sys.executable, "-m", "tpuctl", "submit", str(job), "-c", "loc"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert p.stdout.readline() == "started\n"
     p.send_signal(signal.SIGINT)
     out, err = p.communicate(timeout=30)
