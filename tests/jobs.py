@@ -67,12 +67,13 @@ def tpuctl_within(seconds: float, *args: str) -> tuple[int, str, str]:
 
 def submit_to_store(store, job_dir: Path) -> str:
     """What `tpuctl submit` writes, straight into a store: the package and the run's job.json."""
-    from tpuctl.core import layout, packaging, runs
+    from tpuctl.core import layout, packaging, runindex, runs
     pkg, sha = packaging.build(job_dir)
     store.create(layout.job_package(sha), pkg)
     run_id = runs.new_id()
     store.create(layout.run_job(run_id), json.dumps(
         runs.RunSpec(id=run_id, name="job", command="python main.py", package=sha).to_json()).encode())
+    runindex.register(store, run_id)
     return run_id
 
 

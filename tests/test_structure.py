@@ -252,14 +252,16 @@ def test_a_first_version_state_file_still_loads(env):
     assert state.load("bert") == st   # and the new format round-trips
 
 
-@pytest.mark.parametrize("content", ["", "{", "[]", '{"spec": {"name": "x"}}'])
+@pytest.mark.parametrize("content", [b"", b"{", b"[]", b'{"spec": {"name": "x"}}', b'{"spec": []}',
+                                     b"\x89PNG\r\n\x1a\n\xff\xfe\x00garbage", b"\xef\xbb\xbf{"])
 def test_an_unreadable_state_file_names_the_file_and_the_fix(env, cli, content):
     p = state.home() / "clusters" / "bad.json"
     p.parent.mkdir(parents=True)
-    p.write_text(content)
-    code, out, err = cli("status", "-c", "bad")
-    assert code == 2, err
-    assert str(p) in err and "delete" in err and "Traceback" not in err
+    p.write_bytes(content)
+    for command in (["status", "-c", "bad"], ["down", "-c", "bad", "--yes"]):
+        code, out, err = cli(*command)
+        assert code == 2, err
+        assert str(p) in err and "delete" in err and "Traceback" not in err and "report it" not in err
 
 
 def test_readmes_link_only_inside_the_repository():

@@ -4,6 +4,9 @@
 - `ifGenerationMatch` is enforced (the emulator ignores it): 0 answers 412 when the object exists, N when its
   generation is not N, on uploads and reads alike, as real GCS does (cloud.google.com/storage/docs/
   request-preconditions);
+- objects.list answers in pages, as GCS does and the emulator does not: at most `maxResults` items, never more than
+  1,000, in name order, with a `nextPageToken` when more remain (cloud.google.com/storage/docs/json_api/v1/objects/
+  list); `listed` keeps how many items each listing answered, so a test can tell a short read from a full one;
 - a fault queue: fake.faults["POST /storage/v1/b"].append((503, "backendError")) fails the next matching call;
 - identities: `listen_as(member)` opens another port on which every request is made as that member (a simulated
   TPU host's service account; emulator clients send no credentials, so the port tells hosts apart). Such requests
@@ -57,6 +60,7 @@ class FakeGcs:
         self.lost = collections.Counter()   # text -> the next N requests whose recorded call contains it are
                                             # applied, then answered 503 (as a lost answer looks to the client)
         self.identity_servers = []
+        self.listed = []   # items answered by each objects.list page
 
     def start(self) -> str:
         up_port = _free_port()
@@ -241,6 +245,8 @@ class FakeGcs:
                     self.granted.pop(parts[4], None)   # a deleted bucket's policy goes with it
             elif method == "GET":
                 data = self._overlay(parts[4], data)
+        elif len(parts) == 6 and parts[5] == "o" and method == "GET" and status == 200:
+            data = self._page(data, urllib.parse.parse_qs(url.query))
         elif url.path == "/storage/v1/b" and method == "GET" and status == 200:
             # buckets.list answers full bucket resources, labels included (storage/docs/json_api/v1/buckets/list)
             doc = json.loads(data)
@@ -248,6 +254,22 @@ class FakeGcs:
                 b.update(self.meta.get(b.get("name"), {}))
             data = json.dumps(doc).encode()
         return status, hdrs, data
+
+    def _page(self, data, query):
+        doc = json.loads(data)
+        items = sorted(doc.get("items", []), key=lambda o: o["name"])
+        token = query.get("pageToken", [""])[0]
+        if token:
+            after = bytes.fromhex(token).decode()
+            items = [o for o in items if o["name"] > after]
+        size = min(int(query.get("maxResults", ["1000"])[0]), 1000)
+        doc["items"] = items[:size]
+        doc.pop("nextPageToken", None)
+        if len(items) > size:
+            doc["nextPageToken"] = doc["items"][-1]["name"].encode().hex()
+        with self.lock:
+            self.listed.append(len(doc["items"]))
+        return json.dumps(doc).encode()
 
     def _overlay(self, name, data):
         if name not in self.meta:

@@ -125,13 +125,13 @@ def _advance_until_done(st: "ClusterState", prov: "Provider") -> None:
     """A cluster whose runs execute on a service (Kaggle): move every unfinished run on (its next session when one
     ends at the time limit) until none is left."""
     from ..control import submission
-    from ..core import runs
+    from ..core import runindex
     con = console()
     store = prov.store(st)
     poll = float(os.environ.get("TPUCTL_KAGGLE_POLL", "5"))
     while True:
         submission.refresh(st, prov, store)
-        left = [r for r in runs.all_ids(store) if not runs.status(store, r).state.final]
+        left = runindex.unfinished(store)
         if not left:
             con.err.print(f"no unfinished run on {st.name}: the watch is over")
             return

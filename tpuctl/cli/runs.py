@@ -190,13 +190,13 @@ def tensorboard(run_ids: List[str] = typer.Argument(None, help="Run ids (default
                 provider: Optional[str] = PROVIDER) -> None:
     """Serve TensorBoard on runs' event files (a bucket's are synced as they grow) and print its URL."""
     from . import tensorboard as board
-    from ..core import runs
+    from ..core import runindex
     from ..control import submission
     board.require_installed()
     con = console()
     st, prov = cluster_and_provider(cluster, provider)
     store = prov.store(st)
-    ids = [submission.resolve_run(store, r) for r in run_ids] if run_ids else runs.all_ids(store)
+    ids = [submission.resolve_run(store, r) for r in run_ids] if run_ids else runindex.all_ids(store)
     if not ids:
         raise TpuctlError(ErrorKind.NOT_FOUND, f"cluster {st.name} has no runs yet",
                           "`tpuctl submit JOB_DIR` starts one")
@@ -235,14 +235,20 @@ def ssh(ctx: typer.Context, cluster: Optional[str] = CLUSTER,
 @app.command()
 def jobs(cluster: Optional[str] = CLUSTER,
          as_json: bool = typer.Option(False, "--json", help="Machine-readable output on stdout."),
+         limit: int = typer.Option(20, "--limit", "-n", min=1, help="Show the latest N runs."),
+         show_all: bool = typer.Option(False, "--all", help="Show every run (reads each one: slow on a long "
+                                                             "history)."),
          provider: Optional[str] = PROVIDER) -> None:
-    """List the cluster's runs: id, job, state, start, duration, exit code, latest step and loss, loss curve, and
-    goodput (the share of the run's time spent in training steps that were kept)."""
+    """List the cluster's runs, newest first: id, job, state, start, duration, exit code, latest step and loss,
+    loss curve, and goodput (the share of the run's time spent in training steps that were kept)."""
     from ..control import submission
     con = console()
     st, prov = cluster_and_provider(cluster, provider)
     submission.refresh(st, prov, prov.store(st))
-    rows = submission.table(prov.store(st))
+    rows = submission.table(prov.store(st), None if show_all else limit + 1)
+    if not show_all and len(rows) > limit:
+        rows = rows[:limit]
+        con.err.print(f"the latest {limit} runs; `--limit N` or `--all` shows more", style="dim")
     hourly = prov.price(st.spec).hourly
     for r in rows:   # what the compute cost while the run ran, at the catalog price of the cluster's type
         d = r["duration"]

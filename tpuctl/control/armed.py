@@ -56,8 +56,8 @@ def update(store: BlobStore, change: Callable[[dict[str, Any]], dict[str, Any] |
 def arm(store: BlobStore, st: ClusterState, max_recoveries: int, until: float, watcher: str) -> dict[str, Any]:
     """(Re-)arm: a new watch, its count from zero; the run it is for is the next one submitted, or the one
     running now."""
-    from ..core import runs
-    active = [r for r in runs.all_ids(store) if not runs.status(store, r).state.final]
+    from ..core import runindex
+    active = runindex.unfinished(store)
     doc = {"armed": True, "armed_at": time.time(), "max_recoveries": max_recoveries, "until": until,
            "run": active[-1] if active else "", "recoveries": 0, "watcher": watcher, "state": st.to_json(),
            "ended": "", "ended_at": 0.0}

@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core import datasync, goodput, layout, metrics, packaging, runs
+from ..core import datasync, goodput, layout, metrics, packaging, runindex, runs
 from ..core.errors import ErrorKind, TpuctlError
 from ..core.jobspec import JobSpec
 from ..core.models import ClusterState, Phase
@@ -70,6 +70,7 @@ def submit(st: ClusterState, provider: Provider, job: JobSpec, args: list[str], 
                    framework=job.framework.value, down_after=down_after, tensorflow=job.tensorflow)
     if not store.create(layout.run_job(run_id), json.dumps(spec.to_json(), indent=2).encode()):
         raise TpuctlError(ErrorKind.ERROR, f"run id {run_id} already exists", "submit again")
+    runindex.register(store, run_id)
     armed.for_run(store, run_id)   # an armed cluster's watch is for the first run submitted after `up --recover`
     if provider.remote_runs is not None:
         provider.remote_runs.dispatch(st, store, run_id, sessions or DEFAULT_SESSIONS,
@@ -117,7 +118,7 @@ def resolve_run(store: BlobStore, run_id: str | None) -> str:
         if runs.job(store, runs.check_id(run_id)) is None:
             raise TpuctlError(ErrorKind.NOT_FOUND, f"no run {run_id}", "`tpuctl jobs` lists runs")
         return run_id
-    latest = runs.latest(store)
+    latest = runindex.latest(store)
     if latest is None:
         raise TpuctlError(ErrorKind.NOT_FOUND, "no runs yet", "`tpuctl submit JOB_DIR` starts one")
     return latest
@@ -169,9 +170,10 @@ def _first_claim(store: BlobStore, run_id: str) -> float | None:
     return float(t) if t else None
 
 
-def table(store: BlobStore) -> list[dict[str, object]]:
-    """One row per run, oldest first: three small reads a run, made 16 at a time (a bucket answers in ~50 ms)."""
-    ids = runs.all_ids(store)
+def table(store: BlobStore, limit: int | None = None) -> list[dict[str, object]]:
+    """One row for each of the `limit` latest runs (None: all), newest first: one short listing of the index,
+    then a few small reads a run, 16 at a time (a bucket answers in ~50 ms); older runs are not read at all."""
+    ids = runindex.newest(store, limit)
     if not ids:
         return []
     with ThreadPoolExecutor(min(16, len(ids))) as pool:
@@ -196,7 +198,7 @@ def refresh(st: ClusterState, provider: Provider, store: BlobStore, run_ids: lis
     remote = provider.remote_runs
     if remote is None:
         return
-    for run_id in run_ids if run_ids is not None else runs.all_ids(store):
+    for run_id in run_ids if run_ids is not None else runindex.unfinished(store):
         if not runs.status(store, run_id).state.final:
             remote.advance(st, store, run_id)
 

@@ -18,6 +18,9 @@ BLOBS_PREFIX = "tpuctl/blobs/"
 WATCH_ARMED = "tpuctl/watch/armed.json"
 WATCH_LEASE = "tpuctl/watch/lease.json"
 RECOVERIES_PREFIX = "tpuctl/watch/recoveries/"
+QUEUE_PREFIX = "tpuctl/queue/"
+RUN_INDEX_PREFIX = "tpuctl/index/runs/"
+RUN_INDEX_COMPLETE = "tpuctl/index/complete"
 
 def agent_package(version: str) -> str:
     """A wheel (agent_package.py says why): its file name must follow PEP 427 for pip to install it."""
@@ -26,6 +29,16 @@ def agent_package(version: str) -> str:
 
 def recovery(n: int) -> str:
     return f"{RECOVERIES_PREFIX}{n:06d}.json"
+
+
+def queue_entry(run_id: str) -> str:
+    """An unfinished run (runindex.py): listed oldest first."""
+    return f"{QUEUE_PREFIX}{run_id}"
+
+
+def run_index(flipped_id: str) -> str:
+    """A run in the newest-first index (runindex.py): its id flipped, so the newest lists first."""
+    return f"{RUN_INDEX_PREFIX}{flipped_id}"
 
 
 def run_remote(run_id: str) -> str:
@@ -128,6 +141,10 @@ DESCRIBED = [
     (job_package("SHA256"), "content-addressed job code, uploaded only if absent"),
     (blob("MD5"), "each data file's content, uploaded once (unchanged content is never sent again)"),
     (run_job("ID"), "the run, written once by `submit` (create-if-absent)"),
+    (queue_entry("ID"), "an unfinished run, oldest first: the agents' queue (removed once the run is final)"),
+    (run_index("FLIPPED-ID"), "every run, newest first (its id with each digit d as 9-d): what `jobs` and `logs` "
+                              "list"),
+    (RUN_INDEX_COMPLETE, "written once the store's runs are all indexed (a store without it is indexed again)"),
     (run_claim("ID", 0) + "[-wN][-aK]", "written once by the agent that takes the run (worker N, attempt K)"),
     (run_status("ID", 0).replace("status.json", "status[-wN].json"), "state, exit code, heartbeat, host"),
     (log_chunk("ID", 0, 1).replace("logs/", "logs[-wN]/"), "ordered log chunks, each written once"),

@@ -1,5 +1,6 @@
 """Run records in the store (keys in layout.py), shared by the CLI (submit, logs, jobs, cancel) and the agent:
-the run spec (`job.json`), the run status (`status[-wN].json`) and following a run's log chunks.
+the run spec (`job.json`), the run status (`status[-wN].json`), following a run's log chunks, and the two indexes
+that keep every command's cost independent of how many runs the store holds (runindex.py).
 Run ids sort by submission time, so the latest run is the greatest id.
 """
 from __future__ import annotations
@@ -67,7 +68,9 @@ class RunStatus(JsonRecord):
         self.state = RunState(self.state)
 
 
-_ID_RE = re.compile(r"^[0-9]{8}-[0-9]{6}-[0-9a-f]{4}$")
+# Today's ids carry milliseconds (YYYYMMDD-HHMMSS-mmm-xxxx); ids of earlier releases (no milliseconds) are still
+# accepted in the stores that hold them.
+_ID_RE = re.compile(r"^[0-9]{8}-[0-9]{6}(-[0-9]{3})?-[0-9a-f]{4}$")
 
 
 def heartbeats(store: BlobStore) -> list[dict[str, Any]]:
@@ -90,14 +93,22 @@ def stale_seconds() -> float:
     return float(os.environ.get("TPUCTL_STALE_SECONDS", "90"))
 
 
-def new_id() -> str:
-    return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(2)
+def new_id(now: Callable[[], float] = time.time) -> str:
+    """An id that sorts after every id this machine made before (its submission order), and after every other
+    machine's made earlier by the clock: the millisecond, moved past the last one issued here (kept under
+    tpuctl's state directory, taken under a lock, so processes submitting at once get distinct, ordered ids)."""
+    from . import state
+    ms = int(now() * 1000)
+    ms = state.next_stamp(ms)
+    return (time.strftime("%Y%m%d-%H%M%S", time.gmtime(ms // 1000)) + f"-{ms % 1000:03d}-"
+            + secrets.token_hex(2))
 
 
 def check_id(run_id: str) -> str:
     """A run id as new_id makes them; checked before any store access (an id is part of store keys)."""
     if not _ID_RE.match(run_id):
-        raise bad_input(f"{run_id!r} is not a run id", "run ids look like 20261122-174500-3f2a; `tpuctl jobs` lists them")
+        raise bad_input(f"{run_id!r} is not a run id",
+                        "run ids look like 20261122-174500-123-3f2a; `tpuctl jobs` lists them")
     return run_id
 
 
@@ -124,15 +135,6 @@ def job(store: BlobStore, run_id: str) -> RunSpec | None:
 def status(store: BlobStore, run_id: str, worker: int = 0) -> RunStatus:
     d = read_json(store, layout.run_status(run_id, worker))
     return RunStatus.from_json(d) if d is not None else RunStatus()
-
-
-def all_ids(store: BlobStore) -> list[str]:
-    return sorted({rid for k, _ in store.list(layout.RUNS_PREFIX) if (rid := layout.run_id_of(k))})
-
-
-def latest(store: BlobStore) -> str | None:
-    ids = all_ids(store)
-    return ids[-1] if ids else None
 
 
 def follow(store: BlobStore, run_id: str, write: Callable[[bytes], None], worker: int = 0, follow: bool = True,

@@ -1,6 +1,7 @@
 """Where tpuctl keeps what it made: one JSON file per cluster under $TPUCTL_HOME (default: XDG state dir)."""
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 from pathlib import Path
@@ -25,12 +26,13 @@ def _path(name: str) -> Path:
 def load(name: str) -> ClusterState | None:
     p = _path(name)
     try:
-        raw = p.read_text()
+        raw = p.read_bytes()
     except FileNotFoundError:
         return None
     try:
+        # json.loads takes bytes and decodes them as UTF-8: binary garbage is a UnicodeDecodeError, a ValueError
         return ClusterState.from_json(json.loads(raw))
-    except (ValueError, KeyError, TypeError) as e:
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise bad_input(f"state file {p} is unreadable ({type(e).__name__}: {e})",
                         f"if the cluster's resources are gone, delete {p}; else restore it from a backup")
 
@@ -41,6 +43,28 @@ def save(st: ClusterState) -> None:
     tmp = p.with_suffix(f".tmp{os.getpid()}")
     tmp.write_text(json.dumps(st.to_json(), indent=2, sort_keys=True))
     os.replace(tmp, p)  # atomic: a crash never leaves half a state file
+
+
+def next_stamp(ms: int) -> int:
+    """`ms`, or one past the last stamp handed out on this machine if that is later: run ids (runs.new_id) made
+    by processes submitting at once, or across a clock step back, stay in the order they were made. Without a
+    writable state directory the clock alone orders them."""
+    path = home() / "last-run-stamp"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError:
+        return ms
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        last = os.read(fd, 32).strip()
+        ms = max(ms, int(last) + 1) if last.isdigit() else ms
+        os.lseek(fd, 0, os.SEEK_SET)
+        os.ftruncate(fd, 0)
+        os.write(fd, str(ms).encode())
+        return ms
+    finally:
+        os.close(fd)
 
 
 def remove(name: str) -> None:

@@ -16,7 +16,7 @@ import secrets
 import shutil
 import time
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Callable, Iterator, Protocol
 
 from .md5cache import Md5Cache
 
@@ -38,8 +38,11 @@ class BlobStore(Protocol):
         because of this call (or an earlier try of it whose answer was lost); False when someone else wrote
         first (nothing written). `data` must be unique to this write (a holder's id, a nonce): bytes equal to
         another writer's would pass for ours."""
-    def list(self, prefix: str) -> list[tuple[str, int]]:
-        """(key, size) of every object under prefix, sorted by key."""
+    def delete(self, key: str) -> None:
+        """Removes the object; an absent one is not an error (a retried delete whose first try applied)."""
+    def list(self, prefix: str, limit: int | None = None) -> list[tuple[str, int]]:
+        """(key, size) of the objects under prefix in key order: every one, or the first `limit`, read without
+        listing the rest (runindex.py relies on it)."""
     def stats(self, prefix: str) -> dict[str, tuple[int, str]]:
         """key -> (size, hex md5) of every object under prefix: one listing, not one request per object."""
     def upload_file(self, path: str, key: str, progress: Callable[[int], None]) -> None:
@@ -131,20 +134,37 @@ class LocalStore:
         finally:
             os.close(fd)
 
-    def list(self, prefix: str) -> list[tuple[str, int]]:
-        base = self._p(prefix.rsplit("/", 1)[0]) if "/" in prefix else self.root
+    def delete(self, key: str) -> None:
+        self._p(key).unlink(missing_ok=True)
+
+    def list(self, prefix: str, limit: int | None = None) -> list[tuple[str, int]]:
+        parent = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
         out: list[tuple[str, int]] = []
-        if not base.is_dir():
-            return out
-        for dirpath, _, files in os.walk(base):
-            for f in files:
-                if f.startswith(".") and (f.endswith(".tmp") or f.startswith(_PARTIAL) or f == _CAS_LOCK):
-                    continue
-                full = Path(dirpath) / f
-                key = full.relative_to(self.root).as_posix()
-                if key.startswith(prefix):
-                    out.append((key, full.stat().st_size))
-        return sorted(out)
+        for key, path in self._walk(self._p(parent), f"{parent}/" if parent else "", prefix):
+            if limit is not None and len(out) >= limit:
+                break
+            try:
+                out.append((key, path.stat().st_size))
+            except FileNotFoundError:
+                continue   # removed since the directory was read
+        return out
+
+    def _walk(self, d: Path, rel: str, prefix: str) -> Iterator[tuple[str, Path]]:
+        """(key, path) of the files under directory `d` (key prefix `rel`) whose keys start with `prefix`, in key
+        order, reading directories only as far as the caller iterates: a directory sorts as its name plus "/",
+        the character every key inside it continues with."""
+        try:
+            entries = list(os.scandir(d))
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        named = sorted((e.name + "/" if e.is_dir(follow_symlinks=False) else e.name, e) for e in entries)
+        for name, e in named:
+            key = rel + name
+            if name.endswith("/"):
+                if key.startswith(prefix) or prefix.startswith(key):
+                    yield from self._walk(Path(e.path), key, prefix)
+            elif key.startswith(prefix) and not _hidden(e.name) and not (e.is_symlink() and e.is_dir()):
+                yield key, Path(e.path)
 
     def stats(self, prefix: str) -> dict[str, tuple[int, str]]:
         cache = Md5Cache()
@@ -176,6 +196,11 @@ class LocalStore:
 
 _PARTIAL = ".tpuctl-partial."
 _CAS_LOCK = ".tpuctl-cas.lock"
+
+
+def _hidden(name: str) -> bool:
+    """Files of the store's own making, never keys: temporaries, partial downloads, the lock file."""
+    return name.startswith(".") and (name.endswith(".tmp") or name.startswith(_PARTIAL) or name == _CAS_LOCK)
 
 
 def partial_name() -> str:

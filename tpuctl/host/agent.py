@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .. import __version__
-from ..core import layout, runs
+from ..core import layout, runindex, runs
 from ..core.lifecycle import Clock, Policy
 from ..core.packaging import MAX_BYTES, MAX_ENTRIES
 from ..core.runs import RunSpec, RunStatus
@@ -82,6 +82,8 @@ class Agent:
     def write_status(self, run_id: str, st: RunStatus) -> None:
         st.host, st.worker, st.heartbeat = self.host, self.worker, time.time()
         self.store.write(layout.run_status(run_id, self.worker), json.dumps(st.to_json()).encode())
+        if st.state.final:
+            runindex.settle(self.store, run_id, self.workers)
 
     def tpu_address(self) -> str:
         if self.tpu:

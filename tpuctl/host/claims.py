@@ -10,7 +10,7 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from ..core import layout, runs
+from ..core import layout, runindex, runs
 from ..core.runs import RunSpec, RunState
 from .jobprocs import JobProcesses
 
@@ -26,6 +26,7 @@ class Claims:
         self.done: set[str] = set()          # runs this agent ran, or will never run
         self.specs: dict[str, RunSpec] = {}  # job.json is written once: read it once per run
         self.ended_here: set[str] = set()    # runs whose attempt on this host a predecessor left running, now ended
+        self.indexed = False                 # runindex.ensure done: once per agent, not once a tick
 
     def runs_here(self, job: RunSpec) -> bool:
         """TensorFlow on a slice runs ONE program, on worker 0; JAX and PyTorch run on every worker (GCP_FACTS §6;
@@ -36,7 +37,7 @@ class Claims:
         """Ends the attempts a predecessor on this host left running (a job outlives an agent killed with
         SIGKILL); their runs are then resumed at once, without waiting for them to go stale."""
         a = self.a
-        for run_id in runs.all_ids(a.store):
+        for run_id in self.queue():
             st = runs.status(a.store, run_id, a.worker)
             if st.state.final or st.host != a.host or not st.pid:
                 continue
@@ -48,9 +49,9 @@ class Claims:
             self.ended_here.add(run_id)
 
     def next(self) -> tuple[str, int] | None:
-        """Claims the first run this host may take now: (run id, attempt), or None."""
+        """Claims the first run this host may take now, oldest first: (run id, attempt), or None."""
         a = self.a
-        for run_id in runs.all_ids(a.store):
+        for run_id in self.queue():
             if run_id in self.done:
                 continue
             if run_id not in self.specs:
@@ -69,6 +70,7 @@ class Claims:
                 continue   # another agent won the race; look at it again later, it may die
             st = runs.status(a.store, run_id, a.worker)
             if st.state.final:
+                runindex.settle(a.store, run_id, a.workers)   # its final status was written, the settle lost
                 self.done.add(run_id)
                 continue
             last = st.heartbeat or float(json.loads(first).get("time", 0))
@@ -85,6 +87,11 @@ class Claims:
                 self.done.add(run_id)
                 return run_id, attempt
         return None
+
+    def queue(self) -> list[str]:
+        ids = runindex.queued(self.a.store, ensured=self.indexed)
+        self.indexed = True
+        return ids
 
     def max_attempts(self) -> int:
         """MAX_ATTEMPTS, plus one per re-create a recovery watcher may make (`up --recover --max-recoveries`): a

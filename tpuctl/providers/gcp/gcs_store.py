@@ -95,13 +95,22 @@ class GcsStore:
                 return bool(self.read(key) == data)
         return _retry_forbidden(once, what=f"write {key}")
 
-    def _blobs(self, prefix: str) -> list[Any]:
+    def _blobs(self, prefix: str, limit: int | None = None) -> list[Any]:
+        # GCS lists in lexicographic key order, a page (up to 1,000 objects) a request, the client following page
+        # tokens; max_results ends the listing after `limit` objects: the newest-first index reads one short page.
         client = self.bucket.client
-        return _retry_forbidden(lambda: list(client.list_blobs(self.bucket_name, prefix=prefix)),
+        return _retry_forbidden(lambda: list(client.list_blobs(self.bucket_name, prefix=prefix, max_results=limit)),
                                 what=f"list {prefix}")
 
-    def list(self, prefix: str) -> list[tuple[str, int]]:
-        return sorted((b.name, b.size or 0) for b in self._blobs(prefix))
+    def list(self, prefix: str, limit: int | None = None) -> list[tuple[str, int]]:
+        return sorted((b.name, b.size or 0) for b in self._blobs(prefix, limit))
+
+    def delete(self, key: str) -> None:
+        try:
+            _retry_forbidden(self.bucket.blob(key).delete, what=f"delete {key}")
+        except TpuctlError as e:
+            if e.kind is not ErrorKind.NOT_FOUND:
+                raise
 
     def stats(self, prefix: str) -> dict[str, tuple[int, str]]:
         return {b.name: (b.size or 0, base64.b64decode(b.md5_hash).hex() if b.md5_hash else "")

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from ...core import layout, runs
+from ...core import layout, runindex, runs
 from ...core.errors import ErrorKind, TpuctlError
 from ...core.models import ClusterState
 from ...core.runs import RunState, RunStatus
@@ -207,6 +207,8 @@ class KaggleSessions:
             state=state, exit_code=code, started=first.get("started", first["pushed"]),
             ended=now if state.final else None, heartbeat=now, host="kaggle",
             attempt=len(rec["sessions"])).to_json()).encode())
+        if state.final:
+            runindex.settle(store, run_id, 1)
 
     @staticmethod
     def _words(rec: dict[str, Any], s: dict[str, Any]) -> str:
@@ -230,7 +232,7 @@ class KaggleSessions:
     def delete_all(self, store: BlobStore, progress: Callable[[str], None]) -> None:
         """Every kernel and dataset tpuctl made for this cluster (as its store records them), nothing else."""
         k = Kaggle()
-        for run_id in runs.all_ids(store):
+        for run_id in runindex.all_ids(store):
             raw = store.read(run_record(run_id))
             for s in json.loads(raw)["sessions"] if raw else []:
                 progress(f"deleting kernel {s['kernel']}")
