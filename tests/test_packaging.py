@@ -132,6 +132,9 @@ def _tar(members):
     [("d", "sym", "."), ("d/d2", "sym", "d"), ("e", "sym", "d2/.."), ("e/x", "file", "escaped")],
     [("up", "dir", ""), ("up/l", "sym", ".."), ("up/l/l2", "sym", ".."), ("up/l/l2/x", "file", "escaped")],
     [("dev", "chr", "")],
+    [("a", "sym", "b"), ("b", "sym", "a"), ("a/x", "file", "looped")],          # a link loop, then through it
+    [("a", "sym", "b"), ("b", "sym", "a"), ("a", "dir", "")],
+    [("s", "sym", "s"), ("s/t/x", "file", "looped")],
 ])
 def test_unpack_checks_each_entry_against_the_disk(tmp_path, members):
     out = tmp_path / "sandbox" / "out"
@@ -139,6 +142,16 @@ def test_unpack_checks_each_entry_against_the_disk(tmp_path, members):
         packaging.unpack(_tar(members), out)
     assert "unsafe job package" in e.value.message
     assert not list((tmp_path / "sandbox").glob("x")) and not (tmp_path / "x").exists()
+
+
+def test_a_job_directory_with_a_link_loop_is_refused_in_one_line(env, cli, tmp_path):
+    from jobs import make_job
+    job = make_job(tmp_path, "print(1)\n")
+    (job / "a").symlink_to("b")
+    (job / "b").symlink_to("a")
+    code, out, err = cli("submit", str(job), "--dry-run")
+    assert code == 2 and "unsafe job package: a is a link loop" in err and "Traceback" not in err, err
+    assert len(err.strip().splitlines()) == 2   # the error and its hint
 
 
 def test_links_that_stay_inside_still_work(tmp_path):

@@ -5,6 +5,7 @@ same hash and is never uploaded twice.
 """
 from __future__ import annotations
 
+import errno
 import fnmatch
 import gzip
 import hashlib
@@ -42,7 +43,7 @@ def files(root: Path, exclude_paths: Sequence[Path] = ()) -> list[str]:
     is refused, never silently dropped: the host would not have what it points to."""
     root = Path(os.path.realpath(root))
     patterns = ALWAYS_EXCLUDED + _ignore_patterns(root)
-    skip = {p.resolve() for p in exclude_paths}
+    skip = {Path(os.path.realpath(p)) for p in exclude_paths}
     out = []
     for dirpath, dirnames, filenames in os.walk(root):
         d = Path(dirpath)
@@ -51,7 +52,7 @@ def files(root: Path, exclude_paths: Sequence[Path] = ()) -> list[str]:
                              and not _excluded((d / n).relative_to(root).as_posix(), patterns))
         for n in sorted(filenames + links):
             rel = (d / n).relative_to(root).as_posix()
-            if _excluded(rel, patterns) or (d / n).resolve() in skip:
+            if _excluded(rel, patterns) or _real(d / n, rel) in skip:
                 continue
             if (d / n).is_symlink():
                 target = os.path.realpath(d / n)
@@ -99,11 +100,22 @@ MAX_BYTES = 10 << 30        # unpacked size of one job package (TPUCTL_MAX_PACKA
 MAX_ENTRIES = 200_000       # entries in one job package (TPUCTL_MAX_PACKAGE_ENTRIES, or the cluster record)
 
 
+def _real(path: Path, rel: str) -> Path:
+    """Where `path` leads; a link loop (`a -> b`, `b -> a`) leads nowhere and is refused."""
+    real = os.path.realpath(path)   # never raises: a loop comes back as a path that is still a link
+    if os.path.islink(real):
+        raise TpuctlError(ErrorKind.INPUT, f"unsafe job package: {rel} is a link loop",
+                          "remove the link, or point it at a file inside the job")
+    return Path(real)
+
+
 def _refuse(message: str) -> TpuctlError:
     return TpuctlError(ErrorKind.INPUT, f"unsafe job package: {message}", "rebuild the package with `tpuctl submit`")
 
 
 def _inside(dest: str, path: str, what: str) -> str:
+    if os.path.islink(path):
+        raise _refuse(f"{what} goes through a link loop")   # realpath gave up on it: `a -> b`, `b -> a`
     if path != dest and not path.startswith(dest + os.sep):
         raise _refuse(f"{what} leaves the run directory")
     return path
@@ -113,7 +125,17 @@ def unpack(data: bytes, dest: Path, max_bytes: int = MAX_BYTES, max_entries: int
     """Unpack entry by entry (streamed), checking each against the disk as it is at that moment: a link made by an
     earlier entry is followed when the next entry's place is resolved, so a chain such as `a -> .`, `a/b -> ..`,
     `b/x` cannot climb out. Refused: absolute names, `..`, devices and other special entries, links that resolve
-    outside `dest`, more than `max_entries` entries or `max_bytes` unpacked."""
+    outside `dest` or loop, more than `max_entries` entries or `max_bytes` unpacked."""
+    try:
+        _unpack(data, dest, max_bytes, max_entries)
+    except OSError as e:
+        if e.errno not in (errno.ELOOP, errno.EEXIST, errno.ENOTDIR):
+            raise   # the disk's own trouble (full, read-only): not the package's
+        # an entry placed through a link loop, or over a file a later entry treats as a directory
+        raise _refuse(f"{e.filename or 'an entry'} cannot be placed ({e.strerror})") from e
+
+
+def _unpack(data: bytes, dest: Path, max_bytes: int, max_entries: int) -> None:
     root = os.path.realpath(dest)
     os.makedirs(root, exist_ok=True)
     total = entries = 0
