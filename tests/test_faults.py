@@ -91,8 +91,28 @@ def test_a_run_cancelled_while_queued_never_starts(quick_local, cli, tmp_path):
 def test_empty_cluster_name_and_type_spelling(env, cli):
     code, out, err = cli("status", "-c", "")
     assert code == 2 and "empty cluster name" in err
-    code, out, err = cli("up", "--type", "v3-08", "--zone", "us-central1-b", "--project", "some-proj", "--dry-run")
-    assert code == 0 and "tpuctl-default  v3-8 (4 chips" in err
+    for spelled in ("v3-08", "v3-0008"):
+        code, out, err = cli("up", "--type", spelled, "--zone", "us-central1-b", "--project", "some-proj", "--dry-run")
+        assert code == 2 and "leading zeros" in err and "--type v3-8" in err, err
+
+
+@pytest.mark.parametrize("runtime, arch", [("../../x", "vm"), ("tpu-vm-tf-2.18.0/../x", "vm"), ("2.12.0", "vm"),
+                                           ("TPU-VM-TF", "vm"), ("tpu-vm-tf-2.18.0-pjrt", "node"), ("", "vm")])
+def test_a_runtime_google_would_never_name_is_refused_before_anything(env, cli, runtime, arch):
+    code, out, err = cli("up", "--type", "v3-8", "--zone", "us-central1-b", "--project", "some-proj", "--arch", arch,
+                         "--runtime", runtime, "--dry-run")
+    if runtime == "":
+        assert code == 0, err   # an empty --runtime is no --runtime
+        return
+    assert code == 2 and "--runtime" in err and "Traceback" not in err, err
+
+
+def test_a_runtime_the_zone_does_not_offer_is_refused_before_the_bucket(cloud, cli, no_leak):
+    code, out, err = cli("up", "--type", "v3-8", "--zone", "us-central1-b", "-c", "rt", "--runtime",
+                         "tpu-vm-tf-9.9.9-pjrt")
+    assert code == 2 and "not offered in us-central1-b" in err and "tpu-vm-tf-2.17.0-pjrt" in err, err
+    assert not [c for c in cloud.gcs.calls if c.startswith("POST /storage/v1/b")]   # no bucket was made
+    assert not [c for c in cloud.tpu.calls if "Create" in c[1]]
 
 
 def test_a_corrupt_state_file_does_not_hide_the_other_clusters(quick_local, cli):

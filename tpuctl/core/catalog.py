@@ -36,6 +36,11 @@ _FAMILIES: dict[str, tuple[bool, tuple[int, ...], tuple[str, ...], tuple[str, ..
 _AI_ZONE_RE = re.compile(r"-ai\d+[a-z]?$")
 
 _TYPE_RE = re.compile(r"^(v2|v3|v4|v5p|v5litepod|v6e)-(\d+)$")
+# TPU software versions as cloud.google.com/tpu/docs/runtimes names them: TPU VM images `tpu-vm-tf-x.y.z[-pod]
+# [-{device_api}][-...]`, `tpu-vm-base`, `tpu-vm-pt-x.y`, `tpu-vm-v4-base`, `tpu-ubuntu2204-base`, `v2-alpha-tpuv5`,
+# `v2-alpha-tpuv5-lite`, `v2-alpha-tpuv6e`; TPU Node TensorFlow versions `x.y[.z]`, `nightly`, `pytorch-x.y`.
+_VM_RUNTIME_RE = re.compile(r"^(tpu-vm-[a-z0-9][a-z0-9.-]*|tpu-ubuntu\d{4}-base|v2-(alpha|nightly)[a-z0-9.-]*)$")
+_NODE_RUNTIME_RE = re.compile(r"^(\d+\.\d+(\.\d+)?|nightly|pytorch-\d+\.\d+(\.\d+)?)$")
 _ZONE_RE = re.compile(r"^[a-z]+-[a-z]+\d+-[a-z0-9]+$")
 
 
@@ -61,6 +66,8 @@ def tpu_type(name: str) -> TpuType:
         raise bad_input(f"unknown TPU type {name!r}",
                         "use FAMILY-SIZE, for example v3-8, v5litepod-8, v6e-4; families: " + ", ".join(_FAMILIES))
     family, size = m.group(1), int(m.group(2))
+    if m.group(2) != str(size):
+        raise bad_input(f"TPU type {name!r}: write the size without leading zeros", f"--type {family}-{size}")
     by_cores, sizes, one_host_zones, pod_zones, price, spot, node_arch = _FAMILIES[family]
     if size not in sizes:
         raise bad_input(f"{family} has no size {size}",
@@ -68,9 +75,21 @@ def tpu_type(name: str) -> TpuType:
     chips = size // 2 if by_cores else size
     hosts = max(1, chips // 4) if by_cores else (1 if size <= 8 else size // 4)
     zones = pod_zones if hosts > 1 else one_host_zones
-    # the canonical spelling (v3-08 is v3-8), as the API and every later comparison expect
     return TpuType(f"{family}-{size}", family, chips, hosts, zones, round(price * chips, 3),
                    round(spot * chips, 3) if spot is not None else None, node_arch)
+
+
+def check_runtime(runtime: str, node: bool) -> str:
+    """--runtime, checked offline against Google's naming before anything is made (a zone's own list is asked
+    later, before its bucket: GcpProvider.choose_runtime)."""
+    if (_NODE_RUNTIME_RE if node else _VM_RUNTIME_RE).match(runtime) and len(runtime) <= 63:
+        return runtime
+    if node:
+        raise bad_input(f"--runtime {runtime!r} is not a TPU Node TensorFlow version",
+                        "a version such as 2.12.0 (or nightly); leave --runtime out to take the newest offered")
+    raise bad_input(f"--runtime {runtime!r} is not a TPU VM software version",
+                    "for example tpu-vm-tf-2.18.0-pjrt, v2-alpha-tpuv5-lite or tpu-ubuntu2204-base "
+                    "(cloud.google.com/tpu/docs/runtimes); leave --runtime out to have one chosen")
 
 
 def region_of(zone: str) -> str:

@@ -3,8 +3,8 @@ The catalog's tables decide offline (see catalog.py for their sources); the one 
 list_accelerator_types for a zone the table does not list, when there are credentials to ask with."""
 from __future__ import annotations
 
-from ...core.catalog import (DEFAULT_VM_TYPE, VM_PRICES, TpuType, check_vm_type, check_zones, not_offered, region_of,
-                             tpu_type, unlisted)
+from ...core.catalog import (DEFAULT_VM_TYPE, VM_PRICES, TpuType, check_runtime, check_vm_type, check_zones,
+                             not_offered, region_of, tpu_type, unlisted)
 from ...core.config import setting
 from ...core.errors import bad_input
 from ...core.lifecycle import parse_duration, show_duration
@@ -41,7 +41,8 @@ def make_spec(name: str, flags: UpFlags) -> ClusterSpec:
     queued, valid_until = _queueing(flags, arch)
     return ClusterSpec(
         name=name, provider=ProviderName.GCP, store=f"gs://{bucket}", project=proj, tpu_type=t.name,
-        zones=zones, arch=arch, runtime=flags.runtime or "", spot=flags.spot,
+        zones=zones, arch=arch, runtime=check_runtime(flags.runtime, arch is Arch.NODE) if flags.runtime else "",
+        spot=flags.spot,
         service_account=check_service_account(flags.service_account) if flags.service_account else "",
         framework=framework, queued=queued, valid_until=valid_until,
         vm_type=check_vm_type(flags.vm_type or DEFAULT_VM_TYPE) if arch is Arch.NODE else "")

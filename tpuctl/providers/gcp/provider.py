@@ -71,10 +71,15 @@ class GcpProvider:
         storage.delete(st.spec.project, planning.bucket_of(st.spec), st.name, progress)
 
     def choose_runtime(self, spec: ClusterSpec, placement: Placement) -> str:
-        if spec.runtime:
-            return spec.runtime
+        """The runtime for this zone, asked of the zone before its bucket or grants are made."""
         t = tpu_type(spec.tpu_type)
         versions = Topology.tpu(spec).versions(placement.zone)
+        if spec.runtime:
+            if versions and spec.runtime not in versions:
+                raise TpuctlError(ErrorKind.INPUT, f"--runtime {spec.runtime} is not offered in {placement.zone} "
+                                  f"(offered: {', '.join(sorted(versions)[:8])}{', ...' if len(versions) > 8 else ''})",
+                                  "pass one of those, or leave --runtime out to have one chosen", Scope.ZONE)
+            return spec.runtime
         if spec.arch is Arch.NODE:
             chosen = pick_tf_version(versions)
         elif spec.framework is Framework.TENSORFLOW:
@@ -116,6 +121,9 @@ class GcpProvider:
     # -- using -------------------------------------------------------------------------------------------
     def store(self, st: ClusterState) -> GcsStore:
         return GcsStore(st.spec.store, st.spec.project)
+
+    def revive(self, st: ClusterState, reporter: Reporter) -> ClusterState:
+        return st   # the hosts' systemd restarts their agents; a lost TPU is `up`'s or the watcher's
 
     def check_ready(self, st: ClusterState) -> None:
         self.health.check_ready(st)
