@@ -150,6 +150,9 @@ def logs(run_id: Optional[str] = typer.Argument(None, help="Run id (default: the
         console().err.print(f"run {rid} is a TensorFlow program: it runs on worker 0 (`tpuctl logs {rid}`); "
                              f"worker {worker} serves the TPU runtime")
         return
+    if follow and not runs.status(store, rid, worker).state.final:
+        with console().Reporter() as rep:
+            st = prov.revive(st, rep)   # a run waiting on a local agent that died would wait forever
     raise typer.Exit(_follow(store, rid, st, prov, worker, follow, give_up_after))
 
 
@@ -267,6 +270,9 @@ def jobs(cluster: Optional[str] = CLUSTER,
                       "" if r["goodput"] is None else f"{r['goodput']:.0f}%"
                       + _resumes(r)]
                      for r in rows])
+    for r in rows:
+        if r["note"]:
+            con.err.print(f"[yellow]! run {r['id']}: {r['note']}[/]")
 
 
 def _resumes(row: dict[str, Any]) -> str:

@@ -40,6 +40,7 @@ def submit(st: ClusterState, provider: Provider, job: JobSpec, args: list[str], 
     if st.phase is not Phase.READY:
         raise TpuctlError(ErrorKind.NOT_FOUND, f"cluster {st.name} is not ready (its `up` did not finish)",
                           f"run `tpuctl up -c {st.name} ...` again")
+    st = provider.revive(st, reporter)
     provider.check_ready(st)
     if st.runtime and job.framework is not st.spec.framework:
         reporter.warn(f"job {job.name} is a {job.framework.value} job, but cluster {st.name} runs a "
@@ -142,7 +143,7 @@ def _row(store: BlobStore, run_id: str) -> dict[str, object]:
             "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(start)) if start else "",
             "started_at": start,
             "duration": round((end or time.time()) - start, 1) if start else None,
-            "exit_code": st.exit_code, "attempt": st.attempt,
+            "exit_code": st.exit_code, "attempt": st.attempt, "note": st.note,
             "step": m.step if m else None, "loss": m.metrics.get("loss") if m else None,
             "loss_curve": metrics.sparkline(losses),
             "goodput": parts.pop("goodput_pct") if parts else None, "goodput_parts": parts,

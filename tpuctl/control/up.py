@@ -18,7 +18,7 @@ import threading
 import time
 from typing import Callable
 
-from ..core import state
+from ..core import runindex, state
 from ..core.background import Background
 from ..core.errors import ErrorKind, Scope, TpuctlError
 from ..core.models import ClusterSpec, ClusterState, Grant, Phase
@@ -48,6 +48,7 @@ class _Up:
         if self.store_region != region:
             self._move_store(region)
         self.p.write_cluster_record(self.st, confirmed=False)
+        runindex.ensure(self.p.store(self.st))   # a new store is indexed from the start; an old one, once
 
     def _move_store(self, region: str) -> None:
         spec, noun = self.st.spec, self.p.store_noun

@@ -63,6 +63,7 @@ class RunStatus(JsonRecord):
     worker: int = 0
     attempt: int = 1
     pid: int | None = None
+    note: str = ""                    # what went wrong around the run, not in it (the store full: storeguard.py)
 
     def __post_init__(self) -> None:
         self.state = RunState(self.state)

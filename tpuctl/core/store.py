@@ -40,6 +40,8 @@ class BlobStore(Protocol):
         another writer's would pass for ours."""
     def delete(self, key: str) -> None:
         """Removes the object; an absent one is not an error (a retried delete whose first try applied)."""
+    def free_bytes(self) -> int | None:
+        """Room left for writes where the store can tell (a local directory's filesystem), else None."""
     def list(self, prefix: str, limit: int | None = None) -> list[tuple[str, int]]:
         """(key, size) of the objects under prefix in key order: every one, or the first `limit`, read without
         listing the rest (runindex.py relies on it)."""
@@ -76,8 +78,12 @@ class LocalStore:
     def _tmp(self, p: Path, data: bytes) -> Path:
         p.parent.mkdir(parents=True, exist_ok=True)
         tmp = p.with_name(f".{p.name}.{os.getpid()}.{id(data)}.tmp")
-        with open(tmp, "wb") as f:
-            f.write(data)
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+        except BaseException:
+            tmp.unlink(missing_ok=True)   # a full disk must not keep the part that was written
+            raise
         return tmp
 
     def write(self, key: str, data: bytes) -> None:
@@ -136,6 +142,13 @@ class LocalStore:
 
     def delete(self, key: str) -> None:
         self._p(key).unlink(missing_ok=True)
+
+    def free_bytes(self) -> int | None:
+        try:
+            s = os.statvfs(self.root)
+        except OSError:
+            return None
+        return s.f_bavail * s.f_frsize
 
     def list(self, prefix: str, limit: int | None = None) -> list[tuple[str, int]]:
         parent = prefix.rsplit("/", 1)[0] if "/" in prefix else ""

@@ -29,6 +29,7 @@ from ..providers.stores import open_store
 from .attempt import HEARTBEAT_SECONDS, Attempt
 from .autostop import SelfStop
 from .claims import Claims
+from .storeguard import StoreGuard
 
 SERVING = "serving the TPU runtime (the TensorFlow program runs on worker 0)"
 
@@ -49,6 +50,7 @@ class Agent:
         self.clock = Clock()                 # idleness, for autostop (core/lifecycle.py)
         self.claims = Claims(self)
         self.selfstop = SelfStop(self)
+        self.guard = StoreGuard(self.store)
 
     def read_record(self) -> dict[str, Any]:
         """The cluster record; `up` rewrites it (the legacy node's address appears once the node is READY)."""
@@ -71,19 +73,43 @@ class Agent:
         return self.worker > 0 and self.record.get("framework", "tensorflow") == "tensorflow"
 
     def beat(self, running: str = "") -> None:
+        """The agent's heartbeat; one the store refuses is reported (storeguard.py) and the next one tries again."""
         role = SERVING if self.serves_only() else "agent"
         policy = Policy.of(self.record) if self.worker == 0 else Policy()
-        self.store.write(layout.agent_heartbeat(self.host, self.worker), json.dumps(
-            {"host": self.host, "worker": self.worker, "pid": os.getpid(), "version": __version__,
-             "time": time.time(), "running": running, "role": role,
-             "autostop_at": 0.0 if running else self.clock.autostop_at(policy), "deadline": policy.deadline}).encode())
         self.last_beat = time.monotonic()
+        try:
+            self.store.write(layout.agent_heartbeat(self.host, self.worker), json.dumps(
+                {"host": self.host, "worker": self.worker, "pid": os.getpid(), "version": __version__,
+                 "time": time.time(), "running": running, "role": role, "problem": self.guard.problem,
+                 "autostop_at": 0.0 if running else self.clock.autostop_at(policy),
+                 "deadline": policy.deadline}).encode())
+            self.guard.wrote()
+        except Exception as e:  # noqa: BLE001 - a store that refuses a heartbeat must not end the agent
+            self.guard.failed(e, "the heartbeat")
 
     def write_status(self, run_id: str, st: RunStatus) -> None:
-        st.host, st.worker, st.heartbeat = self.host, self.worker, time.time()
-        self.store.write(layout.run_status(run_id, self.worker), json.dumps(st.to_json()).encode())
+        """A run's status. One the store refuses is reported and left to the next heartbeat, except a final one,
+        tried until it is written (or the agent is stopped): a run must not stay `running` once it ended."""
+        st.host, st.worker = self.host, self.worker
+        st.note = st.note or self.guard.problem
+        delay = 0.5
+        while True:
+            st.heartbeat = time.time()
+            try:
+                self.store.write(layout.run_status(run_id, self.worker), json.dumps(st.to_json()).encode())
+                break
+            except Exception as e:  # noqa: BLE001 - reported; the run is settled once the store takes it
+                self.guard.failed(e, f"run {run_id}'s status")
+                if not st.state.final or self.stop.is_set():
+                    return
+                self.stop.wait(delay)
+                delay = min(delay * 2, 30.0)
+        self.guard.wrote()
         if st.state.final:
-            runindex.settle(self.store, run_id, self.workers)
+            try:
+                runindex.settle(self.store, run_id, self.workers)
+            except Exception as e:  # noqa: BLE001 - the next agent or command settles it (runindex.py)
+                self.guard.failed(e, f"run {run_id}'s queue entry")
 
     def tpu_address(self) -> str:
         if self.tpu:
@@ -101,10 +127,26 @@ class Agent:
             self.read_record()
         return self.tpu_address()
 
-    def run_forever(self) -> None:
-        self.read_record()
-        self.claims.end_orphans()
+    def start(self) -> None:
+        """The record, what a predecessor left running, the first heartbeat. A store that cannot be read yet (a
+        bucket whose grants have not applied, an outage) is waited for with backoff, each try logged, as the
+        start-up script waits for the wheel: an agent that exits here has nobody to restart it on this machine."""
+        delay, tries = self.poll, 0
+        while not self.stop.is_set():
+            tries += 1
+            try:
+                self.read_record()
+                self.claims.end_orphans()
+                break
+            except Exception as e:  # noqa: BLE001 - whatever the store raises, wait and try again
+                print(f"tpuctl agent: store {self.store.uri} not readable yet ({type(e).__name__}: {e}); try "
+                      f"{tries}, next in {delay:g}s", file=sys.stderr, flush=True)
+                self.stop.wait(delay)
+                delay = min(delay * 2, float(os.environ.get("TPUCTL_STORE_WAIT_MAX", "30")))
         self.beat()
+
+    def run_forever(self) -> None:
+        self.start()
         while not self.stop.is_set():
             try:
                 self.read_record()
@@ -124,7 +166,11 @@ class Agent:
         if claimed is None:
             return False
         run_id, attempt = claimed
-        self.execute(run_id, attempt)
+        try:
+            self.execute(run_id, attempt)
+        except Exception:
+            self.claims.done.discard(run_id)   # not settled: taken over (attempt + 1) once its heartbeat is stale
+            raise
         self.after_run(self.claims.specs[run_id])
         return True
 

@@ -55,9 +55,9 @@ class Attempt:
         self.work = agent.home / "runs" / run_id / f"w{agent.worker}"
         self.code_dir = self.work / "code"
 
-    def status(self, state: RunState, exit_code: int | None = None, pid: int | None = None) -> None:
+    def status(self, state: RunState, exit_code: int | None = None, pid: int | None = None, note: str = "") -> None:
         self.a.write_status(self.run_id, RunStatus(state=state, exit_code=exit_code, pid=pid, started=self.started,
-                                                   attempt=self.attempt,
+                                                   attempt=self.attempt, note=note,
                                                    ended=time.time() if state.final else None))
 
     def run(self) -> int:
@@ -68,7 +68,7 @@ class Attempt:
         self.status(RunState.STARTING)
         quiet = None if self.job is not None and self.job.env.get("TPUCTL_TF_PREAMBLE") == "1" else \
             PreambleFilter(gpu=self.a.accelerator.startswith("gpu"))
-        shipper = LogShipper(self.a.store, self.run_id, self.a.worker, quiet)
+        shipper = LogShipper(self.a.store, self.run_id, self.a.worker, quiet, self.a.guard)
         if self.attempt > 1:
             shipper.note(f"the previous host stopped heartbeating; run resumed on {self.a.host} "
                          f"(attempt {self.attempt})", fresh_line=True)
@@ -84,8 +84,9 @@ class Attempt:
                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 start_new_session=True)
         rc, cancelled = _Supervisor(self, proc, shipper).run()
+        lost = f"{shipper.unshipped} bytes of output were not shipped ({self.a.guard.problem or 'store full'})"
         self.status(RunState.CANCELLED if cancelled else (RunState.SUCCEEDED if rc == 0 else RunState.FAILED),
-                    exit_code=rc)
+                    exit_code=rc, note=lost if shipper.unshipped else "")
         return rc
 
     def _prepare(self, shipper: LogShipper) -> RunSpec:
@@ -220,8 +221,15 @@ class _Supervisor:
         deadline = a.worker == 0 and bool(a.clock.due(Policy.of(a.record), running=True))
         if deadline:
             self.shipper.note("the cluster's --max-duration deadline has come: ending the run", fresh_line=True)
-        if deadline or a.store.read(layout.run_cancel(self.at.run_id)) is not None:
+        if deadline or self._cancel_requested():
             self._cancel(now, float(os.environ.get("TPUCTL_CANCEL_GRACE", "30")))
+
+    def _cancel_requested(self) -> bool:
+        try:
+            return self.a.store.read(layout.run_cancel(self.at.run_id)) is not None
+        except Exception as e:  # noqa: BLE001 - a store outage must not end the supervision of a running job
+            self.a.guard.failed(e, f"run {self.at.run_id}'s cancel check")
+            return False
 
     def _cancel(self, now: float, grace: float) -> None:
         self.cancelled = True

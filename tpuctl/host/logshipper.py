@@ -1,4 +1,7 @@
-"""The agent's log shipping: a job's merged stdout/stderr as numbered chunks in the store, each written once."""
+"""The agent's log shipping: a job's merged stdout/stderr as numbered chunks in the store, each written once.
+Chunk numbers have no gaps (a follower reads 1, 2, 3, ... and waits at the first missing one), so a number is taken
+only once its chunk is written. Output the store cannot take now is held, up to TPUCTL_LOG_HOLD_BYTES (8 MiB: its
+latest bytes, the rest counted as dropped), and retried with backoff (storeguard.py)."""
 from __future__ import annotations
 
 import os
@@ -9,21 +12,33 @@ import time
 from ..core import layout
 from .preamble import PreambleFilter
 from ..core.store import BlobStore
+from .storeguard import StoreGuard
 
 FLUSH_SECONDS = 0.5
 CHUNK_BYTES = 64 * 1024
+RETRY_MAX_SECONDS = 30.0
+
+
+def hold_bytes() -> int:
+    return int(os.environ.get("TPUCTL_LOG_HOLD_BYTES", str(8 << 20)))
 
 
 class LogShipper:
     """Reads the child's merged output and writes it as chunks 000001.log, 000002.log, ... each written once."""
 
-    def __init__(self, store: BlobStore, run_id: str, worker: int, quiet: PreambleFilter | None = None) -> None:
+    def __init__(self, store: BlobStore, run_id: str, worker: int, quiet: PreambleFilter | None = None,
+                 guard: StoreGuard | None = None) -> None:
         self.store, self.run_id, self.worker = store, run_id, worker
         self.quiet = quiet   # drops TensorFlow's start-up preamble from the job's output (preamble.py)
+        self.guard = guard or StoreGuard(store)
         # a resumed run appends to the log its earlier attempt left
         self.n = len(store.list(layout.run_logs(run_id, worker)))
         self.buf = bytearray()
         self.first: float | None = None
+        self.shipped = 0
+        self.dropped = 0           # held output beyond the bound, never shipped
+        self.retry_at = 0.0        # while the store refuses, when to try again
+        self.backoff = 0.5
 
     def note(self, text: str, fresh_line: bool = False) -> None:
         """A line of the agent's own into the run's log, in order with the job's output; fresh_line starts it on a
@@ -31,18 +46,53 @@ class LogShipper:
         self.buf += f"{chr(10) if fresh_line else ''}tpuctl agent: {text}\n".encode()
         self.flush()
 
-    def flush(self) -> None:
-        if not self.buf:
+    @property
+    def unshipped(self) -> int:
+        return len(self.buf) + self.dropped
+
+    def flush(self, last: bool = False) -> None:
+        """Ship what is buffered, in chunks; what the store refuses stays buffered (bounded) for the next try,
+        which comes after a backoff, or now when `last`."""
+        now = time.monotonic()
+        if not self.buf or (now < self.retry_at and not last):
             return
-        self.n += 1
-        self.store.create(layout.log_chunk(self.run_id, self.worker, self.n), bytes(self.buf))
-        self.buf.clear()
-        self.first = None
+        if self.dropped and self.retry_at:
+            self.buf[:0] = (f"\ntpuctl agent: {self.dropped} bytes of output were dropped while the store "
+                            f"refused writes ({self.guard.problem or 'store full'})\n").encode()
+            self.dropped = 0
+        while self.buf:
+            piece = bytes(self.buf[:CHUNK_BYTES])
+            try:
+                if not self.guard.room_for_log(len(piece), self.shipped):
+                    raise _Held()
+                self.store.create(layout.log_chunk(self.run_id, self.worker, self.n + 1), piece)
+            except Exception as e:  # noqa: BLE001 - the store refused: hold the output, try again later
+                if not isinstance(e, _Held):
+                    self.guard.failed(e, f"run {self.run_id}'s log")
+                self._hold(now)
+                return
+            self.n += 1
+            self.shipped += len(piece)
+            del self.buf[:len(piece)]
+            self.guard.wrote(log=True)
+        self.first, self.retry_at, self.backoff = None, 0.0, 0.5
+
+    def _trim(self) -> None:
+        over = len(self.buf) - hold_bytes()
+        if over > 0:
+            del self.buf[:over]   # the latest output is kept: what a job printed last explains how it ended
+            self.dropped += over
+
+    def _hold(self, now: float) -> None:
+        self._trim()
+        self.retry_at = now + self.backoff
+        self.backoff = min(self.backoff * 2, RETRY_MAX_SECONDS)
 
     def pump(self, fd: int, stop: threading.Event) -> None:
         """Ship until EOF (every writer closed the pipe), or until `stop` once nothing more can come."""
         while not stop.is_set():
-            timeout = FLUSH_SECONDS if self.first is None else max(0.0, self.first + FLUSH_SECONDS - time.monotonic())
+            due = self.retry_at or (self.first + FLUSH_SECONDS if self.first is not None else None)
+            timeout = FLUSH_SECONDS if due is None else max(0.0, due - time.monotonic())
             ready, _, _ = select.select([fd], [], [], timeout)
             if ready:
                 data = os.read(fd, CHUNK_BYTES)
@@ -58,6 +108,8 @@ class LogShipper:
                 self.buf += data
                 if len(self.buf) >= CHUNK_BYTES:
                     self.flush()
+                if self.retry_at:
+                    self._trim()
             if self.first is not None and time.monotonic() - self.first >= FLUSH_SECONDS:
                 self.flush()
         self._end()
@@ -65,4 +117,8 @@ class LogShipper:
     def _end(self) -> None:
         if self.quiet is not None:
             self.buf += self.quiet.end()
-        self.flush()
+        self.flush(last=True)
+
+
+class _Held(Exception):
+    """The floor is reached: not an error of the store's, nothing to report but the hold."""

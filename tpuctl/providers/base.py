@@ -234,6 +234,9 @@ class Provider(Protocol):
 
     # -- using ---------------------------------------------------------------------------------------
     def store(self, st: ClusterState) -> BlobStore: ...
+    def revive(self, st: ClusterState, reporter: Reporter) -> ClusterState:
+        """Start again a host process that died where nothing else would (the local agent; systemd restarts a TPU
+        host's), saying so; returns the cluster's state, updated."""
     def check_ready(self, st: ClusterState) -> None:
         """Raise TpuctlError unless runs can be submitted now (TPU READY; local agent alive)."""
     def host_state(self, st: ClusterState) -> tuple[bool, str]:

@@ -13,9 +13,9 @@ import sys
 import time
 from pathlib import Path
 
-from ..core import layout, state
+from ..core import layout, locks, state
 from ..core.errors import ErrorKind, TpuctlError, bad_input
-from ..core.models import ClusterSpec, ClusterState, HostFacts, ProviderName, cluster_record
+from ..core.models import ClusterSpec, ClusterState, HostFacts, Phase, ProviderName, cluster_record
 from ..core.store import LocalStore
 from .base import Compute, Created, Enforcement, Placement, PlanRow, Price, Progress, Reporter, UpFlags, progress_of
 
@@ -143,6 +143,21 @@ class LocalProvider:
             return False
         cmd = _cmdline(st.host.pid)
         return "tpuctl.agent" in cmd and str(Path(st.spec.store)) in cmd
+
+    def revive(self, st: ClusterState, reporter: Reporter) -> ClusterState:
+        """What systemd does for a TPU host's agent: one that died (killed, a crash, the machine restarted) is
+        started again, under the cluster's lock so that two commands never start two."""
+        if st.phase is not Phase.READY or self.agent_alive(st):
+            return st
+        with locks.cluster_lock(st.name, "tpuctl (restarting the local agent)", reporter.warn):
+            now = state.load(st.name) or st
+            if self.agent_alive(now):
+                return now
+            now.host = self.ensure_compute(now, reporter).facts
+            state.save(now)
+        reporter.warn(f"the local agent of {st.name} (pid {st.host.pid}) was not running: restarted it "
+                      f"(pid {now.host.pid}); its log is {state.home() / 'agents' / (st.name + '.log')}")
+        return now
 
     def check_ready(self, st: ClusterState) -> None:
         if not self.agent_alive(st):

@@ -105,6 +105,9 @@ class GcsStore:
     def list(self, prefix: str, limit: int | None = None) -> list[tuple[str, int]]:
         return sorted((b.name, b.size or 0) for b in self._blobs(prefix, limit))
 
+    def free_bytes(self) -> int | None:
+        return None   # a bucket has no size limit; a quota or outage shows as a failed write
+
     def delete(self, key: str) -> None:
         try:
             _retry_forbidden(self.bucket.blob(key).delete, what=f"delete {key}")

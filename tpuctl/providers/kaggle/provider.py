@@ -102,6 +102,9 @@ class KaggleProvider:
     def store(self, st: ClusterState) -> LocalStore:
         return LocalStore(st.spec.store)
 
+    def revive(self, st: ClusterState, reporter: Reporter) -> ClusterState:
+        return st   # no process of tpuctl's runs for a Kaggle cluster
+
     def check_ready(self, st: ClusterState) -> None:
         from .client import credentials
         credentials()

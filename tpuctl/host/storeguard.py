@@ -1,0 +1,76 @@
+"""What the agent does when its store fails under it: a full disk under a local store, a bucket outage or a quota
+error on a TPU host. Nothing of it may end the agent or leave a run `running` for good.
+
+- Records (heartbeats, statuses) are small and always tried: a failed one is logged and tried again (a final
+  status until it is written, agent.write_status).
+- Log chunks may fill a store only down to a floor (TPUCTL_STORE_FLOOR_BYTES, 1 MiB, where the store can say how
+  much room it has: a local directory), which is left for records and for the first CHUNK_ALLOWANCE bytes of each
+  later run, so after a run whose log filled the disk the next run still shows its first lines and settles. Output
+  the store cannot take is held in memory up to a bound (logshipper.py) and shipped when room returns: a training
+  job is worth more than its log, so it is never ended for it; what a run's end leaves unshipped is said in its
+  status.
+- A failure is reported once per episode (the agent's log and the run's status: "store full: N bytes free"), and
+  its end once ("store writable again").
+"""
+from __future__ import annotations
+
+import errno
+import os
+import sys
+
+from ..core.store import BlobStore
+
+CHUNK_ALLOWANCE = 64 * 1024
+
+
+def floor_bytes() -> int:
+    return int(os.environ.get("TPUCTL_STORE_FLOOR_BYTES", str(1 << 20)))
+
+
+def is_full(e: BaseException) -> bool:
+    return isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+class StoreGuard:
+    def __init__(self, store: BlobStore) -> None:
+        self.store = store
+        self.problem = ""   # what is wrong now, for statuses; "" when the store takes writes
+
+    def free(self) -> int | None:
+        return self.store.free_bytes()
+
+    def describe(self, e: BaseException) -> str:
+        if is_full(e):
+            free = self.free()
+            return "store full" + (f": {free} bytes free" if free is not None else "")
+        return f"store error: {type(e).__name__}: {e}"
+
+    def failed(self, e: BaseException, what: str) -> None:
+        problem = self.describe(e)
+        if not self.problem:
+            print(f"tpuctl agent: {problem} ({what}); retrying, the agent keeps serving",
+                  file=sys.stderr, flush=True)
+        self.problem = problem
+
+    def held(self, free: int) -> None:
+        if not self.problem:
+            print(f"tpuctl agent: store full: {free} bytes free, below the {floor_bytes()}-byte floor kept for "
+                  "records; holding log output until there is room", file=sys.stderr, flush=True)
+        self.problem = f"store full: {free} bytes free"
+
+    def wrote(self, log: bool = False) -> None:
+        """A write went through: the episode is over, unless the store is full and this was only a record (which
+        the floor leaves room for)."""
+        if self.problem and (log or not self.problem.startswith("store full")):
+            print("tpuctl agent: store writable again", file=sys.stderr, flush=True)
+            self.problem = ""
+
+    def room_for_log(self, size: int, shipped: int) -> bool:
+        """Whether a log chunk of `size` bytes may be written by a run that has shipped `shipped` bytes so far."""
+        free = self.free()
+        if free is None or shipped + size <= CHUNK_ALLOWANCE and size < free:
+            return True
+        if free - size >= floor_bytes():
+            return True
+        self.held(free)
+        return False
