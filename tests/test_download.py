@@ -6,7 +6,7 @@ import pytest
 
 from conftest import PROJECT
 from jobs import make_job
-from tpuctl.core import layout
+from tpuctl.core import layout, runindex
 from tpuctl.control.download import outputs
 from tpuctl.core.errors import TpuctlError
 
@@ -57,6 +57,7 @@ def test_download_from_a_bucket(cloud, cli, tmp_path):
     run_id = "20261122-120000-abcd"
     bucket.blob(layout.run_job(run_id)).upload_from_string(json.dumps(
         {"id": run_id, "name": "j", "command": "x", "package": "0" * 64}))
+    bucket.blob(layout.run_index(runindex.flip(run_id))).upload_from_string(run_id)   # as submit indexes it
     for name, data in (("events/ev.1", b"e" * 5000), ("metrics.json", b"{}")):
         bucket.blob(f"{layout.run_output(run_id)}/{name}").upload_from_string(data)
     code, out, err = cli("download", "-c", "bert", "-o", str(tmp_path / "o"))

@@ -11,7 +11,7 @@ import urllib.request
 import pytest
 
 from conftest import PROJECT
-from tpuctl.core import layout
+from tpuctl.core import layout, runindex
 
 pytest.importorskip("tensorboard")
 RUN = "20261122-120000-abcd"
@@ -84,6 +84,7 @@ def test_tensorboard_serves_a_local_runs_scalars(local_up):
     st = local_up("tb")
     store = LocalProvider().store(st)
     store.write(layout.run_job(RUN), _job_json())
+    runindex.register(store, RUN)                # as submit writes it: `tensorboard` with no id finds it there
     out_dir = os.path.join(st.spec.store, layout.run_output(RUN), "tensorboard", "train")
     os.makedirs(out_dir)
     _events(out_dir, 5)
