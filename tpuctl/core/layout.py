@@ -37,8 +37,9 @@ def queue_entry(run_id: str) -> str:
 
 
 def run_index(flipped_id: str) -> str:
-    """A run in the newest-first index (runindex.py): its id flipped, so the newest lists first."""
-    return f"{RUN_INDEX_PREFIX}{flipped_id}"
+    """A run in the newest-first index (runindex.py): its id flipped, so the newest lists first, in a folder per
+    month (the flipped YYYYMM), so a directory store reads one month's entries for the latest, not every run's."""
+    return f"{RUN_INDEX_PREFIX}{flipped_id[:6]}/{flipped_id}"
 
 
 def run_remote(run_id: str) -> str:
@@ -142,8 +143,8 @@ DESCRIBED = [
     (blob("MD5"), "each data file's content, uploaded once (unchanged content is never sent again)"),
     (run_job("ID"), "the run, written once by `submit` (create-if-absent)"),
     (queue_entry("ID"), "an unfinished run, oldest first: the agents' queue (removed once the run is final)"),
-    (run_index("FLIPPED-ID"), "every run, newest first (its id with each digit d as 9-d): what `jobs` and `logs` "
-                              "list"),
+    (f"{RUN_INDEX_PREFIX}FLIPPED-MONTH/FLIPPED-ID", "every run, newest first (its id with each digit d as 9-d): "
+                                                    "what `jobs` and `logs` list"),
     (RUN_INDEX_COMPLETE, "written once the store's runs are all indexed (a store without it is indexed again)"),
     (run_claim("ID", 0) + "[-wN][-aK]", "written once by the agent that takes the run (worker N, attempt K)"),
     (run_status("ID", 0).replace("status.json", "status[-wN].json"), "state, exit code, heartbeat, host"),

@@ -4,9 +4,10 @@ long-lived cluster used for sweeps holds tens of thousands of finished runs):
 - the queue, `tpuctl/queue/<id>`: one object per unfinished run, listed oldest first. The agent takes runs from it
   first-in first-out and looks for take-overs in it; the watcher asks it whether anything is left. An entry is
   removed once every worker that runs the run has a final status (`settle`), by whoever sees that first.
-- the newest-first index, `tpuctl/index/runs/<flipped id>`: one object per run, named by its id with every digit d
-  written 9-d and every hex digit x written f-x, so a listing in key order (as GCS and a directory both list)
-  starts with the newest run: `jobs` and `logs` list only the first few keys, never the whole prefix.
+- the newest-first index, `tpuctl/index/runs/<flipped month>/<flipped id>`: one object per run, named by its id
+  with every digit d written 9-d and every hex digit x written f-x, so a listing in key order (as GCS and a
+  directory both list) starts with the newest run: `jobs` and `logs` list only the first few keys, never the whole
+  prefix (the month folder keeps a directory store from reading every run's name to find the first).
 
 `submit` writes both right after `job.json` (the run exists once its job.json does; a submit killed between the
 two leaves a run nobody was told of, which a rebuild indexes). A store made before the indexes existed, or that
@@ -61,7 +62,7 @@ def queued(store: BlobStore, ensured: bool = False) -> list[str]:
 def newest(store: BlobStore, limit: int | None = None) -> list[str]:
     """The `limit` most recently submitted runs (None: all), newest first, from one short listing."""
     ensure(store)
-    return [flip(k[len(layout.RUN_INDEX_PREFIX):]) for k, _ in store.list(layout.RUN_INDEX_PREFIX, limit)]
+    return [flip(k.rsplit("/", 1)[1]) for k, _ in store.list(layout.RUN_INDEX_PREFIX, limit)]
 
 
 def latest(store: BlobStore) -> str | None:
