@@ -34,6 +34,9 @@ class LogShipper:
         # a resumed run appends to the log its earlier attempt left
         self.n = len(store.list(layout.run_logs(run_id, worker)))
         self.buf = bytearray()
+        # the pump thread appends the job's output while the supervising thread adds the agent's notes: one flush
+        # at a time, or two could both take the next chunk number
+        self.lock = threading.RLock()
         self.first: float | None = None
         self.shipped = 0
         self.dropped = 0           # held output beyond the bound, never shipped
@@ -43,8 +46,9 @@ class LogShipper:
     def note(self, text: str, fresh_line: bool = False) -> None:
         """A line of the agent's own into the run's log, in order with the job's output; fresh_line starts it on a
         new line when the log may end mid-line (an earlier attempt cut off)."""
-        self.buf += f"{chr(10) if fresh_line else ''}tpuctl agent: {text}\n".encode()
-        self.flush()
+        with self.lock:
+            self.buf += f"{chr(10) if fresh_line else ''}tpuctl agent: {text}\n".encode()
+            self.flush()
 
     @property
     def unshipped(self) -> int:
@@ -53,6 +57,10 @@ class LogShipper:
     def flush(self, last: bool = False) -> None:
         """Ship what is buffered, in chunks; what the store refuses stays buffered (bounded) for the next try,
         which comes after a backoff, or now when `last`."""
+        with self.lock:
+            self._flush(last)
+
+    def _flush(self, last: bool) -> None:
         now = time.monotonic()
         if not self.buf or (now < self.retry_at and not last):
             return
@@ -105,19 +113,21 @@ class LogShipper:
                         continue
                 if self.first is None:
                     self.first = time.monotonic()
-                self.buf += data
-                if len(self.buf) >= CHUNK_BYTES:
-                    self.flush()
-                if self.retry_at:
-                    self._trim()
+                with self.lock:
+                    self.buf += data
+                    if len(self.buf) >= CHUNK_BYTES:
+                        self.flush()
+                    if self.retry_at:
+                        self._trim()
             if self.first is not None and time.monotonic() - self.first >= FLUSH_SECONDS:
                 self.flush()
         self._end()
 
     def _end(self) -> None:
-        if self.quiet is not None:
-            self.buf += self.quiet.end()
-        self.flush(last=True)
+        with self.lock:
+            if self.quiet is not None:
+                self.buf += self.quiet.end()
+            self.flush(last=True)
 
 
 class _Held(Exception):
