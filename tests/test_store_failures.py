@@ -17,7 +17,6 @@ from tpuctl.core.runs import RunState
 from tpuctl.core.store import LocalStore
 from tpuctl.host.agent import Agent
 
-LINE = "x" * 99 + "\n"
 # prints `n` 100-byte lines numbered in order, then waits for a flag file when asked to
 PRINTER = """
 import os, sys, time

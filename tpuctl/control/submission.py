@@ -199,9 +199,11 @@ def refresh(st: ClusterState, provider: Provider, store: BlobStore, run_ids: lis
     remote = provider.remote_runs
     if remote is None:
         return
-    for run_id in run_ids if run_ids is not None else runindex.unfinished(store):
-        if not runs.status(store, run_id).state.final:
-            remote.advance(st, store, run_id)
+    # runindex.unfinished has read each status already; runs asked for by id are read here
+    ids = runindex.unfinished(store) if run_ids is None else \
+        [r for r in run_ids if not runs.status(store, r).state.final]
+    for run_id in ids:
+        remote.advance(st, store, run_id)
 
 
 def cancel(store: BlobStore, run_id: str) -> RunState:
