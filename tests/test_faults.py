@@ -62,7 +62,8 @@ def test_a_job_that_leaves_processes_holding_its_output_ends(quick_local, cli, t
 
 @pytest.mark.parametrize("run_id,code,expect", [
     ("../../x", 2, "is not a run id"),
-    ("20260101-000000-abc", 2, "is not a run id"),
+    ("2026-01-01", 2, "is not a run id"),
+    ("20260101-000000-abc", 3, "no run id starts or ends with '20260101-000000-abc'"),   # a start, of no run
     ("20260101-000000-abcd", 3, "no run 20260101-000000-abcd"),
 ])
 def test_cancel_of_a_bad_or_unknown_run_writes_nothing(quick_local, cli, run_id, code, expect):

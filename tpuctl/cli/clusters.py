@@ -166,7 +166,7 @@ def ls_(as_json: bool = typer.Option(False, "--json", help="Machine-readable out
         return str(r.get("watcher", ""))
     con.print_table(["cluster", "provider", "type", "zone", "state", "store", "note"],
                     [[r["cluster"], r["provider"], r["type"], r["zone"], r["phase"], r["store"], note(r)]
-                     for r in rows])
+                     for r in rows], keep=("cluster",), drop=("store", "provider", "zone", "type"))
 
 
 @app.command()

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Callable
 
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
+from rich.cells import cell_len
 from rich.markup import escape
 from rich.table import Table
 
@@ -118,10 +119,21 @@ def print_json(data: object) -> None:
     sys.stdout.write(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
 
 
-def print_table(columns: list[str], rows: list[list[str]]) -> None:
-    t = Table(*columns, box=None, pad_edge=False, header_style="bold")
-    for r in rows:
-        t.add_row(*[str(x) for x in r])
+def print_table(columns: list[str], rows: list[list[str]], keep: tuple[str, ...] = (),
+                drop: tuple[str, ...] = ()) -> None:
+    """`keep`: columns never cut (ids that are copied from here); `drop`: the columns a terminal too narrow for the
+    whole table goes without, first first, before any cell of `keep` would be cut (a stderr line names them)."""
+    cells = [[str(x) for x in r] for r in rows]
+    if out.is_terminal:
+        columns, cells, dropped = _fit(columns, cells, out.width, drop)
+        if dropped:
+            err.print(f"({out.width} columns leave out {', '.join(dropped)}; --json shows all)", style="dim")
+    t = Table(box=None, pad_edge=False, header_style="bold")
+    for i, c in enumerate(columns):
+        whole = max([cell_len(c)] + [cell_len(r[i]) for r in cells]) if c in keep else None
+        t.add_column(c, no_wrap=c in keep, min_width=whole)
+    for r in cells:
+        t.add_row(*r)
     if out.is_terminal:
         out.print(t)
         return
@@ -132,6 +144,25 @@ def print_table(columns: list[str], rows: list[list[str]]) -> None:
         out.print(t)
     finally:
         out.width = width
+
+
+def _fit(columns: list[str], rows: list[list[str]], width: int, drop: tuple[str, ...]
+         ) -> tuple[list[str], list[list[str]], list[str]]:
+    """Leaves out the `drop` columns, in order, until the table's natural width (each column as wide as its widest
+    cell, two spaces between columns) fits `width`: those with no value in any row first, unsaid. Returns the columns,
+    rows and what was left out that had values."""
+    def natural(cols: list[int]) -> int:
+        return sum(max([cell_len(columns[i])] + [cell_len(r[i]) for r in rows]) for i in cols) + 2 * (len(cols) - 1)
+    shown = list(range(len(columns)))
+    dropped = []
+    empty = [n for n in drop if n in columns and not any(r[columns.index(n)] for r in rows)]
+    for name in empty + [n for n in drop if n not in empty]:
+        if natural(shown) <= width:
+            break
+        if name in columns:
+            shown.remove(columns.index(name))
+            dropped += [] if name in empty else [name]
+    return [columns[i] for i in shown], [[r[i] for i in shown] for r in rows], dropped
 
 
 def confirm(question: str) -> bool:

@@ -269,10 +269,14 @@ def jobs(cluster: Optional[str] = CLUSTER,
                       "" if r["loss"] is None else f"{r['loss']:.4f}", r["loss_curve"],
                       "" if r["goodput"] is None else f"{r['goodput']:.0f}%"
                       + _resumes(r)]
-                     for r in rows])
+                     for r in rows], keep=("id",), drop=JOBS_DROPPED_FIRST)
     for r in rows:
         if r["note"]:
             con.err.print(f"[yellow]! run {r['id']}: {r['note']}[/]")
+
+
+# What `jobs` goes without in a narrow terminal, first first: never the id (what logs, download and cancel take).
+JOBS_DROPPED_FIRST = ("loss curve", "cost", "goodput", "exit", "started", "duration", "step", "loss", "job")
 
 
 def _resumes(row: dict[str, Any]) -> str:
@@ -306,9 +310,10 @@ def cancel(run_id: str = typer.Argument(..., help="Run id."), cluster: Optional[
     """Ask the agent to stop a run (SIGTERM, then SIGKILL after a grace period)."""
     from ..control import submission
     st, prov = cluster_and_provider(cluster, provider)
+    store = prov.store(st)
     if prov.remote_runs is not None:
-        prov.remote_runs.cancel(st, prov.store(st), submission.resolve_run(prov.store(st), run_id))
-        console().err.print(f"run {run_id} cancelled")
+        rid = submission.resolve_run(store, run_id)
+        prov.remote_runs.cancel(st, store, rid)
+        console().err.print(f"run {rid} cancelled")
         return
-    submission.cancel(prov.store(st), run_id)
-    console().err.print(f"cancel of run {run_id} requested")
+    console().err.print(f"cancel of run {submission.cancel(store, run_id)} requested")

@@ -16,11 +16,13 @@ from ..core.jobspec import JobSpec
 from ..core.models import ClusterState, Phase
 from . import armed
 from ..providers.base import Provider, Reporter
-from ..core.runs import RunSpec, RunState
+from ..core.runs import RunSpec
 from ..core.store import BlobStore
 
 STALE_SECONDS = 120   # no heartbeat for this long: `jobs` shows the run as "lost?"
 
+
+SHOWN_CANDIDATES = 5   # an ambiguous short id names this many of the runs it matches
 
 DEFAULT_SESSIONS = 10   # a service's run chains through at most this many sessions unless --chain says otherwise
 
@@ -115,14 +117,29 @@ def preview(job: JobSpec, store: BlobStore | None) -> Preview:
 
 
 def resolve_run(store: BlobStore, run_id: str | None) -> str:
-    if run_id:
-        if runs.job(store, runs.check_id(run_id)) is None:
-            raise TpuctlError(ErrorKind.NOT_FOUND, f"no run {run_id}", "`tpuctl jobs` lists runs")
-        return run_id
-    latest = runindex.latest(store)
-    if latest is None:
-        raise TpuctlError(ErrorKind.NOT_FOUND, "no runs yet", "`tpuctl submit JOB_DIR` starts one")
-    return latest
+    """The run `run_id` names: a whole id (one read: its job.json), or a unique start or end of one, as git and
+    docker take short ids (runindex.matching); None: the latest run."""
+    if not run_id:
+        latest = runindex.latest(store)
+        if latest is None:
+            raise TpuctlError(ErrorKind.NOT_FOUND, "no runs yet", "`tpuctl submit JOB_DIR` starts one")
+        return latest
+    part = run_id.lower()
+    if runs.is_id(part):
+        if runs.job(store, part) is None:
+            raise TpuctlError(ErrorKind.NOT_FOUND, f"no run {part}", "`tpuctl jobs` lists runs")
+        return part
+    if not runindex.is_short_form(part):
+        runs.check_id(run_id)   # refused with the id's shape as the hint
+    found = runindex.matching(store, part)
+    if not found:
+        raise TpuctlError(ErrorKind.NOT_FOUND, f"no run id starts or ends with {part!r}", "`tpuctl jobs` lists runs")
+    if len(found) > 1:
+        shown = ", ".join(found[:SHOWN_CANDIDATES]) + (f" and {len(found) - SHOWN_CANDIDATES} more"
+                                                        if len(found) > SHOWN_CANDIDATES else "")
+        raise TpuctlError(ErrorKind.INPUT, f"{part!r} is ambiguous: {len(found)} runs match ({shown})",
+                          "give more of the id (its start or its end); `tpuctl jobs` lists runs")
+    return found[0]
 
 
 def _row(store: BlobStore, run_id: str) -> dict[str, object]:
@@ -206,10 +223,12 @@ def refresh(st: ClusterState, provider: Provider, store: BlobStore, run_ids: lis
         remote.advance(st, store, run_id)
 
 
-def cancel(store: BlobStore, run_id: str) -> RunState:
-    """A queued run never starts once cancelled; a running one gets SIGTERM, then SIGKILL after the grace."""
-    st = runs.status(store, resolve_run(store, run_id))
+def cancel(store: BlobStore, run_id: str) -> str:
+    """A queued run never starts once cancelled; a running one gets SIGTERM, then SIGKILL after the grace.
+    Returns the whole id of the run `run_id` names."""
+    run_id = resolve_run(store, run_id)
+    st = runs.status(store, run_id)
     if st.state.final:
         raise TpuctlError(ErrorKind.INPUT, f"run {run_id} already {st.state.value}", "nothing to cancel")
     store.write(layout.run_cancel(run_id), json.dumps({"time": time.time()}).encode())
-    return st.state
+    return run_id

@@ -70,6 +70,44 @@ def latest(store: BlobStore) -> str | None:
     return ids[0] if ids else None
 
 
+# The shapes of run ids (runs.new_id): today's, then those of earlier releases; 9 is a digit, f a hex digit.
+_SHAPES = ("99999999-999999-999-ffff", "99999999-999999-ffff")
+SHORTEST = 4   # as git: a shorter form would match too much to mean one run
+
+
+def _fits(part: str, shape: str) -> bool:
+    return len(part) == len(shape) and all(
+        c == "-" if s == "-" else (c.isdigit() if s == "9" else c in "0123456789abcdef") for c, s in zip(part, shape))
+
+
+def _could_start(part: str) -> bool:
+    return any(_fits(part, shape[:len(part)]) for shape in _SHAPES)
+
+
+def _could_end(part: str) -> bool:
+    return any(len(part) <= len(shape) and _fits(part, shape[len(shape) - len(part):]) for shape in _SHAPES)
+
+
+def is_short_form(part: str) -> bool:
+    """Whether `part` can be the start or the end of a run id (and is long enough to be taken as one)."""
+    return len(part) >= SHORTEST and (_could_start(part) or _could_end(part))
+
+
+def matching(store: BlobStore, part: str) -> list[str]:
+    """The runs whose id starts or ends with `part` (a short form, is_short_form), newest first. A start is one
+    listing of the index under that prefix (the index is keyed by the flipped id, and flipping keeps prefixes);
+    an end can only be told from the whole index, listed once."""
+    ensure(store)
+    found: list[str] = []
+    if _could_start(part):
+        flipped = flip(part)
+        prefix = layout.run_index(flipped) if len(flipped) >= 6 else layout.RUN_INDEX_PREFIX + flipped
+        found += [flip(k.rsplit("/", 1)[1]) for k, _ in store.list(prefix)]
+    if _could_end(part):
+        found += [rid for rid in newest(store) if rid.endswith(part)]
+    return sorted(set(found), reverse=True)
+
+
 def all_ids(store: BlobStore) -> list[str]:
     """Every run, oldest first (`down` of a Kaggle cluster, TensorBoard over all runs)."""
     return newest(store)[::-1]

@@ -105,11 +105,16 @@ def new_id(now: Callable[[], float] = time.time) -> str:
             + secrets.token_hex(2))
 
 
+def is_id(run_id: str) -> bool:
+    return bool(_ID_RE.fullmatch(run_id))
+
+
 def check_id(run_id: str) -> str:
     """A run id as new_id makes them; checked before any store access (an id is part of store keys)."""
-    if not _ID_RE.match(run_id):
+    if not is_id(run_id):
         raise bad_input(f"{run_id!r} is not a run id",
-                        "run ids look like 20261122-174500-123-3f2a; `tpuctl jobs` lists them")
+                        "run ids look like 20261122-174500-123-3f2a (its start, as 20261122-1745, or its end, "
+                        "as 3f2a, will do when only one run has it); `tpuctl jobs` lists them")
     return run_id
 
 
