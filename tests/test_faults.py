@@ -7,7 +7,7 @@ import time
 import pytest
 
 from jobs import make_job, tpuctl_within
-from tpuctl.core import runs, state
+from tpuctl.core import layout, runs, state
 from tpuctl.providers.local import LocalProvider
 
 
@@ -266,6 +266,65 @@ def test_a_follower_restarts_a_dead_local_agent_and_the_run_resumes(quick_local,
     st = runs.status(store, run_id)
     assert st.state is runs.RunState.SUCCEEDED and st.attempt == 2
     assert state.load("faults").host.pid != quick_local.host.pid
+
+
+def test_an_attached_submit_restarts_a_local_agent_killed_under_it_within_seconds(quick_local, tmp_path):
+    """Issue 30: the follower of `submit` looks at the agent every few seconds (TPUCTL_REVIVE_SECONDS, 3), not only
+    once the heartbeat is 90 s old: the agent is back within 10 s, says so, and the run finishes."""
+    import signal
+    import subprocess
+    import sys
+    job = make_job(tmp_path, QUIET, '[env]\nQUIET_SECONDS = "3"\n', name="attached")
+    proc = subprocess.Popen([sys.executable, "-m", "tpuctl", "submit", str(job), "-c", "faults"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        store = LocalProvider().store(quick_local)
+        deadline = time.monotonic() + 30
+        while not runs.heartbeats(store) or not [k for k, _ in store.list(layout.RUNS_PREFIX) if "claim" in k]:
+            assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+            time.sleep(0.1)
+        run_id = [k for k, _ in store.list(layout.RUNS_PREFIX) if k.endswith("/claim")][0].split("/")[2]
+        _wait_running(store, run_id)
+        os.kill(quick_local.host.pid, signal.SIGKILL)
+        killed = time.monotonic()
+        while state.load("faults").host.pid == quick_local.host.pid:
+            assert time.monotonic() - killed < 10, "the follower did not restart the agent within 10 s"
+            time.sleep(0.1)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    assert f"the local agent of faults (pid {quick_local.host.pid}) was not running: restarted it" in err
+    assert f"run {run_id}: the new agent ends what the dead one left of it and runs it again at once" in err
+    assert "no heartbeat" not in err
+    st = runs.status(store, run_id)
+    assert st.state is runs.RunState.SUCCEEDED and st.attempt == 2
+
+
+def test_a_follower_gives_the_agent_it_restarted_the_time_any_agent_has_before_calling_the_run_silent(env):
+    """A run whose heartbeat is long stale when the follower restarts its agent: no "no heartbeat" warning while
+    the new agent takes it over (the contradiction issue 30 saw: "no heartbeat for 90s: the local agent is
+    running"), and the usual one if it still has not, a staleness period later."""
+    from tpuctl.control.hostwatch import HostWatch
+    from tpuctl.core.models import ClusterSpec, ClusterState, HostFacts, ProviderName
+
+    class Prov:
+        def revive(self, st, reporter):
+            return ClusterState(spec=st.spec, host=HostFacts(pid=222))
+
+        def host_state(self, st):
+            return True, f"the local agent (pid {st.host.pid}) is running but has not taken the run over yet"
+    now = [0.0]
+    said = []
+    st = ClusterState(spec=ClusterSpec(name="c", provider=ProviderName.LOCAL, store="/x"), host=HostFacts(pid=111))
+    watch = HostWatch(Prov(), st, "r1", 900, said.append, reporter=None, clock=lambda: now[0])
+    stale = runs.RunStatus(state=runs.RunState.RUNNING, heartbeat=time.time() - 200)
+    for now[0] in (0.0, 30.0, 80.0):
+        watch(stale)
+    assert len(said) == 1 and "the new agent ends what the dead one left of it" in said[0]
+    now[0] = 95.0
+    watch(stale)
+    assert len(said) == 2 and said[1].startswith("run r1 has had no heartbeat for 90s: the local agent (pid 222)")
 
 
 DATA_VIEW = """

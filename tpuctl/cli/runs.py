@@ -27,7 +27,8 @@ def _follow(store: "BlobStore", run_id: str, st0: "ClusterState", prov: "Provide
     def write(data: bytes) -> None:
         out.write(data)
         out.flush()
-    host_watch = HostWatch(prov, st0, run_id, give_up_after, lambda m: console().err.print(f"[yellow]! {m}[/]"))
+    host_watch = HostWatch(prov, st0, run_id, give_up_after, lambda m: console().err.print(f"[yellow]! {m}[/]"),
+                           console().Reporter())
     remote = prov.remote_runs
     said = [""]
 
@@ -150,9 +151,6 @@ def logs(run_id: Optional[str] = typer.Argument(None, help="Run id (default: the
         console().err.print(f"run {rid} is a TensorFlow program: it runs on worker 0 (`tpuctl logs {rid}`); "
                              f"worker {worker} serves the TPU runtime")
         return
-    if follow and not runs.status(store, rid, worker).state.final:
-        with console().Reporter() as rep:
-            st = prov.revive(st, rep)   # a run waiting on a local agent that died would wait forever
     raise typer.Exit(_follow(store, rid, st, prov, worker, follow, give_up_after))
 
 

@@ -1,9 +1,11 @@
 """What a follower (`submit`, `logs -f`) does when the run's host goes quiet: say so at once, keep following while
 the compute is coming back (being recreated, booting, or lost on a cluster whose recovery watcher holds the lease),
 and give up with exit 9 when nothing is bringing it back or after a limit, with the command that resumes the run.
-Never a silent wait on a dead host."""
+Never a silent wait on a dead host. A host process that only tpuctl restarts (the local agent: Provider.revive) is
+looked at every few seconds and restarted at once, whatever the heartbeat says."""
 from __future__ import annotations
 
+import os
 import time
 from typing import Callable
 
@@ -11,20 +13,29 @@ from ..core import layout
 from ..core.errors import ErrorKind, TpuctlError
 from ..core.lease import Lease
 from ..core.models import ClusterState
-from ..providers.base import Provider
+from ..providers.base import Provider, Reporter
 from ..core.runs import RunState, RunStatus, stale_seconds
 from . import armed
 
 CHECK_SECONDS = 10.0   # how often the cluster is asked while the host is quiet
 
 
+def revive_seconds() -> float:
+    """How often a follower makes sure the host's agent runs where only tpuctl restarts it (Provider.revive: for the
+    local agent, a read of /proc), TPUCTL_REVIVE_SECONDS (3 s): a dead agent is back within seconds."""
+    return float(os.environ.get("TPUCTL_REVIVE_SECONDS", "3"))
+
+
 class HostWatch:
     def __init__(self, provider: Provider, st: ClusterState, run_id: str, give_up_after: float,
-                 warn: Callable[[str], None], clock: Callable[[], float] = time.monotonic) -> None:
+                 warn: Callable[[str], None], reporter: Reporter, clock: Callable[[], float] = time.monotonic) -> None:
         self.p, self.st, self.run_id, self.limit, self.warn, self.clock = provider, st, run_id, give_up_after, warn, clock
+        self.reporter = reporter
         self.quiet_since: float | None = None
         self.queued_since: float | None = None
         self.checked = 0.0
+        self.revive_at = 0.0                  # the next look at the agent: at once on the first poll
+        self.revived_at: float | None = None  # when this follower restarted it
 
     def _resume(self) -> str:
         return (f"bring the host back with `tpuctl up -c {self.st.name} ...` (the run resumes where it stopped), "
@@ -33,12 +44,17 @@ class HostWatch:
     def __call__(self, status: RunStatus) -> None:
         """Called on each idle poll of a run that is not final; raises TpuctlError(HOST_LOST) to give up."""
         now = self.clock()
+        if now >= self.revive_at:
+            self.revive_at = now + revive_seconds()
+            self._revive(now)
         beat = status.heartbeat
         if status.state is RunState.QUEUED:
             self.queued_since = self.queued_since if self.queued_since is not None else now
         quiet = (status.state in (RunState.RUNNING, RunState.STARTING) and beat is not None
                  and time.time() - beat > stale_seconds()) \
             or (status.state is RunState.QUEUED and now - (self.queued_since or now) > stale_seconds())
+        if quiet and self.revived_at is not None and now - self.revived_at < stale_seconds():
+            quiet = False   # the agent restarted here takes the run over: the time any agent has to, before a word
         if not quiet:
             self.quiet_since = None
             return
@@ -61,6 +77,15 @@ class HostWatch:
                                   self._resume())
             if self.quiet_since == now:
                 self.warn(f"the recovery watcher on {watcher} is bringing it back; following on")
+
+    def _revive(self, now: float) -> None:
+        before = self.st.host.pid
+        self.st = self.p.revive(self.st, self.reporter)   # says what it found and what it started
+        if self.st.host.pid != before:
+            self.revived_at, self.quiet_since = now, None
+            self.warn(f"run {self.run_id}: the new agent ends what the dead one left of it and runs it again at once "
+                      "(a new attempt, same run id and output directory: a job that checkpoints continues from "
+                      "its last checkpoint); following on")
 
     def _watcher(self) -> str:
         """Where the watcher of a cluster armed for recovery runs, when one holds the lease; else ""."""

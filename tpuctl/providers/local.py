@@ -169,7 +169,7 @@ class LocalProvider:
 
     def host_state(self, st: ClusterState) -> tuple[bool, str]:
         if self.agent_alive(st):
-            return True, "the local agent is running"
+            return True, f"the local agent (pid {st.host.pid}) is running but has not taken the run over yet"
         return False, f"the local agent (pid {st.host.pid}) is not running"
 
     def problem(self, st: ClusterState) -> tuple[str, str] | None:
