@@ -57,8 +57,8 @@ def test_submit_on_gcp_streams_and_exits_with_code(cluster, cli, cloud, tmp_path
     cloud.gcs.calls.clear()
     assert cli("submit", str(job), "-c", "bert", "--detach")[0] == 0
     uploads = [c.rsplit(" ", 1)[-1] for c in cloud.gcs.calls if c.startswith("POST /upload")]
-    assert [u for u in uploads if not u.startswith(("tpuctl/agents/", "tpuctl/runs/", "tpuctl/queue/",
-                                                    "tpuctl/index/runs/"))] == []   # the run's records only
+    records = ("tpuctl/agents/", "tpuctl/runs/", "tpuctl/queue/", "tpuctl/index/runs/", "tpuctl/submitting/")
+    assert [u for u in uploads if not u.startswith(records)] == []   # the run's records only
     assert len([u for u in uploads if u.endswith("/job.json")]) == 1
 
 

@@ -163,7 +163,7 @@ def ls_(as_json: bool = typer.Option(False, "--json", help="Machine-readable out
         if r["phase"] == "down":
             kept = f"{con.human_bytes(int(str(r['store_bytes'])))} kept" if r["store_bytes"] is not None else "kept"
             return f"{kept}; --delete-bucket on down removes it"
-        return str(r.get("watcher", ""))
+        return "; ".join(str(x) for x in (r.get("watcher"), r.get("orphan_data")) if x)
     con.print_table(["cluster", "provider", "type", "zone", "state", "store", "note"],
                     [[r["cluster"], r["provider"], r["type"], r["zone"], r["phase"], r["store"], note(r)]
                      for r in rows], keep=("cluster",), drop=("store", "provider", "zone", "type"))
@@ -187,6 +187,9 @@ def down(cluster: Optional[str] = CLUSTER,
         st, prov = _from_labels(cluster_name(cluster), project, provider, e)
     already = st.phase is Phase.DOWN
     if already and not delete_bucket:
+        from ..control.down import remove_orphans
+        with con.Reporter() as rep:
+            remove_orphans(st, prov, rep)
         con.err.print(f"cluster {st.name} is already down; its {prov.store_noun} {st.spec.store} is kept "
                       f"(`tpuctl down -c {st.name} --delete-bucket` removes it)")
         return

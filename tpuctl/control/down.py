@@ -4,11 +4,19 @@ from __future__ import annotations
 
 import time
 
-from ..core import state
+from ..core import orphans, state
 from ..core.errors import TpuctlError
 from ..core.models import ClusterState, HostFacts, Phase
 from ..providers.base import Provider, Reporter, progress_of
 from . import armed
+
+
+def remove_orphans(st: ClusterState, provider: Provider, reporter: Reporter) -> None:
+    """The data of runs never submitted (core/orphans.py): a kept store keeps runs, not what was never one."""
+    runs_, files, size = orphans.remove_all(provider.store(st))
+    if runs_:
+        reporter.resource("data", f"of {runs_} run{'s' * (runs_ > 1)} never submitted",
+                          f"deleted ({files} files, {size / 1e6:.1f} MB)", final=True)
 
 
 def _disarm(st: ClusterState, provider: Provider) -> tuple[list[str], str]:
@@ -62,6 +70,10 @@ def down(st: ClusterState, provider: Provider, reporter: Reporter, delete_store:
         except TpuctlError as e:
             errors.append(e)
     else:
+        try:
+            remove_orphans(st, provider, reporter)
+        except TpuctlError as e:
+            errors.append(e)
         reporter.info(f"kept {provider.store_noun} {st.spec.store}: `tpuctl logs/jobs/download -c {st.name}` still "
                       f"read it; `tpuctl down -c {st.name} --delete-bucket` removes it and its contents")
     if errors:

@@ -9,7 +9,7 @@ from ..core import state
 from ..core.errors import TpuctlError
 from ..core.models import ClusterState, Phase
 from ..providers.base import Provider
-from .status import store_bytes, stopped_by_host, when
+from .status import orphan_data, store_bytes, stopped_by_host, when
 
 
 def ls(providers: list[Provider], extra_project: str, warn: Callable[[str], None]) -> list[dict[str, object]]:
@@ -29,7 +29,7 @@ def ls(providers: list[Provider], extra_project: str, warn: Callable[[str], None
         rows.append({"cluster": s.name, "provider": s.spec.provider.value, "type": s.spec.tpu_type, "zone": s.zone,
                      "phase": phase, "store": s.spec.store, "store_bytes": kept, "orphan": False, "kind": "cluster",
                      "name": s.name, "remove": f"tpuctl down -c {s.name}",
-                     "past_deadline": when(s.deadline) if overdue else ""})
+                     "past_deadline": when(s.deadline) if overdue else "", "orphan_data": orphan_data(s, prov)})
     for p in providers:
         if p.inventory is None:
             continue

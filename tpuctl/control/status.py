@@ -33,6 +33,7 @@ def status(st: ClusterState, provider: Provider) -> dict[str, object]:
     stopped = _stop_in(st, record)
     info.update(_cost(st, price.hourly))
     info.update(watch)
+    info["orphan_data"] = orphan_data(st, provider)
     armed = _armed(st, provider, record) if (st.spec.autostop or st.deadline) and st.phase is Phase.READY and not stopped \
         else ""
     if st.spec.autostop:
@@ -93,6 +94,22 @@ def _watch(st: ClusterState, provider: Provider) -> dict[str, object]:
     out["recoveries"] = [f"{when(float(r.get('detected_at', 0)))}: {r.get('lost')}; back in {r.get('zone')} after "
                          f"{float(r.get('gone_seconds', 0)):.0f}s" for r in done]
     return out
+
+
+def orphan_data(st: ClusterState, provider: Provider) -> str:
+    """What the store holds of runs never submitted (core/orphans.py), in words with the command that removes it;
+    "" when nothing (or when the store cannot be read: `status` says so elsewhere)."""
+    from ..core import orphans
+    try:
+        found = orphans.find(provider.store(st))
+    except Exception:  # noqa: BLE001 - a nicety in status and ls: a store that cannot be read shows none
+        return ""
+    if not found:
+        return ""
+    size = sum(o.bytes for o in found)
+    return (f"{size / 1e6:.1f} MB of data ({sum(o.files for o in found)} files) of {len(found)} run"
+            f"{'s' * (len(found) > 1)} never submitted ({', '.join(o.run_id for o in found[:3])}"
+            f"{', ...' if len(found) > 3 else ''}: {found[0].left_by}); `tpuctl down -c {st.name}` removes it")
 
 
 def _armed(st: ClusterState, provider: Provider, record: dict[str, object]) -> str:

@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core import datasync, goodput, layout, metrics, packaging, runindex, runs
+from ..core import datasync, goodput, interrupts, layout, metrics, orphans, packaging, runindex, runs
 from ..core.errors import ErrorKind, TpuctlError
 from ..core.jobspec import JobSpec
 from ..core.models import ClusterState, Phase
@@ -63,22 +63,58 @@ def submit(st: ClusterState, provider: Provider, job: JobSpec, args: list[str], 
         else:
             reporter.resource("package", sha[:12], "unchanged", final=True)
     run_id = runs.new_id()
-    synced = datasync.sync(store, job.data, job.data_as, run_id, transfer) if job.data else {}
-    if synced:
-        reporter.resource("data", layout.run_data(run_id), f"{synced['uploaded']} of {synced['files']} files sent "
-                          f"({synced['bytes_sent'] / 1e6:.1f} MB; {synced['bytes_skipped'] / 1e6:.1f} MB unchanged)",
-                          final=True)
-    spec = RunSpec(id=run_id, name=job.name, command=job.command, args=list(args), env=job.env, package=sha,
-                   requirements=job.requirements, submitted=time.time(), cluster=st.name,
-                   framework=job.framework.value, down_after=down_after, tensorflow=job.tensorflow)
-    if not store.create(layout.run_job(run_id), json.dumps(spec.to_json(), indent=2).encode()):
-        raise TpuctlError(ErrorKind.ERROR, f"run id {run_id} already exists", "submit again")
-    runindex.register(store, run_id)
+    try:
+        synced = _write_run(store, st, job, args, run_id, transfer, reporter, down_after, sha)
+    except datasync.Interrupted as e:
+        raise TpuctlError(ErrorKind.INTERRUPTED, f"submit stopped while sending data: run {run_id} was never "
+                          f"submitted and keeps no data; {e.stored} of {e.missing} new data contents "
+                          f"({e.bytes_sent / 1e6:.1f} MB) reached the store and stay there (no submit sends them "
+                          "again)", "submit again to send the rest and run it") from None
+    except KeyboardInterrupt:
+        raise TpuctlError(ErrorKind.INTERRUPTED, f"submit stopped before run {run_id} was written: nothing of it is "
+                          "in the store", "submit again to run it") from None
     armed.for_run(store, run_id)   # an armed cluster's watch is for the first run submitted after `up --recover`
     if provider.remote_runs is not None:
         provider.remote_runs.dispatch(st, store, run_id, sessions or DEFAULT_SESSIONS,
                                       lambda m: reporter.resource("run", run_id, m, final=True))
     return run_id, synced
+
+
+def _write_run(store: BlobStore, st: ClusterState, job: JobSpec, args: list[str], run_id: str,
+               transfer: datasync.Transfer, reporter: Reporter, down_after: bool, sha: str) -> dict[str, int]:
+    """The run's data, then its job.json, queue entry and index entry. A run stopped before its job.json is
+    written (Ctrl-C, a failed upload) leaves no data (orphans.py); once it is, Ctrl-C waits for the entries, so a
+    run is never written and left unqueued."""
+    if job.data:
+        orphans.begin(store, run_id)
+    try:
+        synced = datasync.sync(store, job.data, job.data_as, run_id, transfer) if job.data else {}
+        if synced:
+            reporter.resource("data", layout.run_data(run_id), f"{synced['uploaded']} of {synced['files']} files "
+                              f"sent ({synced['bytes_sent'] / 1e6:.1f} MB; {synced['bytes_skipped'] / 1e6:.1f} MB "
+                              "unchanged)", final=True)
+        spec = RunSpec(id=run_id, name=job.name, command=job.command, args=list(args), env=job.env, package=sha,
+                       requirements=job.requirements, submitted=time.time(), cluster=st.name,
+                       framework=job.framework.value, down_after=down_after, tensorflow=job.tensorflow)
+        with interrupts.held() as interrupted:
+            if not store.create(layout.run_job(run_id), json.dumps(spec.to_json(), indent=2).encode()):
+                raise TpuctlError(ErrorKind.ERROR, f"run id {run_id} already exists", "submit again")
+            runindex.register(store, run_id)
+            if job.data:
+                orphans.end(store, run_id)
+    except BaseException:
+        with interrupts.held():
+            if runs.job(store, run_id) is None and job.data:
+                try:
+                    orphans.discard(store, run_id)
+                except Exception:  # noqa: BLE001 - the store failing as well: the mark stays, `status` shows it
+                    pass
+        raise
+    if interrupted:
+        raise TpuctlError(ErrorKind.INTERRUPTED, f"run {run_id} was submitted as Ctrl-C came, and runs",
+                          f"follow it: tpuctl logs {run_id} -c {st.name} -f; stop it: tpuctl cancel {run_id} "
+                          f"-c {st.name}")
+    return synced
 
 
 @dataclass

@@ -5,11 +5,14 @@ run's view, and unchanged content is never sent twice (local md5s are cached, md
 from __future__ import annotations
 
 import os
-from concurrent.futures import ThreadPoolExecutor
+import queue
+import threading
+import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
-from . import layout
+from . import interrupts, layout
 from .md5cache import Md5Cache
 from .store import BlobStore
 
@@ -49,25 +52,123 @@ def stored(store: BlobStore) -> set[str]:
     return {k[len(layout.BLOBS_PREFIX):] for k in store.stats(layout.BLOBS_PREFIX)}
 
 
+class Interrupted(Exception):
+    """A sync stopped part way (Ctrl-C): how far it got. The blobs sent stay (content-addressed: the next sync does
+    not send them again); copies made into the run's directory are the caller's to remove."""
+
+    def __init__(self, stored: int, missing: int, bytes_sent: int) -> None:
+        super().__init__(f"{stored} of {missing} contents sent")
+        self.stored, self.missing, self.bytes_sent = stored, missing, bytes_sent
+
+
+class _Stopped(Exception):
+    """Raised inside a worker once the sync is stopped: it ends where it is."""
+
+
+class _Gate:
+    """Copies into the run's directory go on in parallel until the gate closes; close() waits for the copies already
+    begun, so none lands after the caller has removed the run's data."""
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        self.open, self.inside = True, 0
+
+    @contextmanager
+    def passing(self) -> Iterator[None]:
+        with self.cond:
+            if not self.open:
+                raise _Stopped()
+            self.inside += 1
+        try:
+            yield
+        finally:
+            with self.cond:
+                self.inside -= 1
+                self.cond.notify_all()
+
+    def close(self) -> None:
+        with self.cond:
+            self.open = False
+            while self.inside:
+                self.cond.wait()
+
+
 def sync(store: BlobStore, paths: list[Path], names: list[str], run_id: str, transfer: Transfer) -> dict[str, int]:
     """Upload the blobs the store lacks and give the run its copies, pipelined per content (a copy follows its
-    blob's upload at once); returns counts and bytes sent/skipped."""
+    blob's upload at once); returns counts and bytes sent/skipped. Interrupted (Ctrl-C) raises Interrupted once no
+    copy is in flight; an upload in flight is abandoned (a half-sent object never appears: a GCS upload completes
+    or creates nothing, a local one lands by rename)."""
     files = plan(paths, names)
     by_md5 = contents(files)
     have = stored(store)
     missing = [md5 for md5 in by_md5 if md5 not in have]
     sent = sum(by_md5[md5][1] for md5 in missing)
     advance = transfer(sent) if missing else (lambda n: None)
+    gate = _Gate()
+    done: list[str] = []
+
+    def moved(n: int) -> None:
+        if not gate.open:
+            raise _Stopped()   # a local copy stops within a MiB
+        advance(n)
 
     def one(md5: str) -> None:
         path, _, rels = by_md5[md5]
         if md5 not in have:
-            store.upload_file(str(path), layout.blob(md5), advance)
+            store.upload_file(str(path), layout.blob(md5), moved)
+            done.append(md5)
         for rel in rels:
-            store.copy(layout.blob(md5), layout.run_data(run_id) + rel)
-    if by_md5:
-        with ThreadPoolExecutor(min(WORKERS, len(by_md5))) as pool:
-            for f in [pool.submit(one, md5) for md5 in by_md5]:
-                f.result()
+            with gate.passing():
+                store.copy(layout.blob(md5), layout.run_data(run_id) + rel)
+    try:
+        _each(one, list(by_md5), WORKERS, gate.close)
+    except KeyboardInterrupt:
+        raise Interrupted(len(done), len(missing), sum(by_md5[md5][1] for md5 in done)) from None
     skipped = sum(size * len(rels) for md5, (_, size, rels) in by_md5.items() if md5 in have)
     return {"files": len(files), "uploaded": len(missing), "bytes_sent": sent, "bytes_skipped": skipped}
+
+
+def stop_wait() -> float:
+    """How long an interrupted sync waits for its uploads in flight to stop (TPUCTL_STOP_WAIT, 5 s): a local copy
+    stops within a MiB and removes its partial file; a GCS upload cannot stop part way, and is abandoned at exit
+    (Cloud Storage makes no object of an upload that never completed)."""
+    return float(os.environ.get("TPUCTL_STOP_WAIT", "5"))
+
+
+def _each(work: Callable[[str], None], items: list[str], workers: int, stop: Callable[[], None]) -> None:
+    """work(item) for every item on up to `workers` daemon threads; the first failure is raised once every thread
+    has stopped taking items. On a failure or Ctrl-C, stop() is called (with Ctrl-C held) before the threads are
+    waited for, at most stop_wait() seconds. Daemon threads, unlike a ThreadPoolExecutor's: an interrupted submit
+    need not wait for a large upload in flight."""
+    todo = queue.SimpleQueue[str]()
+    for item in items:
+        todo.put(item)
+    failed: list[BaseException] = []
+
+    def worker() -> None:
+        while not failed:
+            try:
+                item = todo.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                work(item)
+            except BaseException as e:  # noqa: BLE001 - handed to the waiting thread, which raises it
+                failed.append(e)
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(min(workers, len(items)))]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            while t.is_alive():
+                t.join(0.2)   # in slices: a Ctrl-C reaches this thread at once
+    except BaseException as e:
+        failed.append(e)
+    if failed:
+        with interrupts.held():   # a second Ctrl-C while what is in flight stops
+            stop()
+            deadline = time.monotonic() + stop_wait()
+            for t in threads:
+                if t.ident is not None:   # started (Ctrl-C may come while they are being started)
+                    t.join(max(0.0, deadline - time.monotonic()))
+        raise failed[-1] if isinstance(failed[-1], KeyboardInterrupt) else failed[0]

@@ -21,6 +21,8 @@ RECOVERIES_PREFIX = "tpuctl/watch/recoveries/"
 QUEUE_PREFIX = "tpuctl/queue/"
 RUN_INDEX_PREFIX = "tpuctl/index/runs/"
 RUN_INDEX_COMPLETE = "tpuctl/index/complete"
+SUBMITTING_PREFIX = "tpuctl/submitting/"
+ORPHANS_CHECKED = "tpuctl/orphans-checked"
 
 def agent_package(version: str) -> str:
     """A wheel (agent_package.py says why): its file name must follow PEP 427 for pip to install it."""
@@ -34,6 +36,11 @@ def recovery(n: int) -> str:
 def queue_entry(run_id: str) -> str:
     """An unfinished run (runindex.py): listed oldest first."""
     return f"{QUEUE_PREFIX}{run_id}"
+
+
+def submitting(run_id: str) -> str:
+    """A run whose submit is copying its data and has not written its job.json yet (orphans.py)."""
+    return f"{SUBMITTING_PREFIX}{run_id}"
 
 
 def run_index(flipped_id: str) -> str:
@@ -146,6 +153,9 @@ DESCRIBED = [
     (f"{RUN_INDEX_PREFIX}FLIPPED-MONTH/FLIPPED-ID", "every run, newest first (its id with each digit d as 9-d): "
                                                     "what `jobs` and `logs` list"),
     (RUN_INDEX_COMPLETE, "written once the store's runs are all indexed (a store without it is indexed again)"),
+    (submitting("ID"), "written by `submit` before it copies a run's data, removed once its job.json is written: "
+                       "left behind, it marks data of a run never submitted (`status` shows it, `down` removes it)"),
+    (ORPHANS_CHECKED, "written once the store's run data has been looked over for what earlier releases left"),
     (run_claim("ID", 0) + "[-wN][-aK]", "written once by the agent that takes the run (worker N, attempt K)"),
     (run_status("ID", 0).replace("status.json", "status[-wN].json"), "state, exit code, heartbeat, host"),
     (log_chunk("ID", 0, 1).replace("logs/", "logs[-wN]/"), "ordered log chunks, each written once"),

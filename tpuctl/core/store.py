@@ -226,8 +226,11 @@ def _copy_file(src: Path, dst: Path, progress: Callable[[int], None]) -> None:
     """Copy through a temporary file beside dst, then rename: dst is the old file or the whole new one."""
     dst.parent.mkdir(parents=True, exist_ok=True)
     tmp = dst.with_name(partial_name())
-    with open(src, "rb") as f, open(tmp, "wb") as out:
-        while b := f.read(1 << 20):
-            out.write(b)
-            progress(len(b))
-    os.replace(tmp, dst)
+    try:
+        with open(src, "rb") as f, open(tmp, "wb") as out:
+            while b := f.read(1 << 20):
+                out.write(b)
+                progress(len(b))   # may raise to stop the copy (an interrupted submit)
+        os.replace(tmp, dst)
+    finally:
+        tmp.unlink(missing_ok=True)

@@ -1,0 +1,155 @@
+"""Ctrl-C during `submit`'s data upload (issue 30): it says what was stopped and what was kept, a run that was never
+submitted leaves no data, the blobs that reached the store stay whole (the next submit does not send them again);
+and what a submit killed outright, or an earlier release, left is shown by `status` and `ls` and removed by `down`."""
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tpuctl.core import layout, orphans
+from tpuctl.core.store import LocalStore
+
+# The real CLI in its own process, with SIGINT sent to itself at the worst moments: while the Nth data copy into
+# the run's directory is under way (other workers uploading and copying beside it), or in the middle of an upload.
+INTERRUPTING = """
+import os, signal, sys, threading, time
+from tpuctl.core import store
+moment, n = sys.argv[1], int(sys.argv[2])
+signal.signal(signal.SIGINT, signal.default_int_handler)   # as at a terminal (a background job starts ignoring it)
+seen = [0]
+lock = threading.Lock()
+def counted():
+    with lock:
+        seen[0] += 1
+        return seen[0]
+copy, upload = store.LocalStore.copy, store.LocalStore.upload_file
+def interrupting_copy(self, src, dst):
+    if moment.startswith("copy") and counted() == n:
+        # This copy is on the wire as Ctrl-C comes: the server completes it whatever this process does next (a
+        # thread that is not a daemon: the interpreter waits for it at exit), and its answer takes 0.5 s.
+        landing = threading.Timer(0.5, copy, (self, src, dst))
+        landing.daemon = False   # it would inherit the worker's daemon flag
+        landing.start()
+        os.kill(os.getpid(), signal.SIGINT)
+        if moment == "copy twice":
+            time.sleep(0.1)
+            os.kill(os.getpid(), signal.SIGINT)   # impatient hands: a second Ctrl-C while it stops
+        landing.join()
+        return
+    copy(self, src, dst)
+def interrupting_upload(self, path, key, progress):
+    def half_way(k):
+        if moment == "upload" and counted() == n:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.2)
+        progress(k)
+    upload(self, path, key, half_way)
+store.LocalStore.copy, store.LocalStore.upload_file = interrupting_copy, interrupting_upload
+from tpuctl.cli import main
+main(sys.argv[3:])
+"""
+
+FILES = 60
+
+
+@pytest.fixture
+def big_job(tmp_path):
+    job = tmp_path / "bigdata"
+    (job / "corpus").mkdir(parents=True)
+    (job / "tpuctl.toml").write_text('command = "python main.py"\ndata = ["corpus"]\n')
+    (job / "main.py").write_text("import os\nprint(len(os.listdir(os.path.join(os.environ['TPUCTL_DATA_DIR'], "
+                                 "'corpus'))), 'files')\n")
+    for i in range(FILES):   # distinct contents, 3 MiB each: an upload is several 1 MiB progress steps
+        (job / "corpus" / f"part{i:03d}.bin").write_bytes(os.urandom(3 << 20))
+    return job
+
+
+def unaccounted(store_root: Path) -> list[str]:
+    """What the store holds besides the cluster's own records and whole blobs: run data, runs, marks, partials."""
+    store = LocalStore(str(store_root))
+    bad = [k for k, _ in store.list(layout.OUTPUTS_PREFIX)]
+    bad += [k for k, _ in store.list(layout.RUNS_PREFIX)] + [k for k, _ in store.list(layout.SUBMITTING_PREFIX)]
+    bad += [k for k, _ in store.list(layout.QUEUE_PREFIX)] + [k for k, _ in store.list(layout.RUN_INDEX_PREFIX)]
+    bad += [str(p) for p in store_root.rglob("*") if p.name.startswith(".tpuctl-partial")]
+    for key, _ in store.list(layout.BLOBS_PREFIX):
+        if hashlib.md5((store_root / key).read_bytes()).hexdigest() != key.rsplit("/", 1)[1]:
+            bad.append(f"{key} is not whole")
+    return bad
+
+
+@pytest.mark.parametrize("moment,n,stop_wait", [("copy", 3, "5"), ("copy", 3, "0"), ("copy twice", 3, "5"),
+                                               ("upload", 25, "5")])
+def test_ctrl_c_during_the_data_upload_leaves_nothing_unaccounted(local_up, cli, big_job, moment, n, stop_wait,
+                                                                  monkeypatch):
+    """stop_wait 0: the uploads in flight are not waited for, as with a large one to a bucket; a copy into the
+    run's directory under way still is, so none lands after the run's data is removed."""
+    monkeypatch.setenv("TPUCTL_STOP_WAIT", stop_wait)
+    st = local_up("sigint")
+    root = Path(st.spec.store)
+    proc = subprocess.run([sys.executable, "-c", INTERRUPTING, moment, str(n), "submit", str(big_job), "-c",
+                           "sigint"], capture_output=True, text=True, timeout=120)
+    err = proc.stderr
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and err.count("package ") == 1
+    assert "submit stopped while sending data: run " in err and "was never submitted and keeps no data" in err
+    kept = len(LocalStore(str(root)).list(layout.BLOBS_PREFIX))
+    assert 0 < kept < FILES and f"{kept} of {FILES} new data contents" in err and "stay there" in err
+    assert unaccounted(root) == []
+    assert json.loads(cli("status", "-c", "sigint", "--json")[1])["orphan_data"] == ""
+    code, out, err = cli("submit", str(big_job), "-c", "sigint")
+    assert code == 0 and out == f"{FILES} files\n", err
+    assert f"{FILES - kept} of {FILES} files sent" in err   # what reached the store was not sent again
+
+
+def test_a_submit_killed_outright_leaves_a_mark_that_status_and_ls_show_and_down_removes(local_up, cli, big_job):
+    st = local_up("killed")
+    root = Path(st.spec.store)
+    store = LocalStore(str(root))
+    proc = subprocess.Popen([sys.executable, "-m", "tpuctl", "submit", str(big_job), "-c", "killed"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while not [k for k, _ in store.list(layout.OUTPUTS_PREFIX)]:   # the first copy into the run's directory
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.01)
+    proc.kill()
+    proc.wait()
+    [mark] = [k for k, _ in store.list(layout.SUBMITTING_PREFIX)]
+    run_id = mark.rsplit("/", 1)[1]
+    assert store.read(layout.run_job(run_id)) is None
+    said = json.loads(cli("status", "-c", "killed", "--json")[1])["orphan_data"]
+    assert f"of 1 run never submitted ({run_id}: a submit on this machine (pid {proc.pid})" in said
+    assert "`tpuctl down -c killed` removes it" in said
+    code, out, err = cli("ls")
+    assert "1 run never submitted" in out
+    code, out, err = cli("down", "-c", "killed", "--yes")
+    assert code == 0 and "never submitted" in err and "deleted" in err, err
+    assert store.list(layout.OUTPUTS_PREFIX) == [] and store.list(layout.SUBMITTING_PREFIX) == []
+
+
+def test_run_data_an_earlier_release_left_without_a_run_is_found_once_and_removed_by_down(local_up, cli):
+    st = local_up("legacy")
+    store = LocalStore(st.spec.store)
+    orphan = "20261101-120000-000-0bad"
+
+    def plant():
+        store.delete(layout.ORPHANS_CHECKED)   # a store an earlier release used: no marks
+        store.write(layout.run_data(orphan) + "corpus/part0.bin", b"x" * 1000)
+    plant()
+    store.write(layout.run_output(orphan) + "/data/not-run-data.txt", b"an output")   # outputs are no run data
+    said = json.loads(cli("status", "-c", "legacy", "--json")[1])["orphan_data"]
+    assert said.startswith(f"0.0 MB of data (1 files) of 1 run never submitted ({orphan}: a submit of an earlier")
+    assert store.read(layout.ORPHANS_CHECKED) is not None   # listed once; from now on the marks say it
+    code, out, err = cli("down", "-c", "legacy", "--yes")
+    assert code == 0 and "of 1 run never submitted" in err, err
+    assert orphans.find(store) == [] and store.list(layout.run_data(orphan)) == []
+    assert store.read(layout.run_output(orphan) + "/data/not-run-data.txt") == b"an output"
+    plant()
+    code, out, err = cli("down", "-c", "legacy", "--yes")   # already down: it goes all the same
+    assert code == 0 and "of 1 run never submitted" in err and "already down" in err, err
+    assert orphans.find(store) == []
