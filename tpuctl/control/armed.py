@@ -125,3 +125,36 @@ def recoveries(store: BlobStore) -> list[dict[str, Any]]:
         except ValueError:
             continue
     return out
+
+
+def recovery_line(rec: dict[str, Any]) -> str:
+    """A recovery in words, the same in the watcher's log and in `status`: why, where the compute came back, and one
+    measure of how long it took: from the lost host's last heartbeat (else from when the loss was seen) to the
+    re-created compute (`gone_seconds`)."""
+    where = f" on {rec['where']}" if rec.get("where") else (f" in {rec['zone']}" if rec.get("zone") else "")
+    return f"{rec.get('lost')}; back{where} after {float(rec.get('gone_seconds', 0)):.0f}s without compute"
+
+
+def runs_at_risk(store: BlobStore) -> dict[str, int]:
+    """The unfinished runs when the compute was lost, each with how many training attempts its metrics.json
+    recorded by then (the next one is the resumption: resumption())."""
+    from ..core import metrics, runindex
+    out = {}
+    for run_id in runindex.unfinished(store):
+        m = metrics.parse(store.read(layout.run_metrics(run_id)))
+        out[run_id] = len(m.attempts) if m else 0
+    return out
+
+
+def resumption(store: BlobStore, rec: dict[str, Any]) -> str:
+    """How the runs a recovery interrupted started training again, from their metrics.json: "run X resumed from
+    its checkpoint at step N" or "... from the start"; "" while none has (or for a job that writes no metrics)."""
+    from ..core import metrics
+    said = []
+    for run_id, before in dict(rec.get("runs") or {}).items():
+        m = metrics.parse(store.read(layout.run_metrics(run_id)))
+        if m is None or len(m.attempts) <= int(before):
+            continue
+        step = int(m.attempts[int(before)]["from"])
+        said.append(f"run {run_id} resumed " + (f"from its checkpoint at step {step}" if step else "from the start"))
+    return "; ".join(said)

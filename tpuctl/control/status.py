@@ -91,8 +91,8 @@ def _watch(st: ClusterState, provider: Provider) -> dict[str, object]:
     if doc.get("watcher") == armed.ON_VM and doc.get("watcher_zone") and host is not None:
         zone = str(doc["watcher_zone"])
         out["watcher_vm"] = f"{host.name(st.spec)} in {zone}: {host.state(st, zone)}"
-    out["recoveries"] = [f"{when(float(r.get('detected_at', 0)))}: {r.get('lost')}; back in {r.get('zone')} after "
-                         f"{float(r.get('gone_seconds', 0)):.0f}s" for r in done]
+    out["recoveries"] = [f"{when(float(r.get('detected_at', 0)))}: {armed.recovery_line(r)}"
+                         + (f"; {said}" if (said := armed.resumption(store, r)) else "") for r in done]
     return out
 
 

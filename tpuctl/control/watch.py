@@ -1,7 +1,8 @@
 """The recovery watcher (`tpuctl watch`): a process that is not the TPU looks at an armed cluster's compute and,
 when it is lost (provider.compute_lost: preempted, terminated, missing, a suspended or failed queued request),
 re-creates it through `up`'s own code path (the same zone first, then the cluster's other zones; backoff while
-none has capacity). The new host's agent resumes the interrupted run from its checkpoint (host/claims.py).
+none has capacity). The new host's agent runs the interrupted run again (host/claims.py), from its checkpoint if the
+job wrote one; the watcher says from which step once the job's metrics show it (armed.resumption).
 
 Only the lease holder acts (core/lease.py); another watcher stands by. Each look renews the lease, and during a
 re-create a keeper renews it, so a watcher killed mid-re-create lets its lease lapse and the next one finds the
@@ -48,6 +49,7 @@ class Watcher:
         self.where = where or f"{socket.gethostname()} (pid {os.getpid()})"
         self.lease = lease_of(self.store, self.where)
         self.holding = False
+        self.resuming: list[dict[str, Any]] = []   # recoveries whose runs have not yet said where they resumed
 
     # -- the loop --------------------------------------------------------------------------------------
     def run(self) -> str:
@@ -79,6 +81,7 @@ class Watcher:
         if pending:   # a watcher died while re-creating: finish its recovery (`up` adopts what it began)
             self.recover(str(pending.get("lost", "")), pending)
             return None
+        self._say_resumptions()
         lost = self.p.compute_lost(self.st) if self.st.phase is Phase.READY else "a re-create was interrupted"
         if not lost:
             return None
@@ -119,6 +122,7 @@ class Watcher:
     # -- bringing it back ------------------------------------------------------------------------------
     def recover(self, lost: str, pending: dict[str, Any] | None = None) -> None:
         """Re-create the compute; `pending`: the recovery a dead watcher began (recorded before it re-created)."""
+        at_risk = armed.runs_at_risk(self.store)   # first: the re-create's new attempts must not be counted in it
         if pending:
             start, zone_before = float(pending["detected_at"]), str(pending.get("zone_before", ""))
             self.r.warn(f"cluster {self.st.name}: finishing the re-create another watcher began ({lost})")
@@ -147,12 +151,24 @@ class Watcher:
         back = time.time()
         rec = {"lost": lost, "detected_at": start, "last_heartbeat": max(beats, default=0.0), "back_at": back,
                "gone_seconds": round(back - (max(beats, default=0.0) or start), 1), "zone_before": zone_before,
-               "zone": self.st.zone, "tries": tries + 1, "watcher": self.where}
+               "zone": self.st.zone, "where": self.p.location(self.st), "runs": at_risk, "tries": tries + 1,
+               "watcher": self.where}
         armed.update(self.store, lambda d: {**d, "recoveries": int(d.get("recoveries", 0)) + 1, "recovering": {},
                                             "state": self.st.to_json()} if d else None)
         n = armed.record_recovery(self.store, rec)
-        self.r.info(f"recovery {n}: cluster {self.st.name} is back in {self.st.zone} after "
-                    f"{back - start:.0f}s; the agent resumes the interrupted run from its checkpoint")
+        self.r.info(f"recovery {n}: cluster {self.st.name}: {armed.recovery_line(rec)}"
+                    + (f"; its agent runs {', '.join(at_risk)} again (a job that checkpoints resumes from its last "
+                       "checkpoint: the step is said here once it has started)" if at_risk else ""))
+        if at_risk:
+            self.resuming.append({**rec, "n": n})
+
+    def _say_resumptions(self) -> None:
+        """Once a run a recovery interrupted has started training again: from which step (armed.resumption)."""
+        for rec in list(self.resuming):
+            said = armed.resumption(self.store, rec)
+            if said:
+                self.r.info(f"recovery {rec['n']}: {said}")
+                self.resuming.remove(rec)
 
 
 def load_for_watch(name: str, store: BlobStore | None) -> ClusterState | None:
