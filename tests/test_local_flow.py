@@ -225,7 +225,7 @@ def test_ctrl_c_stops_following_not_the_run(local, cli, tmp_path):
     p.send_signal(signal.SIGINT)
     out, err = p.communicate(timeout=30)
     assert p.returncode == 130, err
-    assert "continues" in err and "tpuctl logs" in err and "-f" in err and "Traceback" not in err
+    assert "keeps running on cluster loc" in err and "tpuctl logs" in err and "-f" in err and "Traceback" not in err
     row = json.loads(cli("jobs", "-c", "loc", "--json")[1])[0]
     assert row["state"] == "running"
     assert cli("cancel", row["id"], "-c", "loc")[0] == 0

@@ -116,8 +116,14 @@ def watch(cluster: Optional[str] = CLUSTER,
             f.write(str(proc.pid))
         con.err.print(f"watcher for {st.name} running in the background (pid {proc.pid}); its log: {log}")
         return
-    with con.Reporter() as rep:
-        why = watch_flow.Watcher(st, prov, rep).run()
+    try:
+        with con.Reporter() as rep:
+            why = watch_flow.Watcher(st, prov, rep).run()
+    except KeyboardInterrupt:
+        con.err.print(f"\nstopped watching {st.name} (its lease is given up): the cluster and its runs keep running, "
+                      f"and stay armed, but nothing re-creates the compute if it is lost until a watcher runs "
+                      f"again: tpuctl watch -c {st.name} --detach")
+        raise typer.Exit(130)
     con.err.print(f"watch of {st.name} ended: {why}")
 
 
@@ -129,13 +135,19 @@ def _advance_until_done(st: "ClusterState", prov: "Provider") -> None:
     con = console()
     store = prov.store(st)
     poll = float(os.environ.get("TPUCTL_KAGGLE_POLL", "5"))
-    while True:
-        submission.refresh(st, prov, store)
-        left = runindex.unfinished(store)
-        if not left:
-            con.err.print(f"no unfinished run on {st.name}: the watch is over")
-            return
-        time.sleep(poll)
+    try:
+        while True:
+            submission.refresh(st, prov, store)
+            left = runindex.unfinished(store)
+            if not left:
+                con.err.print(f"no unfinished run on {st.name}: the watch is over")
+                return
+            time.sleep(poll)
+    except KeyboardInterrupt:
+        con.err.print(f"\nstopped watching {st.name}: its runs' current sessions keep running on Kaggle; a session "
+                      f"that ends at its time limit starts the next only while something watches: tpuctl watch -c "
+                      f"{st.name} --detach")
+        raise typer.Exit(130)
 
 
 def detached_pid(name: str) -> int:

@@ -40,13 +40,14 @@ def _follow(store: "BlobStore", run_id: str, st0: "ClusterState", prov: "Provide
             said[0] = words
             return
         host_watch(status)
-    if remote is not None:
-        remote.advance(st0, store, run_id)
     try:
+        if remote is not None:
+            remote.advance(st0, store, run_id)
         st = runs.follow(store, run_id, write, worker=worker, follow=follow, watch=watch)
     except KeyboardInterrupt:
-        console().err.print(f"\nstopped following; run {run_id} continues. "
-                             f"Reattach: tpuctl logs {run_id} -c {cluster} -f")
+        console().err.print(f"\nstopped following; run {run_id} keeps running on cluster {cluster}. "
+                             f"Reattach: tpuctl logs {run_id} -c {cluster} -f; stop it: tpuctl cancel {run_id} -c "
+                             f"{cluster}")
         raise typer.Exit(130)
     if follow:
         code = st.exit_code
@@ -194,6 +195,8 @@ def tensorboard(run_ids: List[str] = typer.Argument(None, help="Run ids (default
     from ..core import runindex
     from ..control import submission
     board.require_installed()
+    if port is not None:
+        board.check_port(port, host)
     con = console()
     st, prov = cluster_and_provider(cluster, provider)
     store = prov.store(st)
@@ -249,7 +252,8 @@ def jobs(cluster: Optional[str] = CLUSTER,
     rows = submission.table(prov.store(st), None if show_all else limit + 1)
     if not show_all and len(rows) > limit:
         rows = rows[:limit]
-        con.err.print(f"the latest {limit} runs; `--limit N` or `--all` shows more", style="dim")
+        con.err.print(f"the latest {'run' if limit == 1 else f'{limit} runs'}; `--limit N` or `--all` shows more",
+                      style="dim")
     hourly = prov.price(st.spec).hourly
     for r in rows:   # what the compute cost while the run ran, at the catalog price of the cluster's type
         d = r["duration"]

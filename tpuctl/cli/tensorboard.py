@@ -67,6 +67,20 @@ class Sources:
         return ",".join(f"{rid}:{d}" for rid, d in self.dirs.items())
 
 
+def check_port(port: int, host: str) -> int:
+    """A port given with --port, refused before TensorBoard starts: out of range, or taken on that address."""
+    if not 1 <= port <= 65535:
+        raise TpuctlError(ErrorKind.INPUT, f"--port {port} is not a port", "ports run from 1 to 65535; leave --port "
+                          "out for the first free one from 6006")
+    with socket.socket() as s:
+        try:
+            s.bind((host, port))
+        except OSError as e:
+            raise TpuctlError(ErrorKind.INPUT, f"--port {port} cannot be used on {host}: {e.strerror}",
+                              "pick another, or leave --port out for the first free one from 6006") from None
+    return port
+
+
 def free_port(start: int = 6006) -> int:
     for port in range(start, start + 100):
         with socket.socket() as s:

@@ -30,10 +30,13 @@ def parse_duration(text: str, flag: str) -> int:
 
 
 def show_duration(seconds: int) -> str:
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+    """In the largest unit that is exact (90s, 30m, 2h, 1d); past an hour, hours and minutes (8h45m, not 525m)."""
+    for unit, size in (("d", 86400), ("h", 3600)):
         if seconds % size == 0 and seconds >= size:
             return f"{seconds // size}{unit}"
-    return f"{seconds}s"
+    if seconds >= 3600:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    return f"{seconds // 60}m" if seconds % 60 == 0 and seconds >= 60 else f"{seconds}s"
 
 
 @dataclass

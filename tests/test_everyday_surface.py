@@ -1,0 +1,75 @@
+"""The everyday surface a new user trips over (issue 30, item 5): ports checked like every other input, plain
+grammar, exit codes README documents, help that names every provider, durations in hours, and Ctrl-C of `watch`
+saying what keeps running."""
+import json
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from jobs import make_job
+from tpuctl.core.lifecycle import show_duration
+
+
+@pytest.mark.parametrize("port,said", [("99999", "--port 99999 is not a port"), ("0", "--port 0 is not a port"),
+                                       ("taken", "cannot be used on 127.0.0.1")])
+def test_tensorboard_refuses_a_bad_port_before_it_starts_anything(local_up, cli, port, said):
+    pytest.importorskip("tensorboard")
+    local_up("tb")
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        if port == "taken":
+            port = str(busy.getsockname()[1])
+        started = time.monotonic()
+        code, out, err = cli("tensorboard", "-c", "tb", "--port", port)
+    assert code == 2 and said in err and "hint:" in err and out == "", err
+    assert time.monotonic() - started < 5
+
+
+def test_jobs_limit_1_says_the_latest_run(local_up, cli, tmp_path):
+    local_up("one")
+    job = make_job(tmp_path, "print('x')\n")
+    for _ in range(2):
+        assert cli("submit", str(job), "-c", "one")[0] == 0
+    code, out, err = cli("jobs", "-c", "one", "--limit", "1")
+    assert code == 0 and "the latest run;" in err and "1 runs" not in err
+
+
+def test_download_of_an_unknown_run_exits_with_the_documented_not_found_code(local_up, cli):
+    from pathlib import Path
+    local_up("dl")
+    code, out, err = cli("download", "20260101-000000-000-abcd", "-c", "dl")
+    assert code == 3 and "no run 20260101-000000-000-abcd" in err
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    assert "| 3 | not found: no such cluster or run" in readme
+
+
+def test_every_provider_is_named_in_the_help_and_in_the_hint(env, cli):
+    code, out, err = cli("logs", "--help")
+    assert "gcp (default), local or kaggle" in " ".join(out.split())
+    code, out, err = cli("up", "--provider", "azure", "-c", "x")
+    assert code == 2 and "--provider kaggle" in err
+
+
+def test_durations_past_an_hour_read_in_hours():
+    assert show_duration(525 * 60) == "8h45m"      # a Kaggle TPU session (9 h less the margin), not "525m"
+    assert [show_duration(s) for s in (90, 1800, 7200, 86400, 5400)] == ["90s", "30m", "2h", "1d", "1h30m"]
+
+
+def test_ctrl_c_of_watch_says_what_keeps_running_and_gives_the_lease_up(local_up, cli):
+    code, out, err = cli("up", "--provider", "local", "-c", "lw", "--recover")
+    assert code == 0, err
+    p = subprocess.Popen([sys.executable, "-m", "tpuctl", "watch", "-c", "lw"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))   # as at a terminal
+    assert "holding its lease" in p.stderr.readline()
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=30)
+    assert p.returncode == 130 and "Traceback" not in err
+    assert "stopped watching lw" in err and "keep running" in err and "tpuctl watch -c lw --detach" in err
+    status = json.loads(cli("status", "-c", "lw", "--json")[1])
+    assert status["watcher"].startswith("NONE holds the lease")
