@@ -127,7 +127,7 @@ def print_table(columns: list[str], rows: list[list[str]], keep: tuple[str, ...]
     if out.is_terminal:
         columns, cells, dropped = _fit(columns, cells, out.width, drop)
         if dropped:
-            err.print(f"({out.width} columns leave out {', '.join(dropped)}; --json shows all)", style="dim")
+            err.print(f"(too narrow for {', '.join(dropped)}; --json has all)", style="dim")
     t = Table(box=None, pad_edge=False, header_style="bold")
     for i, c in enumerate(columns):
         whole = max([cell_len(c)] + [cell_len(r[i]) for r in cells]) if c in keep else None
