@@ -73,3 +73,15 @@ def test_ctrl_c_of_watch_says_what_keeps_running_and_gives_the_lease_up(local_up
     assert "stopped watching lw" in err and "keep running" in err and "tpuctl watch -c lw --detach" in err
     status = json.loads(cli("status", "-c", "lw", "--json")[1])
     assert status["watcher"].startswith("NONE holds the lease")
+
+
+def test_a_ctrl_c_no_command_answers_itself_still_gets_a_line(env, cli, monkeypatch):
+    """typer answers Ctrl-C with a silent Exit(130) (typer/core.py `_main`: `except KeyboardInterrupt: raise
+    Exit(130)`), which `down` waiting on a watcher's lease, say, met with no word at all."""
+    from tpuctl.control import inventory
+
+    def pressed(*a, **k):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(inventory, "ls", pressed)
+    code, out, err = cli("ls")
+    assert code == 130 and "error: interrupted" in err and "run it again" in err

@@ -14,7 +14,7 @@ import typer
 
 from .. import __version__
 from .common import (CLUSTER, PROJECT, PROVIDER, app, cluster_and_provider, cluster_name, console, declined,
-                     interactive, settings)
+                     interactive, settings, interrupt_answered)
 from ..core.errors import ErrorKind, ExitCode, TpuctlError, bad_input
 
 if TYPE_CHECKING:
@@ -295,6 +295,9 @@ def main(argv: Optional[List[str]] = None) -> None:
     os.umask(0o077)
     try:
         rc = app(args=argv, standalone_mode=False, prog_name="tpuctl")  # a typer.Exit comes back as its code
+        if not interrupt_answered() and rc == ExitCode.INTERRUPTED:   # typer's answer to Ctrl-C: Exit(130), silent
+            console().print_error("interrupted", "what the command was doing stopped part way; run it again to "
+                                  "finish (tpuctl's commands converge)")
         sys.exit(rc if isinstance(rc, int) else 0)
     except TpuctlError as e:
         if e.kind is not ErrorKind.INPUT:

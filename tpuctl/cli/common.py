@@ -67,6 +67,24 @@ def interactive() -> bool:
     return sys.stdin.isatty()
 
 
+_answered: list[bool] = []
+
+
+def interrupted(message: str) -> typer.Exit:
+    """A Ctrl-C the command answers itself, saying what stopped and what keeps running: exit 130, and `main` adds
+    nothing (typer turns any other Ctrl-C into a silent exit 130, which `main` then explains)."""
+    console().err.print(f"\n{message}")
+    _answered.append(True)
+    return typer.Exit(ExitCode.INTERRUPTED)
+
+
+def interrupt_answered() -> bool:
+    """Whether the command answered a Ctrl-C itself; asking forgets it (a process may run several commands)."""
+    said = bool(_answered)
+    _answered.clear()
+    return said
+
+
 def declined() -> None:
     console().err.print("nothing changed")
     raise typer.Exit(ExitCode.ERROR)   # README's exit table: 1 also means "declined"

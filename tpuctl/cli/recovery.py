@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Optional
 
 import typer
 
-from .common import CLUSTER, app, cluster_and_provider, console
+from .common import CLUSTER, app, cluster_and_provider, console, interrupted
 from ..control.armed import ON_MACHINE, ON_VM, WATCHERS
 from ..core.errors import bad_input
 
@@ -120,10 +120,9 @@ def watch(cluster: Optional[str] = CLUSTER,
         with con.Reporter() as rep:
             why = watch_flow.Watcher(st, prov, rep).run()
     except KeyboardInterrupt:
-        con.err.print(f"\nstopped watching {st.name} (its lease is given up): the cluster and its runs keep running, "
-                      f"and stay armed, but nothing re-creates the compute if it is lost until a watcher runs "
-                      f"again: tpuctl watch -c {st.name} --detach")
-        raise typer.Exit(130)
+        raise interrupted(f"stopped watching {st.name} (its lease is given up): the cluster and its runs keep "
+                          "running, and stay armed, but nothing re-creates the compute if it is lost until a watcher "
+                          f"runs again: tpuctl watch -c {st.name} --detach") from None
     con.err.print(f"watch of {st.name} ended: {why}")
 
 
@@ -144,10 +143,9 @@ def _advance_until_done(st: "ClusterState", prov: "Provider") -> None:
                 return
             time.sleep(poll)
     except KeyboardInterrupt:
-        con.err.print(f"\nstopped watching {st.name}: its runs' current sessions keep running on Kaggle; a session "
-                      f"that ends at its time limit starts the next only while something watches: tpuctl watch -c "
-                      f"{st.name} --detach")
-        raise typer.Exit(130)
+        raise interrupted(f"stopped watching {st.name}: its runs' current sessions keep running on Kaggle; a session "
+                          "that ends at its time limit starts the next only while something watches: tpuctl watch "
+                          f"-c {st.name} --detach") from None
 
 
 def detached_pid(name: str) -> int:

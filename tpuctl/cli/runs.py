@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING, Any, List, Optional
 
 import typer
 
-from .common import CLUSTER, PROVIDER, app, check_worker, cluster_and_provider, cluster_name, console
+from .common import (CLUSTER, PROVIDER, app, check_worker, cluster_and_provider, cluster_name, console,
+                     interrupted)
 from ..core.errors import ErrorKind, ExitCode, TpuctlError, bad_input
 
 if TYPE_CHECKING:
@@ -45,10 +46,8 @@ def _follow(store: "BlobStore", run_id: str, st0: "ClusterState", prov: "Provide
             remote.advance(st0, store, run_id)
         st = runs.follow(store, run_id, write, worker=worker, follow=follow, watch=watch)
     except KeyboardInterrupt:
-        console().err.print(f"\nstopped following; run {run_id} keeps running on cluster {cluster}. "
-                             f"Reattach: tpuctl logs {run_id} -c {cluster} -f; stop it: tpuctl cancel {run_id} -c "
-                             f"{cluster}")
-        raise typer.Exit(130)
+        raise interrupted(f"stopped following; run {run_id} keeps running on cluster {cluster}. Reattach: tpuctl logs "
+                          f"{run_id} -c {cluster} -f; stop it: tpuctl cancel {run_id} -c {cluster}") from None
     if follow:
         code = st.exit_code
         con = console()
@@ -212,7 +211,11 @@ def tensorboard(run_ids: List[str] = typer.Argument(None, help="Run ids (default
     def ready(url: str) -> None:
         con.err.print(f"[green]TensorBoard[/] for {len(ids)} run(s): {url}   (Ctrl-C stops it)")
         print(url, flush=True)
-    raise typer.Exit(board.serve(sources, port or board.free_port(), host, ready))
+    try:
+        code = board.serve(sources, port or board.free_port(), host, ready)
+    except KeyboardInterrupt:
+        raise interrupted("TensorBoard stopped; the runs it showed are untouched") from None
+    raise typer.Exit(code)
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
