@@ -153,3 +153,45 @@ def test_run_data_an_earlier_release_left_without_a_run_is_found_once_and_remove
     code, out, err = cli("down", "-c", "legacy", "--yes")   # already down: it goes all the same
     assert code == 0 and "of 1 run never submitted" in err and "already down" in err, err
     assert orphans.find(store) == []
+
+
+def test_ctrl_c_while_a_large_upload_to_a_bucket_is_half_sent_leaves_no_object_and_no_run(cloud, cli, no_leak,
+                                                                                         tmp_path):
+    """On Google Cloud an upload in flight cannot be stopped part way: the submit exits without waiting for it, and
+    Cloud Storage makes no object of a resumable upload that never completed (cloud.google.com/storage/docs/
+    resumable-uploads: the object is created when the final chunk is received). SIGINT lands while the first
+    16 MiB chunk of a 40 MiB file is on the wire."""
+    from conftest import PROJECT
+    from google.cloud import storage
+    code, out, err = cli("up", "--type", "v3-8", "--zone", "us-central1-b", "-c", "gi", "--runtime",
+                         "tpu-vm-tf-2.18.0-pjrt-v5p-and-below")
+    assert code == 0, err
+    job = tmp_path / "j"
+    (job / "corpus").mkdir(parents=True)
+    (job / "tpuctl.toml").write_text('command = "python main.py"\ndata = ["corpus"]\n')
+    (job / "main.py").write_text("print('never')\n")
+    (job / "corpus" / "big.bin").write_bytes(os.urandom(40 << 20))
+    proc = subprocess.Popen([sys.executable, "-m", "tpuctl", "submit", str(job), "-c", "gi"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))   # as at a terminal
+    original = cloud.gcs.forward
+    chunks = []
+
+    def interrupt_mid_upload(method, path, headers, body, identity=None):
+        if method == "PUT" and path.startswith("/upload/"):
+            chunks.append(len(body or b""))
+            if len(chunks) == 1:
+                proc.send_signal(signal.SIGINT)
+                time.sleep(0.5)            # the chunk is still on the wire as the CLI takes the interrupt
+        return original(method, path, headers, body, identity)
+    cloud.gcs.forward = interrupt_mid_upload
+    try:
+        out, err = proc.communicate(timeout=120)
+    finally:
+        cloud.gcs.forward = original
+    assert proc.returncode == 130 and "Traceback" not in err, err
+    assert "was never submitted and keeps no data; 0 of 1 new data contents (0.0 MB)" in err
+    time.sleep(1)   # whatever the abandoned upload would still do
+    names = [b.name for b in storage.Client(project=PROJECT).list_blobs(f"{PROJECT}-tpuctl-gi")]
+    assert not [n for n in names if n.startswith(("tpuctl/blobs/", "runs/", "tpuctl/runs/", "tpuctl/submitting/",
+                                                  "tpuctl/queue/", "tpuctl/index/runs/"))], names
