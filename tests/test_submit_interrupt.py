@@ -195,3 +195,17 @@ def test_ctrl_c_while_a_large_upload_to_a_bucket_is_half_sent_leaves_no_object_a
     names = [b.name for b in storage.Client(project=PROJECT).list_blobs(f"{PROJECT}-tpuctl-gi")]
     assert not [n for n in names if n.startswith(("tpuctl/blobs/", "runs/", "tpuctl/runs/", "tpuctl/submitting/",
                                                   "tpuctl/queue/", "tpuctl/index/runs/"))], names
+
+
+@pytest.mark.parametrize("mark", [b"\x00garbage", b'{"host": 5, "pid": "x", "time": []}', b"[]"])
+def test_a_corrupt_mark_is_an_orphan_that_down_still_removes(local_up, cli, mark):
+    st = local_up("corrupt")
+    store = LocalStore(st.spec.store)
+    orphan = "20261101-120000-000-0bad"
+    store.write(layout.run_data(orphan) + "x.bin", b"x")
+    store.write(layout.submitting(orphan), mark)
+    code, out, err = cli("status", "-c", "corrupt", "--json")
+    assert code == 0 and "1 run never submitted" in json.loads(out)["orphan_data"], err
+    code, out, err = cli("down", "-c", "corrupt", "--yes")
+    assert code == 0 and "never submitted" in err, err
+    assert store.list(layout.OUTPUTS_PREFIX) == [] and store.list(layout.SUBMITTING_PREFIX) == []

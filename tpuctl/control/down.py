@@ -12,8 +12,13 @@ from . import armed
 
 
 def remove_orphans(st: ClusterState, provider: Provider, reporter: Reporter) -> None:
-    """The data of runs never submitted (core/orphans.py): a kept store keeps runs, not what was never one."""
-    runs_, files, size = orphans.remove_all(provider.store(st))
+    """The data of runs never submitted (core/orphans.py): a kept store keeps runs, not what was never one. A store
+    that cannot be looked at is said, not fatal: `down` is about what bills."""
+    try:
+        runs_, files, size = orphans.remove_all(provider.store(st))
+    except TpuctlError as e:
+        reporter.warn(f"could not look for data of runs never submitted: {e.message} (`tpuctl status` shows any)")
+        return
     if runs_:
         reporter.resource("data", f"of {runs_} run{'s' * (runs_ > 1)} never submitted",
                           f"deleted ({files} files, {size / 1e6:.1f} MB)", final=True)
@@ -70,10 +75,7 @@ def down(st: ClusterState, provider: Provider, reporter: Reporter, delete_store:
         except TpuctlError as e:
             errors.append(e)
     else:
-        try:
-            remove_orphans(st, provider, reporter)
-        except TpuctlError as e:
-            errors.append(e)
+        remove_orphans(st, provider, reporter)
         reporter.info(f"kept {provider.store_noun} {st.spec.store}: `tpuctl logs/jobs/download -c {st.name}` still "
                       f"read it; `tpuctl down -c {st.name} --delete-bucket` removes it and its contents")
     if errors:

@@ -71,7 +71,10 @@ def _left_by(mark: dict[str, object]) -> str:
     """Why a marked run is an orphan, or "" while its submit may still be going."""
     if mark.get("left_by"):
         return str(mark["left_by"])
-    host, pid, made = str(mark.get("host", "")), int(str(mark.get("pid") or 0)), float(str(mark.get("time") or 0))
+    try:
+        host, pid, made = str(mark.get("host", "")), int(str(mark.get("pid") or 0)), float(str(mark.get("time") or 0))
+    except ValueError:
+        return "a submit whose mark is unreadable"   # read_object gave {} for a corrupt one; a wrong shape lands here
     if host == socket.gethostname():
         if pid and _alive(pid):
             return ""
