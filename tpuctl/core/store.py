@@ -15,6 +15,7 @@ import os
 import secrets
 import shutil
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator, Protocol
 
@@ -107,28 +108,30 @@ class LocalStore:
         except FileNotFoundError:
             return 0
 
-    def _cas_lock(self) -> int:
+    @contextmanager
+    def _cas_lock(self) -> Iterator[None]:
         """Conditional writes and the reads that pair with them hold one lock file: what a generation check saw is
         what is replaced. The generation is the file's mtime in ns, moved forward on every conditional write even
-        within one clock tick (the kernel's file clock is coarse)."""
+        within one clock tick (the kernel's file clock is coarse). The lock is taken inside the `try`: a Ctrl-C
+        right after flock returned must still close the descriptor, or this process's next flock on the file
+        (a watcher giving its lease up on its way out) waits on itself forever."""
         self.root.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.root / _CAS_LOCK, os.O_RDWR | os.O_CREAT, 0o600)
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        return fd
-
-    def read_generation(self, key: str) -> tuple[bytes | None, int]:
-        p = self._p(key)
-        fd = self._cas_lock()
         try:
-            data = self.read(key)
-            return (data, self._generation(p)) if data is not None else (None, 0)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
         finally:
             os.close(fd)
 
+    def read_generation(self, key: str) -> tuple[bytes | None, int]:
+        p = self._p(key)
+        with self._cas_lock():
+            data = self.read(key)
+            return (data, self._generation(p)) if data is not None else (None, 0)
+
     def write_if(self, key: str, data: bytes, generation: int) -> bool:
         p = self._p(key)
-        fd = self._cas_lock()
-        try:
+        with self._cas_lock():
             now = self._generation(p)
             if now != generation:
                 return False
@@ -137,8 +140,6 @@ class LocalStore:
             os.utime(tmp, ns=(stamp, stamp))
             os.replace(tmp, p)
             return True
-        finally:
-            os.close(fd)
 
     def delete(self, key: str) -> None:
         self._p(key).unlink(missing_ok=True)
