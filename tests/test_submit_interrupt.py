@@ -50,7 +50,14 @@ def interrupting_upload(self, path, key, progress):
             time.sleep(0.2)
         progress(k)
     upload(self, path, key, half_way)
+create = store.LocalStore.create
+def interrupting_create(self, key, data):
+    if moment == "job.json" and key.endswith("/job.json"):
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.2)       # as the run is being written
+    return create(self, key, data)
 store.LocalStore.copy, store.LocalStore.upload_file = interrupting_copy, interrupting_upload
+store.LocalStore.create = interrupting_create
 from tpuctl.cli import main
 main(sys.argv[3:])
 """
@@ -209,3 +216,17 @@ def test_a_corrupt_mark_is_an_orphan_that_down_still_removes(local_up, cli, mark
     code, out, err = cli("down", "-c", "corrupt", "--yes")
     assert code == 0 and "never submitted" in err, err
     assert store.list(layout.OUTPUTS_PREFIX) == [] and store.list(layout.SUBMITTING_PREFIX) == []
+
+
+def test_ctrl_c_as_the_run_is_written_lets_it_be_written_whole_and_says_it_runs(local_up, cli, big_job):
+    st = local_up("written")
+    store = LocalStore(st.spec.store)
+    proc = subprocess.run([sys.executable, "-c", INTERRUPTING, "job.json", "0", "submit", str(big_job), "-c",
+                           "written"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 130 and "Traceback" not in proc.stderr, proc.stderr
+    assert "was submitted as Ctrl-C came, and runs" in proc.stderr and "tpuctl logs " in proc.stderr
+    [job_key] = [k for k, _ in store.list(layout.RUNS_PREFIX) if k.endswith("/job.json")]
+    run_id = job_key.split("/")[2]
+    assert store.list(layout.SUBMITTING_PREFIX) == []          # its data is its own
+    code, out, err = cli("logs", run_id, "-c", "written", "-f")   # queued and indexed: the agent runs it
+    assert code == 0 and out == f"{FILES} files\n", err

@@ -64,7 +64,7 @@ def submit(st: ClusterState, provider: Provider, job: JobSpec, args: list[str], 
             reporter.resource("package", sha[:12], "unchanged", final=True)
     run_id = runs.new_id()
     try:
-        synced = _write_run(store, st, job, args, run_id, transfer, reporter, down_after, sha)
+        synced, interrupted = _write_run(store, st, job, args, run_id, transfer, reporter, down_after, sha)
     except datasync.Interrupted as e:
         raise TpuctlError(ErrorKind.INTERRUPTED, f"submit stopped while sending data: run {run_id} was never "
                           f"submitted and keeps no data; {e.stored} of {e.missing} new data contents "
@@ -77,14 +77,20 @@ def submit(st: ClusterState, provider: Provider, job: JobSpec, args: list[str], 
     if provider.remote_runs is not None:
         provider.remote_runs.dispatch(st, store, run_id, sessions or DEFAULT_SESSIONS,
                                       lambda m: reporter.resource("run", run_id, m, final=True))
+    if interrupted:   # the run is written and handed over: it runs, and the Ctrl-C stops only the following
+        raise TpuctlError(ErrorKind.INTERRUPTED, f"run {run_id} was submitted as Ctrl-C came, and runs",
+                          f"follow it: tpuctl logs {run_id} -c {st.name} -f; stop it: tpuctl cancel {run_id} "
+                          f"-c {st.name}")
     return run_id, synced
 
 
 def _write_run(store: BlobStore, st: ClusterState, job: JobSpec, args: list[str], run_id: str,
-               transfer: datasync.Transfer, reporter: Reporter, down_after: bool, sha: str) -> dict[str, int]:
-    """The run's data, then its job.json, queue entry and index entry. A run stopped before its job.json is
-    written (Ctrl-C, a failed upload) leaves no data (orphans.py); once it is, Ctrl-C waits for the entries, so a
-    run is never written and left unqueued."""
+               transfer: datasync.Transfer, reporter: Reporter, down_after: bool, sha: str
+               ) -> tuple[dict[str, int], bool]:
+    """The run's data, then its job.json, queue entry and index entry; returns the data sync summary and whether
+    a Ctrl-C came once the job.json was being written. A run stopped before its job.json is written (Ctrl-C, a
+    failed upload) leaves no data (orphans.py); once it is, Ctrl-C waits for the entries, so a run is never
+    written and left unqueued."""
     if job.data:
         orphans.begin(store, run_id)
     try:
@@ -110,11 +116,7 @@ def _write_run(store: BlobStore, st: ClusterState, job: JobSpec, args: list[str]
                 except Exception:  # noqa: BLE001 - the store failing as well: the mark stays, `status` shows it
                     pass
         raise
-    if interrupted:
-        raise TpuctlError(ErrorKind.INTERRUPTED, f"run {run_id} was submitted as Ctrl-C came, and runs",
-                          f"follow it: tpuctl logs {run_id} -c {st.name} -f; stop it: tpuctl cancel {run_id} "
-                          f"-c {st.name}")
-    return synced
+    return synced, bool(interrupted)
 
 
 @dataclass
