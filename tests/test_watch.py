@@ -325,6 +325,8 @@ def test_a_watcher_vm_brings_back_a_preempted_tpu_and_down_removes_it(cloud, liv
     assert "e2-micro" in err and "free tier in us-central1" in err
     assert "watcher running on VM tpuctl-w-watch" in err
     assert _vms(cloud) == ["tpuctl-w-watch"]
+    [vm] = next(hs for r, hs in live_hosts.hosts.items() if r.endswith("/tpuctl-w-watch"))
+    assert vm.image == "debian-12" and "installed python3-venv" in vm.boot_log()   # Debian ships no pip
     status = json.loads(cli("status", "-c", "w", "--json")[1])
     assert status["watcher"].startswith("VM tpuctl-w-watch") and status["watcher_vm"].endswith("RUNNING")
     [row] = json.loads(cli("ls", "--json")[1])
