@@ -53,6 +53,10 @@ case "$1" in
   restart|enable) ;;
   *) exit 0;;
 esac
+case "${@: -1}" in   # the TPU runtime: each restart logged with the image it then serves
+  tpu-runtime*) [ "$1" = restart ] && echo "$(date +%s.%N) $(grep -o 'TF_DOCKER_URL=[^"]*' \
+                  "$TPUCTL_UNIT_DIR/tpu-runtime.service")" >> "$TPUCTL_UNIT_DIR/tpu-runtime.restarts"; exit 0;;
+esac
 unit="$TPUCTL_UNIT_DIR/${@: -1}"
 if pid=$(cat "$TPUCTL_UNIT_DIR/agent.pid" 2>/dev/null) && kill -0 "$pid" 2>/dev/null; then exit 0; fi
 unset PYTHONPATH PYTHONHOME VIRTUAL_ENV   # systemd gives a service none of these
@@ -179,7 +183,7 @@ def image_site(image: str = "ubuntu") -> Path:
 
 class Host:
     def __init__(self, root: Path, name: str, worker: int, script: str, service_account: str, accelerator: str,
-                 gcs, env: dict, image: str = "ubuntu", dpkg_busy: float = 1.0):
+                 gcs, env: dict, image: str = "ubuntu", dpkg_busy: float = 1.0, kind: str = "tpu-vm"):
         self.root, self.name, self.worker, self.image = root, name, worker, image
         for d in ("shims", "etc/systemd/system", "opt/tpuctl", "var/log", "home", "var/lib/dpkg/info"):
             (root / d).mkdir(parents=True, exist_ok=True)
@@ -193,6 +197,12 @@ class Host:
             (root / "shims" / n).write_text(text.replace("@ROOT@", str(root)))
             (root / "shims" / n).chmod(0o755)
         (root / "startup.sh").write_text(script)
+        if kind == "tpu-vm":
+            # A TPU VM's TPU runtime unit, with the line Google's CI re-points (set_up_pjrt's sed replaces from
+            # TF_DOCKER_URL= to the line's end and closes a quote: Environment="TF_DOCKER_URL=..."). What the image
+            # itself names there is not known: a stand-in.
+            (root / "etc/systemd/system/tpu-runtime.service").write_text(
+                '[Service]\nEnvironment="TF_DOCKER_URL=gcr.io/cloud-tpu-v2-images/grpc_tpu_worker:image-default"\n')
         self.metadata = _Metadata({"agent-worker-number": worker, "accelerator-type": accelerator,
                                    "startup-script": script}, name, service_account)
         self.env = {
@@ -213,6 +223,12 @@ class Host:
     def boot_log(self) -> str:
         p = self.root / "var/log/tpuctl-boot.log"
         return p.read_text() if p.exists() else ""
+
+    def runtime_restarts(self) -> list[tuple[float, str]]:
+        """(when, image) of each restart of the TPU runtime service."""
+        p = self.root / "etc/systemd/system/tpu-runtime.restarts"
+        return [(float(t), url.removeprefix("TF_DOCKER_URL=")) for t, url in
+                (line.split(" ", 1) for line in p.read_text().splitlines())] if p.exists() else []
 
     def agent_out(self) -> str:
         p = self.root / "etc/systemd/system/agent.out"
@@ -259,7 +275,7 @@ class SimulatedHosts:
         for w in range(workers):
             name = f"t1v-n-{abs(hash(resource)) % 10**8:08d}-w-{w}" if kind == "tpu-vm" else short
             hosts.append(Host(self.root / disk / f"w{w}", name, w, script, service_account, accelerator, self.gcs,
-                              self.env, image))
+                              self.env, image, kind=kind))
         self.hosts[resource] = hosts
 
     def power_off(self, resource: str) -> None:

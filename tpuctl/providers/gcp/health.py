@@ -2,6 +2,7 @@
 host's last boot-log line; what keeps a ready cluster from running jobs, and the command that mends it."""
 from __future__ import annotations
 
+import json
 import time
 from typing import Callable
 
@@ -96,7 +97,22 @@ class Health:
         if b is not None:
             out["boot_logs"] = self._boot_logs(st)
             out["workers"] = self._workers(st)
+            served = self._served(st)
+            if served:
+                out["tpu_runtime"] = served
         return out
+
+    def _served(self, st: ClusterState) -> dict[str, object]:
+        """What each worker's TPU runtime serves, where a TensorFlow run re-pointed it (host/podruntime.py)."""
+        store = self.store_of(st)
+        found: dict[str, object] = {}
+        for key, _ in store.list(layout.TPU_RUNTIME_PREFIX):
+            try:
+                rec = json.loads(store.read(key) or b"{}")
+            except ValueError:
+                continue
+            found[str(rec.get("worker", "?"))] = rec.get("image") or f"cannot serve: {rec.get('error', '')}"
+        return found
 
     def _workers(self, st: ClusterState) -> dict[str, object]:
         """Each agent's last heartbeat: its role (a TensorFlow slice's workers > 0 serve the TPU runtime) and age."""
