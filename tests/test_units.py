@@ -254,3 +254,15 @@ def test_tpu_vm_device_files_mean_a_local_tpu(monkeypatch):
 def test_tpu_environment_follows_googles_harness(framework, record, accelerator, expect):
     from tpuctl.host.tpuenv import tpu_environment
     assert tpu_environment(framework, record, accelerator) == expect
+
+
+def test_every_tpu_state_has_one_meaning():
+    """Each tpu_v2 Node.State is waited on, lost, going, held (told to the user) or READY, never unclassified: an
+    unclassified state would be watched in silence."""
+    from google.cloud import tpu_v2
+    from tpuctl.providers.gcp import tpu
+    groups = [tpu.COMING, tpu.LOST, tpu.GOING, tpu.HELD, {tpu.READY}]
+    names = [s.name for s in tpu_v2.Node.State]
+    assert sorted(n for g in groups for n in g) == sorted(names)
+    assert set(tpu.HEALTH_TOLD) | tpu.HEALTH_WAIT | {"HEALTHY", "HEALTH_UNSPECIFIED"} == \
+        {h.name for h in tpu_v2.Node.Health}

@@ -347,3 +347,47 @@ def test_a_watcher_vm_whose_identity_cannot_recreate_is_refused_before_anything_
     assert code == 5, err
     assert "could not re-create a preempted TPU" in err and "roles/tpu.admin" in err
     assert not cloud.mutating_calls()
+
+
+def test_a_tpu_left_unknown_is_reported_and_recreated(cloud, cli, fast, no_leak):
+    """UNKNOWN is "unknown state after a failed repair" (tpu_v2 Node.State): no wait brings it back, so it is
+    lost: `status` says so with what it means, and the watcher re-creates it, saying why."""
+    _up(cli)
+    cloud.tpu.set_state(2, NODE, "UNKNOWN")
+    status = json.loads(cli("status", "-c", "w", "--json")[1])
+    assert "UNKNOWN (Google's repair of it failed)" in status["problem"] and "tpuctl up -c w" in status["fix"]
+    created = len(_creates(cloud))
+    w = Running()
+    _until(lambda: _recoveries(cloud), what="a recovery")
+    assert "UNKNOWN" in _recoveries(cloud)[0]["lost"] and "repair" in _recoveries(cloud)[0]["lost"]
+    assert any("UNKNOWN" in m and "re-creating" in m for m in w.said.lines)
+    assert cloud.tpu.nodes[2][NODE].state.name == "READY" and len(_creates(cloud)) == created + 1
+    assert cli("down", "-c", "w", "--yes")[0] == 0
+    w.wait()
+
+
+@pytest.mark.parametrize("state", ["STOPPED", "HIDDEN", "STATE_UNSPECIFIED"])
+def test_a_tpu_held_in_a_state_waiting_cannot_mend_is_told_not_watched_in_silence(cloud, cli, fast, no_leak, state):
+    _up(cli)
+    created = len(_creates(cloud))
+    w = Running()
+    _until(lambda: any("holding" in m for m in w.said.lines), what="the lease")
+    cloud.tpu.set_state(2, NODE, state)
+    _until(lambda: any("needs" in m or "not re-created" in m for m in w.said.lines), what="the watcher to tell")
+    status = json.loads(cli("status", "-c", "w", "--json")[1])
+    assert f"needs you: the TPU is {state}" in status["watcher"], status
+    assert state in status["problem"] and status["fix"], status
+    assert len(_creates(cloud)) == created and _recoveries(cloud) == []
+    assert cli("down", "-c", "w", "--yes")[0] == 0
+    w.wait()
+
+
+def test_a_tpu_under_maintenance_is_waited_for_and_an_unresponsive_one_told(cloud, cli):
+    _up(cli)
+    cloud.tpu.set_health(NODE, "UNHEALTHY_MAINTENANCE")   # "will resume running once rescheduled"
+    status = json.loads(cli("status", "-c", "w", "--json")[1])
+    assert "UNHEALTHY_MAINTENANCE" in status["problem"] and status["fix"].startswith("wait")
+    cloud.tpu.set_health(NODE, "TIMEOUT")
+    status = json.loads(cli("status", "-c", "w", "--json")[1])
+    assert "health TIMEOUT (unresponsive)" in status["problem"] and "tpuctl down -c w" in status["fix"]
+    assert cli("down", "-c", "w", "--yes")[0] == 0
