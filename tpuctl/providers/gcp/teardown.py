@@ -18,10 +18,9 @@ from ..base import Enforcement
 # shows none that could be read here). Google's Cloud TPU roles page (cloud.google.com/iam/docs/roles-permissions/
 # tpu) expands TPU Admin's `tpu.*` to accelerator types, locations, nodes, operations, runtime versions and TensorFlow
 # versions: no tpu.queuedResources.* (nor tpu.queuedresources.*) permission exists to hold. A queued resource makes
-# and deletes nodes, so tpuctl checks tpu.nodes.create / tpu.nodes.delete for it, which every role able to manage
+# and deletes nodes, so tpuctl checks tpu.nodes.create / tpu.nodes.delete for it (watcher_vm.NEEDS), which every role able to manage
 # TPUs carries; asking testIamPermissions about a name IAM does not know may be refused outright (400 INVALID_ARGUMENT,
 # as googleapis/google-cloud-python#1776 reports of another backend).
-QUEUED_CREATE = "tpu.nodes.create"
 QUEUED_DELETE = "tpu.nodes.delete"
 # permission -> the narrowest predefined role that carries it (cloud.google.com/iam/docs/understanding-roles)
 ROLE = {"tpu.nodes.delete": "roles/tpu.admin", "compute.instances.delete": "roles/compute.instanceAdmin.v1"}

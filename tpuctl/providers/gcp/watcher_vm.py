@@ -26,7 +26,7 @@ FREE_TIER_REGIONS = ("us-west1", "us-central1", "us-east1")
 ROLE_LABEL = "tpuctl-role"
 
 # permission -> the role that carries it, and every predefined role known to carry it
-# A queued request is checked by tpu.nodes.create and tpu.nodes.delete like a node (teardown.QUEUED_CREATE: no
+# A queued request is checked by tpu.nodes.create and tpu.nodes.delete like a node (teardown.QUEUED_DELETE: no
 # queued-resource permission is listed among TPU Admin's).
 _TPU = {"roles/owner", "roles/editor", "roles/tpu.admin", "roles/tpu.editor"}
 NEEDS = {"tpu.nodes.create": ("roles/tpu.admin", _TPU), "tpu.nodes.delete": ("roles/tpu.admin", _TPU),
