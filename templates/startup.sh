@@ -19,6 +19,7 @@ ACCELERATOR="@{accelerator}"
 TPU_ADDRESS="@{tpu_address}"   # "local" on a TPU VM; empty on a node VM: the agent reads it from the store
 TF_VERSION="@{tf_version}"     # node-vm only: must match the TPU Node's TensorFlow exactly
 AGENT_PACKAGE="@{agent_package}"
+STORAGE_REQ="@{storage_req}"   # google-cloud-storage as the agent package requires it
 BOOT_PREFIX="@{boot_prefix}"
 # Overridable for custom images (and for the tests' simulated hosts).
 AGENT_DIR="${TPUCTL_AGENT_DIR:-/opt/tpuctl}"
@@ -152,9 +153,9 @@ else
     retry "pip install of the watcher's dependencies" "$PY" -m pip install -q "$WHEEL" \
       || fail "pip install the watcher's dependencies"
   fi
-  "$PY" -c "import google.cloud.storage" 2>/dev/null \
-    || retry "pip install google-cloud-storage" "$PY" -m pip install -q "google-cloud-storage>=2.14" \
-    || fail "pip install google-cloud-storage"
+  # the store client in the range the agent relies on (its retries of conditional uploads): pip keeps an image's
+  # copy that satisfies it and installs one into the venv over an older one
+  retry "pip install $STORAGE_REQ" "$PY" -m pip install -q "$STORAGE_REQ" || fail "pip install $STORAGE_REQ"
 fi
 
 # service NAME DESCRIPTION RESTART EXEC [ENV=VALUE...]: a systemd unit, (re)started now and at every boot
