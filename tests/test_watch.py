@@ -322,7 +322,7 @@ def test_a_watcher_vm_brings_back_a_preempted_tpu_and_down_removes_it(cloud, liv
     code, out, err = cli("up", "--type", "v3-8", "--zone", ZONE, "-c", "w", "--runtime",
                          "tpu-vm-tf-2.18.0-pjrt-v5p-and-below", "--recover", "--watcher", "vm")
     assert code == 0, err + "\n".join(h.boot_log() + h.agent_out() for hs in live_hosts.hosts.values() for h in hs)
-    assert "e2-micro" in err and "free tier in us-central1" in err
+    assert "e2-micro" in err and "free tier may cover its e2-micro hours in us-central1" in err
     assert "watcher running on VM tpuctl-w-watch" in err
     assert _vms(cloud) == ["tpuctl-w-watch"]
     [vm] = next(hs for r, hs in live_hosts.hosts.items() if r.endswith("/tpuctl-w-watch"))
@@ -391,3 +391,19 @@ def test_a_tpu_under_maintenance_is_waited_for_and_an_unresponsive_one_told(clou
     status = json.loads(cli("status", "-c", "w", "--json")[1])
     assert "health TIMEOUT (unresponsive)" in status["problem"] and "tpuctl down -c w" in status["fix"]
     assert cli("down", "-c", "w", "--yes")[0] == 0
+
+
+@pytest.mark.parametrize("tpu_zone,vm_zone", [("us-central1-b", "us-central1-b"), ("us-central1-ai1a", "us-central1-a"),
+                                              ("us-central2-b", "us-central1-a"), ("us-east1-d", "us-east1-d"),
+                                              ("us-east5-a", "us-central1-a"), ("europe-west4-a", "us-central1-a")])
+def test_the_watcher_vm_goes_to_an_ordinary_free_tier_zone(tpu_zone, vm_zone):
+    from tpuctl.providers.gcp.watcher_vm import zone_for
+    assert zone_for(tpu_zone) == vm_zone
+
+
+def test_a_v4_clusters_watcher_vm_is_planned_outside_the_restricted_region(cloud, cli):
+    code, out, err = cli("up", "--type", "v4-8", "--zone", "us-central2-b", "-c", "w", "--recover", "--watcher", "vm",
+                         "--dry-run")
+    assert code == 0, err
+    assert "VM tpuctl-w-watch in us-central1-a" in err and "free tier may cover" in err
+    assert not cloud.mutating_calls()

@@ -212,10 +212,11 @@ class CommandLease:
 
 
 def start_watcher_vm(st: ClusterState, provider: Provider, host: WatcherHost, reporter: Reporter) -> str:
-    """`up --recover --watcher vm`: the VM in the cluster's zone, and the wait (TPUCTL_WATCHER_WAIT seconds, 600:
-    it boots and installs the watcher first) until its watcher holds the lease. Returns where it runs."""
+    """`up --recover --watcher vm`: the VM in the zone the host picks for the cluster's, and the wait
+    (TPUCTL_WATCHER_WAIT seconds, 600: it boots and installs the watcher first) until its watcher holds the lease.
+    Returns where it runs."""
     store = provider.store(st)
-    zone, vm = st.zone, host.name(st.spec)
+    zone, vm = host.zone(st.zone), host.name(st.spec)
     armed.update(store, lambda d: {**d, "watcher": armed.ON_VM, "watcher_zone": zone} if d else None)
     host.ensure(st, zone, reporter)
     lease = lease_of(store, "")
