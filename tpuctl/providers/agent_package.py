@@ -21,14 +21,9 @@ from pathlib import Path
 
 from .. import __version__
 from ..core import layout
+from .gcp.gcs_store import STORAGE
 
-# The store client range the agent and the CLI rely on (gcs_store.py): from 3.0 every upload, conditional or not, is
-# retried on transient errors by default (googleapis/python-storage#1400, "Retry by default for uploads"; before it
-# only uploads with if_generation_match were, as DEFAULT_RETRY_IF_GENERATION_SPECIFIED, #480), and a retried
-# conditional upload whose first try landed answers 412, which create/write_if read back as theirs. Below 4: the
-# last major release changed these defaults.
-STORAGE = "google-cloud-storage>=3.0,<4"
-REQUIRES = [STORAGE]
+REQUIRES = [STORAGE]   # the store client range gcs_store relies on
 _DIST_INFO = f"tpuctl-{__version__}.dist-info"
 ENTRY_POINTS = ("tpuctl.agent", "tpuctl.runtime")
 
