@@ -407,3 +407,12 @@ def test_a_v4_clusters_watcher_vm_is_planned_outside_the_restricted_region(cloud
     assert code == 0, err
     assert "VM tpuctl-w-watch in us-central1-a" in err and "free tier may cover" in err
     assert not cloud.mutating_calls()
+
+
+def test_up_refuses_a_hidden_tpu_at_once_rather_than_waiting_for_ready(cloud, cli, no_leak):
+    _up(cli)
+    cloud.tpu.set_state(2, NODE, "HIDDEN")
+    started = time.time()
+    code, out, err = cli("up", "-c", "w")
+    assert code == 1 and "HIDDEN, which does not become READY by waiting" in err and "tpuctl down" in err, err
+    assert time.time() - started < 60
