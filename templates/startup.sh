@@ -19,6 +19,7 @@ ACCELERATOR="@{accelerator}"
 TPU_ADDRESS="@{tpu_address}"   # "local" on a TPU VM; empty on a node VM: the agent reads it from the store
 TF_VERSION="@{tf_version}"     # node-vm only: must match the TPU Node's TensorFlow exactly
 AGENT_PACKAGE="@{agent_package}"
+STORAGE_REQ="@{storage_req}"   # google-cloud-storage as the agent package requires it
 BOOT_PREFIX="@{boot_prefix}"
 # Overridable for custom images (and for the tests' simulated hosts).
 AGENT_DIR="${TPUCTL_AGENT_DIR:-/opt/tpuctl}"
@@ -70,21 +71,28 @@ retry() {
 log "boot: cluster $CLUSTER, tpuctl $VERSION, host $HOST"
 
 # --- a Python environment beside the image's packages (its TensorFlow stays the image's) -----------------------
+# Every later step installs with "$PY -m pip", so the environment counts as made only once its pip runs. A TPU VM's
+# Ubuntu ships pip but not python3-venv's ensurepip: `--without-pip` makes the venv and the image's pip serves it
+# through --system-site-packages. Debian 12's cloud image (the watcher's and the legacy node's VM) ships neither pip
+# nor python3-venv (Debian's cloud-image FAI package lists, GCP_FACTS §10): `--without-pip` succeeds there too but
+# leaves no pip at all, so python3-venv comes from apt and the venv is made again with its own pip (Debian's
+# README.venv: a venv made with python3-venv holds a copy of pip).
 venv() { python3 -m venv --system-site-packages "$@@" "$VENV"; }
-apt_venv() {   # waits on the dpkg lock instead of racing unattended-upgrades for it
-  apt-get -o DPkg::Lock::Timeout=600 update -qq && apt-get -o DPkg::Lock::Timeout=600 install -y -qq python3-venv
+has_pip() { "$PY" -m pip --version >/dev/null 2>&1; }
+apt_venv() {   # waits on the dpkg lock (unattended-upgrades takes it at boot) instead of failing on it
+  apt-get -o DPkg::Lock::Timeout=600 update -qq \
+    && DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq python3-venv
 }
-if [ -x "$PY" ]; then
+if [ -x "$PY" ] && has_pip; then
   log "python environment $VENV already there"
-elif venv 2>/dev/null; then
+elif venv --clear 2>/dev/null && has_pip; then
   log "python environment $VENV created"
-elif venv --without-pip; then
-  # Fresh Ubuntu images lack python3-venv's ensurepip; pip comes from the image's site-packages instead.
+elif venv --clear --without-pip && has_pip; then
   log "python3-venv missing: $VENV created without its own pip (the image's pip serves it)"
-elif retry "apt-get install python3-venv" apt_venv && venv; then
-  log "installed python3-venv; python environment $VENV created"
+elif retry "apt-get install python3-venv" apt_venv && venv --clear && has_pip; then
+  log "installed python3-venv; python environment $VENV created with its own pip"
 else
-  fail "cannot create a python environment (python3 -m venv)"
+  fail "cannot create a python environment with pip (python3 -m venv; apt-get install python3-venv)"
 fi
 
 # The image's own packages, wherever its python3 finds them, and a login user's ~/.local (where an image puts its
@@ -145,9 +153,9 @@ else
     retry "pip install of the watcher's dependencies" "$PY" -m pip install -q "$WHEEL" \
       || fail "pip install the watcher's dependencies"
   fi
-  "$PY" -c "import google.cloud.storage" 2>/dev/null \
-    || retry "pip install google-cloud-storage" "$PY" -m pip install -q "google-cloud-storage>=2.14" \
-    || fail "pip install google-cloud-storage"
+  # the store client in the range the agent relies on (its retries of conditional uploads): pip keeps an image's
+  # copy that satisfies it and installs one into the venv over an older one
+  retry "pip install $STORAGE_REQ" "$PY" -m pip install -q "$STORAGE_REQ" || fail "pip install $STORAGE_REQ"
 fi
 
 # service NAME DESCRIPTION RESTART EXEC [ENV=VALUE...]: a systemd unit, (re)started now and at every boot

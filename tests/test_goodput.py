@@ -38,3 +38,63 @@ def test_progress_keeps_attempts_across_restarts(tmp_path, monkeypatch):
     assert log.step == 8 and [s for s, _ in log.history["loss"]] == list(range(1, 9))
     g = goodput.breakdown(log.attempts, log.attempts[0]["start"], log.attempts[-1]["last"])
     assert g["steps_redone"] == 2 and g["wasted_progress_seconds"] == 1.0
+
+
+def test_the_first_steps_extra_time_after_each_start_is_startup_not_productive():
+    """ml-goodput-measurement moves the first step's time past the segment's average step to PROGRAM_STARTUP
+    (goodput.py _compute_segment_final_metrics): compilation is not productive training."""
+    # each attempt: a 10 s first step (compiling), then 1 s steps
+    attempts = [{"start": 0, "from": 0, "step": 10, "last": 20, "step_seconds": 19, "calls": 10, "first_seconds": 10},
+                {"start": 30, "from": 10, "step": 15, "last": 44, "step_seconds": 14, "calls": 5, "first_seconds": 10}]
+    g = goodput.breakdown(attempts, 0, 44)
+    assert g["startup_seconds"] == 9 + 9 and g["productive_seconds"] == 10 + 5
+    assert g["goodput_pct"] == round(100 * 15 / 44, 1)
+    # one step only: nothing to compare it with, all of it productive (as the library's one-step segment)
+    one = goodput.breakdown([{"start": 0, "from": 0, "step": 1, "last": 5, "step_seconds": 5, "calls": 1,
+                              "first_seconds": 5}], 0, 5)
+    assert one["startup_seconds"] == 0 and one["productive_seconds"] == 5
+
+
+def test_blocking_checkpoint_saves_are_badput(tmp_path, monkeypatch):
+    import time
+    from tpuctl import runtime
+    monkeypatch.setenv("TPUCTL_OUTPUT_DIR", str(tmp_path))
+    monkeypatch.delenv("TPUCTL_STORE", raising=False)
+    p = runtime.Progress(0)
+    for s in range(1, 5):
+        p.step(s, 0.5, loss=1.0)
+        if s % 2 == 0:
+            with p.checkpointing():
+                time.sleep(0.2)
+    p.flush()
+    log = MetricsLog.from_json(json.loads((tmp_path / "metrics.json").read_text()))
+    [a] = log.attempts
+    assert a["calls"] == 4 and a["first_seconds"] == 0.5 and 0.4 <= a["checkpoint_seconds"] < 1.0
+    g = goodput.breakdown(log.attempts, a["start"], a["start"] + 4)
+    assert g["productive_seconds"] == 2.0 and g["checkpoint_seconds"] == round(a["checkpoint_seconds"], 1)
+    assert g["other_seconds"] == round(4 - 2.0 - a["checkpoint_seconds"], 1)
+
+
+def test_a_keras_save_inside_a_batch_is_checkpoint_time_not_step_time(tmp_path, monkeypatch):
+    """A callback listed before metrics_callback() that saves at a batch's end runs inside the timed batch: wrapped
+    in the callback's checkpointing(), that time leaves the step time and is counted as checkpoint badput."""
+    import time
+    import pytest
+    tf = pytest.importorskip("tensorflow")
+    from tpuctl import runtime
+    monkeypatch.setenv("TPUCTL_OUTPUT_DIR", str(tmp_path))
+    monkeypatch.delenv("TPUCTL_STORE", raising=False)
+    metrics_cb = runtime.metrics_callback(every=1)
+
+    class Saver(tf.keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if batch == 1:
+                with metrics_cb.checkpointing():
+                    time.sleep(0.5)
+
+    model = tf.keras.Sequential([tf.keras.Input((2,)), tf.keras.layers.Dense(1)])
+    model.compile("sgd", "mse")
+    model.fit(tf.zeros((8, 2)), tf.zeros((8, 1)), batch_size=2, epochs=1, verbose=0, callbacks=[Saver(), metrics_cb])
+    [a] = MetricsLog.from_json(json.loads((tmp_path / "metrics.json").read_text())).attempts
+    assert a["calls"] == 4 and 0.5 <= a["checkpoint_seconds"] < 1.5
+    assert a["step_seconds"] - a["first_seconds"] < 0.5, a      # the save is not in the steps after the first

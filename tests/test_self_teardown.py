@@ -174,3 +174,20 @@ def test_a_host_that_cannot_ask_says_which_api_is_off(live_hosts, cloud, cli, tm
     assert code == 5, err
     assert "the host cannot check what its identity" in err and "cloudresourcemanager.googleapis.com API is" in err
     assert "gcloud services enable cloudresourcemanager.googleapis.com" in err and "lacks" not in err
+
+
+@pytest.mark.parametrize("unknown", ["invalid", "not_held"])
+def test_a_queued_tpu_admin_host_is_armed_and_deletes_its_request(live_hosts, cloud, cli, unknown):
+    """TPU Admin's permissions hold no queued-resource one (Google's Cloud TPU roles page), so a host whose identity
+    holds roles/tpu.admin alone must be armed for a queued cluster and delete its request; asking IAM about a name it
+    does not list is refused (400) or answered as not held, and neither may leave autostop unenforced."""
+    cloud.iam.unknown_permissions = unknown
+    cloud.iam.bindings.append({"role": "roles/tpu.admin", "members": [f"serviceAccount:{SA}"]})
+    code, out, err = cli("up", "--type", "v3-8", "--zone", "us-central1-b", "-c", "qa", "--queued", "--autostop",
+                         "3s", "--service-account", SA)
+    assert code == 0, err
+    assert f"armed: enforced by the host, as {SA}" in err
+    qr = f"projects/{PROJECT}/locations/us-central1-b/queuedResources/tpuctl-qa-qr"
+    assert _wait(lambda: qr not in cloud.tpu.queued), [h.agent_out() for hs in live_hosts.hosts.values() for h in hs]
+    assert _host_deletions(cloud)[0][0].startswith(f"/v2/{qr}") and _host_deletions(cloud)[0][1] == f"serviceAccount:{SA}"
+    assert cli("down", "-c", "qa", "--yes")[0] == 0

@@ -27,10 +27,10 @@ def _bucket(with_package: bool):
     return b
 
 
-def _boot(cloud, tmp_path, name="w0", **env):
-    script = render(f"gs://{BUCKET}", "boot", "tpu-vm", "v3-8", "local")
+def _boot(cloud, tmp_path, name="w0", image="ubuntu", role="tpu-vm", dpkg_busy=2.0, **env):
+    script = render(f"gs://{BUCKET}", "boot", role, "v3-8", "local")
     return Host(tmp_path / name, "t1v-n-boot-w-0", 0, script, SA, "v3-8", cloud.gcs,
-                {"TPUCTL_BOOT_RETRY_SECONDS": "60", **env})
+                {"TPUCTL_BOOT_RETRY_SECONDS": "60", **env}, image=image, dpkg_busy=dpkg_busy)
 
 
 def _wait(host, text, timeout=60):
@@ -66,6 +66,27 @@ def test_a_second_boot_keeps_what_is_in_place(cloud, tmp_path):
         assert "python environment" in second and "already there" in second
         assert "agent 0.1.0 already installed" in second and "fetching" not in second
         assert (host.root / "etc/systemd/system/agent.pid").read_text() == pid   # still the one agent
+        again.metadata.stop()
+    finally:
+        host.stop()
+
+
+def test_a_debian_image_without_pip_gets_python3_venv_from_apt(cloud, tmp_path):
+    """Debian 12's cloud image (the watcher's VM) has no pip and no ensurepip: `venv --without-pip` succeeds there
+    and leaves a venv with no pip, so the script installs python3-venv (waiting on the dpkg lock that
+    unattended-upgrades holds at boot) and makes the venv again with its own pip."""
+    _bucket(with_package=True)
+    host = _boot(cloud, tmp_path, image="debian-12", dpkg_busy=6.0)   # apt must wait for the lock
+    try:
+        _wait(host, "agent running", timeout=120)
+        log = host.boot_log()
+        assert "installed python3-venv; python environment" in log and "with its own pip" in log
+        assert "giving up" not in log and "FAILED" not in log
+        assert "waiting for apt-get" not in log, log    # apt waited on unattended-upgrades' lock, did not fail on it
+        assert (host.root / "var/lib/dpkg/info/python3-venv.list").exists()
+        again = _boot(cloud, tmp_path, image="debian-12")          # a reboot keeps the venv and its pip
+        assert again.script.wait(60) == 0
+        assert "already there" in again.boot_log().split("boot: cluster boot")[-1]
         again.metadata.stop()
     finally:
         host.stop()

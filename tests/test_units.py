@@ -242,10 +242,12 @@ def test_tpu_vm_device_files_mean_a_local_tpu(monkeypatch):
 
 @pytest.mark.parametrize("framework,record,accelerator,expect", [
     ("tensorflow", {"arch": "vm", "hosts": 1, "runtime": "tpu-vm-tf-2.18.0-pjrt"}, "v3-8",
-     {"NEXT_PLUGGABLE_DEVICE_USE_C_API": "true", "TF_PLUGGABLE_DEVICE_LIBRARY_PATH": "/lib/libtpu.so"}),
-    ("tensorflow", {"arch": "vm", "hosts": 1, "runtime": "tpu-vm-tf-2.17.0-se"}, "v3-8", {}),
+     {"WRAPT_DISABLE_EXTENSIONS": "true", "TPU_NAME": "local", "NEXT_PLUGGABLE_DEVICE_USE_C_API": "true",
+      "TF_PLUGGABLE_DEVICE_LIBRARY_PATH": "/lib/libtpu.so"}),
+    ("tensorflow", {"arch": "vm", "hosts": 1, "runtime": "tpu-vm-tf-2.17.0-se"}, "v3-8",
+     {"WRAPT_DISABLE_EXTENSIONS": "true", "TPU_NAME": "local"}),
     ("tensorflow", {"arch": "vm", "hosts": 4, "runtime": "tpu-vm-tf-2.18.0-pod-pjrt", "tpu_name": "tpuctl-s"}, "v3-32",
-     {"TPU_NAME": "tpuctl-s", "TPU_LOAD_LIBRARY": "0"}),
+     {"WRAPT_DISABLE_EXTENSIONS": "true", "TPU_NAME": "tpuctl-s", "TPU_LOAD_LIBRARY": "0"}),
     ("pytorch", {"arch": "vm", "hosts": 4}, "v5litepod-16", {"PJRT_DEVICE": "TPU"}),
     ("jax", {"arch": "vm", "hosts": 4}, "v5litepod-16", {}),
     ("tensorflow", {"arch": "node", "hosts": 1, "runtime": "2.12.0"}, "v2-8", {}),
@@ -254,3 +256,31 @@ def test_tpu_vm_device_files_mean_a_local_tpu(monkeypatch):
 def test_tpu_environment_follows_googles_harness(framework, record, accelerator, expect):
     from tpuctl.host.tpuenv import tpu_environment
     assert tpu_environment(framework, record, accelerator) == expect
+
+
+def test_every_tpu_state_has_one_meaning():
+    """Each tpu_v2 Node.State is waited on, lost, going, held (told to the user) or READY, never unclassified: an
+    unclassified state would be watched in silence."""
+    from google.cloud import tpu_v2
+    from tpuctl.providers.gcp import tpu
+    groups = [tpu.COMING, tpu.LOST, tpu.GOING, tpu.HELD, {tpu.READY}]
+    names = [s.name for s in tpu_v2.Node.State]
+    assert sorted(n for g in groups for n in g) == sorted(names)
+    assert set(tpu.HEALTH_TOLD) | tpu.HEALTH_WAIT | {"HEALTHY", "HEALTH_UNSPECIFIED"} == \
+        {h.name for h in tpu_v2.Node.Health}
+
+
+def test_one_store_client_range_for_cli_agent_and_host_script():
+    """The CLI, the agent's wheel and the host's start-up script ask for the same google-cloud-storage range, the
+    one whose retries of conditional uploads gcs_store relies on (gcs_store.STORAGE)."""
+    import tomllib
+    from pathlib import Path
+    from tpuctl.providers import agent_package
+    from tpuctl.providers.gcp.gcs_store import STORAGE
+    from tpuctl.providers.gcp.startup import render
+    deps = tomllib.loads(Path("pyproject.toml").read_text())["project"]["dependencies"]
+    assert [d for d in deps if d.startswith("google-cloud-storage")] == [STORAGE] == agent_package.REQUIRES
+    assert f'STORAGE_REQ="{STORAGE}"' in render("gs://b", "c", "tpu-vm", "v3-8", "local")
+    from google.cloud import storage
+    major = int(storage.__version__.split(".")[0])
+    assert major == 3, "the installed client is outside the range tpuctl is tested with"

@@ -322,9 +322,11 @@ def test_a_watcher_vm_brings_back_a_preempted_tpu_and_down_removes_it(cloud, liv
     code, out, err = cli("up", "--type", "v3-8", "--zone", ZONE, "-c", "w", "--runtime",
                          "tpu-vm-tf-2.18.0-pjrt-v5p-and-below", "--recover", "--watcher", "vm")
     assert code == 0, err + "\n".join(h.boot_log() + h.agent_out() for hs in live_hosts.hosts.values() for h in hs)
-    assert "e2-micro" in err and "free tier in us-central1" in err
+    assert "e2-micro" in err and "free tier may cover its e2-micro hours in us-central1" in err
     assert "watcher running on VM tpuctl-w-watch" in err
     assert _vms(cloud) == ["tpuctl-w-watch"]
+    [vm] = next(hs for r, hs in live_hosts.hosts.items() if r.endswith("/tpuctl-w-watch"))
+    assert vm.image == "debian-12" and "installed python3-venv" in vm.boot_log()   # Debian ships no pip
     status = json.loads(cli("status", "-c", "w", "--json")[1])
     assert status["watcher"].startswith("VM tpuctl-w-watch") and status["watcher_vm"].endswith("RUNNING")
     [row] = json.loads(cli("ls", "--json")[1])
@@ -345,3 +347,72 @@ def test_a_watcher_vm_whose_identity_cannot_recreate_is_refused_before_anything_
     assert code == 5, err
     assert "could not re-create a preempted TPU" in err and "roles/tpu.admin" in err
     assert not cloud.mutating_calls()
+
+
+def test_a_tpu_left_unknown_is_reported_and_recreated(cloud, cli, fast, no_leak):
+    """UNKNOWN is "unknown state after a failed repair" (tpu_v2 Node.State): no wait brings it back, so it is
+    lost: `status` says so with what it means, and the watcher re-creates it, saying why."""
+    _up(cli)
+    cloud.tpu.set_state(2, NODE, "UNKNOWN")
+    status = json.loads(cli("status", "-c", "w", "--json")[1])
+    assert "UNKNOWN (Google's repair of it failed)" in status["problem"] and "tpuctl up -c w" in status["fix"]
+    created = len(_creates(cloud))
+    w = Running()
+    _until(lambda: _recoveries(cloud), what="a recovery")
+    assert "UNKNOWN" in _recoveries(cloud)[0]["lost"] and "repair" in _recoveries(cloud)[0]["lost"]
+    assert any("UNKNOWN" in m and "re-creating" in m for m in w.said.lines)
+    assert cloud.tpu.nodes[2][NODE].state.name == "READY" and len(_creates(cloud)) == created + 1
+    assert cli("down", "-c", "w", "--yes")[0] == 0
+    w.wait()
+
+
+@pytest.mark.parametrize("state", ["STOPPED", "HIDDEN", "STATE_UNSPECIFIED"])
+def test_a_tpu_held_in_a_state_waiting_cannot_mend_is_told_not_watched_in_silence(cloud, cli, fast, no_leak, state):
+    _up(cli)
+    created = len(_creates(cloud))
+    w = Running()
+    _until(lambda: any("holding" in m for m in w.said.lines), what="the lease")
+    cloud.tpu.set_state(2, NODE, state)
+    _until(lambda: any("needs" in m or "not re-created" in m for m in w.said.lines), what="the watcher to tell")
+    status = json.loads(cli("status", "-c", "w", "--json")[1])
+    assert f"needs you: the TPU is {state}" in status["watcher"], status
+    assert state in status["problem"] and status["fix"], status
+    assert len(_creates(cloud)) == created and _recoveries(cloud) == []
+    assert cli("down", "-c", "w", "--yes")[0] == 0
+    w.wait()
+
+
+def test_a_tpu_under_maintenance_is_waited_for_and_an_unresponsive_one_told(cloud, cli):
+    _up(cli)
+    cloud.tpu.set_health(NODE, "UNHEALTHY_MAINTENANCE")   # "will resume running once rescheduled"
+    status = json.loads(cli("status", "-c", "w", "--json")[1])
+    assert "UNHEALTHY_MAINTENANCE" in status["problem"] and status["fix"].startswith("wait")
+    cloud.tpu.set_health(NODE, "TIMEOUT")
+    status = json.loads(cli("status", "-c", "w", "--json")[1])
+    assert "health TIMEOUT (unresponsive)" in status["problem"] and "tpuctl down -c w" in status["fix"]
+    assert cli("down", "-c", "w", "--yes")[0] == 0
+
+
+@pytest.mark.parametrize("tpu_zone,vm_zone", [("us-central1-b", "us-central1-b"), ("us-central1-ai1a", "us-central1-a"),
+                                              ("us-central2-b", "us-central1-a"), ("us-east1-d", "us-east1-d"),
+                                              ("us-east5-a", "us-central1-a"), ("europe-west4-a", "us-central1-a")])
+def test_the_watcher_vm_goes_to_an_ordinary_free_tier_zone(tpu_zone, vm_zone):
+    from tpuctl.providers.gcp.watcher_vm import zone_for
+    assert zone_for(tpu_zone) == vm_zone
+
+
+def test_a_v4_clusters_watcher_vm_is_planned_outside_the_restricted_region(cloud, cli):
+    code, out, err = cli("up", "--type", "v4-8", "--zone", "us-central2-b", "-c", "w", "--recover", "--watcher", "vm",
+                         "--dry-run")
+    assert code == 0, err
+    assert "VM tpuctl-w-watch in us-central1-a" in err and "free tier may cover" in err
+    assert not cloud.mutating_calls()
+
+
+def test_up_refuses_a_hidden_tpu_at_once_rather_than_waiting_for_ready(cloud, cli, no_leak):
+    _up(cli)
+    cloud.tpu.set_state(2, NODE, "HIDDEN")
+    started = time.time()
+    code, out, err = cli("up", "-c", "w")
+    assert code == 1 and "HIDDEN, which does not become READY by waiting" in err and "tpuctl down" in err, err
+    assert time.time() - started < 60

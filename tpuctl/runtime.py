@@ -7,7 +7,9 @@
     runtime.output_dir(), runtime.data_dir()      # from TPUCTL_* with local fallbacks
     model.fit(..., callbacks=[runtime.metrics_callback()])   # metrics.json: `tpuctl jobs` shows step, loss, curve
     progress = runtime.Progress(start_step)       # the same for a loop of one's own, without TensorFlow;
-    progress.step(step, seconds, loss=...)        # both record what goodput is computed from
+    progress.step(step, seconds, loss=...)        # both record what goodput is computed from;
+    with progress.checkpointing(): save()         # (or the callback's) a blocking save, counted as goodput's
+                                                  # checkpoint badput, not as productive step time
 
 TensorFlow is imported lazily, and TF_USE_LEGACY_KERAS=1 is set before it when tf-keras is installed (Keras 3 +
 TPUStrategy model.fit has open failures on TPU VMs, keras-team/keras#19448); a job's own value wins.
@@ -18,7 +20,8 @@ import importlib.util
 import json
 import os
 import time
-from typing import Any, Mapping, MutableMapping
+from contextlib import contextmanager
+from typing import Any, Iterator, Mapping, MutableMapping
 
 
 def prefer_legacy_keras(environ: MutableMapping[str, str] = os.environ) -> bool:
@@ -166,12 +169,27 @@ def run_id() -> str:
     return os.environ.get("TPUCTL_RUN_ID", "local")
 
 
+@contextmanager
+def _timed_save(log: Any, saved: list[float]) -> Iterator[None]:
+    """Times a blocking checkpoint save into `log` (metrics.MetricsLog.checkpointed), and into `saved` for a step
+    timer that must leave it out."""
+    t0 = time.perf_counter()
+    try:
+        yield
+    finally:
+        took = time.perf_counter() - t0
+        log.checkpointed(took, time.time())
+        saved.append(took)
+
+
 def metrics_callback(every: int | None = None, path: str | None = None) -> Any:
     """A Keras callback that rewrites `metrics.json` (tpuctl/metrics.py) in the output directory: at the end of
     each epoch (a job whose epochs are its log intervals, as jobs/bert_pretrain's are), or every `every` steps.
     The step is the optimizer's iteration count; a resumed run continues the history it finds there. What
     callbacks before it put into `logs` is recorded too. Each start of training and the time spent in steps are
-    recorded for goodput (core/goodput.py); the step reached is written at least every TPUCTL_PROGRESS_SECONDS (10)."""
+    recorded for goodput (core/goodput.py); the step reached is written at least every TPUCTL_PROGRESS_SECONDS (10).
+    A save the job makes inside `with callback.checkpointing():` counts as checkpoint time, never as step time, even
+    when it runs inside a batch (a callback before this one saving at a batch's end)."""
     tf = _tf()
     flush_seconds = float(os.environ.get("TPUCTL_PROGRESS_SECONDS", "10"))
     from .core.metrics import FILE, MetricsLog, parse
@@ -194,6 +212,10 @@ def metrics_callback(every: int | None = None, path: str | None = None) -> Any:
 
         def on_train_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:
             self.t0 = time.perf_counter()
+            self.saved: list[float] = []
+
+        def checkpointing(self) -> Any:
+            return _timed_save(self.log, self.saved if hasattr(self, "saved") else [])
 
         def _record(self, logs: dict[str, Any] | None) -> None:
             self.log.record(int(self.model.optimizer.iterations.numpy()), logs or {})
@@ -205,7 +227,7 @@ def metrics_callback(every: int | None = None, path: str | None = None) -> Any:
 
         def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
             step = int(self.model.optimizer.iterations.numpy())
-            self.log.stepped(step, time.perf_counter() - self.t0, time.time())
+            self.log.stepped(step, time.perf_counter() - self.t0 - sum(getattr(self, "saved", [])), time.time())
             if every and step % every == 0:
                 self._record(logs)
                 self.flushed = time.monotonic()
@@ -277,6 +299,10 @@ class Progress:
             self.flush()
         elif time.monotonic() - self.flushed >= self.flush_seconds:
             self.flush()
+
+    def checkpointing(self) -> Any:
+        """`with progress.checkpointing(): save()`: the save's time is goodput's checkpoint badput."""
+        return _timed_save(self.log, [])
 
     def flush(self) -> None:
         _write_text(self.target, json.dumps(self.log.to_json()))

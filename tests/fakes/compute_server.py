@@ -146,7 +146,10 @@ class FakeCompute:
             # "default" is the project's Compute Engine default service account (the API resolves it).
             sa = body.get("serviceAccounts", [{}])[0].get("email", "default")
             sa = f"{self.project_number}-compute@developer.gserviceaccount.com" if sa == "default" else sa
-            self.hosts.boot(f"{project}/{zone}/{body['name']}", script, 1, sa, "", kind="node-vm")
+            # the boot disk's image decides what the simulated host looks like (only Debian 12 is modelled)
+            image = body.get("disks", [{}])[0].get("initializeParams", {}).get("sourceImage", "")
+            assert "debian-12" in image, f"no simulated host for image {image!r}"
+            self.hosts.boot(f"{project}/{zone}/{body['name']}", script, 1, sa, "", kind="node-vm", image="debian-12")
 
         def finish():
             if error:

@@ -11,15 +11,26 @@ agent runs `startup-script` metadata at boot while the API still reports CREATIN
 - the host's identity: its own port on the fake Cloud Storage (`FakeGcs.listen_as`), so IAM grants and their
   propagation delay apply to it, while the script's downloads go through curl (a real HTTP client) and the agent's
   through google-cloud-storage;
-- the image: a `python3` that knows the image's packages (its own site directory: this test environment's
-  site-packages without TensorFlow, tf-keras or Keras, plus TensorFlow installed as `tensorflow-tpu`, the name
-  Google's TPU harness installs it under, from fakes/pyindex.py) but without python3-venv's ensurepip, as on fresh
-  Ubuntu images (`python3 -m venv` fails, `--without-pip` works); only that python3 has them: nothing else of the
-  host's environment points at them (no PYTHONPATH); `apt-get` fails (no network here); `hostname` answers the TPU
-  VM's `t1v-n-...-w-N` name; pip reaches only the tests' local index (PIP_NO_INDEX, PIP_FIND_LINKS).
+- the image, one of two:
+  * "ubuntu", a TPU VM's: a `python3` that knows the image's packages (its own site directory: this test
+    environment's site-packages without TensorFlow, tf-keras or Keras, plus TensorFlow installed as `tensorflow-tpu`,
+    the name Google's TPU harness installs it under, from fakes/pyindex.py) and pip, but without python3-venv's
+    ensurepip, as on fresh Ubuntu images (`python3 -m venv` fails, `--without-pip` works); `apt-get` fails (no
+    network here);
+  * "debian-12", Debian's cloud image that Compute Engine VMs boot (compute.IMAGE): python3 is there (Debian's
+    cloud images install unattended-upgrades, which depends on it) but neither pip nor python3-venv (Debian's
+    cloud-image FAI package lists, GoCarrot/debian-cloud-images config_space/package_config: no python3-pip, no
+    python3-venv), so `python3 -m pip` and `python3 -m ensurepip` fail and `venv --without-pip` makes a venv with no
+    pip at all; `apt-get install python3-venv` works (Debian's python3-venv brings ensurepip's wheels:
+    /usr/share/doc/python3.11/README.venv, "a copy of pip in it"), after waiting for the dpkg lock that
+    unattended-upgrades holds for the first `dpkg_busy` seconds of the boot: with `-o DPkg::Lock::Timeout=N` apt
+    waits (apt-get(8), apt >= 1.9.11), without it apt fails at once with "Could not get lock".
+  On both, only that python3 knows the image's packages: nothing else of the host's environment points at them (no
+  PYTHONPATH); `hostname` answers the TPU VM's `t1v-n-...-w-N` name; pip reaches only the tests' local index
+  (PIP_NO_INDEX, PIP_FIND_LINKS), so the packages a VM would take from PyPI stand in the Debian site directory too.
 - systemd: a stand-in `systemctl` that starts the unit's ExecStart with its Environment= lines, detached, with no
   PYTHONPATH, as systemd gives a service none.
-Not modelled: reboots, the TPU runtime itself, libtpu, the dpkg lock, real apt.
+Not modelled: reboots, the TPU runtime itself, libtpu, real apt (only what the start-up script asks of it).
 """
 from __future__ import annotations
 
@@ -30,6 +41,7 @@ import subprocess
 import sys
 import sysconfig
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -40,6 +52,10 @@ case "$1" in
   is-active) pid=$(cat "$TPUCTL_UNIT_DIR/agent.pid" 2>/dev/null) && kill -0 "$pid" 2>/dev/null; exit $?;;
   restart|enable) ;;
   *) exit 0;;
+esac
+case "${@: -1}" in   # the TPU runtime: each restart logged with the image it then serves
+  tpu-runtime*) [ "$1" = restart ] && echo "$(date +%s.%N) $(grep -o 'TF_DOCKER_URL=[^"]*' \
+                  "$TPUCTL_UNIT_DIR/tpu-runtime.service")" >> "$TPUCTL_UNIT_DIR/tpu-runtime.restarts"; exit 0;;
 esac
 unit="$TPUCTL_UNIT_DIR/${@: -1}"
 if pid=$(cat "$TPUCTL_UNIT_DIR/agent.pid" 2>/dev/null) && kill -0 "$pid" 2>/dev/null; then exit 0; fi
@@ -52,17 +68,52 @@ setsid $cmd >> "$TPUCTL_UNIT_DIR/agent.out" 2>&1 < /dev/null &
 echo $! > "$TPUCTL_UNIT_DIR/agent.pid"
 """
 PYTHON3 = """#!/bin/bash
-# The image's python3: its packages (its own site directory), but no ensurepip (python3-venv is not installed on
-# fresh Ubuntu images).
+# The image's python3: its packages (its own site directory), and ensurepip only once python3-venv is installed
+# (neither fresh image has it).
 export PYTHONPATH="@IMAGE@"
-if [ "$1" = "-m" ] && [ "$2" = "venv" ] && [[ " $* " != *" --without-pip "* ]]; then
-  echo "The virtual environment was not created successfully because ensurepip is not available.  On Debian/Ubuntu" >&2
-  echo "systems, you need to install the python3-venv package using the following command." >&2
-  exit 1
+if [ ! -e "@ROOT@/var/lib/dpkg/info/python3-venv.list" ]; then
+  if [ "$1" = "-m" ] && [ "$2" = "venv" ] && [[ " $* " != *" --without-pip "* ]]; then
+    echo "The virtual environment was not created successfully because ensurepip is not available.  On Debian/Ubuntu" >&2
+    echo "systems, you need to install the python3-venv package using the following command." >&2
+    exit 1
+  fi
+  if [ "$1" = "-m" ] && [ "$2" = "ensurepip" ]; then
+    echo "ensurepip is disabled in Debian/Ubuntu for the system python." >&2
+    exit 1
+  fi
+fi
+if [ "$1" = "-m" ] && [ "$2" = "venv" ]; then
+  # The image's site directory is its system site: a venv made --system-site-packages sees it, and not the site of
+  # the interpreter this simulation runs on (which holds a pip the image may not have).
+  args=(); system=0
+  for a in "$@"; do if [ "$a" = --system-site-packages ]; then system=1; else args+=("$a"); fi; done
+  env -u PYTHONPATH "@PYTHON@" "${args[@]}" || exit $?
+  if (( system )); then
+    echo "@IMAGE@" >"$(env -u PYTHONPATH "${args[-1]}/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/_system_site.pth"
+  fi
+  exit 0
 fi
 exec "@PYTHON@" "$@"
 """
-APT_GET = "#!/bin/bash\necho 'E: Failed to fetch: no network' >&2\nexit 100\n"
+APT_GET = {"ubuntu": "#!/bin/bash\necho 'E: Failed to fetch: no network' >&2\nexit 100\n",
+           "debian-12": """#!/bin/bash
+# apt-get [-o DPkg::Lock::Timeout=N] update|install [-y -qq] PKG...: waits for the dpkg lock only when told to
+timeout=0
+while [ "$1" = "-o" ]; do case "$2" in DPkg::Lock::Timeout=*) timeout="${2#*=}";; esac; shift 2; done
+busy_until=$(cat "@ROOT@/var/lib/dpkg/lock-frontend" 2>/dev/null || echo 0)
+while (( $(date +%s) < busy_until )); do
+  if (( timeout == 0 )); then
+    echo "E: Could not get lock /var/lib/dpkg/lock-frontend. It is held by process 812 (unattended-upgr)" >&2
+    exit 100
+  fi
+  sleep 0.2
+done
+cmd="$1"; shift
+[ "$cmd" = install ] || exit 0
+for pkg in "$@"; do
+  case "$pkg" in -*) ;; *) touch "@ROOT@/var/lib/dpkg/info/$pkg.list";; esac
+done
+"""}
 HOSTNAME = "#!/bin/bash\necho \"$SIMULATED_HOSTNAME\"\n"
 
 
@@ -103,44 +154,55 @@ class _Metadata:
         self.server.server_close()
 
 
-_IMAGE: list[Path] = []
-_NOT_IN_IMAGE = ("tensorflow", "tf_keras", "keras", "tf-keras")
+_IMAGES: dict[str, Path] = {}
+_NOT_IN_IMAGE = {"ubuntu": ("tensorflow", "tf_keras", "keras", "tf-keras"),
+                 "debian-12": ("tensorflow", "tf_keras", "keras", "tf-keras", "pip")}
 
 
-def image_site() -> Path:
-    """The image's site directory, made once per test session: links to this environment's packages but its
-    TensorFlow stack, and the tensorflow-tpu stand-in unpacked in their place."""
-    if not _IMAGE:
+def image_site(image: str = "ubuntu") -> Path:
+    """The image's site directory, made once per test session: links to this environment's packages but those the
+    image lacks (its TensorFlow stack; on Debian pip as well), and on the TPU VM's image the tensorflow-tpu stand-in
+    unpacked in their place."""
+    if image not in _IMAGES:
         import tempfile
         import zipfile
         from fakes import pyindex
-        site = Path(tempfile.mkdtemp(prefix="tpu-image-")) / "site-packages"
+        site = Path(tempfile.mkdtemp(prefix=f"{image}-image-")) / "site-packages"
         site.mkdir()
         purelib = Path(sysconfig.get_paths()["purelib"])
+        lacking = tuple(n.replace("-", "_") for n in _NOT_IN_IMAGE[image])
         for entry in purelib.iterdir():
-            if not entry.name.lower().replace("-", "_").startswith(tuple(n.replace("-", "_") for n in _NOT_IN_IMAGE)):
+            if not entry.name.lower().replace("-", "_").startswith(lacking):
                 (site / entry.name).symlink_to(entry)
-        wheels = pyindex.build(site.parent / "wheels")
-        zipfile.ZipFile(wheels / f"tensorflow_tpu-{pyindex.LINES['2.20'][0]}-py3-none-any.whl").extractall(site)
-        _IMAGE.append(site)
-    return _IMAGE[0]
+        if image == "ubuntu":
+            wheels = pyindex.build(site.parent / "wheels")
+            zipfile.ZipFile(wheels / f"tensorflow_tpu-{pyindex.LINES['2.20'][0]}-py3-none-any.whl").extractall(site)
+        _IMAGES[image] = site
+    return _IMAGES[image]
 
 
 class Host:
     def __init__(self, root: Path, name: str, worker: int, script: str, service_account: str, accelerator: str,
-                 gcs, env: dict):
-        self.root, self.name, self.worker = root, name, worker
-        for d in ("shims", "etc/systemd/system", "opt/tpuctl", "var/log", "home"):
+                 gcs, env: dict, image: str = "ubuntu", dpkg_busy: float = 1.0, kind: str = "tpu-vm"):
+        self.root, self.name, self.worker, self.image = root, name, worker, image
+        for d in ("shims", "etc/systemd/system", "opt/tpuctl", "var/log", "home", "var/lib/dpkg/info"):
             (root / d).mkdir(parents=True, exist_ok=True)
         shims = {"systemctl": SYSTEMCTL,
                  # the interpreter itself, not this test environment's venv, so only the image's packages show
                  "python3": PYTHON3.replace("@PYTHON@", getattr(sys, "_base_executable", sys.executable))
-                                   .replace("@IMAGE@", str(image_site())),
-                 "apt-get": APT_GET, "hostname": HOSTNAME}
+                                   .replace("@IMAGE@", str(image_site(image))),
+                 "apt-get": APT_GET[image], "hostname": HOSTNAME}
+        (root / "var/lib/dpkg/lock-frontend").write_text(str(int(time.time() + dpkg_busy + 1)))
         for n, text in shims.items():
-            (root / "shims" / n).write_text(text)
+            (root / "shims" / n).write_text(text.replace("@ROOT@", str(root)))
             (root / "shims" / n).chmod(0o755)
         (root / "startup.sh").write_text(script)
+        if kind == "tpu-vm":
+            # A TPU VM's TPU runtime unit, with the line Google's CI re-points (set_up_pjrt's sed replaces from
+            # TF_DOCKER_URL= to the line's end and closes a quote: Environment="TF_DOCKER_URL=..."). What the image
+            # itself names there is not known: a stand-in.
+            (root / "etc/systemd/system/tpu-runtime.service").write_text(
+                '[Service]\nEnvironment="TF_DOCKER_URL=gcr.io/cloud-tpu-v2-images/grpc_tpu_worker:image-default"\n')
         self.metadata = _Metadata({"agent-worker-number": worker, "accelerator-type": accelerator,
                                    "startup-script": script}, name, service_account)
         self.env = {
@@ -161,6 +223,12 @@ class Host:
     def boot_log(self) -> str:
         p = self.root / "var/log/tpuctl-boot.log"
         return p.read_text() if p.exists() else ""
+
+    def runtime_restarts(self) -> list[tuple[float, str]]:
+        """(when, image) of each restart of the TPU runtime service."""
+        p = self.root / "etc/systemd/system/tpu-runtime.restarts"
+        return [(float(t), url.removeprefix("TF_DOCKER_URL=")) for t, url in
+                (line.split(" ", 1) for line in p.read_text().splitlines())] if p.exists() else []
 
     def agent_out(self) -> str:
         p = self.root / "etc/systemd/system/agent.out"
@@ -197,7 +265,7 @@ class SimulatedHosts:
         self.boots: dict[str, int] = {}      # resource short name -> times booted
 
     def boot(self, resource: str, script: str, workers: int, service_account: str, accelerator: str,
-             kind: str = "tpu-vm") -> None:
+             kind: str = "tpu-vm", image: str = "ubuntu") -> None:
         if not self.enabled or not script:
             return
         short = resource.rsplit("/", 1)[-1]
@@ -207,7 +275,7 @@ class SimulatedHosts:
         for w in range(workers):
             name = f"t1v-n-{abs(hash(resource)) % 10**8:08d}-w-{w}" if kind == "tpu-vm" else short
             hosts.append(Host(self.root / disk / f"w{w}", name, w, script, service_account, accelerator, self.gcs,
-                              self.env))
+                              self.env, image, kind=kind))
         self.hosts[resource] = hosts
 
     def power_off(self, resource: str) -> None:

@@ -120,7 +120,9 @@ class FakeTpu:
                     return send_error(self, 404, "NOT_FOUND", f"no route {self.path}")
                 if member in (None, "invalid"):
                     return send_error(self, 401, "UNAUTHENTICATED", "Request is missing required authentication credential.")
-                permission = "tpu.nodes.delete" if m["kind"] == "nodes" else "tpu.queuedResources.delete"
+                # A queued resource's delete: which permission Google checks is not documented, and none for
+                # queued resources is listed among TPU Admin's (resource_manager.TPU_PERMISSIONS): the node's.
+                permission = "tpu.nodes.delete"
                 if not fake.iam.allows(member, permission, m["name"], "tpu.googleapis.com"):
                     return send_error(self, 403, "PERMISSION_DENIED", f"Permission '{permission}' denied on '{m['name']}'")
                 v, name = int(m["v"]), m["name"]
@@ -432,6 +434,11 @@ class FakeTpu:
             if self.hosts is not None:
                 self.hosts.power_off(node)
             self._set_qr(name, "SUSPENDED")
+
+    def set_health(self, name: str, health: str):
+        """Node.health as Google's health monitor reports it (tpu_v2 Node.Health)."""
+        with self.lock:
+            self.nodes[2][name].health = tpu_v2.Node.Health[health]
 
     def set_state(self, v: int, name: str, state: str):
         with self.lock:

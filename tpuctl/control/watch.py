@@ -50,6 +50,7 @@ class Watcher:
         self.lease = lease_of(self.store, self.where)
         self.holding = False
         self.resuming: list[dict[str, Any]] = []   # recoveries whose runs have not yet said where they resumed
+        self.doing = "watching"   # what `status` shows of this watcher (the lease's `doing`)
 
     # -- the loop --------------------------------------------------------------------------------------
     def run(self) -> str:
@@ -84,6 +85,7 @@ class Watcher:
         self._say_resumptions()
         lost = self.p.compute_lost(self.st) if self.st.phase is Phase.READY else "a re-create was interrupted"
         if not lost:
+            self._tell_if_held()
             return None
         if int(doc.get("recoveries", 0)) >= int(doc.get("max_recoveries", armed.DEFAULT_MAX_RECOVERIES)):
             why = f"gave up: {lost}, and all {doc.get('max_recoveries')} recoveries (--max-recoveries) are used"
@@ -94,18 +96,30 @@ class Watcher:
 
     def _hold(self) -> bool:
         """Hold the lease (renewing it), or stand by while another watcher does."""
-        if self.holding and self.lease.renew(looked=time.time(), doing="watching"):
+        if self.holding and self.lease.renew(looked=time.time(), doing=self.doing):
             return True
         if self.holding:
             self.r.info("handed the lease over (a command asked for it, or it lapsed): standing by")
         self.holding = self.lease.acquire()
         if self.holding:
             self.r.info(f"watching cluster {self.st.name}: holding its lease")
-            self.lease.renew(looked=time.time(), doing="watching")
+            self.lease.renew(looked=time.time(), doing=self.doing)
         else:
             rec = self.lease.holder()
             self.r.info(f"standing by: the watcher on {rec.get('where') if rec else '?'} holds the lease")
         return self.holding
+
+    def _tell_if_held(self) -> None:
+        """Compute that is neither up, coming up, nor lost (a stopped TPU, one in a state Google does not explain)
+        is not re-created, and waiting will not bring it back: said in the watcher's log when it changes, and in
+        what `status` shows of the watcher (the lease's `doing`), while the watch goes on."""
+        alive, what = self.p.host_state(self.st)
+        doing = "watching" if alive else f"watching; needs you: {what}"
+        if doing != self.doing:
+            self.doing = doing
+            if not alive:
+                self.r.warn(f"cluster {self.st.name}: {what}; not lost, so not re-created: watching on")
+            self.lease.renew(looked=time.time(), doing=doing)
 
     def _ended(self, doc: dict[str, Any]) -> str:
         """Why the watch is over, or ""."""
@@ -214,10 +228,11 @@ class CommandLease:
 
 
 def start_watcher_vm(st: ClusterState, provider: Provider, host: WatcherHost, reporter: Reporter) -> str:
-    """`up --recover --watcher vm`: the VM in the cluster's zone, and the wait (TPUCTL_WATCHER_WAIT seconds, 600:
-    it boots and installs the watcher first) until its watcher holds the lease. Returns where it runs."""
+    """`up --recover --watcher vm`: the VM in the zone the host picks for the cluster's, and the wait
+    (TPUCTL_WATCHER_WAIT seconds, 600: it boots and installs the watcher first) until its watcher holds the lease.
+    Returns where it runs."""
     store = provider.store(st)
-    zone, vm = st.zone, host.name(st.spec)
+    zone, vm = host.zone(st.zone), host.name(st.spec)
     armed.update(store, lambda d: {**d, "watcher": armed.ON_VM, "watcher_zone": zone} if d else None)
     host.ensure(st, zone, reporter)
     lease = lease_of(store, "")

@@ -1,39 +1,57 @@
 """Goodput of a run, as Google's ml-goodput-measurement defines it (github.com/AI-Hypercomputer/
-ml-goodput-measurement, README "Badput Breakdown Details"): goodput is the share of the job's lifetime spent in
-productive training steps; badput is the rest, among it "Wasted Progress due to Disruption": "time that was spent on
-productive training but lost after restart", i.e. steps re-done from the last checkpoint.
+ml-goodput-measurement: README "Badput Breakdown Details" and ml_goodput_measurement/src/goodput.py): goodput is the
+share of the job's lifetime spent in productive training steps; badput is the rest.
 
 From the attempts the job recorded (metrics.MetricsLog.attempts, written through tpuctl.runtime) and the run's
 lifetime (its first claim to its end):
-- productive: time inside training steps that were not re-done;
+- productive: time inside training steps that were kept, less the two below;
+- startup: after each start, the first step's extra time over the attempt's average step (compilation), as that
+  library's `_compute_segment_final_metrics` moves `first_step_extra_time` to PROGRAM_STARTUP (an attempt of one
+  step has none);
+- checkpoint: time blocking checkpoint saves took (UNPRODUCTIVE_CHECKPOINT_SAVE_TIME, which that library subtracts
+  from productive time); here the saves the job timed through tpuctl.runtime's `checkpointing()`, which are kept
+  out of the steps' own time;
 - wasted_progress: time inside steps re-done after a resume (the interrupted attempt's steps past the step the next
-  attempt restored);
+  attempt restored): "time that was spent on productive training but lost after restart";
 - disruption: from an interrupted attempt's last step to the next attempt's start (the TPU lost, re-created, booted,
   the job restarted): what that library splits into accelerator initialisation, training preparation and program
   startup after a restart;
-- other: the rest (the first start, data loading, checkpoint saves, evaluation).
+- other: the rest (the first start, data loading, evaluation, saves the job did not time).
 """
 from __future__ import annotations
 
 from typing import Any
 
 
+def first_step_extra(a: dict[str, float]) -> float:
+    """The first step's time past the average of the attempt's other steps; 0 for an attempt of one step."""
+    calls, first = a.get("calls", 0.0), a.get("first_seconds", 0.0)
+    if calls < 2:
+        return 0.0
+    return max(first - (a["step_seconds"] - first) / (calls - 1), 0.0)
+
+
 def breakdown(attempts: list[dict[str, float]], started: float, ended: float) -> dict[str, Any]:
     total = max(ended - started, 1e-9)
-    productive = wasted = disruption = 0.0
+    productive = wasted = disruption = startup = checkpoint = 0.0
     redone = 0
     for i, a in enumerate(attempts):
         steps = max(a["step"] - a["from"], 0.0)
-        per_step = a["step_seconds"] / steps if steps else 0.0
+        extra = first_step_extra(a)
+        kept = a["step_seconds"] - extra
+        per_step = kept / steps if steps else 0.0
         nxt = attempts[i + 1] if i + 1 < len(attempts) else None
         lost_steps = max(a["step"] - nxt["from"], 0.0) if nxt else 0.0
         redone += int(lost_steps)
         wasted += per_step * min(lost_steps, steps)
-        productive += a["step_seconds"] - per_step * min(lost_steps, steps)
+        productive += kept - per_step * min(lost_steps, steps)
+        startup += extra
+        checkpoint += a.get("checkpoint_seconds", 0.0)
         if nxt:
             disruption += max(nxt["start"] - a["last"], 0.0)
-    other = max(total - productive - wasted - disruption, 0.0)
+    other = max(total - productive - wasted - disruption - startup - checkpoint, 0.0)
     return {"goodput_pct": round(100 * productive / total, 1), "wall_seconds": round(total, 1),
-            "productive_seconds": round(productive, 1), "wasted_progress_seconds": round(wasted, 1),
+            "productive_seconds": round(productive, 1), "startup_seconds": round(startup, 1),
+            "checkpoint_seconds": round(checkpoint, 1), "wasted_progress_seconds": round(wasted, 1),
             "disruption_seconds": round(disruption, 1), "other_seconds": round(other, 1),
             "steps_redone": redone, "resumes": max(len(attempts) - 1, 0)}

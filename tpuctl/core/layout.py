@@ -23,6 +23,7 @@ RUN_INDEX_PREFIX = "tpuctl/index/runs/"
 RUN_INDEX_COMPLETE = "tpuctl/index/complete"
 SUBMITTING_PREFIX = "tpuctl/submitting/"
 ORPHANS_CHECKED = "tpuctl/orphans-checked"
+TPU_RUNTIME_PREFIX = "tpuctl/tpu-runtime/"
 
 def agent_package(version: str) -> str:
     """A wheel (agent_package.py says why): its file name must follow PEP 427 for pip to install it."""
@@ -76,6 +77,16 @@ def agent_heartbeat(host: str, worker: int) -> str:
 
 def _worker(worker: int) -> str:
     return "" if worker == 0 else f"-w{worker}"
+
+
+def tpu_runtime_served(worker: int) -> str:
+    """What TPU runtime worker N's tpu-runtime.service serves (host/podruntime.py)."""
+    return f"{TPU_RUNTIME_PREFIX}w{worker}.json"
+
+
+def run_tpu_runtime(run_id: str) -> str:
+    """The TPU runtime a TensorFlow run on a multi-host base-runtime slice asks every worker to serve."""
+    return f"{run_prefix(run_id)}tpu-runtime.json"
 
 
 def run_prefix(run_id: str) -> str:
@@ -146,6 +157,8 @@ DESCRIBED = [
     (watcher_package("VERSION"), "the recovery watcher VM's package (up --recover --watcher vm)"),
     (boot_log("HOST"), "each host's start-up script log"),
     (agent_heartbeat("HOST", 0).replace("-w0", "-wN"), "each agent's heartbeat"),
+    (tpu_runtime_served(0).replace("w0", "wN"), "TensorFlow on a multi-host base-runtime slice: the TPU runtime "
+                                                "image worker N's tpu-runtime.service serves, and for which run"),
     (job_package("SHA256"), "content-addressed job code, uploaded only if absent"),
     (blob("MD5"), "each data file's content, uploaded once (unchanged content is never sent again)"),
     (run_job("ID"), "the run, written once by `submit` (create-if-absent)"),
@@ -160,6 +173,8 @@ DESCRIBED = [
     (run_status("ID", 0).replace("status.json", "status[-wN].json"), "state, exit code, heartbeat, host"),
     (log_chunk("ID", 0, 1).replace("logs/", "logs[-wN]/"), "ordered log chunks, each written once"),
     (run_cancel("ID"), "written by `tpuctl cancel`"),
+    (run_tpu_runtime("ID"), "written by worker 0 before a TensorFlow run on a multi-host base-runtime slice: the "
+                            "TPU runtime every worker must serve first"),
     (run_remote("ID"), "a Kaggle run's sessions (kernel, state, times), kept by the commands that look at it"),
     (REMOTE_DATASETS, "the Kaggle datasets tpuctl made for the cluster's runs (what `down` deletes there)"),
     (run_data("ID") + "...", "the run's own data ($TPUCTL_DATA_DIR): copies of blobs, frozen at submit"),

@@ -3,11 +3,13 @@ rewritten whole at every log interval (object stores cannot append). The job wri
 `tpuctl.runtime.metrics_callback()`; `tpuctl jobs` reads it for the step, the loss and a sparkline.
 
     {"step": 120, "metrics": {"loss": 6.91, ...}, "history": {"loss": [[10, 8.01], [20, 7.49], ...], ...},
-     "attempts": [{"start": T, "from": 0, "step": 120, "last": T, "step_seconds": 98.2}, ...]}
+     "attempts": [{"start": T, "from": 0, "step": 120, "last": T, "step_seconds": 98.2, "calls": 120,
+                   "first_seconds": 9.1, "checkpoint_seconds": 4.0}, ...]}
 
 `attempts` is what goodput (goodput.py) is computed from: each start of the job's training (a resume after a
-preemption is a new one), the step it started from, the last step it reached and when, and the time it spent
-inside training steps.
+preemption is a new one), the step it started from, the last step it reached and when, the time it spent inside
+training steps (in `calls` reports, the first of them `first_seconds`: compilation lands there), and the time its
+blocking checkpoint saves took. Files written before the last three existed read as without them.
 
 No TensorFlow here: the CLI imports this module.
 """
@@ -40,14 +42,24 @@ class MetricsLog:
     def begin(self, step: int, now: float) -> None:
         """Training (re)starts at `step` (the step its checkpoint restored; 0 on a fresh start)."""
         self.attempts.append({"start": now, "from": float(step), "step": float(step), "last": now,
-                              "step_seconds": 0.0})
+                              "step_seconds": 0.0, "calls": 0.0, "first_seconds": 0.0, "checkpoint_seconds": 0.0})
 
     def stepped(self, step: int, seconds: float, now: float) -> None:
         """Steps up to `step` done, `seconds` of them spent inside training steps since the last call."""
         if not self.attempts:
             self.begin(step, now)
         a = self.attempts[-1]
+        if not a.get("calls"):
+            a["first_seconds"] = seconds
         a["step"], a["last"], a["step_seconds"] = float(step), now, a["step_seconds"] + seconds
+        a["calls"] = a.get("calls", 0.0) + 1
+
+    def checkpointed(self, seconds: float, now: float) -> None:
+        """A checkpoint save blocked training for `seconds` (outside the steps' own time)."""
+        if not self.attempts:
+            self.begin(int(self.step), now)
+        a = self.attempts[-1]
+        a["checkpoint_seconds"] = a.get("checkpoint_seconds", 0.0) + seconds
 
     def record(self, step: int, values: Mapping[str, Any]) -> None:
         """Values at `step`; a step at or before one already recorded (a resumed run) replaces what followed it."""

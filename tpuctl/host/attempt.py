@@ -22,7 +22,7 @@ from ..core.lifecycle import Policy
 from ..core.packaging import unpack
 from ..core.runs import RunSpec, RunState, RunStatus
 from ..runtime import prefer_legacy_keras
-from . import jobenv
+from . import jobenv, podruntime
 from .jobprocs import JobProcesses
 from .logshipper import LogShipper
 from .preamble import PreambleFilter
@@ -123,6 +123,10 @@ class Attempt:
             env_dir = jobenv.env_dir(self.a.home, req.read_bytes() if req and req.is_file() else b"",
                                      cons.read_bytes())
             script += jobenv.script(env_dir, job.requirements, cons, tf)
+        if tf and env_dir and podruntime.applies(self.a.record, job.framework):
+            a = self.a
+            script += shlex.join(podruntime.command(a.store.uri, self.run_id, self.attempt, a.workers, a.host,
+                                                    str(env_dir / "bin" / "python"))) + "\n"
         # As written, through bash: `prepare && train`, `cd sub && ...`, `VAR=1 python ...` all work; arguments
         # after `--` are appended shell-quoted (to the last command of a list).
         return script + "set +e\n" + job.command + "".join(" " + shlex.quote(x) for x in job.args) + "\n", env_dir

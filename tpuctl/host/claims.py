@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from ..core import layout, runindex, runs
 from ..core.runs import RunSpec, RunState
+from . import podruntime
 from .jobprocs import JobProcesses
 
 if TYPE_CHECKING:
@@ -27,11 +28,26 @@ class Claims:
         self.specs: dict[str, RunSpec] = {}  # job.json is written once: read it once per run
         self.ended_here: set[str] = set()    # runs whose attempt on this host a predecessor left running, now ended
         self.indexed = False                 # runindex.ensure done: once per agent, not once a tick
+        self.followed: dict[str, str] = {}   # run -> the TPU runtime request (podruntime.py) this worker served
 
     def runs_here(self, job: RunSpec) -> bool:
         """TensorFlow on a slice runs ONE program, on worker 0; JAX and PyTorch run on every worker (GCP_FACTS §6;
         ml-auto-solutions runs TF pod tests with all_workers=not is_pod)."""
         return job.framework != "tensorflow" or self.a.worker == 0
+
+    def follows_done(self, run_id: str, job: RunSpec) -> bool:
+        """A run that runs on worker 0 alone: True once this worker has nothing more to do for it. On a
+        multi-host base-runtime slice a TensorFlow run asks every worker to serve its TensorFlow first
+        (podruntime.py): followed here for each attempt, until the run is final."""
+        a = self.a
+        if not podruntime.applies(a.record, job.framework):
+            return True
+        request = podruntime.read(a.store, layout.run_tpu_runtime(run_id))
+        if request and self.followed.get(run_id) != request.get("for"):
+            print(f"tpuctl agent: {podruntime.follow(a.store, a.worker, a.host, request)}", file=sys.stderr,
+                  flush=True)
+            self.followed[run_id] = str(request.get("for"))
+        return runs.status(a.store, run_id, 0).state.final
 
     def end_orphans(self) -> None:
         """Ends the attempts a predecessor on this host left running (a job outlives an agent killed with
@@ -60,7 +76,8 @@ class Claims:
                     continue   # listed before its job.json is readable: look again next tick
                 self.specs[run_id] = spec
             if not self.runs_here(self.specs[run_id]):
-                self.done.add(run_id)   # never claimed here, so never taken over here either
+                if self.follows_done(run_id, self.specs[run_id]):
+                    self.done.add(run_id)   # never claimed here, so never taken over here either
                 continue
             first = a.store.read(layout.run_claim(run_id, a.worker))
             if first is None:

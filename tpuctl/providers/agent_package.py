@@ -21,8 +21,9 @@ from pathlib import Path
 
 from .. import __version__
 from ..core import layout
+from .gcp.gcs_store import STORAGE
 
-REQUIRES = ["google-cloud-storage>=2.14"]
+REQUIRES = [STORAGE]   # the store client range gcs_store relies on
 _DIST_INFO = f"tpuctl-{__version__}.dist-info"
 ENTRY_POINTS = ("tpuctl.agent", "tpuctl.runtime")
 

@@ -165,6 +165,8 @@ class WatcherHost(Protocol):
     def name(self, spec: ClusterSpec) -> str: ...
     def price(self, zone: str) -> str:
         """What it costs, in words (free tiers included)."""
+    def zone(self, tpu_zone: str) -> str:
+        """Where it goes for compute in `tpu_zone`."""
     def ensure(self, st: ClusterState, zone: str, reporter: Reporter) -> bool:
         """Create or adopt it in `zone`, started with the watcher; True when this call created it."""
     def delete(self, st: ClusterState, zone: str, reporter: Reporter) -> None: ...

@@ -19,6 +19,12 @@ from . import clients
 from .operations import call
 
 _FORBIDDEN_GRACE = 420.0
+# The google-cloud-storage range this module relies on (the CLI's, the agent wheel's and the host script's, through
+# agent_package): from 3.0 every upload, conditional or not, is retried on transient errors by default
+# (googleapis/python-storage#1400, "Retry by default for uploads"; before it only uploads with if_generation_match
+# were, as DEFAULT_RETRY_IF_GENERATION_SPECIFIED, #480), and a retried conditional upload whose first try landed
+# answers 412, which create/write_if read back as theirs. Below 4: the last major release changed these defaults.
+STORAGE = "google-cloud-storage>=3.0,<4"
 
 
 def _retry_forbidden(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:

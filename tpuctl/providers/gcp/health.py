@@ -2,6 +2,7 @@
 host's last boot-log line; what keeps a ready cluster from running jobs, and the command that mends it."""
 from __future__ import annotations
 
+import json
 import time
 from typing import Callable
 
@@ -11,8 +12,15 @@ from ...core.models import Arch, ClusterState
 from . import compute, planning, storage
 from .gcs_store import GcsStore
 from .queued import QueuedApi
-from .tpu import facts
+from .tpu import COMING, HEALTH_TOLD, HEALTH_WAIT, HELD, LOST, READY, facts, health_of
 from .topology import Topology
+
+
+# What a state means, where its name does not say (tpu_v2.types.Node.State's docstrings).
+_MEANING = {"UNKNOWN": " (Google's repair of it failed)", "STOPPED": " (stopped: `tpuctl up` starts it)",
+            "STOPPING": " (being stopped: `tpuctl up` starts it again)",
+            "HIDING": " (a state Google does not explain)", "HIDDEN": " (a state Google does not explain)",
+            "STATE_UNSPECIFIED": " (Google reports no state)"}
 
 
 class Health:
@@ -21,20 +29,27 @@ class Health:
 
     def _tpu_state(self, st: ClusterState) -> str:
         """The cluster's TPU state as the API reports it now; MISSING when there is none."""
-        node = Topology.tpu(st.spec).find(st.spec.tpu_name, st.zone) if st.zone else None
-        return Topology.tpu(st.spec).state(node) if node is not None else "MISSING"
+        return self._tpu(st)[0]
+
+    def _tpu(self, st: ClusterState) -> tuple[str, str]:
+        """(state, health) of the cluster's TPU now; ("MISSING", "") when there is none."""
+        api = Topology.tpu(st.spec)
+        node = api.find(st.spec.tpu_name, st.zone) if st.zone else None
+        return (api.state(node), health_of(node)) if node is not None else ("MISSING", "")
 
     def check_ready(self, st: ClusterState) -> None:
-        state = self._tpu_state(st)
-        if state != "READY":
-            raise TpuctlError(ErrorKind.PREEMPTED if state in ("PREEMPTED", "TERMINATED") else ErrorKind.NOT_FOUND,
-                              f"the TPU of cluster {st.name} is {state}",
-                              f"run `tpuctl up -c {st.name} ...` again to (re)create it")
+        state, health = self._tpu(st)
+        if state == READY:
+            return
+        raise TpuctlError(ErrorKind.PREEMPTED if state in LOST else ErrorKind.NOT_FOUND,
+                          f"the TPU of cluster {st.name} is {state}" + _MEANING.get(state, ""),
+                          f"wait, or watch: tpuctl status -c {st.name}" if state in COMING else
+                          f"run `tpuctl up -c {st.name} ...` again to (re)create or start it")
 
     def compute_lost(self, st: ClusterState) -> str | None:
         """A queued request answers first: SUSPENDED (a spot request preempted, its node gone) or FAILED is lost
         whatever the node says; WAITING_FOR_RESOURCES or PROVISIONING is coming up (cloud.google.com/tpu/docs/
-        queued-resources). Then the node: PREEMPTED, TERMINATED or MISSING is lost."""
+        queued-resources). Then the node: a LOST state (tpu.py: PREEMPTED, TERMINATED, UNKNOWN) or MISSING."""
         spec = st.spec
         if spec.queued and st.zone:
             qr = QueuedApi(spec.project).find(spec.qr_name, st.zone)
@@ -44,25 +59,38 @@ class Health:
             if qstate != "ACTIVE":
                 return None
         state = self._tpu_state(st)
-        return f"its TPU {spec.tpu_name} is {state}" if state in ("PREEMPTED", "TERMINATED", "MISSING") else None
+        return f"its TPU {spec.tpu_name} is {state}{_MEANING.get(state, '')}" if state in LOST | {"MISSING"} \
+            else None
 
     def host_state(self, st: ClusterState) -> tuple[bool, str]:
-        state = self._tpu_state(st)
-        if state in ("CREATING", "STARTING", "RESTARTING", "REPAIRING"):
+        state, health = self._tpu(st)
+        if state in COMING:
             return True, f"the TPU is {state}: its host will resume the run once it has booted"
+        if state == READY and health in HEALTH_WAIT:
+            return True, f"the TPU is under maintenance ({health}): it resumes once rescheduled"
         boot = "; ".join(f"{h}: {line}" for h, line in self._boot_logs(st).items())
-        if state == "READY":
+        if state == READY:
             return True, "the TPU is READY but its agent is silent" + (f" (boot log: {boot})" if boot else "")
-        return False, f"the TPU is {state}" + (f" (last boot log lines: {boot})" if boot else "")
+        return False, f"the TPU is {state}{_MEANING.get(state, '')}" + (f" (last boot log lines: {boot})" if boot
+                                                                         else "")
 
     def problem(self, st: ClusterState) -> tuple[str, str] | None:
-        state = self._tpu_state(st)
+        state, health = self._tpu(st)
         again = f"tpuctl up -c {st.name}"
-        if state in ("CREATING", "STARTING", "RESTARTING", "REPAIRING"):
-            return (f"the TPU is {state}; runs start once its hosts have booted",
-                    f"wait, or watch: tpuctl status -c {st.name}")
-        if state != "READY":
-            return f"the TPU is {state}: submitted runs wait and running ones resume once it is back", again
+        if state in COMING or (state == READY and health in HEALTH_WAIT):
+            return (f"the TPU is {state}" + (f" ({health})" if health in HEALTH_WAIT else "")
+                    + "; runs start once its hosts are back", f"wait, or watch: tpuctl status -c {st.name}")
+        if state in HELD:
+            replace = f"tpuctl down -c {st.name} --yes && {again} ..."
+            return (f"the TPU is {state}{_MEANING.get(state, '')}: nothing runs, and neither waiting nor the "
+                    f"recovery watcher brings it back", again if state in ("STOPPED", "STOPPING") else replace)
+        if state != READY:
+            return (f"the TPU is {state}{_MEANING.get(state, '')}: submitted runs wait and running ones resume once "
+                    f"it is back", again)
+        if health in HEALTH_TOLD:
+            return (f"the TPU reports health {health} ({HEALTH_TOLD[health]})",
+                    f"look at the host: tpuctl ssh -c {st.name} -- sudo journalctl -u tpu-runtime; "
+                    f"tpuctl down -c {st.name} --yes && {again} ... replaces it")
         beats = {who: age for who, (age, _) in self._beats(st).items()}
         if not beats:
             boot = "; ".join(f"{h}: {line}" for h, line in self._boot_logs(st).items())
@@ -87,7 +115,7 @@ class Health:
             else:
                 f = facts(node)
                 out["tpu"] = {"ip": f.ip, "service_account": f.service_account, "hosts": f.hosts,
-                              "state": Topology.tpu(spec).state(node), "health": type(node).Health(node.health).name}
+                              "state": Topology.tpu(spec).state(node), "health": health_of(node)}
             if spec.arch is Arch.NODE:
                 vm = compute.find(spec.project, spec.vm_name, st.zone)
                 out["vm"] = {"state": vm.status if vm else "MISSING"}
@@ -96,7 +124,22 @@ class Health:
         if b is not None:
             out["boot_logs"] = self._boot_logs(st)
             out["workers"] = self._workers(st)
+            served = self._served(st)
+            if served:
+                out["tpu_runtime"] = served
         return out
+
+    def _served(self, st: ClusterState) -> dict[str, object]:
+        """What each worker's TPU runtime serves, where a TensorFlow run re-pointed it (host/podruntime.py)."""
+        store = self.store_of(st)
+        found: dict[str, object] = {}
+        for key, _ in store.list(layout.TPU_RUNTIME_PREFIX):
+            try:
+                rec = json.loads(store.read(key) or b"{}")
+            except ValueError:
+                continue
+            found[str(rec.get("worker", "?"))] = rec.get("image") or f"cannot serve: {rec.get('error', '')}"
+        return found
 
     def _workers(self, st: ClusterState) -> dict[str, object]:
         """Each agent's last heartbeat: its role (a TensorFlow slice's workers > 0 serve the TPU runtime) and age."""

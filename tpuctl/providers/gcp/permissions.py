@@ -90,9 +90,9 @@ def check(spec: ClusterSpec) -> list[str]:
 
 # What the host's identity needs to end its own compute (teardown.needed), and the predefined roles known to carry
 # it (cloud.google.com/iam/docs/understanding-roles: Owner and Editor carry tpu.* and compute.* writes, TPU Admin
-# tpu.*, Compute Admin compute.*, Compute Instance Admin compute.instances.*).
-CARRIES = {"tpu.nodes.delete": {"roles/owner", "roles/editor", "roles/tpu.admin"},
-           "tpu.queuedResources.delete": {"roles/owner", "roles/editor", "roles/tpu.admin"},
+# tpu.*, TPU Editor tpu.nodes.create/delete (cloud.google.com/iam/docs/roles-permissions/tpu), Compute Admin
+# compute.*, Compute Instance Admin compute.instances.*). A queued resource is checked by tpu.nodes.* (teardown.py).
+CARRIES = {"tpu.nodes.delete": {"roles/owner", "roles/editor", "roles/tpu.admin", "roles/tpu.editor"},
            "compute.instances.delete": {"roles/owner", "roles/editor", "roles/compute.admin",
                                         "roles/compute.instanceAdmin", "roles/compute.instanceAdmin.v1"}}
 

@@ -14,18 +14,29 @@ from ...core.models import Arch, ClusterSpec, ClusterState
 from ...core.store import BlobStore
 from ..base import Enforcement
 
+# Which permission Google checks for a queued resource's create and delete is not documented (the REST reference
+# shows none that could be read here). Google's Cloud TPU roles page (cloud.google.com/iam/docs/roles-permissions/
+# tpu) expands TPU Admin's `tpu.*` to accelerator types, locations, nodes, operations, runtime versions and TensorFlow
+# versions: no tpu.queuedResources.* (nor tpu.queuedresources.*) permission exists to hold. A queued resource makes
+# and deletes nodes, so tpuctl checks tpu.nodes.create / tpu.nodes.delete for it (watcher_vm.NEEDS), which every role able to manage
+# TPUs carries; asking testIamPermissions about a name IAM does not know may be refused outright (400 INVALID_ARGUMENT,
+# as googleapis/google-cloud-python#1776 reports of another backend).
+QUEUED_DELETE = "tpu.nodes.delete"
 # permission -> the narrowest predefined role that carries it (cloud.google.com/iam/docs/understanding-roles)
-ROLE = {"tpu.nodes.delete": "roles/tpu.admin", "tpu.queuedResources.delete": "roles/tpu.admin",
-        "compute.instances.delete": "roles/compute.instanceAdmin.v1"}
+ROLE = {"tpu.nodes.delete": "roles/tpu.admin", "compute.instances.delete": "roles/compute.instanceAdmin.v1"}
 REACH = {"roles/tpu.admin": "create and delete every TPU and queued resource in the project",
          "roles/compute.instanceAdmin.v1": "create and delete every Compute Engine VM in the project"}
 
 
+def _steps(spec: ClusterSpec) -> list[tuple[str, str]]:
+    """(what, the permission checked for it) of each deletion, in order; known before anything exists."""
+    return ([("queued", QUEUED_DELETE)] if spec.queued else []) + [("node", "tpu.nodes.delete")] \
+        + ([("vm", "compute.instances.delete")] if spec.arch is Arch.NODE else [])
+
+
 def needed(spec: ClusterSpec) -> list[str]:
-    """The permissions the host's identity needs to end the compute, one per deletion of `targets`, in its order;
-    known before anything exists."""
-    return (["tpu.queuedResources.delete"] if spec.queued else []) + ["tpu.nodes.delete"] \
-        + (["compute.instances.delete"] if spec.arch is Arch.NODE else [])
+    """The permissions the host's identity needs to end the compute, each once."""
+    return list(dict.fromkeys(p for _, p in _steps(spec)))
 
 
 def targets(st: ClusterState) -> list[dict[str, str]]:
@@ -35,12 +46,10 @@ def targets(st: ClusterState) -> list[dict[str, str]]:
     projects.locations.nodes/delete, compute/docs/reference/rest/v1/instances/delete)."""
     s = st.spec
     version = "v2" if s.arch is Arch.VM else "v1"
-    where = {"tpu.queuedResources.delete": ("tpu", f"v2/projects/{s.project}/locations/{st.zone}/queuedResources/"
-                                                   f"{s.qr_name}?force=true"),
-             "tpu.nodes.delete": ("tpu", f"{version}/projects/{s.project}/locations/{st.zone}/nodes/{s.tpu_name}"),
-             "compute.instances.delete": ("compute", f"compute/v1/projects/{s.project}/zones/{st.zone}/instances/"
-                                                     f"{s.vm_name}")}
-    return [{"api": where[p][0], "path": where[p][1], "permission": p} for p in needed(s)]
+    where = {"queued": ("tpu", f"v2/projects/{s.project}/locations/{st.zone}/queuedResources/{s.qr_name}?force=true"),
+             "node": ("tpu", f"{version}/projects/{s.project}/locations/{st.zone}/nodes/{s.tpu_name}"),
+             "vm": ("compute", f"compute/v1/projects/{s.project}/zones/{st.zone}/instances/{s.vm_name}")}
+    return [{"api": where[what][0], "path": where[what][1], "permission": p} for what, p in _steps(s)]
 
 
 def enforcement(store: BlobStore, st: ClusterState) -> Enforcement:

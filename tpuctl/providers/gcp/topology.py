@@ -14,7 +14,7 @@ from . import compute
 from .iam import BucketIam
 from .queued import QueuedApi
 from .startup import render
-from .tpu import TpuApi, facts
+from .tpu import LOST, TpuApi, facts
 
 
 class Topology:
@@ -90,7 +90,7 @@ class Topology:
         if node is not None:
             require_owned(node.labels, spec.name, f"TPU {spec.tpu_name} in {zone}")
             state = api.state(node)
-            if state in ("PREEMPTED", "TERMINATED"):
+            if state in LOST:
                 progress(f"{state}, recreating")
                 api.delete(spec.tpu_name, zone, spec.name, progress)
                 node = None

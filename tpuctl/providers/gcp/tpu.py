@@ -16,8 +16,33 @@ from .operations import call, get_or_none, wait
 CREATE_DEADLINE = 1800.0
 NONCE_LABEL = "tpuctl-nonce"   # which `up` run created a resource (see TpuApi.create)
 DELETE_DEADLINE = 900.0
-_BUSY = {"CREATING", "STARTING", "RESTARTING", "REPAIRING", "REIMAGING", "UNHIDING", "STOPPING"}
-_DEAD = {"PREEMPTED", "TERMINATED"}
+# What each Node.State means for tpuctl (google-cloud-tpu 1.28, tpu_v2.types.Node.State's docstrings; v1 has the
+# same names but UNKNOWN). Every state is in exactly one set (tests/test_units.py holds them to the enum):
+# Google is bringing the node up or back: wait (status says so, followers keep following, the watcher waits).
+COMING = frozenset({"CREATING", "STARTING", "RESTARTING", "REPAIRING", "REIMAGING", "UNHIDING"})
+# Only a re-create brings it back: PREEMPTED and TERMINATED can only be deleted (GCP_FACTS §5); UNKNOWN is "unknown
+# state after a failed repair", a repair Google gave up on. `up` and the recovery watcher delete and re-create.
+LOST = frozenset({"PREEMPTED", "TERMINATED", "UNKNOWN"})
+# Going away: someone deletes it (`down`, or by hand); afterwards it is missing, and so lost.
+GOING = frozenset({"DELETING"})
+# Held by someone's action (a stop: `up` starts it) or in a state Google does not explain (HIDING, HIDDEN: the
+# docstrings say only "hiding"/"hidden"; STATE_UNSPECIFIED): nothing tpuctl does by waiting or re-creating is
+# known to be right, so it is told to the user; the watcher neither waits silently nor re-creates.
+HELD = frozenset({"STOPPING", "STOPPED", "HIDING", "HIDDEN", "STATE_UNSPECIFIED"})
+READY = "READY"
+# Node.Health while READY: UNHEALTHY_MAINTENANCE "will resume running once rescheduled": wait; TIMEOUT ("the
+# resource is unresponsive") and UNHEALTHY_TENSORFLOW ("the in-guest ML stack is unhealthy"): told to the user;
+# HEALTHY and HEALTH_UNSPECIFIED: nothing to say (the agents' heartbeats say whether jobs run).
+HEALTH_WAIT = frozenset({"UNHEALTHY_MAINTENANCE"})
+HEALTH_TOLD = {"TIMEOUT": "unresponsive", "UNHEALTHY_TENSORFLOW": "its in-guest ML stack is unhealthy"}
+
+
+def health_of(node: Any) -> str:
+    """The node's Health name ("" for v1 nodes, whose health field is another enum)."""
+    try:
+        return type(node).Health(node.health).name
+    except (AttributeError, ValueError):
+        return ""
 
 
 class TpuApi:
@@ -117,8 +142,12 @@ class TpuApi:
                     return True, "deleted"
                 raise TpuctlError(ErrorKind.ERROR, f"TPU {name} disappeared while waiting", "run the same command again")
             st = self.state(node)
-            if st in _DEAD and "READY" in want:
+            if st in LOST and READY in want:
                 raise TpuctlError(ErrorKind.PREEMPTED, f"TPU {name} is {st}", "run `tpuctl up` again to recreate it")
+            if st in HELD - {"STOPPING", "STOPPED"} and READY in want:   # a started node may still say STOPPED
+                raise TpuctlError(ErrorKind.ERROR, f"TPU {name} is {st}, which does not become READY by waiting",
+                                  f"see `gcloud compute tpus tpu-vm describe {name} --zone {zone}`; `tpuctl down` "
+                                  f"and `tpuctl up` replace it")
             return st in want, st
         return wait(poll, f"TPU {name}", deadline, progress)
 

@@ -1,11 +1,20 @@
-"""The recovery watcher's VM (`up --recover --watcher vm`): an e2-micro in the cluster's zone that runs
-`python -m tpuctl.watcher` as a systemd service (templates/startup.sh, role watcher-vm), installed from the
-watcher package in the store (agent_package.build(WATCHER)), as the same identity as the TPU, so the bucket
-grants the TPU has serve it too.
+"""The recovery watcher's VM (`up --recover --watcher vm`): an e2-micro that runs `python -m tpuctl.watcher` as a
+systemd service (templates/startup.sh, role watcher-vm), installed from the watcher package in the store
+(agent_package.build(WATCHER)), as the same identity as the TPU, so the bucket grants the TPU has serve it too.
 
-Price: e2-micro $0.0084/h in us-central1 plus its external IPv4 address $0.005/h; Google's free tier covers one
-non-preemptible e2-micro a month in us-west1, us-central1 and us-east1, with 30 GB-months of standard disk
-(cloud.google.com/free/docs/free-cloud-features#compute).
+Where (zone_for): it only talks to Google's APIs, so it need not sit beside the TPU. It goes in the TPU's zone when
+that is an ordinary zone of a free-tier region, else in an ordinary zone of a free-tier region: never in an AI zone
+(`...-ai1a`: Google advises against general workloads there, and each must be enabled per project) nor in
+us-central2-b (v4's restricted region), where a plain VM may be refused. Its network is the TPU's (`default`, as
+tpuctl makes TPUs), whose auto-mode subnets cover every region; it keeps an external address, because at boot it
+installs python3-venv from Debian's mirrors and the watcher's clients from PyPI, which Private Google Access (Google
+APIs only) does not reach.
+
+Price: e2-micro $0.0084/h in us-central1 plus its external IPv4 address $0.005/h. Google's free tier covers one
+non-preemptible e2-micro's hours a month, across the whole billing account (not per project: another e2-micro in
+the account uses them up), in us-west1, us-central1 and us-east1, with 30 GB-months of standard disk
+(cloud.google.com/free/docs/free-cloud-features#compute); whether it covers the external address is not stated
+there, so tpuctl does not call it free.
 
 What that identity must hold in the project to re-create the TPU (roles in cloud.google.com/iam/docs/
 understanding-roles), checked from the project's IAM policy before anything is made, as for autostop
@@ -22,16 +31,20 @@ from .iam import BucketIam
 
 MACHINE_TYPE = "e2-micro"
 HOURLY = 0.0084 + 0.005
-FREE_TIER_REGIONS = ("us-west1", "us-central1", "us-east1")
+# The free tier's regions and their ordinary zones (cloud.google.com/compute/docs/regions-zones: us-east1 has no -a).
+FREE_TIER_ZONES = {"us-central1": ("us-central1-a", "us-central1-b", "us-central1-c", "us-central1-f"),
+                   "us-west1": ("us-west1-a", "us-west1-b", "us-west1-c"),
+                   "us-east1": ("us-east1-b", "us-east1-c", "us-east1-d")}
+FREE_TIER_REGIONS = tuple(FREE_TIER_ZONES)
 ROLE_LABEL = "tpuctl-role"
 
 # permission -> the role that carries it, and every predefined role known to carry it
-NEEDS = {"tpu.nodes.create": ("roles/tpu.admin", {"roles/owner", "roles/editor", "roles/tpu.admin"}),
-         "tpu.nodes.delete": ("roles/tpu.admin", {"roles/owner", "roles/editor", "roles/tpu.admin"}),
+# A queued request is checked by tpu.nodes.create and tpu.nodes.delete like a node (teardown.QUEUED_DELETE: no
+# queued-resource permission is listed among TPU Admin's).
+_TPU = {"roles/owner", "roles/editor", "roles/tpu.admin", "roles/tpu.editor"}
+NEEDS = {"tpu.nodes.create": ("roles/tpu.admin", _TPU), "tpu.nodes.delete": ("roles/tpu.admin", _TPU),
          "iam.serviceAccounts.actAs": ("roles/iam.serviceAccountUser",
                                        {"roles/owner", "roles/editor", "roles/iam.serviceAccountUser"})}
-QUEUED_NEEDS = {"tpu.queuedResources.create": ("roles/tpu.admin", {"roles/owner", "roles/editor",
-                                                                   "roles/tpu.admin"})}
 NODE_NEEDS = {"compute.instances.create": ("roles/compute.instanceAdmin.v1",
                                            {"roles/owner", "roles/editor", "roles/compute.admin",
                                             "roles/compute.instanceAdmin", "roles/compute.instanceAdmin.v1"})}
@@ -45,14 +58,22 @@ def name(spec: ClusterSpec) -> str:
 
 
 def needs(spec: ClusterSpec) -> dict[str, tuple[str, set[str]]]:
-    return {**NEEDS, **(QUEUED_NEEDS if spec.queued else {}), **(NODE_NEEDS if spec.arch is Arch.NODE else {}),
+    return {**NEEDS, **(NODE_NEEDS if spec.arch is Arch.NODE else {}),
             **({} if spec.service_account else DEFAULT_SA_NEEDS)}
+
+
+def zone_for(tpu_zone: str) -> str:
+    """The watcher VM's zone for a TPU in `tpu_zone` (see the module's docstring)."""
+    region = region_of(tpu_zone)
+    ordinary = FREE_TIER_ZONES.get(region, FREE_TIER_ZONES["us-central1"])
+    return tpu_zone if tpu_zone in ordinary else ordinary[0]
 
 
 def price_text(zone: str) -> str:
     free = region_of(zone) in FREE_TIER_REGIONS
-    return (f"watcher VM {MACHINE_TYPE} ~${HOURLY:.3f}/h (${0.005:.3f}/h for its address"
-            + (f"; its {MACHINE_TYPE} hours fall under the free tier in {region_of(zone)})" if free else
+    return (f"watcher VM {MACHINE_TYPE} ~${HOURLY:.3f}/h (${0.005:.3f}/h of it for its external address"
+            + (f"; the free tier may cover its {MACHINE_TYPE} hours in {region_of(zone)}: one e2-micro's a month "
+               f"across your billing account)" if free else
                f"; the free tier covers {MACHINE_TYPE} only in {', '.join(FREE_TIER_REGIONS)})"))
 
 
@@ -99,6 +120,9 @@ class GcpWatcherHost:
 
     def price(self, zone: str) -> str:
         return price_text(zone)
+
+    def zone(self, tpu_zone: str) -> str:
+        return zone_for(tpu_zone)
 
     def ensure(self, st: ClusterState, zone: str, reporter: Reporter) -> bool:
         from .. import agent_package
