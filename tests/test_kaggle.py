@@ -4,6 +4,8 @@ upload nothing, cancel, and `down` leaving nothing of tpuctl's on Kaggle."""
 import json
 import os
 import stat
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -56,6 +58,85 @@ def _up(cli, *flags):
     return err
 
 
+# -- Kaggle's API as it is (issue 29 items 1, 4-7, 9, 10; issue 28 item 4) ------------------------------------------
+
+# Counts to 16 as COUNTER does; its first session says a line, then waits (2 s at most) for the test to have seen that
+# line in the run's log while the session still runs.
+LIVE = """
+import os, time
+ck = os.path.join(os.environ["TPUCTL_OUTPUT_DIR"], "step")
+start = int(open(ck).read()) if os.path.exists(ck) else 0
+print("resuming at", start, flush=True)
+if start == 0:
+    print("first line", flush=True)
+    for _ in range(20):
+        if os.path.exists(os.environ["LIVE_FLAG"]):
+            break
+        time.sleep(0.1)
+for step in range(start + 1, 17):
+    time.sleep(0.25)
+    open(ck, "w").write(str(step))
+    print("step", step, flush=True)
+print("done", flush=True)
+"""
+
+
+def _watch_live(kaggle, flag, seen, stop):
+    """Sets seen[0] once "first line" is in the run's log while Kaggle still runs session 1; then lets the job on."""
+    logs = Path(os.environ["TPUCTL_HOME"])
+    while not stop.is_set():
+        first = [k for slug, k in list(kaggle.kernels.items()) if slug.endswith("-s1")]
+        text = "".join(p.read_text() for p in logs.rglob("*.log") if "logs" in p.parts)
+        if first and "first line" in text:
+            seen[0] = first[0]["versions"][-1]["status"] == "RUNNING"
+            flag.write_text("")
+            return
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("missing,ref", [(403, "code"), (404, "plain")])
+def test_the_issue_check_a_token_a_throttled_api_a_chain_shown_live_and_nothing_left(kaggle, cli, tmp_path,
+                                                                                      monkeypatch, missing, ref):
+    """Issue 29's check: only KAGGLE_API_TOKEN; Kaggle names kernels after their titles, processes datasets after
+    accepting them, answers `missing` for what is not there, throttles (429 with Retry-After) and drops connections;
+    a job chained over sessions shows its first session's lines while that session runs, its checkpoint comes back
+    through `download`, `jobs` shows it finished, and `down` leaves nothing (a kernel already deleted outside
+    tpuctl included)."""
+    from fakes.kaggle import TOKEN
+    for var in ("KAGGLE_USERNAME", "KAGGLE_KEY"):
+        monkeypatch.delenv(var)
+    monkeypatch.setenv("KAGGLE_API_TOKEN", TOKEN)
+    kaggle.missing_status, kaggle.ref_style = missing, ref
+    kaggle.throttle_every, kaggle.drop_every, kaggle.retry_after = 3, 7, "0.05"
+    _up(cli, "--type", "v5e-8")
+    monkeypatch.setenv("TPUCTL_KAGGLE_SESSION_SECONDS", "3")
+    monkeypatch.setenv("TPUCTL_KAGGLE_STREAM_RETRY", "0.05")
+    flag = tmp_path / "flag"
+    monkeypatch.setenv("LIVE_FLAG", str(flag))
+    seen, stop = [False], threading.Event()
+    watcher = threading.Thread(target=_watch_live, args=(kaggle, flag, seen, stop), daemon=True)
+    watcher.start()
+    code, out, err = cli("submit", str(make_job(tmp_path, LIVE)), "-c", "kg", "--chain", "30")
+    stop.set()
+    assert code == 0, out + err
+    assert seen[0], "the first session's line reached the run's log only after the session ended"
+    assert "Kaggle is processing it" in err and out.count("step 16\n") == 1 and "done\n" in out
+    sessions = out.count("--- Kaggle session ")
+    assert sessions >= 2 and out.count("resuming at") == sessions and out.count("first line") == 1
+    assert all(slug.split("/")[1].startswith("tpuctl-") and slug.split("/")[1].endswith(f"-s{n}")
+               for n, slug in enumerate(sorted(kaggle.kernels, key=lambda s: int(s.rsplit("s", 1)[1])), 1))
+    assert kaggle.api_calls >= 3 * kaggle.throttle_every   # the API throttled and dropped calls all along
+    dest = tmp_path / "got"
+    assert cli("download", "-c", "kg", "-o", str(dest))[0] == 0
+    assert (dest / "step").read_text() == "16"
+    [row] = json.loads(cli("jobs", "-c", "kg", "--json")[1])
+    assert row["state"] == "succeeded" and row["attempt"] == sessions
+    kaggle.kernels.pop(sorted(kaggle.kernels)[0])   # deleted by hand on kaggle.com: `down` finds it gone
+    code, out, err = cli("down", "-c", "kg", "--yes")
+    assert code == 0, err
+    assert kaggle.leftovers() == []
+
+
 def test_a_run_longer_than_a_session_chains_through_sessions_and_down_leaves_nothing(kaggle, cli, tmp_path,
                                                                                       monkeypatch):
     err = _up(cli, "--type", "v5e-8")
@@ -67,7 +148,8 @@ def test_a_run_longer_than_a_session_chains_through_sessions_and_down_leaves_not
     code, out, err = cli("submit", str(job), "-c", "kg", "--chain", "30")
     assert code == 0, out + err
     assert out.count("resuming at") >= 3 and "resuming at 0 on kaggle:TpuV5E8" in out
-    assert out.count("step 16\n") == 1 and "done" in out.splitlines()[-1]
+    assert out.count("step 16\n") == 1 and out.splitlines()[-2:][0] == "done"
+    assert out.splitlines()[-1].startswith("--- Kaggle session ") and "COMPLETE" in out.splitlines()[-1]
     assert "the next session resumes it" in out
     sessions = out.count("--- Kaggle session ")
     [row] = json.loads(cli("jobs", "-c", "kg", "--json")[1])
@@ -155,7 +237,7 @@ def test_credentials_and_refusals_are_one_line_each_and_leave_nothing(kaggle, cl
     (cfg / "kaggle.json").chmod(stat.S_IRUSR | stat.S_IWUSR)
     (cfg / "kaggle.json").write_text(json.dumps({"username": "alice", "key": "wrong"}))
     code, out, err = cli("up", "--provider", "kaggle", "-c", "kg")
-    assert code == 5 and "refused the API key" in err and "wrong" not in err
+    assert code == 5 and "refused the credentials" in err and "wrong" not in err
     (cfg / "kaggle.json").write_text(json.dumps({"username": "alice", "key": KEY}))
     kaggle.tpu_used = kaggle.tpu_allowed
     code, out, err = cli("up", "--provider", "kaggle", "-c", "kg", "--type", "v5e-8")

@@ -33,14 +33,14 @@ def _follow(store: "BlobStore", run_id: str, st0: "ClusterState", prov: "Provide
 
     def watch(status: "runs.RunStatus") -> None:
         if remote is not None:   # a service's run: each idle poll moves it on, and says when its state changes
-            words = remote.advance(st0, store, run_id)
+            words = remote.advance(st0, store, run_id, follow=follow)
             if words.split(" ")[:4] != said[0].split(" ")[:4]:
                 console().err.print(f"[dim]{words}[/]")
             said[0] = words
             return
         host_watch(status)
     if remote is not None:
-        remote.advance(st0, store, run_id)
+        remote.advance(st0, store, run_id, follow=follow)
     try:
         st = runs.follow(store, run_id, write, worker=worker, follow=follow, watch=watch)
     except KeyboardInterrupt:
