@@ -137,6 +137,124 @@ def test_the_issue_check_a_token_a_throttled_api_a_chain_shown_live_and_nothing_
     assert kaggle.leftovers() == []
 
 
+def test_credentials_in_the_kaggle_clients_order(kaggle, cli, tmp_path, monkeypatch):
+    """An API token (KAGGLE_API_TOKEN, as the token or a file; ~/.kaggle/access_token) before the legacy key, then
+    `kaggle auth login`'s credentials.json; a token Kaggle says is not valid is one line, exit 5."""
+    import datetime
+    from fakes.kaggle import TOKEN
+    home = tmp_path / "home-dir"
+    (home / ".kaggle").mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("KAGGLE_KEY", "wrong")          # a legacy key that Kaggle refuses: never used below
+    (home / ".kaggle" / "access_token").write_text(TOKEN + "\n")
+    assert _up(cli, "--type", "cpu") is not None
+    (home / ".kaggle" / "access_token").unlink()
+    monkeypatch.setenv("KAGGLE_API_TOKEN", str(tmp_path / "token.txt"))
+    (tmp_path / "token.txt").write_text(TOKEN)
+    code, out, err = cli("submit", str(make_job(tmp_path, "print('hi')\n")), "-c", "kg")
+    assert code == 0 and "hi" in out, err
+    monkeypatch.setenv("KAGGLE_API_TOKEN", "KGAT_revoked")
+    code, out, err = cli("up", "--provider", "kaggle", "-c", "kg")
+    assert code == 5 and "not valid" in err and "KAGGLE_API_TOKEN" in err and "Traceback" not in err, err
+    assert "KGAT_revoked" not in err
+    for var in ("KAGGLE_API_TOKEN", "KAGGLE_USERNAME", "KAGGLE_KEY"):
+        monkeypatch.delenv(var)
+    code, out, err = cli("up", "--provider", "kaggle", "-c", "kg")
+    assert code == 5 and "no Kaggle credentials" in err and "Generate New Token" in err
+    later = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=1)
+    (home / ".kaggle" / "credentials.json").write_text(json.dumps({
+        "refresh_token": "r", "access_token": TOKEN, "access_token_expiration": later.isoformat(),
+        "username": "alice", "scopes": []}))   # as kagglesdk/kaggle_creds.py `save` writes it
+    assert _up(cli, "--type", "cpu") is not None
+    assert cli("down", "-c", "kg", "--yes")[0] == 0 and kaggle.leftovers() == []
+
+
+def test_429_waits_its_retry_after_and_gives_up_after_ten_attempts(kaggle):
+    from email.utils import format_datetime
+    from types import SimpleNamespace
+    from tpuctl.core.errors import TpuctlError
+    from tpuctl.providers.kaggle.client import Kaggle, retry_after
+    k = Kaggle()
+    kaggle.throttle_every, kaggle.retry_after = 2, "0.4"
+    kaggle.api_calls = 0
+    t = time.monotonic()
+    k.tpu_quota()
+    k.tpu_quota()                                   # the second call is throttled once: waits 0.4 s, then answered
+    assert time.monotonic() - t >= 0.4 and kaggle.api_calls == 3
+    kaggle.throttle_every, kaggle.retry_after, kaggle.api_calls = 1, "0", 0
+    with pytest.raises(TpuctlError) as e:
+        k.tpu_quota()
+    assert kaggle.api_calls == 10 and "429" in e.value.message
+    soon = datetime_in(2.0)
+    assert 1.0 < retry_after(SimpleNamespace(headers={"Retry-After": format_datetime(soon, usegmt=True)})) <= 2.0
+    assert retry_after(SimpleNamespace(headers={})) is None
+
+
+def datetime_in(seconds):
+    import datetime
+    return datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=seconds)
+
+
+def test_a_dataset_kaggle_fails_to_process_is_made_again_and_a_push_before_ready_is_refused(kaggle, cli, tmp_path):
+    from tpuctl.core.errors import TpuctlError
+    from tpuctl.providers.kaggle.client import Kaggle
+    _up(cli, "--type", "cpu")
+    kaggle.fail_datasets = 1
+    code, out, err = cli("submit", str(make_job(tmp_path, "print('made twice')\n")), "-c", "kg")
+    assert code == 0 and "made twice" in out, err
+    assert "failed to process it; deleting it and uploading it again" in err
+    assert sum(c.endswith("/CreateDataset") for c in kaggle.calls) == 2 and len(kaggle.datasets) == 1
+    k = Kaggle()
+    kaggle.dataset_processing = 60
+    k.create_dataset("tpuctl-not-ready", "tpuctl not ready", {"a.txt": b"a"})
+    assert k.dataset_status("tpuctl-not-ready") == "NOT_YET_PERSISTED"
+    with pytest.raises(TpuctlError) as e:
+        k.push_kernel("tpuctl-early", "tpuctl early", "print(1)", "", ["tpuctl-not-ready"], [], False, 0)
+    assert "not processed yet" in e.value.message
+    k.delete_dataset("tpuctl-not-ready")
+    assert cli("down", "-c", "kg", "--yes")[0] == 0 and kaggle.leftovers() == []
+
+
+def test_a_cluster_taken_down_mid_chain_ends_its_run_and_comes_back_with_up(kaggle, cli, tmp_path, monkeypatch):
+    """Issue 28 item 4 and issue 29's new user: after `down` during a session, the run ends with a reason (no exit
+    3 from `jobs`, its time stops), and `up -c kg` (the hint tpuctl prints) brings the cluster back."""
+    _up(cli, "--type", "v5e-8")
+    job = make_job(tmp_path, "import time\nprint('long', flush=True)\ntime.sleep(60)\n")
+    code, out, err = cli("submit", str(job), "-c", "kg", "--detach", "--chain", "3")
+    assert code == 0, err
+    run_id = out.strip()
+    status = json.loads(cli("status", "-c", "kg", "--json")[1])
+    assert status["on_kaggle"]["kernels"] == [f"alice/tpuctl-{run_id}-s1"] and len(status["on_kaggle"]["datasets"]) == 1
+    assert cli("down", "-c", "kg", "--yes")[0] == 0 and kaggle.leftovers() == []
+    for _ in range(2):
+        code, out, err = cli("jobs", "-c", "kg", "--json")
+        assert code == 0, err
+        [row] = json.loads(out)
+        assert row["state"] == "failed" and row["note"] == "ended: cluster taken down"
+    assert "ended: cluster taken down" in cli("logs", run_id, "-c", "kg")[1]
+    code, out, err = cli("up", "-c", "kg")
+    assert code == 0 and "do not apply" not in err, err
+    code, out, err = cli("up", "-c", "kg", "--provider", "kaggle", "--type", "v5e-8")
+    assert code == 0, err
+    code, out, err = cli("submit", str(make_job(tmp_path, "print('back')\n", name="again")), "-c", "kg")
+    assert code == 0 and "back" in out, err
+    assert cli("down", "-c", "kg", "--yes")[0] == 0 and kaggle.leftovers() == []
+
+
+def test_a_submit_kaggle_refuses_fails_the_run_with_the_reason(kaggle, cli, tmp_path, monkeypatch):
+    _up(cli, "--type", "cpu")
+    monkeypatch.setenv("KAGGLE_KEY", "rejected")
+    code, out, err = cli("submit", str(make_job(tmp_path, "print(1)\n")), "-c", "kg")
+    assert code == 5 and "refused the credentials" in err and "Traceback" not in err
+    [row] = json.loads(cli("jobs", "-c", "kg", "--json")[1])
+    assert row["state"] == "failed" and "refused the credentials" in row["note"]
+    assert "refused the credentials" in cli("logs", row["id"], "-c", "kg")[1]
+    code, out, err = cli("cancel", row["id"], "-c", "kg")
+    assert code == 2 and "already failed" in err
+    monkeypatch.setenv("KAGGLE_KEY", KEY)
+    assert cli("down", "-c", "kg", "--yes")[0] == 0 and kaggle.leftovers() == []
+
+
 def test_a_run_longer_than_a_session_chains_through_sessions_and_down_leaves_nothing(kaggle, cli, tmp_path,
                                                                                       monkeypatch):
     err = _up(cli, "--type", "v5e-8")
