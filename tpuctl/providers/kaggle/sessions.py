@@ -114,7 +114,7 @@ class KaggleSessions:
             if not state:
                 size = sum(len(b) for b in files.values())
                 progress(f"uploading dataset {dataset} ({size / 1e6:.1f} MB, private)")
-                k.create_dataset(dataset, f"tpuctl inputs {digest}", files)
+                k.create_dataset(dataset, f"tpuctl {digest}", files)   # a title whose slug is the slug too
             if wait_ready(k, dataset, progress):
                 return dataset
         raise TpuctlError(ErrorKind.ERROR, f"Kaggle failed to process dataset {dataset} twice",
@@ -217,7 +217,7 @@ class KaggleSessions:
         if live:
             live.stop()
         files, log = k.kernel_output(s["kernel"])
-        marks = {}
+        marks, progressed = {}, False
         out = Path(store.local_path(layout.run_output(run_id)))
         for name, url in files:
             if name in (kernel.CONTINUE_MARK, kernel.EXIT_MARK):
@@ -228,13 +228,20 @@ class KaggleSessions:
                     s["exit_code"] = int(tmp.read_text() or 1)
                     tmp.unlink()
             elif name.startswith(kernel.OUTPUT + "/"):
-                k.fetch(url, out / name[len(kernel.OUTPUT) + 1:])
+                dest = out / name[len(kernel.OUTPUT) + 1:]
+                before = dest.read_bytes() if dest.is_file() else None
+                k.fetch(url, dest)
+                progressed = progressed or dest.read_bytes() != before
         took = s["ended"] - s.get("started", s["pushed"])
         rest = "".join(_line(e) for e in log[s.get("streamed", 0):])   # what the stream has not shown
         # after the session's lines (which the stream may have shown while it ran), how it ended
         self._chunk(store, run_id, rec, rest + f"--- Kaggle session {len(rec['sessions'])} ({s['kernel']}): "
                     f"{state} after {took:.0f}s" + (f": {failure}" if failure else "") + " ---\n")
-        cut = kernel.CONTINUE_MARK in marks or "time limit" in failure
+        # Cut at the limit: the script marked it so, or Kaggle stopped the script before its exit mark (an ERROR
+        # whatever its message says) after the job had written new output (a checkpoint to resume from). A script
+        # that failed on its own before the job wrote anything does not chain.
+        cut = kernel.CONTINUE_MARK in marks or \
+            (kernel.EXIT_MARK not in marks and state == "ERROR" and progressed)
         if cut and len(rec["sessions"]) < rec["chain"]:
             self._chunk(store, run_id, rec, f"--- session {len(rec['sessions'])} stopped at its time limit with its "
                         "checkpoint; the next session resumes it ---\n")
