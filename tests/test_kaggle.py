@@ -60,23 +60,26 @@ def _up(cli, *flags):
 
 # -- Kaggle's API as it is (issue 29 items 1, 4-7, 9, 10; issue 28 item 4) ------------------------------------------
 
-# Counts to 16 as COUNTER does; its first session says a line, then waits (2 s at most) for the test to have seen that
-# line in the run's log while the session still runs.
+# Counts to 16 as COUNTER does, over two sessions at least: the first says a line, waits (15 s at most) for the test
+# to have seen that line in the run's log while the session still runs, counts to 4 and asks for the next session
+# (exit 85 with its checkpoint written).
 LIVE = """
-import os, time
+import os, sys, time
 ck = os.path.join(os.environ["TPUCTL_OUTPUT_DIR"], "step")
 start = int(open(ck).read()) if os.path.exists(ck) else 0
 print("resuming at", start, flush=True)
 if start == 0:
     print("first line", flush=True)
-    for _ in range(20):
+    for _ in range(150):
         if os.path.exists(os.environ["LIVE_FLAG"]):
             break
         time.sleep(0.1)
 for step in range(start + 1, 17):
-    time.sleep(0.25)
+    time.sleep(0.1)
     open(ck, "w").write(str(step))
     print("step", step, flush=True)
+    if step == 4 and start == 0:
+        sys.exit(85)
 print("done", flush=True)
 """
 
@@ -109,7 +112,6 @@ def test_the_issue_check_a_token_a_throttled_api_a_chain_shown_live_and_nothing_
     kaggle.missing_status, kaggle.ref_style = missing, ref
     kaggle.throttle_every, kaggle.drop_every, kaggle.retry_after = 3, 7, "0.05"
     _up(cli, "--type", "v5e-8")
-    monkeypatch.setenv("TPUCTL_KAGGLE_SESSION_SECONDS", "3")
     monkeypatch.setenv("TPUCTL_KAGGLE_STREAM_RETRY", "0.05")
     flag = tmp_path / "flag"
     monkeypatch.setenv("LIVE_FLAG", str(flag))
@@ -119,7 +121,7 @@ def test_the_issue_check_a_token_a_throttled_api_a_chain_shown_live_and_nothing_
     code, out, err = cli("submit", str(make_job(tmp_path, LIVE)), "-c", "kg", "--chain", "30")
     stop.set()
     assert code == 0, out + err
-    assert seen[0], "the first session's line reached the run's log only after the session ended"
+    assert seen[0], "the first session's line reached the run's log only after the session ended\n" + out + err
     assert "Kaggle is processing it" in err and out.count("step 16\n") == 1 and "done\n" in out
     sessions = out.count("--- Kaggle session ")
     assert sessions >= 2 and out.count("resuming at") == sessions and out.count("first line") == 1
@@ -131,6 +133,8 @@ def test_the_issue_check_a_token_a_throttled_api_a_chain_shown_live_and_nothing_
     assert (dest / "step").read_text() == "16"
     [row] = json.loads(cli("jobs", "-c", "kg", "--json")[1])
     assert row["state"] == "succeeded" and row["attempt"] == sessions
+    assert kaggle.datasets == {}   # no unfinished run needs it and it was not to be kept: deleted at the run's end
+    assert json.loads(cli("status", "-c", "kg", "--json")[1])["on_kaggle"]["datasets"] == []
     kaggle.kernels.pop(sorted(kaggle.kernels)[0])   # deleted by hand on kaggle.com: `down` finds it gone
     code, out, err = cli("down", "-c", "kg", "--yes")
     assert code == 0, err
@@ -203,7 +207,7 @@ def test_a_dataset_kaggle_fails_to_process_is_made_again_and_a_push_before_ready
     code, out, err = cli("submit", str(make_job(tmp_path, "print('made twice')\n")), "-c", "kg")
     assert code == 0 and "made twice" in out, err
     assert "failed to process it; deleting it and uploading it again" in err
-    assert sum(c.endswith("/CreateDataset") for c in kaggle.calls) == 2 and len(kaggle.datasets) == 1
+    assert sum(c.endswith("/CreateDataset") for c in kaggle.calls) == 2 and kaggle.datasets == {}   # released
     k = Kaggle()
     kaggle.dataset_processing = 60
     k.create_dataset("tpuctl-not-ready", "tpuctl not ready", {"a.txt": b"a"})
@@ -263,7 +267,7 @@ def test_a_run_longer_than_a_session_chains_through_sessions_and_down_leaves_not
     assert status["tpu_quota"].startswith("0s of 20h used this week") and status["machine_shape"] == "TpuV5E8"
     monkeypatch.setenv("TPUCTL_KAGGLE_SESSION_SECONDS", "1.2")   # the script stops the job, the next session goes on
     job = make_job(tmp_path, COUNTER)
-    code, out, err = cli("submit", str(job), "-c", "kg", "--chain", "30")
+    code, out, err = cli("submit", str(job), "-c", "kg", "--chain", "30", "--keep-inputs")
     assert code == 0, out + err
     assert out.count("resuming at") >= 3 and "resuming at 0 on kaggle:TpuV5E8" in out
     assert out.count("step 16\n") == 1 and out.splitlines()[-2:][0] == "done"

@@ -421,9 +421,17 @@ class FakeKaggle:
         log = s["dir"] / "log.txt"
         if s["status"] not in ("QUEUED", "RUNNING"):
             return self._send(h, 200, json.dumps(_entries(log.read_text(errors="replace"))).encode())
+        # HTTP/1.1 chunked, as a server streams events (a client reads each chunk as it comes; requests' iter_lines
+        # would otherwise wait for 512 bytes), closed at the end
+        h.protocol_version, h.close_connection = "HTTP/1.1", True
         h.send_response(200)
         h.send_header("Content-Type", "text/event-stream")
+        h.send_header("Transfer-Encoding", "chunked")
+        h.send_header("Connection", "close")
         h.end_headers()
+
+        def event(data: bytes) -> None:
+            h.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
         sent, pending = 0, b""
         try:
             while True:
@@ -435,13 +443,14 @@ class FakeKaggle:
                 pending += new
                 *lines, pending = pending.split(b"\n")
                 for line in lines:
-                    event = {"stream_name": "stdout", "time": 0.0, "data": line.decode(errors="replace") + "\n"}
-                    h.wfile.write(f"data: {json.dumps(event)}\n\n".encode())
+                    entry = {"stream_name": "stdout", "time": 0.0, "data": line.decode(errors="replace") + "\n"}
+                    event(f"data: {json.dumps(entry)}\n\n".encode())
                 if not running:
                     if pending:
-                        event = {"stream_name": "stdout", "time": 0.0, "data": pending.decode(errors="replace")}
-                        h.wfile.write(f"data: {json.dumps(event)}\n\n".encode())
-                    h.wfile.write(b"data: END_OF_LOG\n\n")
+                        entry = {"stream_name": "stdout", "time": 0.0, "data": pending.decode(errors="replace")}
+                        event(f"data: {json.dumps(entry)}\n\n".encode())
+                    event(b"data: END_OF_LOG\n\n")
+                    h.wfile.write(b"0\r\n\r\n")
                     return
                 time.sleep(0.05)
         except (BrokenPipeError, ConnectionResetError):

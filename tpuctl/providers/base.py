@@ -181,8 +181,9 @@ class RemoteRuns(Protocol):
     for every provider."""
 
     def dispatch(self, st: ClusterState, store: BlobStore, run_id: str, sessions: int,
-                 progress: Callable[[str], None]) -> None:
-        """Start the run whose job.json is written; `sessions`: how many sessions it may chain through."""
+                 progress: Callable[[str], None], keep_inputs: bool = False) -> None:
+        """Start the run whose job.json is written; `sessions`: how many sessions it may chain through;
+        `keep_inputs`: what the service holds of the run's inputs stays once it ends (deleted by default)."""
     def advance(self, st: ClusterState, store: BlobStore, run_id: str, follow: bool = False) -> str:
         """Bring the run's records up to date (rate-limited); its state in words, "" when not one of these runs.
         `follow`: the caller shows the log as it grows (`submit`, `logs -f`): the service's live log is read too."""

@@ -74,10 +74,11 @@ class KaggleSessions:
 
     # -- handing a run over ---------------------------------------------------------------------------
     def dispatch(self, st: ClusterState, store: BlobStore, run_id: str, sessions: int,
-                 progress: Callable[[str], None]) -> None:
+                 progress: Callable[[str], None], keep_inputs: bool = False) -> None:
         """Whatever stops the run before its first session runs (credentials refused, a dataset Kaggle could not
         process, a refused push) ends it FAILED with the reason in its log: no run waits `queued` for ever."""
-        rec: dict[str, Any] = {"dataset": "", "sessions": [], "chain": sessions, "chunks": 0, "looked": 0.0}
+        rec: dict[str, Any] = {"dataset": "", "sessions": [], "chain": sessions, "chunks": 0, "looked": 0.0,
+                               "keep": keep_inputs}
         store.write(run_record(run_id), json.dumps(rec).encode())   # `cancel` and `down` find the run from now on
         try:
             k = Kaggle()
@@ -85,6 +86,7 @@ class KaggleSessions:
             self._push(k, st, store, run_id, rec)
         except TpuctlError as e:
             self._refused(store, run_id, rec, e)
+            self._release(store, run_id, rec)
             raise
         store.write(layout.run_status(run_id, 0), json.dumps(RunStatus(
             state=RunState.QUEUED, host=f"kaggle:{k.user}", attempt=1).to_json()).encode())
@@ -149,6 +151,7 @@ class KaggleSessions:
             self._push(k, st, store, run_id, rec)
         except TpuctlError as e:
             self._refused(store, run_id, rec, e)
+            self._release(store, run_id, rec, k)
             raise
 
     def _refused(self, store: BlobStore, run_id: str, rec: dict[str, Any], e: TpuctlError) -> None:
@@ -186,6 +189,7 @@ class KaggleSessions:
             if e.kind is not ErrorKind.NOT_FOUND:
                 raise
             self._gone(store, run_id, rec, f"its Kaggle kernel {s['kernel']} is gone (deleted outside tpuctl?)")
+            self._release(store, run_id, rec, k)
             return self._words(rec, s)
         rec["looked"] = time.time()
         if state in ("QUEUED", "RUNNING", "NEW_SCRIPT"):
@@ -257,6 +261,7 @@ class KaggleSessions:
             RunState.SUCCEEDED if code == 0 else RunState.FAILED
         store.write(run_record(run_id), json.dumps(rec).encode())
         self._status(store, run_id, rec, final, code)
+        self._release(store, run_id, rec, k)
 
     def _gone(self, store: BlobStore, run_id: str, rec: dict[str, Any], reason: str) -> None:
         """The run's compute is gone for good: it ends, saying why, and its time stops."""
@@ -264,6 +269,26 @@ class KaggleSessions:
             rec["sessions"][-1]["state"] = "GONE"
         self._chunk(store, run_id, rec, f"--- ended: {reason} ---\n")
         self._status(store, run_id, rec, RunState.FAILED, None, note=f"ended: {reason}")
+
+    def _release(self, store: BlobStore, run_id: str, rec: dict[str, Any], k: Kaggle | None = None) -> None:
+        """Deletes the ended run's dataset unless it is to be kept: asked for (`submit --keep-inputs`, by this run
+        or any run that used it), or used by a run not finished. Private datasets count against the account's
+        private storage. Best effort: what is left, `status` lists and `down` deletes."""
+        slug = rec["dataset"]
+        if not slug or rec.get("keep"):
+            return
+        unfinished = set(runindex.unfinished(store))
+        for other in runindex.all_ids(store):
+            raw = store.read(run_record(other)) if other != run_id else None
+            them = json.loads(raw) if raw else {}
+            if them.get("dataset") == slug and (them.get("keep") or other in unfinished):
+                return
+        try:
+            (k or Kaggle()).delete_dataset(slug)
+        except TpuctlError:
+            return
+        known = json.loads(store.read(DATASETS) or b"[]")
+        store.write(DATASETS, json.dumps([d for d in known if d != slug]).encode())
 
     def _chunk(self, store: BlobStore, run_id: str, rec: dict[str, Any], text: str) -> None:
         rec["chunks"] += 1
@@ -313,6 +338,7 @@ class KaggleSessions:
         self._chunk(store, run_id, rec, "--- cancelled" + (": the session's kernel was deleted" if rec["sessions"]
                                                            else " before it reached Kaggle") + " ---\n")
         self._status(store, run_id, rec, RunState.CANCELLED)
+        self._release(store, run_id, rec)
 
     def holdings(self, store: BlobStore, k: Kaggle) -> dict[str, list[str]]:
         """What tpuctl made on Kaggle for this cluster and has not deleted (as its store records it): `down` deletes
