@@ -230,11 +230,15 @@ def test_a_cluster_taken_down_mid_chain_ends_its_run_and_comes_back_with_up(kagg
     status = json.loads(cli("status", "-c", "kg", "--json")[1])
     assert status["on_kaggle"]["kernels"] == [f"alice/tpuctl-{run_id}-s1"] and len(status["on_kaggle"]["datasets"]) == 1
     assert cli("down", "-c", "kg", "--yes")[0] == 0 and kaggle.leftovers() == []
+    durations = []
     for _ in range(2):
         code, out, err = cli("jobs", "-c", "kg", "--json")
         assert code == 0, err
         [row] = json.loads(out)
         assert row["state"] == "failed" and row["note"] == "ended: cluster taken down"
+        durations.append(row["duration"])
+        time.sleep(1.1)
+    assert durations[0] == durations[1]   # its time stopped with it
     assert "ended: cluster taken down" in cli("logs", run_id, "-c", "kg")[1]
     code, out, err = cli("up", "-c", "kg")
     assert code == 0 and "do not apply" not in err, err

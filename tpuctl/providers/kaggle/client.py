@@ -21,7 +21,7 @@ import time
 from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 from ...core.errors import ErrorKind, TpuctlError
 from . import auth
@@ -71,14 +71,15 @@ class Kaggle:
         if not self.user:
             self.user = self._introspect()
 
-    def _client(self, token: str | None = None) -> Any:
+    def client(self) -> Any:
+        """A kagglesdk KaggleClient with these credentials (a context manager)."""
         try:
             from kagglesdk import KaggleClient
         except ImportError:
             raise TpuctlError(ErrorKind.INPUT, "the kaggle package is not installed",
                               "pip install 'tpuctl[kaggle]' (or pip install kaggle)") from None
-        if token or self._token:
-            return KaggleClient(api_token=token or self._token)
+        if self._token:
+            return KaggleClient(api_token=self._token)
         return KaggleClient(username=self.user, password=self.creds.key)
 
     def _oauth(self) -> tuple[str, str]:
@@ -112,7 +113,7 @@ class Kaggle:
         import requests
         for attempt in range(1, ATTEMPTS + 1):
             try:
-                with self._client() as client:
+                with self.client() as client:
                     return fn(client)
             except requests.HTTPError as e:
                 status = e.response.status_code if e.response is not None else 0
@@ -120,7 +121,7 @@ class Kaggle:
                     wait = retry_after(e.response)
                     time.sleep(_backoff(attempt) if wait is None else wait)
                     continue
-                raise _http_error(what, status, e, self.creds.source) from None
+                raise http_error(what, status, e, self.creds.source) from None
             except requests.ConnectionError as e:
                 if attempt < ATTEMPTS and (not makes or _unsent(e)):
                     time.sleep(_backoff(attempt))
@@ -279,53 +280,6 @@ class Kaggle:
             if not token:
                 return files, log_entries(log)
 
-    def log_events(self, slug: str, wait: int = 60) -> Iterator[str]:
-        """The session's log as it is written: each event's text, from the first, until the session ends.
-        kaggle_api_extended `kernels_logs_stream`: `GET {api}/v1/kernels/logs/stream/{owner}/{slug}` answers
-        Server-Sent Events (`data: {"stream_name", "time", "data"}` ... `data: END_OF_LOG`) while the session runs,
-        or the stored log (a JSON list of the same entries) once it has ended; a reconnection replays from the
-        start. Connection errors are the caller's (it reconnects)."""
-        import requests
-        with self._client() as kaggle:
-            http = kaggle._http_client
-            http._init_session()
-            base = http._endpoint if http._env.name == "PROD" else f"{http._endpoint}/api"
-            headers = {k: v for k, v in http._session.headers.items() if k != "Content-Type"}
-            headers["Accept"] = "text/event-stream, */*"
-            r = http._session.get(f"{base}/v1/kernels/logs/stream/{self.user}/{slug}", stream=True, headers=headers,
-                                  auth=http._session.auth, params={"waitForLogsUrlSeconds": wait}, timeout=(30, 600))
-            try:
-                if r.status_code >= 400:
-                    raise _http_error(f"log of {slug}", r.status_code, requests.HTTPError(r.reason), self.creds.source)
-                if not (r.headers.get("Content-Type") or "").lower().startswith("text/event-stream"):
-                    yield from log_entries(r.text)
-                    return
-                for line in r.iter_lines(decode_unicode=True):
-                    if not line or not line.startswith("data:"):
-                        continue
-                    payload = line[len("data:"):].lstrip()
-                    if payload == "END_OF_LOG":
-                        return
-                    try:
-                        event = json.loads(payload)
-                        yield str(event.get("data", "")) if isinstance(event, dict) else payload
-                    except ValueError:
-                        yield payload
-            finally:
-                r.close()
-
-    def fetch(self, url: str, dest: Path) -> None:
-        import requests
-        with requests.get(url, timeout=600, stream=True) as r:
-            if r.status_code != 200:
-                raise TpuctlError(ErrorKind.ERROR, f"download of {dest.name} failed: HTTP {r.status_code}", "try again")
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            tmp = dest.with_name(f".{dest.name}.part")
-            with open(tmp, "wb") as f:
-                for chunk in r.iter_content(1 << 20):
-                    f.write(chunk)
-            os.replace(tmp, dest)
-
     def delete_kernel(self, slug: str) -> None:
         """Deletes the kernel, which stops a running session of it. CancelKernelSession would stop it without
         deleting, but it takes a kernel_session_id that no response of this API carries (SaveKernel answers the
@@ -344,7 +298,21 @@ class Kaggle:
                 raise
 
 
-def _http_error(what: str, status: int, e: Exception, source: str) -> TpuctlError:
+def fetch(url: str, dest: Path) -> None:
+    """A signed output URL's file to `dest` (written whole, then renamed)."""
+    import requests
+    with requests.get(url, timeout=600, stream=True) as r:
+        if r.status_code != 200:
+            raise TpuctlError(ErrorKind.ERROR, f"download of {dest.name} failed: HTTP {r.status_code}", "try again")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dest.with_name(f".{dest.name}.part")
+        with open(tmp, "wb") as f:
+            for chunk in r.iter_content(1 << 20):
+                f.write(chunk)
+        os.replace(tmp, dest)
+
+
+def http_error(what: str, status: int, e: Exception, source: str) -> TpuctlError:
     if status == 401:
         return TpuctlError(ErrorKind.PERMISSION, f"Kaggle refused the credentials from {source} ({what})", auth.HINT)
     if status in (403, 404):   # the client reads both as "not there" (a wrong slug, something deleted)

@@ -10,12 +10,14 @@ new event end the stream (the client's `_LOG_STREAM_MAX_FAILURES`): the session'
 """
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
+from typing import Iterator
 
 from ...core.errors import TpuctlError
-from .client import Kaggle
+from .client import Kaggle, http_error, log_entries
 
 MAX_FAILURES = 5
 
@@ -24,7 +26,7 @@ class LiveLog:
     def __init__(self, kaggle: Kaggle, slug: str) -> None:
         self.kaggle, self.slug = kaggle, slug
         self.events: list[str] = []
-        self.finished = False
+        self.finished, self.ended_at = False, 0.0
         self._stop = threading.Event()
         threading.Thread(target=self._read, daemon=True, name=f"kaggle-log-{slug}").start()
 
@@ -38,7 +40,7 @@ class LiveLog:
             while not self._stop.is_set():
                 seen = len(self.events)
                 try:
-                    for i, text in enumerate(self.kaggle.log_events(self.slug)):
+                    for i, text in enumerate(events(self.kaggle, self.slug)):
                         if self._stop.is_set():
                             return
                         if i >= len(self.events):
@@ -53,3 +55,39 @@ class LiveLog:
                     return
         finally:
             self.finished, self.ended_at = True, time.time()
+
+
+def events(k: Kaggle, slug: str, wait: int = 60) -> Iterator[str]:
+    """The session's log as it is written: each event's text, from the first, until the session ends.
+    kaggle_api_extended `kernels_logs_stream`: `GET {api}/v1/kernels/logs/stream/{owner}/{slug}` answers
+    Server-Sent Events (`data: {"stream_name", "time", "data"}` ... `data: END_OF_LOG`) while the session runs,
+    or the stored log (a JSON list of the same entries) once it has ended; a reconnection replays from the
+    start. Connection errors are the caller's (it reconnects)."""
+    import requests
+    with k.client() as kaggle:
+        http = kaggle._http_client   # its session and auth, as kaggle_api_extended itself reaches them here
+        http._init_session()
+        base = http._endpoint if http._env.name == "PROD" else f"{http._endpoint}/api"
+        headers = {k: v for k, v in http._session.headers.items() if k != "Content-Type"}
+        headers["Accept"] = "text/event-stream, */*"
+        r = http._session.get(f"{base}/v1/kernels/logs/stream/{k.user}/{slug}", stream=True, headers=headers,
+                              auth=http._session.auth, params={"waitForLogsUrlSeconds": wait}, timeout=(30, 600))
+        try:
+            if r.status_code >= 400:
+                raise http_error(f"log of {slug}", r.status_code, requests.HTTPError(r.reason), k.creds.source)
+            if not (r.headers.get("Content-Type") or "").lower().startswith("text/event-stream"):
+                yield from log_entries(r.text)
+                return
+            for line in r.iter_lines(decode_unicode=True):
+                if not line or not line.startswith("data:"):
+                    continue
+                payload = line[len("data:"):].lstrip()
+                if payload == "END_OF_LOG":
+                    return
+                try:
+                    event = json.loads(payload)
+                    yield str(event.get("data", "")) if isinstance(event, dict) else payload
+                except ValueError:
+                    yield payload
+        finally:
+            r.close()

@@ -131,6 +131,7 @@ class KaggleProvider:
         return f"Kaggle, {st.spec.tpu_type}"
 
     def summary(self, st: ClusterState) -> dict[str, object]:
+        from . import inputs
         from .client import Kaggle
         shape = TYPES[st.spec.tpu_type][0]
         out: dict[str, object] = {"type": st.spec.tpu_type, "machine_shape": shape or "none",
@@ -143,7 +144,7 @@ class KaggleProvider:
                 (f", {_hours(q['reserved'])} reserved by running sessions" if q["reserved"] else "") + \
                 (f" (at least {_hours(q['minimum'])} guaranteed)" if q["minimum"] else "") + \
                 f", refreshes {q['refresh']}"
-            out["on_kaggle"] = self.remote_runs.holdings(self.store(st), k)
+            out["on_kaggle"] = inputs.holdings(self.store(st), k.user)
         except TpuctlError as e:
             out["tpu_quota"] = f"unknown ({e.message})"
         return out

@@ -31,13 +31,14 @@ from ...core.models import ClusterState
 from ...core.runs import RunState, RunStatus
 from ...core.store import BlobStore
 from . import kernel
-from .client import Kaggle, slugify
+from .client import Kaggle, fetch, slugify
+from . import inputs
 from .livelog import LiveLog
 
 TPU_SESSION = 9 * 3600      # Kaggle's TPU session limit (kaggle.com/docs/tpu: 9 hours a session, 20 a week)
 OTHER_SESSION = 12 * 3600   # GPU and CPU sessions (kaggle.com/docs/notebooks: 12 hours)
 MARGIN = 15 * 60            # stopped this long before the limit: time to write the checkpoint and the output
-DATASETS = layout.REMOTE_DATASETS
+DATASETS = inputs.DATASETS
 run_record = layout.run_remote
 
 
@@ -86,7 +87,7 @@ class KaggleSessions:
             self._push(k, st, store, run_id, rec)
         except TpuctlError as e:
             self._refused(store, run_id, rec, e)
-            self._release(store, run_id, rec)
+            inputs.release(store, run_id, rec)
             raise
         store.write(layout.run_status(run_id, 0), json.dumps(RunStatus(
             state=RunState.QUEUED, host=f"kaggle:{k.user}", attempt=1).to_json()).encode())
@@ -103,24 +104,8 @@ class KaggleSessions:
                                    for key, _ in store.list(layout.run_data(run_id))})}
         digest = hashlib.sha256(b"".join(hashlib.sha256(files[n]).digest() for n in sorted(files))).hexdigest()[:16]
         dataset = f"tpuctl-{digest}"
-        self._remember_dataset(store, dataset)
-        for _ in range(2):
-            state = k.dataset_status(dataset)
-            if state == "FAILED":
-                progress(f"dataset {dataset}: Kaggle failed to process it; deleting it and uploading it again")
-                k.delete_dataset(dataset)
-                state = ""
-            if state == "READY":
-                progress(f"dataset {dataset} unchanged: nothing uploaded")
-                return dataset
-            if not state:
-                size = sum(len(b) for b in files.values())
-                progress(f"uploading dataset {dataset} ({size / 1e6:.1f} MB, private)")
-                k.create_dataset(dataset, f"tpuctl {digest}", files)   # a title whose slug is the slug too
-            if wait_ready(k, dataset, progress):
-                return dataset
-        raise TpuctlError(ErrorKind.ERROR, f"Kaggle failed to process dataset {dataset} twice",
-                          "submit again later; `tpuctl down` deletes what is left of it")
+        inputs.remember(store, dataset)
+        return inputs.ensure(k, dataset, f"tpuctl {digest}", files, progress)   # a title whose slug is the slug too
 
     def _push(self, k: Kaggle, st: ClusterState, store: BlobStore, run_id: str, rec: dict[str, Any]) -> None:
         job = runs.job(store, run_id)
@@ -151,20 +136,14 @@ class KaggleSessions:
             self._push(k, st, store, run_id, rec)
         except TpuctlError as e:
             self._refused(store, run_id, rec, e)
-            self._release(store, run_id, rec, k)
+            inputs.release(store, run_id, rec, k)
             raise
 
     def _refused(self, store: BlobStore, run_id: str, rec: dict[str, Any], e: TpuctlError) -> None:
         if rec["sessions"] and rec["sessions"][-1]["state"] == "PUSHING":
             rec["sessions"][-1]["state"] = "REFUSED"
         self._chunk(store, run_id, rec, f"--- {e.message}" + (f" ({e.hint})" if e.hint else "") + " ---\n")
-        self._status(store, run_id, rec, RunState.FAILED, 1, note=e.message)
-
-    @staticmethod
-    def _remember_dataset(store: BlobStore, slug: str) -> None:
-        known = json.loads(store.read(DATASETS) or b"[]")
-        if slug not in known:
-            store.write(DATASETS, json.dumps(known + [slug]).encode())
+        _status(store, run_id, rec, RunState.FAILED, 1, note=e.message)
 
     # -- moving it on ---------------------------------------------------------------------------------
     def advance(self, st: ClusterState, store: BlobStore, run_id: str, follow: bool = False) -> str:
@@ -181,7 +160,7 @@ class KaggleSessions:
         if follow and s["state"] in ("QUEUED", "RUNNING", "NEW_SCRIPT"):
             self._stream(store, run_id, rec, s)
         if time.time() - rec.get("looked", 0.0) < poll_seconds(s):
-            return self._words(rec, s)
+            return _words(rec, s)
         k = Kaggle()
         try:
             state, failure = k.kernel_status(s["kernel"])
@@ -189,24 +168,24 @@ class KaggleSessions:
             if e.kind is not ErrorKind.NOT_FOUND:
                 raise
             self._gone(store, run_id, rec, f"its Kaggle kernel {s['kernel']} is gone (deleted outside tpuctl?)")
-            self._release(store, run_id, rec, k)
-            return self._words(rec, s)
+            inputs.release(store, run_id, rec, k)
+            return _words(rec, s)
         rec["looked"] = time.time()
         if state in ("QUEUED", "RUNNING", "NEW_SCRIPT"):
             if state == "RUNNING" and "started" not in s:
                 s["started"] = time.time()
             s["state"] = state
             store.write(run_record(run_id), json.dumps(rec).encode())
-            self._status(store, run_id, rec, RunState.RUNNING if state == "RUNNING" else RunState.QUEUED)
-            return self._words(rec, s)
+            _status(store, run_id, rec, RunState.RUNNING if state == "RUNNING" else RunState.QUEUED)
+            return _words(rec, s)
         self._ended(k, st, store, run_id, rec, state, failure)
-        return self._words(rec, rec["sessions"][-1])
+        return _words(rec, rec["sessions"][-1])
 
     def _stream(self, store: BlobStore, run_id: str, rec: dict[str, Any], s: dict[str, Any]) -> None:
         """Writes the stream's new events into the run's log; (re)connects when there is no stream, or when it
         ended while the session still runs (a queued session has no stream yet) and a poll is due."""
         live = self._live.get(s["kernel"])
-        if live is None or live.finished and time.time() - getattr(live, "ended_at", 0.0) >= poll_seconds(s):
+        if live is None or live.finished and time.time() - live.ended_at >= poll_seconds(s):
             live = self._live[s["kernel"]] = LiveLog(Kaggle(), s["kernel"])
         new = live.events[s.get("streamed", 0):]
         if new:
@@ -228,13 +207,13 @@ class KaggleSessions:
                 marks[name] = True
                 if name == kernel.EXIT_MARK:
                     tmp = out.parent / f".{kernel.EXIT_MARK}"
-                    k.fetch(url, tmp)
+                    fetch(url, tmp)
                     s["exit_code"] = int(tmp.read_text() or 1)
                     tmp.unlink()
             elif name.startswith(kernel.OUTPUT + "/"):
                 dest = out / name[len(kernel.OUTPUT) + 1:]
                 before = dest.read_bytes() if dest.is_file() else None
-                k.fetch(url, dest)
+                fetch(url, dest)
                 progressed = progressed or dest.read_bytes() != before
         took = s["ended"] - s.get("started", s["pushed"])
         rest = "".join(_line(e) for e in log[s.get("streamed", 0):])   # what the stream has not shown
@@ -250,7 +229,7 @@ class KaggleSessions:
             self._chunk(store, run_id, rec, f"--- session {len(rec['sessions'])} stopped at its time limit with its "
                         "checkpoint; the next session resumes it ---\n")
             self._push_or_fail(k, st, store, run_id, rec)
-            self._status(store, run_id, rec, RunState.QUEUED)
+            _status(store, run_id, rec, RunState.QUEUED)
             return
         code = s.get("exit_code", 0 if state == "COMPLETE" else 1)
         if cut:
@@ -260,57 +239,20 @@ class KaggleSessions:
         final = RunState.CANCELLED if state.startswith("CANCEL") else \
             RunState.SUCCEEDED if code == 0 else RunState.FAILED
         store.write(run_record(run_id), json.dumps(rec).encode())
-        self._status(store, run_id, rec, final, code)
-        self._release(store, run_id, rec, k)
+        _status(store, run_id, rec, final, code)
+        inputs.release(store, run_id, rec, k)
 
     def _gone(self, store: BlobStore, run_id: str, rec: dict[str, Any], reason: str) -> None:
         """The run's compute is gone for good: it ends, saying why, and its time stops."""
         if rec["sessions"]:
             rec["sessions"][-1]["state"] = "GONE"
         self._chunk(store, run_id, rec, f"--- ended: {reason} ---\n")
-        self._status(store, run_id, rec, RunState.FAILED, None, note=f"ended: {reason}")
-
-    def _release(self, store: BlobStore, run_id: str, rec: dict[str, Any], k: Kaggle | None = None) -> None:
-        """Deletes the ended run's dataset unless it is to be kept: asked for (`submit --keep-inputs`, by this run
-        or any run that used it), or used by a run not finished. Private datasets count against the account's
-        private storage. Best effort: what is left, `status` lists and `down` deletes."""
-        slug = rec["dataset"]
-        if not slug or rec.get("keep"):
-            return
-        unfinished = set(runindex.unfinished(store))
-        for other in runindex.all_ids(store):
-            raw = store.read(run_record(other)) if other != run_id else None
-            them = json.loads(raw) if raw else {}
-            if them.get("dataset") == slug and (them.get("keep") or other in unfinished):
-                return
-        try:
-            (k or Kaggle()).delete_dataset(slug)
-        except TpuctlError:
-            return
-        known = json.loads(store.read(DATASETS) or b"[]")
-        store.write(DATASETS, json.dumps([d for d in known if d != slug]).encode())
+        _status(store, run_id, rec, RunState.FAILED, None, note=f"ended: {reason}")
 
     def _chunk(self, store: BlobStore, run_id: str, rec: dict[str, Any], text: str) -> None:
         rec["chunks"] += 1
         store.create(layout.log_chunk(run_id, 0, rec["chunks"]), text.encode())
         store.write(run_record(run_id), json.dumps(rec).encode())
-
-    @staticmethod
-    def _status(store: BlobStore, run_id: str, rec: dict[str, Any], state: RunState,
-                code: int | None = None, note: str = "") -> None:
-        now = time.time()
-        first = rec["sessions"][0] if rec["sessions"] else {"pushed": now}
-        store.write(layout.run_status(run_id, 0), json.dumps(RunStatus(
-            state=state, exit_code=code, started=first.get("started", first["pushed"]),
-            ended=now if state.final else None, heartbeat=now, host="kaggle",
-            attempt=max(1, len(rec["sessions"])), note=note).to_json()).encode())
-        if state.final:
-            runindex.settle(store, run_id, 1)
-
-    @staticmethod
-    def _words(rec: dict[str, Any], s: dict[str, Any]) -> str:
-        since = s.get("started", s["pushed"])
-        return f"Kaggle session {len(rec['sessions'])}: {s['state']} {time.time() - since:.0f}s"
 
     def cancel(self, st: ClusterState, store: BlobStore, run_id: str) -> None:
         """Deletes the session's kernel, which stops it (client.delete_kernel: no response carries the session id
@@ -337,17 +279,8 @@ class KaggleSessions:
             rec["sessions"][-1]["state"] = "CANCEL_ACKNOWLEDGED"
         self._chunk(store, run_id, rec, "--- cancelled" + (": the session's kernel was deleted" if rec["sessions"]
                                                            else " before it reached Kaggle") + " ---\n")
-        self._status(store, run_id, rec, RunState.CANCELLED)
-        self._release(store, run_id, rec)
-
-    def holdings(self, store: BlobStore, k: Kaggle) -> dict[str, list[str]]:
-        """What tpuctl made on Kaggle for this cluster and has not deleted (as its store records it): `down` deletes
-        it all. Private datasets count against the account's private storage."""
-        kernels = [s["kernel"] for run_id in runindex.all_ids(store)
-                   for s in json.loads(store.read(run_record(run_id)) or b'{"sessions": []}')["sessions"]
-                   if s["state"] not in ("REFUSED", "GONE", "CANCEL_ACKNOWLEDGED")]
-        return {"datasets": [f"{k.user}/{d}" for d in json.loads(store.read(DATASETS) or b"[]")],
-                "kernels": [f"{k.user}/{slug}" for slug in kernels]}
+        _status(store, run_id, rec, RunState.CANCELLED)
+        inputs.release(store, run_id, rec)
 
     # -- removing ---------------------------------------------------------------------------------------
     def delete_all(self, store: BlobStore, progress: Callable[[str], None]) -> None:
@@ -380,25 +313,22 @@ def poll_seconds(s: dict[str, Any]) -> float:
     return base * min(12.0, max(1.0, age / 300))
 
 
-def wait_ready(k: Kaggle, dataset: str, progress: Callable[[str], None]) -> bool:
-    """Waits while Kaggle processes the dataset: True once READY, False if it FAILED; TpuctlError after
-    TPUCTL_KAGGLE_DATASET_WAIT seconds (1800). Polls from TPUCTL_KAGGLE_POLL (5 s), x1.5 a poll, to 30 s."""
-    limit = float(os.environ.get("TPUCTL_KAGGLE_DATASET_WAIT", "1800"))
-    pause, start, said = float(os.environ.get("TPUCTL_KAGGLE_POLL", "5")), time.time(), ""
-    while True:
-        state = k.dataset_status(dataset)
-        if state in ("READY", "FAILED"):
-            return state == "READY"
-        if state != said:
-            progress(f"dataset {dataset}: Kaggle is processing it ({state or 'not listed yet'}, "
-                     f"{time.time() - start:.0f}s)")
-            said = state
-        if time.time() - start > limit:
-            raise TpuctlError(ErrorKind.TIMEOUT, f"Kaggle has not finished processing dataset {dataset} after "
-                              f"{limit:.0f}s ({state})", "submit again later: the dataset is reused once READY")
-        time.sleep(pause)
-        pause = min(pause * 1.5, 30.0)
-
-
 def _line(text: str) -> str:
     return text if text.endswith("\n") else text + "\n"
+
+
+def _status(store: BlobStore, run_id: str, rec: dict[str, Any], state: RunState,
+            code: int | None = None, note: str = "") -> None:
+    now = time.time()
+    first = rec["sessions"][0] if rec["sessions"] else {"pushed": now}
+    store.write(layout.run_status(run_id, 0), json.dumps(RunStatus(
+        state=state, exit_code=code, started=first.get("started", first["pushed"]),
+        ended=now if state.final else None, heartbeat=now, host="kaggle",
+        attempt=max(1, len(rec["sessions"])), note=note).to_json()).encode())
+    if state.final:
+        runindex.settle(store, run_id, 1)
+
+
+def _words(rec: dict[str, Any], s: dict[str, Any]) -> str:
+    since = s.get("started", s["pushed"])
+    return f"Kaggle session {len(rec['sessions'])}: {s['state']} {time.time() - since:.0f}s"
