@@ -194,6 +194,17 @@ def test_429_waits_its_retry_after_and_gives_up_after_ten_attempts(kaggle):
     assert retry_after(SimpleNamespace(headers={})) is None
 
 
+def test_a_lost_answer_to_a_push_or_a_dataset_is_looked_for_not_made_twice(kaggle, cli, tmp_path):
+    """SaveKernel and CreateDataset done, their answers lost: retried blindly, a second session would run."""
+    _up(cli, "--type", "cpu")
+    kaggle.lose_answers = ["CreateDataset", "SaveKernel"]
+    code, out, err = cli("submit", str(make_job(tmp_path, "print('once')\n")), "-c", "kg")
+    assert code == 0 and out.count("once\n") == 1, out + err
+    assert kaggle.lose_answers == [] and sum(c.endswith("/CreateDataset") for c in kaggle.calls) == 1
+    assert [len(k["versions"]) for k in kaggle.kernels.values()] == [1]
+    assert cli("down", "-c", "kg", "--yes")[0] == 0 and kaggle.leftovers() == []
+
+
 def datetime_in(seconds):
     import datetime
     return datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=seconds)

@@ -128,15 +128,17 @@ class FakeKaggle:
           slug", and treats 403 and 404 alike elsewhere).
         - throttling: every `throttle_every`-th API call answers 429 with `Retry-After: retry_after` seconds
           (kaggle_api_extended `with_retry` honours it), and `drop_every`-th call closes the connection unanswered
-          (a connection error, retried by the client). 0: never.
+          (a connection error, retried by the client). 0: never. A method named in `lose_answers` is done and its
+          answer lost (the connection closes), once.
         - the live log (`LOG_STREAM`, kaggle_api_extended `kernels_logs_stream`): Server-Sent Events while the
           session runs, one `data: {"stream_name", "time", "data"}` per line, ending `data: END_OF_LOG`; after it
           ended, the stored log as JSON (application/json)."""
         self.ref_style = "code"
         self.dataset_processing = 0.3
         self.fail_datasets = 0
-        self.missing_status = 404
+        self.missing_status = int(os.environ.get("FAKE_KAGGLE_MISSING_STATUS", "404"))   # a whole run under 403
         self.throttle_every, self.drop_every, self.retry_after = 0, 0, "0.05"
+        self.lose_answers: list[str] = []   # methods whose next answer is lost after the work is done
         self.api_calls = 0
 
     def _throttled(self, h: BaseHTTPRequestHandler) -> bool:
@@ -195,6 +197,10 @@ class FakeKaggle:
         except Exception as e:  # noqa: BLE001 - a request the types refuse: answered as a server error, and logged
             self.errors.append(f"{method}: {type(e).__name__}: {e}")
             return self._error(h, 500, f"{type(e).__name__}: {e}")
+        if method in self.lose_answers:   # done, and the answer lost on the way back (once per name listed)
+            self.lose_answers.remove(method)
+            h.close_connection = True
+            return None
         if status >= 400:
             return self._error(h, status, out)
         return self._send(h, 200, json.dumps(type(out).to_dict(out)).encode())
