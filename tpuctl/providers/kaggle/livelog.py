@@ -46,7 +46,7 @@ class LiveLog:
                         if i >= len(self.events):
                             self.events.append(text)
                     return
-                except (requests.ConnectionError, requests.exceptions.ChunkedEncodingError):
+                except requests.RequestException:   # dropped, cut mid-chunk, silent past the read timeout
                     failures = 0 if len(self.events) > seen else failures + 1
                     if failures >= MAX_FAILURES:
                         return

@@ -8,10 +8,8 @@ time limit, or asked to continue) or writes the run's final status. So `logs`, `
 as for every provider.
 
 The run's inputs are one private dataset, named by the hash of its contents (job package, tpuctl's wheel, the run's
-data): submitting unchanged work attaches the dataset already there and uploads nothing; a session that starts
-later in a chain sees exactly the files its run was submitted with, whatever was submitted since. Kaggle processes
-a dataset after accepting it (GetDatasetStatus: ... READY or FAILED), so a session is pushed only once its dataset
-is READY, and a FAILED one is made again. A command that follows the run (`submit`, `logs -f`) shows the running
+data; inputs.py): a session that starts later in a chain sees exactly the files its run was submitted with,
+whatever was submitted since, and unchanged work submitted while the dataset is there uploads nothing. A command that follows the run (`submit`, `logs -f`) shows the running
 session's lines as Kaggle streams them (livelog.py); the session's stored log completes them when it ends.
 """
 from __future__ import annotations
@@ -30,9 +28,8 @@ from ...core.errors import ErrorKind, TpuctlError
 from ...core.models import ClusterState
 from ...core.runs import RunState, RunStatus
 from ...core.store import BlobStore
-from . import kernel
+from . import inputs, kernel
 from .client import Kaggle, fetch, slugify
-from . import inputs
 from .livelog import LiveLog
 
 TPU_SESSION = 9 * 3600      # Kaggle's TPU session limit (kaggle.com/docs/tpu: 9 hours a session, 20 a week)
