@@ -205,6 +205,32 @@ def test_a_lost_answer_to_a_push_or_a_dataset_is_looked_for_not_made_twice(kaggl
     assert cli("down", "-c", "kg", "--yes")[0] == 0 and kaggle.leftovers() == []
 
 
+def test_a_run_whose_submit_never_reached_kaggle_ends_and_cancel_of_a_queued_one_works(kaggle, cli, tmp_path):
+    """A submit killed between the run's job.json and its hand-over (or a run left so by an earlier tpuctl)."""
+    from tpuctl.core import layout
+    from tpuctl.providers.local import data_home
+    _up(cli, "--type", "cpu")
+    store = data_home() / "clusters" / "kg" / "store"
+    ids = []
+    for name in ("old", "new"):
+        code, out, err = cli("submit", str(make_job(tmp_path, "print(1)\n", name=name)), "-c", "kg", "--detach")
+        assert code == 0, err
+        ids.append(out.strip())
+        for key in (layout.run_remote(ids[-1]), layout.run_status(ids[-1], 0)):
+            (store / key).unlink()
+    job = store / layout.run_job(ids[0])
+    job.write_text(json.dumps(dict(json.loads(job.read_text()), submitted=time.time() - 3600)))
+    rows = {r["id"]: r for r in json.loads(cli("jobs", "-c", "kg", "--json")[1])}
+    assert rows[ids[0]]["state"] == "failed" and "never reached Kaggle" in rows[ids[0]]["note"]
+    assert rows[ids[1]]["state"] == "queued"           # its submit may still be handing it over
+    assert cli("cancel", ids[1], "-c", "kg")[0] == 0
+    assert json.loads(cli("jobs", "-c", "kg", "--json")[1])[0]["state"] == "cancelled"
+    kaggle.kill_all()
+    for slug in list(kaggle.kernels):                  # the sessions their records no longer name
+        kaggle.kernels.pop(slug)
+    assert cli("down", "-c", "kg", "--yes")[0] == 0 and kaggle.leftovers() == []
+
+
 def datetime_in(seconds):
     import datetime
     return datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=seconds)
