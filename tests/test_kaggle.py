@@ -141,6 +141,21 @@ def test_the_issue_check_a_token_a_throttled_api_a_chain_shown_live_and_nothing_
     assert kaggle.leftovers() == []
 
 
+def test_logs_f_shows_a_running_sessions_lines(kaggle, cli, tmp_path, monkeypatch):
+    _up(cli, "--type", "t4x2")
+    monkeypatch.setenv("TPUCTL_KAGGLE_STREAM_RETRY", "0.05")
+    flag = tmp_path / "flag"
+    monkeypatch.setenv("LIVE_FLAG", str(flag))
+    code, out, err = cli("submit", str(make_job(tmp_path, LIVE)), "-c", "kg", "--detach")
+    assert code == 0, err
+    seen, stop = [False], threading.Event()
+    threading.Thread(target=_watch_live, args=(kaggle, flag, seen, stop), daemon=True).start()
+    code, out, err = cli("logs", out.strip(), "-c", "kg", "-f")
+    stop.set()
+    assert code == 0 and seen[0] and out.count("first line") == 1 and "done\n" in out, out + err
+    assert cli("down", "-c", "kg", "--yes")[0] == 0 and kaggle.leftovers() == []
+
+
 def test_credentials_in_the_kaggle_clients_order(kaggle, cli, tmp_path, monkeypatch):
     """An API token (KAGGLE_API_TOKEN, as the token or a file; ~/.kaggle/access_token) before the legacy key, then
     `kaggle auth login`'s credentials.json; a token Kaggle says is not valid is one line, exit 5."""
