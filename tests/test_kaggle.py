@@ -156,6 +156,22 @@ def test_logs_f_shows_a_running_sessions_lines(kaggle, cli, tmp_path, monkeypatc
     assert cli("down", "-c", "kg", "--yes")[0] == 0 and kaggle.leftovers() == []
 
 
+def test_the_quota_counts_running_sessions(kaggle, cli, tmp_path):
+    """ApiAcceleratorQuota.time_reserved ("reserved by currently-running sessions") counts against what is left."""
+    _up(cli, "--type", "v5e-8")
+    code, out, err = cli("submit", str(make_job(tmp_path, "import time\ntime.sleep(60)\n")), "-c", "kg", "--detach")
+    assert code == 0, err
+    run_id = out.strip()
+    time.sleep(2.5)
+    kaggle.tpu_used = kaggle.tpu_allowed - 2
+    quota = json.loads(cli("status", "-c", "kg", "--json")[1])["tpu_quota"]
+    assert "reserved by running sessions" in quota and "guaranteed" in quota, quota
+    code, out, err = cli("up", "--provider", "kaggle", "-c", "kg2", "--type", "v5e-8")
+    assert code == 4 and "running sessions included" in err, err
+    assert cli("cancel", run_id, "-c", "kg")[0] == 0
+    assert cli("down", "-c", "kg", "--yes")[0] == 0 and kaggle.leftovers() == []
+
+
 def test_credentials_in_the_kaggle_clients_order(kaggle, cli, tmp_path, monkeypatch):
     """An API token (KAGGLE_API_TOKEN, as the token or a file; ~/.kaggle/access_token) before the legacy key, then
     `kaggle auth login`'s credentials.json; a token Kaggle says is not valid is one line, exit 5."""
