@@ -47,7 +47,8 @@ def ensure(k: Kaggle, slug: str, title: str, files: dict[str, bytes], progress: 
 
 def wait_ready(k: Kaggle, dataset: str, progress: Callable[[str], None]) -> bool:
     """Waits while Kaggle processes the dataset: True once READY, False if it FAILED; TpuctlError after
-    TPUCTL_KAGGLE_DATASET_WAIT seconds (1800). Polls from TPUCTL_KAGGLE_POLL (5 s), x1.5 a poll, to 30 s."""
+    TPUCTL_KAGGLE_DATASET_WAIT seconds (1800). Polls as kaggle_api_extended `_adaptive_sleep` does: from
+    TPUCTL_KAGGLE_POLL (5 s, its `_ADAPTIVE_POLL_START`), x1.5 a poll, to 30 s."""
     limit = float(os.environ.get("TPUCTL_KAGGLE_DATASET_WAIT", "1800"))
     pause, start, said = float(os.environ.get("TPUCTL_KAGGLE_POLL", "5")), time.time(), ""
     while True:

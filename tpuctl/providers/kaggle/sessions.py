@@ -303,8 +303,8 @@ class KaggleSessions:
 
 def poll_seconds(s: dict[str, Any]) -> float:
     """How often a session's state is asked: TPUCTL_KAGGLE_POLL (5 s, the client's first poll) while it is young,
-    growing with its age up to 12x that (a 9-hour session is not asked 6,000 times; kaggle_api_extended polls
-    with backoff to a cap)."""
+    growing with its age up to 12x that (a 9-hour session is not asked 6,000 times; kaggle_api_extended
+    `_adaptive_sleep` starts at 5 s and grows 1.5x a poll to a cap)."""
     base = float(os.environ.get("TPUCTL_KAGGLE_POLL", "5"))
     age = time.time() - s.get("started", s["pushed"])
     return base * min(12.0, max(1.0, age / 300))
