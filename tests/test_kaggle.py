@@ -134,7 +134,7 @@ def test_the_issue_check_a_token_a_throttled_api_a_chain_shown_live_and_nothing_
     [row] = json.loads(cli("jobs", "-c", "kg", "--json")[1])
     assert row["state"] == "succeeded" and row["attempt"] == sessions
     assert kaggle.datasets == {}   # no unfinished run needs it and it was not to be kept: deleted at the run's end
-    assert json.loads(cli("status", "-c", "kg", "--json")[1])["on_kaggle"]["datasets"] == []
+    assert json.loads(cli("status", "-c", "kg", "--json")[1])["on_kaggle"].startswith("datasets: none; kernels: ")
     kaggle.kernels.pop(sorted(kaggle.kernels)[0])   # deleted by hand on kaggle.com: `down` finds it gone
     code, out, err = cli("down", "-c", "kg", "--yes")
     assert code == 0, err
@@ -296,7 +296,8 @@ def test_a_cluster_taken_down_mid_chain_ends_its_run_and_comes_back_with_up(kagg
     assert code == 0, err
     run_id = out.strip()
     status = json.loads(cli("status", "-c", "kg", "--json")[1])
-    assert status["on_kaggle"]["kernels"] == [f"alice/tpuctl-{run_id}-s1"] and len(status["on_kaggle"]["datasets"]) == 1
+    assert status["on_kaggle"].startswith("datasets: alice/tpuctl-") and \
+        status["on_kaggle"].endswith(f"; kernels: alice/tpuctl-{run_id}-s1"), status
     assert cli("down", "-c", "kg", "--yes")[0] == 0 and kaggle.leftovers() == []
     durations = []
     for _ in range(2):

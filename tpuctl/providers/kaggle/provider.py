@@ -144,7 +144,8 @@ class KaggleProvider:
                 (f", {_hours(q['reserved'])} reserved by running sessions" if q["reserved"] else "") + \
                 (f" (at least {_hours(q['minimum'])} guaranteed)" if q["minimum"] else "") + \
                 f", refreshes {q['refresh']}"
-            out["on_kaggle"] = inputs.holdings(self.store(st), k.user)
+            held = inputs.holdings(self.store(st), k.user)   # one line, as `status` prints each field
+            out["on_kaggle"] = "; ".join(f"{kind}: {', '.join(names) or 'none'}" for kind, names in held.items())
         except TpuctlError as e:
             out["tpu_quota"] = f"unknown ({e.message})"
         return out
