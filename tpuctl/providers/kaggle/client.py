@@ -27,6 +27,7 @@ from ...core.errors import ErrorKind, TpuctlError
 from . import auth
 
 ATTEMPTS = 10   # kaggle_api_extended `with_retry(max_retries=10)`
+_OWNERS: dict[str, str] = {}   # API token -> its username (IntrospectToken), in this process
 
 
 def retry_after(response: Any) -> float | None:
@@ -68,8 +69,8 @@ class Kaggle:
         self.user, self._token = self.creds.user, self.creds.token
         if not self.creds.token and not self.creds.key:   # kaggle auth login's file: its token, refreshed
             self.user, self._token = self._oauth()
-        if not self.user:
-            self.user = self._introspect()
+        if not self.user:   # asked once a process: each command makes a client per poll
+            self.user = _OWNERS.get(self._token) or _OWNERS.setdefault(self._token, self._introspect())
 
     def client(self) -> Any:
         """A kagglesdk KaggleClient with these credentials (a context manager)."""
@@ -187,13 +188,17 @@ class Kaggle:
             f.token = self._upload(name, data)
             new.append(f)
         req.files = new
-        try:
-            r = self._call(f"create dataset {slug}", lambda c: c.datasets.dataset_api_client.create_dataset(req),
-                           makes=True)
-        except Unanswered:
-            if self.dataset_status(slug):   # it was made: the answer alone was lost
-                return
-            raise
+        for attempt in range(1, ATTEMPTS + 1):
+            try:
+                r = self._call(f"create dataset {slug}", lambda c: c.datasets.dataset_api_client.create_dataset(req),
+                               makes=True)
+                break
+            except Unanswered:
+                if self.dataset_status(slug):   # it was made: the answer alone was lost
+                    return
+                if attempt == ATTEMPTS:
+                    raise
+                time.sleep(_backoff(attempt))
         if r.error:
             raise TpuctlError(ErrorKind.REFUSED, f"Kaggle refused dataset {slug}: {r.error}", "")
 

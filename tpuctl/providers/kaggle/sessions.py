@@ -36,6 +36,7 @@ TPU_SESSION = 9 * 3600      # Kaggle's TPU session limit (kaggle.com/docs/tpu: 9
 OTHER_SESSION = 12 * 3600   # GPU and CPU sessions (kaggle.com/docs/notebooks: 12 hours)
 MARGIN = 15 * 60            # stopped this long before the limit: time to write the checkpoint and the output
 DATASETS = inputs.DATASETS
+ORPHAN_SECONDS = 600        # a submit hands its run over within this (its dataset's upload and processing aside)
 run_record = layout.run_remote
 
 
@@ -148,7 +149,7 @@ class KaggleSessions:
         `follow`: the caller shows the run's log as it grows, so the running session's stream is read too."""
         raw = store.read(run_record(run_id))
         if raw is None:
-            return ""
+            return self._orphan(store, run_id)
         rec = json.loads(raw)
         status = runs.status(store, run_id)
         if status.state.final or not rec["sessions"]:
@@ -177,6 +178,17 @@ class KaggleSessions:
             return _words(rec, s)
         self._ended(k, st, store, run_id, rec, state, failure)
         return _words(rec, rec["sessions"][-1])
+
+    def _orphan(self, store: BlobStore, run_id: str) -> str:
+        """A run whose submit stopped before handing it to Kaggle (killed between its job.json and its first
+        record, or made by an earlier tpuctl that wrote the record only after the upload) would wait `queued` for
+        ever: past ORPHAN_SECONDS it ends, saying so."""
+        job, status = runs.job(store, run_id), runs.status(store, run_id)
+        if job is None or status.state.final or time.time() - job.submitted < ORPHAN_SECONDS:
+            return ""
+        rec: dict[str, Any] = {"dataset": "", "sessions": [], "chain": 1, "chunks": 0}
+        self._gone(store, run_id, rec, "it never reached Kaggle (its submit was interrupted): submit it again")
+        return RunState.FAILED.value
 
     def _stream(self, store: BlobStore, run_id: str, rec: dict[str, Any], s: dict[str, Any]) -> None:
         """Writes the stream's new events into the run's log; (re)connects when there is no stream, or when it
