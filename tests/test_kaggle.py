@@ -233,6 +233,11 @@ def test_a_lost_answer_to_a_push_or_a_dataset_is_looked_for_not_made_twice(kaggl
     assert code == 0 and out.count("once\n") == 1, out + err
     assert kaggle.lose_answers == [] and sum(c.endswith("/CreateDataset") for c in kaggle.calls) == 1
     assert [len(k["versions"]) for k in kaggle.kernels.values()] == [1]
+    kaggle.drop_before = ["CreateDataset", "SaveKernel"]   # lost before Kaggle saw them: made, once
+    code, out, err = cli("submit", str(make_job(tmp_path, "print('twice')\n", name="other")), "-c", "kg")
+    assert code == 0 and out.count("twice\n") == 1, out + err
+    assert kaggle.drop_before == [] and sum(c.endswith("/CreateDataset") for c in kaggle.calls) == 3
+    assert sorted(len(k["versions"]) for k in kaggle.kernels.values()) == [1, 1]
     assert cli("down", "-c", "kg", "--yes")[0] == 0 and kaggle.leftovers() == []
 
 

@@ -129,7 +129,7 @@ class FakeKaggle:
         - throttling: every `throttle_every`-th API call answers 429 with `Retry-After: retry_after` seconds
           (kaggle_api_extended `with_retry` honours it), and `drop_every`-th call closes the connection unanswered
           (a connection error, retried by the client). 0: never. A method named in `lose_answers` is done and its
-          answer lost (the connection closes), once.
+          answer lost (the connection closes), once; one in `drop_before` is lost before it is done, once.
         - the live log (`LOG_STREAM`, kaggle_api_extended `kernels_logs_stream`): Server-Sent Events while the
           session runs, one `data: {"stream_name", "time", "data"}` per line, ending `data: END_OF_LOG`; after it
           ended, the stored log as JSON (application/json)."""
@@ -139,6 +139,7 @@ class FakeKaggle:
         self.missing_status = int(os.environ.get("FAKE_KAGGLE_MISSING_STATUS", "404"))   # a whole run under 403
         self.throttle_every, self.drop_every, self.retry_after = 0, 0, "0.05"
         self.lose_answers: list[str] = []   # methods whose next answer is lost after the work is done
+        self.drop_before: list[str] = []    # methods whose next request is lost before anything is done
         self.api_calls = 0
 
     def _throttled(self, h: BaseHTTPRequestHandler) -> bool:
@@ -190,6 +191,10 @@ class FakeKaggle:
         handler = getattr(self, f"_{method}", None)
         if handler is None:
             return self._error(h, 404, f"unknown method {service}/{method}")
+        if method in self.drop_before:   # the request lost before Kaggle saw it (once per name listed)
+            self.drop_before.remove(method)
+            h.close_connection = True
+            return None
         try:
             status, out = handler(user, json.loads(body or b"{}"))
         except KeyError as e:

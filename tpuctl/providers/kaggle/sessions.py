@@ -36,7 +36,7 @@ TPU_SESSION = 9 * 3600      # Kaggle's TPU session limit (kaggle.com/docs/tpu: 9
 OTHER_SESSION = 12 * 3600   # GPU and CPU sessions (kaggle.com/docs/notebooks: 12 hours)
 MARGIN = 15 * 60            # stopped this long before the limit: time to write the checkpoint and the output
 DATASETS = inputs.DATASETS
-ORPHAN_SECONDS = 600        # a submit hands its run over within this (its dataset's upload and processing aside)
+ORPHAN_SECONDS = 600        # a submit writes the run's record within moments of its job.json: this is generous
 run_record = layout.run_remote
 
 
