@@ -4,8 +4,10 @@ The client picks its endpoint from KAGGLE_API_ENVIRONMENT (kagglesdk/kaggle_env.
 and every call is `POST {endpoint}/api/v1/{service}/{method}` with the request object's JSON (camelCase field
 names, KaggleObject.to_dict), answered with the response object's JSON; an error is a JSON body whose `code` is
 >= 400 (kaggle_http_client.py `_prepare_response`). Requests and responses here are built and parsed with
-kagglesdk's own types, so a field the real client would not send or read fails here too. Auth is the legacy API
-key as HTTP basic (`_try_fill_auth`).
+kagglesdk's own types, so a field the real client would not send or read fails here too. Auth is an API token as
+`Authorization: Bearer`, or the legacy API key as HTTP basic (`_try_fill_auth`); how the API itself behaves
+(slugs, datasets processed after creation, 403 for what is missing, throttling, the live log) is in
+`_api_switches`.
 
 Served: blobs.BlobApiService/StartBlobUpload and the PUT to its createUrl (kaggle_api_extended `upload_complete`);
 datasets.DatasetApiService CreateDataset, GetDatasetStatus, DeleteDataset; kernels.KernelsApiService SaveKernel,
@@ -45,8 +47,10 @@ from kagglesdk.kernels.types.kernels_api_service import (ApiAcceleratorQuota,
                                                          ApiSaveKernelResponse)
 from kagglesdk.datasets.types.dataset_enums import DatabundleVersionStatus
 from kagglesdk.kernels.types.kernels_enums import KernelWorkerStatus
+from kagglesdk.security.types.oauth_service import IntrospectTokenRequest, IntrospectTokenResponse
 
 PORT = 7777
+TOKEN = "KGAT_" + "a1" * 16   # an API token the fake knows (for alice)
 TPU_SHAPES = {"TpuV5E8"}
 
 
@@ -54,6 +58,8 @@ class FakeKaggle:
     def __init__(self, root: Path, users: dict[str, str] | None = None):
         self.root = root
         self.users = users or {"alice": "k" * 32}
+        self.tokens: dict[str, str] = {TOKEN: "alice"}   # API tokens (Bearer) -> their user
+        self._api_switches()
         self.blobs: dict[str, bytes] = {}
         self.datasets: dict[str, dict] = {}          # "owner/slug" -> {"files": {name: bytes}, "private": bool}
         self.kernels: dict[str, dict] = {}           # "owner/slug" -> {"versions": [session...], "request": dict}
@@ -90,6 +96,7 @@ class FakeKaggle:
             self.httpd.server_close()
 
     def reset(self) -> None:
+        self._api_switches()
         self.kill_all()
         with self.lock:
             self.blobs.clear()
@@ -103,6 +110,55 @@ class FakeKaggle:
             for s in k["versions"]:
                 if s["proc"] and s["proc"].poll() is None:
                     s["proc"].kill()
+
+    def _api_switches(self) -> None:
+        """How the API behaves where the real service was read from its client (each with its source), and a switch
+        where no source settles it (the tests pass under each setting):
+        - a new kernel's slug is its title slugified (kagglesdk ApiSaveKernelRequest.slug: "The kernel slug must be
+          the title lowercased with dashes (-) replacing spaces"; kaggle_api_extended kernels push checks
+          python-slugify's `slugify(title)`); SaveKernel's `ref` names it: "/code/owner/slug" or "owner/slug"
+          (`ref_style`: which one Kaggle sends is not documented; ApiKernelMetadata.ref is "owner/slug").
+        - a dataset is processed after CreateDataset answers (GetDatasetStatus: NOT_YET_PERSISTED, BLOBS_RECEIVED,
+          ... READY or FAILED; kagglesdk dataset_enums.DatabundleVersionStatus; the CLI says "is being created" and
+          asks to check later): READY after `dataset_processing` seconds; `fail_datasets` datasets made next end
+          FAILED. A kernel pushed with a dataset not READY gets it back in `invalid_dataset_sources`
+          (ApiSaveKernelResponse; kernels_push_cli prints "not valid dataset sources").
+        - something missing answers `missing_status`: 404, or 403 as Kaggle answers for kernels it will not show
+          (kaggle_api_extended reads 401/403 as "Permission 'kernels.get' was denied ... most likely a wrong kernel
+          slug", and treats 403 and 404 alike elsewhere).
+        - throttling: every `throttle_every`-th API call answers 429 with `Retry-After: retry_after` seconds
+          (kaggle_api_extended `with_retry` honours it), and `drop_every`-th call closes the connection unanswered
+          (a connection error, retried by the client). 0: never. A method named in `lose_answers` is done and its
+          answer lost (the connection closes), once; one in `drop_before` is lost before it is done, once.
+        - the live log (`LOG_STREAM`, kaggle_api_extended `kernels_logs_stream`): Server-Sent Events while the
+          session runs, one `data: {"stream_name", "time", "data"}` per line, ending `data: END_OF_LOG`; after it
+          ended, the stored log as JSON (application/json)."""
+        self.ref_style = "code"
+        self.dataset_processing = 0.3
+        self.fail_datasets = 0
+        self.missing_status = int(os.environ.get("FAKE_KAGGLE_MISSING_STATUS", "404"))   # a whole run under 403
+        self.throttle_every, self.drop_every, self.retry_after = 0, 0, "0.05"
+        self.lose_answers: list[str] = []   # methods whose next answer is lost after the work is done
+        self.drop_before: list[str] = []    # methods whose next request is lost before anything is done
+        self.api_calls = 0
+
+    def _throttled(self, h: BaseHTTPRequestHandler) -> bool:
+        with self.lock:
+            self.api_calls += 1
+            n = self.api_calls
+        if self.drop_every and n % self.drop_every == 0:
+            h.close_connection = True   # nothing sent: the client sees the connection end (RemoteDisconnected)
+            return True
+        if self.throttle_every and n % self.throttle_every == 0:
+            data = json.dumps({"code": 429, "message": "Too Many Requests"}).encode()
+            h.send_response(429)
+            h.send_header("Content-Type", "application/json")
+            h.send_header("Retry-After", self.retry_after)
+            h.send_header("Content-Length", str(len(data)))
+            h.end_headers()
+            h.wfile.write(data)
+            return True
+        return False
 
     def leftovers(self) -> list[str]:
         return sorted([f"dataset {d}" for d in self.datasets] + [f"kernel {k}" for k in self.kernels])
@@ -120,27 +176,43 @@ class FakeKaggle:
         if h.command == "GET" and path.startswith("/output/"):
             data = self._output_file(path[len("/output/"):])
             return self._send(h, 200 if data is not None else 404, data or b"", "application/octet-stream")
-        if h.command != "POST" or not path.startswith("/api/v1/"):
+        if not path.startswith("/api/v1/"):
             return self._error(h, 404, f"no route {h.command} {path}")
         user = self._user(h.headers.get("Authorization", ""))
-        if user is None:
+        if user is None and not path.endswith("/IntrospectToken"):
             return self._error(h, 401, "Unauthenticated: the API key is not valid")
+        if self._throttled(h):
+            return None
+        if h.command == "GET" and path.startswith(LOG_STREAM):
+            return self._log_stream(h, path[len(LOG_STREAM):])
+        if h.command != "POST":
+            return self._error(h, 404, f"no route {h.command} {path}")
         service, method = path[len("/api/v1/"):].split("/", 1)
         handler = getattr(self, f"_{method}", None)
         if handler is None:
             return self._error(h, 404, f"unknown method {service}/{method}")
+        if method in self.drop_before:   # the request lost before Kaggle saw it (once per name listed)
+            self.drop_before.remove(method)
+            h.close_connection = True
+            return None
         try:
             status, out = handler(user, json.loads(body or b"{}"))
         except KeyError as e:
-            return self._error(h, 404, f"not found: {e}")
+            return self._error(h, self.missing_status, f"not found: {e}")
         except Exception as e:  # noqa: BLE001 - a request the types refuse: answered as a server error, and logged
             self.errors.append(f"{method}: {type(e).__name__}: {e}")
             return self._error(h, 500, f"{type(e).__name__}: {e}")
+        if method in self.lose_answers:   # done, and the answer lost on the way back (once per name listed)
+            self.lose_answers.remove(method)
+            h.close_connection = True
+            return None
         if status >= 400:
             return self._error(h, status, out)
         return self._send(h, 200, json.dumps(type(out).to_dict(out)).encode())
 
     def _user(self, auth: str) -> str | None:
+        if auth.startswith("Bearer "):   # kaggle_http_client.py BearerAuth
+            return self.tokens.get(auth[7:])
         if not auth.startswith("Basic "):
             return None
         name, _, key = base64.b64decode(auth[6:]).decode().partition(":")
@@ -181,7 +253,10 @@ class FakeKaggle:
             for f in req.files:
                 name = f.token.split("-", 2)[2]
                 files[name] = self.blobs.pop(f.token)
-            self.datasets[ref] = {"files": files, "private": req.is_private, "title": req.title}
+            failed = self.fail_datasets > 0
+            self.fail_datasets -= failed
+            self.datasets[ref] = {"files": files, "private": req.is_private, "title": req.title,
+                                  "made": time.monotonic(), "failed": failed}
         resp.ref, resp.url, resp.status = ref, f"https://www.kaggle.com/datasets/{ref}", "ok"
         return 200, resp
 
@@ -189,17 +264,25 @@ class FakeKaggle:
         req = ApiGetDatasetStatusRequest.from_dict(body)
         ref = f"{req.owner_slug}/{req.dataset_slug}"
         if ref not in self.datasets:
-            return 404, f"Dataset {ref} not found"
+            return self.missing_status, f"Dataset {ref} not found"
         resp = ApiGetDatasetStatusResponse()
-        resp.status = DatabundleVersionStatus.READY
+        resp.status = DatabundleVersionStatus[self._dataset_state(ref)]
         return 200, resp
+
+    def _dataset_state(self, ref: str) -> str:
+        d = self.datasets[ref]
+        steps = ["NOT_YET_PERSISTED", "BLOBS_RECEIVED", "BLOBS_DECOMPRESSED", "INDIVIDUAL_BLOBS_COMPRESSED"]
+        done = (time.monotonic() - d["made"]) / self.dataset_processing if self.dataset_processing else len(steps)
+        if done < len(steps):
+            return steps[int(done)]
+        return "FAILED" if d["failed"] else "READY"
 
     def _DeleteDataset(self, user, body):
         req = ApiDeleteDatasetRequest.from_dict(body)
         ref = f"{req.owner_slug}/{req.dataset_slug}"
         with self.lock:
             if self.datasets.pop(ref, None) is None:
-                return 404, f"Dataset {ref} not found"
+                return self.missing_status, f"Dataset {ref} not found"
         from kagglesdk.datasets.types.dataset_api_service import ApiDeleteDatasetResponse
         return 200, ApiDeleteDatasetResponse()
 
@@ -219,18 +302,22 @@ class FakeKaggle:
         if req.machine_shape in TPU_SHAPES and self.tpu_used >= self.tpu_allowed:
             resp.error = "You have exceeded your weekly TPU quota"
             return 200, resp
-        missing = [d for d in req.dataset_data_sources if d not in self.datasets] + \
-                  [k for k in req.kernel_data_sources if k not in self.kernels]
+        missing = [d for d in req.dataset_data_sources if d not in self.datasets
+                   or self._dataset_state(d) != "READY"] + [k for k in req.kernel_data_sources if k not in self.kernels]
         if missing:
             resp.invalid_dataset_sources = [d for d in missing if d in req.dataset_data_sources]
             resp.invalid_kernel_sources = [k for k in missing if k in req.kernel_data_sources]
             return 200, resp
+        from slugify import slugify
+        full = req.slug if req.slug in self.kernels or not req.new_title else f"{owner}/{slugify(req.new_title)}"
         with self.lock:
-            k = self.kernels.setdefault(req.slug, {"versions": [], "id": next(self._ids)})
+            k = self.kernels.setdefault(full, {"versions": [], "id": next(self._ids)})
             k["request"] = body
+            req.slug = full
             session = self._start(req, len(k["versions"]) + 1)
             k["versions"].append(session)
-        resp.ref, resp.url = f"/code/{req.slug}", f"https://www.kaggle.com/code/{req.slug}"
+        resp.ref = f"/code/{full}" if self.ref_style == "code" else full
+        resp.url = f"https://www.kaggle.com/code/{full}"
         resp.version_number, resp.kernel_id = len(k["versions"]), k["id"]
         return 200, resp
 
@@ -298,10 +385,7 @@ class FakeKaggle:
                         f"{f.file_name}"
                 files.append(f)
         resp.files = files
-        # Kaggle's log is a JSON list of {"stream_name", "time", "data"} entries
-        text = (s["dir"] / "log.txt").read_text(errors="replace")
-        resp.log = json.dumps([{"stream_name": "stdout", "time": 0.0, "data": line}
-                               for line in text.splitlines(keepends=True)])
+        resp.log = json.dumps(_entries((s["dir"] / "log.txt").read_text(errors="replace")))
         return 200, resp
 
     def _output_file(self, rest: str) -> bytes | None:
@@ -316,7 +400,7 @@ class FakeKaggle:
     def _DeleteKernel(self, user, body):
         req = ApiDeleteKernelRequest.from_dict(body)
         with self.lock:
-            k = self.kernels.pop(f"{req.user_name}/{req.kernel_slug}")
+            k = self.kernels.pop(f"{req.user_name}/{req.kernel_slug}")   # KeyError: answered missing_status
         for s in k["versions"]:
             if s["proc"].poll() is None:
                 s["proc"].kill()
@@ -328,6 +412,78 @@ class FakeKaggle:
         q = ApiAcceleratorQuota()
         q.time_used = datetime.timedelta(seconds=int(self.tpu_used))   # whole seconds: "3600s", as Kaggle sends
         q.total_time_allowed = datetime.timedelta(seconds=int(self.tpu_allowed))
+        q.minimum_time_allowed = datetime.timedelta(seconds=int(min(self.tpu_allowed, 20 * 3600)))
+        # time_reserved: "Quota reserved by currently-running sessions" (ApiAcceleratorQuota)
+        q.time_reserved = datetime.timedelta(seconds=int(sum(
+            time.monotonic() - s["started"] for k in list(self.kernels.values()) for s in k["versions"]
+            if s["shape"] in TPU_SHAPES and s["status"] == "RUNNING")))
         resp.tpu_quota = q
         resp.quota_refresh_time = datetime.datetime(2026, 11, 30)
         return 200, resp
+
+    # -- the live log and the token's owner --------------------------------------------------------------
+    def _log_stream(self, h: BaseHTTPRequestHandler, rest: str) -> None:
+        """GET {LOG_STREAM}{owner}/{slug} (see _api_switches)."""
+        key = rest.split("?", 1)[0]
+        k = self.kernels.get(key)
+        if k is None:
+            return self._error(h, self.missing_status, f"kernel {key} not found")
+        s = k["versions"][-1]
+        log = s["dir"] / "log.txt"
+        if s["status"] not in ("QUEUED", "RUNNING"):
+            return self._send(h, 200, json.dumps(_entries(log.read_text(errors="replace"))).encode())
+        # HTTP/1.1 chunked, as a server streams events (a client reads each chunk as it comes; requests' iter_lines
+        # would otherwise wait for 512 bytes), closed at the end
+        h.protocol_version, h.close_connection = "HTTP/1.1", True
+        h.send_response(200)
+        h.send_header("Content-Type", "text/event-stream")
+        h.send_header("Transfer-Encoding", "chunked")
+        h.send_header("Connection", "close")
+        h.end_headers()
+
+        def event(data: bytes) -> None:
+            h.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        sent, pending = 0, b""
+        try:
+            while True:
+                running = s["status"] in ("QUEUED", "RUNNING")
+                with open(log, "rb") as f:
+                    f.seek(sent)
+                    new = f.read()
+                sent += len(new)
+                pending += new
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    entry = {"stream_name": "stdout", "time": 0.0, "data": line.decode(errors="replace") + "\n"}
+                    event(f"data: {json.dumps(entry)}\n\n".encode())
+                if not running:
+                    if pending:
+                        entry = {"stream_name": "stdout", "time": 0.0, "data": pending.decode(errors="replace")}
+                        event(f"data: {json.dumps(entry)}\n\n".encode())
+                    event(b"data: END_OF_LOG\n\n")
+                    h.wfile.write(b"0\r\n\r\n")
+                    return
+                time.sleep(0.05)
+        except (BrokenPipeError, ConnectionResetError):
+            return
+
+    def _IntrospectToken(self, user, body):
+        """security.OAuthService/IntrospectToken (kaggle_creds.py `introspect`, kaggle_api_extended
+        `_introspect_token`): `active` and `username` of a token; an unknown one is not active."""
+        req = IntrospectTokenRequest.from_dict(body)
+        resp = IntrospectTokenResponse()
+        owner = self.tokens.get(req.token)
+        resp.active = owner is not None
+        if owner:
+            resp.username = owner
+        return 200, resp
+
+
+LOG_STREAM = "/api/v1/kernels/logs/stream/"
+
+
+def _entries(text: str) -> list[dict]:
+    """Kaggle's stored log: a JSON list of {"stream_name", "time", "data"}, here one entry a line."""
+    lines = [line + "\n" for line in text.split("\n")]   # split as the stream splits: at "\n" only
+    lines[-1] = lines[-1][:-1]
+    return [{"stream_name": "stdout", "time": 0.0, "data": line} for line in lines if line]

@@ -35,7 +35,7 @@ def _follow(store: "BlobStore", run_id: str, st0: "ClusterState", prov: "Provide
 
     def watch(status: "runs.RunStatus") -> None:
         if remote is not None:   # a service's run: each idle poll moves it on, and says when its state changes
-            words = remote.advance(st0, store, run_id)
+            words = remote.advance(st0, store, run_id, follow=follow)
             if words.split(" ")[:4] != said[0].split(" ")[:4]:
                 console().err.print(f"[dim]{words}[/]")
             said[0] = words
@@ -43,7 +43,7 @@ def _follow(store: "BlobStore", run_id: str, st0: "ClusterState", prov: "Provide
         host_watch(status)
     try:
         if remote is not None:
-            remote.advance(st0, store, run_id)
+            remote.advance(st0, store, run_id, follow=follow)
         st = runs.follow(store, run_id, write, worker=worker, follow=follow, watch=watch)
     except KeyboardInterrupt:
         raise interrupted(f"stopped following; run {run_id} keeps running on cluster {cluster}. Reattach: tpuctl logs "
@@ -70,6 +70,9 @@ def submit(ctx: typer.Context,
            down: bool = typer.Option(False, "--down", help="The host ends the compute once the run is final."),
            chain: Optional[int] = typer.Option(None, "--chain", help="Kaggle: sessions a run may chain through "
                                                "past the session limit (default 10)."),
+           keep_inputs: bool = typer.Option(False, "--keep-inputs", help="Kaggle: keep the run's input dataset "
+                                            "once it ends, so that the same work submitted again uploads nothing "
+                                            "(`down` deletes it)."),
            provider: Optional[str] = PROVIDER) -> None:
     """Package JOB_DIR, sync its data, run it on the cluster and follow its logs; exits with the job's code.
     Arguments after `--` are appended to the job's command."""
@@ -86,12 +89,15 @@ def submit(ctx: typer.Context,
         raise bad_input(f"--chain {chain}: " + ("must be at least 1" if prov.remote_runs else
                         f"cluster {st.name}'s runs do not run in sessions"),
                         "--chain applies to --provider kaggle clusters, e.g. --chain 5")
+    if keep_inputs and prov.remote_runs is None:
+        raise bad_input(f"--keep-inputs: cluster {st.name}'s runs have no input dataset to keep",
+                        "--keep-inputs applies to --provider kaggle clusters")
     with con.Reporter() as rep:
         if down:   # refused before the run exists when the host could not end the compute after it
             from ..control.up import arm
             arm(st, prov, lambda s: rep.resource("--down", "host", s))
         run_id, _ = submission.submit(st, prov, job, list(ctx.args), rep.transfer, rep, down_after=down,
-                                      sessions=chain or 0)
+                                      sessions=chain or 0, keep_inputs=keep_inputs)
     if detach:
         print(run_id)
         return

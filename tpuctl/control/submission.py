@@ -33,9 +33,11 @@ def warn_package_bytes() -> int:
 
 
 def submit(st: ClusterState, provider: Provider, job: JobSpec, args: list[str], transfer: datasync.Transfer,
-           reporter: Reporter, down_after: bool = False, sessions: int = 0) -> tuple[str, dict[str, int]]:
+           reporter: Reporter, down_after: bool = False, sessions: int = 0,
+           keep_inputs: bool = False) -> tuple[str, dict[str, int]]:
     """Everything up to the written job.json (and, where runs execute on a service, its hand-over); returns (run
-    id, data sync summary). `sessions`: how many sessions a service's run may chain through (0: the default)."""
+    id, data sync summary). `sessions`: how many sessions a service's run may chain through (0: the default);
+    `keep_inputs`: the service keeps the run's inputs once it ends."""
     if st.phase is Phase.DOWN:
         raise TpuctlError(ErrorKind.NOT_FOUND, f"cluster {st.name} is down (its {provider.store_noun} is kept)",
                           f"`tpuctl up -c {st.name}` brings it back")
@@ -76,7 +78,7 @@ def submit(st: ClusterState, provider: Provider, job: JobSpec, args: list[str], 
     armed.for_run(store, run_id)   # an armed cluster's watch is for the first run submitted after `up --recover`
     if provider.remote_runs is not None:
         provider.remote_runs.dispatch(st, store, run_id, sessions or DEFAULT_SESSIONS,
-                                      lambda m: reporter.resource("run", run_id, m, final=True))
+                                      lambda m: reporter.resource("run", run_id, m, final=True), keep_inputs)
     if interrupted:   # the run is written and handed over: it runs, and the Ctrl-C stops only the following
         raise TpuctlError(ErrorKind.INTERRUPTED, f"run {run_id} was submitted as Ctrl-C came, and runs",
                           f"follow it: tpuctl logs {run_id} -c {st.name} -f; stop it: tpuctl cancel {run_id} "

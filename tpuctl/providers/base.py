@@ -71,6 +71,8 @@ class UpFlags:
         if not spec.tpu_type:
             return
         self.tpu_type = self.tpu_type or spec.tpu_type
+        if spec.provider is not ProviderName.GCP:   # a Kaggle cluster has only --type: the rest are defaults
+            return
         self.zones = self.zones or list(spec.zones)
         self.project = self.project or spec.project
         self.arch = self.arch or spec.arch.value
@@ -181,10 +183,12 @@ class RemoteRuns(Protocol):
     for every provider."""
 
     def dispatch(self, st: ClusterState, store: BlobStore, run_id: str, sessions: int,
-                 progress: Callable[[str], None]) -> None:
-        """Start the run whose job.json is written; `sessions`: how many sessions it may chain through."""
-    def advance(self, st: ClusterState, store: BlobStore, run_id: str) -> str:
-        """Bring the run's records up to date (rate-limited); its state in words, "" when not one of these runs."""
+                 progress: Callable[[str], None], keep_inputs: bool = False) -> None:
+        """Start the run whose job.json is written; `sessions`: how many sessions it may chain through;
+        `keep_inputs`: what the service holds of the run's inputs stays once it ends (deleted by default)."""
+    def advance(self, st: ClusterState, store: BlobStore, run_id: str, follow: bool = False) -> str:
+        """Bring the run's records up to date (rate-limited); its state in words, "" when not one of these runs.
+        `follow`: the caller shows the log as it grows (`submit`, `logs -f`): the service's live log is read too."""
     def cancel(self, st: ClusterState, store: BlobStore, run_id: str) -> None: ...
 
 

@@ -68,13 +68,15 @@ class KaggleProvider:
         """The credentials, and for a TPU the weekly quota (GetAcceleratorQuotaStatistics): refused when used up."""
         from .client import Kaggle
         k = Kaggle()
-        used, allowed, refresh = k.tpu_quota()
+        q = k.tpu_quota()
         if not TYPES[spec.tpu_type][0].startswith("Tpu"):
             return []
+        used, allowed = float(q["used"]) + float(q["reserved"]), float(q["allowed"])
         if allowed and used >= allowed:
             raise TpuctlError(ErrorKind.CAPACITY, f"Kaggle account {k.user} has used its weekly TPU quota "
-                              f"({show_duration(int(used))} of {show_duration(int(allowed))})",
-                              f"it refreshes at {refresh}; or `up --provider kaggle --type t4x2` meanwhile")
+                              f"({show_duration(int(used))} of {show_duration(int(allowed))}, running sessions "
+                              "included)", f"it refreshes at {q['refresh']}; or `up --provider kaggle --type t4x2` "
+                              "meanwhile")
         return []
 
     def ensure_store(self, spec: ClusterSpec, region: str, progress: Progress) -> bool:
@@ -106,8 +108,8 @@ class KaggleProvider:
         return st   # no process of tpuctl's runs for a Kaggle cluster
 
     def check_ready(self, st: ClusterState) -> None:
-        from .client import credentials
-        credentials()
+        from .auth import find
+        find()
 
     def host_state(self, st: ClusterState) -> tuple[bool, str]:
         return True, "Kaggle runs the session"
@@ -129,15 +131,21 @@ class KaggleProvider:
         return f"Kaggle, {st.spec.tpu_type}"
 
     def summary(self, st: ClusterState) -> dict[str, object]:
+        from . import inputs
         from .client import Kaggle
         shape = TYPES[st.spec.tpu_type][0]
         out: dict[str, object] = {"type": st.spec.tpu_type, "machine_shape": shape or "none",
                                   "session_limit": f"{show_duration(int(session_seconds(shape)))} a session "
                                                    "(Kaggle: 9h on TPU, 12h otherwise, kaggle.com/docs/tpu)"}
         try:
-            used, allowed, refresh = Kaggle().tpu_quota()
-            out["tpu_quota"] = f"{show_duration(int(used)) if used else '0s'} of {show_duration(int(allowed))} " \
-                               f"used this week, refreshes {refresh}"
+            k = Kaggle()
+            q = k.tpu_quota()
+            out["tpu_quota"] = f"{_hours(q['used'])} of {_hours(q['allowed'])} used this week" + \
+                (f", {_hours(q['reserved'])} reserved by running sessions" if q["reserved"] else "") + \
+                (f" (at least {_hours(q['minimum'])} guaranteed)" if q["minimum"] else "") + \
+                f", refreshes {q['refresh']}"
+            held = inputs.holdings(self.store(st), k.user)   # one line, as `status` prints each field
+            out["on_kaggle"] = "; ".join(f"{kind}: {', '.join(names) or 'none'}" for kind, names in held.items())
         except TpuctlError as e:
             out["tpu_quota"] = f"unknown ({e.message})"
         return out
@@ -147,3 +155,7 @@ class KaggleProvider:
 
     def teardown_list(self, st: ClusterState) -> list[str]:
         return [f"the Kaggle kernels and datasets tpuctl made for {st.name}"]
+
+
+def _hours(seconds: object) -> str:
+    return show_duration(int(float(str(seconds)))) if float(str(seconds)) else "0s"

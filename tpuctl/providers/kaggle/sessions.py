@@ -8,9 +8,9 @@ time limit, or asked to continue) or writes the run's final status. So `logs`, `
 as for every provider.
 
 The run's inputs are one private dataset, named by the hash of its contents (job package, tpuctl's wheel, the run's
-data): submitting unchanged work attaches the dataset already there and uploads nothing; a session that starts
-later in a chain sees exactly the files its run was submitted with, whatever was submitted since. Kaggle streams
-no log through this API while a session runs: each session's log arrives when it ends.
+data; inputs.py): a session that starts later in a chain sees exactly the files its run was submitted with,
+whatever was submitted since, and unchanged work submitted while the dataset is there uploads nothing. A command that follows the run (`submit`, `logs -f`) shows the running
+session's lines as Kaggle streams them (livelog.py); the session's stored log completes them when it ends.
 """
 from __future__ import annotations
 
@@ -28,13 +28,15 @@ from ...core.errors import ErrorKind, TpuctlError
 from ...core.models import ClusterState
 from ...core.runs import RunState, RunStatus
 from ...core.store import BlobStore
-from . import kernel
-from .client import Kaggle
+from . import inputs, kernel
+from .client import Kaggle, fetch, slugify
+from .livelog import LiveLog
 
 TPU_SESSION = 9 * 3600      # Kaggle's TPU session limit (kaggle.com/docs/tpu: 9 hours a session, 20 a week)
 OTHER_SESSION = 12 * 3600   # GPU and CPU sessions (kaggle.com/docs/notebooks: 12 hours)
 MARGIN = 15 * 60            # stopped this long before the limit: time to write the checkpoint and the output
-DATASETS = layout.REMOTE_DATASETS
+DATASETS = inputs.DATASETS
+ORPHAN_SECONDS = 600        # a submit writes the run's record within moments of its job.json: this is generous
 run_record = layout.run_remote
 
 
@@ -67,37 +69,49 @@ class KaggleSessions:
 
     def __init__(self, shape: Callable[[ClusterState], str], accelerator: Callable[[ClusterState], str]) -> None:
         self.shape, self.accelerator = shape, accelerator
+        self._live: dict[str, LiveLog] = {}   # kernel slug -> its log stream, while this process follows it
 
     # -- handing a run over ---------------------------------------------------------------------------
     def dispatch(self, st: ClusterState, store: BlobStore, run_id: str, sessions: int,
-                 progress: Callable[[str], None]) -> None:
+                 progress: Callable[[str], None], keep_inputs: bool = False) -> None:
+        """Whatever stops the run before its first session runs (credentials refused, a dataset Kaggle could not
+        process, a refused push) ends it FAILED with the reason in its log: no run waits `queued` for ever."""
+        rec: dict[str, Any] = {"dataset": "", "sessions": [], "chain": sessions, "chunks": 0, "looked": 0.0,
+                               "keep": keep_inputs}
+        store.write(run_record(run_id), json.dumps(rec).encode())   # `cancel` and `down` find the run from now on
+        try:
+            k = Kaggle()
+            rec["dataset"] = self._inputs(k, store, run_id, progress)
+            self._push(k, st, store, run_id, rec)
+        except TpuctlError as e:
+            self._refused(store, run_id, rec, e)
+            inputs.release(store, run_id, rec)
+            raise
+        store.write(layout.run_status(run_id, 0), json.dumps(RunStatus(
+            state=RunState.QUEUED, host=f"kaggle:{k.user}", attempt=1).to_json()).encode())
+        progress(f"session 1 pushed: kernel {rec['sessions'][-1]['kernel']} on {self.shape(st) or 'CPU'}")
+
+    def _inputs(self, k: Kaggle, store: BlobStore, run_id: str, progress: Callable[[str], None]) -> str:
+        """The run's dataset, READY on Kaggle: reused when it is there and READY, waited for while Kaggle processes
+        it, made again when Kaggle's processing FAILED."""
         job = runs.job(store, run_id)
         assert job is not None, "dispatch follows the run's job.json"
-        k = Kaggle()
         from .. import agent_package
         files = {"job.tar.gz": store.read(layout.job_package(job.package)) or b"", "tpuctl.whl": agent_package.build(),
                  "data.tar": tar_files({key[len(layout.run_data(run_id)):]: store.read(key) or b""
                                    for key, _ in store.list(layout.run_data(run_id))})}
         digest = hashlib.sha256(b"".join(hashlib.sha256(files[n]).digest() for n in sorted(files))).hexdigest()[:16]
         dataset = f"tpuctl-{digest}"
-        self._remember_dataset(store, dataset)
-        if k.dataset_exists(dataset):
-            progress(f"dataset {dataset} unchanged: nothing uploaded")
-        else:
-            size = sum(len(b) for b in files.values())
-            progress(f"uploading dataset {dataset} ({size / 1e6:.1f} MB, private)")
-            k.create_dataset(dataset, f"tpuctl inputs {digest}", files)
-        rec: dict[str, Any] = {"dataset": dataset, "sessions": [], "chain": sessions, "chunks": 0, "looked": 0.0}
-        self._push_or_fail(k, st, store, run_id, rec)
-        store.write(layout.run_status(run_id, 0), json.dumps(RunStatus(
-            state=RunState.QUEUED, host=f"kaggle:{k.user}", attempt=1).to_json()).encode())
-        progress(f"session 1 pushed: kernel {rec['sessions'][-1]['kernel']} on {self.shape(st) or 'CPU'}")
+        inputs.remember(store, dataset)
+        return inputs.ensure(k, dataset, f"tpuctl {digest}", files, progress)   # a title whose slug is the slug too
 
     def _push(self, k: Kaggle, st: ClusterState, store: BlobStore, run_id: str, rec: dict[str, Any]) -> None:
         job = runs.job(store, run_id)
         assert job is not None
         n = len(rec["sessions"]) + 1
-        slug = f"tpuctl-{run_id}-s{n}"
+        # Kaggle names a kernel after its title (client.push_kernel): this title's slug is the slug asked for
+        title = f"tpuctl {run_id} s{n}"
+        slug = slugify(title)
         previous = rec["sessions"][-1]["kernel"] if rec["sessions"] else ""
         shape = self.shape(st)
         script = kernel.render({"run_id": run_id, "dataset": rec["dataset"], "previous": previous, "session": n,
@@ -107,9 +121,11 @@ class KaggleSessions:
         # recorded before the push: `down` deletes it even if the answer is lost
         rec["sessions"].append({"kernel": slug, "pushed": time.time(), "state": "PUSHING"})
         store.write(run_record(run_id), json.dumps(rec).encode())
-        version = k.push_kernel(slug, f"tpuctl {run_id} session {n}", script, shape, [rec["dataset"]],
-                                [previous] if previous else [], internet=True, timeout=0)
-        rec["sessions"][-1].update(state="QUEUED", version=version)
+        ref, version = k.push_kernel(slug, title, script, shape, [rec["dataset"]],
+                                     [previous] if previous else [], internet=True, timeout=0)
+        if ref != slug:   # Kaggle named it otherwise: its name from now on, ours kept for `down`
+            rec["sessions"][-1]["asked"] = slug
+        rec["sessions"][-1].update(kernel=ref, state="QUEUED", version=version)
         store.write(run_record(run_id), json.dumps(rec).encode())
 
     def _push_or_fail(self, k: Kaggle, st: ClusterState, store: BlobStore, run_id: str, rec: dict[str, Any]) -> None:
@@ -117,71 +133,112 @@ class KaggleSessions:
         try:
             self._push(k, st, store, run_id, rec)
         except TpuctlError as e:
-            rec["sessions"][-1]["state"] = "REFUSED"
-            self._chunk(store, run_id, rec, f"--- {e.message}" + (f" ({e.hint})" if e.hint else "") + " ---\n")
-            self._status(store, run_id, rec, RunState.FAILED, 1)
+            self._refused(store, run_id, rec, e)
+            inputs.release(store, run_id, rec, k)
             raise
 
-    @staticmethod
-    def _remember_dataset(store: BlobStore, slug: str) -> None:
-        known = json.loads(store.read(DATASETS) or b"[]")
-        if slug not in known:
-            store.write(DATASETS, json.dumps(known + [slug]).encode())
+    def _refused(self, store: BlobStore, run_id: str, rec: dict[str, Any], e: TpuctlError) -> None:
+        if rec["sessions"] and rec["sessions"][-1]["state"] == "PUSHING":
+            rec["sessions"][-1]["state"] = "REFUSED"
+        self._chunk(store, run_id, rec, f"--- {e.message}" + (f" ({e.hint})" if e.hint else "") + " ---\n")
+        _status(store, run_id, rec, RunState.FAILED, 1, note=e.message)
 
     # -- moving it on ---------------------------------------------------------------------------------
-    def advance(self, st: ClusterState, store: BlobStore, run_id: str) -> str:
-        """Moves the run on when Kaggle has news; returns its state in words ("" when it is not a Kaggle run)."""
+    def advance(self, st: ClusterState, store: BlobStore, run_id: str, follow: bool = False) -> str:
+        """Moves the run on when Kaggle has news; returns its state in words ("" when it is not a Kaggle run).
+        `follow`: the caller shows the run's log as it grows, so the running session's stream is read too."""
         raw = store.read(run_record(run_id))
         if raw is None:
-            return ""
+            return self._orphan(store, run_id)
         rec = json.loads(raw)
         status = runs.status(store, run_id)
-        if status.state.final:
+        if status.state.final or not rec["sessions"]:
             return status.state.value
         s = rec["sessions"][-1]
-        poll = float(os.environ.get("TPUCTL_KAGGLE_POLL", "5"))
-        if time.time() - rec.get("looked", 0.0) < poll:
-            return self._words(rec, s)
+        if follow and s["state"] in ("QUEUED", "RUNNING", "NEW_SCRIPT"):
+            self._stream(store, run_id, rec, s)
+        if time.time() - rec.get("looked", 0.0) < poll_seconds(s):
+            return _words(rec, s)
         k = Kaggle()
-        state, failure = k.kernel_status(s["kernel"])
+        try:
+            state, failure = k.kernel_status(s["kernel"])
+        except TpuctlError as e:
+            if e.kind is not ErrorKind.NOT_FOUND:
+                raise
+            self._gone(store, run_id, rec, f"its Kaggle kernel {s['kernel']} is gone (deleted outside tpuctl?)")
+            inputs.release(store, run_id, rec, k)
+            return _words(rec, s)
         rec["looked"] = time.time()
         if state in ("QUEUED", "RUNNING", "NEW_SCRIPT"):
             if state == "RUNNING" and "started" not in s:
                 s["started"] = time.time()
             s["state"] = state
             store.write(run_record(run_id), json.dumps(rec).encode())
-            self._status(store, run_id, rec, RunState.RUNNING if state == "RUNNING" else RunState.QUEUED)
-            return self._words(rec, s)
+            _status(store, run_id, rec, RunState.RUNNING if state == "RUNNING" else RunState.QUEUED)
+            return _words(rec, s)
         self._ended(k, st, store, run_id, rec, state, failure)
-        return self._words(rec, rec["sessions"][-1])
+        return _words(rec, rec["sessions"][-1])
+
+    def _orphan(self, store: BlobStore, run_id: str) -> str:
+        """A run whose submit stopped before handing it to Kaggle (killed between its job.json and its first
+        record, or made by an earlier tpuctl that wrote the record only after the upload) would wait `queued` for
+        ever: past ORPHAN_SECONDS it ends, saying so."""
+        job, status = runs.job(store, run_id), runs.status(store, run_id)
+        if job is None or status.state.final or time.time() - job.submitted < ORPHAN_SECONDS:
+            return ""
+        rec: dict[str, Any] = {"dataset": "", "sessions": [], "chain": 1, "chunks": 0}
+        self._gone(store, run_id, rec, "it never reached Kaggle (its submit was interrupted): submit it again")
+        return RunState.FAILED.value
+
+    def _stream(self, store: BlobStore, run_id: str, rec: dict[str, Any], s: dict[str, Any]) -> None:
+        """Writes the stream's new events into the run's log; (re)connects when there is no stream, or when it
+        ended while the session still runs (a queued session has no stream yet) and a poll is due."""
+        live = self._live.get(s["kernel"])
+        if live is None or live.finished and time.time() - live.ended_at >= poll_seconds(s):
+            live = self._live[s["kernel"]] = LiveLog(Kaggle(), s["kernel"])
+        new = live.events[s.get("streamed", 0):]
+        if new:
+            s["streamed"] = s.get("streamed", 0) + len(new)
+            self._chunk(store, run_id, rec, "".join(_line(e) for e in new))
 
     def _ended(self, k: Kaggle, st: ClusterState, store: BlobStore, run_id: str, rec: dict[str, Any], state: str,
                failure: str) -> None:
         s = rec["sessions"][-1]
         s.update(state=state, ended=time.time(), failure=failure)
+        live = self._live.pop(s["kernel"], None)
+        if live:
+            live.stop()
         files, log = k.kernel_output(s["kernel"])
-        marks = {}
+        marks, progressed = {}, False
         out = Path(store.local_path(layout.run_output(run_id)))
         for name, url in files:
             if name in (kernel.CONTINUE_MARK, kernel.EXIT_MARK):
                 marks[name] = True
                 if name == kernel.EXIT_MARK:
                     tmp = out.parent / f".{kernel.EXIT_MARK}"
-                    k.fetch(url, tmp)
+                    fetch(url, tmp)
                     s["exit_code"] = int(tmp.read_text() or 1)
                     tmp.unlink()
             elif name.startswith(kernel.OUTPUT + "/"):
-                k.fetch(url, out / name[len(kernel.OUTPUT) + 1:])
+                dest = out / name[len(kernel.OUTPUT) + 1:]
+                before = dest.read_bytes() if dest.is_file() else None
+                fetch(url, dest)
+                progressed = progressed or dest.read_bytes() != before
         took = s["ended"] - s.get("started", s["pushed"])
-        header = f"--- Kaggle session {len(rec['sessions'])} ({s['kernel']}): {state} after {took:.0f}s" + \
-                 (f": {failure}" if failure else "") + " ---\n"
-        self._chunk(store, run_id, rec, header + log)
-        cut = kernel.CONTINUE_MARK in marks or "time limit" in failure
+        rest = "".join(_line(e) for e in log[s.get("streamed", 0):])   # what the stream has not shown
+        # after the session's lines (which the stream may have shown while it ran), how it ended
+        self._chunk(store, run_id, rec, rest + f"--- Kaggle session {len(rec['sessions'])} ({s['kernel']}): "
+                    f"{state} after {took:.0f}s" + (f": {failure}" if failure else "") + " ---\n")
+        # Cut at the limit: the script marked it so, or Kaggle stopped the script before its exit mark (an ERROR
+        # whatever its message says) after the job had written new output (a checkpoint to resume from). A script
+        # that failed on its own before the job wrote anything does not chain.
+        cut = kernel.CONTINUE_MARK in marks or \
+            (kernel.EXIT_MARK not in marks and state == "ERROR" and progressed)
         if cut and len(rec["sessions"]) < rec["chain"]:
             self._chunk(store, run_id, rec, f"--- session {len(rec['sessions'])} stopped at its time limit with its "
                         "checkpoint; the next session resumes it ---\n")
             self._push_or_fail(k, st, store, run_id, rec)
-            self._status(store, run_id, rec, RunState.QUEUED)
+            _status(store, run_id, rec, RunState.QUEUED)
             return
         code = s.get("exit_code", 0 if state == "COMPLETE" else 1)
         if cut:
@@ -191,53 +248,96 @@ class KaggleSessions:
         final = RunState.CANCELLED if state.startswith("CANCEL") else \
             RunState.SUCCEEDED if code == 0 else RunState.FAILED
         store.write(run_record(run_id), json.dumps(rec).encode())
-        self._status(store, run_id, rec, final, code)
+        _status(store, run_id, rec, final, code)
+        inputs.release(store, run_id, rec, k)
+
+    def _gone(self, store: BlobStore, run_id: str, rec: dict[str, Any], reason: str) -> None:
+        """The run's compute is gone for good: it ends, saying why, and its time stops."""
+        if rec["sessions"]:
+            rec["sessions"][-1]["state"] = "GONE"
+        self._chunk(store, run_id, rec, f"--- ended: {reason} ---\n")
+        _status(store, run_id, rec, RunState.FAILED, None, note=f"ended: {reason}")
 
     def _chunk(self, store: BlobStore, run_id: str, rec: dict[str, Any], text: str) -> None:
         rec["chunks"] += 1
         store.create(layout.log_chunk(run_id, 0, rec["chunks"]), text.encode())
         store.write(run_record(run_id), json.dumps(rec).encode())
 
-    @staticmethod
-    def _status(store: BlobStore, run_id: str, rec: dict[str, Any], state: RunState,
-                code: int | None = None) -> None:
-        first = rec["sessions"][0]
-        now = time.time()
-        store.write(layout.run_status(run_id, 0), json.dumps(RunStatus(
-            state=state, exit_code=code, started=first.get("started", first["pushed"]),
-            ended=now if state.final else None, heartbeat=now, host="kaggle",
-            attempt=len(rec["sessions"])).to_json()).encode())
-        if state.final:
-            runindex.settle(store, run_id, 1)
-
-    @staticmethod
-    def _words(rec: dict[str, Any], s: dict[str, Any]) -> str:
-        since = s.get("started", s["pushed"])
-        return f"Kaggle session {len(rec['sessions'])}: {s['state']} {time.time() - since:.0f}s"
-
     def cancel(self, st: ClusterState, store: BlobStore, run_id: str) -> None:
-        """Kaggle's API cancels a session only by an id no response carries: the session's kernel is deleted,
-        which stops it (and drops its output)."""
+        """Deletes the session's kernel, which stops it (client.delete_kernel: no response carries the session id
+        that CancelKernelSession takes), then checks Kaggle no longer has it. A run that never reached Kaggle
+        is cancelled here alone."""
+        done = runs.status(store, run_id).state
+        if done.final:
+            raise TpuctlError(ErrorKind.INPUT, f"run {run_id} already {done.value}", "nothing to cancel")
         raw = store.read(run_record(run_id))
-        if raw is None:
-            raise TpuctlError(ErrorKind.NOT_FOUND, f"run {run_id} has no Kaggle session", "")
-        rec = json.loads(raw)
-        Kaggle().delete_kernel(rec["sessions"][-1]["kernel"])
-        rec["sessions"][-1]["state"] = "CANCEL_ACKNOWLEDGED"
-        store.write(run_record(run_id), json.dumps(rec).encode())
-        self._chunk(store, run_id, rec, "--- cancelled: the session's kernel was deleted ---\n")
-        self._status(store, run_id, rec, RunState.CANCELLED)
+        rec: dict[str, Any] = json.loads(raw) if raw else {"dataset": "", "sessions": [], "chain": 1, "chunks": 0}
+        if rec["sessions"]:
+            k = Kaggle()
+            slug = rec["sessions"][-1]["kernel"]
+            k.delete_kernel(slug)
+            try:
+                state, _ = k.kernel_status(slug)
+            except TpuctlError as e:
+                if e.kind is not ErrorKind.NOT_FOUND:
+                    raise
+                state = ""
+            if state in ("QUEUED", "RUNNING", "NEW_SCRIPT"):
+                raise TpuctlError(ErrorKind.ERROR, f"Kaggle still runs {slug} after its deletion ({state})",
+                                  f"cancel again, or stop it at https://www.kaggle.com/code/{k.user}/{slug}")
+            rec["sessions"][-1]["state"] = "CANCEL_ACKNOWLEDGED"
+        self._chunk(store, run_id, rec, "--- cancelled" + (": the session's kernel was deleted" if rec["sessions"]
+                                                           else " before it reached Kaggle") + " ---\n")
+        _status(store, run_id, rec, RunState.CANCELLED)
+        inputs.release(store, run_id, rec)
 
     # -- removing ---------------------------------------------------------------------------------------
     def delete_all(self, store: BlobStore, progress: Callable[[str], None]) -> None:
-        """Every kernel and dataset tpuctl made for this cluster (as its store records them), nothing else."""
+        """Every kernel and dataset tpuctl made for this cluster (as its store records them), nothing else; a run
+        not finished ends first ("ended: cluster taken down"), so no run waits for a session that is gone."""
         k = Kaggle()
         for run_id in runindex.all_ids(store):
             raw = store.read(run_record(run_id))
-            for s in json.loads(raw)["sessions"] if raw else []:
-                progress(f"deleting kernel {s['kernel']}")
-                k.delete_kernel(s["kernel"])
+            rec = json.loads(raw) if raw else None
+            if rec is None:
+                continue
+            if not runs.status(store, run_id).state.final:
+                self._gone(store, run_id, rec, "cluster taken down")
+            for s in rec["sessions"]:
+                for slug in {s["kernel"], s.get("asked", s["kernel"])}:
+                    progress(f"deleting kernel {slug}")
+                    k.delete_kernel(slug)
         for slug in json.loads(store.read(DATASETS) or b"[]"):
             progress(f"deleting dataset {slug}")
             k.delete_dataset(slug)
         store.write(DATASETS, b"[]")
+
+
+def poll_seconds(s: dict[str, Any]) -> float:
+    """How often a session's state is asked: TPUCTL_KAGGLE_POLL (5 s, the client's first poll) while it is young,
+    growing with its age up to 12x that (a 9-hour session is not asked 6,000 times; kaggle_api_extended
+    `_adaptive_sleep` starts at 5 s and grows 1.5x a poll to a cap)."""
+    base = float(os.environ.get("TPUCTL_KAGGLE_POLL", "5"))
+    age = time.time() - s.get("started", s["pushed"])
+    return base * min(12.0, max(1.0, age / 300))
+
+
+def _line(text: str) -> str:
+    return text if text.endswith("\n") else text + "\n"
+
+
+def _status(store: BlobStore, run_id: str, rec: dict[str, Any], state: RunState,
+            code: int | None = None, note: str = "") -> None:
+    now = time.time()
+    first = rec["sessions"][0] if rec["sessions"] else {"pushed": now}
+    store.write(layout.run_status(run_id, 0), json.dumps(RunStatus(
+        state=state, exit_code=code, started=first.get("started", first["pushed"]),
+        ended=now if state.final else None, heartbeat=now, host="kaggle",
+        attempt=max(1, len(rec["sessions"])), note=note).to_json()).encode())
+    if state.final:
+        runindex.settle(store, run_id, 1)
+
+
+def _words(rec: dict[str, Any], s: dict[str, Any]) -> str:
+    since = s.get("started", s["pushed"])
+    return f"Kaggle session {len(rec['sessions'])}: {s['state']} {time.time() - since:.0f}s"

@@ -1,0 +1,103 @@
+"""A Kaggle run's inputs: one private dataset, named by the hash of its contents (sessions.py makes the files).
+
+Kaggle processes a dataset after CreateDataset has answered (GetDatasetStatus: NOT_YET_PERSISTED, BLOBS_RECEIVED,
+... READY or FAILED; kagglesdk datasets/types/dataset_enums.py `DatabundleVersionStatus`; the kaggle client says
+the dataset "is being created" and to check later), and a session pushed before it is READY gets it back in
+`invalid_dataset_sources`. So a session is pushed only once its dataset is READY, a FAILED one is made again, and
+one not READY is never taken as there. Private datasets count against the account's private storage: the dataset of
+a run that has ended is deleted unless a run not finished uses it or a run that used it asked to keep it
+(`submit --keep-inputs`); `down` deletes the rest (the store's list, layout.REMOTE_DATASETS).
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any, Callable
+
+from ...core import layout, runindex
+from ...core.errors import ErrorKind, TpuctlError
+from ...core.store import BlobStore
+from .client import Kaggle
+
+DATASETS = layout.REMOTE_DATASETS
+
+
+def ensure(k: Kaggle, slug: str, title: str, files: dict[str, bytes], progress: Callable[[str], None]) -> str:
+    """The dataset `slug` holding `files`, READY on Kaggle: reused when READY, waited for while Kaggle processes
+    it, made again when Kaggle's processing FAILED (twice: an error)."""
+    for _ in range(2):
+        state = k.dataset_status(slug)
+        if state == "FAILED":
+            progress(f"dataset {slug}: Kaggle failed to process it; deleting it and uploading it again")
+            k.delete_dataset(slug)
+            state = ""
+        if state == "READY":
+            progress(f"dataset {slug} unchanged: nothing uploaded")
+            return slug
+        if not state:
+            size = sum(len(b) for b in files.values())
+            progress(f"uploading dataset {slug} ({size / 1e6:.1f} MB, private)")
+            k.create_dataset(slug, title, files)
+        if wait_ready(k, slug, progress):
+            return slug
+    raise TpuctlError(ErrorKind.ERROR, f"Kaggle failed to process dataset {slug} twice",
+                      "submit again later; `tpuctl down` deletes what is left of it")
+
+
+def wait_ready(k: Kaggle, dataset: str, progress: Callable[[str], None]) -> bool:
+    """Waits while Kaggle processes the dataset: True once READY, False if it FAILED; TpuctlError after
+    TPUCTL_KAGGLE_DATASET_WAIT seconds (1800). Polls as kaggle_api_extended `_adaptive_sleep` does: from
+    TPUCTL_KAGGLE_POLL (5 s, its `_ADAPTIVE_POLL_START`), x1.5 a poll, to 30 s."""
+    limit = float(os.environ.get("TPUCTL_KAGGLE_DATASET_WAIT", "1800"))
+    pause, start, said = float(os.environ.get("TPUCTL_KAGGLE_POLL", "5")), time.time(), ""
+    while True:
+        state = k.dataset_status(dataset)
+        if state in ("READY", "FAILED"):
+            return state == "READY"
+        if state != said:
+            progress(f"dataset {dataset}: Kaggle is processing it ({state or 'not listed yet'}, "
+                     f"{time.time() - start:.0f}s)")
+            said = state
+        if time.time() - start > limit:
+            raise TpuctlError(ErrorKind.TIMEOUT, f"Kaggle has not finished processing dataset {dataset} after "
+                              f"{limit:.0f}s ({state})", "submit again later: the dataset is reused once READY")
+        time.sleep(pause)
+        pause = min(pause * 1.5, 30.0)
+
+
+def remember(store: BlobStore, slug: str) -> None:
+    """Recorded before it is made: `down` deletes it even if the answer is lost."""
+    known = json.loads(store.read(DATASETS) or b"[]")
+    if slug not in known:
+        store.write(DATASETS, json.dumps(known + [slug]).encode())
+
+
+def release(store: BlobStore, run_id: str, rec: dict[str, Any], k: Kaggle | None = None) -> None:
+    """Deletes the ended run's dataset unless it is to be kept (the module's docstring). Best effort: what is left,
+    `status` lists and `down` deletes."""
+    slug = rec["dataset"]
+    if not slug or rec.get("keep"):
+        return
+    unfinished = set(runindex.unfinished(store))
+    for other in runindex.all_ids(store):
+        raw = store.read(layout.run_remote(other)) if other != run_id else None
+        them = json.loads(raw) if raw else {}
+        if them.get("dataset") == slug and (them.get("keep") or other in unfinished):
+            return
+    try:
+        (k or Kaggle()).delete_dataset(slug)
+    except TpuctlError:
+        return
+    known = json.loads(store.read(DATASETS) or b"[]")
+    store.write(DATASETS, json.dumps([d for d in known if d != slug]).encode())
+
+
+def holdings(store: BlobStore, user: str) -> dict[str, list[str]]:
+    """What tpuctl made on Kaggle for the cluster and has not deleted, as its store records it (`down` deletes it
+    all): `status` shows it."""
+    kernels = [s["kernel"] for run_id in runindex.all_ids(store)
+               for s in json.loads(store.read(layout.run_remote(run_id)) or b'{"sessions": []}')["sessions"]
+               if s["state"] not in ("REFUSED", "GONE", "CANCEL_ACKNOWLEDGED")]
+    return {"datasets": [f"{user}/{d}" for d in json.loads(store.read(DATASETS) or b"[]")],
+            "kernels": [f"{user}/{slug}" for slug in kernels]}
