@@ -19,11 +19,14 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shlex
 import sys
 from pathlib import Path
 
 READY = ".tpuctl-ready"
+PINNED = ("tensorflow", "tensorflow-cpu", "tensorflow-tpu", "tf-keras", "keras", "libtpu", "libtpu-nightly",
+          "tensorboard", "tf-nightly")
 FIND_LINKS = "https://storage.googleapis.com/libtpu-tf-releases/index.html"
 
 
@@ -37,6 +40,33 @@ def tensorflow_pins(version: str) -> list[str]:
     line = ".".join(version.split(".")[:2])
     tf = f"tensorflow-tpu=={version}" if version.count(".") == 2 else f"tensorflow-tpu~={line}.0"
     return [tf, f"tf-keras~={line}.0"]
+
+
+def write_constraints(path: Path, tensorflow: str = "") -> Path:
+    """Pins of the TensorFlow stack, so a job's requirements can add packages but never swap TF: the image's, or,
+    where TensorFlow is installed for the job (`tensorflow`), the version installed."""
+    from importlib import metadata
+    pins = sorted({f"{d.metadata['Name'].lower()}=={d.version}" for d in metadata.distributions()
+                   if (d.metadata["Name"] or "").lower() in PINNED}) if not tensorflow else tensorflow_pins(tensorflow)
+    path.write_text("\n".join(pins) + "\n")
+    return path
+
+
+def without_provided(requirements: Path, dest: Path) -> list[str]:
+    """The job's requirements less the TensorFlow stack installed for it, written to `dest`; returns the names left
+    out. Needed where TensorFlow is installed as tensorflow-tpu: a line such as `tf-keras` would otherwise make pip
+    resolve tf-keras's own `Requires-Dist: tensorflow` and fetch PyPI's tensorflow into the same `tensorflow/`
+    folder (the constraints pin tensorflow-tpu, a different name, so they cannot stop it)."""
+    kept, dropped = [], []
+    for line in requirements.read_text().splitlines():
+        m = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", line)
+        name = m.group(1).lower().replace("_", "-") if m and not line.lstrip().startswith("-") else ""
+        if name in PINNED:
+            dropped.append(name)
+            line = f"# provided with TensorFlow: {line}"
+        kept.append(line)
+    dest.write_text("\n".join(kept) + "\n")
+    return dropped
 
 
 def purelib(env: Path) -> Path:
