@@ -183,13 +183,13 @@ def _final(out):
 
 
 def test_bert_cut_by_the_session_limit_ends_as_the_uninterrupted_run(kaggle, cli, monkeypatch, tmp_path):
-    """The flagship job on Kaggle's TPU shape: sessions cut at their limit (the job saves and exits 85 when
+    """The flagship job on Kaggle: sessions cut at their limit (the job saves and exits 85 when
     tpuctl.runtime.session_ending() says so, at a log line), chained into one run, end at the step and loss of an
     uninterrupted run on the same prepared data (prepared once, in the run's store, kept across its sessions: the
     tokenizer's training is not reproducible to the bit, so a second preparation would differ)."""
     import subprocess
     import sys
-    _up(cli, "--type", "v5e-8")
+    _up(cli, "--type", "t4x2")   # Kaggle's GPU image has its TensorFlow (here this environment's, on the CPU)
     steps = ["--preset", "tiny", "--steps", "300", "--deterministic", "--log-every", "20", "--checkpoint-every", "100"]
     monkeypatch.setenv("TPUCTL_KAGGLE_SESSION_SECONDS", "20")
     monkeypatch.setenv("TPUCTL_KAGGLE_GRACE_SECONDS", "60")
@@ -318,3 +318,9 @@ def test_a_jax_job_uses_the_images_own_stack(kaggle, cli, tmp_path):
     code, out, err = cli("submit", str(job), "-c", "kg")
     assert code == 0 and "tf-keras False" in out and "installing tensorflow" not in out, out
     assert cli("down", "-c", "kg", "--yes")[0] == 0 and kaggle.leftovers() == []
+
+
+def test_the_session_script_and_the_uploader_agree_on_the_payload_mark():
+    from tpuctl.host import session
+    from tpuctl.providers.kaggle import kernel
+    assert kernel.MAGIC == session.MAGIC

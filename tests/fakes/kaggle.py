@@ -380,23 +380,28 @@ def _unpack(data: bytes, dest: Path) -> None:
             t.extractall(dest, filter="data")
 
 
-_TPU_IMAGE: list[Path] = []
-_NOT_IN_TPU_IMAGE = ("tensorflow", "tf_keras", "tf-keras", "keras", "tpuctl", "_editable_impl_tpuctl")
+_IMAGES: dict[str, Path] = {}
+_NOT_IN_IMAGES = ("tensorflow", "tf_keras", "tf-keras", "keras", "tpuctl", "_editable_impl_tpuctl")
 
 
-def tpu_image(root: Path) -> Path:
-    """The TPU image's python, made once per test session: an interpreter whose own site-packages hold this
-    environment's packages but its TensorFlow stack (and tpuctl, which Kaggle's image does not have), with the
-    tensorflow-cpu stand-in in their place."""
-    if not _TPU_IMAGE:
+def image_python(root: Path, name: str, tensorflow_cpu: bool) -> Path:
+    """An image's python, made once per test session: an interpreter whose own site-packages hold this
+    environment's packages but its TensorFlow stack (and tpuctl, which no such image has), with the tensorflow-cpu
+    stand-in in their place where `tensorflow_cpu` (Kaggle's TPU image; Colab's TPU runtime has no TensorFlow)."""
+    if name not in _IMAGES:
         from fakes import pyindex
-        image = root / "tpu-image"
+        image = root / name
         subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(image)], check=True)
         site = next(image.glob("lib/python*/site-packages"))
         for entry in Path(sysconfig.get_paths()["purelib"]).iterdir():
-            if not entry.name.lower().startswith(_NOT_IN_TPU_IMAGE):
+            if not entry.name.lower().startswith(_NOT_IN_IMAGES):
                 (site / entry.name).symlink_to(entry)
-        wheels = pyindex.build(root / "tpu-image-wheels")
-        zipfile.ZipFile(wheels / f"tensorflow_cpu-{pyindex.KAGGLE_TPU_TF}-py3-none-any.whl").extractall(site)
-        _TPU_IMAGE.append(image / "bin" / "python")
-    return _TPU_IMAGE[0]
+        if tensorflow_cpu:
+            wheels = pyindex.build(root / f"{name}-wheels")
+            zipfile.ZipFile(wheels / f"tensorflow_cpu-{pyindex.KAGGLE_TPU_TF}-py3-none-any.whl").extractall(site)
+        _IMAGES[name] = image / "bin" / "python"
+    return _IMAGES[name]
+
+
+def tpu_image(root: Path) -> Path:
+    return image_python(root, "tpu-image", tensorflow_cpu=True)

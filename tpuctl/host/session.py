@@ -152,7 +152,7 @@ def prepare(cfg: dict[str, Any], inputs: Path, previous: Path | None, work: Path
     if cfg.get("data_from"):
         copy_tree(Path(cfg["data_from"]), dirs["data"])
         say(f"data from {cfg['data_from']} in {dirs['data']}")
-    if previous is not None:
+    if previous is not None and any((previous / names[k]).is_dir() for k in ("output", "store")):
         for kept, here in ((names["output"], dirs["out"]), (names["store"], dirs["store"])):
             copy_tree(previous / kept, here)
         say(f"session {cfg['session']}: the previous session's output and store are back in {work}")
