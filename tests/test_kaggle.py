@@ -324,3 +324,24 @@ def test_the_session_script_and_the_uploader_agree_on_the_payload_mark():
     from tpuctl.host import session
     from tpuctl.providers.kaggle import kernel
     assert kernel.MAGIC == session.MAGIC
+
+
+def test_a_chain_keeps_the_script_that_matches_its_datasets_wheel(kaggle, cli, tmp_path, monkeypatch):
+    """tpuctl upgraded while a chain runs: the next session still runs the script of the tpuctl whose wheel is in
+    the run's dataset (a newer script beside an older wheel would call what that wheel does not have)."""
+    _up(cli, "--type", "cpu")
+    code, out, err = cli("submit", str(make_job(tmp_path, TWO_SESSIONS)), "-c", "kg", "--detach", "--chain", "3",
+                         "--data", str(_greeting(tmp_path)))
+    assert code == 0, err
+    from tpuctl.providers.kaggle import kernel
+    monkeypatch.setattr(kernel, "source", lambda: "raise SystemExit('a newer tpuctl, another wheel')\n")
+    assert cli("watch", "-c", "kg")[0] == 0
+    log = cli("logs", "-c", "kg")[1]
+    assert "resumed from checkpoint" in log and "a newer tpuctl" not in log, log
+    assert cli("down", "-c", "kg", "--yes")[0] == 0 and kaggle.leftovers() == []
+
+
+def _greeting(tmp_path):
+    (tmp_path / "d").mkdir(exist_ok=True)
+    (tmp_path / "d" / "greeting.txt").write_text("hello\n")
+    return tmp_path / "d"

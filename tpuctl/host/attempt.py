@@ -102,12 +102,8 @@ class Attempt:
         script = "set -e\n"
         env_dir = None
         if job.requirements or tf:
-            cons = jobenv.write_constraints(self.work / "constraints.txt", tf)
-            req = self.code_dir / job.requirements if job.requirements else None
-            # a missing file hashes as empty; pip then says in the run's log that it is missing
-            env_dir = jobenv.env_dir(self.a.home, req.read_bytes() if req and req.is_file() else b"",
-                                     cons.read_bytes())
-            script += jobenv.script(env_dir, job.requirements, cons, tf)
+            env_dir, make = jobenv.plan(self.a.home, self.code_dir, job.requirements, self.work, tf)
+            script += make
         # As written, through bash: `prepare && train`, `cd sub && ...`, `VAR=1 python ...` all work; arguments
         # after `--` are appended shell-quoted (to the last command of a list).
         return script + "set +e\n" + job.command + "".join(" " + shlex.quote(x) for x in job.args) + "\n", env_dir

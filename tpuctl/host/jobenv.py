@@ -69,6 +69,24 @@ def without_provided(requirements: Path, dest: Path) -> list[str]:
     return dropped
 
 
+def plan(home: Path, code: Path, requirements: str, work: Path, tensorflow: str = "") -> tuple[Path, str]:
+    """(the job's environment, the bash that makes it and puts it first on PATH): TensorFlow `tensorflow` first
+    where asked (then the requirements less its stack: without_provided), the requirements constrained (`work`
+    holds the constraints and the filtered requirements)."""
+    cons = write_constraints(work / "constraints.txt", tensorflow)
+    req = code / requirements if requirements else None
+    note = ""
+    if req and tensorflow and req.is_file():
+        dropped = without_provided(req, work / "requirements.txt")
+        req = work / "requirements.txt"
+        if dropped:
+            said = f"tpuctl: {requirements}: {', '.join(dropped)} come with the TensorFlow installed for the job"
+            note = f"echo {shlex.quote(said)}\n"
+    # a missing file hashes as empty; pip then says in the run's log that it is missing
+    env = env_dir(home, req.read_bytes() if req and req.is_file() else b"", cons.read_bytes())
+    return env, note + script(env, str(req) if req else "", cons, tensorflow)
+
+
 def purelib(env: Path) -> Path:
     return env / f"lib/python{sys.version_info.major}.{sys.version_info.minor}/site-packages"
 

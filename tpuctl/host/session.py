@@ -6,7 +6,7 @@ It finds the run's inputs by the marker files tpuctl uploaded, not by a path: Ka
 output at /kaggle/input/notebooks/<owner>/<slug>/ (../../../shared/KAGGLE_FACTS.md, "Input mounts"). It checks
 every input against the manifest uploaded with them (size and sha256) before anything runs: Kaggle unpacks
 archives uploaded into a dataset (kaggle-cli PR #111, issues #292 and #406), so the inputs are uploaded as files
-no backend takes for archives (payload.py) and whatever arrived otherwise is named. Then: tpuctl's wheel onto
+no backend takes for archives (providers/kaggle/kernel.py) and whatever arrived otherwise is named. Then: tpuctl's wheel onto
 sys.path (tpuctl.runtime, the safe unpacker, the agent's install code), the job unpacked, the previous session's
 output and store put back, TensorFlow installed where the image has none that drives a TPU (Kaggle's TPU image:
 tensorflow-cpu, Kaggle/docker-python tpu/requirements.in; Colab: none, colabtools#5164) as the agent installs it
@@ -38,7 +38,7 @@ from typing import Any, BinaryIO, Callable
 
 PREPARE_FAILED = 127   # as the agent's: the run could not be prepared (inputs missing or damaged, no TPU)
 MAX_DEPTH = 3          # input/datasets/<owner>/<slug>/: the deepest folder a marker is looked for in
-MAGIC = b"tpuctl payload 1\n"   # what each uploaded input begins with: no archive format starts so (payload.py)
+MAGIC = b"tpuctl payload 1\n"   # what each uploaded input begins with: no archive format starts so (kaggle/kernel.py)
 
 TPU_PROBE = r'''
 import sys
@@ -195,15 +195,8 @@ def install(cfg: dict[str, Any], code: Path, temp: Path, env: dict[str, str], sh
     tf, req = cfg["tensorflow"], cfg["requirements"]
     if not (tf or req):
         return 0
-    cons = jobenv.write_constraints(temp / "constraints.txt", tf)
-    if req and tf and (code / req).is_file():
-        dropped = jobenv.without_provided(code / req, temp / "requirements.txt")
-        if dropped:
-            say(f"{req}: {', '.join(dropped)} come with the TensorFlow installed for the job")
-        req = str(temp / "requirements.txt")
-    target = code / req if req else None
-    env_dir = jobenv.env_dir(temp, target.read_bytes() if target and target.is_file() else b"", cons.read_bytes())
-    rc = stream(["bash", "-c", "set -e\n" + jobenv.script(env_dir, req, cons, tf)], code, env, show)
+    env_dir, make = jobenv.plan(temp, code, req, temp, tf)
+    rc = stream(["bash", "-c", "set -e\n" + make], code, env, show)
     env["PATH"] = str(env_dir / "bin") + os.pathsep + env["PATH"]
     if tf:
         env.setdefault("TF_USE_LEGACY_KERAS", "1")   # tf-keras was installed beside it, as the agent sets it
@@ -215,7 +208,6 @@ def install(cfg: dict[str, Any], code: Path, temp: Path, env: dict[str, str], sh
 
 
 def stream(argv: list[str], cwd: Path, env: dict[str, str], show: Callable[[bytes], None],
-           started: Callable[[subprocess.Popen[bytes]], None] | None = None,
            wait: Callable[[subprocess.Popen[bytes]], int] | None = None) -> int:
     """Runs argv in a session of its own, its output (stdout and stderr together) through `show`."""
     proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -228,8 +220,6 @@ def stream(argv: list[str], cwd: Path, env: dict[str, str], show: Callable[[byte
             show(data)
     reader = threading.Thread(target=pump, daemon=True)
     reader.start()
-    if started:
-        started(proc)
     rc = wait(proc) if wait else proc.wait()
     reader.join(5)
     out.close()

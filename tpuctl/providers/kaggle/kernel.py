@@ -59,7 +59,7 @@ def config(cfg: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def render(cfg: dict[str, Any]) -> str:
-    """The kernel's text: the session script, then one call of its main() with the values as a JSON string literal
-    (json.dumps then repr: any text of the job's stays data)."""
-    return source() + f"\n\nsys.exit(main(json.loads({json.dumps(config(cfg))!r})))\n"
+def render(script: str, cfg: dict[str, Any]) -> str:
+    """The kernel's text: the session script (`source()`), then one call of its main() with the values as a JSON
+    string literal (json.dumps then repr: any text of the job's stays data)."""
+    return script + f"\n\nsys.exit(main(json.loads({json.dumps(config(cfg))!r})))\n"

@@ -108,7 +108,9 @@ class KaggleSessions:
         slug = f"tpuctl-{run_id}-s{n}"
         previous = rec["sessions"][-1]["kernel"] if rec["sessions"] else ""
         shape = self.shape(st)
-        script = kernel.render({"run_id": run_id, "digest": rec["dataset"].removeprefix("tpuctl-"),
+        # the script of the tpuctl that made the dataset, whichever tpuctl pushes this session: its wheel is there
+        rec.setdefault("script", kernel.source())
+        script = kernel.render(rec["script"], {"run_id": run_id, "digest": rec["dataset"].removeprefix("tpuctl-"),
                                 "previous": bool(previous), "session": n, "command": job.command, "args": job.args,
                                 "env": job.env, "requirements": job.requirements, "framework": job.framework,
                                 "tensorflow": tensorflow_for(job, shape), "accelerator": self.accelerator(st),
