@@ -193,7 +193,7 @@ def test_bert_cut_by_the_session_limit_ends_as_the_uninterrupted_run(kaggle, cli
     steps = ["--preset", "tiny", "--steps", "300", "--deterministic", "--log-every", "20", "--checkpoint-every", "100"]
     monkeypatch.setenv("TPUCTL_KAGGLE_SESSION_SECONDS", "20")
     monkeypatch.setenv("TPUCTL_KAGGLE_GRACE_SECONDS", "60")
-    code, cut, err = cli("submit", str(JOB), "-c", "kg", "--chain", "8", "--", *steps)
+    code, cut, err = cli("submit", str(JOB), "-c", "kg", "--chain", "16", "--", *steps)
     assert code == 0, cut[-3000:] + err[-2000:]
     sessions = cut.count("--- Kaggle session ")
     assert sessions >= 2 and "bert: the session ends: checkpoint at step" in cut and "bert: resumed from step" in cut
@@ -267,6 +267,9 @@ def test_inputs_that_are_not_there_or_not_as_uploaded_are_named(kaggle, cli, tmp
     code, out, err = cli("submit", str(job), "-c", "kg")
     assert code == 127 and "the job ran" not in out, out
     assert "are not what was uploaded: data.tar.bin has" in out, out
+    ds["files"]["data.tar.bin"] = ds["files"]["job.tar.gz.bin"][len(b"tpuctl payload 1\n"):]   # a real archive
+    code, out, err = cli("submit", str(job), "-c", "kg")
+    assert code == 127 and "data.tar.bin arrived as a folder (Kaggle unpacked it)" in out, out
     del ds["files"]["data.tar.bin"]
     code, out, err = cli("submit", str(job), "-c", "kg")
     assert code == 127 and "data.tar.bin is missing" in out, out
@@ -345,3 +348,24 @@ def _greeting(tmp_path):
     (tmp_path / "d").mkdir(exist_ok=True)
     (tmp_path / "d" / "greeting.txt").write_text("hello\n")
     return tmp_path / "d"
+
+
+def test_a_previous_session_whose_output_is_not_attached_is_named(kaggle, cli, tmp_path):
+    import time
+    _up(cli, "--type", "cpu")
+    code, out, err = cli("submit", str(make_job(tmp_path, TWO_SESSIONS)), "-c", "kg", "--detach", "--chain", "3",
+                         "--data", str(_greeting(tmp_path)))
+    assert code == 0, err
+    [first] = [k["versions"][-1] for k in kaggle.kernels.values()]
+    deadline = time.monotonic() + 60
+    while first["status"] == "RUNNING" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    [marker] = (first["dir"] / "kaggle" / "working").glob("tpuctl-*-s1.json")
+    marker.unlink()                                      # its output, as the next session gets it, lacks the marker
+    assert cli("watch", "-c", "kg")[0] == 0
+    log = cli("logs", "-c", "kg")[1]
+    assert f"cannot find the previous session's output (marker {marker.name})" in log, log
+    assert "resumed from" not in log
+    [row] = json.loads(cli("jobs", "-c", "kg", "--json")[1])
+    assert row["state"] == "failed" and row["exit_code"] == 127
+    assert cli("down", "-c", "kg", "--yes")[0] == 0 and kaggle.leftovers() == []

@@ -157,8 +157,9 @@ finally:
         print("Drive flushed and unmounted")
 if (WORK / CONFIG["names"]["continue_mark"]).exists():
     print(f"The session's time is up; the checkpoint is in {KEEP_DIR}: run this notebook again to go on.")
-elif rc != 0:
-    raise RuntimeError(f"the job exited with code {rc}")
+elif rc != 0:   # 127: not prepared (inputs, install or TPU check: the line above says which)
+    hint = "; on Colab: Runtime, Change runtime type, v5e-1 TPU" if rc == 127 and drive is not None else ""
+    raise RuntimeError(f"the job exited with code {rc}{hint}")
 else:
     print(f"done: outputs in {KEEP_DIR / CONFIG['names']['output']}")
 '''
