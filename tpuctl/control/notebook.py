@@ -54,7 +54,8 @@ def build(job: JobSpec, args: list[str], data_uri: str = "", embed_limit_mb: flo
                             "tensorflow": (job.tensorflow or DEFAULT_TENSORFLOW) if job.framework == "tensorflow"
                             else "", "deadline": seconds, "grace": grace_seconds()})
     cells = [_cell("markdown", _intro(job)),
-             _cell("code", _PARAMETERS.format(hours=round(seconds / 3600, 4), name=job.name, data=data_uri)),
+             _cell("code", _parameters({"SESSION_HOURS": round(seconds / 3600, 4), "KEEP": "", "DATA": data_uri,
+                                        "SYNC_MINUTES": 10, "DRIVE": "/content/drive", "JOB": job.name})),
              _cell("code", _payload(files), hidden=True),
              _cell("code", kernel.source()),
              _cell("code", "CONFIG = " + json.dumps(config, indent=1) + "\n" + _RUN)]
@@ -97,17 +98,25 @@ def _intro(job: JobSpec) -> str:
             "and the run.")
 
 
-_PARAMETERS = '''# Parameters: edit, then Run all.
-SESSION_HOURS = {hours}   # the job is asked to checkpoint and stop this long after the start (Colab ends sessions at 12 h, free ones often sooner)
-KEEP = ""                 # where outputs and checkpoints persist between runs; "": Drive's MyDrive/tpuctl/<job> on Colab, ./tpuctl/<job> elsewhere
-DATA = {data!r}           # the job's data when it is not inside this notebook: a Drive folder or a gs:// URI
-SYNC_MINUTES = 10         # how often the job's output is copied to KEEP while it runs
-DRIVE = "/content/drive"  # where Colab mounts Google Drive
-JOB = {name!r}
-'''
+_PARAMETERS = [
+    ("SESSION_HOURS", "the job is asked to checkpoint and stop this long after the start (Colab ends sessions at "
+                      "12 h, free ones often sooner)"),
+    ("KEEP", "where outputs and checkpoints persist between runs; \"\": Drive's MyDrive/tpuctl/<job> on Colab, "
+             "./tpuctl/<job> elsewhere"),
+    ("DATA", "the job's data when it is not inside this notebook: a Drive folder or a gs:// URI"),
+    ("SYNC_MINUTES", "how often the job's output is copied to KEEP while it runs"),
+    ("DRIVE", "where Colab mounts Google Drive"),
+    ("JOB", "the folder's name under MyDrive/tpuctl"),
+]
+
+
+def _parameters(values: dict[str, object]) -> str:
+    return "# Parameters: edit, then Run all.\n" + "".join(
+        f"{f'{name} = {values[name]!r}':<26}# {why}\n" for name, why in _PARAMETERS)
+
 
 _RUN = '''
-import base64, hashlib, pathlib, shutil, subprocess, threading, time
+import base64, pathlib, subprocess, threading
 try:
     from google.colab import drive   # Colab; any other Jupyter has no such module and keeps a local folder
 except ImportError:
