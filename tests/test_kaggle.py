@@ -191,7 +191,7 @@ def test_bert_cut_by_the_session_limit_ends_as_the_uninterrupted_run(kaggle, cli
     import sys
     _up(cli, "--type", "t4x2")   # Kaggle's GPU image has its TensorFlow (here this environment's, on the CPU)
     steps = ["--preset", "tiny", "--steps", "300", "--deterministic", "--log-every", "20", "--checkpoint-every", "100"]
-    monkeypatch.setenv("TPUCTL_KAGGLE_SESSION_SECONDS", "20")
+    monkeypatch.setenv("TPUCTL_KAGGLE_SESSION_SECONDS", "40")   # past the job's environment and TensorFlow start-up
     monkeypatch.setenv("TPUCTL_KAGGLE_GRACE_SECONDS", "60")
     code, cut, err = cli("submit", str(JOB), "-c", "kg", "--chain", "16", "--", *steps)
     assert code == 0, cut[-3000:] + err[-2000:]
