@@ -39,15 +39,16 @@ def _bare_host(tmp_path) -> Path:
     return venv / "bin" / "python"
 
 
-def _run(tmp_path, wheel_index, toml_extra, extra_record=None, runtime="v2-alpha-tpuv5"):
+def _run(tmp_path, wheel_index, toml_extra, extra_record=None, runtime="v2-alpha-tpuv5", job=None):
     store = LocalStore(tmp_path / "store")
     store.write(layout.CLUSTER_RECORD, json.dumps({"arch": "vm", "framework": "tensorflow", "runtime": runtime,
                                                    "tensorflow_from": "pip", "hosts": 1, **(extra_record or {})}).encode())
-    job = make_job(tmp_path, PRINT_TF, toml_extra)
+    job = job or make_job(tmp_path, PRINT_TF, toml_extra)
     spec = jobspec.load(str(job))
     run_id = submit_to_store(store, job)
     raw = json.loads(store.read(layout.run_job(run_id)))
-    store.write(layout.run_job(run_id), json.dumps({**raw, "tensorflow": spec.tensorflow}).encode())
+    store.write(layout.run_job(run_id), json.dumps({**raw, "tensorflow": spec.tensorflow,
+                                                         "requirements": spec.requirements}).encode())
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path / "home"), "PIP_NO_INDEX": "1",
            "PIP_FIND_LINKS": wheel_index.url, "TPUCTL_TF_FIND_LINKS": wheel_index.url,
            "PIP_DISABLE_PIP_VERSION_CHECK": "1", "TPUCTL_AGENT_HOME": str(tmp_path / "agent")}
@@ -75,6 +76,17 @@ def test_a_job_gets_the_tensorflow_its_toml_asks_for_and_only_one(tmp_path, whee
     assert "keras tf_keras 2.19.0" in log                     # tf.keras is tf-keras (TF_USE_LEGACY_KERAS=1)
     assert "libtpu True" in log                                # PJRT pointed at the libtpu installed with it
     assert "installing tensorflow-tpu~=2.19.0 and tf-keras~=2.19.0 (--no-deps)" in log
+
+
+def test_the_jobs_requirements_cannot_replace_the_tensorflow_installed_for_it(tmp_path, wheel_index):
+    """tf-keras in requirements.txt (the BERT job's) would make pip resolve tf-keras's `Requires-Dist: tensorflow`
+    and install PyPI's tensorflow over tensorflow-tpu's files: such lines are left out, and said so."""
+    job = make_job(tmp_path / "req", PRINT_TF, 'requirements = "requirements.txt"\n')
+    (job / "requirements.txt").write_text("tf-keras\n")
+    st, log, _ = _run(tmp_path, wheel_index, 'requirements = "requirements.txt"\n', job=job)
+    assert st.state is runs.RunState.SUCCEEDED, log
+    assert "distributions ['tensorflow-tpu']" in log and "from tensorflow-tpu" in log, log
+    assert "requirements.txt: tf-keras come with the TensorFlow installed for the job" in log
 
 
 def test_the_default_line_and_an_exact_version(tmp_path, wheel_index):

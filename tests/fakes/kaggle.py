@@ -15,22 +15,38 @@ GetKernelSessionStatus, ListKernelSessionOutput (its file URLs served too), Dele
 GetAcceleratorQuotaStatistics.
 
 A saved kernel runs as a simulated session, as Kaggle runs a "Save & Run All" version: its script runs in a scratch
-directory whose `kaggle/input/<slug>` holds each attached dataset's files and each attached kernel's last output, and
+directory whose `kaggle/input` holds each attached dataset's files and each attached kernel's last output, and
 `kaggle/working` is the output (TPUCTL_KAGGLE_ROOT points the script there: the real one is /kaggle). The session
-ends at `session_limit` seconds (killed: ERROR), and TPU time is charged to the weekly quota.
+ends at `session_limit` seconds (killed: ERROR), and TPU time is charged to the weekly quota. What a session finds
+is what Kaggle's is reported to be, each undecided detail a switch the tests run both ways:
+- `mount_layout`: "datasets" mounts a dataset at input/datasets/<owner>/<slug>/ and a kernel's output at
+  input/notebooks/<owner>/<slug>/ (2026 sessions, as public 2026 notebooks print `os.walk('/kaggle/input')`);
+  "flat" at input/<slug>/ (older sessions). Which one a given session gets is not documented.
+- `unpack_archives`: uploaded archives arrive as folders of their contents, named as the file was (kaggle-cli PR
+  #111: the backend unpacks `.zip` uploads, the CLI's `--dir-mode` relies on it; issues #292 and #406: `.tar`/`.tar.gz`
+  found unpacked; DatabundleVersionStatus.BLOBS_DECOMPRESSED). How the backend tells an archive is not documented:
+  here by its name or by its first bytes, whichever says so. False: kept as uploaded.
+- a TPU session runs on the TPU image's interpreter (`tpu_image`): tensorflow-cpu 2.20, no tf-keras (Kaggle/
+  docker-python tpu/requirements.in: "re-enable tensorflow-tpu when a compatible libtpu can be found"); its
+  simulated TPU (FAKE_TPU_CORES, read by the TensorFlow stand-ins of fakes/pyindex.py) is driven only by a
+  tensorflow-tpu loaded through PJRT. Other sessions run on this test environment's interpreter (its TensorFlow).
 """
 from __future__ import annotations
 
 import base64
 import datetime
+import io
 import itertools
 import json
 import os
 import shutil
 import subprocess
 import sys
+import sysconfig
+import tarfile
 import threading
 import time
+import zipfile
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -69,6 +85,8 @@ class FakeKaggle:
         self.tpu_allowed = 20 * 3600.0
         self.tpu_used = 0.0
         self.phone_verified = True
+        self.mount_layout, self.unpack_archives = "datasets", True   # the session's switches (module docstring)
+        self.session_env: dict[str, str] = {}   # what a session's internet serves: the tests' package index
         self.lock = threading.RLock()
         self._ids = itertools.count(1)
         self.httpd: ThreadingHTTPServer | None = None
@@ -104,6 +122,7 @@ class FakeKaggle:
             self.kernels.clear()
             self.calls.clear()
         self.session_limit, self.tpu_allowed, self.tpu_used, self.phone_verified = 3600.0, 20 * 3600.0, 0.0, True
+        self.mount_layout, self.unpack_archives = "datasets", True
 
     def kill_all(self) -> None:
         for k in list(self.kernels.values()):
@@ -327,24 +346,37 @@ class FakeKaggle:
         work.mkdir(parents=True)
         inp.mkdir(parents=True)
         for ref in req.dataset_data_sources:
-            d = inp / ref.split("/")[1]
-            d.mkdir()
+            d = self._mount(inp, "datasets", ref)
             for name, data in self.datasets[ref]["files"].items():
-                (d / name).write_bytes(data)
+                if self.unpack_archives and _is_archive(name, data):
+                    _unpack(data, d / name)
+                else:
+                    (d / name).write_bytes(data)
         for ref in req.kernel_data_sources:
             prev = self.kernels[ref]["versions"][-1]
-            shutil.copytree(prev["dir"] / "kaggle" / "working", inp / ref.split("/")[1])
+            d = self._mount(inp, "notebooks", ref)
+            d.rmdir()
+            shutil.copytree(prev["dir"] / "kaggle" / "working", d)
         (where / "script.py").write_text(req.text)
         log = open(where / "log.txt", "wb")
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("KAGGLE_", "TPUCTL_"))}
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("KAGGLE_", "TPUCTL_", "FAKE_TPU"))}
         env.update(TPUCTL_KAGGLE_ROOT=str(where / "kaggle"), KAGGLE_KERNEL_RUN_TYPE="Batch",
-                   KAGGLE_ACCELERATOR=req.machine_shape or "None")
-        proc = subprocess.Popen([sys.executable, "-u", str(where / "script.py")], cwd=work, env=env, stdout=log,
+                   KAGGLE_ACCELERATOR=req.machine_shape or "None", **self.session_env)
+        python = sys.executable
+        if req.machine_shape in TPU_SHAPES:
+            python = str(tpu_image(self.root))
+            env["FAKE_TPU_CORES"] = "8"
+        proc = subprocess.Popen([python, "-u", str(where / "script.py")], cwd=work, env=env, stdout=log,
                                 stderr=subprocess.STDOUT, start_new_session=True)
         session = {"dir": where, "proc": proc, "started": time.monotonic(), "status": "RUNNING", "failure": "",
                    "shape": req.machine_shape, "id": next(self._ids)}
         threading.Thread(target=self._supervise, args=(session,), daemon=True).start()
         return session
+
+    def _mount(self, inp: Path, kind: str, ref: str) -> Path:
+        d = inp / kind / ref if self.mount_layout == "datasets" else inp / ref.split("/")[1]
+        d.mkdir(parents=True)
+        return d
 
     def _supervise(self, s: dict) -> None:
         try:
@@ -487,3 +519,45 @@ def _entries(text: str) -> list[dict]:
     lines = [line + "\n" for line in text.split("\n")]   # split as the stream splits: at "\n" only
     lines[-1] = lines[-1][:-1]
     return [{"stream_name": "stdout", "time": 0.0, "data": line} for line in lines if line]
+
+
+def _is_archive(name: str, data: bytes) -> bool:
+    """An archive by its name or its first bytes (the module docstring: `unpack_archives`)."""
+    return name.endswith((".zip", ".tar", ".tar.gz", ".tgz")) or data[:2] == b"\x1f\x8b" or data[:4] == b"PK\x03\x04" \
+        or data[257:262] == b"ustar"
+
+
+def _unpack(data: bytes, dest: Path) -> None:
+    dest.mkdir(parents=True)
+    if data[:4] == b"PK\x03\x04":
+        zipfile.ZipFile(io.BytesIO(data)).extractall(dest)
+    else:
+        with tarfile.open(fileobj=io.BytesIO(data)) as t:
+            t.extractall(dest, filter="data")
+
+
+_IMAGES: dict[str, Path] = {}
+_NOT_IN_IMAGES = ("tensorflow", "tf_keras", "tf-keras", "keras", "tpuctl", "_editable_impl_tpuctl")
+
+
+def image_python(root: Path, name: str, tensorflow_cpu: bool) -> Path:
+    """An image's python, made once per test session: an interpreter whose own site-packages hold this
+    environment's packages but its TensorFlow stack (and tpuctl, which no such image has), with the tensorflow-cpu
+    stand-in in their place where `tensorflow_cpu` (Kaggle's TPU image; Colab's TPU runtime has no TensorFlow)."""
+    if name not in _IMAGES:
+        from fakes import pyindex
+        image = root / name
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(image)], check=True)
+        site = next(image.glob("lib/python*/site-packages"))
+        for entry in Path(sysconfig.get_paths()["purelib"]).iterdir():
+            if not entry.name.lower().startswith(_NOT_IN_IMAGES):
+                (site / entry.name).symlink_to(entry)
+        if tensorflow_cpu:
+            wheels = pyindex.build(root / f"{name}-wheels")
+            zipfile.ZipFile(wheels / f"tensorflow_cpu-{pyindex.KAGGLE_TPU_TF}-py3-none-any.whl").extractall(site)
+        _IMAGES[name] = image / "bin" / "python"
+    return _IMAGES[name]
+
+
+def tpu_image(root: Path) -> Path:
+    return image_python(root, "tpu-image", tensorflow_cpu=True)

@@ -11,7 +11,14 @@ hosts and agents go through a real pip against a real HTTP index with no network
 - tensorflow X: PyPI's TensorFlow. An install that pulls it beside tensorflow-tpu leaves two distributions of
   `tensorflow` behind, which is what the tests look for.
 - tensorflow-cpu X: what the legacy TPU Node's companion VM installs to match the node (the fake TPU API's
-  TensorFlow versions).
+  TensorFlow versions), and what Kaggle's TPU image holds (KAGGLE_TPU_TF: Kaggle/docker-python tpu/requirements.in,
+  `tensorflow-cpu==${TENSORFLOW_VERSION}`, 2.20.0 in tpu/config.txt).
+
+Each stand-in answers the calls a TPU check makes (TPUClusterResolver(tpu="local"), initialize_tpu_system,
+config.list_logical_devices): a simulated TPU (FAKE_TPU_CORES, set by the fake Kaggle's TPU sessions) shows only to
+tensorflow-tpu loaded through PJRT (TF_PLUGGABLE_DEVICE_LIBRARY_PATH set, as Google's harness sets it for a
+pip-installed tensorflow-tpu); tensorflow-cpu and PyPI's tensorflow see the CPU alone, as they do on a TPU VM
+(Kaggle/docker-python PR #1499: "No TPU platform found").
 """
 from __future__ import annotations
 
@@ -23,11 +30,37 @@ from pathlib import Path
 from fakes.tpu_server import TF_VERSIONS
 from jobs import build_wheel
 
+KAGGLE_TPU_TF = "2.20.0"
 LINES = {"2.19": ("2.19.1", "2.19.0"), "2.20": ("2.20.0", "2.20.1")}   # line -> (tensorflow[-tpu], tf-keras)
 
 
-_TF = '''__version__ = "{version}"
+_TF = '''import os as _os
+from types import SimpleNamespace as _NS
+
+__version__ = "{version}"
 __distribution__ = "{dist}"
+
+
+def _tpu_cores():
+    if __distribution__ != "tensorflow-tpu" or not _os.environ.get("TF_PLUGGABLE_DEVICE_LIBRARY_PATH"):
+        return 0
+    return int(_os.environ.get("FAKE_TPU_CORES") or 0)
+
+
+def _initialize_tpu_system(resolver):
+    if not _tpu_cores():
+        raise RuntimeError("No TPU platform found")
+
+
+def _devices(kind=None):
+    found = [_NS(name="/device:CPU:0", device_type="CPU")] + \
+        [_NS(name=f"/device:TPU:{{i}}", device_type="TPU") for i in range(_tpu_cores())]
+    return [d for d in found if kind in (None, d.device_type)]
+
+
+config = _NS(list_logical_devices=_devices)
+distribute = _NS(cluster_resolver=_NS(TPUClusterResolver=lambda tpu=None: _NS(tpu=tpu)))
+tpu = _NS(experimental=_NS(initialize_tpu_system=_initialize_tpu_system))
 
 
 def __getattr__(name):
@@ -49,7 +82,7 @@ def build(dest: Path) -> Path:
             build_wheel(dest, dist, tf, {"tensorflow/__init__.py": _TF.format(version=tf, dist=dist)})
         build_wheel(dest, "tf-keras", keras, {"tf_keras/__init__.py": f'__version__ = "{keras}"\n'},
                     requires=[f"tensorflow<{nxt},>={line}"])
-    for version in TF_VERSIONS:
+    for version in TF_VERSIONS + [KAGGLE_TPU_TF]:
         build_wheel(dest, "tensorflow-cpu", version,
                     {"tensorflow/__init__.py": _TF.format(version=version, dist="tensorflow-cpu")})
     return dest

@@ -299,7 +299,10 @@ def _resumes(row: dict[str, Any]) -> str:
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def notebook(ctx: typer.Context, job_dir: str = typer.Argument(..., help="Directory holding tpuctl.toml."),
              output: Optional[str] = typer.Option(None, "--output", "-o", help="Notebook file (default: JOB.ipynb)."),
-             data: List[str] = typer.Option([], "--data", help="Extra data path to carry (repeatable).")) -> None:
+             data: List[str] = typer.Option([], "--data", help="Extra data path to carry (repeatable)."),
+             data_uri: str = typer.Option("", "--data-uri", help="Read the data from this Drive folder or gs:// URI "
+                                          "instead of carrying it (needed past --embed-limit-mb)."),
+             embed_limit_mb: float = typer.Option(20.0, "--embed-limit-mb", help="Most data carried inside.")) -> None:
     """Write a notebook that runs the job on Colab's TPU (or any Jupyter), resuming from Google Drive each session.
     Arguments after `--` are appended to the job's command."""
     import json
@@ -308,11 +311,12 @@ def notebook(ctx: typer.Context, job_dir: str = typer.Argument(..., help="Direct
     from ..control import notebook as nb
     from ..core import jobspec
     job = jobspec.load(job_dir, data)
-    doc = nb.build(job, list(ctx.args))
+    doc = nb.build(job, list(ctx.args), data_uri, embed_limit_mb)
     target = Path(output or f"{job.name}.ipynb")
     target.write_text(json.dumps(doc, indent=1))
-    console().err.print(f"[green]{target}[/]: {target.stat().st_size / 1e6:.1f} MB, the job, its data and tpuctl "
-                        "inside; on Colab: File, Upload notebook, pick a TPU runtime, Run all")
+    console().err.print(f"[green]{target}[/]: {target.stat().st_size / 1e6:.1f} MB, the job, "
+                        f"{'its data' if not data_uri else 'the data from ' + data_uri} and tpuctl inside; on Colab: "
+                        "File, Upload notebook, Runtime, Change runtime type, v5e-1 TPU, Run all")
 
 
 @app.command()

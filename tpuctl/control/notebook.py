@@ -1,8 +1,16 @@
-"""`tpuctl notebook JOB`: a notebook that runs the job on Colab's free TPU (or any Jupyter), since Colab has no API to
-run one headlessly. It carries the job package, the run's data and tpuctl's own wheel inside it (base64), lays them
-out as a Kaggle session finds its inputs, and runs the same session script (providers/kaggle/kernel.py), with its
-working directory in a Google Drive folder: outputs and checkpoints persist there, so running the notebook again in
-the next session resumes the job where the last one stopped.
+"""`tpuctl notebook JOB`: a notebook that runs the job on Colab's free TPU or on any Jupyter, since Colab has no API to
+run one headlessly. It runs the Kaggle session script (tpuctl/host/session.py, shown as a cell of code) on the same
+inputs a Kaggle session gets (kaggle/kernel.py `payload`: the job package, tpuctl's wheel, the run's data), carried
+inside the notebook in a cell kept out of sight, or, past a size, the data read from a Drive folder or a gs:// URI
+the user gives. The run's values are data (a JSON cell), never text substituted into code.
+
+Colab as it is: the free TPU is one v5e chip (colabtools#5566: v2-8 retired), so the notebook carries the metadata
+Colab writes for that runtime (`"colab": {"gpuType": "V5E1"}`, `"accelerator": "TPU"`: googlecolab/colab-vscode#63)
+and the job sees one replica; its TPU runtimes ship no TensorFlow (colabtools#5164), so a TensorFlow job gets
+tensorflow-tpu installed and the TPU checked as on Kaggle's TPU. Drive writes reach Drive late (colabtools#659): the
+job writes locally, the notebook copies its output and store to Drive every few minutes and at the end (the job
+stops itself before the session deadline, a notebook parameter), then `drive.flush_and_unmount()`. Running the
+notebook again resumes the job from what is in Drive. Off Colab (no `google.colab`) the kept folder is a local one.
 """
 from __future__ import annotations
 
@@ -10,88 +18,157 @@ import base64
 import json
 import os
 import tempfile
+import textwrap
 from pathlib import Path
+from typing import Any
 
 from ..core import datasync, packaging
-from ..core.jobspec import JobSpec
+from ..core.errors import bad_input
+from ..core.jobspec import DEFAULT_TENSORFLOW, JobSpec
 from ..providers import agent_package
 from ..providers.kaggle import kernel
-from ..providers.kaggle.sessions import tar_files, grace_seconds
+from ..providers.kaggle.sessions import grace_seconds, tar_files
 
-DATASET = "tpuctl-notebook"
-COLAB_SESSION = 12 * 3600 - 20 * 60   # Colab's longest session is 12 hours (research.google.com/colaboratory/faq)
-
-_SETUP = '''import base64, json, os, pathlib, sys
-# Where the job's outputs, checkpoints and shared store live between sessions: a Google Drive folder on Colab
-# (TPUCTL_NOTEBOOK_DIR elsewhere). Running this notebook again resumes the job from them.
-JOB = @NAME@
-if os.environ.get("TPUCTL_NOTEBOOK_DIR"):
-    KEEP = pathlib.Path(os.environ["TPUCTL_NOTEBOOK_DIR"])
-else:
-    from google.colab import drive
-    drive.mount("/content/drive")
-    KEEP = pathlib.Path("/content/drive/MyDrive/tpuctl") / JOB
-ROOT = pathlib.Path(os.environ.get("TPUCTL_NOTEBOOK_ROOT", "/content/tpuctl"))
-INPUT = ROOT / "input" / @DATASET@
-INPUT.mkdir(parents=True, exist_ok=True)
-KEEP.mkdir(parents=True, exist_ok=True)
-if not (ROOT / "working").exists():
-    (ROOT / "working").symlink_to(KEEP, target_is_directory=True)
-(KEEP / "tpuctl-continue").unlink(missing_ok=True)
-import shutil
-shutil.rmtree(ROOT / "temp", ignore_errors=True)   # the job is unpacked afresh at every run
-FILES = @FILES@
-for name, data in FILES.items():
-    (INPUT / name).write_bytes(base64.b64decode(data))
-print(f"job {JOB}: inputs ready; outputs and checkpoints in {KEEP}")
-'''
-
-_RUN = '''import subprocess
-script = ROOT / "session.py"
-script.write_text(@SCRIPT@)
-proc = subprocess.Popen([sys.executable, "-u", str(script)], env=dict(os.environ, TPUCTL_KAGGLE_ROOT=str(ROOT)),
-                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-for line in proc.stdout:
-    print(line, end="")
-rc = proc.wait()
-if (KEEP / "tpuctl-continue").exists():
-    print("The session's time is up; the checkpoint is in Drive: run this notebook again to go on.")
-elif rc != 0:
-    raise RuntimeError(f"the job exited with code {rc}")
-else:
-    print(f"done: outputs in {KEEP / 'output'}")
-'''
+SESSION_HOURS = 11.5     # Colab's sessions end at 12 hours at most, free ones often sooner (Colab FAQ; colabtools#2107)
+EMBED_LIMIT_MB = 20.0    # data past this is read from a Drive folder or gs:// URI, not carried as base64
+_LINE = 100              # base64 characters per line of the payload cell
 
 
-def build(job: JobSpec, args: list[str]) -> dict[str, object]:
-    """The notebook (nbformat 4) as a dict, everything it needs inside it. TPUCTL_NOTEBOOK_SESSION_SECONDS: how
-    long a session runs the job before it saves and stops (Colab's limit less a margin)."""
-    files_in = [(rel, path) for path, rel in datasync.plan(job.data, job.data_as)]
+def build(job: JobSpec, args: list[str], data_uri: str = "", embed_limit_mb: float = EMBED_LIMIT_MB) -> dict[str, Any]:
+    """The notebook (nbformat 4) as a dict. TPUCTL_NOTEBOOK_SESSION_SECONDS: the session deadline's default."""
+    files_in = [] if data_uri else [(rel, path) for path, rel in datasync.plan(job.data, job.data_as)]
+    size = sum(path.stat().st_size for _, path in files_in)
+    if size > embed_limit_mb * 1e6:
+        raise bad_input(f"the job's data is {size / 1e6:.1f} MB, more than a notebook should carry "
+                        f"({embed_limit_mb:g} MB)", "copy it to Google Drive or a gs:// bucket and pass its folder: "
+                        "`tpuctl notebook JOB --data-uri gs://BUCKET/PATH` (or /content/drive/MyDrive/PATH)")
     with tempfile.TemporaryDirectory() as tmp:
         pkg = Path(tmp) / "job.tar.gz"
         packaging.build_file(job.root, job.data, pkg)
-        inputs = {"job.tar.gz": pkg.read_bytes(), "tpuctl.whl": agent_package.build(),
-                  "data.tar": tar_files({rel: path.read_bytes() for rel, path in files_in})}
-    script = kernel.render({"run_id": f"notebook-{job.name}", "dataset": DATASET, "previous": "", "session": 1,
+        digest, files = kernel.payload(pkg.read_bytes(), agent_package.build(),
+                                       tar_files({rel: path.read_bytes() for rel, path in files_in}))
+    seconds = float(os.environ.get("TPUCTL_NOTEBOOK_SESSION_SECONDS", SESSION_HOURS * 3600))
+    config = kernel.config({"run_id": f"notebook-{job.name}", "digest": digest, "previous": False, "session": 1,
                             "command": job.command, "args": args, "env": job.env, "requirements": job.requirements,
-                            "accelerator": "notebook",
-                            "deadline": float(os.environ.get("TPUCTL_NOTEBOOK_SESSION_SECONDS", COLAB_SESSION)),
-                            "grace": grace_seconds()})
-    encoded = {n: base64.b64encode(b).decode() for n, b in inputs.items()}
-    setup = (_SETUP.replace("@NAME@", repr(job.name)).replace("@DATASET@", repr(DATASET))
-             .replace("@FILES@", json.dumps(encoded)))
-
-    def cell(kind: str, text: str, n: int) -> dict[str, object]:
-        c: dict[str, object] = {"cell_type": kind, "id": f"tpuctl-{n}", "metadata": {}, "source": text}
-        if kind == "code":
-            c.update(execution_count=None, outputs=[])
-        return c
-    intro = (f"# {job.name}, by tpuctl\n\nRuns `{job.command}` with the tpuctl job contract (TPUCTL_OUTPUT_DIR, "
-             "TPUCTL_DATA_DIR, ...). On Colab pick a TPU runtime (Runtime, Change runtime type), then Run all. "
-             "Outputs and checkpoints go to Google Drive (`MyDrive/tpuctl/" + job.name + "`): when the session ends, "
-             "run the notebook again and the job resumes from its last checkpoint.")
+                            "framework": job.framework.value, "accelerator": "",
+                            "tensorflow": (job.tensorflow or DEFAULT_TENSORFLOW) if job.framework == "tensorflow"
+                            else "", "deadline": seconds, "grace": grace_seconds()})
+    cells = [_cell("markdown", _intro(job)),
+             _cell("code", _parameters({"SESSION_HOURS": round(seconds / 3600, 4), "KEEP": "", "DATA": data_uri,
+                                        "SYNC_MINUTES": 10, "DRIVE": "/content/drive", "JOB": job.name})),
+             _cell("code", _payload(files), hidden=True),
+             _cell("code", kernel.source()),
+             _cell("code", "CONFIG = " + json.dumps(config, indent=1) + "\n" + _RUN)]
     return {"nbformat": 4, "nbformat_minor": 5,
             "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
-                         "accelerator": "TPU", "language_info": {"name": "python"}},
-            "cells": [cell("markdown", intro, 1), cell("code", setup, 2),
-                      cell("code", _RUN.replace("@SCRIPT@", repr(script)), 3)]}
+                         "language_info": {"name": "python"}, "accelerator": "TPU",
+                         "colab": {"gpuType": "V5E1", "provenance": []}},
+            "cells": [dict(c, id=f"tpuctl-{n}") for n, c in enumerate(cells, 1)]}
+
+
+def _cell(kind: str, text: str, hidden: bool = False) -> dict[str, Any]:
+    meta: dict[str, Any] = {"cellView": "form", "jupyter": {"source_hidden": True}} if hidden else {}
+    c: dict[str, Any] = {"cell_type": kind, "metadata": meta, "source": text}
+    if kind == "code":
+        c.update(execution_count=None, outputs=[])
+    return c
+
+
+def _payload(files: dict[str, bytes]) -> str:
+    """The inputs as base64 in lines of _LINE characters (b64decode skips the newlines), behind Colab's form view."""
+    out = ["#@title The job's inputs (job package, tpuctl's wheel, data; base64: nothing to read here)",
+           "PAYLOAD = {"]
+    for name, data in sorted(files.items()):
+        text = base64.b64encode(data).decode()
+        out.append(f"    {name!r}: \"\"\"\n" + "\n".join(textwrap.wrap(text, _LINE)) + "\n\"\"\",")
+    return "\n".join(out) + "\n}\n"
+
+
+def _intro(job: JobSpec) -> str:
+    return (f"# {job.name}, by tpuctl\n\n"
+            f"Runs `{job.command}` with the tpuctl job contract (TPUCTL_OUTPUT_DIR, TPUCTL_DATA_DIR, ...).\n\n"
+            "**On Colab**: Runtime, Change runtime type, **v5e-1 TPU** (the free TPU is a single v5e chip: one "
+            "replica, so the job's global batch is its per-replica batch), then Run all. Its TPU runtime has no "
+            "TensorFlow: a TensorFlow job gets `tensorflow-tpu` installed and the TPU checked before it starts. "
+            f"Outputs and checkpoints go to Google Drive (`MyDrive/tpuctl/{job.name}`), copied there as the job runs "
+            "and when it stops, before the session deadline (a parameter below): run the notebook again and the "
+            "job resumes from its last checkpoint.\n\n"
+            "**On any other Jupyter**: Run all; the job uses that environment's packages, outputs stay in a local "
+            "folder. The cells: parameters, the inputs (hidden), the session script tpuctl runs on Kaggle too, "
+            "and the run.")
+
+
+_PARAMETERS = [
+    ("SESSION_HOURS", "the job is asked to checkpoint and stop this long after the start (Colab ends sessions at "
+                      "12 h, free ones often sooner)"),
+    ("KEEP", "where outputs and checkpoints persist between runs; \"\": Drive's MyDrive/tpuctl/<job> on Colab, "
+             "./tpuctl/<job> elsewhere"),
+    ("DATA", "the job's data when it is not inside this notebook: a Drive folder or a gs:// URI"),
+    ("SYNC_MINUTES", "how often the job's output is copied to KEEP while it runs"),
+    ("DRIVE", "where Colab mounts Google Drive"),
+    ("JOB", "the folder's name under MyDrive/tpuctl"),
+]
+
+
+def _parameters(values: dict[str, object]) -> str:
+    return "# Parameters: edit, then Run all.\n" + "".join(
+        f"{f'{name} = {values[name]!r}':<26}# {why}\n" for name, why in _PARAMETERS)
+
+
+_RUN = '''
+import base64, pathlib, subprocess, threading
+try:
+    from google.colab import drive   # Colab; any other Jupyter has no such module and keeps a local folder
+except ImportError:
+    drive = None
+if drive is not None:
+    drive.mount(DRIVE)
+KEEP_DIR = pathlib.Path(KEEP or (f"{DRIVE}/MyDrive/tpuctl/{JOB}" if drive else f"tpuctl/{JOB}")).absolute()
+ROOT = pathlib.Path("tpuctl-work").absolute()   # local: Drive writes sync late (colabtools#659)
+INPUT, WORK = ROOT / "input" / "notebook", ROOT / "working"
+for d in (INPUT, WORK, KEEP_DIR):
+    d.mkdir(parents=True, exist_ok=True)
+for name, text in PAYLOAD.items():
+    (INPUT / name).write_bytes(base64.b64decode(text))
+(WORK / CONFIG["names"]["continue_mark"]).unlink(missing_ok=True)
+tpu = drive is not None or any(pathlib.Path(p).exists() for p in ("/dev/vfio/0", "/dev/accel0"))
+data_from = DATA
+if DATA.startswith("gs://"):
+    if drive is not None:
+        from google.colab import auth
+        auth.authenticate_user()
+    data_from = str(ROOT / "gs-data")
+    pathlib.Path(data_from).mkdir(exist_ok=True)
+    subprocess.run(["gcloud", "storage", "cp", "-r", DATA.rstrip("/") + "/*", data_from], check=True)
+run = dict(CONFIG, root=str(ROOT), previous_dir=str(KEEP_DIR), data_from=data_from,
+           deadline=SESSION_HOURS * 3600, accelerator="v5litepod-1" if tpu else "notebook",
+           tensorflow=CONFIG["tensorflow"] if tpu else "")
+print(f"job {JOB}: outputs and checkpoints kept in {KEEP_DIR}" +
+      ("; Colab's free TPU is one v5e chip (v5e-1): one replica" if tpu else "; no TPU here: this Jupyter's packages"))
+done = threading.Event()
+
+def keep():
+    for kept in (CONFIG["names"]["output"], CONFIG["names"]["store"]):
+        copy_tree(WORK / kept, KEEP_DIR / kept)
+
+def keep_every():
+    while not done.wait(SYNC_MINUTES * 60):
+        keep()
+
+threading.Thread(target=keep_every, daemon=True).start()
+try:
+    rc = main(run)
+finally:
+    done.set()
+    keep()
+    if drive is not None:
+        drive.flush_and_unmount()   # what was copied reaches Drive before the session can end
+        print("Drive flushed and unmounted")
+if (WORK / CONFIG["names"]["continue_mark"]).exists():
+    print(f"The session's time is up; the checkpoint is in {KEEP_DIR}: run this notebook again to go on.")
+elif rc != 0:   # 127: not prepared (inputs, install or TPU check: the line above says which)
+    hint = "; on Colab: Runtime, Change runtime type, v5e-1 TPU" if rc == 127 and drive is not None else ""
+    raise RuntimeError(f"the job exited with code {rc}{hint}")
+else:
+    print(f"done: outputs in {KEEP_DIR / CONFIG['names']['output']}")
+'''

@@ -32,21 +32,6 @@ if TYPE_CHECKING:
     from .agent import Agent
 
 HEARTBEAT_SECONDS = 5.0
-_PINNED = ("tensorflow", "tensorflow-cpu", "tensorflow-tpu", "tf-keras", "keras", "libtpu", "libtpu-nightly",
-           "tensorboard", "tf-nightly")
-
-
-def _constraints(path: Path, tensorflow: str = "") -> Path:
-    """Pins of the TensorFlow stack, so a job's requirements can add packages but never swap TF: the image's, or,
-    where the host installs TensorFlow (`tensorflow`), the version installed."""
-    from importlib import metadata
-    pins = sorted({f"{d.metadata['Name'].lower()}=={d.version}" for d in metadata.distributions()
-                   if (d.metadata["Name"] or "").lower() in _PINNED}) if not tensorflow else \
-        jobenv.tensorflow_pins(tensorflow)
-    path.write_text("\n".join(pins) + "\n")
-    return path
-
-
 class Attempt:
     def __init__(self, agent: Agent, run_id: str, attempt: int) -> None:
         self.a, self.run_id, self.attempt = agent, run_id, attempt
@@ -117,12 +102,8 @@ class Attempt:
         script = "set -e\n"
         env_dir = None
         if job.requirements or tf:
-            cons = _constraints(self.work / "constraints.txt", tf)
-            req = self.code_dir / job.requirements if job.requirements else None
-            # a missing file hashes as empty; pip then says in the run's log that it is missing
-            env_dir = jobenv.env_dir(self.a.home, req.read_bytes() if req and req.is_file() else b"",
-                                     cons.read_bytes())
-            script += jobenv.script(env_dir, job.requirements, cons, tf)
+            env_dir, make = jobenv.plan(self.a.home, self.code_dir, job.requirements, self.work, tf)
+            script += make
         if tf and env_dir and podruntime.applies(self.a.record, job.framework):
             a = self.a
             script += shlex.join(podruntime.command(a.store.uri, self.run_id, self.attempt, a.workers, a.host,

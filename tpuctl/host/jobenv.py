@@ -19,11 +19,14 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shlex
 import sys
 from pathlib import Path
 
 READY = ".tpuctl-ready"
+PINNED = ("tensorflow", "tensorflow-cpu", "tensorflow-tpu", "tf-keras", "keras", "libtpu", "libtpu-nightly",
+          "tensorboard", "tf-nightly")
 FIND_LINKS = "https://storage.googleapis.com/libtpu-tf-releases/index.html"
 
 
@@ -37,6 +40,51 @@ def tensorflow_pins(version: str) -> list[str]:
     line = ".".join(version.split(".")[:2])
     tf = f"tensorflow-tpu=={version}" if version.count(".") == 2 else f"tensorflow-tpu~={line}.0"
     return [tf, f"tf-keras~={line}.0"]
+
+
+def write_constraints(path: Path, tensorflow: str = "") -> Path:
+    """Pins of the TensorFlow stack, so a job's requirements can add packages but never swap TF: the image's, or,
+    where TensorFlow is installed for the job (`tensorflow`), the version installed."""
+    from importlib import metadata
+    pins = sorted({f"{d.metadata['Name'].lower()}=={d.version}" for d in metadata.distributions()
+                   if (d.metadata["Name"] or "").lower() in PINNED}) if not tensorflow else tensorflow_pins(tensorflow)
+    path.write_text("\n".join(pins) + "\n")
+    return path
+
+
+def without_provided(requirements: Path, dest: Path) -> list[str]:
+    """The job's requirements less the TensorFlow stack installed for it, written to `dest`; returns the names left
+    out. Needed where TensorFlow is installed as tensorflow-tpu: a line such as `tf-keras` would otherwise make pip
+    resolve tf-keras's own `Requires-Dist: tensorflow` and fetch PyPI's tensorflow into the same `tensorflow/`
+    folder (the constraints pin tensorflow-tpu, a different name, so they cannot stop it)."""
+    kept, dropped = [], []
+    for line in requirements.read_text().splitlines():
+        m = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", line)
+        name = m.group(1).lower().replace("_", "-") if m and not line.lstrip().startswith("-") else ""
+        if name in PINNED:
+            dropped.append(name)
+            line = f"# provided with TensorFlow: {line}"
+        kept.append(line)
+    dest.write_text("\n".join(kept) + "\n")
+    return dropped
+
+
+def plan(home: Path, code: Path, requirements: str, work: Path, tensorflow: str = "") -> tuple[Path, str]:
+    """(the job's environment, the bash that makes it and puts it first on PATH): TensorFlow `tensorflow` first
+    where asked (then the requirements less its stack: without_provided), the requirements constrained (`work`
+    holds the constraints and the filtered requirements)."""
+    cons = write_constraints(work / "constraints.txt", tensorflow)
+    req = code / requirements if requirements else None
+    note = ""
+    if req and tensorflow and req.is_file():
+        dropped = without_provided(req, work / "requirements.txt")
+        req = work / "requirements.txt"
+        if dropped:
+            said = f"tpuctl: {requirements}: {', '.join(dropped)} come with the TensorFlow installed for the job"
+            note = f"echo {shlex.quote(said)}\n"
+    # a missing file hashes as empty; pip then says in the run's log that it is missing
+    env = env_dir(home, req.read_bytes() if req and req.is_file() else b"", cons.read_bytes())
+    return env, note + script(env, str(req) if req else "", cons, tensorflow)
 
 
 def purelib(env: Path) -> Path:

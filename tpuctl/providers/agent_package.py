@@ -2,7 +2,8 @@
 same tpuctl as the CLI that made the cluster; the host's start-up script pip-installs it from there.
 
 A wheel, built from this very installation. It holds what the host runs and nothing else: the import closure of
-`tpuctl.agent` (the host's entry point) and `tpuctl.runtime` (what its jobs import), function-level imports
+`tpuctl.agent` (the host's entry point), `tpuctl.runtime` (what its jobs import) and
+`tpuctl.host.session` (what a Kaggle session or a tpuctl notebook runs), function-level imports
 included, with each package's __init__; so host/, the core modules they use and the store clients, never cli/ or
 control/. Its metadata's only dependency is what the agent needs on a host (google-cloud-storage), not the CLI's
 typer/rich/compute. A wheel and not an sdist because installing an sdist builds it first, and pip's build
@@ -25,7 +26,7 @@ from .gcp.gcs_store import STORAGE
 
 REQUIRES = [STORAGE]   # the store client range gcs_store relies on
 _DIST_INFO = f"tpuctl-{__version__}.dist-info"
-ENTRY_POINTS = ("tpuctl.agent", "tpuctl.runtime")
+ENTRY_POINTS = ("tpuctl.agent", "tpuctl.runtime", "tpuctl.host.session")   # session: what a Kaggle session runs
 
 # The recovery watcher's VM (`up --recover --watcher vm`) runs `tpuctl.watcher`, which re-creates the TPU through
 # `up`'s code path: the agent's modules too (it uploads the agent package, built from what it has installed, as

@@ -1,20 +1,18 @@
-"""The script a Kaggle session runs (a private `script` kernel): the agent's job contract, in a notebook service.
+"""What a Kaggle session is given: the run's inputs as a dataset (`payload`) and the script it runs (`render`: the
+session script, tpuctl/host/session.py, with the run's values as JSON data after it).
 
-It finds the run's dataset under /kaggle/input (the job package, tpuctl's own wheel, which `tpuctl.runtime` and the
-safe unpacker come from, and the run's data), unpacks the job, puts the previous session's output (an attached
-kernel source) back where the job left it, and its store (TPUCTL_STORE: what it prepared once for all its
-sessions), installs the job's requirements, runs its command with the environment
-the agent gives (TPUCTL_OUTPUT_DIR under /kaggle/working, which Kaggle keeps as the session's output;
-TPUCTL_DATA_DIR; TPUCTL_RUN_ID; ...), and ends with the job's exit code. Kaggle stops a session at its time limit,
-so the script gives the job a deadline a margin before it (TPUCTL_SESSION_DEADLINE: `tpuctl.runtime.session_ending()`),
-stops it a grace after that (SIGTERM, then SIGKILL), and marks the output `tpuctl-continue`: the next session
-resumes from the checkpoint the job wrote. A job may also ask for the next
-session itself by exiting with CONTINUE_CODE after writing its checkpoint (a job that catches SIGTERM to save one
-should exit so too: an exit 0 after the stop reads as finished).
+The inputs are uploaded so that Kaggle's unpacking of archives cannot touch them (kaggle-cli PR #111: `.zip` and
+`.tar` uploads arrive as folders; issues #292, #406): each file is named `<name>.bin` and begins with session.MAGIC,
+so neither its name nor its first bytes make it an archive whichever way the backend decides, and a manifest
+(sizes and sha256 of what was uploaded) goes with them, named for the inputs' hash: it is also the marker the
+session finds them by, wherever Kaggle mounts the dataset.
 """
 from __future__ import annotations
 
+import hashlib
 import json
+from pathlib import Path
+from typing import Any
 
 CONTINUE_CODE = 85        # a job's "checkpoint written, continue in the next session"
 CONTINUE_MARK = "tpuctl-continue"
@@ -22,72 +20,46 @@ EXIT_MARK = "tpuctl-exit"
 OUTPUT = "output"         # under /kaggle/working: the job's TPUCTL_OUTPUT_DIR
 STORE = "store"           # under /kaggle/working: TPUCTL_STORE, what a job shares across its sessions (the BERT
                           # job's prepared data: prepared once per run, not once per session)
-
-_SCRIPT = r'''
-import json, os, shlex, shutil, signal, subprocess, sys, tarfile, time
-from pathlib import Path
-
-CFG = json.loads(@CFG@)
-started = time.monotonic()
-ROOT = Path(os.environ.get("TPUCTL_KAGGLE_ROOT", "/kaggle"))   # the tests' simulated session sets it
-inp, work, temp = ROOT / "input" / CFG["dataset"], ROOT / "working", ROOT / "temp" / "tpuctl"
-wheel = str(inp / "tpuctl.whl")
-sys.path.insert(0, wheel)   # a pure-Python wheel imports as it is: tpuctl.runtime and the unpacker, no pip
-from tpuctl.core.packaging import unpack
-from tpuctl.runtime import prefer_legacy_keras
-
-def say(text):
-    print(f"tpuctl: {text}", flush=True)
-
-code, data, out, store = temp / "job", temp / "data", work / "@OUTPUT@", work / "@STORE@"
-for d in (code, data, out, store):
-    d.mkdir(parents=True, exist_ok=True)
-unpack((inp / "job.tar.gz").read_bytes(), code)
-with tarfile.open(inp / "data.tar") as t:
-    t.extractall(data, filter="data")
-if CFG["previous"]:
-    for kept, here in (("@OUTPUT@", out), ("@STORE@", store)):
-        before = ROOT / "input" / CFG["previous"] / kept
-        if before.is_dir():
-            shutil.copytree(before, here, dirs_exist_ok=True)
-    say(f"session {CFG['session']}: the previous session's output and store are back in {work}")
-env = dict(os.environ, **CFG["env"])
-deadline_at = time.time() + CFG["deadline"] - (time.monotonic() - started)   # tpuctl.runtime.session_ending()
-env.update(TPUCTL_RUN_ID=CFG["run_id"], TPUCTL_OUTPUT_DIR=str(out), TPUCTL_DATA_DIR=str(data), TPUCTL_STORE=str(store),
-           TPUCTL_ACCELERATOR=CFG["accelerator"], TPUCTL_SESSION=str(CFG["session"]),
-           TPUCTL_WORKER="0", TPUCTL_NUM_WORKERS="1", PYTHONUNBUFFERED="1", TPUCTL_SESSION_DEADLINE=str(deadline_at),
-           PYTHONPATH=os.pathsep.join([wheel] + [p for p in [os.environ.get("PYTHONPATH", "")] if p]))
-env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")   # `python`: this interpreter
-prefer_legacy_keras(env)
-if CFG["requirements"]:
-    say(f"installing {CFG['requirements']}")
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-r", str(code / CFG["requirements"])], check=True)
-command = CFG["command"] + "".join(" " + shlex.quote(a) for a in CFG["args"])
-say(f"session {CFG['session']} on {CFG['accelerator']}: {command}")
-job = subprocess.Popen(["bash", "-c", command], cwd=code, env=env, start_new_session=True)
-left = deadline_at + CFG["grace"] - time.time()   # a job that watches the deadline stops itself in the grace
-try:
-    rc = job.wait(timeout=max(left, 1))
-except subprocess.TimeoutExpired:
-    say(f"the session's time is up ({CFG['deadline']:.0f}s): stopping the job, the next session resumes it")
-    os.killpg(job.pid, signal.SIGTERM)
-    try:
-        job.wait(timeout=CFG["grace"])
-    except subprocess.TimeoutExpired:
-        os.killpg(job.pid, signal.SIGKILL)
-        job.wait()
-    rc = 0 if job.returncode == 0 else @CONTINUE@   # it may have finished in that very moment
-(work / "@EXIT@").write_text(str(rc))
-if rc == @CONTINUE@:
-    (work / "@CONTINUE_MARK@").write_text("")
-    sys.exit(0)
-sys.exit(rc)
-'''
+NAMES = {"output": OUTPUT, "store": STORE, "exit": EXIT_MARK, "continue_mark": CONTINUE_MARK,
+         "continue_code": CONTINUE_CODE}
+_SESSION = Path(__file__).resolve().parents[2] / "host" / "session.py"
+MAGIC = b"tpuctl payload 1\n"   # session.MAGIC (this room may not import host/; a test checks they agree)
 
 
-def render(cfg: dict[str, object]) -> str:
-    """The script for one session; `cfg`: run_id, dataset, previous (kernel slug or ""), session, command, args, env,
-    requirements, accelerator, deadline and grace (seconds)."""
-    return (_SCRIPT.replace("@CFG@", repr(json.dumps(cfg))).replace("@OUTPUT@", OUTPUT)
-            .replace("@CONTINUE_MARK@", CONTINUE_MARK).replace("@CONTINUE@", str(CONTINUE_CODE))
-            .replace("@EXIT@", EXIT_MARK).replace("@STORE@", STORE)).lstrip()
+def payload(job_package: bytes, wheel: bytes, data_tar: bytes) -> tuple[str, dict[str, bytes]]:
+    """(digest, the dataset's files): the same inputs always make the same digest and bytes."""
+    files = {"job.tar.gz.bin": MAGIC + job_package, "tpuctl.whl.bin": MAGIC + wheel, "data.tar.bin": MAGIC + data_tar}
+    digest = hashlib.sha256(b"".join(hashlib.sha256(files[n]).digest() for n in sorted(files))).hexdigest()[:16]
+    manifest = {"files": {n: {"size": len(b), "sha256": hashlib.sha256(b).hexdigest()} for n, b in files.items()}}
+    files[manifest_name(digest)] = json.dumps(manifest, indent=1, sort_keys=True).encode()
+    return digest, files
+
+
+def manifest_name(digest: str) -> str:
+    return f"tpuctl-inputs-{digest}.json"
+
+
+def session_marker(run_id: str, session: int) -> str:
+    """The file a session writes first into its output: the next session finds that output by it."""
+    return f"tpuctl-{run_id}-s{session}.json"
+
+
+def source() -> str:
+    """The session script's text (its main() is called by what `render` appends)."""
+    return _SESSION.read_text()
+
+
+def config(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The session's values as the script reads them: `cfg` (run_id, digest, session, previous: whether a previous
+    session's output is attached, command, args, env, requirements, framework, tensorflow, accelerator, deadline,
+    grace) with the names and markers derived from it."""
+    out = {k: v for k, v in cfg.items() if k not in ("digest", "previous")}
+    out.update(names=NAMES, manifest=manifest_name(cfg["digest"]), marker=session_marker(cfg["run_id"], cfg["session"]),
+               previous_marker=session_marker(cfg["run_id"], cfg["session"] - 1) if cfg.get("previous") else "")
+    return out
+
+
+def render(script: str, cfg: dict[str, Any]) -> str:
+    """The kernel's text: the session script (`source()`), then one call of its main() with the values as a JSON
+    string literal (json.dumps then repr: any text of the job's stays data)."""
+    return script + f"\n\nsys.exit(main(json.loads({json.dumps(config(cfg))!r})))\n"

@@ -14,7 +14,6 @@ session's lines as Kaggle streams them (livelog.py); the session's stored log co
 """
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import os
@@ -26,7 +25,8 @@ from typing import Any, Callable
 from ...core import layout, runindex, runs
 from ...core.errors import ErrorKind, TpuctlError
 from ...core.models import ClusterState
-from ...core.runs import RunState, RunStatus
+from ...core.jobspec import DEFAULT_TENSORFLOW
+from ...core.runs import RunSpec, RunState, RunStatus
 from ...core.store import BlobStore
 from . import inputs, kernel
 from .client import Kaggle, fetch, slugify
@@ -51,6 +51,15 @@ def grace_seconds() -> float:
     """After the job's deadline, how long it has to save and stop itself before it is stopped
     (TPUCTL_KAGGLE_GRACE_SECONDS, 120; part of the margin before Kaggle's limit)."""
     return float(os.environ.get("TPUCTL_KAGGLE_GRACE_SECONDS", "120"))
+
+
+def tensorflow_for(job: RunSpec, shape: str) -> str:
+    """The TensorFlow a session installs for the job: on a TPU, a TensorFlow job's own (Kaggle's TPU image has only
+    tensorflow-cpu: Kaggle/docker-python tpu/requirements.in, "re-enable tensorflow-tpu when a compatible libtpu can
+    be found"); elsewhere "" (the image's: Kaggle's GPU and CPU images ship TensorFlow)."""
+    if job.framework != "tensorflow" or not shape.startswith("Tpu"):
+        return ""
+    return job.tensorflow or DEFAULT_TENSORFLOW
 
 
 def tar_files(files: dict[str, bytes]) -> bytes:
@@ -97,10 +106,9 @@ class KaggleSessions:
         job = runs.job(store, run_id)
         assert job is not None, "dispatch follows the run's job.json"
         from .. import agent_package
-        files = {"job.tar.gz": store.read(layout.job_package(job.package)) or b"", "tpuctl.whl": agent_package.build(),
-                 "data.tar": tar_files({key[len(layout.run_data(run_id)):]: store.read(key) or b""
-                                   for key, _ in store.list(layout.run_data(run_id))})}
-        digest = hashlib.sha256(b"".join(hashlib.sha256(files[n]).digest() for n in sorted(files))).hexdigest()[:16]
+        digest, files = kernel.payload(store.read(layout.job_package(job.package)) or b"", agent_package.build(),
+                                       tar_files({key[len(layout.run_data(run_id)):]: store.read(key) or b""
+                                                  for key, _ in store.list(layout.run_data(run_id))}))
         dataset = f"tpuctl-{digest}"
         inputs.remember(store, dataset)
         return inputs.ensure(k, dataset, f"tpuctl {digest}", files, progress)   # a title whose slug is the slug too
@@ -114,9 +122,12 @@ class KaggleSessions:
         slug = slugify(title)
         previous = rec["sessions"][-1]["kernel"] if rec["sessions"] else ""
         shape = self.shape(st)
-        script = kernel.render({"run_id": run_id, "dataset": rec["dataset"], "previous": previous, "session": n,
-                                "command": job.command, "args": job.args, "env": job.env,
-                                "requirements": job.requirements, "accelerator": self.accelerator(st),
+        # the script of the tpuctl that made the dataset, whichever tpuctl pushes this session: its wheel is there
+        rec.setdefault("script", kernel.source())
+        script = kernel.render(rec["script"], {"run_id": run_id, "digest": rec["dataset"].removeprefix("tpuctl-"),
+                                "previous": bool(previous), "session": n, "command": job.command, "args": job.args,
+                                "env": job.env, "requirements": job.requirements, "framework": job.framework,
+                                "tensorflow": tensorflow_for(job, shape), "accelerator": self.accelerator(st),
                                 "deadline": session_seconds(shape), "grace": grace_seconds()})
         # recorded before the push: `down` deletes it even if the answer is lost
         rec["sessions"].append({"kernel": slug, "pushed": time.time(), "state": "PUSHING"})
