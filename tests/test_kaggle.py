@@ -545,21 +545,21 @@ def test_the_session_finds_its_inputs_wherever_kaggle_mounts_them(kaggle, cli, t
 def test_inputs_that_are_not_there_or_not_as_uploaded_are_named(kaggle, cli, tmp_path):
     _up(cli, "--type", "cpu")
     job = make_job(tmp_path, "print('the job ran')\n")
-    assert cli("submit", str(job), "-c", "kg")[0] == 0
+    assert cli("submit", str(job), "-c", "kg", "--keep-inputs")[0] == 0   # kept, to be damaged below
     [ds] = kaggle.datasets.values()
     ds["files"]["data.tar.bin"] += b"damaged"          # the same job again attaches the same dataset, now damaged
-    code, out, err = cli("submit", str(job), "-c", "kg")
+    code, out, err = cli("submit", str(job), "-c", "kg", "--keep-inputs")
     assert code == 127 and "the job ran" not in out, out
     assert "are not what was uploaded: data.tar.bin has" in out, out
     ds["files"]["data.tar.bin"] = ds["files"]["job.tar.gz.bin"][len(b"tpuctl payload 1\n"):]   # a real archive
-    code, out, err = cli("submit", str(job), "-c", "kg")
+    code, out, err = cli("submit", str(job), "-c", "kg", "--keep-inputs")
     assert code == 127 and "data.tar.bin arrived as a folder (Kaggle unpacked it)" in out, out
     del ds["files"]["data.tar.bin"]
-    code, out, err = cli("submit", str(job), "-c", "kg")
+    code, out, err = cli("submit", str(job), "-c", "kg", "--keep-inputs")
     assert code == 127 and "data.tar.bin is missing" in out, out
     [manifest] = [n for n in ds["files"] if n.startswith("tpuctl-inputs-")]
     del ds["files"][manifest]
-    code, out, err = cli("submit", str(job), "-c", "kg")
+    code, out, err = cli("submit", str(job), "-c", "kg", "--keep-inputs")
     assert code == 127 and f"cannot find the run's inputs (marker {manifest})" in out, out
     assert "there: datasets/alice/tpuctl-" in out, out
     assert cli("down", "-c", "kg", "--yes")[0] == 0 and kaggle.leftovers() == []
