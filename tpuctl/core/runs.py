@@ -24,14 +24,16 @@ class RunState(str, Enum):
     QUEUED = "queued"          # written, not yet claimed
     STARTING = "starting"      # claimed; unpacking, installing requirements
     RUNNING = "running"
+    INTERRUPTED = "interrupted"  # its host stopped (shutdown, maintenance, preemption): the next agent resumes it
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     CANCELLED = "cancelled"
     LOST = "lost"              # its host stopped heartbeating too many times
+    ENDED = "ended"            # its compute is gone for good (`tpuctl down`): its status note says why
 
     @property
     def final(self) -> bool:
-        return self in (RunState.SUCCEEDED, RunState.FAILED, RunState.CANCELLED, RunState.LOST)
+        return self in (RunState.SUCCEEDED, RunState.FAILED, RunState.CANCELLED, RunState.LOST, RunState.ENDED)
 
 
 @dataclass
@@ -92,6 +94,12 @@ def stale_seconds() -> float:
     """No heartbeat for this long (TPUCTL_STALE_SECONDS, 90 s) means a run's host went quiet: agents take the run
     over, followers warn (hostwatch.py)."""
     return float(os.environ.get("TPUCTL_STALE_SECONDS", "90"))
+
+
+def stop_grace() -> float:
+    """Seconds a job gets between its SIGTERM and its SIGKILL when its agent is stopped (TPUCTL_STOP_GRACE, 20 s):
+    inside the agent unit's TimeoutStopSec (startup.sh) and a spot VM's 30-second preemption notice."""
+    return float(os.environ.get("TPUCTL_STOP_GRACE", "20"))
 
 
 def new_id(now: Callable[[], float] = time.time) -> str:

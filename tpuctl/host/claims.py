@@ -1,7 +1,8 @@
 """Which run this host takes next. A new run is claimed once, by create-if-absent on its claim object, so two
 agents never run it both. A run whose host stopped heartbeating (a preempted or deleted TPU VM: `tpuctl up`
 recreates it) is taken over by the next attempt's claim, same run id and output dir, so a job that checkpoints
-continues; after MAX_ATTEMPTS (more on a cluster armed for recovery) it is LOST. A restarted agent first ends what its predecessor on this host left
+continues; a run whose attempt its host's stop interrupted (attempt.py) is taken over at once. After MAX_ATTEMPTS
+(more on a cluster armed for recovery) it is LOST. A restarted agent first ends what its predecessor on this host left
 running, so one run never has two attempts at once."""
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ class Claims:
         self.specs: dict[str, RunSpec] = {}  # job.json is written once: read it once per run
         self.ended_here: set[str] = set()    # runs whose attempt on this host a predecessor left running, now ended
         self.indexed = False                 # runindex.ensure done: once per agent, not once a tick
+        self.interrupted: dict[str, bool] = {}   # runs taken over from an attempt its host's stop interrupted
 
     def runs_here(self, job: RunSpec) -> bool:
         """TensorFlow on a slice runs ONE program, on worker 0; JAX and PyTorch run on every worker (GCP_FACTS §6;
@@ -74,7 +76,9 @@ class Claims:
                 self.done.add(run_id)
                 continue
             last = st.heartbeat or float(json.loads(first).get("time", 0))
-            stale = time.time() - last >= runs.stale_seconds()
+            # an attempt whose agent was stopped said so (attempt.py): resumed at once, not after the stale wait
+            interrupted = st.state is RunState.INTERRUPTED
+            stale = interrupted or time.time() - last >= runs.stale_seconds()
             if not stale and run_id not in self.ended_here:
                 continue
             attempt = st.attempt + 1
@@ -85,6 +89,7 @@ class Claims:
                 continue
             if a.store.create(layout.run_claim(run_id, a.worker, attempt), self._record(attempt)):
                 self.done.add(run_id)
+                self.interrupted[run_id] = interrupted
                 return run_id, attempt
         return None
 
