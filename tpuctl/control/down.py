@@ -25,7 +25,7 @@ def _disarm(st: ClusterState, provider: Provider) -> tuple[list[str], str]:
         doc = armed.read(store)
         if doc is None:
             return [st.zone], ""
-        armed.end(store, "`tpuctl down`")
+        armed.end(store, "`tpuctl down`", teardown=True)
         armed.sync(st, store)
     except TpuctlError:
         return [st.zone], ""
