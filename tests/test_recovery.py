@@ -131,13 +131,13 @@ print("done", flush=True)
 """
 
 
-def _systemd_agent(store_dir, tmp_path, host):
+def _systemd_agent(store_dir, tmp_path, host, **extra):
     """The agent as a host's systemd starts it (templates/startup.sh): `python -m tpuctl.agent`, its own process."""
     import os
     import subprocess
     import sys
     env = dict(os.environ, TPUCTL_AGENT_HOME=str(tmp_path / host), TPUCTL_STOP_GRACE="10", TPUCTL_HOST=host,
-               TPUCTL_STALE_SECONDS="600")   # a take-over that waited for staleness would not come in this test
+               TPUCTL_STALE_SECONDS="600", **extra)   # a take-over that waited for staleness would not come here
     return subprocess.Popen([sys.executable, "-m", "tpuctl.agent", "--store", str(store_dir), "--poll", "0.1"],
                             env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
@@ -186,3 +186,46 @@ def test_a_host_stopping_its_agent_interrupts_the_run_and_the_next_agent_resumes
     assert "host stopped; run resumed on t1v-n-2-w-0 (attempt 2)" in text
     assert "resuming at 3\nstep 4\nstep 5\nstep 6\ndone\n" in text
     assert text.count("step 3\n") == 1
+
+
+# A job's last words after a quiet spell, then a marker for the test, then nothing until it is killed.
+LAST_WORDS = """
+import os, time
+print("warming up", flush=True)
+time.sleep(3)
+print("saving checkpoint 7", flush=True)
+open(os.environ["TPUCTL_OUTPUT_DIR"] + "/said", "w").close()
+time.sleep(120)
+"""
+
+
+def test_a_hard_preemption_loses_no_line_printed_after_a_quiet_spell(tmp_path):
+    """Issue 28.2: the host SIGKILLed (no SIGTERM: the agent gets no word) right after the job's last line; that
+    line is in the log, shipped within a fraction of a second, not after a flush interval. A chunk at most every 2 s (TPUCTL_LOG_FLUSH_SECONDS) limits chatty output only: a line
+    after a quiet spell leaves at once."""
+    import os
+    import signal
+    store = LocalStore(tmp_path / "store")
+    run_id = submit_to_store(store, make_job(tmp_path, LAST_WORDS))
+    agent = _systemd_agent(tmp_path / "store", tmp_path, "t1v-n-1-w-0", TPUCTL_LOG_FLUSH_SECONDS="2")
+    said = tmp_path / "store" / "runs" / run_id / "output" / "said"
+    try:
+        deadline = time.time() + 60
+        while not said.exists() and time.time() < deadline:
+            time.sleep(0.01)
+        assert said.exists()
+        printed = time.monotonic()
+        while b"checkpoint 7" not in b"".join(store.read(k) or b"" for k, _ in store.list(layout.run_logs(run_id, 0))):
+            assert time.monotonic() - printed < 0.4, "the line after a quiet spell waited to be shipped"
+            time.sleep(0.01)
+    finally:
+        job = runs.status(store, run_id).pid
+        for group in (agent.pid, job):
+            try:
+                os.killpg(group, signal.SIGKILL)   # power off: everything at once
+            except (ProcessLookupError, TypeError):
+                pass
+        agent.wait(10)
+    out = []
+    runs.follow(store, run_id, out.append, follow=False)
+    assert b"".join(out) == b"warming up\nsaving checkpoint 7\n"
