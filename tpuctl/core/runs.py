@@ -113,9 +113,20 @@ def new_id(now: Callable[[], float] = time.time) -> str:
             + secrets.token_hex(2))
 
 
+def is_id(run_id: str) -> bool:
+    """Whether `run_id` is one new_id could have made: its shape and a real date and time."""
+    if not _ID_RE.match(run_id):
+        return False
+    try:
+        time.strptime(run_id[:15], "%Y%m%d-%H%M%S")
+    except ValueError:
+        return False
+    return True
+
+
 def check_id(run_id: str) -> str:
     """A run id as new_id makes them; checked before any store access (an id is part of store keys)."""
-    if not _ID_RE.match(run_id):
+    if not is_id(run_id):
         raise bad_input(f"{run_id!r} is not a run id",
                         "run ids look like 20261122-174500-123-3f2a; `tpuctl jobs` lists them")
     return run_id

@@ -58,8 +58,10 @@ class Claims:
                 continue
             if run_id not in self.specs:
                 spec = runs.job(a.store, run_id)
-                if spec is None:
-                    continue   # listed before its job.json is readable: look again next tick
+                if spec is None:   # job.json is written before the queue entry: this one names no run
+                    runindex.forget(a.store, run_id)
+                    self.done.add(run_id)
+                    continue
                 self.specs[run_id] = spec
             if not self.runs_here(self.specs[run_id]):
                 self.done.add(run_id)   # never claimed here, so never taken over here either
