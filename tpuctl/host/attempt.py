@@ -98,6 +98,7 @@ class Attempt:
                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 start_new_session=True)
         rc, cancelled = _Supervisor(self, proc, shipper).run()
+        shipper.settle(self.a.stop, lambda note: self.status(RunState.RUNNING, note=note))
         if not cancelled and rc != 0 and self._host_stopping(rc):
             return self._interrupted(shipper, rc)
         lost = f"{shipper.unshipped} bytes of output were not shipped ({self.a.guard.problem or 'store full'})"

@@ -14,6 +14,7 @@ import os
 import select
 import threading
 import time
+from typing import Callable
 
 from ..core import layout
 from .preamble import PreambleFilter
@@ -109,6 +110,27 @@ class LogShipper:
         self._trim()
         self.retry_at = now + self.backoff
         self.backoff = min(self.backoff * 2, RETRY_MAX_SECONDS)
+
+    def settle(self, stop: threading.Event, beat: Callable[[str], None]) -> None:
+        """After the job's end, before the run's last status: what is held is tried again (with backoff, `beat`
+        called meanwhile) until it is out, the agent stops, or TPUCTL_LOG_HOLD_WAIT seconds (300) pass; whatever
+        could not go is then marked in the log itself, by a line small enough to pass the floor as a record does."""
+        deadline = time.monotonic() + float(os.environ.get("TPUCTL_LOG_HOLD_WAIT", "300"))
+        while self.unshipped and self.buf and not stop.is_set() and time.monotonic() < deadline:
+            beat(f"the job ended; {self.unshipped} bytes of its output wait for the store "
+                 f"({self.guard.problem or 'store full'})")
+            stop.wait(min(max(0.05, self.retry_at - time.monotonic()), 5.0))
+            self.flush(last=True)
+        if not self.unshipped:
+            return
+        mark = f"\ntpuctl agent: {self.unshipped} bytes of output were not shipped " \
+               f"({self.guard.problem or 'store full'})\n".encode()
+        with self.lock:
+            try:
+                if self.store.create(layout.log_chunk(self.run_id, self.worker, self.n + 1), mark):
+                    self.n += 1
+            except Exception as e:  # noqa: BLE001 - the run's status says it too
+                self.guard.failed(e, f"run {self.run_id}'s log")
 
     def pump(self, fd: int, stop: threading.Event) -> None:
         """Ship until EOF (every writer closed the pipe), or until `stop` once nothing more can come."""
