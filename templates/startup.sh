@@ -158,7 +158,11 @@ else
   retry "pip install $STORAGE_REQ" "$PY" -m pip install -q "$STORAGE_REQ" || fail "pip install $STORAGE_REQ"
 fi
 
-# service NAME DESCRIPTION RESTART EXEC [ENV=VALUE...]: a systemd unit, (re)started now and at every boot
+# service NAME DESCRIPTION RESTART EXEC [ENV=VALUE...]: a systemd unit, (re)started now and at every boot.
+# KillMode=mixed: stopping it (the host shutting down, a preemption) sends SIGTERM to the agent alone, which passes it
+# to the job once and gives it TPUCTL_STOP_GRACE (20 s) to checkpoint before SIGKILL; systemd's SIGKILL to what is
+# left comes only after TimeoutStopSec (man systemd.kill: "If set to mixed, the SIGTERM signal is sent to the main
+# process while the subsequent SIGKILL signal is sent to all remaining processes of the unit's control group").
 service() {
   local name="$1" description="$2" restart="$3" exec="$4"
   shift 4
@@ -166,7 +170,8 @@ service() {
     printf '[Unit]\nDescription=%s\nAfter=network-online.target\nWants=network-online.target\n\n[Service]\n' \
       "$description"
     for env in "$@@"; do printf 'Environment=%s\n' "$env"; done
-    printf 'ExecStart=%s\nRestart=%s\nRestartSec=5\n\n[Install]\nWantedBy=multi-user.target\n' "$exec" "$restart"
+    printf 'ExecStart=%s\nRestart=%s\nRestartSec=5\nKillMode=mixed\nTimeoutStopSec=60\n' "$exec" "$restart"
+    printf '\n[Install]\nWantedBy=multi-user.target\n'
   } >"$UNIT_DIR/$name.service"
   systemctl daemon-reload && systemctl enable "$name.service" && systemctl restart "$name.service" || fail "systemctl"
 }

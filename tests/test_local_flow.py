@@ -288,7 +288,17 @@ def test_down_stops_a_running_job_too(local, cli, tmp_path):
     while time.time() < deadline and Path(f"/proc/{pid}").exists():
         time.sleep(0.1)
     assert not Path(f"/proc/{pid}").exists(), "the job outlived its agent"
-    assert json.loads(status.read_text())["state"] == "cancelled"
+    # not cancelled by the agent's stop (issue 28): ended by `down`, its time and cost stopped, off the queue
+    final = json.loads(status.read_text())
+    assert final["state"] == "ended" and final["note"] == "cluster taken down (`tpuctl down`)", final
+    assert final["ended"] and final["ended"] <= time.time()
+    assert not (store / "tpuctl" / "queue" / run_id).exists()
+    code, out, err = cli("jobs", "-c", "loc", "--json")
+    row = json.loads(out)[0]
+    assert code == 0 and row["state"] == "ended" and row["note"] == final["note"]
+    took = row["duration"]
+    time.sleep(1.1)
+    assert json.loads(cli("jobs", "-c", "loc", "--json")[1])[0]["duration"] == took   # no longer growing
 
 
 def test_ls_lists_local_clusters_when_the_cloud_cannot_be_asked(local, cli, monkeypatch):

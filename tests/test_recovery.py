@@ -4,6 +4,8 @@ import json
 import threading
 import time
 
+import pytest
+
 from jobs import make_job, submit_to_store
 from tpuctl.core import layout, runs
 from tpuctl.host.agent import Agent
@@ -104,3 +106,126 @@ def test_only_worker_0_takes_over_a_tensorflow_run_on_a_slice(tmp_path, monkeypa
         a0.stop.set()
         t.join(10)
     assert st.state is runs.RunState.SUCCEEDED and st.attempt == 2 and st.worker == 0
+
+
+# Saves its step on SIGTERM and exits 143, as a job that checkpoints at a preemption notice does; its first attempt
+# stops at step 3 (and tells the test so) until it is stopped.
+CHECKPOINTS_ON_SIGTERM = """
+import os, signal, sys, time
+ckpt = os.path.join(os.environ["TPUCTL_OUTPUT_DIR"], "step")
+first = not os.path.exists(ckpt)
+step = 0 if first else int(open(ckpt).read())
+print("resuming at", step, flush=True)
+def save(*_):
+    open(ckpt, "w").write(str(step))
+    print("saved at", step, flush=True)
+    sys.exit(143)
+signal.signal(signal.SIGTERM, save)
+while step < 6:
+    step += 1
+    print("step", step, flush=True)
+    if first and step == 3:
+        open(os.environ["TPUCTL_OUTPUT_DIR"] + "/at3", "w").close()
+        time.sleep(120)
+print("done", flush=True)
+"""
+
+
+def _systemd_agent(store_dir, tmp_path, host, **extra):
+    """The agent as a host's systemd starts it (templates/startup.sh): `python -m tpuctl.agent`, its own process."""
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ, TPUCTL_AGENT_HOME=str(tmp_path / host), TPUCTL_STOP_GRACE="10", TPUCTL_HOST=host,
+               TPUCTL_STALE_SECONDS="600", **extra)   # a take-over that waited for staleness would not come here
+    return subprocess.Popen([sys.executable, "-m", "tpuctl.agent", "--store", str(store_dir), "--poll", "0.1"],
+                            env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+
+
+@pytest.mark.parametrize("kill_mode", ["mixed", "control-group"])
+def test_a_host_stopping_its_agent_interrupts_the_run_and_the_next_agent_resumes_it(tmp_path, kill_mode):
+    """systemd stopping the agent (a reboot, maintenance, a preemption notice) is not a cancel: the job gets its
+    SIGTERM and saves, the attempt is recorded interrupted, and the next agent resumes the run at once from its
+    checkpoint. With KillMode=mixed (the unit's) only the agent is signalled; with control-group (systemd's default,
+    and a shutdown's final SIGTERM to all) the job is signalled at the same moment and may exit 143 first."""
+    import os
+    import signal
+    store = LocalStore(tmp_path / "store")
+    run_id = submit_to_store(store, make_job(tmp_path, CHECKPOINTS_ON_SIGTERM))
+    first = _systemd_agent(tmp_path / "store", tmp_path, "t1v-n-1-w-0")
+    at3 = tmp_path / "store" / "runs" / run_id / "output" / "at3"
+    deadline = time.time() + 60
+    while not at3.exists() and time.time() < deadline:
+        time.sleep(0.05)
+    assert at3.exists(), "the job never reached step 3"
+    if kill_mode == "mixed":
+        os.kill(first.pid, signal.SIGTERM)
+    else:
+        os.killpg(first.pid, signal.SIGTERM)   # the agent's session...
+        job = runs.status(store, run_id).pid
+        os.killpg(job, signal.SIGTERM)          # ...and the job's, started as a session of its own
+    assert first.wait(30) == 0
+    st = runs.status(store, run_id)
+    assert st.state is runs.RunState.INTERRUPTED and not st.state.final and st.exit_code == 143, st
+    assert "stopped" in st.note
+    assert (tmp_path / "store" / "runs" / run_id / "output" / "step").read_text() == "3"
+    second = _systemd_agent(tmp_path / "store", tmp_path, "t1v-n-2-w-0")   # the host re-created after preemption
+    try:
+        deadline = time.time() + 60
+        while not runs.status(store, run_id).state.final and time.time() < deadline:
+            time.sleep(0.1)
+    finally:
+        second.terminate()
+        second.wait(30)
+    out = []
+    st = runs.follow(store, run_id, out.append, follow=False)
+    text = b"".join(out).decode()
+    assert st.state is runs.RunState.SUCCEEDED and st.exit_code == 0 and st.attempt == 2, (st, text)
+    assert "step 3\nsaved at 3\n" in text                       # shipped before the first agent exited
+    assert "host stopped; run resumed on t1v-n-2-w-0 (attempt 2)" in text
+    assert "resuming at 3\nstep 4\nstep 5\nstep 6\ndone\n" in text
+    assert text.count("step 3\n") == 1
+
+
+# A job's last words after a quiet spell, then a marker for the test, then nothing until it is killed.
+LAST_WORDS = """
+import os, time
+print("warming up", flush=True)
+time.sleep(3)
+print("saving checkpoint 7", flush=True)
+open(os.environ["TPUCTL_OUTPUT_DIR"] + "/said", "w").close()
+time.sleep(120)
+"""
+
+
+def test_a_hard_preemption_loses_no_line_printed_after_a_quiet_spell(tmp_path):
+    """Issue 28.2: the host SIGKILLed (no SIGTERM: the agent gets no word) right after the job's last line; that
+    line is in the log, shipped within a fraction of a second, not after a flush interval. A chunk at most every 2 s (TPUCTL_LOG_FLUSH_SECONDS) limits chatty output only: a line
+    after a quiet spell leaves at once."""
+    import os
+    import signal
+    store = LocalStore(tmp_path / "store")
+    run_id = submit_to_store(store, make_job(tmp_path, LAST_WORDS))
+    agent = _systemd_agent(tmp_path / "store", tmp_path, "t1v-n-1-w-0", TPUCTL_LOG_FLUSH_SECONDS="2")
+    said = tmp_path / "store" / "runs" / run_id / "output" / "said"
+    try:
+        deadline = time.time() + 60
+        while not said.exists() and time.time() < deadline:
+            time.sleep(0.01)
+        assert said.exists()
+        printed = time.monotonic()
+        while b"checkpoint 7" not in b"".join(store.read(k) or b"" for k, _ in store.list(layout.run_logs(run_id, 0))):
+            assert time.monotonic() - printed < 0.4, "the line after a quiet spell waited to be shipped"
+            time.sleep(0.01)
+    finally:
+        job = runs.status(store, run_id).pid
+        for group in (agent.pid, job):
+            try:
+                os.killpg(group, signal.SIGKILL)   # power off: everything at once
+            except (ProcessLookupError, TypeError):
+                pass
+        agent.wait(10)
+    out = []
+    runs.follow(store, run_id, out.append, follow=False)
+    assert b"".join(out) == b"warming up\nsaving checkpoint 7\n"

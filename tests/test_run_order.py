@@ -153,6 +153,8 @@ def test_on_gcs_the_latest_runs_are_one_short_page_whatever_the_history(bucket_s
     for rid in ids:                                            # the index only: what the listing reads
         bucket.blob(layout.run_index(runindex.flip(rid))).upload_from_string(rid)
     bucket.blob(layout.RUN_INDEX_COMPLETE).upload_from_string(b"1050")
+    bucket.blob(layout.run_job(max(ids))).upload_from_string(   # `logs` checks that the latest exists
+        json.dumps(RunSpec(id=max(ids), name="j", command="true", package="p").to_json()))
     cloud.gcs.listed.clear()
     assert runindex.newest(store, 20) == sorted(ids, reverse=True)[:20]
     assert runindex.latest(store) == max(ids)
@@ -163,3 +165,35 @@ def test_on_gcs_the_latest_runs_are_one_short_page_whatever_the_history(bucket_s
     store.delete(layout.run_index(runindex.flip(ids[0])))
     store.delete(layout.run_index(runindex.flip(ids[0])))      # a retried delete whose first try applied
     assert len(runindex.all_ids(store)) == 1049
+
+
+def test_index_and_queue_entries_that_name_no_run_are_dropped_and_reported_once(tmp_path, capsys):
+    """Issue 28.6: entries planted by hand or left by a crash: a name that is no run id (shape, or an impossible
+    date such as 99999999-999999-...), or a run id with no job.json. None shows in `jobs` or `logs`, none stays in
+    the queue, each is reported once; the real run is listed and runs."""
+    from tpuctl.control import submission
+    from tpuctl.host.agent import Agent
+    store = LocalStore(tmp_path / "s")
+    real = submit_to_store(store, make_job(tmp_path, PRINTS_ITS_ID))
+    planted = [layout.run_index(runindex.flip("99999999-999999-999-9999")),     # sorts first: newest-looking
+               layout.run_index(runindex.flip("20991231-235959-999-ffff")),     # a run id, but no such run
+               f"{layout.RUN_INDEX_PREFIX}zzzzzz/garbage",
+               layout.queue_entry("99999999-999999-999-9999"), layout.queue_entry("20991231-235959-999-ffff"),
+               layout.queue_entry("not-a-run")]
+    for key in planted:
+        store.write(key, b"x")
+    said = []
+    assert runindex.latest(store, said.append) == real
+    assert [r["id"] for r in submission.table(store)] == [real]
+    assert runindex.unfinished(store, said.append) == [real]
+    assert runindex.newest(store, 1, said.append) == [real] and runindex.queued(store, report=said.append) == [real]
+    assert sorted(k for k in planted if store.read(k) is not None) == []
+    said += [m.removeprefix("tpuctl: ") for m in capsys.readouterr().err.splitlines()]   # `jobs` reports on stderr
+    gone = [m.split(" from ")[0].removeprefix("removed ") for m in said]
+    assert sorted(gone) == sorted(planted), said                    # each reported, once
+    assert not store.list(layout.run_prefix("20991231-235959-999-ffff"))   # nothing written for a phantom
+    store.write(layout.queue_entry("20991231-235959-999-ffff"), b"x")   # the agent meets one in its queue too
+    agent = Agent(str(tmp_path / "s"), home=str(tmp_path / "agent"))
+    assert agent.tick() and runs.status(store, real).state is RunState.SUCCEEDED
+    assert not agent.tick()
+    assert [k for k, _ in store.list(layout.QUEUE_PREFIX)] == []

@@ -64,6 +64,7 @@ def _wait_final(store, run_id, seconds=60):
 @pytest.fixture
 def capped_agent(tmp_path, monkeypatch, capfd):
     monkeypatch.setenv("TPUCTL_STORE_FLOOR_BYTES", str(100_000))
+    monkeypatch.setenv("TPUCTL_LOG_HOLD_WAIT", "1")   # how long a run's end waits for room for its held output
     root = tmp_path / "store"
     writer = LocalStore(root)                 # what `submit` writes: not capped, as another disk would be
     agent = Agent(str(root), home=str(tmp_path / "agent"), poll=0.05)
@@ -92,7 +93,8 @@ def test_a_store_that_fills_mid_run_settles_the_run_and_the_agent_keeps_serving(
     shipped = _log(writer, big)
     lines = shipped.splitlines()
     assert lines and lines[0].startswith("00000000") and len(lines) < 6000
-    assert all(line[:8] == f"{i:08d}" for i, line in enumerate(lines[:-1]))   # in order, nothing skipped
+    assert all(line[:8] == f"{i:08d}" for i, line in enumerate(lines[:-2]))   # in order, nothing skipped
+    assert lines[-1].startswith("tpuctl agent: ") and "bytes of output were not shipped (store full" in lines[-1]
     assert agent.store.free_bytes() > 0                                        # the floor held
     # the agent is alive and the next run runs, its first lines shipped
     small = submit_to_store(writer, make_job(tmp_path, "print('hello after a full store')\n", name="small"))
@@ -116,6 +118,29 @@ def test_output_held_while_the_store_is_full_is_shipped_once_space_returns(cappe
     assert runs.status(writer, run_id).state is RunState.RUNNING
     agent.store.cap += 10_000_000                                  # space returns
     flag.touch()
+    st = _wait_final(writer, run_id)
+    assert st.state is RunState.SUCCEEDED and st.note == "", st
+    lines = _log(writer, run_id).splitlines()
+    assert [line[:8] for line in lines[:5000]] == [f"{i:08d}" for i in range(5000)] and lines[-1] == "done"
+
+
+def test_output_held_when_the_job_ends_is_shipped_when_space_returns_before_the_run_ends(capped_agent, tmp_path,
+                                                                                         monkeypatch):
+    """Issue 28.5: the store still full when the job has ended: its held output (under the 8 MiB bound) waits for
+    room, the run still `running` meanwhile with a note that says so, and ships in full before the last status."""
+    monkeypatch.setenv("TPUCTL_LOG_HOLD_WAIT", "60")
+    agent, writer, start = capped_agent
+    run_id = submit_to_store(writer, make_job(tmp_path, PRINTER))
+    writer.write(layout.run_job(run_id), json.dumps({**json.loads(writer.read(layout.run_job(run_id))),
+                                                     "args": ["5000"]}).encode())
+    start(cap=300_000)
+    deadline = time.time() + 30
+    while "the job ended" not in runs.status(writer, run_id).note:
+        assert time.time() < deadline and not runs.status(writer, run_id).state.final, runs.status(writer, run_id)
+        time.sleep(0.05)
+    time.sleep(0.5)
+    assert runs.status(writer, run_id).state is RunState.RUNNING
+    agent.store.cap += 10_000_000                                  # space returns after the job's end
     st = _wait_final(writer, run_id)
     assert st.state is RunState.SUCCEEDED and st.note == "", st
     lines = _log(writer, run_id).splitlines()
@@ -171,8 +196,9 @@ def _mount_tmpfs(path: Path, size: str) -> bool:
                           capture_output=True).returncode == 0
 
 
-def test_the_local_agent_survives_a_6mb_store_under_a_20mb_log(env, cli, tmp_path):
+def test_the_local_agent_survives_a_6mb_store_under_a_20mb_log(env, cli, tmp_path, monkeypatch):
     """As on a user's machine: the cluster's data directory on a 6 MB tmpfs (where mounting is allowed)."""
+    monkeypatch.setenv("TPUCTL_LOG_HOLD_WAIT", "2")   # the run's end waits this long for room for its held output
     data = tmp_path / "home" / "data"
     if not _mount_tmpfs(data, "6m"):
         pytest.skip("cannot mount a tmpfs here (needs root); the capped-store tests cover the same paths")

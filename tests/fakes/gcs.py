@@ -4,6 +4,13 @@
 - `ifGenerationMatch` is enforced (the emulator ignores it): 0 answers 412 when the object exists, N when its
   generation is not N, on uploads and reads alike, as real GCS does (cloud.google.com/storage/docs/
   request-preconditions);
+- objects.get honours `generation` ("If present, selects a specific revision of this object (as opposed to the
+  latest version, the default)": cloud.google.com/storage/docs/json_api/v1/objects/get): without object versioning
+  only the live generation exists, so a request for one since overwritten or deleted answers 404, on metadata and
+  media reads alike (the emulator ignores the parameter);
+- object resources carry GCS's `mediaLink`, `.../download/storage/v1/b/B/o/NAME?generation=N&alt=media` (the
+  emulator's, pointed back at this proxy as GCS's points at the endpoint the client uses): python-storage downloads
+  a blob that has one through it (`Blob._get_download_url`), so a blob from `get_blob` reads exactly generation N;
 - objects.list answers in pages, as GCS does and the emulator does not: at most `maxResults` items, never more than
   1,000, in name order, with a `nextPageToken` when more remain (cloud.google.com/storage/docs/json_api/v1/objects/
   list); `listed` keeps how many items each listing answered, so a test can tell a short read from a full one;
@@ -89,6 +96,9 @@ class FakeGcs:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else b""
                 status, headers, data = fake.forward(self.command, self.path, dict(self.headers), body, identity)
+                upstream = f"{fake.upstream[0]}:{fake.upstream[1]}".encode()
+                if any(k.lower() == "content-type" and "json" in v for k, v in headers):   # mediaLink, selfLink
+                    data = data.replace(upstream, f"127.0.0.1:{self.server.server_port}".encode())
                 self.send_response(status)
                 for k, v in headers:
                     if k.lower() == "location":   # resumable session URLs must come back through the proxy
@@ -209,10 +219,27 @@ class FakeGcs:
                 if "location" in self.meta[name]:
                     self.meta[name]["location"] = self.meta[name]["location"].upper()
             return status, hdrs, self._overlay(name, data)
-        if query.get("ifGenerationMatch"):
-            with self.create_lock:  # check and write as one step, as GCS does
-                return self._if_generation(method, path, headers, body, url, query)
+        at_generation = method == "GET" and query.get("generation") and not query.get("softDeleted")
+        if query.get("ifGenerationMatch") or at_generation:
+            with self.create_lock:  # check and write (or read) as one step, as GCS does
+                gone = self._generation_gone(url, query) if at_generation else None
+                if gone:
+                    return gone
+                if query.get("ifGenerationMatch"):
+                    return self._if_generation(method, path, headers, body, url, query)
+                return self._plain(method, path, headers, body, url)
         return self._plain(method, path, headers, body, url)
+
+    def _generation_gone(self, url, query):
+        """404 for a read of a generation that is not the live one (see the module's note on `generation`)."""
+        in_path = re.search(r"/b/([^/]+)/o/(.+)$", url.path)
+        if not in_path:
+            return None
+        bucket, obj = in_path.group(1), urllib.parse.unquote(in_path.group(2))
+        st, _, data = self._upstream("GET", f"/storage/v1/b/{bucket}/o/{urllib.parse.quote(obj, safe='')}", {}, b"")
+        if st == 200 and str(json.loads(data).get("generation")) == query["generation"][0]:
+            return None
+        return self._json_error(404, "notFound", f"No such object: {bucket}/{obj}")
 
     def _if_generation(self, method, path, headers, body, url, query):
         """An upload names its object in the query (media uploads) or the JSON metadata part (multipart,

@@ -51,7 +51,8 @@ def _follow(store: "BlobStore", run_id: str, st0: "ClusterState", prov: "Provide
     if follow:
         code = st.exit_code
         con = console()
-        con.err.print(f"run {run_id} {st.state.value}" + (f" (exit code {code})" if code is not None else ""))
+        con.err.print(f"run {run_id} {st.state.value}" + (f" (exit code {code})" if code is not None else "")
+                      + (f": {st.note}" if st.state is runs.RunState.ENDED and st.note else ""))
         con.err.print(f"outputs: {store.local_path(layout.run_output(run_id))}/  "
                       f"fetch them: tpuctl download {run_id} -c {cluster}")
         return code if code is not None else int(ExitCode.ERROR)

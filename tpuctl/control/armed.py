@@ -7,7 +7,8 @@ VM has no state of its own) and may move the compute to another zone; the CLI ta
 (`sync`), so `down` deletes where the compute is now.
 
     {"armed": true, "armed_at": T, "max_recoveries": 5, "until": T|0, "run": ID|"", "recoveries": 1,
-     "watcher": "local"|"vm", "state": {...}, "ended": ""|why, "ended_at": T}
+     "watcher": "local"|"vm", "state": {...}, "ended": ""|why, "ended_at": T, "teardown": bool,
+     "recovering": {...}|{} (control/recovering.py)}
 """
 from __future__ import annotations
 
@@ -69,13 +70,13 @@ def live(doc: dict[str, Any] | None) -> bool:
     return bool(doc and doc.get("armed") and not doc.get("ended"))
 
 
-def end(store: BlobStore, why: str) -> None:
+def end(store: BlobStore, why: str, teardown: bool = False) -> None:
     """The watch is over (down, the run ended, the host stopped itself, limits): watchers exit and `status` says
-    why."""
+    why. `teardown` (`down`): the compute is going, so a watcher undoes a re-create it finishes after this."""
     def change(doc: dict[str, Any]) -> dict[str, Any] | None:
         if not live(doc):
             return None
-        return {**doc, "ended": why, "ended_at": time.time()}
+        return {**doc, "ended": why, "ended_at": time.time(), "teardown": teardown}
     update(store, change)
 
 

@@ -2,13 +2,18 @@
 kept cluster as down so its runs' logs and outputs stay reachable by name."""
 from __future__ import annotations
 
+import json
 import time
 
-from ..core import orphans, state
+from ..core import layout, orphans, runindex, runs, state
 from ..core.errors import TpuctlError
 from ..core.models import ClusterState, HostFacts, Phase
 from ..providers.base import Provider, Reporter, progress_of
+from ..core.runs import RunState
+from ..core.store import BlobStore
 from . import armed
+
+TAKEN_DOWN = "cluster taken down (`tpuctl down`)"
 
 
 def remove_orphans(st: ClusterState, provider: Provider, reporter: Reporter) -> None:
@@ -33,12 +38,42 @@ def _disarm(st: ClusterState, provider: Provider) -> tuple[list[str], str]:
         doc = armed.read(store)
         if doc is None:
             return [st.zone], ""
-        armed.end(store, "`tpuctl down`")
+        armed.end(store, "`tpuctl down`", teardown=True)
         armed.sync(st, store)
     except TpuctlError:
         return [st.zone], ""
     vm_zone = str(doc.get("watcher_zone") or "") if doc.get("watcher") == armed.ON_VM else ""
     return ([st.zone] + [z for z in st.spec.zones if z != st.zone] if st.zone else [st.zone]), vm_zone
+
+
+def end_runs(store: BlobStore, why: str) -> list[str]:
+    """Every unfinished run (queued, running, interrupted) ends, with `why` in its status note: its compute is gone
+    for good, so its duration and cost stop and nothing resumes it on a later `up`. Each worker that runs it gets
+    the final status its agent can no longer write. Returns the runs ended."""
+    ended = runindex.unfinished(store)
+    hosts = int(runs.read_object(store, layout.CLUSTER_RECORD).get("hosts") or 1)
+    for run_id in ended:
+        job = runs.job(store, run_id)
+        for w in range(1 if job is None or job.framework == "tensorflow" else hosts):
+            st = runs.status(store, run_id, w)
+            if st.state.final:
+                continue
+            st.state, st.ended, st.note, st.worker = RunState.ENDED, time.time(), why, w
+            store.write(layout.run_status(run_id, w), json.dumps(st.to_json()).encode())
+        runindex.settle(store, run_id, hosts)
+    return ended
+
+
+def _end_runs(st: ClusterState, provider: Provider, reporter: Reporter) -> None:
+    if provider.remote_runs is not None:
+        return   # a service's runs are its sessions': settled by the provider (providers/kaggle)
+    try:
+        ended = end_runs(provider.store(st), TAKEN_DOWN)
+    except (TpuctlError, OSError) as e:
+        reporter.warn(f"could not mark the cluster's unfinished runs ended: {getattr(e, 'message', e)}")
+        return
+    for run_id in ended:
+        reporter.resource("run", run_id, f"ended: {TAKEN_DOWN}", final=True)
 
 
 def down(st: ClusterState, provider: Provider, reporter: Reporter, delete_store: bool) -> None:
@@ -51,6 +86,8 @@ def down(st: ClusterState, provider: Provider, reporter: Reporter, delete_store:
             provider.delete_compute(st, reporter)
         st.zone = last
         st.compute_ended(time.time())
+        if not delete_store:
+            _end_runs(st, provider, reporter)
     except TpuctlError as e:
         st.zone = last
         errors.append(e)

@@ -50,7 +50,7 @@ class HostWatch:
         beat = status.heartbeat
         if status.state is RunState.QUEUED:
             self.queued_since = self.queued_since if self.queued_since is not None else now
-        quiet = (status.state in (RunState.RUNNING, RunState.STARTING) and beat is not None
+        quiet = (status.state in (RunState.RUNNING, RunState.STARTING, RunState.INTERRUPTED) and beat is not None
                  and time.time() - beat > stale_seconds()) \
             or (status.state is RunState.QUEUED and now - (self.queued_since or now) > stale_seconds())
         if quiet and self.revived_at is not None and now - self.revived_at < stale_seconds():
@@ -68,7 +68,8 @@ class HostWatch:
         if self.quiet_since is None:
             self.quiet_since = now
             what = ("is still queued, no agent has taken it" if status.state is RunState.QUEUED
-                    else f"has had no heartbeat for {stale_seconds():.0f}s")
+                    else "was interrupted by its host stopping, and no agent has resumed it"
+                    if status.state is RunState.INTERRUPTED else f"has had no heartbeat for {stale_seconds():.0f}s")
             self.warn(f"run {self.run_id} {what}: {detail}")
         if not alive:
             watcher = self._watcher()

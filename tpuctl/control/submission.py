@@ -182,10 +182,13 @@ def resolve_run(store: BlobStore, run_id: str | None) -> str:
     return found[0]
 
 
-def _row(store: BlobStore, run_id: str) -> dict[str, object]:
+def _row(store: BlobStore, run_id: str) -> dict[str, object] | None:
     """A run from its first claim (its first attempt's start: a resumed run's time includes its outages) to its
-    end, or now."""
+    end, or now. None for an index entry whose run does not exist (runindex.py)."""
     job = runs.job(store, run_id)
+    if job is None:
+        runindex.forget(store, run_id)
+        return None
     st = runs.status(store, run_id)
     m = metrics.parse(store.read(layout.run_metrics(run_id)))
     start = _first_claim(store, run_id) or st.started
@@ -196,7 +199,7 @@ def _row(store: BlobStore, run_id: str) -> dict[str, object]:
     losses = [v for _, v in m.history.get("loss", [])] if m else []
     parts = goodput.breakdown(m.attempts, min(start or m.attempts[0]["start"], m.attempts[0]["start"]),
                               end or time.time()) if m and m.attempts else None
-    return {"id": run_id, "name": job.name if job else "", "state": shown,
+    return {"id": run_id, "name": job.name, "state": shown,
             "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(start)) if start else "",
             "started_at": start,
             "duration": round((end or time.time()) - start, 1) if start else None,
@@ -235,7 +238,7 @@ def table(store: BlobStore, limit: int | None = None) -> list[dict[str, object]]
     if not ids:
         return []
     with ThreadPoolExecutor(min(16, len(ids))) as pool:
-        rows = list(pool.map(lambda rid: _row(store, rid), ids))
+        rows = [r for r in pool.map(lambda rid: _row(store, rid), ids) if r is not None]
     _recoveries_during(store, rows)
     return rows
 

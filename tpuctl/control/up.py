@@ -28,9 +28,10 @@ from ..providers.base import BucketGrants, Created, Placement, Provider, Reporte
 class _Up:
     """One `up`: the state it saves as it goes, and the undo list of what this run created."""
 
-    def __init__(self, provider: Provider, reporter: Reporter, st: ClusterState, regrant: bool = True) -> None:
+    def __init__(self, provider: Provider, reporter: Reporter, st: ClusterState, regrant: bool = True,
+                 before_create: Callable[[], None] = lambda: None) -> None:
         self.p, self.r, self.st = provider, reporter, st
-        self.regrant = regrant
+        self.regrant, self.before_create = regrant, before_create
         self.lock = threading.Lock()
         self.undo: list[Created] = []
         self.store_region: str | None = None
@@ -91,6 +92,7 @@ class _Up:
             self.st.zone, self.st.runtime = placement.zone, runtime
         self.save()   # before creating: an interrupted `up` knows where to adopt or delete
         self.prepare(placement.region)
+        self.before_create()
         compute = self.p.ensure_compute(self.st, self.r)
         self.undo.extend(compute.created)
         with self.lock:
@@ -148,9 +150,12 @@ def check_compatible(spec: ClusterSpec, st: ClusterState) -> None:
                               f"use another -c NAME, or `tpuctl down -c {spec.name}` first")
 
 
-def up(spec: ClusterSpec, provider: Provider, reporter: Reporter, regrant: bool = True) -> ClusterState:
+def up(spec: ClusterSpec, provider: Provider, reporter: Reporter, regrant: bool = True,
+       before_create: Callable[[], None] = lambda: None) -> ClusterState:
     """`regrant` False: a recovery watcher re-creating the compute of a cluster `up` made, whose bucket grants are in
-    place (and are not its to change: the watcher VM's identity may not read the bucket's IAM policy)."""
+    place (and are not its to change: the watcher VM's identity may not read the bucket's IAM policy).
+    `before_create` is called before each placement's compute is created, and may raise to stop (a watcher whose
+    watch `down` ended)."""
     prior = state.load(spec.name)
     if prior:
         check_compatible(spec, prior)
@@ -163,7 +168,7 @@ def up(spec: ClusterSpec, provider: Provider, reporter: Reporter, regrant: bool 
     was_down = st.phase is Phase.DOWN
     if was_down:
         st.phase = Phase.CREATING   # from here on `down` must look for compute again
-    run = _Up(provider, reporter, st, regrant)
+    run = _Up(provider, reporter, st, regrant, before_create)
     run.save()
     placements = _ordered(provider.placements(spec), st.zone)
     grants = provider.grants

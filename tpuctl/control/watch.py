@@ -23,8 +23,11 @@ from ..core.lease import Lease
 from ..core.models import ClusterState, Phase
 from ..core.store import BlobStore
 from ..providers.base import Provider, Reporter, WatcherHost
-from . import armed, up as up_flow
+from . import armed, recovering, up as up_flow
 from .status import stopped_by_host
+
+
+DOWN = "`tpuctl down`"   # why `down` ended a watch (armed.py), as `status` and a watcher report it
 
 
 def poll_seconds() -> float:
@@ -57,7 +60,11 @@ class Watcher:
         """Watch until the watch ends; returns why it ended."""
         try:
             while True:
-                why = self.look()
+                try:
+                    why = self.look()
+                except TpuctlError as e:   # a store or API hiccup: the next preemption must still be seen
+                    self.r.warn(f"watch: {e.message}; looking again")
+                    why = None
                 if why:
                     return why
                 self.sleep(poll_seconds())
@@ -79,6 +86,8 @@ class Watcher:
             armed.end(self.store, ended)
             return ended
         pending = doc.get("recovering") or {}
+        if recovering.in_flight(doc, self.lease.id):
+            return None   # another watcher is inside a re-create (the lease may have been damaged): not twice
         if pending:   # a watcher died while re-creating: finish its recovery (`up` adopts what it began)
             self.recover(str(pending.get("lost", "")), pending)
             return None
@@ -135,40 +144,30 @@ class Watcher:
 
     # -- bringing it back ------------------------------------------------------------------------------
     def recover(self, lost: str, pending: dict[str, Any] | None = None) -> None:
-        """Re-create the compute; `pending`: the recovery a dead watcher began (recorded before it re-created)."""
+        """Re-create the compute; `pending`: the recovery a dead watcher began (recorded before it re-created). The
+        mark (recovering.py) says, lease or no lease, that this watcher is inside it, and counts it once."""
         at_risk = armed.runs_at_risk(self.store)   # first: the re-create's new attempts must not be counted in it
         if pending:
-            start, zone_before = float(pending["detected_at"]), str(pending.get("zone_before", ""))
-            self.r.warn(f"cluster {self.st.name}: finishing the re-create another watcher began ({lost})")
+            mark = recovering.Mark.adopt(self.store, self.lease.id, pending)
+            if mark:
+                self.r.warn(f"cluster {self.st.name}: finishing the re-create another watcher began ({lost})")
         else:
-            start, zone_before = time.time(), self.st.zone
             self.r.warn(f"cluster {self.st.name}: {lost}; re-creating it")
-            self.st.compute_ended(start)   # lost compute bills no more: the next period begins when it is back
+            self.st.compute_ended(time.time())   # lost compute bills no more: the next period begins when it is back
             state.save(self.st)
-            mark = {"lost": lost, "detected_at": start, "zone_before": zone_before}
-            armed.update(self.store, lambda d: {**d, "recovering": mark, "state": self.st.to_json()} if d else None)
+            mark = recovering.Mark.begin(self.store, self.lease.id, lost, self.st.zone, self.st.to_json())
+        if mark is None:
+            return   # another watcher began or took it first
+        start, zone_before = float(mark.rec["detected_at"]), str(mark.rec.get("zone_before", ""))
         beats = [float(b.get("time", 0)) for b in runs.heartbeats(self.store) if b.get("worker") == 0]
-        with self.lease.keep():
-            self.lease.renew(doing=f"re-creating ({lost})")
-            tries = 0
-            while True:
-                if not armed.live(armed.read(self.store)):
-                    return   # `down` (or a limit) ended the watch while we waited
-                try:
-                    self.st = up_flow.up(self.st.spec, self.p, self.r, regrant=False)
-                    break
-                except TpuctlError as e:
-                    wait = backoff_seconds(tries)
-                    self.r.warn(f"re-create failed: {e.message}; trying again in {wait:.0f}s")
-                    tries += 1
-                    self.sleep(wait)
+        tries = self._recreate(lost, mark)
+        if tries is None or not mark.finish(self.st.to_json()):
+            return
         back = time.time()
         rec = {"lost": lost, "detected_at": start, "last_heartbeat": max(beats, default=0.0), "back_at": back,
                "gone_seconds": round(back - (max(beats, default=0.0) or start), 1), "zone_before": zone_before,
-               "zone": self.st.zone, "where": self.p.location(self.st), "runs": at_risk, "tries": tries + 1,
+               "zone": self.st.zone, "where": self.p.location(self.st), "runs": at_risk, "tries": tries,
                "watcher": self.where}
-        armed.update(self.store, lambda d: {**d, "recoveries": int(d.get("recoveries", 0)) + 1, "recovering": {},
-                                            "state": self.st.to_json()} if d else None)
         n = armed.record_recovery(self.store, rec)
         self.r.info(f"recovery {n}: cluster {self.st.name}: {armed.recovery_line(rec)}"
                     + (f"; its agent runs {', '.join(at_risk)} again (a job that checkpoints resumes from its last "
@@ -183,6 +182,40 @@ class Watcher:
             if said:
                 self.r.info(f"recovery {rec['n']}: {said}")
                 self.resuming.remove(rec)
+
+    def _recreate(self, lost: str, mark: recovering.Mark) -> int | None:
+        """`up` until it succeeds (backoff between tries); how many tries it took, or None when the watch ended
+        meanwhile: checked before each create, and after one, which `down` wants undone."""
+        def wanted() -> None:
+            if not armed.live(armed.read(self.store)):
+                raise TpuctlError(ErrorKind.INTERRUPTED, "the watch was ended (`tpuctl down`, or a limit)")
+        tries = 0
+        with self.lease.keep(also=mark.renew):
+            self.lease.renew(doing=f"re-creating ({lost})")
+            while True:
+                tries += 1
+                try:
+                    wanted()
+                    self.st = up_flow.up(self.st.spec, self.p, self.r, regrant=False, before_create=wanted)
+                except TpuctlError as e:
+                    if not armed.live(armed.read(self.store)):
+                        mark.drop()
+                        return None
+                    wait = backoff_seconds(tries - 1)
+                    self.r.warn(f"re-create failed: {e.message}; trying again in {wait:.0f}s")
+                    self.sleep(wait)
+                    continue
+                doc = armed.read(self.store)
+                if armed.live(doc):
+                    return tries
+                try:
+                    if doc and doc.get("teardown"):   # `down` came while the create ran: what it made goes too
+                        self.r.warn(f"cluster {self.st.name}: `tpuctl down` ended the watch during the re-create; "
+                                    "deleting what it made")
+                        self.p.delete_compute(self.st, self.r)
+                finally:
+                    mark.drop()
+                return None
 
 
 def load_for_watch(name: str, store: BlobStore | None) -> ClusterState | None:
@@ -216,9 +249,16 @@ class CommandLease:
             return self   # no store yet: nothing was ever armed
         if doc is None:
             return self
+        wait = float(os.environ.get("TPUCTL_LEASE_WAIT", "1800"))
+        if self.command == "down":
+            # the record a watcher reads before each create, written before the lease is asked for: a watcher stops
+            # at once, whatever state the lease is in (a damaged one would be taken at once, mid-re-create)
+            armed.end(self.store, DOWN, teardown=True)
         self.lease = lease_of(self.store, f"`tpuctl {self.command}` on {socket.gethostname()} (pid {os.getpid()})")
-        self.lease.take(float(os.environ.get("TPUCTL_LEASE_WAIT", "1800")), self.waiting)
+        self.lease.take(wait, self.waiting)
         self.keeper = self.lease.keep().__enter__()
+        if self.command == "down":
+            recovering.wait_settled(self.store, wait, self.waiting)
         return self
 
     def __exit__(self, *exc: object) -> None:

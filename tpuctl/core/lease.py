@@ -6,6 +6,10 @@ seconds. `up` and `down` of an armed cluster take it too: they ask the holder to
 holder does so at its next look (after the re-create it may be in the middle of), and hands the lease to them
 alone for one `ttl` (`reserved_for`), so a watcher that looks again first cannot take it back.
 
+A lease that cannot be read (deleted, overwritten with something that is not a record, its expiry zeroed) is free:
+whoever writes it first on the generation they read holds it (the precondition lets one writer win), its holder
+included, whose keeper takes it back the same way rather than stop renewing it.
+
 Expiry is the writer's wall clock: machines whose clocks disagree by more than a fraction of `ttl` (60 s by
 default, TPUCTL_LEASE_SECONDS) could both believe they hold it; NTP-synced hosts are well inside that.
 """
@@ -107,26 +111,36 @@ class Lease:
                 told = True
             time.sleep(poll)
 
-    def keep(self) -> "Keeper":
-        """Renew in the background while a long step (a re-create) runs."""
-        return Keeper(self)
+    def keep(self, also: Callable[[], None] = lambda: None) -> "Keeper":
+        """Renew in the background while a long step (a re-create) runs; `also` is called at each renewal."""
+        return Keeper(self, also)
 
 
 class Keeper:
-    def __init__(self, lease: Lease) -> None:
-        self.lease = lease
+    def __init__(self, lease: Lease, also: Callable[[], None] = lambda: None) -> None:
+        self.lease, self.also = lease, also
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True, name="lease-keeper")
 
     def _run(self) -> None:
         while not self.stop.wait(self.lease.ttl / 3):
             try:
-                rec, gen = self.lease._read()
-                if rec and rec.get("id") == self.lease.id:
-                    # wanted_by is kept: the holder steps aside once the step it is in is done
-                    self.lease._write(gen, wanted_by=rec.get("wanted_by", ""))
+                self.renew()
             except Exception:  # noqa: BLE001 - a failed renewal is retried; a lapsed lease is seen at the next look
                 pass
+            try:
+                self.also()
+            except Exception:  # noqa: BLE001 - as above: tried again at the next renewal
+                pass
+
+    def renew(self) -> None:
+        lease = self.lease
+        rec, gen = lease._read()
+        if rec and rec.get("id") == lease.id:
+            # wanted_by is kept: the holder steps aside once the step it is in is done
+            lease._write(gen, wanted_by=rec.get("wanted_by", ""))
+        elif _free(rec, lease.id, lease.clock()):
+            lease._write(gen)   # damaged or lapsed: taken back, unless another writer took it first
 
     def __enter__(self) -> "Keeper":
         self.thread.start()

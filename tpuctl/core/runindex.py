@@ -12,11 +12,41 @@ long-lived cluster used for sweeps holds tens of thousands of finished runs):
 `submit` writes both right after `job.json` (the run exists once its job.json does; a submit killed between the
 two leaves a run nobody was told of, which a rebuild indexes). A store made before the indexes existed, or that
 lost them, is indexed once from a full listing by the first command that finds no `tpuctl/index/complete`.
+
+So an entry whose name is not a run id, or whose run has no job.json, was planted by hand or by something else
+(job.json is written before either entry): whoever meets it removes it and says so once (`report`), and it never
+shows as a run nor stays in the queue.
 """
 from __future__ import annotations
 
+import sys
+from typing import Callable
+
 from . import layout, runs
 from .store import BlobStore
+
+Report = Callable[[str], None]
+
+
+def _stderr(message: str) -> None:
+    print(f"tpuctl: {message}", file=sys.stderr, flush=True)
+
+
+def drop(store: BlobStore, key: str, why: str, report: Report = _stderr) -> None:
+    """Removes an index or queue entry that names no run (see above), and says so."""
+    store.delete(key)
+    report(f"removed {key} from the run index: {why}")
+
+
+def _ids(store: BlobStore, keys: list[str], id_of: Callable[[str], str], report: Report) -> list[str]:
+    good = []
+    for key in keys:
+        run_id = id_of(key)
+        if runs.is_id(run_id):
+            good.append(run_id)
+        else:
+            drop(store, key, "not a run id", report)
+    return good
 
 _FLIP = str.maketrans("0123456789abcdef", "9876543210fedcba")
 
@@ -52,21 +82,34 @@ def register(store: BlobStore, run_id: str) -> None:
     store.create(layout.run_index(flip(run_id)), run_id.encode())
 
 
-def queued(store: BlobStore, ensured: bool = False) -> list[str]:
+def queued(store: BlobStore, ensured: bool = False, report: Report = _stderr) -> list[str]:
     """Unfinished runs (and finished ones not yet settled), oldest first."""
     if not ensured:
         ensure(store)
-    return [k[len(layout.QUEUE_PREFIX):] for k, _ in store.list(layout.QUEUE_PREFIX)]
+    keys = [k for k, _ in store.list(layout.QUEUE_PREFIX)]
+    return _ids(store, keys, lambda k: k[len(layout.QUEUE_PREFIX):], report)
 
 
-def newest(store: BlobStore, limit: int | None = None) -> list[str]:
-    """The `limit` most recently submitted runs (None: all), newest first, from one short listing."""
+def newest(store: BlobStore, limit: int | None = None, report: Report = _stderr) -> list[str]:
+    """The `limit` most recently submitted runs (None: all), newest first, from one short listing (two when it
+    began with entries that name no run)."""
     ensure(store)
-    return [flip(k.rsplit("/", 1)[1]) for k, _ in store.list(layout.RUN_INDEX_PREFIX, limit)]
+    keys = [k for k, _ in store.list(layout.RUN_INDEX_PREFIX, limit)]
+    ids = _ids(store, keys, lambda k: flip(k.rsplit("/", 1)[1]), report)
+    return newest(store, limit, report) if limit and len(ids) < len(keys) else ids
 
 
-def latest(store: BlobStore) -> str | None:
-    ids = newest(store, 1)
+def forget(store: BlobStore, run_id: str, report: Report = _stderr) -> None:
+    """A run id listed in the indexes whose job.json does not exist: out of both."""
+    why = f"run {run_id} does not exist (no {layout.run_job(run_id)})"
+    for key in (layout.run_index(flip(run_id)), layout.queue_entry(run_id)):
+        if store.read(key) is not None:
+            drop(store, key, why, report)
+
+
+def latest(store: BlobStore, report: Report = _stderr) -> str | None:
+    while (ids := newest(store, 1, report)) and runs.job(store, ids[0]) is None:
+        forget(store, ids[0], report)
     return ids[0] if ids else None
 
 
@@ -113,11 +156,14 @@ def all_ids(store: BlobStore) -> list[str]:
     return newest(store)[::-1]
 
 
-def unfinished(store: BlobStore) -> list[str]:
-    """Runs whose worker-0 status is not final, oldest first; the settled ones leave the queue on the way."""
+def unfinished(store: BlobStore, report: Report = _stderr) -> list[str]:
+    """Runs whose worker-0 status is not final, oldest first; the settled ones leave the queue on the way, and
+    entries whose run does not exist too."""
     left = []
-    for run_id in queued(store):
-        if runs.status(store, run_id).state.final:
+    for run_id in queued(store, report=report):
+        if runs.job(store, run_id) is None:
+            forget(store, run_id, report)
+        elif runs.status(store, run_id).state.final:
             settle(store, run_id)
         else:
             left.append(run_id)

@@ -24,14 +24,16 @@ class RunState(str, Enum):
     QUEUED = "queued"          # written, not yet claimed
     STARTING = "starting"      # claimed; unpacking, installing requirements
     RUNNING = "running"
+    INTERRUPTED = "interrupted"  # its host stopped (shutdown, maintenance, preemption): the next agent resumes it
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     CANCELLED = "cancelled"
     LOST = "lost"              # its host stopped heartbeating too many times
+    ENDED = "ended"            # its compute is gone for good (`tpuctl down`): its status note says why
 
     @property
     def final(self) -> bool:
-        return self in (RunState.SUCCEEDED, RunState.FAILED, RunState.CANCELLED, RunState.LOST)
+        return self in (RunState.SUCCEEDED, RunState.FAILED, RunState.CANCELLED, RunState.LOST, RunState.ENDED)
 
 
 @dataclass
@@ -94,6 +96,12 @@ def stale_seconds() -> float:
     return float(os.environ.get("TPUCTL_STALE_SECONDS", "90"))
 
 
+def stop_grace() -> float:
+    """Seconds a job gets between its SIGTERM and its SIGKILL when its agent is stopped (TPUCTL_STOP_GRACE, 20 s):
+    inside the agent unit's TimeoutStopSec (startup.sh) and a spot VM's 30-second preemption notice."""
+    return float(os.environ.get("TPUCTL_STOP_GRACE", "20"))
+
+
 def new_id(now: Callable[[], float] = time.time) -> str:
     """An id that sorts after every id this machine made before (its submission order), and after every other
     machine's made earlier by the clock: the millisecond, moved past the last one issued here (kept under
@@ -106,7 +114,14 @@ def new_id(now: Callable[[], float] = time.time) -> str:
 
 
 def is_id(run_id: str) -> bool:
-    return bool(_ID_RE.fullmatch(run_id))
+    """Whether `run_id` is one new_id could have made: its shape and a real date and time."""
+    if not _ID_RE.match(run_id):
+        return False
+    try:
+        time.strptime(run_id[:15], "%Y%m%d-%H%M%S")
+    except ValueError:
+        return False
+    return True
 
 
 def check_id(run_id: str) -> str:

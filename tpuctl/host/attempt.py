@@ -2,7 +2,12 @@
 requirements into an environment of their own that sees the image's TensorFlow (jobenv.py), run the command with
 the TPUCTL_* environment, ship its output (logshipper.py), and supervise it until it ends: cancel and the
 --max-duration deadline (SIGTERM to the job's processes, SIGKILL after a grace period), what the job left
-running, the run's heartbeat. The status it writes is the run's status.json for this worker."""
+running, the run's heartbeat. The status it writes is the run's status.json for this worker.
+
+The agent itself being stopped (SIGTERM: systemd stopping it as the host shuts down for a reboot, maintenance or a
+preemption; `tpuctl down` of a local cluster) is not a cancel: the job gets its SIGTERM and TPUCTL_STOP_GRACE
+seconds to checkpoint, its output is shipped, and the attempt is recorded `interrupted`, which the next agent
+resumes at once (claims.py). Only a user's `cancel`, the deadline, or the job's own exit end a run."""
 from __future__ import annotations
 
 import hashlib
@@ -20,7 +25,7 @@ from ..core import layout, runs
 from ..core.jobspec import DEFAULT_TENSORFLOW
 from ..core.lifecycle import Policy
 from ..core.packaging import unpack
-from ..core.runs import RunSpec, RunState, RunStatus
+from ..core.runs import RunSpec, RunState, RunStatus, stop_grace
 from ..runtime import prefer_legacy_keras
 from . import jobenv, podruntime
 from .jobprocs import JobProcesses
@@ -32,6 +37,12 @@ if TYPE_CHECKING:
     from .agent import Agent
 
 HEARTBEAT_SECONDS = 5.0
+# A job that died of SIGTERM or SIGKILL while the agent was not (yet) told to stop: how long to wait for the agent's
+# own SIGTERM before calling it the job's failure. A host shutting down signals every process at once (systemd's
+# default KillMode=control-group, then the shutdown's final SIGTERM to all), so the job may be first.
+SIGNAL_WAIT_SECONDS = 2.0
+
+
 class Attempt:
     def __init__(self, agent: Agent, run_id: str, attempt: int) -> None:
         self.a, self.run_id, self.attempt = agent, run_id, attempt
@@ -55,24 +66,47 @@ class Attempt:
             PreambleFilter(gpu=self.a.accelerator.startswith("gpu"))
         shipper = LogShipper(self.a.store, self.run_id, self.a.worker, quiet, self.a.guard)
         if self.attempt > 1:
-            shipper.note(f"the previous host stopped heartbeating; run resumed on {self.a.host} "
-                         f"(attempt {self.attempt})", fresh_line=True)
+            why = "the previous attempt's host stopped" if self.a.claims.interrupted.pop(self.run_id, False) \
+                else "the previous host stopped heartbeating"
+            shipper.note(f"{why}; run resumed on {self.a.host} (attempt {self.attempt})", fresh_line=True)
         try:
             job = self._prepare(shipper)
         except Exception as e:  # noqa: BLE001 - reported in the run's own log and status
+            if self.a.stop.is_set():
+                return self._interrupted(shipper, None)
             shipper.note(f"cannot prepare the run: {e}")
             self.status(RunState.FAILED, exit_code=127)
             return 127
+        if self.a.stop.is_set():
+            return self._interrupted(shipper, None)
         tf = self.tensorflow(job)
         script, env_dir = self._script(job, tf)
         proc = subprocess.Popen(["bash", "-c", script], cwd=self.code_dir, env=self.environment(job, tf, env_dir),
                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 start_new_session=True)
         rc, cancelled = _Supervisor(self, proc, shipper).run()
+        shipper.settle(self.a.stop, lambda note: self.status(RunState.RUNNING, note=note))
+        if not cancelled and rc != 0 and self._host_stopping(rc):
+            return self._interrupted(shipper, rc)
         lost = f"{shipper.unshipped} bytes of output were not shipped ({self.a.guard.problem or 'store full'})"
         self.status(RunState.CANCELLED if cancelled else (RunState.SUCCEEDED if rc == 0 else RunState.FAILED),
                     exit_code=rc, note=lost if shipper.unshipped else "")
         return rc
+
+    def _host_stopping(self, rc: int) -> bool:
+        """Whether the job's end is the host's stop: the agent is being stopped, or the job died of a signal and the
+        agent's own SIGTERM follows within SIGNAL_WAIT_SECONDS. A job that saved and exited 143 reads the same."""
+        killed = rc in (128 + signal.SIGTERM, 128 + signal.SIGKILL)
+        return self.a.stop.is_set() or (killed and self.a.stop.wait(SIGNAL_WAIT_SECONDS))
+
+    def _interrupted(self, shipper: LogShipper, rc: int | None) -> int:
+        """The agent is being stopped: not the run's end. Recorded `interrupted` (with what the job exited with), so
+        the next agent on this host or on its replacement resumes it at once (claims.py)."""
+        why = f"the agent was stopped on {self.a.host} (the host shutting down, maintenance or a preemption)"
+        shipper.note(f"{why}; the run resumes when an agent starts again", fresh_line=True)
+        shipper.flush(last=True)
+        self.status(RunState.INTERRUPTED, exit_code=rc, note=why)
+        return 128 + signal.SIGTERM if rc is None else rc
 
     def _prepare(self, shipper: LogShipper) -> RunSpec:
         job, a = self.job, self.a
@@ -152,6 +186,7 @@ class _Supervisor:
         self.stop_pump = threading.Event()
         self.pump = threading.Thread(target=shipper.pump, args=(stdout.fileno(), self.stop_pump), daemon=True)
         self.cancelled = False
+        self.stopping = False   # the agent is being stopped: the job was told, the run is interrupted, not ended
         self.kill_at: float | None = None
         self.drain = float(os.environ.get("TPUCTL_DRAIN_SECONDS", "10"))
         self.main_ended: float | None = None
@@ -175,9 +210,12 @@ class _Supervisor:
         return (rc if rc >= 0 else 128 - rc), self.cancelled
 
     def _step(self, now: float) -> None:
-        if not self.cancelled and self.a.stop.is_set():
-            # The agent itself is being stopped (`tpuctl down`): take the job down with it, never orphan it.
-            self._cancel(now, 5.0)
+        if not self.stopping and self.a.stop.is_set():
+            # The agent itself is being stopped: the job gets its SIGTERM and the grace to checkpoint (never
+            # orphaned); a cancel already under way keeps its own, shorter or not, deadline.
+            self.stopping = True
+            self.procs.signal(signal.SIGTERM)
+            self.kill_at = min(self.kill_at or now + stop_grace(), now + stop_grace())
         if not self.cancelled and now - self.last_cancel_check >= 1.0:
             self.last_cancel_check = now
             self._check_cancel(now)

@@ -1,7 +1,8 @@
 """Which run this host takes next. A new run is claimed once, by create-if-absent on its claim object, so two
 agents never run it both. A run whose host stopped heartbeating (a preempted or deleted TPU VM: `tpuctl up`
 recreates it) is taken over by the next attempt's claim, same run id and output dir, so a job that checkpoints
-continues; after MAX_ATTEMPTS (more on a cluster armed for recovery) it is LOST. A restarted agent first ends what its predecessor on this host left
+continues; a run whose attempt its host's stop interrupted (attempt.py) is taken over at once. After MAX_ATTEMPTS
+(more on a cluster armed for recovery) it is LOST. A restarted agent first ends what its predecessor on this host left
 running, so one run never has two attempts at once."""
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ class Claims:
         self.ended_here: set[str] = set()    # runs whose attempt on this host a predecessor left running, now ended
         self.indexed = False                 # runindex.ensure done: once per agent, not once a tick
         self.followed: dict[str, str] = {}   # run -> the TPU runtime request (podruntime.py) this worker served
+        self.interrupted: dict[str, bool] = {}   # runs taken over from an attempt its host's stop interrupted
 
     def runs_here(self, job: RunSpec) -> bool:
         """TensorFlow on a slice runs ONE program, on worker 0; JAX and PyTorch run on every worker (GCP_FACTS §6;
@@ -72,8 +74,10 @@ class Claims:
                 continue
             if run_id not in self.specs:
                 spec = runs.job(a.store, run_id)
-                if spec is None:
-                    continue   # listed before its job.json is readable: look again next tick
+                if spec is None:   # job.json is written before the queue entry: this one names no run
+                    runindex.forget(a.store, run_id)
+                    self.done.add(run_id)
+                    continue
                 self.specs[run_id] = spec
             if not self.runs_here(self.specs[run_id]):
                 if self.follows_done(run_id, self.specs[run_id]):
@@ -91,7 +95,9 @@ class Claims:
                 self.done.add(run_id)
                 continue
             last = st.heartbeat or float(json.loads(first).get("time", 0))
-            stale = time.time() - last >= runs.stale_seconds()
+            # an attempt whose agent was stopped said so (attempt.py): resumed at once, not after the stale wait
+            interrupted = st.state is RunState.INTERRUPTED
+            stale = interrupted or time.time() - last >= runs.stale_seconds()
             if not stale and run_id not in self.ended_here:
                 continue
             attempt = st.attempt + 1
@@ -102,6 +108,7 @@ class Claims:
                 continue
             if a.store.create(layout.run_claim(run_id, a.worker, attempt), self._record(attempt)):
                 self.done.add(run_id)
+                self.interrupted[run_id] = interrupted
                 return run_id, attempt
         return None
 

@@ -1,22 +1,35 @@
 """The agent's log shipping: a job's merged stdout/stderr as numbered chunks in the store, each written once.
 Chunk numbers have no gaps (a follower reads 1, 2, 3, ... and waits at the first missing one), so a number is taken
 only once its chunk is written. Output the store cannot take now is held, up to TPUCTL_LOG_HOLD_BYTES (8 MiB: its
-latest bytes, the rest counted as dropped), and retried with backoff (storeguard.py)."""
+latest bytes, the rest counted as dropped), and retried with backoff (storeguard.py).
+
+Output is shipped as soon as it is read, at most one chunk per flush_seconds() (0.5 s) while it keeps coming: a
+line after a quiet spell (often a job's last words before it is killed) leaves at once, and a chatty job costs at
+most two writes a second. So a SIGKILL of the host (the agent gets no word) loses at most the output of its last
+0.5 s plus one write's time, with a store that takes writes; on SIGTERM the agent ships all it holds before it exits
+(attempt.py)."""
 from __future__ import annotations
 
 import os
 import select
 import threading
 import time
+from typing import Callable
 
 from ..core import layout
 from .preamble import PreambleFilter
 from ..core.store import BlobStore
 from .storeguard import StoreGuard
 
-FLUSH_SECONDS = 0.5
 CHUNK_BYTES = 64 * 1024
+LINGER_SECONDS = 0.05   # output after a quiet spell waits this long for the rest of its line (print writes the
+                        # text and its newline apart) before it leaves
 RETRY_MAX_SECONDS = 30.0
+
+
+def flush_seconds() -> float:
+    """The least time between two chunks while output keeps coming (TPUCTL_LOG_FLUSH_SECONDS, 0.5 s)."""
+    return float(os.environ.get("TPUCTL_LOG_FLUSH_SECONDS", "0.5"))
 
 
 def hold_bytes() -> int:
@@ -37,7 +50,9 @@ class LogShipper:
         # the pump thread appends the job's output while the supervising thread adds the agent's notes: one flush
         # at a time, or two could both take the next chunk number
         self.lock = threading.RLock()
-        self.first: float | None = None
+        self.flush_every = flush_seconds()
+        self.last = 0.0            # when a chunk was last written: the next may follow flush_every later
+        self.first = 0.0           # when the oldest byte not yet shipped was read
         self.shipped = 0
         self.dropped = 0           # held output beyond the bound, never shipped
         self.retry_at = 0.0        # while the store refuses, when to try again
@@ -83,7 +98,7 @@ class LogShipper:
             self.shipped += len(piece)
             del self.buf[:len(piece)]
             self.guard.wrote(log=True)
-        self.first, self.retry_at, self.backoff = None, 0.0, 0.5
+        self.last, self.retry_at, self.backoff = time.monotonic(), 0.0, 0.5
 
     def _trim(self) -> None:
         over = len(self.buf) - hold_bytes()
@@ -96,11 +111,32 @@ class LogShipper:
         self.retry_at = now + self.backoff
         self.backoff = min(self.backoff * 2, RETRY_MAX_SECONDS)
 
+    def settle(self, stop: threading.Event, beat: Callable[[str], None]) -> None:
+        """After the job's end, before the run's last status: what is held is tried again (with backoff, `beat`
+        called meanwhile) until it is out, the agent stops, or TPUCTL_LOG_HOLD_WAIT seconds (300) pass; whatever
+        could not go is then marked in the log itself, by a line small enough to pass the floor as a record does."""
+        deadline = time.monotonic() + float(os.environ.get("TPUCTL_LOG_HOLD_WAIT", "300"))
+        while self.unshipped and self.buf and not stop.is_set() and time.monotonic() < deadline:
+            beat(f"the job ended; {self.unshipped} bytes of its output wait for the store "
+                 f"({self.guard.problem or 'store full'})")
+            stop.wait(min(max(0.05, self.retry_at - time.monotonic()), 5.0))
+            self.flush(last=True)
+        if not self.unshipped:
+            return
+        mark = f"\ntpuctl agent: {self.unshipped} bytes of output were not shipped " \
+               f"({self.guard.problem or 'store full'})\n".encode()
+        with self.lock:
+            try:
+                if self.store.create(layout.log_chunk(self.run_id, self.worker, self.n + 1), mark):
+                    self.n += 1
+            except Exception as e:  # noqa: BLE001 - the run's status says it too
+                self.guard.failed(e, f"run {self.run_id}'s log")
+
     def pump(self, fd: int, stop: threading.Event) -> None:
         """Ship until EOF (every writer closed the pipe), or until `stop` once nothing more can come."""
         while not stop.is_set():
-            due = self.retry_at or (self.first + FLUSH_SECONDS if self.first is not None else None)
-            timeout = FLUSH_SECONDS if due is None else max(0.0, due - time.monotonic())
+            due = self.retry_at or (self._due() if self.buf else None)
+            timeout = self.flush_every if due is None else max(0.0, due - time.monotonic())
             ready, _, _ = select.select([fd], [], [], timeout)
             if ready:
                 data = os.read(fd, CHUNK_BYTES)
@@ -111,17 +147,20 @@ class LogShipper:
                     data = self.quiet.feed(data)
                     if not data:
                         continue
-                if self.first is None:
-                    self.first = time.monotonic()
                 with self.lock:
+                    if not self.buf:
+                        self.first = time.monotonic()
                     self.buf += data
                     if len(self.buf) >= CHUNK_BYTES:
                         self.flush()
                     if self.retry_at:
                         self._trim()
-            if self.first is not None and time.monotonic() - self.first >= FLUSH_SECONDS:
+            if self.buf and time.monotonic() >= self._due():
                 self.flush()
         self._end()
+
+    def _due(self) -> float:
+        return max(self.first + LINGER_SECONDS, self.last + self.flush_every)
 
     def _end(self) -> None:
         with self.lock:

@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..core import layout, locks, state
+from ..core import layout, locks, runs, state
 from ..core.errors import ErrorKind, TpuctlError, bad_input
 from ..core.models import ClusterSpec, ClusterState, HostFacts, Phase, ProviderName, cluster_record
 from ..core.store import LocalStore
@@ -123,8 +123,10 @@ class LocalProvider:
             return
         pid = st.host.pid
         progress("stopping")
-        os.kill(pid, signal.SIGTERM)   # the agent stops its running job (5 s grace), then exits
-        if not _wait_exit(pid, 15):
+        # the agent gives its running job SIGTERM and the stop grace to checkpoint, records the run interrupted
+        # (`down` then ends it), and exits
+        os.kill(pid, signal.SIGTERM)
+        if not _wait_exit(pid, runs.stop_grace() + 15):
             os.kill(pid, signal.SIGKILL)
             _wait_exit(pid, 5)
         progress("deleted")

@@ -72,19 +72,26 @@ class GcsStore:
         return _retry_forbidden(once, what=f"create {key}")
 
     def read_generation(self, key: str) -> tuple[bytes | None, int]:
-        from google.api_core.exceptions import PreconditionFailed
+        from google.api_core.exceptions import NotFound, PreconditionFailed
 
         def once() -> tuple[bytes | None, int]:
-            # The generation from the metadata, then the bytes of exactly that generation: an object rewritten
-            # between the two answers 412 and is read again, so bytes and generation always belong together.
+            # The generation from the metadata, then the live object's bytes on the condition that it is still at
+            # that generation: rewritten between the two, it answers 412; deleted, 404; either way it is read again,
+            # so bytes and generation always belong together. The download goes through `bucket.blob(key)`, which
+            # has no mediaLink: python-storage 3.17 `Blob._get_download_url` builds .../o/KEY?alt=media from the
+            # name (adding `generation=` only for a blob that has one) and `ifGenerationMatch` from the argument.
+            # The blob `get_blob` returns would download through its mediaLink, which real GCS pins to the listed
+            # generation (`...?generation=N&alt=media`): once N is overwritten that URL answers 404 (objects.get:
+            # `generation` "selects a specific revision of this object"), and a lease two writers race on would
+            # read as missing (issue 27.4).
             while True:
-                blob = self.bucket.get_blob(key)
-                if blob is None:
+                meta = self.bucket.get_blob(key)
+                if meta is None:
                     return None, 0
-                gen = int(blob.generation)   # read first: the download resets it from a response header
+                gen = int(meta.generation)
                 try:
-                    return blob.download_as_bytes(if_generation_match=gen), gen
-                except PreconditionFailed:
+                    return self.bucket.blob(key).download_as_bytes(if_generation_match=gen), gen
+                except (PreconditionFailed, NotFound):
                     continue
         return _retry_forbidden(once, what=f"read {key}")
 
