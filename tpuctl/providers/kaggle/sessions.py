@@ -267,7 +267,7 @@ class KaggleSessions:
         if rec["sessions"]:
             rec["sessions"][-1]["state"] = "GONE"
         self._chunk(store, run_id, rec, f"--- ended: {reason} ---\n")
-        _status(store, run_id, rec, RunState.FAILED, None, note=f"ended: {reason}")
+        _status(store, run_id, rec, RunState.ENDED, None, note=f"ended: {reason}")
 
     def _chunk(self, store: BlobStore, run_id: str, rec: dict[str, Any], text: str) -> None:
         rec["chunks"] += 1
