@@ -69,6 +69,9 @@ def submit(ctx: typer.Context,
            down: bool = typer.Option(False, "--down", help="The host ends the compute once the run is final."),
            chain: Optional[int] = typer.Option(None, "--chain", help="Kaggle: sessions a run may chain through "
                                                "past the session limit (default 10)."),
+           max_restarts: int = typer.Option(0, "--max-restarts", help="Restart the job up to N times when it exits "
+                                            "42 (tpuctl.runtime.RESTART_CODE) or dies by a signal tpuctl did not "
+                                            "send, as xpk does."),
            provider: Optional[str] = PROVIDER) -> None:
     """Package JOB_DIR, sync its data, run it on the cluster and follow its logs; exits with the job's code.
     Arguments after `--` are appended to the job's command."""
@@ -85,17 +88,27 @@ def submit(ctx: typer.Context,
         raise bad_input(f"--chain {chain}: " + ("must be at least 1" if prov.remote_runs else
                         f"cluster {st.name}'s runs do not run in sessions"),
                         "--chain applies to --provider kaggle clusters, e.g. --chain 5")
+    _check_max_restarts(max_restarts, st, prov)
     with con.Reporter() as rep:
         if down:   # refused before the run exists when the host could not end the compute after it
             from ..control.up import arm
             arm(st, prov, lambda s: rep.resource("--down", "host", s))
         run_id, _ = submission.submit(st, prov, job, list(ctx.args), rep.transfer, rep, down_after=down,
-                                      sessions=chain or 0)
+                                      sessions=chain or 0, max_restarts=max_restarts)
     if detach:
         print(run_id)
         return
     con.err.print(f"run {run_id} submitted; following its log (Ctrl-C stops following, not the run)")
     raise typer.Exit(_follow(prov.store(st), run_id, st, prov, give_up_after=give_up_after))
+
+
+def _check_max_restarts(n: int, st: "ClusterState", prov: "Provider") -> None:
+    """--max-restarts is the host agent's to honour: a service's sessions (Kaggle) chain by CONTINUE_CODE instead."""
+    if n < 0:
+        raise bad_input(f"--max-restarts {n} must be 0 or more", "e.g. --max-restarts 3")
+    if n and prov.remote_runs is not None:
+        raise bad_input(f"--max-restarts: cluster {st.name}'s runs run in a service's sessions, not under tpuctl's "
+                        "agent", "a job there continues in the next session by exiting tpuctl.runtime.CONTINUE_CODE")
 
 
 def _submit_preview(job: "JobSpec", cluster: Optional[str], provider: Optional[str]) -> None:
@@ -259,6 +272,9 @@ def jobs(cluster: Optional[str] = CLUSTER,
     if as_json:
         con.print_json(rows)
         return
+    for r in rows:
+        if r.get("restarts"):
+            r["state"] = f"{r['state']} ({r['restarts']} restart{'s' * (r['restarts'] != 1)})"
     con.print_table(["id", "job", "state", "started", "duration", "exit", "cost", "step", "loss", "loss curve",
                      "goodput"],
                     [[r["id"], r["name"], r["state"], r["started"],

@@ -31,9 +31,11 @@ def warn_package_bytes() -> int:
 
 
 def submit(st: ClusterState, provider: Provider, job: JobSpec, args: list[str], transfer: datasync.Transfer,
-           reporter: Reporter, down_after: bool = False, sessions: int = 0) -> tuple[str, dict[str, int]]:
+           reporter: Reporter, down_after: bool = False, sessions: int = 0,
+           max_restarts: int = 0) -> tuple[str, dict[str, int]]:
     """Everything up to the written job.json (and, where runs execute on a service, its hand-over); returns (run
-    id, data sync summary). `sessions`: how many sessions a service's run may chain through (0: the default)."""
+    id, data sync summary). `sessions`: how many sessions a service's run may chain through (0: the default);
+    `max_restarts`: how often the host restarts a job that exits 42 or dies by a signal (host/restarts.py)."""
     if st.phase is Phase.DOWN:
         raise TpuctlError(ErrorKind.NOT_FOUND, f"cluster {st.name} is down (its {provider.store_noun} is kept)",
                           f"`tpuctl up -c {st.name}` brings it back")
@@ -68,7 +70,8 @@ def submit(st: ClusterState, provider: Provider, job: JobSpec, args: list[str], 
                           final=True)
     spec = RunSpec(id=run_id, name=job.name, command=job.command, args=list(args), env=job.env, package=sha,
                    requirements=job.requirements, submitted=time.time(), cluster=st.name,
-                   framework=job.framework.value, down_after=down_after, tensorflow=job.tensorflow)
+                   framework=job.framework.value, down_after=down_after, tensorflow=job.tensorflow,
+                   max_restarts=max_restarts)
     if not store.create(layout.run_job(run_id), json.dumps(spec.to_json(), indent=2).encode()):
         raise TpuctlError(ErrorKind.ERROR, f"run id {run_id} already exists", "submit again")
     runindex.register(store, run_id)
@@ -143,7 +146,7 @@ def _row(store: BlobStore, run_id: str) -> dict[str, object]:
             "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(start)) if start else "",
             "started_at": start,
             "duration": round((end or time.time()) - start, 1) if start else None,
-            "exit_code": st.exit_code, "attempt": st.attempt, "note": st.note,
+            "exit_code": st.exit_code, "attempt": st.attempt, "note": st.note, "restarts": st.restarts,
             "step": m.step if m else None, "loss": m.metrics.get("loss") if m else None,
             "loss_curve": metrics.sparkline(losses),
             "goodput": parts.pop("goodput_pct") if parts else None, "goodput_parts": parts,

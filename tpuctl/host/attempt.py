@@ -26,6 +26,7 @@ from . import jobenv
 from .jobprocs import JobProcesses
 from .logshipper import LogShipper
 from .preamble import PreambleFilter
+from .restarts import Decision, decide
 from .tpuenv import tpu_environment
 
 if TYPE_CHECKING:
@@ -54,10 +55,12 @@ class Attempt:
         self.started = time.time()
         self.work = agent.home / "runs" / run_id / f"w{agent.worker}"
         self.code_dir = self.work / "code"
+        # restarts spent by the attempts before this one (a host lost and replaced does not give them back)
+        self.restarts = runs.status(agent.store, run_id, agent.worker).restarts if attempt > 1 else 0
 
     def status(self, state: RunState, exit_code: int | None = None, pid: int | None = None, note: str = "") -> None:
         self.a.write_status(self.run_id, RunStatus(state=state, exit_code=exit_code, pid=pid, started=self.started,
-                                                   attempt=self.attempt, note=note,
+                                                   attempt=self.attempt, note=note, restarts=self.restarts,
                                                    ended=time.time() if state.final else None))
 
     def run(self) -> int:
@@ -80,13 +83,22 @@ class Attempt:
             return 127
         tf = self.tensorflow(job)
         script, env_dir = self._script(job, tf)
-        proc = subprocess.Popen(["bash", "-c", script], cwd=self.code_dir, env=self.environment(job, tf, env_dir),
-                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-        rc, cancelled = _Supervisor(self, proc, shipper).run()
+        while True:
+            env = self.environment(job, tf, env_dir)
+            env["TPUCTL_RESTARTS"] = str(self.restarts)
+            proc = subprocess.Popen(["bash", "-c", script], cwd=self.code_dir, env=env, stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+            rc, cancelled = _Supervisor(self, proc, shipper).run()
+            decision = decide(rc, cancelled, self.restarts, job.max_restarts)
+            if decision is not Decision.RESTART:
+                break
+            self.restarts += 1
+            shipper.note(f"the job exited {rc}; restart {self.restarts} of {job.max_restarts} "
+                         "(submit --max-restarts), from its checkpoint", fresh_line=True)
         lost = f"{shipper.unshipped} bytes of output were not shipped ({self.a.guard.problem or 'store full'})"
-        self.status(RunState.CANCELLED if cancelled else (RunState.SUCCEEDED if rc == 0 else RunState.FAILED),
-                    exit_code=rc, note=lost if shipper.unshipped else "")
+        # RESUME: tpuctl itself ended the job (cancel, deadline, the agent stopping): today's cancelled
+        state = {Decision.DONE: RunState.SUCCEEDED, Decision.FAIL: RunState.FAILED}.get(decision, RunState.CANCELLED)
+        self.status(state, exit_code=rc, note=lost if shipper.unshipped else "")
         return rc
 
     def _prepare(self, shipper: LogShipper) -> RunSpec:
