@@ -128,7 +128,7 @@ def image_site() -> Path:
 
 class Host:
     def __init__(self, root: Path, name: str, worker: int, script: str, service_account: str, accelerator: str,
-                 gcs, env: dict):
+                 gcs, env: dict, tpu_env: dict | None = None):
         self.root, self.name, self.worker = root, name, worker
         for d in ("shims", "etc/systemd/system", "opt/tpuctl", "var/log", "home"):
             (root / d).mkdir(parents=True, exist_ok=True)
@@ -141,8 +141,10 @@ class Host:
             (root / "shims" / n).write_text(text)
             (root / "shims" / n).chmod(0o755)
         (root / "startup.sh").write_text(script)
-        self.metadata = _Metadata({"agent-worker-number": worker, "accelerator-type": accelerator,
-                                   "startup-script": script}, name, service_account)
+        attributes = {"agent-worker-number": worker, "accelerator-type": accelerator, "startup-script": script}
+        if tpu_env is not None:   # `KEY: 'value'` lines (MaxText multihost_job.py reads them with grep and cut)
+            attributes["tpu-env"] = "".join(f"{k}: '{v}'\n" for k, v in {"WORKER_ID": worker, **tpu_env}.items())
+        self.metadata = _Metadata(attributes, name, service_account)
         self.env = {
             "PATH": f"{root / 'shims'}:{os.environ['PATH']}",
             "HOME": str(root / "home"),
@@ -197,7 +199,7 @@ class SimulatedHosts:
         self.boots: dict[str, int] = {}      # resource short name -> times booted
 
     def boot(self, resource: str, script: str, workers: int, service_account: str, accelerator: str,
-             kind: str = "tpu-vm") -> None:
+             kind: str = "tpu-vm", tpu_env: dict | None = None) -> None:
         if not self.enabled or not script:
             return
         short = resource.rsplit("/", 1)[-1]
@@ -207,7 +209,7 @@ class SimulatedHosts:
         for w in range(workers):
             name = f"t1v-n-{abs(hash(resource)) % 10**8:08d}-w-{w}" if kind == "tpu-vm" else short
             hosts.append(Host(self.root / disk / f"w{w}", name, w, script, service_account, accelerator, self.gcs,
-                              self.env))
+                              self.env, tpu_env))
         self.hosts[resource] = hosts
 
     def power_off(self, resource: str) -> None:

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core import datasync, goodput, layout, metrics, packaging, runindex, runs
-from ..core.errors import ErrorKind, TpuctlError
+from ..core.errors import ErrorKind, TpuctlError, bad_input
 from ..core.jobspec import JobSpec
-from ..core.models import ClusterState, Phase
+from ..core.models import ClusterState, Framework, Phase
 from . import armed
 from ..providers.base import Provider, Reporter
 from ..core.runs import RunSpec, RunState
@@ -42,6 +42,11 @@ def submit(st: ClusterState, provider: Provider, job: JobSpec, args: list[str], 
     if st.phase is not Phase.READY:
         raise TpuctlError(ErrorKind.NOT_FOUND, f"cluster {st.name} is not ready (its `up` did not finish)",
                           f"run `tpuctl up -c {st.name} ...` again")
+    if st.spec.slices > 1 and job.framework is Framework.TENSORFLOW:
+        raise bad_input(f"job {job.name} is TensorFlow (no `framework` in tpuctl.toml): TPUStrategy does not span "
+                        f"slices, and cluster {st.name} has {st.spec.slices}",
+                        'use one larger slice (`tpuctl up --type ...` without --slices), or a JAX or PyTorch job '
+                        '(framework = "jax")')
     st = provider.revive(st, reporter)
     provider.check_ready(st)
     if st.runtime and job.framework is not st.spec.framework:

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..core import layout, runs
+from ..core import layout, multislice, runs
 from ..core.jobspec import DEFAULT_TENSORFLOW
 from ..core.lifecycle import Policy
 from ..core.packaging import unpack
@@ -150,6 +150,7 @@ class Attempt:
             Path(data).mkdir(parents=True, exist_ok=True)   # there even when the run has no data
         libtpu = str(jobenv.purelib(env_dir) / "libtpu" / "libtpu.so") if tf and env_dir else ""
         framework_env = tpu_environment(job.framework, a.record, a.accelerator, libtpu)
+        framework_env.update(multislice.environment(a.record, a.slice))
         env.update(TPUCTL_RUN_ID=run_id, TPUCTL_STORE=a.store.uri, TPUCTL_DATA_DIR=data, TPUCTL_OUTPUT_DIR=out,
                    TPUCTL_ACCELERATOR=a.accelerator, TPUCTL_TPU=framework_env.get("TPU_NAME", a.tpu_address()),
                    TPUCTL_WORKER=str(a.worker), TPUCTL_NUM_WORKERS=str(a.workers), PYTHONUNBUFFERED="1")

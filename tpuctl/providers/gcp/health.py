@@ -8,7 +8,7 @@ from typing import Callable
 from ...core import layout, runs
 from ...core.errors import ErrorKind, TpuctlError
 from ...core.models import Arch, ClusterState
-from . import compute, planning, storage
+from . import compute, planning, slices, storage
 from .gcs_store import GcsStore
 from .queued import QueuedApi
 from .tpu import facts
@@ -20,9 +20,11 @@ class Health:
         self.store_of = store_of
 
     def _tpu_state(self, st: ClusterState) -> str:
-        """The cluster's TPU state as the API reports it now; MISSING when there is none."""
-        node = Topology.tpu(st.spec).find(st.spec.tpu_name, st.zone) if st.zone else None
-        return Topology.tpu(st.spec).state(node) if node is not None else "MISSING"
+        """The cluster's TPU state as the API reports it now; MISSING when there is none. A Multislice is as good
+        as its worst slice: one slice lost is the whole run's loss (slices.worst)."""
+        if not st.zone:
+            return "MISSING"
+        return slices.worst(slices.states(Topology.tpu(st.spec), st.spec, st.zone))[1]
 
     def check_ready(self, st: ClusterState) -> None:
         state = self._tpu_state(st)
@@ -43,8 +45,10 @@ class Health:
                 return f"its queued request {spec.qr_name} is {qstate}"
             if qstate != "ACTIVE":
                 return None
-        state = self._tpu_state(st)
-        return f"its TPU {spec.tpu_name} is {state}" if state in ("PREEMPTED", "TERMINATED", "MISSING") else None
+        if not st.zone:
+            return f"its TPU {spec.tpu_name} is MISSING"
+        name, state = slices.worst(slices.states(Topology.tpu(spec), spec, st.zone))
+        return f"its TPU {name} is {state}" if state in slices.LOST else None
 
     def host_state(self, st: ClusterState) -> tuple[bool, str]:
         state = self._tpu_state(st)
@@ -80,14 +84,17 @@ class Health:
         if st.zone and spec.queued:
             qr = QueuedApi(spec.project).find(spec.qr_name, st.zone)
             out["queued"] = {"state": QueuedApi.state(qr) if qr else "MISSING"}
-        if st.zone:
-            node = Topology.tpu(spec).find(spec.tpu_name, st.zone)
+        for k, name in enumerate(spec.node_names if st.zone else []):
+            node = Topology.tpu(spec).find(name, st.zone)
+            key = "tpu" if spec.slices <= 1 else f"tpu slice {k}"
             if node is None:
-                out["tpu"] = {"state": "MISSING"}
+                out[key] = {"name": name, "state": "MISSING"} if spec.slices > 1 else {"state": "MISSING"}
             else:
                 f = facts(node)
-                out["tpu"] = {"ip": f.ip, "service_account": f.service_account, "hosts": f.hosts,
-                              "state": Topology.tpu(spec).state(node), "health": type(node).Health(node.health).name}
+                out[key] = {**({"name": name} if spec.slices > 1 else {}), "ip": f.ip,
+                            "service_account": f.service_account, "hosts": f.hosts,
+                            "state": Topology.tpu(spec).state(node), "health": type(node).Health(node.health).name}
+        if st.zone:
             if spec.arch is Arch.NODE:
                 vm = compute.find(spec.project, spec.vm_name, st.zone)
                 out["vm"] = {"state": vm.status if vm else "MISSING"}
