@@ -81,3 +81,58 @@ def test_megascale_environment():
     assert multislice.environment({"hosts": 2}, 0) == {}
     assert multislice.node_names("tpuctl-x", 3) == ["tpuctl-x-0", "tpuctl-x-1", "tpuctl-x-2"]
     assert multislice.node_names("tpuctl-x", 1) == ["tpuctl-x"]
+
+
+MEGASCALE_JOB = """
+import os
+keys = ["TPUCTL_WORKER", "TPUCTL_NUM_WORKERS", "MEGASCALE_COORDINATOR_ADDRESS", "MEGASCALE_NUM_SLICES",
+        "MEGASCALE_SLICE_ID", "MEGASCALE_PORT"]
+print(" ".join(f"{k}={os.environ.get(k, '-')}" for k in keys))
+print("second line")
+"""
+
+
+def test_one_jax_run_on_every_host_of_two_slices_with_megascale(cloud, cli, tmp_path, monkeypatch):
+    """2 slices x 2 hosts, each booted by the fake from the real start-up script, which reads its slice from the
+    node's tpu-env: the run starts on all four, each with MEGASCALE_* agreeing on the coordinator and the slice
+    count and its own slice id; `logs --slice K --worker W` and `logs --all-hosts` show each host's output."""
+    from jobs import make_job
+    from test_simulated_hosts import _wait_agents
+    cloud.hosts.enabled = True
+    cloud.hosts.env.update(TPUCTL_LOG_POLL_MAX="0.2")
+    monkeypatch.setenv("TPUCTL_LOG_POLL_MAX", "0.2")
+    code, out, err = cli("up", "--type", "v4-16", "--zone", ZONE, "--slices", "2", "-c", "ms", "--framework", "jax",
+                         "--yes")
+    assert code == 0, err
+    four = _wait_agents(cloud.hosts, "nodes/tpuctl-ms-0", 2) + _wait_agents(cloud.hosts, "nodes/tpuctl-ms-1", 2)
+    assert "--slice 1 --worker 1" in (four[3].root / "etc/systemd/system/tpuctl-agent.service").read_text()
+
+    tf_job = make_job(tmp_path, MEGASCALE_JOB, name="tfjob")
+    code, out, err = cli("submit", str(tf_job), "-c", "ms")
+    assert code == 2 and "TPUStrategy does not span slices" in err and "Traceback" not in err
+
+    job = make_job(tmp_path, MEGASCALE_JOB, 'framework = "jax"\n', name="jaxjob")
+    code, out, err = cli("submit", str(job), "-c", "ms")
+    assert code == 0, err + "".join(h.agent_out() for h in four)
+    seen = {}
+    for k in (0, 1):
+        for w in (0, 1):
+            code, out, err = cli("logs", "-c", "ms", "--slice", str(k), "--worker", str(w), "-f")
+            assert code == 0, err
+            seen[k, w] = dict(kv.split("=", 1) for kv in out.splitlines()[0].split())
+    for (k, w), env in seen.items():
+        assert env["MEGASCALE_COORDINATOR_ADDRESS"] == "10.1.0.1:8081"   # slice 0's worker 0, on every host
+        assert env["MEGASCALE_NUM_SLICES"] == "2" and env["MEGASCALE_PORT"] == "8081"
+        assert env["MEGASCALE_SLICE_ID"] == str(k)
+        assert env["TPUCTL_WORKER"] == str(2 * k + w) and env["TPUCTL_NUM_WORKERS"] == "4"
+    code, out, err = cli("logs", "-c", "ms", "-f", "--all-hosts")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert len(lines) == 8 and {l.split(" ", 1)[0] for l in lines} == {"[s0/w0]", "[s0/w1]", "[s1/w0]", "[s1/w1]"}
+    assert "[s1/w1] second line" in lines
+    code, out, err = cli("logs", "-c", "ms", "--slice", "2")
+    assert code == 2 and "has 2 slices" in err
+    rows = json.loads(cli("jobs", "-c", "ms", "--json")[1])
+    assert [r["state"] for r in rows] == ["succeeded"]                 # one run across the four hosts
+    assert cli("down", "-c", "ms", "--yes")[0] == 0
+    assert not cloud.hosts.hosts

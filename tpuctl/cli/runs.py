@@ -18,8 +18,8 @@ if TYPE_CHECKING:
 
 
 def _follow(store: "BlobStore", run_id: str, st0: "ClusterState", prov: "Provider", worker: int = 0,
-            follow: bool = True, give_up_after: float = 900.0) -> int:
-    from ..core import layout, runs
+            follow: bool = True, give_up_after: float = 900.0, all_hosts: list[tuple[int, str]] | None = None) -> int:
+    from ..core import hostlogs, layout, runs
     from ..control.hostwatch import HostWatch
     out = sys.stdout.buffer
     cluster = st0.name
@@ -42,7 +42,8 @@ def _follow(store: "BlobStore", run_id: str, st0: "ClusterState", prov: "Provide
     if remote is not None:
         remote.advance(st0, store, run_id)
     try:
-        st = runs.follow(store, run_id, write, worker=worker, follow=follow, watch=watch)
+        st = hostlogs.follow_all(store, run_id, all_hosts, write, follow=follow, watch=watch) if all_hosts else \
+            runs.follow(store, run_id, write, worker=worker, follow=follow, watch=watch)
     except KeyboardInterrupt:
         console().err.print(f"\nstopped following; run {run_id} continues. "
                              f"Reattach: tpuctl logs {run_id} -c {cluster} -f")
@@ -149,16 +150,26 @@ def logs(run_id: Optional[str] = typer.Argument(None, help="Run id (default: the
          cluster: Optional[str] = CLUSTER,
          follow: bool = typer.Option(False, "--follow", "-f", help="Keep following until the run ends."),
          worker: int = typer.Option(0, "--worker", help="Worker of a multi-host slice (0 is the primary log)."),
+         slice_: int = typer.Option(0, "--slice", help="Slice of a Multislice cluster (with --worker: one host)."),
+         all_hosts: bool = typer.Option(False, "--all-hosts", help="Every host's output, each line prefixed "
+                                        "[sK/wW]."),
          give_up_after: float = typer.Option(900.0, "--give-up-after", help="Seconds to follow a silent host."),
          provider: Optional[str] = PROVIDER) -> None:
     """Print a run's output, raw, on stdout."""
-    from ..core import runs
+    from ..core import hostlogs, runs
     from ..control import submission
     st, prov = cluster_and_provider(cluster, provider)
     check_worker(st, worker)
+    slices = max(1, st.spec.slices)
+    if not 0 <= slice_ < slices:
+        raise bad_input(f"cluster {st.name} has {slices} slice{'s' * (slices > 1)}", f"--slice takes 0 to {slices - 1}")
+    if all_hosts and (worker or slice_):
+        raise bad_input("--all-hosts follows every host: --slice and --worker pick one", "give one or the other")
+    worker += slice_ * max(1, st.host.hosts)   # the host's index across slices (host/agent.py)
     store = prov.store(st)
     rid = submission.resolve_run(store, run_id)
     job = runs.job(store, rid)
+    who = hostlogs.hosts(slices, max(1, st.host.hosts), job.framework if job else "tensorflow") if all_hosts else None
     if worker > 0 and job is not None and job.framework == "tensorflow":
         console().err.print(f"run {rid} is a TensorFlow program: it runs on worker 0 (`tpuctl logs {rid}`); "
                              f"worker {worker} serves the TPU runtime")
@@ -166,7 +177,7 @@ def logs(run_id: Optional[str] = typer.Argument(None, help="Run id (default: the
     if follow and not runs.status(store, rid, worker).state.final:
         with console().Reporter() as rep:
             st = prov.revive(st, rep)   # a run waiting on a local agent that died would wait forever
-    raise typer.Exit(_follow(store, rid, st, prov, worker, follow, give_up_after))
+    raise typer.Exit(_follow(store, rid, st, prov, worker, follow, give_up_after, who))
 
 
 @app.command()
