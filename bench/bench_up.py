@@ -1,6 +1,7 @@
 """`tpuctl up` wall time against its slowest resource, with the fake TPU and Compute APIs taking DELAY s per
 operation (goal: ratio <= 1.3, measured after imports). Also runs the same resources one after another, the way a
-script of gcloud commands would, as the baseline in this same process.
+script of gcloud commands would, as the baseline in this same process. The Multislice row: `up --slices 4` against
+one slice through the same queued path (goal: within 1.2x).
 
     python bench/bench_up.py [DELAY]
 """
@@ -42,6 +43,12 @@ def main():
         run_cli("up", "--type", tpu_type, "--zone", "us-central1-b", "-c", f"b{arch}", "--arch", arch)
         results[arch] = time.perf_counter() - t
         run_cli("down", "-c", f"b{arch}", "--yes", "--delete-bucket")
+    for name, slices in (("q1", []), ("q4", ["--slices", "4"])):
+        t = time.perf_counter()
+        run_cli("up", "--type", "v4-16", "--zone", "us-central2-b", "-c", name, "--queued", "--framework", "jax",
+                "--yes", *slices)
+        results[name] = time.perf_counter() - t
+        run_cli("down", "-c", name, "--yes", "--delete-bucket")
 
     # Baseline: the node architecture's resources created one after another (TPU, then VM).
     from tpuctl.core.models import Arch, ClusterSpec, ClusterState, ProviderName
@@ -52,14 +59,16 @@ def main():
     st = ClusterState(spec=spec, zone="us-central1-b", runtime="2.12.0")
     t = time.perf_counter()
     p.ensure_store(spec, "us-central1", lambda s: None)
-    p._ensure_tpu(st, "", lambda s: None)
-    p._ensure_vm(st, "", lambda s: None)
+    p.topology._ensure_tpu(st, "", lambda s: None)
+    p.topology._ensure_vm(st, "", lambda s: None)
     sequential = time.perf_counter() - t
     for f in (tpu, compute, gcs):
         f.stop()
     print(f"\nslowest resource        : {DELAY:6.1f} s (fake TPU and VM operations)")
-    for arch, wall in results.items():
+    for arch, wall in ((a, results[a]) for a in ("vm", "node")):
         print(f"tpuctl up --arch {arch:<5}  : {wall:6.1f} s   ratio to slowest {wall / DELAY:4.2f} (goal <= 1.3)")
+    print(f"up --queued, one slice  : {results['q1']:6.1f} s")
+    print(f"up --queued --slices 4  : {results['q4']:6.1f} s   {results['q4'] / results['q1']:.2f}x one slice (goal <= 1.2)")
     print(f"sequential node baseline: {sequential:6.1f} s   tpuctl up --arch node is {sequential / results['node']:.2f}x faster")
 
 

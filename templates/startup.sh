@@ -35,6 +35,10 @@ PY="$VENV/bin/python"
 meta() { curl -sf -H 'Metadata-Flavor: Google' "$MDS/$1" 2>/dev/null; }
 WORKER="$(meta instance/attributes/agent-worker-number || true)"
 WORKER="${WORKER:-0}"
+# A Multislice node's slice: `MEGASCALE_SLICE_ID: 'K'` in the tpu-env attribute (MaxText multihost_job.py reads it
+# with grep '^MEGASCALE_SLICE_ID' | cut -d "'" -f 2); absent on one slice.
+SLICE="$(meta instance/attributes/tpu-env | grep '^MEGASCALE_SLICE_ID' | cut -d "'" -f 2 || true)"
+SLICE="${SLICE:-0}"
 HOST="$(hostname)"
 mkdir -p "$AGENT_DIR" "$(dirname "$BOOT_LOG")"
 
@@ -183,6 +187,6 @@ if [ "$ROLE" = "watcher-vm" ]; then   # on-failure: a watch that ended stays end
   exit 0
 fi
 
-service tpuctl-agent "tpuctl agent for cluster $CLUSTER" always "$PY -m tpuctl.agent --store $STORE --worker $WORKER" \
+service tpuctl-agent "tpuctl agent for cluster $CLUSTER" always "$PY -m tpuctl.agent --store $STORE --slice $SLICE --worker $WORKER" \
   "TPUCTL_ACCELERATOR=$ACCELERATOR" "TPUCTL_TPU=$TPU_ADDRESS" "TPUCTL_HOST=$HOST"
 log "agent running"

@@ -136,6 +136,9 @@ def mixed_precision(kind_: str) -> str:
 
 
 CONTINUE_CODE = 85   # "my checkpoint is written: run me again in the next session" (a notebook service's chain)
+# "restart me from my checkpoint": xpk's code (its JobSet restarts exit 42 and 127-255); `submit --max-restarts N`
+# lets a run restart up to N times (tpuctl/host/restarts.py). $TPUCTL_RESTARTS says how many restarts came before.
+RESTART_CODE = 42
 
 
 def session_ending(margin: float = 0.0) -> bool:

@@ -183,7 +183,8 @@ def image_site(image: str = "ubuntu") -> Path:
 
 class Host:
     def __init__(self, root: Path, name: str, worker: int, script: str, service_account: str, accelerator: str,
-                 gcs, env: dict, image: str = "ubuntu", dpkg_busy: float = 1.0, kind: str = "tpu-vm"):
+                 gcs, env: dict, image: str = "ubuntu", dpkg_busy: float = 1.0, kind: str = "tpu-vm",
+                 tpu_env: dict | None = None):
         self.root, self.name, self.worker, self.image = root, name, worker, image
         for d in ("shims", "etc/systemd/system", "opt/tpuctl", "var/log", "home", "var/lib/dpkg/info"):
             (root / d).mkdir(parents=True, exist_ok=True)
@@ -203,8 +204,10 @@ class Host:
             # itself names there is not known: a stand-in.
             (root / "etc/systemd/system/tpu-runtime.service").write_text(
                 '[Service]\nEnvironment="TF_DOCKER_URL=gcr.io/cloud-tpu-v2-images/grpc_tpu_worker:image-default"\n')
-        self.metadata = _Metadata({"agent-worker-number": worker, "accelerator-type": accelerator,
-                                   "startup-script": script}, name, service_account)
+        attributes = {"agent-worker-number": worker, "accelerator-type": accelerator, "startup-script": script}
+        if tpu_env is not None:   # `KEY: 'value'` lines (MaxText multihost_job.py reads them with grep and cut)
+            attributes["tpu-env"] = "".join(f"{k}: '{v}'\n" for k, v in {"WORKER_ID": worker, **tpu_env}.items())
+        self.metadata = _Metadata(attributes, name, service_account)
         self.env = {
             "PATH": f"{root / 'shims'}:{os.environ['PATH']}",
             "HOME": str(root / "home"),
@@ -265,7 +268,7 @@ class SimulatedHosts:
         self.boots: dict[str, int] = {}      # resource short name -> times booted
 
     def boot(self, resource: str, script: str, workers: int, service_account: str, accelerator: str,
-             kind: str = "tpu-vm", image: str = "ubuntu") -> None:
+             kind: str = "tpu-vm", image: str = "ubuntu", tpu_env: dict | None = None) -> None:
         if not self.enabled or not script:
             return
         short = resource.rsplit("/", 1)[-1]
@@ -275,7 +278,7 @@ class SimulatedHosts:
         for w in range(workers):
             name = f"t1v-n-{abs(hash(resource)) % 10**8:08d}-w-{w}" if kind == "tpu-vm" else short
             hosts.append(Host(self.root / disk / f"w{w}", name, w, script, service_account, accelerator, self.gcs,
-                              self.env, image, kind=kind))
+                              self.env, image, kind=kind, tpu_env=tpu_env))
         self.hosts[resource] = hosts
 
     def power_off(self, resource: str) -> None:

@@ -361,24 +361,46 @@ class FakeTpu:
         self._set_qr(name, plan[0])
         return self._op(v, req.parent, lambda: None, None, lambda: tpu_v2.QueuedResource.pb(qr))
 
+    @staticmethod
+    def _qr_nodes(qr):
+        """The nodes a request makes: its node_id, or for a Multislice (`multislice_params`, the other member of the
+        `name_strategy` oneof) node_count nodes named `<node_id_prefix>-0 ... -(N-1)`, the prefix defaulting to the
+        request's id (google-cloud-tpu 1.28 QueuedResource.Tpu.NodeSpec.MultisliceParams docstring)."""
+        spec = qr.tpu.node_spec[0]
+        if "multislice_params" not in spec:
+            return [f"{spec.parent}/nodes/{spec.node_id}"]
+        prefix = spec.multislice_params.node_id_prefix or qr.name.rsplit("/", 1)[-1]
+        return [f"{spec.parent}/nodes/{prefix}-{k}" for k in range(spec.multislice_params.node_count)]
+
     def _set_qr(self, name, state):
         q = self.queued[name]
         q["qr"].state = tpu_v2.QueuedResourceState(state=tpu_v2.QueuedResourceState.State[state])
         q["since"] = time.monotonic()
-        if state == "ACTIVE":   # its node, made as the request's node spec says, READY with its hosts booted
-            spec = q["qr"].tpu.node_spec[0]
-            node = tpu_v2.Node(spec.node)
-            node.name = f"{spec.parent}/nodes/{spec.node_id}"
+        if state != "ACTIVE":
+            return
+        # its nodes, made as the request's node spec says, READY with their hosts booted
+        nodes = self._qr_nodes(q["qr"])
+        for k, node_name in enumerate(nodes):
+            node = tpu_v2.Node(q["qr"].tpu.node_spec[0].node)
+            node.name = node_name
             node.state = tpu_v2.Node.State.READY
             node.queued_resource = name
+            node.multislice_node = len(nodes) > 1 and "multislice_params" in q["qr"].tpu.node_spec[0]
             from tpuctl.core.catalog import tpu_type
             workers = tpu_type(node.accelerator_type).hosts
-            node.network_endpoints = [tpu_v2.NetworkEndpoint(ip_address=f"10.1.0.{w + 1}", port=8470)
+            # one endpoint per host (Node.network_endpoints); each slice its own addresses
+            node.network_endpoints = [tpu_v2.NetworkEndpoint(ip_address=f"10.1.{k}.{w + 1}", port=8470)
                                       for w in range(workers)]
             self.nodes[2][node.name] = node
             if self.hosts is not None:
+                # A Multislice node's tpu-env carries its slice as `MEGASCALE_SLICE_ID: 'K'` lines beside WORKER_ID
+                # and NODE_ID (MaxText multihost_job.py greps them; a Julia TPU reader parses "MEGASCALE_NUM_SLICES:
+                # '2'"). The coordinator's value there is not established, so it is not served.
+                tpu_env = {"NODE_ID": node_name.rsplit("/", 1)[-1]}
+                if node.multislice_node:
+                    tpu_env.update(MEGASCALE_SLICE_ID=str(k), MEGASCALE_NUM_SLICES=str(len(nodes)))
                 self.hosts.boot(node.name, node.metadata.get("startup-script", ""), workers,
-                                node.service_account.email, node.accelerator_type)
+                                node.service_account.email, node.accelerator_type, tpu_env=tpu_env)
 
     def _step_qr(self, name, q, now):
         state = tpu_v2.QueuedResourceState.State(q["qr"].state.state).name
@@ -411,28 +433,27 @@ class FakeTpu:
     def _delete_qr(self, name, force, abort):
         """Without force, a request whose node still exists is refused (gcloud's `queued-resources delete
         --force` "deletes the TPUs of the queued resource as well")."""
-        spec = self.queued[name]["qr"].tpu.node_spec[0]
-        node = f"{spec.parent}/nodes/{spec.node_id}"
-        if node in self.nodes[2] and not force:
+        nodes = self._qr_nodes(self.queued[name]["qr"])
+        if any(node in self.nodes[2] for node in nodes) and not force:
             return abort(grpc.StatusCode.FAILED_PRECONDITION,
                          f"Queued resource {name} has nodes; delete them first or use force")
         self._set_qr(name, "DELETING")
 
         def finish():
             self.queued.pop(name, None)
-            if self.nodes[2].pop(node, None) is not None and self.hosts is not None:
-                self.hosts.power_off(node)
+            for node in nodes:
+                if self.nodes[2].pop(node, None) is not None and self.hosts is not None:
+                    self.hosts.power_off(node)
         return self._op(2, "/".join(name.split("/")[:4]), finish, None, empty_pb2.Empty())
 
     # -- test helpers ---------------------------------------------------------------------------------
     def suspend(self, name: str):
         """A spot queued resource preempted: SUSPENDED, its node gone with its hosts."""
         with self.lock:
-            spec = self.queued[name]["qr"].tpu.node_spec[0]
-            node = f"{spec.parent}/nodes/{spec.node_id}"
-            self.nodes[2].pop(node, None)
-            if self.hosts is not None:
-                self.hosts.power_off(node)
+            for node in self._qr_nodes(self.queued[name]["qr"]):
+                self.nodes[2].pop(node, None)
+                if self.hosts is not None:
+                    self.hosts.power_off(node)
             self._set_qr(name, "SUSPENDED")
 
     def set_health(self, name: str, health: str):

@@ -19,8 +19,8 @@ if TYPE_CHECKING:
 
 
 def _follow(store: "BlobStore", run_id: str, st0: "ClusterState", prov: "Provider", worker: int = 0,
-            follow: bool = True, give_up_after: float = 900.0) -> int:
-    from ..core import layout, runs
+            follow: bool = True, give_up_after: float = 900.0, all_hosts: list[tuple[int, str]] | None = None) -> int:
+    from ..core import hostlogs, layout, runs
     from ..control.hostwatch import HostWatch
     out = sys.stdout.buffer
     cluster = st0.name
@@ -44,7 +44,8 @@ def _follow(store: "BlobStore", run_id: str, st0: "ClusterState", prov: "Provide
     try:
         if remote is not None:
             remote.advance(st0, store, run_id, follow=follow)
-        st = runs.follow(store, run_id, write, worker=worker, follow=follow, watch=watch)
+        st = hostlogs.follow_all(store, run_id, all_hosts, write, follow=follow, watch=watch) if all_hosts else \
+            runs.follow(store, run_id, write, worker=worker, follow=follow, watch=watch)
     except KeyboardInterrupt:
         raise interrupted(f"stopped following; run {run_id} keeps running on cluster {cluster}. Reattach: tpuctl logs "
                           f"{run_id} -c {cluster} -f; stop it: tpuctl cancel {run_id} -c {cluster}") from None
@@ -74,6 +75,9 @@ def submit(ctx: typer.Context,
            keep_inputs: bool = typer.Option(False, "--keep-inputs", help="Kaggle: keep the run's input dataset "
                                             "once it ends, so that the same work submitted again uploads nothing "
                                             "(`down` deletes it)."),
+           max_restarts: int = typer.Option(0, "--max-restarts", help="Restart the job up to N times when it exits "
+                                            "42 (tpuctl.runtime.RESTART_CODE) or dies by a signal tpuctl did not "
+                                            "send, as xpk does."),
            provider: Optional[str] = PROVIDER) -> None:
     """Package JOB_DIR, sync its data, run it on the cluster and follow its logs; exits with the job's code.
     Arguments after `--` are appended to the job's command."""
@@ -93,17 +97,27 @@ def submit(ctx: typer.Context,
     if keep_inputs and prov.remote_runs is None:
         raise bad_input(f"--keep-inputs: cluster {st.name}'s runs have no input dataset to keep",
                         "--keep-inputs applies to --provider kaggle clusters")
+    _check_max_restarts(max_restarts, st, prov)
     with con.Reporter() as rep:
         if down:   # refused before the run exists when the host could not end the compute after it
             from ..control.up import arm
             arm(st, prov, lambda s: rep.resource("--down", "host", s))
         run_id, _ = submission.submit(st, prov, job, list(ctx.args), rep.transfer, rep, down_after=down,
-                                      sessions=chain or 0, keep_inputs=keep_inputs)
+                                      sessions=chain or 0, keep_inputs=keep_inputs, max_restarts=max_restarts)
     if detach:
         print(run_id)
         return
     con.err.print(f"run {run_id} submitted; following its log (Ctrl-C stops following, not the run)")
     raise typer.Exit(_follow(prov.store(st), run_id, st, prov, give_up_after=give_up_after))
+
+
+def _check_max_restarts(n: int, st: "ClusterState", prov: "Provider") -> None:
+    """--max-restarts is the host agent's to honour: a service's sessions (Kaggle) chain by CONTINUE_CODE instead."""
+    if n < 0:
+        raise bad_input(f"--max-restarts {n} must be 0 or more", "e.g. --max-restarts 3")
+    if n and prov.remote_runs is not None:
+        raise bad_input(f"--max-restarts: cluster {st.name}'s runs run in a service's sessions, not under tpuctl's "
+                        "agent", "a job there continues in the next session by exiting tpuctl.runtime.CONTINUE_CODE")
 
 
 def _submit_preview(job: "JobSpec", cluster: Optional[str], provider: Optional[str]) -> None:
@@ -144,21 +158,31 @@ def logs(run_id: Optional[str] = typer.Argument(None, help="Run id (default: the
          cluster: Optional[str] = CLUSTER,
          follow: bool = typer.Option(False, "--follow", "-f", help="Keep following until the run ends."),
          worker: int = typer.Option(0, "--worker", help="Worker of a multi-host slice (0 is the primary log)."),
+         slice_: int = typer.Option(0, "--slice", help="Slice of a Multislice cluster (with --worker: one host)."),
+         all_hosts: bool = typer.Option(False, "--all-hosts", help="Every host's output, each line prefixed "
+                                        "[sK/wW]."),
          give_up_after: float = typer.Option(900.0, "--give-up-after", help="Seconds to follow a silent host."),
          provider: Optional[str] = PROVIDER) -> None:
     """Print a run's output, raw, on stdout."""
-    from ..core import runs
+    from ..core import hostlogs, runs
     from ..control import submission
     st, prov = cluster_and_provider(cluster, provider)
     check_worker(st, worker)
+    slices = max(1, st.spec.slices)
+    if not 0 <= slice_ < slices:
+        raise bad_input(f"cluster {st.name} has {slices} slice{'s' * (slices > 1)}", f"--slice takes 0 to {slices - 1}")
+    if all_hosts and (worker or slice_):
+        raise bad_input("--all-hosts follows every host: --slice and --worker pick one", "give one or the other")
+    worker += slice_ * max(1, st.host.hosts)   # the host's index across slices (host/agent.py)
     store = prov.store(st)
     rid = submission.resolve_run(store, run_id)
     job = runs.job(store, rid)
+    who = hostlogs.hosts(slices, max(1, st.host.hosts), job.framework if job else "tensorflow") if all_hosts else None
     if worker > 0 and job is not None and job.framework == "tensorflow":
         console().err.print(f"run {rid} is a TensorFlow program: it runs on worker 0 (`tpuctl logs {rid}`); "
                              f"worker {worker} serves the TPU runtime")
         return
-    raise typer.Exit(_follow(store, rid, st, prov, worker, follow, give_up_after))
+    raise typer.Exit(_follow(store, rid, st, prov, worker, follow, give_up_after, who))
 
 
 @app.command()
@@ -271,6 +295,9 @@ def jobs(cluster: Optional[str] = CLUSTER,
     if as_json:
         con.print_json(rows)
         return
+    for r in rows:
+        if r.get("restarts"):
+            r["state"] = f"{r['state']} ({r['restarts']} restart{'s' * (r['restarts'] != 1)})"
     con.print_table(["id", "job", "state", "started", "duration", "exit", "cost", "step", "loss", "loss curve",
                      "goodput"],
                     [[r["id"], r["name"], r["state"], r["started"],

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core import datasync, goodput, interrupts, layout, metrics, orphans, packaging, runindex, runs
-from ..core.errors import ErrorKind, TpuctlError
+from ..core.errors import ErrorKind, TpuctlError, bad_input
 from ..core.jobspec import JobSpec
-from ..core.models import ClusterState, Phase
+from ..core.models import ClusterState, Framework, Phase
 from . import armed
 from ..providers.base import Provider, Reporter
 from ..core.runs import RunSpec
@@ -34,16 +34,22 @@ def warn_package_bytes() -> int:
 
 def submit(st: ClusterState, provider: Provider, job: JobSpec, args: list[str], transfer: datasync.Transfer,
            reporter: Reporter, down_after: bool = False, sessions: int = 0,
-           keep_inputs: bool = False) -> tuple[str, dict[str, int]]:
+           keep_inputs: bool = False, max_restarts: int = 0) -> tuple[str, dict[str, int]]:
     """Everything up to the written job.json (and, where runs execute on a service, its hand-over); returns (run
     id, data sync summary). `sessions`: how many sessions a service's run may chain through (0: the default);
-    `keep_inputs`: the service keeps the run's inputs once it ends."""
+    `keep_inputs`: the service keeps the run's inputs once it ends; `max_restarts`: how often the host restarts a
+    job that exits 42 or dies by a signal (host/restarts.py)."""
     if st.phase is Phase.DOWN:
         raise TpuctlError(ErrorKind.NOT_FOUND, f"cluster {st.name} is down (its {provider.store_noun} is kept)",
                           f"`tpuctl up -c {st.name}` brings it back")
     if st.phase is not Phase.READY:
         raise TpuctlError(ErrorKind.NOT_FOUND, f"cluster {st.name} is not ready (its `up` did not finish)",
                           f"run `tpuctl up -c {st.name} ...` again")
+    if st.spec.slices > 1 and job.framework is Framework.TENSORFLOW:
+        raise bad_input(f"job {job.name} is TensorFlow (no `framework` in tpuctl.toml): TPUStrategy does not span "
+                        f"slices, and cluster {st.name} has {st.spec.slices}",
+                        'use one larger slice (`tpuctl up --type ...` without --slices), or a JAX or PyTorch job '
+                        '(framework = "jax")')
     st = provider.revive(st, reporter)
     provider.check_ready(st)
     if st.runtime and job.framework is not st.spec.framework:
@@ -66,7 +72,8 @@ def submit(st: ClusterState, provider: Provider, job: JobSpec, args: list[str], 
             reporter.resource("package", sha[:12], "unchanged", final=True)
     run_id = runs.new_id()
     try:
-        synced, interrupted = _write_run(store, st, job, args, run_id, transfer, reporter, down_after, sha)
+        synced, interrupted = _write_run(store, st, job, args, run_id, transfer, reporter, down_after, sha,
+                                         max_restarts)
     except datasync.Interrupted as e:
         raise TpuctlError(ErrorKind.INTERRUPTED, f"submit stopped while sending data: run {run_id} was never "
                           f"submitted and keeps no data; {e.stored} of {e.missing} new data contents "
@@ -87,7 +94,7 @@ def submit(st: ClusterState, provider: Provider, job: JobSpec, args: list[str], 
 
 
 def _write_run(store: BlobStore, st: ClusterState, job: JobSpec, args: list[str], run_id: str,
-               transfer: datasync.Transfer, reporter: Reporter, down_after: bool, sha: str
+               transfer: datasync.Transfer, reporter: Reporter, down_after: bool, sha: str, max_restarts: int
                ) -> tuple[dict[str, int], bool]:
     """The run's data, then its job.json, queue entry and index entry; returns the data sync summary and whether
     a Ctrl-C came once the job.json was being written. A run stopped before its job.json is written (Ctrl-C, a
@@ -103,7 +110,8 @@ def _write_run(store: BlobStore, st: ClusterState, job: JobSpec, args: list[str]
                               "unchanged)", final=True)
         spec = RunSpec(id=run_id, name=job.name, command=job.command, args=list(args), env=job.env, package=sha,
                        requirements=job.requirements, submitted=time.time(), cluster=st.name,
-                       framework=job.framework.value, down_after=down_after, tensorflow=job.tensorflow)
+                       framework=job.framework.value, down_after=down_after, tensorflow=job.tensorflow,
+                       max_restarts=max_restarts)
         with interrupts.held() as interrupted:
             if not store.create(layout.run_job(run_id), json.dumps(spec.to_json(), indent=2).encode()):
                 raise TpuctlError(ErrorKind.ERROR, f"run id {run_id} already exists", "submit again")
@@ -203,7 +211,7 @@ def _row(store: BlobStore, run_id: str) -> dict[str, object] | None:
             "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(start)) if start else "",
             "started_at": start,
             "duration": round((end or time.time()) - start, 1) if start else None,
-            "exit_code": st.exit_code, "attempt": st.attempt, "note": st.note,
+            "exit_code": st.exit_code, "attempt": st.attempt, "note": st.note, "restarts": st.restarts,
             "step": m.step if m else None, "loss": m.metrics.get("loss") if m else None,
             "loss_curve": metrics.sparkline(losses),
             "goodput": parts.pop("goodput_pct") if parts else None, "goodput_parts": parts,

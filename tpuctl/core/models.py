@@ -134,13 +134,20 @@ class ClusterSpec(JsonRecord):
     max_duration: int = 0           # seconds from the compute's creation to its hard end; 0: none
     queued: bool = False            # the TPU is had through a queued resource (providers/gcp/queued.py)
     valid_until: int = 0            # seconds a queued request may wait before it expires; 0: Google's default
+    slices: int = 1                 # `up --slices N`: N slices of tpu_type in one queued request (core/multislice.py)
 
     # Fields that name what a cluster IS: `up` refuses to change them on an existing cluster.
-    IDENTITY = ("provider", "tpu_type", "arch", "project", "store")
+    IDENTITY = ("provider", "tpu_type", "arch", "project", "store", "slices")
 
     @property
     def tpu_name(self) -> str:
         return f"tpuctl-{self.name}"
+
+    @property
+    def node_names(self) -> list[str]:
+        """Every TPU node of the cluster: tpu_name, or tpu_name-0 ... tpu_name-(N-1) for N slices."""
+        from .multislice import node_names
+        return node_names(self.tpu_name, self.slices)
 
     @property
     def vm_name(self) -> str:
@@ -255,4 +262,6 @@ def cluster_record(st: ClusterState, tpu_address: str, teardown: str = "",
             "framework": st.spec.framework.value, "store": st.spec.store, "tpuctl_version": __version__,
             "project": st.spec.project, "autostop": st.spec.autostop, "deadline": st.deadline,
             "teardown": teardown, "delete": delete or [], "written": time.time(),
-            "grants": [asdict(g) for g in st.grants]}
+            "grants": [asdict(g) for g in st.grants],
+            # Multislice (multislice.py): how many slices, and slice 0's worker 0, the MEGASCALE coordinator
+            "slices": st.spec.slices, "coordinator": st.host.ip}

@@ -179,7 +179,8 @@ def settle(store: BlobStore, run_id: str, workers: int | None = None) -> bool:
         workers = 1
     elif workers is None:
         try:
-            workers = int(runs.read_object(store, layout.CLUSTER_RECORD).get("hosts") or 1)
+            record = runs.read_object(store, layout.CLUSTER_RECORD)
+            workers = int(record.get("hosts") or 1) * int(record.get("slices") or 1)   # every host of every slice
         except (TypeError, ValueError):
             workers = 1
     if all(runs.status(store, run_id, w).state.final for w in range(workers)):

@@ -51,6 +51,7 @@ class RunSpec(JsonRecord):
     framework: str = "tensorflow"     # models.Framework: which workers of a slice run the command
     down_after: bool = False          # `submit --down`: the host ends the compute once this run is final
     tensorflow: str = ""              # tpuctl.toml's `tensorflow`: what a host on a base runtime installs for it
+    max_restarts: int = 0             # `submit --max-restarts`: restarts after exit 42 or a signal (host/restarts.py)
 
 
 @dataclass
@@ -66,6 +67,7 @@ class RunStatus(JsonRecord):
     attempt: int = 1
     pid: int | None = None
     note: str = ""                    # what went wrong around the run, not in it (the store full: storeguard.py)
+    restarts: int = 0                 # of submit --max-restarts, spent so far (host/restarts.py)
 
     def __post_init__(self) -> None:
         self.state = RunState(self.state)

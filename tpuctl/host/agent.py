@@ -5,7 +5,10 @@ attempt of it (attempt.py: package, requirements, the command, its logs and hear
 (agent-<host>.json: who it is, what it runs, when autostop would fire), and on worker 0 end the compute when the
 cluster's policy says so (autostop.py).
 
-    python -m tpuctl.agent --store URI [--worker N] [--accelerator v3-8|cpu] [--tpu local|grpc://IP:8470]
+    python -m tpuctl.agent --store URI [--slice K] [--worker N] [--accelerator v3-8|cpu] [--tpu local|grpc://IP:8470]
+
+On a Multislice cluster (core/multislice.py) the host is worker N of slice K; its runs' store keys (claims,
+statuses, logs) use its index across all slices, K x hosts-per-slice + N, so slice 0's keys are a single slice's.
 """
 from __future__ import annotations
 
@@ -36,9 +39,10 @@ SERVING = "serving the TPU runtime (the TensorFlow program runs on worker 0)"
 
 class Agent:
     def __init__(self, store_uri: str, worker: int = 0, accelerator: str = "", tpu: str | None = None,
-                 home: str | None = None, poll: float = 1.0) -> None:
+                 home: str | None = None, poll: float = 1.0, slice_id: int = 0) -> None:
         self.store = open_store(store_uri)
-        self.worker = worker
+        self.worker = worker                 # index across slices, once the record says the slice's size
+        self.slice, self.slice_worker = slice_id, worker
         self.accelerator = accelerator or os.environ.get("TPUCTL_ACCELERATOR", "cpu")
         self.tpu = tpu if tpu is not None else os.environ.get("TPUCTL_TPU", "")
         self.home = Path(home or os.environ.get("TPUCTL_AGENT_HOME") or Path.home() / ".tpuctl-agent")
@@ -55,6 +59,7 @@ class Agent:
     def read_record(self) -> dict[str, Any]:
         """The cluster record; `up` rewrites it (the legacy node's address appears once the node is READY)."""
         self.record = runs.read_json(self.store, layout.CLUSTER_RECORD) or self.record
+        self.worker = self.slice * int(self.record.get("hosts") or 1) + self.slice_worker
         return self.record
 
     def package_limits(self) -> tuple[int, int]:
@@ -66,7 +71,8 @@ class Agent:
 
     @property
     def workers(self) -> int:
-        return int(self.record.get("hosts") or 1)
+        """Hosts that run a JAX or PyTorch run: every host of every slice."""
+        return int(self.record.get("hosts") or 1) * int(self.record.get("slices") or 1)
 
     def serves_only(self) -> bool:
         """A TensorFlow slice's worker N > 0: it serves the TPU runtime; the program runs on worker 0 alone."""
@@ -188,11 +194,12 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="tpuctl agent", description="Run jobs from a tpuctl store.")
     ap.add_argument("--store", required=True, help="gs://bucket or a directory")
     ap.add_argument("--worker", type=int, default=int(os.environ.get("TPUCTL_WORKER", "0")))
+    ap.add_argument("--slice", type=int, default=0, help="the host's slice of a Multislice cluster")
     ap.add_argument("--accelerator", default=None)
     ap.add_argument("--tpu", default=None)
     ap.add_argument("--poll", type=float, default=1.0)
     a = ap.parse_args(argv)
     os.umask(0o077)   # unpacked jobs and their files may hold [env] secrets
-    agent = Agent(a.store, a.worker, a.accelerator or "", a.tpu, poll=a.poll)
+    agent = Agent(a.store, a.worker, a.accelerator or "", a.tpu, poll=a.poll, slice_id=a.slice)
     signal.signal(signal.SIGTERM, lambda *_: agent.stop.set())
     agent.run_forever()

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..core import layout, runs
+from ..core import layout, multislice, runs
 from ..core.jobspec import DEFAULT_TENSORFLOW
 from ..core.lifecycle import Policy
 from ..core.packaging import unpack
@@ -31,6 +31,7 @@ from . import jobenv, podruntime
 from .jobprocs import JobProcesses
 from .logshipper import LogShipper
 from .preamble import PreambleFilter
+from .restarts import Decision, decide
 from .tpuenv import tpu_environment
 
 if TYPE_CHECKING:
@@ -50,10 +51,12 @@ class Attempt:
         self.started = time.time()
         self.work = agent.home / "runs" / run_id / f"w{agent.worker}"
         self.code_dir = self.work / "code"
+        # restarts spent by the attempts before this one (a host lost and replaced does not give them back)
+        self.restarts = runs.status(agent.store, run_id, agent.worker).restarts if attempt > 1 else 0
 
     def status(self, state: RunState, exit_code: int | None = None, pid: int | None = None, note: str = "") -> None:
         self.a.write_status(self.run_id, RunStatus(state=state, exit_code=exit_code, pid=pid, started=self.started,
-                                                   attempt=self.attempt, note=note,
+                                                   attempt=self.attempt, note=note, restarts=self.restarts,
                                                    ended=time.time() if state.final else None))
 
     def run(self) -> int:
@@ -81,16 +84,25 @@ class Attempt:
             return self._interrupted(shipper, None)
         tf = self.tensorflow(job)
         script, env_dir = self._script(job, tf)
-        proc = subprocess.Popen(["bash", "-c", script], cwd=self.code_dir, env=self.environment(job, tf, env_dir),
-                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-        rc, cancelled = _Supervisor(self, proc, shipper).run()
+        while True:
+            env = self.environment(job, tf, env_dir)
+            env["TPUCTL_RESTARTS"] = str(self.restarts)
+            proc = subprocess.Popen(["bash", "-c", script], cwd=self.code_dir, env=env, stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+            rc, cancelled = _Supervisor(self, proc, shipper).run()
+            if not cancelled and rc != 0 and self._host_stopping(rc):
+                return self._interrupted(shipper, rc)   # the host's stop: never a restart, never the run's end
+            decision = decide(rc, cancelled, self.restarts, job.max_restarts)
+            if decision is not Decision.RESTART:
+                break
+            self.restarts += 1
+            shipper.note(f"the job exited {rc}; restart {self.restarts} of {job.max_restarts} "
+                         "(submit --max-restarts), from its checkpoint", fresh_line=True)
         shipper.settle(self.a.stop, lambda note: self.status(RunState.RUNNING, note=note))
-        if not cancelled and rc != 0 and self._host_stopping(rc):
-            return self._interrupted(shipper, rc)
         lost = f"{shipper.unshipped} bytes of output were not shipped ({self.a.guard.problem or 'store full'})"
-        self.status(RunState.CANCELLED if cancelled else (RunState.SUCCEEDED if rc == 0 else RunState.FAILED),
-                    exit_code=rc, note=lost if shipper.unshipped else "")
+        # RESUME: tpuctl itself ended the job (a cancel, the deadline): cancelled. The agent's own stop returned above
+        state = {Decision.DONE: RunState.SUCCEEDED, Decision.FAIL: RunState.FAILED}.get(decision, RunState.CANCELLED)
+        self.status(state, exit_code=rc, note=lost if shipper.unshipped else "")
         return rc
 
     def _host_stopping(self, rc: int) -> bool:
@@ -157,6 +169,7 @@ class Attempt:
             Path(data).mkdir(parents=True, exist_ok=True)   # there even when the run has no data
         libtpu = str(jobenv.purelib(env_dir) / "libtpu" / "libtpu.so") if tf and env_dir else ""
         framework_env = tpu_environment(job.framework, a.record, a.accelerator, libtpu)
+        framework_env.update(multislice.environment(a.record, a.slice))
         env.update(TPUCTL_RUN_ID=run_id, TPUCTL_STORE=a.store.uri, TPUCTL_DATA_DIR=data, TPUCTL_OUTPUT_DIR=out,
                    TPUCTL_ACCELERATOR=a.accelerator, TPUCTL_TPU=framework_env.get("TPU_NAME", a.tpu_address()),
                    TPUCTL_WORKER=str(a.worker), TPUCTL_NUM_WORKERS=str(a.workers), PYTHONUNBUFFERED="1")

@@ -64,6 +64,7 @@ class UpFlags:
     queued: bool = False
     valid_until: str | None = None
     flex_start: bool = False
+    slices: int | None = None
 
     def remember(self, spec: ClusterSpec) -> None:
         """`up -c NAME` on an existing cluster: each flag not given again takes the value the cluster was made
@@ -83,14 +84,16 @@ class UpFlags:
         self.vm_type = self.vm_type or spec.vm_type or None
         self.framework = self.framework or spec.framework.value
         self.queued = self.queued or spec.queued
+        if self.slices is None and spec.slices > 1:
+            self.slices = spec.slices
 
     def given(self) -> list[str]:
         """The flags the user set, spelled as on the command line."""
         names = {"tpu_type": "--type", "zones": "--zone", "project": "--project", "arch": "--arch",
                  "runtime": "--runtime", "spot": "--spot", "service_account": "--service-account",
                  "bucket": "--bucket", "vm_type": "--vm-type", "framework": "--framework", "queued": "--queued",
-                 "valid_until": "--valid-until", "flex_start": "--flex-start"}
-        return [flag for attr, flag in names.items() if getattr(self, attr)]
+                 "valid_until": "--valid-until", "flex_start": "--flex-start", "slices": "--slices"}
+        return [flag for attr, flag in names.items() if getattr(self, attr) not in (None, False, "", [])]
 
 
 class PlanRow(NamedTuple):

@@ -9,7 +9,7 @@ from typing import Callable
 from ...core import layout, runs
 from ...core.errors import ErrorKind, TpuctlError
 from ...core.models import Arch, ClusterState
-from . import compute, planning, storage
+from . import compute, planning, slices, storage
 from .gcs_store import GcsStore
 from .queued import QueuedApi
 from .tpu import COMING, HEALTH_TOLD, HEALTH_WAIT, HELD, LOST, READY, facts, health_of
@@ -32,10 +32,16 @@ class Health:
         return self._tpu(st)[0]
 
     def _tpu(self, st: ClusterState) -> tuple[str, str]:
-        """(state, health) of the cluster's TPU now; ("MISSING", "") when there is none."""
+        """(state, health) of the cluster's TPU now; ("MISSING", "") when there is none. A Multislice is as good
+        as its worst slice: one slice lost is the whole run's loss (slices.worst); all READY, the first health
+        that is not good."""
+        if not st.zone:
+            return "MISSING", ""
         api = Topology.tpu(st.spec)
-        node = api.find(st.spec.tpu_name, st.zone) if st.zone else None
-        return (api.state(node), health_of(node)) if node is not None else ("MISSING", "")
+        nodes = {name: api.find(name, st.zone) for name in st.spec.node_names}
+        state = slices.worst({n: api.state(node) if node is not None else "MISSING" for n, node in nodes.items()})[1]
+        healths = [health_of(node) for node in nodes.values() if node is not None]
+        return state, next((h for h in healths if h in HEALTH_WAIT or h in HEALTH_TOLD), healths[0] if healths else "")
 
     def check_ready(self, st: ClusterState) -> None:
         state, health = self._tpu(st)
@@ -58,9 +64,10 @@ class Health:
                 return f"its queued request {spec.qr_name} is {qstate}"
             if qstate != "ACTIVE":
                 return None
-        state = self._tpu_state(st)
-        return f"its TPU {spec.tpu_name} is {state}{_MEANING.get(state, '')}" if state in LOST | {"MISSING"} \
-            else None
+        if not st.zone:
+            return f"its TPU {spec.tpu_name} is MISSING"
+        name, state = slices.worst(slices.states(Topology.tpu(spec), spec, st.zone))
+        return f"its TPU {name} is {state}{_MEANING.get(state, '')}" if state in slices.LOST else None
 
     def host_state(self, st: ClusterState) -> tuple[bool, str]:
         state, health = self._tpu(st)
@@ -108,14 +115,17 @@ class Health:
         if st.zone and spec.queued:
             qr = QueuedApi(spec.project).find(spec.qr_name, st.zone)
             out["queued"] = {"state": QueuedApi.state(qr) if qr else "MISSING"}
-        if st.zone:
-            node = Topology.tpu(spec).find(spec.tpu_name, st.zone)
+        for k, name in enumerate(spec.node_names if st.zone else []):
+            node = Topology.tpu(spec).find(name, st.zone)
+            key = "tpu" if spec.slices <= 1 else f"tpu slice {k}"
             if node is None:
-                out["tpu"] = {"state": "MISSING"}
+                out[key] = {"name": name, "state": "MISSING"} if spec.slices > 1 else {"state": "MISSING"}
             else:
                 f = facts(node)
-                out["tpu"] = {"ip": f.ip, "service_account": f.service_account, "hosts": f.hosts,
-                              "state": Topology.tpu(spec).state(node), "health": health_of(node)}
+                out[key] = {**({"name": name} if spec.slices > 1 else {}), "ip": f.ip,
+                            "service_account": f.service_account, "hosts": f.hosts,
+                            "state": Topology.tpu(spec).state(node), "health": health_of(node)}
+        if st.zone:
             if spec.arch is Arch.NODE:
                 vm = compute.find(spec.project, spec.vm_name, st.zone)
                 out["vm"] = {"state": vm.status if vm else "MISSING"}

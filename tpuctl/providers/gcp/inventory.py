@@ -20,7 +20,8 @@ class GcpInventory:
         self.store_of = store_of
 
     def state_from(self, name: str, project: str, found: list[dict[str, str]]) -> ClusterState:
-        tpu = next((n for n in found if n["kind"] == "tpu"), None) or next(
+        tpus = [n for n in found if n["kind"] == "tpu"]
+        tpu = next(iter(tpus), None) or next(
             (n for n in found if n["kind"] == "queued"), None)
         vm = next((n for n in found if n["kind"] == "vm"), None)
         bucket = next((n for n in found if n["kind"] == "bucket"), None)
@@ -29,7 +30,8 @@ class GcpInventory:
         spec = ClusterSpec(name=name, provider=ProviderName.GCP, project=project,
                            store=f"gs://{bucket['name'] if bucket else default_bucket(project, name)}",
                            tpu_type=tpu["type"] if tpu else "", zones=[zone] if zone else [], arch=arch,
-                           queued=any(n["kind"] == "queued" for n in found))
+                           queued=any(n["kind"] == "queued" for n in found),
+                           slices=len(tpus) if len(tpus) > 1 else 1)   # a Multislice's nodes, each labelled
         st = ClusterState(spec=spec, zone=zone, phase=Phase.READY, created_at=time.time())
         record = runs.read_object(self.store_of(st), layout.CLUSTER_RECORD) if bucket else {}
         st.grants = [Grant(str(g["member"]), str(g["role"])) for g in record.get("grants") or []]
@@ -47,8 +49,10 @@ class GcpInventory:
                             "arch": arch.value, "type": n.accelerator_type, "state": type(n).State(n.state).name})
         for q in QueuedApi(project).list_labelled():
             parts = q.name.split("/")
+            ms = q.tpu.node_spec[0].multislice_params
             out.append({"cluster": QueuedApi.labels(q)[LABEL], "kind": "queued", "name": parts[-1], "zone": parts[3],
-                        "arch": "vm", "type": q.tpu.node_spec[0].node.accelerator_type, "state": QueuedApi.state(q)})
+                        "arch": "vm", "type": q.tpu.node_spec[0].node.accelerator_type
+                        + (f" x {ms.node_count}" if ms.node_count > 1 else ""), "state": QueuedApi.state(q)})
         for zone, vm in compute.list_labelled(project):
             watcher = vm.labels.get(ROLE_LABEL) == "watcher"   # the recovery watcher's VM (watcher_vm.py)
             out.append({"cluster": vm.labels[LABEL], "kind": "watcher" if watcher else "vm", "name": vm.name,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ...core.catalog import (DEFAULT_VM_TYPE, VM_PRICES, TpuType, check_runtime, check_vm_type, check_zones,
                              not_offered, region_of, tpu_type, unlisted)
+from ...core import multislice
 from ...core.config import setting
 from ...core.errors import bad_input
 from ...core.lifecycle import parse_duration, show_duration
@@ -39,12 +40,15 @@ def make_spec(name: str, flags: UpFlags) -> ClusterSpec:
         _ask_whether_offered(t, zone, proj, arch)
     bucket = check_bucket_name(flags.bucket or default_bucket(proj, name))
     queued, valid_until = _queueing(flags, arch)
+    if flags.slices is not None:
+        multislice.check(flags.slices, t.family, arch is Arch.NODE, t.name)
+        queued = True   # a Multislice is had only through a queued resource
     return ClusterSpec(
         name=name, provider=ProviderName.GCP, store=f"gs://{bucket}", project=proj, tpu_type=t.name,
         zones=zones, arch=arch, runtime=check_runtime(flags.runtime, arch is Arch.NODE) if flags.runtime else "",
         spot=flags.spot,
         service_account=check_service_account(flags.service_account) if flags.service_account else "",
-        framework=framework, queued=queued, valid_until=valid_until,
+        framework=framework, queued=queued, valid_until=valid_until, slices=flags.slices or 1,
         vm_type=check_vm_type(flags.vm_type or DEFAULT_VM_TYPE) if arch is Arch.NODE else "")
 
 
@@ -84,8 +88,9 @@ def price(spec: ClusterSpec) -> Price:
     p = t.spot_price_hour if spec.spot else t.price_hour
     if p is None:
         return Price(None, "spot price not in the catalog")
-    total = p + (VM_PRICES.get(spec.vm_type, 0.0) if spec.arch is Arch.NODE else 0.0)
-    return Price(total, f"${total:.2f}/hour" + (" (spot)" if spec.spot else ""))
+    total = p * spec.slices + (VM_PRICES.get(spec.vm_type, 0.0) if spec.arch is Arch.NODE else 0.0)
+    return Price(total, f"${total:.2f}/hour" + (f" ({spec.slices} slices at ${p:.2f})" if spec.slices > 1 else "")
+                 + (" (spot)" if spec.spot else ""))
 
 
 def plan(spec: ClusterSpec) -> list[PlanRow]:
@@ -93,10 +98,12 @@ def plan(spec: ClusterSpec) -> list[PlanRow]:
     t = tpu_type(spec.tpu_type)
     shape = (f"{spec.tpu_type} ({t.chips} chips, {t.hosts} host{'s' * (t.hosts > 1)}, "
              f"{'TPU VM' if spec.arch is Arch.VM else 'TPU Node'}{', spot' if spec.spot else ''})")
-    rows = [PlanRow("tpu", spec.tpu_name, f"{shape} in {where}")]
+    rows = [PlanRow("tpu", name, f"{shape} in {where}" + (f", slice {k} of {spec.slices}" if spec.slices > 1 else ""))
+            for k, name in enumerate(spec.node_names)]
     if spec.queued:
         until = f", waiting at most {show_duration(spec.valid_until)}" if spec.valid_until else ""
-        rows.insert(0, PlanRow("queued", spec.qr_name, f"a queued request for it{until}"))
+        what = f"one Multislice request for all {spec.slices}" if spec.slices > 1 else "a queued request for it"
+        rows.insert(0, PlanRow("queued", spec.qr_name, f"{what}{until}"))
     if spec.arch is Arch.NODE:
         rows.append(PlanRow("vm", spec.vm_name, f"{spec.vm_type} beside the TPU Node"))
     regions = sorted({region_of(z) for z in spec.zones})

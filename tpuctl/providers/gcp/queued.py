@@ -13,7 +13,7 @@ from typing import Any
 from ...core.errors import ErrorKind, Scope, TpuctlError
 from ...core.models import LABEL, Arch, ClusterSpec, require_owned
 from ..base import Progress
-from . import clients
+from . import clients, slices
 from .operations import call, get_or_none, wait
 from .tpu import NONCE_LABEL, TpuApi
 
@@ -63,16 +63,18 @@ class QueuedApi:
         if qr is not None:
             require_owned(self.labels(qr), spec.name, f"queued resource {name} in {zone}")
             ours = self.labels(qr).get(NONCE_LABEL) == nonce
-            if self.state(qr) in ("SUSPENDED", "SUSPENDING", "FAILED"):
-                progress(f"{self.state(qr)}: asking again")
+            lost = self._lost_slice(spec, zone) if self.state(qr) == "ACTIVE" else ""
+            if self.state(qr) in ("SUSPENDED", "SUSPENDING", "FAILED") or lost:
+                # a Multislice with one slice lost is asked for again whole: then all slices restart together
+                progress(f"{lost or self.state(qr)}: asking again")
                 self.delete(spec, zone, progress)
                 qr = None
         if qr is None:
             node = self.nodes.build_node(spec, runtime, script, service_account, {**spec.labels, NONCE_LABEL: nonce})
             node.scheduling_config = tpu_v2.SchedulingConfig()   # spot is the request's, not the node's
             parent = f"projects/{self.project}/locations/{zone}"
-            request = tpu_v2.QueuedResource(tpu=tpu_v2.QueuedResource.Tpu(node_spec=[tpu_v2.QueuedResource.Tpu.NodeSpec(
-                parent=parent, node_id=spec.tpu_name, node=node)]))
+            request = tpu_v2.QueuedResource(tpu=tpu_v2.QueuedResource.Tpu(node_spec=[
+                slices.build_node_spec(parent, spec, node)]))
             if spec.spot:
                 request.spot = tpu_v2.QueuedResource.Spot()
             if spec.valid_until:
@@ -137,7 +139,13 @@ class QueuedApi:
             elapsed = int(time.monotonic() - started)
             return st == "ACTIVE", f"{st} {elapsed // 60}m{elapsed % 60:02d}s" if st in _PENDING else st
         wait(poll, f"queued resource {name}", deadline, progress)
-        self.nodes.wait_state(spec.tpu_name, zone, {"READY"}, 1800.0, progress)
+        for node in spec.node_names:
+            self.nodes.wait_state(node, zone, {"READY"}, 1800.0, progress)
+
+    def _lost_slice(self, spec: ClusterSpec, zone: str) -> str:
+        """An ACTIVE request one of whose nodes is gone or preempted: which, else ""."""
+        node, state = slices.worst(slices.states(self.nodes, spec, zone))
+        return f"{node} {state}" if state in slices.LOST else ""
 
     def delete(self, spec: ClusterSpec, zone: str, progress: Progress) -> None:
         """Delete the request with force (its node with it) and wait until both are gone."""

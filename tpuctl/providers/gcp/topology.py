@@ -75,7 +75,9 @@ class Topology:
         progress = progress_of(reporter, "tpu", spec.tpu_name)
         if spec.queued:
             QueuedApi(spec.project).delete(spec, zone, progress_of(reporter, "queued", spec.qr_name))
-        self.tpu(spec).delete(spec.tpu_name, zone, spec.name, progress)
+        for name in spec.node_names:   # gone with a queued request; one left behind is deleted here
+            self.tpu(spec).delete(name, zone, spec.name, progress if name == spec.tpu_name else
+                                  progress_of(reporter, "tpu", name))
 
     def _ensure_tpu(self, st: ClusterState, script: str, progress: Progress,
                     accepted: Callable[[], None] = lambda: None) -> tuple[bool, HostFacts]:
@@ -85,7 +87,7 @@ class Topology:
                                       else "")
         if spec.queued:
             created = QueuedApi(spec.project).request(spec, zone, st.runtime, script, sa, self.nonce, progress)
-            return created, facts(api.get(spec.tpu_name, zone))
+            return created, facts(api.get(spec.node_names[0], zone))   # slice 0: its worker 0 coordinates
         node = api.find(spec.tpu_name, zone)
         if node is not None:
             require_owned(node.labels, spec.name, f"TPU {spec.tpu_name} in {zone}")

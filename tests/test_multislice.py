@@ -1,0 +1,186 @@
+"""Multislice (`up --slices N`, issue 31) against the fake TPU API: one queued resource with multislice_params, its
+nodes named <prefix>-0..N-1, the price times N, status/ls/down over every slice, refusals before anything is made;
+then one run across 2 slices x 2 hosts with MEGASCALE_* on every host."""
+import json
+
+import pytest
+from conftest import PROJECT
+
+from tpuctl.core import multislice
+
+ZONE = "us-central2-b"
+QR = f"projects/{PROJECT}/locations/{ZONE}/queuedResources/tpuctl-ms-qr"
+NODES = [f"projects/{PROJECT}/locations/{ZONE}/nodes/tpuctl-ms-{k}" for k in range(2)]
+
+
+@pytest.mark.usefixtures("no_leak")
+def test_up_slices_makes_one_multislice_request_and_down_removes_every_slice(cloud, cli):
+    code, out, err = cli("up", "--type", "v4-16", "--zone", ZONE, "--slices", "2", "-c", "ms", "--framework", "jax",
+                         "--yes")
+    assert code == 0, err
+    assert "$51.52/hour (2 slices at $25.76)" in err               # v4-16: 8 chips x $3.22, twice
+    creates = [c for c in cloud.tpu.calls if c[1] == "CreateQueuedResource"]
+    assert len(creates) == 1 and [c for c in cloud.tpu.calls if c[1] == "CreateNode"] == []
+    spec = cloud.tpu.queued[QR]["qr"].tpu.node_spec[0]
+    assert spec.multislice_params.node_count == 2 and spec.multislice_params.node_id_prefix == "tpuctl-ms"
+    assert spec.node_id == ""                                       # the oneof's other member
+    assert sorted(cloud.tpu.nodes[2]) == NODES
+    assert all(cloud.tpu.nodes[2][n].multislice_node for n in NODES)
+    assert len(cloud.tpu.nodes[2][NODES[1]].network_endpoints) == 2   # v4-16: 2 hosts in each slice
+
+    info = json.loads(cli("status", "-c", "ms", "--json")[1])
+    assert info["resources"]["tpu slice 0"]["name"] == "tpuctl-ms-0"
+    assert info["resources"]["tpu slice 1"]["state"] == "READY"
+    from google.cloud import storage
+    record = json.loads(storage.Client(project=PROJECT).bucket(f"{PROJECT}-tpuctl-ms").blob(
+        "tpuctl/cluster.json").download_as_text())
+    assert record["slices"] == 2 and record["hosts"] == 2 and record["coordinator"] == "10.1.0.1"
+    rows = json.loads(cli("ls", "--json")[1])
+    assert not [r for r in rows if r["orphan"]]                     # both slices are the cluster's own
+
+    cloud.tpu.set_state(2, NODES[1], "PREEMPTED")                    # one slice lost: the cluster is
+    info = json.loads(cli("status", "-c", "ms", "--json")[1])
+    assert info["resources"]["tpu slice 1"]["state"] == "PREEMPTED"
+    code, out, err = cli("up", "-c", "ms", "--yes")                 # asked for again, whole
+    assert code == 0, err
+    assert "tpuctl-ms-1 PREEMPTED: asking again" in err
+    assert [cloud.tpu.nodes[2][n].state.name for n in NODES] == ["READY", "READY"]
+
+    code, out, err = cli("down", "-c", "ms", "--yes")
+    assert code == 0, err
+    assert cloud.tpu.queued == {} and cloud.tpu.nodes[2] == {}
+
+
+@pytest.mark.parametrize("flags, said", [
+    (["--type", "v3-32", "--zone", "europe-west4-a"], "Multislice needs TPU v4 or newer; v3-32 is v3"),
+    (["--type", "v2-32", "--zone", "us-central1-a"], "Multislice needs TPU v4 or newer"),
+    (["--type", "v3-8", "--zone", "us-central1-b", "--arch", "node"], "a TPU Node (--arch node) cannot be part"),
+])
+def test_a_type_multislice_does_not_serve_is_refused_before_anything_is_made(cloud, cli, flags, said):
+    code, out, err = cli("up", *flags, "--slices", "2", "-c", "old", "--yes")
+    assert code == 2 and said in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) <= 2                      # the message and its hint
+    assert cloud.tpu.mutating_calls() == [] and not [c for c in cloud.gcs.calls if not c.startswith("GET")]
+
+
+def test_one_slice_is_not_a_multislice(cloud, cli):
+    code, out, err = cli("up", "--type", "v4-16", "--zone", ZONE, "--slices", "1", "-c", "one", "--yes")
+    assert code == 2 and "at least 2 slices" in err and cloud.tpu.mutating_calls() == []
+
+
+def test_the_local_provider_refuses_slices(env, cli):
+    code, out, err = cli("up", "--provider", "local", "-c", "l", "--slices", "2")
+    assert code == 2 and "--slices" in err
+
+
+def test_megascale_environment():
+    record = {"slices": 2, "hosts": 2, "coordinator": "10.1.0.1"}
+    assert multislice.environment(record, 1) == {
+        "MEGASCALE_COORDINATOR_ADDRESS": "10.1.0.1:8081", "MEGASCALE_NUM_SLICES": "2", "MEGASCALE_SLICE_ID": "1",
+        "MEGASCALE_PORT": "8081"}
+    assert multislice.environment({"hosts": 2}, 0) == {}
+    assert multislice.node_names("tpuctl-x", 3) == ["tpuctl-x-0", "tpuctl-x-1", "tpuctl-x-2"]
+    assert multislice.node_names("tpuctl-x", 1) == ["tpuctl-x"]
+
+
+MEGASCALE_JOB = """
+import os
+keys = ["TPUCTL_WORKER", "TPUCTL_NUM_WORKERS", "MEGASCALE_COORDINATOR_ADDRESS", "MEGASCALE_NUM_SLICES",
+        "MEGASCALE_SLICE_ID", "MEGASCALE_PORT"]
+print(" ".join(f"{k}={os.environ.get(k, '-')}" for k in keys))
+print("second line")
+"""
+
+
+def test_one_jax_run_on_every_host_of_two_slices_with_megascale(cloud, cli, tmp_path, monkeypatch):
+    """2 slices x 2 hosts, each booted by the fake from the real start-up script, which reads its slice from the
+    node's tpu-env: the run starts on all four, each with MEGASCALE_* agreeing on the coordinator and the slice
+    count and its own slice id; `logs --slice K --worker W` and `logs --all-hosts` show each host's output."""
+    from jobs import make_job
+    from test_simulated_hosts import _wait_agents
+    cloud.hosts.enabled = True
+    cloud.hosts.env.update(TPUCTL_LOG_POLL_MAX="0.2")
+    monkeypatch.setenv("TPUCTL_LOG_POLL_MAX", "0.2")
+    code, out, err = cli("up", "--type", "v4-16", "--zone", ZONE, "--slices", "2", "-c", "ms", "--framework", "jax",
+                         "--yes")
+    assert code == 0, err
+    four = _wait_agents(cloud.hosts, "nodes/tpuctl-ms-0", 2) + _wait_agents(cloud.hosts, "nodes/tpuctl-ms-1", 2)
+    assert "--slice 1 --worker 1" in (four[3].root / "etc/systemd/system/tpuctl-agent.service").read_text()
+
+    tf_job = make_job(tmp_path, MEGASCALE_JOB, name="tfjob")
+    code, out, err = cli("submit", str(tf_job), "-c", "ms")
+    assert code == 2 and "TPUStrategy does not span slices" in err and "Traceback" not in err
+
+    job = make_job(tmp_path, MEGASCALE_JOB, 'framework = "jax"\n', name="jaxjob")
+    code, out, err = cli("submit", str(job), "-c", "ms")
+    assert code == 0, err + "".join(h.agent_out() for h in four)
+    seen = {}
+    for k in (0, 1):
+        for w in (0, 1):
+            code, out, err = cli("logs", "-c", "ms", "--slice", str(k), "--worker", str(w), "-f")
+            assert code == 0, err
+            seen[k, w] = dict(kv.split("=", 1) for kv in out.splitlines()[0].split())
+    for (k, w), env in seen.items():
+        assert env["MEGASCALE_COORDINATOR_ADDRESS"] == "10.1.0.1:8081"   # slice 0's worker 0, on every host
+        assert env["MEGASCALE_NUM_SLICES"] == "2" and env["MEGASCALE_PORT"] == "8081"
+        assert env["MEGASCALE_SLICE_ID"] == str(k)
+        assert env["TPUCTL_WORKER"] == str(2 * k + w) and env["TPUCTL_NUM_WORKERS"] == "4"
+    code, out, err = cli("logs", "-c", "ms", "-f", "--all-hosts")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert len(lines) == 8 and {l.split(" ", 1)[0] for l in lines} == {"[s0/w0]", "[s0/w1]", "[s1/w0]", "[s1/w1]"}
+    assert "[s1/w1] second line" in lines
+    code, out, err = cli("logs", "-c", "ms", "--slice", "2")
+    assert code == 2 and "has 2 slices" in err
+    rows = json.loads(cli("jobs", "-c", "ms", "--json")[1])
+    assert [r["state"] for r in rows] == ["succeeded"]                 # one run across the four hosts
+    assert cli("down", "-c", "ms", "--yes")[0] == 0
+    assert not cloud.hosts.hosts
+
+
+SLEEPY_JAX_JOB = """
+import os, time
+print(f"start s{os.environ['MEGASCALE_SLICE_ID']} i{os.environ['TPUCTL_WORKER']}", flush=True)
+time.sleep(float(os.environ["RUN_SECONDS"]))
+print("done", flush=True)
+"""
+
+
+def test_one_slice_preempted_under_recover_restarts_the_run_on_every_host(cloud, cli, tmp_path, monkeypatch):
+    """A slice lost mid-run: the watcher asks for the whole request again (core/multislice.py: a lost slice stops
+    the run everywhere), and once all slices are back every host takes the run over, same run, attempt 2."""
+    from jobs import make_job
+    from test_simulated_hosts import _wait_agents
+    from test_watch import Running, _until
+    from tpuctl.core import runs, state
+    from tpuctl.providers import registry
+    for k, v in {"TPUCTL_WATCH_POLL": "0.05", "TPUCTL_LEASE_SECONDS": "2", "TPUCTL_RECOVER_BACKOFF": "0.05",
+                 "TPUCTL_LEASE_WAIT": "60", "TPUCTL_LOG_POLL_MAX": "0.2"}.items():
+        monkeypatch.setenv(k, v)
+    cloud.hosts.enabled = True
+    cloud.hosts.env.update(TPUCTL_LOG_POLL_MAX="0.2", TPUCTL_STALE_SECONDS="3")
+    code, out, err = cli("up", "--type", "v4-16", "--zone", ZONE, "--slices", "2", "-c", "w", "--framework", "jax",
+                         "--recover", "--yes")
+    assert code == 0, err
+    _wait_agents(cloud.hosts, "nodes/tpuctl-w-0", 2) and _wait_agents(cloud.hosts, "nodes/tpuctl-w-1", 2)
+    job = make_job(tmp_path, SLEEPY_JAX_JOB, 'framework = "jax"\n[env]\nRUN_SECONDS = "6"\n')
+    code, run_id, err = cli("submit", str(job), "-c", "w", "--detach")
+    run_id = run_id.strip()
+    store = registry.get("gcp").store(state.load("w"))
+    def log(i):
+        return b"".join(store.read(k) or b"" for k, _ in store.list(f"tpuctl/runs/{run_id}/logs"
+                                                                    + ("" if i == 0 else f"-w{i}") + "/"))
+    # every host has shipped its first line (output not yet shipped is lost with a host powered off)
+    _until(lambda: all(b"start s" in log(i) for i in range(4)), 120, "the run on all four hosts")
+    w = Running()
+    cloud.tpu.set_state(2, f"projects/{PROJECT}/locations/{ZONE}/nodes/tpuctl-w-1", "PREEMPTED")   # slice 1 goes
+    _until(lambda: all(runs.status(store, run_id, i).state.value == "succeeded" for i in range(4)), 240,
+           "the run to finish on all four hosts")
+    for i in range(4):
+        st = runs.status(store, run_id, i)
+        assert st.attempt == 2, (i, st)                               # every host restarted it, slice 0's too
+        assert log(i).count(b"start s") == 2 and b"done" in log(i), log(i)
+    assert [r["state"] for r in json.loads(cli("jobs", "-c", "w", "--json")[1])] == ["succeeded"]
+    assert cli("down", "-c", "w", "--yes")[0] == 0
+    w.wait()
+    assert cloud.tpu.queued == {} and cloud.tpu.nodes[2] == {}

@@ -1,0 +1,110 @@
+"""`submit --max-restarts N`: xpk's restart contract (exit 42 or a signal tpuctl did not send), on the local
+provider with its real agent, and the rule itself (tpuctl/host/restarts.py)."""
+import json
+
+import pytest
+
+from jobs import SLEEP_JOB, make_job
+from tpuctl import runtime
+from tpuctl.host.restarts import Decision, decide
+
+# Counts its own starts in the run's output directory (what survives a restart, as a checkpoint does), and exits
+# with the code listed for this start: EXITS="42,42,0" exits 42 twice, then 0.
+COUNTING_JOB = """
+import os, signal, sys
+p = os.path.join(os.environ["TPUCTL_OUTPUT_DIR"], "starts")
+n = int(open(p).read()) if os.path.exists(p) else 0
+open(p, "w").write(str(n + 1))
+print(f"start {n} restarts={os.environ['TPUCTL_RESTARTS']}", flush=True)
+code = os.environ["EXITS"].split(",")[n]
+if code == "TERM":
+    os.kill(os.getpid(), signal.SIGTERM)   # killed by a signal nobody in tpuctl sent
+sys.exit(int(code))
+"""
+
+
+@pytest.fixture
+def local(local_up):
+    return local_up("rs")
+
+
+def _job(tmp_path, exits):
+    return make_job(tmp_path, COUNTING_JOB, f'[env]\nEXITS = "{exits}"\n')
+
+
+def _row(cli):
+    return json.loads(cli("jobs", "-c", "rs", "--json")[1])[0]
+
+
+def test_a_job_that_exits_42_twice_then_0_succeeds_after_two_restarts(local, cli, tmp_path):
+    code, out, err = cli("submit", str(_job(tmp_path, "42,42,0")), "-c", "rs", "--max-restarts", "2")
+    assert code == 0, err
+    assert [l for l in out.splitlines() if l.startswith("start")] == \
+        ["start 0 restarts=0", "start 1 restarts=1", "start 2 restarts=2"]
+    assert "the job exited 42; restart 1 of 2" in out and "restart 2 of 2" in out
+    row = _row(cli)
+    assert row["state"] == "succeeded" and row["restarts"] == 2 and row["exit_code"] == 0
+    assert "succeeded (2 restarts)" in cli("jobs", "-c", "rs")[1]
+
+
+def test_restarts_stop_at_the_limit(local, cli, tmp_path):
+    code, out, err = cli("submit", str(_job(tmp_path, "42,42,0")), "-c", "rs", "--max-restarts", "1")
+    assert code == 42
+    row = _row(cli)
+    assert row["state"] == "failed" and row["restarts"] == 1
+
+
+def test_any_other_exit_fails_at_once(local, cli, tmp_path):
+    code, out, err = cli("submit", str(_job(tmp_path, "3,0")), "-c", "rs", "--max-restarts", "2")
+    assert code == 3
+    assert [l for l in out.splitlines() if l.startswith("start")] == ["start 0 restarts=0"]
+    row = _row(cli)
+    assert row["state"] == "failed" and row["restarts"] == 0
+
+
+def test_a_job_killed_by_a_signal_tpuctl_did_not_send_is_restarted(local, cli, tmp_path):
+    code, out, err = cli("submit", str(_job(tmp_path, "TERM,0")), "-c", "rs", "--max-restarts", "1")
+    assert code == 0, err
+    assert "the job exited 143; restart 1 of 1" in out
+    assert _row(cli)["restarts"] == 1
+
+
+def test_no_restart_by_default_as_xpk(local, cli, tmp_path):
+    code, out, err = cli("submit", str(_job(tmp_path, "42,0")), "-c", "rs")
+    assert code == 42 and _row(cli)["restarts"] == 0
+
+
+def test_a_cancelled_run_is_not_restarted(local, cli, tmp_path):
+    import time
+    job = make_job(tmp_path, SLEEP_JOB)
+    code, out, err = cli("submit", str(job), "-c", "rs", "--max-restarts", "3", "--detach")
+    run_id = out.strip()
+    deadline = time.time() + 30
+    while _row(cli)["state"] != "running" and time.time() < deadline:
+        time.sleep(0.2)
+    assert cli("cancel", run_id, "-c", "rs")[0] == 0
+    code, out, err = cli("logs", run_id, "-c", "rs", "-f")
+    row = _row(cli)
+    assert row["state"] == "cancelled" and row["restarts"] == 0 and out.count("started") == 1
+
+
+def test_a_negative_limit_is_refused_in_one_line(local, cli, tmp_path):
+    code, out, err = cli("submit", str(_job(tmp_path, "0")), "-c", "rs", "--max-restarts", "-1")
+    assert code == 2 and "--max-restarts -1 must be 0 or more" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("exit_code, sent, used, limit, expected", [
+    (0, False, 0, 0, Decision.DONE),
+    (runtime.RESTART_CODE, False, 0, 1, Decision.RESTART),
+    (runtime.RESTART_CODE, False, 1, 1, Decision.FAIL),      # the limit is spent
+    (runtime.RESTART_CODE, False, 0, 0, Decision.FAIL),      # xpk's default: no restarts
+    (143, False, 0, 1, Decision.RESTART),                    # SIGTERM from elsewhere (OOM killer's 137 alike)
+    (137, False, 0, 1, Decision.RESTART),
+    (127, False, 0, 1, Decision.RESTART),                    # xpk's list starts at 127
+    (1, False, 0, 5, Decision.FAIL),
+    (126, False, 0, 5, Decision.FAIL),
+    (143, True, 0, 5, Decision.RESUME),                      # tpuctl sent it: not the job's failure, not counted
+    (0, True, 0, 5, Decision.RESUME),
+])
+def test_the_rule(exit_code, sent, used, limit, expected):
+    assert decide(exit_code, sent, used, limit) is expected

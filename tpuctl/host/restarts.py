@@ -1,0 +1,42 @@
+"""What a run becomes when its job process ends: xpk's restart contract (`submit --max-restarts N`).
+
+xpk runs a workload as a JobSet whose pod failure policy fails the job at once on any exit code except 42 and
+127-255, and whose JobSet `maxRestarts` (xpk `--max-restarts`, default "0") restarts it otherwise
+(AI-Hypercomputer/xpk src/xpk/commands/workload.py `get_restart_exit_codes`: `[42] + range(127, 256)`;
+src/xpk/parser/workload.py `--max-restarts`, default '0'). tpuctl keeps that contract: a job asks for a restart by
+exiting `tpuctl.runtime.RESTART_CODE` (42), and one killed by a signal (exit 128+n: 143 for SIGTERM, 137 for
+SIGKILL) is restarted too, unless tpuctl itself sent the signal (a cancel, the --max-duration deadline, the agent
+stopping with its host): then the job did not fail, and the run goes on as tpuctl's own stop decides.
+
+`decide` is pure, and the agent calls it from one place (attempt.py), so the rule can be read, tested and
+re-wired alone.
+"""
+from __future__ import annotations
+
+from enum import Enum
+
+from ..runtime import RESTART_CODE
+
+
+class Decision(str, Enum):
+    DONE = "done"          # exit 0: the run succeeded
+    RESTART = "restart"    # run the job again on this host, same run and output directory (its checkpoint)
+    FAIL = "fail"          # the run failed: any other exit, or a restart past --max-restarts
+    RESUME = "resume"      # tpuctl ended the job itself: not the job's failure, and no restart is counted
+
+
+def restartable(exit_code: int) -> bool:
+    """The exit codes xpk restarts: 42, and 127-255 (a shell's 'cannot run' and 128+n, killed by signal n)."""
+    return exit_code == RESTART_CODE or 127 <= exit_code <= 255
+
+
+def decide(exit_code: int, sent_by_tpuctl: bool, restarts_used: int, max_restarts: int) -> Decision:
+    """What the run becomes after its job process ended with `exit_code`. `sent_by_tpuctl`: tpuctl signalled the
+    job (cancel, deadline, the agent's own stop) before it ended; `restarts_used` of `max_restarts` are spent."""
+    if sent_by_tpuctl:
+        return Decision.RESUME
+    if exit_code == 0:
+        return Decision.DONE
+    if restartable(exit_code) and restarts_used < max_restarts:
+        return Decision.RESTART
+    return Decision.FAIL
