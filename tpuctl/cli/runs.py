@@ -69,12 +69,16 @@ def submit(ctx: typer.Context,
            down: bool = typer.Option(False, "--down", help="The host ends the compute once the run is final."),
            chain: Optional[int] = typer.Option(None, "--chain", help="Kaggle: sessions a run may chain through "
                                                "past the session limit (default 10)."),
+           notify_to: List[str] = typer.Option([], "--notify", help="Send this run's events to a webhook or "
+                                               "Apprise URL (repeatable), besides the cluster's."),
            provider: Optional[str] = PROVIDER) -> None:
     """Package JOB_DIR, sync its data, run it on the cluster and follow its logs; exits with the job's code.
     Arguments after `--` are appended to the job's command."""
     from ..core import jobspec, packaging
     from ..control import submission
+    from ..core.notify import check_urls
     con = console()
+    urls = check_urls(notify_to)
     job = jobspec.load(job_dir, data)          # the job's own mistakes first, before any cluster is looked for
     packaging.files(job.root, job.data)        # links out of the job are refused here too
     if dry_run:
@@ -90,7 +94,7 @@ def submit(ctx: typer.Context,
             from ..control.up import arm
             arm(st, prov, lambda s: rep.resource("--down", "host", s))
         run_id, _ = submission.submit(st, prov, job, list(ctx.args), rep.transfer, rep, down_after=down,
-                                      sessions=chain or 0)
+                                      sessions=chain or 0, notify_urls=urls)
     if detach:
         print(run_id)
         return

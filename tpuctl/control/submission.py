@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core import datasync, goodput, layout, metrics, packaging, runindex, runs
+from ..core import datasync, goodput, layout, metrics, notify, packaging, runindex, runs
 from ..core.errors import ErrorKind, TpuctlError
 from ..core.jobspec import JobSpec
 from ..core.models import ClusterState, Phase
@@ -31,7 +31,8 @@ def warn_package_bytes() -> int:
 
 
 def submit(st: ClusterState, provider: Provider, job: JobSpec, args: list[str], transfer: datasync.Transfer,
-           reporter: Reporter, down_after: bool = False, sessions: int = 0) -> tuple[str, dict[str, int]]:
+           reporter: Reporter, down_after: bool = False, sessions: int = 0,
+           notify_urls: list[str] | None = None) -> tuple[str, dict[str, int]]:
     """Everything up to the written job.json (and, where runs execute on a service, its hand-over); returns (run
     id, data sync summary). `sessions`: how many sessions a service's run may chain through (0: the default)."""
     if st.phase is Phase.DOWN:
@@ -69,6 +70,7 @@ def submit(st: ClusterState, provider: Provider, job: JobSpec, args: list[str], 
     spec = RunSpec(id=run_id, name=job.name, command=job.command, args=list(args), env=job.env, package=sha,
                    requirements=job.requirements, submitted=time.time(), cluster=st.name,
                    framework=job.framework.value, down_after=down_after, tensorflow=job.tensorflow)
+    notify.save_run_urls(store, run_id, notify_urls or [])   # before the run exists: its host reads them
     if not store.create(layout.run_job(run_id), json.dumps(spec.to_json(), indent=2).encode()):
         raise TpuctlError(ErrorKind.ERROR, f"run id {run_id} already exists", "submit again")
     runindex.register(store, run_id)

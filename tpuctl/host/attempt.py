@@ -22,7 +22,7 @@ from ..core.lifecycle import Policy
 from ..core.packaging import unpack
 from ..core.runs import RunSpec, RunState, RunStatus
 from ..runtime import prefer_legacy_keras
-from . import jobenv
+from . import jobenv, runevents
 from .jobprocs import JobProcesses
 from .logshipper import LogShipper
 from .preamble import PreambleFilter
@@ -77,16 +77,19 @@ class Attempt:
         except Exception as e:  # noqa: BLE001 - reported in the run's own log and status
             shipper.note(f"cannot prepare the run: {e}")
             self.status(RunState.FAILED, exit_code=127)
+            runevents.ended(self, 127, False)
             return 127
         tf = self.tensorflow(job)
         script, env_dir = self._script(job, tf)
         proc = subprocess.Popen(["bash", "-c", script], cwd=self.code_dir, env=self.environment(job, tf, env_dir),
                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 start_new_session=True)
+        runevents.started(self)
         rc, cancelled = _Supervisor(self, proc, shipper).run()
         lost = f"{shipper.unshipped} bytes of output were not shipped ({self.a.guard.problem or 'store full'})"
         self.status(RunState.CANCELLED if cancelled else (RunState.SUCCEEDED if rc == 0 else RunState.FAILED),
                     exit_code=rc, note=lost if shipper.unshipped else "")
+        runevents.ended(self, rc, cancelled)
         return rc
 
     def _prepare(self, shipper: LogShipper) -> RunSpec:
@@ -221,6 +224,9 @@ class _Supervisor:
         deadline = a.worker == 0 and bool(a.clock.due(Policy.of(a.record), running=True))
         if deadline:
             self.shipper.note("the cluster's --max-duration deadline has come: ending the run", fresh_line=True)
+        elif a.worker == 0 and a.selfstop.budget.due():
+            deadline = True
+            self.shipper.note("the cluster's --budget is spent: ending the run", fresh_line=True)
         if deadline or self._cancel_requested():
             self._cancel(now, float(os.environ.get("TPUCTL_CANCEL_GRACE", "30")))
 
