@@ -199,3 +199,83 @@ def test_a_budget_stop_on_the_host_ends_the_run_and_the_compute(local_up, cli, t
     code, out, err = cli("up", "--provider", "local", "-c", "bs")
     assert code == 2 and "raise it" in err        # nothing brings it back until the budget is raised
     assert info["phase"] == json.loads(cli("status", "-c", "bs", "--json")[1])["phase"]
+
+
+# -- preemption and recovery under a watcher, on the fake TPU with simulated hosts ----------------------------
+ZONE = "us-central1-b"
+
+
+def _gcp_store(name):
+    from conftest import PROJECT
+    from tpuctl.providers.stores import open_store
+    return open_store(f"gs://{PROJECT}-tpuctl-{name}")
+
+
+def _node(name):
+    from conftest import PROJECT
+    return f"projects/{PROJECT}/locations/{ZONE}/nodes/tpuctl-{name}"
+
+
+def _wait(cond, timeout=90, what=""):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if cond():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.fixture
+def watched(live_hosts, monkeypatch, fast_notify):
+    """Fast watcher and takeover settings, in this process (the watcher thread) and on the simulated hosts."""
+    fast = {"TPUCTL_WATCH_POLL": "0.1", "TPUCTL_LEASE_SECONDS": "2", "TPUCTL_RECOVER_BACKOFF": "0.05",
+            "TPUCTL_LEASE_WAIT": "60", "TPUCTL_STALE_SECONDS": "3", "TPUCTL_NOTIFY_BACKOFF": "0.05",
+            "TPUCTL_NOTIFY_RETRY_FOR": "3", "TPUCTL_BUDGET_CHECK": "0.2", "TPUCTL_CANCEL_GRACE": "2"}
+    for k, v in fast.items():
+        monkeypatch.setenv(k, v)
+    live_hosts.env.update(fast)
+    return live_hosts
+
+
+def _watcher(name):
+    from test_watch import Running
+    return Running(name=name)
+
+
+def _running(store, run_id, attempt):
+    from tpuctl.core import runs
+    st = runs.status(store, run_id, 0)
+    return st.state is runs.RunState.RUNNING and st.attempt == attempt
+
+
+def test_a_preempted_run_is_heard_of_once_each_start_preemption_recovery_finish(watched, cloud, cli, tmp_path,
+                                                                               receiver, no_leak):
+    hook = receiver()
+    code, out, err = cli("up", "--type", "v3-8", "--zone", ZONE, "-c", "pn", "--recover", "--notify", hook.url)
+    assert code == 0, err
+    w = _watcher("pn")
+    job = make_job(tmp_path, """
+        import sys, time
+        print("working", flush=True)
+        time.sleep(max(float(sys.argv[1]) - time.time(), 0))   # the first attempt is preempted before then
+        print("done")
+    """)
+    run_id = cli("submit", str(job), "-c", "pn", "--detach", "--", str(time.time() + 20))[1].strip()
+    store = _gcp_store("pn")
+    _wait(lambda: _running(store, run_id, 1), what="the run")
+    t0 = time.time()
+    cloud.tpu.set_state(2, _node("pn"), "PREEMPTED")
+    code, out, err = cli("logs", run_id, "-c", "pn", "--follow", "--give-up-after", "90")
+    assert "done" in out, out + err
+    hook.wait_for("run.finished")
+    w.wait()
+    events = hook.events()
+    assert sorted(events) == sorted(["run.started", "cluster.preempted", "cluster.recovered", "run.restarted",
+                                     "run.finished"]), events
+    run_events = [e for e in events if e.startswith("run.")]
+    assert run_events == ["run.started", "run.restarted", "run.finished"]
+    assert events.index("cluster.preempted") < events.index("cluster.recovered")
+    by = {p["tpuctl"]["event"]: p["tpuctl"] for p in hook.posts}
+    assert by["run.finished"]["exit_code"] == 0 and by["run.finished"]["run"] == run_id
+    assert by["cluster.recovered"]["took_s"] <= time.time() - t0 and "PREEMPTED" in by["cluster.preempted"]["lost"]
+    assert all(p["tpuctl"]["cluster"] == "pn" for p in hook.posts)

@@ -16,13 +16,13 @@ import socket
 import time
 from typing import Any, Callable
 
-from ..core import layout, runs, state
+from ..core import layout, notify, runs, state
 from ..core.errors import ErrorKind, TpuctlError
 from ..core.lease import Lease
 from ..core.models import ClusterState, Phase
 from ..core.store import BlobStore
 from ..providers.base import Provider, Reporter, WatcherHost
-from . import armed, up as up_flow
+from . import armed, budgetstop, up as up_flow
 from .status import stopped_by_host
 
 
@@ -61,6 +61,7 @@ class Watcher:
         finally:
             if self.holding:
                 self.lease.release()
+            notify.flush()   # what it has to tell leaves before the process ends (bounded)
 
     def look(self) -> str | None:
         """One look: why the watch is over, or None to look again."""
@@ -85,7 +86,12 @@ class Watcher:
         if int(doc.get("recoveries", 0)) >= int(doc.get("max_recoveries", armed.DEFAULT_MAX_RECOVERIES)):
             why = f"gave up: {lost}, and all {doc.get('max_recoveries')} recoveries (--max-recoveries) are used"
             armed.end(self.store, why)
+            notify.emit(self.store, "cluster.recovery_given_up", f"cluster.recovery_given_up-{doc.get('armed_at')}",
+                        self.st.name, why=why)
             return why
+        over = budgetstop.spent(self.store, self.st)
+        if over:
+            return budgetstop.stop(self.st, self.p, self.r, self.store, over, self.where)
         self.recover(lost)
         return None
 
@@ -129,6 +135,8 @@ class Watcher:
             state.save(self.st)
             mark = {"lost": lost, "detected_at": start, "zone_before": zone_before}
             armed.update(self.store, lambda d: {**d, "recovering": mark, "state": self.st.to_json()} if d else None)
+            notify.emit(self.store, "cluster.preempted", f"cluster.preempted-{start}", self.st.name, lost=lost,
+                        zone=zone_before)
         beats = [float(b.get("time", 0)) for b in runs.heartbeats(self.store) if b.get("worker") == 0]
         with self.lease.keep():
             self.lease.renew(doing=f"re-creating ({lost})")
@@ -151,6 +159,8 @@ class Watcher:
         armed.update(self.store, lambda d: {**d, "recoveries": int(d.get("recoveries", 0)) + 1, "recovering": {},
                                             "state": self.st.to_json()} if d else None)
         n = armed.record_recovery(self.store, rec)
+        notify.emit(self.store, "cluster.recovered", f"cluster.recovered-{start}", self.st.name, recovery=n,
+                    took_s=round(back - start, 1), gone_s=rec["gone_seconds"], zone=self.st.zone)
         self.r.info(f"recovery {n}: cluster {self.st.name} is back in {self.st.zone} after "
                     f"{back - start:.0f}s; the agent resumes the interrupted run from its checkpoint")
 

@@ -209,5 +209,7 @@ def sender() -> Sender:
 
 
 def flush(timeout: float | None = None) -> None:
+    """At a process's end: wait for what is queued, at most TPUCTL_NOTIFY_EXIT_WAIT seconds (30), so a dead
+    receiver never holds an agent or a watcher that is done."""
     if _sender is not None:
-        _sender.flush(float(os.environ.get("TPUCTL_NOTIFY_RETRY_FOR", "300")) if timeout is None else timeout)
+        _sender.flush(float(os.environ.get("TPUCTL_NOTIFY_EXIT_WAIT", "30")) if timeout is None else timeout)
