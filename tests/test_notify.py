@@ -279,3 +279,63 @@ def test_a_preempted_run_is_heard_of_once_each_start_preemption_recovery_finish(
     assert by["run.finished"]["exit_code"] == 0 and by["run.finished"]["run"] == run_id
     assert by["cluster.recovered"]["took_s"] <= time.time() - t0 and "PREEMPTED" in by["cluster.preempted"]["lost"]
     assert all(p["tpuctl"]["cluster"] == "pn" for p in hook.posts)
+
+
+def test_a_budget_spent_over_three_periods_stops_the_cluster_for_good(watched, cloud, cli, tmp_path, receiver,
+                                                                      monkeypatch, no_leak):
+    from tpuctl.core import state
+    monkeypatch.setenv("TPUCTL_PRICE_PER_HOUR", "3600")    # a dollar a second of compute
+    hook = receiver()
+    code, out, err = cli("up", "--type", "v3-8", "--zone", ZONE, "-c", "pb", "--recover", "--budget", "60",
+                         "--notify", hook.url)
+    assert code == 0, err
+    w = _watcher("pb")
+    job = make_job(tmp_path, "import time\nprint('working', flush=True)\ntime.sleep(600)")
+    run_id = cli("submit", str(job), "-c", "pb", "--detach")[1].strip()
+    store = _gcp_store("pb")
+    for attempt in (1, 2):
+        _wait(lambda: _running(store, run_id, attempt), what=f"attempt {attempt}")
+        cloud.tpu.set_state(2, _node("pb"), "PREEMPTED")
+    _wait(lambda: _running(store, run_id, 3), what="attempt 3")
+    creates = len([c for c in cloud.tpu.mutating_calls() if "CreateNode" in str(c)])
+    hook.wait_for("cluster.stopped", timeout=120)
+    w.wait()                                                  # the watch is over (the run ended, then the compute)
+    assert cloud.tpu.nodes[2] == {}                          # nothing left, deleted by its own host
+    stopped = json.loads(store.read(layout.STOPPED))
+    assert stopped["reason"].startswith("budget") and "host" in stopped
+    info = json.loads(cli("status", "-c", "pb", "--json")[1])
+    assert info["phase"] == "stopped" and info["left_usd"] == 0
+    periods = state.load("pb").periods
+    assert len(periods) == 3 and all(end for _, end in periods)
+    assert 60 <= budget.spent(periods, 3600) < 60 + 10     # stopped within a few checks of the cap
+    events = hook.events()
+    assert events.count("cluster.preempted") == events.count("cluster.recovered") == 2
+    assert events.count("budget.warning") == 1 and events.count("cluster.stopped") == 1
+    assert [p["tpuctl"] for p in hook.posts if p["tpuctl"]["event"] == "cluster.stopped"][0]["reason"] == "budget"
+    code, out, err = cli("up", "-c", "pb")
+    assert code == 2 and "raise it" in err                   # nothing brings it back but a larger budget
+    assert len([c for c in cloud.tpu.mutating_calls() if "CreateNode" in str(c)]) == creates
+
+
+def test_the_watcher_does_not_bring_back_a_cluster_whose_budget_is_spent(cloud, cli, receiver, fast_notify,
+                                                                         monkeypatch, no_leak):
+    """No host here to enforce it: the watcher, between periods, is the one that stops it."""
+    for k, v in {"TPUCTL_WATCH_POLL": "0.05", "TPUCTL_LEASE_SECONDS": "2", "TPUCTL_RECOVER_BACKOFF": "0.05",
+                 "TPUCTL_PRICE_PER_HOUR": "3600"}.items():
+        monkeypatch.setenv(k, v)
+    hook = receiver()
+    assert cli("up", "--type", "v3-8", "--zone", ZONE, "-c", "pw", "--recover", "--budget", "2",
+               "--notify", hook.url)[0] == 0
+    w = _watcher("pw")
+    creates = len([c for c in cloud.tpu.mutating_calls() if "CreateNode" in str(c)])
+    time.sleep(2.2)
+    cloud.tpu.set_state(2, _node("pw"), "PREEMPTED")
+    assert "budget is spent" in w.wait()
+    assert cloud.tpu.nodes[2] == {}                            # the preempted node's record deleted too
+    assert len([c for c in cloud.tpu.mutating_calls() if "CreateNode" in str(c)]) == creates
+    hook.wait_for("cluster.stopped")
+    assert hook.events() == ["cluster.stopped"] and hook.posts[0]["tpuctl"]["reason"] == "budget"
+    assert "PREEMPTED" in hook.posts[0]["tpuctl"]["lost"]
+    info = json.loads(cli("status", "-c", "pw", "--json")[1])
+    assert info["phase"] == "stopped" and info["stopped"].startswith("budget") and "not brought back" in \
+        info["recovery"]

@@ -19,8 +19,10 @@ def spent(store: BlobStore, st: ClusterState) -> str:
     return budget.over(budget.read(store), st.periods)[1]
 
 
-def stop(st: ClusterState, provider: Provider, reporter: Reporter, store: BlobStore, why: str, where: str) -> str:
-    reporter.warn(f"cluster {st.name}: {why}; deleting what is left of its compute, not re-creating it")
+def stop(st: ClusterState, provider: Provider, reporter: Reporter, store: BlobStore, why: str, where: str,
+         lost: str) -> str:
+    """`lost`: how the compute was found (preempted, ...): the stop's message says it."""
+    reporter.warn(f"cluster {st.name}: {lost}, and {why}; deleting what is left of its compute, not re-creating it")
     provider.delete_compute(st, reporter)
     now = time.time()
     st.compute_ended(now)
@@ -29,5 +31,5 @@ def stop(st: ClusterState, provider: Provider, reporter: Reporter, store: BlobSt
     ended = f"the budget is spent ({why}): not brought back"
     armed.end(store, ended)
     notify.emit(store, "cluster.stopped", f"cluster.stopped-budget-{st.periods[-1][0] if st.periods else 0}",
-                st.name, reason=budget.REASON, why=why)
+                st.name, reason=budget.REASON, why=why, lost=lost)
     return ended

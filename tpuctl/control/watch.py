@@ -91,7 +91,7 @@ class Watcher:
             return why
         over = budgetstop.spent(self.store, self.st)
         if over:
-            return budgetstop.stop(self.st, self.p, self.r, self.store, over, self.where)
+            return budgetstop.stop(self.st, self.p, self.r, self.store, over, self.where, lost)
         self.recover(lost)
         return None
 
