@@ -169,9 +169,10 @@ def ls_(as_json: bool = typer.Option(False, "--json", help="Machine-readable out
             kept = f"{con.human_bytes(int(str(r['store_bytes'])))} kept" if r["store_bytes"] is not None else "kept"
             return f"{kept}; --delete-bucket on down removes it"
         return str(r.get("watcher", ""))
-    con.print_table(["cluster", "provider", "type", "zone", "state", "store", "note"],
-                    [[r["cluster"], r["provider"], r["type"], r["zone"], r["phase"], r["store"], note(r)]
-                     for r in rows])
+    spend = any(r.get("budget") for r in rows)   # the column only when some cluster has a budget
+    con.print_table(["cluster", "provider", "type", "zone", "state", "store"] + ["budget"] * spend + ["note"],
+                    [[r["cluster"], r["provider"], r["type"], r["zone"], r["phase"], r["store"]]
+                     + [str(r.get("budget", ""))] * spend + [note(r)] for r in rows])
 
 
 @app.command()

@@ -260,9 +260,14 @@ def jobs(cluster: Optional[str] = CLUSTER,
     for r in rows:   # what the compute cost while the run ran, at the catalog price of the cluster's type
         d = r["duration"]
         r["cost_usd"] = round(d / 3600 * hourly, 4) if isinstance(d, float) and hourly is not None else None
+    from ..control.status import budget_of
+    spend = budget_of(st, prov)   # the cluster's budget: each row carries it in --json, a line says it otherwise
     if as_json:
-        con.print_json(rows)
+        con.print_json([{**r, **spend} for r in rows])
         return
+    if spend:
+        con.err.print(f"budget ${spend['budget_usd']:.2f}: ${spend['spent_usd']:.2f} spent, ${spend['left_usd']:.2f} "
+                      "left", markup=False)
     con.print_table(["id", "job", "state", "started", "duration", "exit", "cost", "step", "loss", "loss curve",
                      "goodput"],
                     [[r["id"], r["name"], r["state"], r["started"],

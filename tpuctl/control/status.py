@@ -32,7 +32,7 @@ def status(st: ClusterState, provider: Provider) -> dict[str, object]:
     record = _stopped_record(st, provider) if st.phase is Phase.READY else {}   # read once: stop and failure
     stopped = _stop_in(st, record)
     info.update(_cost(st, price.hourly))
-    info.update(_budget(st, provider))
+    info.update(budget_of(st, provider))
     info.update(watch)
     armed = _armed(st, provider, record) if (st.spec.autostop or st.deadline) and st.phase is Phase.READY and not stopped \
         else ""
@@ -113,8 +113,9 @@ def _cost(st: ClusterState, hourly: float | None) -> dict[str, object]:
     return {"uptime": f"{h}h{m:02d}m", "cost_so_far_usd": None if hourly is None else round(seconds / 3600 * hourly, 2)}
 
 
-def _budget(st: ClusterState, provider: Provider) -> dict[str, object]:
-    """Spent and left of the cluster's budget (core/budget.py), with a line at 80% and at 100%."""
+def budget_of(st: ClusterState, provider: Provider) -> dict[str, object]:
+    """Spent and left of the cluster's budget (core/budget.py), with a line at 80% and at 100%; {} without one.
+    `status`, `ls` and `jobs --json` show it."""
     try:
         return budget.shown(budget.read(provider.store(st)), st.periods)
     except TpuctlError:
