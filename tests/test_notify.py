@@ -170,6 +170,23 @@ def test_budget_arithmetic_counts_every_period():
             budget.parse_usd(bad)
 
 
+def test_the_watcher_vm_counts_from_its_start_to_down_between_periods_too(tmp_path):
+    store = LocalStore(tmp_path / "s")
+    budget.open_extra(store, "watcher VM", 36.0)             # no budget doc yet: nothing to count against
+    assert budget.read(store) == {}
+    budget.save(store, 10.0, 3600.0, [[time.time() - 5, time.time() - 4]])
+    budget.open_extra(store, "watcher VM", 36.0)
+    budget.open_extra(store, "watcher VM", 36.0)             # `up --recover` again: still one
+    budget.save_periods(store, [[time.time() - 5, time.time() - 4]])   # a re-create keeps it
+    [vm] = budget.read(store)["extra"]
+    assert vm[1] == 0 and vm[2] == 36.0
+    later = vm[0] + 100                                       # 100 s of VM at $36/h is $1, plus the TPU's $1
+    assert budget.over(budget.read(store), now=later)[0] == pytest.approx(0.2, abs=0.01)
+    budget.close_extras(store)
+    assert budget.read(store)["extra"][0][1] > 0
+    assert budget.over(budget.read(store), now=later + 10000)[0] == pytest.approx(0.1, abs=0.01)
+
+
 def test_up_refuses_a_budget_already_spent_and_says_what_one_buys(local_up, cli, monkeypatch, tmp_path):
     monkeypatch.setenv("TPUCTL_PRICE_PER_HOUR", "3600")   # a dollar a second
     local_up("plain")

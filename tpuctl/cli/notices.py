@@ -40,7 +40,7 @@ def before_up(spec: ClusterSpec, prov: Provider, prior: ClusterState | None, usd
     out.usd = budget.parse_usd(str(raw)) if raw is not None else float(store_doc.get("usd") or 0)
     hourly = budget.price_override()
     hourly = prov.price(spec).hourly if hourly is None else hourly
-    line = budget.check_up(out.usd, hourly, prior.periods if prior else [], spec.name)
+    line = budget.check_up(out.usd, hourly, prior.periods if prior else [], spec.name, store_doc.get("extra", []))
     out.hourly = hourly or 0.0
     con = console()
     if line:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from ..core import state
+from ..core import budget, state
 from ..core.errors import TpuctlError
 from ..core.models import ClusterState, HostFacts, Phase
 from ..providers.base import Provider, Reporter, progress_of
@@ -44,6 +44,7 @@ def down(st: ClusterState, provider: Provider, reporter: Reporter, delete_store:
     if watcher_zone and provider.watcher_host is not None:
         try:
             provider.watcher_host.delete(st, watcher_zone, reporter)
+            budget.close_extras(provider.store(st))
         except TpuctlError as e:
             errors.append(e)
     if st.grants and provider.grants is not None:

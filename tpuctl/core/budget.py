@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from . import layout
 from .errors import ErrorKind, TpuctlError, bad_input
@@ -43,9 +43,12 @@ def parse_usd(text: str) -> float:
     return round(usd, 2)
 
 
-def spent(periods: list[list[float]], hourly: float, now: float | None = None) -> float:
+def spent(periods: list[list[float]], hourly: float, now: float | None = None, extra: Sequence[Sequence[Any]] = ()) -> float:
+    """The compute's periods at `hourly`, plus what else the cluster ran: `extra` ([start, end|0, $/h, what]: the
+    recovery watcher's VM, which lives from `up --recover --watcher vm` to `down`, between periods too)."""
     now = time.time() if now is None else now
-    return sum(((end or now) - start) for start, end in periods) / 3600 * hourly
+    return (sum(((end or now) - start) for start, end in periods) / 3600 * hourly
+            + sum(((e[1] or now) - e[0]) / 3600 * float(e[2]) for e in extra))
 
 
 def read(store: BlobStore) -> dict[str, Any]:
@@ -56,9 +59,30 @@ def read(store: BlobStore) -> dict[str, Any]:
         return {}
 
 
-def save(store: BlobStore, usd: float, hourly: float, periods: list[list[float]]) -> None:
-    store.write(layout.BUDGET, json.dumps({"usd": usd, "hourly": hourly, "periods": periods,
+def save(store: BlobStore, usd: float, hourly: float, periods: list[list[float]],
+         extra: list[list[Any]] | None = None) -> None:
+    """`extra`: None keeps what the store had (another writer's watcher VM)."""
+    extra = read(store).get("extra", []) if extra is None else extra
+    store.write(layout.BUDGET, json.dumps({"usd": usd, "hourly": hourly, "periods": periods, "extra": extra,
                                            "time": time.time()}).encode())
+
+
+def open_extra(store: BlobStore, what: str, hourly: float) -> None:
+    """Something besides the compute starts billing (the watcher VM): counted from now until close_extras."""
+    doc = read(store)
+    extra = list(doc.get("extra", []))
+    if doc and not any(e[3] == what and not e[1] for e in extra):
+        save(store, float(doc.get("usd") or 0), float(doc.get("hourly") or 0), doc.get("periods", []),
+             extra + [[time.time(), 0.0, hourly, what]])
+
+
+def close_extras(store: BlobStore) -> None:
+    """`down` removed them."""
+    doc = read(store)
+    if any(not e[1] for e in doc.get("extra", [])):
+        now = time.time()
+        save(store, float(doc.get("usd") or 0), float(doc.get("hourly") or 0), doc.get("periods", []),
+             [[e[0], e[1] or now, e[2], e[3]] for e in doc["extra"]])
 
 
 def save_periods(store: BlobStore, periods: list[list[float]]) -> None:
@@ -68,7 +92,8 @@ def save_periods(store: BlobStore, periods: list[list[float]]) -> None:
         save(store, float(doc.get("usd") or 0), float(doc.get("hourly") or 0), periods)
 
 
-def check_up(usd: float, hourly: float | None, periods: list[list[float]], cluster: str) -> str:
+def check_up(usd: float, hourly: float | None, periods: list[list[float]], cluster: str,
+             extra: Sequence[Sequence[Any]] = ()) -> str:
     """`up --budget`: refused when the price is unknown or the cap is no more than already spent; else the line
     that says how many hours it buys."""
     if not usd:
@@ -76,7 +101,7 @@ def check_up(usd: float, hourly: float | None, periods: list[list[float]], clust
     if hourly is None:
         raise bad_input("--budget needs the cluster's price, and the catalog has none for it",
                         "set TPUCTL_PRICE_PER_HOUR to the $/hour you are charged, or leave --budget off")
-    used = spent(periods, hourly)
+    used = spent(periods, hourly, extra=extra)
     if usd <= used:
         raise TpuctlError(ErrorKind.INPUT, f"cluster {cluster} has already spent ${used:.2f}: a budget of "
                           f"${usd:.2f} leaves nothing", f"raise it: tpuctl up -c {cluster} --budget "
@@ -91,7 +116,7 @@ def over(doc: dict[str, Any], periods: list[list[float]] | None = None, now: flo
     usd, hourly = float(doc.get("usd") or 0), float(doc.get("hourly") or 0)
     if not usd:
         return 0.0, ""
-    used = spent(doc.get("periods", []) if periods is None else periods, hourly, now)
+    used = spent(doc.get("periods", []) if periods is None else periods, hourly, now, doc.get("extra", []))
     return used / usd, (f"{REASON}: ${usd:.2f} spent" if used >= usd else "")
 
 
@@ -100,7 +125,7 @@ def shown(doc: dict[str, Any], periods: list[list[float]]) -> dict[str, object]:
     usd = float(doc.get("usd") or 0)
     if not usd:
         return {}
-    used = spent(periods, float(doc.get("hourly") or 0))
+    used = spent(periods, float(doc.get("hourly") or 0), extra=doc.get("extra", []))
     out: dict[str, object] = {"budget_usd": usd, "spent_usd": round(used, 2),
                               "left_usd": round(max(usd - used, 0.0), 2)}
     if used >= usd:
