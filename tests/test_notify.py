@@ -100,6 +100,22 @@ def test_a_failing_then_answering_receiver_gets_it_once_and_a_hanging_one_is_giv
     assert "SECRET" not in error and time.monotonic() - t0 < 3 + 1 + 0.5   # the bound: retry_for + one timeout
 
 
+def test_another_scheme_goes_through_apprise(tmp_path, receiver, fast_notify):
+    """Apprise's `json://` plugin POSTs {"title", "message", ...} over HTTP: the real library, the local receiver."""
+    pytest.importorskip("apprise")
+    r = receiver([500])                                    # Apprise's failure is retried like a webhook's
+    store = LocalStore(tmp_path / "s")
+    url = r.url.replace("http://", "json://")
+    notify.save_cluster_urls(store, [url])
+    assert notify.needs_apprise([url]) and not notify.needs_apprise([r.url])
+    assert notify.emit(store, "run.failed", "run.ended-x", "c", "x", exit_code=3)
+    notify.flush(10)
+    [post] = r.posts
+    assert post["title"] == "tpuctl: run.failed" and "run x on c" in post["message"] and "exit_code 3" in \
+        post["message"]
+    assert r.tries == 2
+
+
 def test_urls_are_masked_and_checked():
     assert notify.mask("https://hooks.slack.com/services/T0/B0/XYZ") == "https://hooks.slack.com/***"
     assert notify.mask("ntfys://user:pass@ntfy.sh/topic") == "ntfys://ntfy.sh/***"

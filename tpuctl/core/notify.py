@@ -18,14 +18,17 @@ URLs are secrets: they live in the store (layout.NOTIFY_TARGETS, a run's layout.
 """
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import queue
+import subprocess
 import sys
 import threading
 import time
 import urllib.error
 import urllib.request
+from types import ModuleType
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -136,11 +139,41 @@ def _post(url: str, message: dict[str, Any], timeout: float) -> None:
         r.read()
 
 
+APPRISE = "apprise>=1.6,<3"   # Apprise().add / notify(body=, title=) and its truthy result hold across these
+
+
+def apprise_dir() -> str:
+    """Where a host installs Apprise for itself when a cluster first uses an Apprise URL: beside the agent's work,
+    never into the image's or the user's environment."""
+    base = os.environ.get("TPUCTL_AGENT_HOME") or os.path.join(os.path.expanduser("~"), ".tpuctl-agent")
+    return os.environ.get("TPUCTL_APPRISE_DIR") or os.path.join(base, "apprise")
+
+
+def _load_apprise() -> ModuleType:
+    """The apprise module: installed, or in apprise_dir(), or installed there now (pip, once per process, on the
+    sending thread: a run never waits for it)."""
+    target = apprise_dir()
+    if target not in sys.path:
+        sys.path.append(target)
+    try:
+        return importlib.import_module("apprise")
+    except ImportError:
+        pass
+    r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--target",
+                        target, APPRISE], capture_output=True, text=True,
+                       timeout=float(os.environ.get("TPUCTL_APPRISE_INSTALL_WAIT", "300")))
+    if r.returncode:
+        raise RuntimeError(f"could not install {APPRISE} into {target}: {r.stderr.strip()[-300:]}")
+    importlib.invalidate_caches()
+    return importlib.import_module("apprise")
+
+
 def _apprise(url: str, message: dict[str, Any], timeout: float) -> None:
-    # Apprise's Python API: Apprise().add(url) then notify(body=..., title=...), which returns False when it could
-    # not deliver (github.com/apache/airflow airflow/providers/apprise/hooks/apprise.py uses exactly these).
-    import apprise  # installed on the host only when a cluster uses such a URL (agent_package / start-up)
-    ap = apprise.Apprise()
+    # Apprise's Python API: Apprise().add(url) then notify(body=..., title=...), whose result is false when it could
+    # not deliver (apprise/apprise.py `def notify(self, body, title="", ...)`, result.py `__bool__`: "True only when
+    # the overall notification succeeded"; github.com/apache/airflow airflow/providers/apprise/hooks/apprise.py
+    # calls it the same way).
+    ap = _load_apprise().Apprise()
     if not ap.add(url):
         raise ValueError("Apprise does not understand this URL")
     if not ap.notify(body=message["text"], title=f"tpuctl: {message['tpuctl']['event']}"):
