@@ -82,8 +82,8 @@ def test_an_event_is_recorded_before_it_is_sent_and_sent_once(tmp_path, receiver
     r = receiver()
     store = LocalStore(tmp_path / "s")
     notify.save_cluster_urls(store, [r.url])
-    assert notify.emit(store, "cluster.preempted", "cluster.preempted-1", "c", lost="PREEMPTED")
-    assert not notify.emit(store, "cluster.preempted", "cluster.preempted-1", "c")   # a second watcher: nothing
+    notify.emit(store, "cluster.preempted", "cluster.preempted-1", "c", lost="PREEMPTED")
+    notify.emit(store, "cluster.preempted", "cluster.preempted-1", "c")   # a second watcher: nothing
     notify.flush(10)
     assert r.events() == ["cluster.preempted"]
     assert r.posts[0]["tpuctl"]["lost"] == "PREEMPTED" and "cluster c" in r.posts[0]["text"]
@@ -108,7 +108,7 @@ def test_another_scheme_goes_through_apprise(tmp_path, receiver, fast_notify):
     url = r.url.replace("http://", "json://")
     notify.save_cluster_urls(store, [url])
     assert notify.needs_apprise([url]) and not notify.needs_apprise([r.url])
-    assert notify.emit(store, "run.failed", "run.ended-x", "c", "x", exit_code=3)
+    notify.emit(store, "run.failed", "run.ended-x", "c", "x", exit_code=3)
     notify.flush(10)
     [post] = r.posts
     assert post["title"] == "tpuctl: run.failed" and "run x on c" in post["message"] and "exit_code 3" in \
@@ -304,6 +304,7 @@ def test_a_preempted_run_is_heard_of_once_each_start_preemption_recovery_finish(
     run_id = cli("submit", str(job), "-c", "pn", "--detach", "--", str(time.time() + 20))[1].strip()
     store = _gcp_store("pn")
     _wait(lambda: _running(store, run_id, 1), what="the run")
+    hook.wait_for("run.started")     # a host killed before its sending thread ran loses the message (at most once)
     t0 = time.time()
     cloud.tpu.set_state(2, _node("pn"), "PREEMPTED")
     code, out, err = cli("logs", run_id, "-c", "pn", "--follow", "--give-up-after", "90")

@@ -143,6 +143,7 @@ class Guard:
         self.store, self.cluster = store, cluster
         self.doc: dict[str, Any] = {}
         self.read_at = 0.0
+        self.warned = 0.0        # the cap whose warning this process queued (the store's record makes it once)
 
     def due(self) -> str:
         if time.monotonic() - self.read_at >= float(os.environ.get("TPUCTL_BUDGET_CHECK", "10")):
@@ -152,9 +153,9 @@ class Guard:
             except Exception:  # noqa: BLE001 - a store outage: the last budget read stands
                 pass
         share, why = over(self.doc)
-        if share >= WARN_AT:
+        if share >= WARN_AT and self.warned != self.doc["usd"]:
             from . import notify
-            usd = float(self.doc["usd"])
+            usd = self.warned = float(self.doc["usd"])
             notify.emit(self.store, "budget.warning", f"budget.warning-{usd:.2f}", self.cluster(),
                         budget_usd=usd, spent_usd=round(share * usd, 2))
         return why

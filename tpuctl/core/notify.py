@@ -114,21 +114,16 @@ def text_of(event: str, cluster: str, run: str, fields: dict[str, Any]) -> str:
     return text
 
 
-def emit(store: BlobStore, event: str, key: str, cluster: str, run: str = "", **fields: Any) -> bool:
-    """Record the event once under `key` (unique to this occurrence: a run id, a recovery number) and queue its
-    message to every target. False when it was already recorded (someone else sends it) or the store refused.
-    Never raises: a notification must not fail what it reports on."""
-    try:
-        urls = targets(store, run)
-        body = {"event": event, "cluster": cluster, "run": run, "time": time.time(), **fields}
-        if not store.create(layout.notify_event(key), json.dumps(body).encode()):
-            return False
-        if urls:
-            sender().put(urls, {"text": text_of(event, cluster, run, fields), "tpuctl": body})
-        return True
-    except Exception as e:  # noqa: BLE001 - reported on stderr (the agent's log); the caller goes on
-        print(f"tpuctl: notification {event} not recorded: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
-        return False
+def emit(store: BlobStore, event: str, key: str, cluster: str, run: str = "", **fields: Any) -> None:
+    """Queue the event; the sending thread records it once under `key` (unique to this occurrence: a run id, when
+    the compute was lost) and, if its record is the one that was created, sends it to every target. Returns at
+    once and never raises: a notification must not slow or fail what it reports on."""
+    sender().put(store, key, {"event": event, "cluster": cluster, "run": run, "time": time.time(), **fields})
+
+
+def record(store: BlobStore, key: str, body: dict[str, Any]) -> bool:
+    """Create-if-absent: True for the one writer that created the record (and so sends the event)."""
+    return store.create(layout.notify_event(key), json.dumps(body).encode())
 
 
 # -- sending ---------------------------------------------------------------------------------------------------
@@ -199,33 +194,42 @@ def send_one(url: str, message: dict[str, Any], retry_for: float | None = None) 
 
 
 class Sender:
-    """The process's one sending thread: messages leave in the order they were emitted."""
+    """The process's one sending thread: events are recorded, then sent, in the order they were emitted."""
 
     def __init__(self) -> None:
-        self.q: queue.Queue[tuple[list[str], dict[str, Any]]] = queue.Queue()
+        self.q: queue.Queue[tuple[BlobStore, str, dict[str, Any]]] = queue.Queue()
         self.idle = threading.Event()
         self.idle.set()
-        self.failures: list[str] = []
         threading.Thread(target=self._loop, daemon=True, name="tpuctl-notify").start()
 
-    def put(self, urls: list[str], message: dict[str, Any]) -> None:
+    def put(self, store: BlobStore, key: str, body: dict[str, Any]) -> None:
         self.idle.clear()
-        self.q.put((urls, message))
+        self.q.put((store, key, body))
 
     def _loop(self) -> None:
         while True:
-            urls, message = self.q.get()
-            for url in urls:
-                error = send_one(url, message)
-                if error:
-                    line = f"notification {message['tpuctl']['event']} to {mask(url)} not delivered: {error}"
-                    self.failures.append(line)
-                    print(f"tpuctl: {line}", file=sys.stderr, flush=True)
+            store, key, body = self.q.get()
+            try:
+                self._one(store, key, body)
+            except Exception as e:  # noqa: BLE001 - a store that refuses: said on stderr (the agent's log)
+                print(f"tpuctl: notification {body['event']} not recorded: {type(e).__name__}: {e}", file=sys.stderr,
+                      flush=True)
             if self.q.empty():
                 self.idle.set()
 
+    def _one(self, store: BlobStore, key: str, body: dict[str, Any]) -> None:
+        if not record(store, key, body):
+            return   # recorded before: whoever recorded it sends it
+        fields = {k: v for k, v in body.items() if k not in ("event", "cluster", "run", "time")}
+        message = {"text": text_of(body["event"], body["cluster"], body["run"], fields), "tpuctl": body}
+        for url in targets(store, body["run"]):
+            error = send_one(url, message)
+            if error:
+                print(f"tpuctl: notification {body['event']} to {mask(url)} not delivered: {error}", file=sys.stderr,
+                      flush=True)
+
     def flush(self, timeout: float) -> bool:
-        """Wait (at most `timeout` seconds) until everything queued was sent or given up: at a process's exit."""
+        """Wait (at most `timeout` seconds) until everything queued was sent or given up: at a process's end."""
         return self.idle.wait(timeout)
 
 

@@ -19,6 +19,8 @@ from . import google_api
 if TYPE_CHECKING:
     from .agent import Agent
 
+STOP_NOTICE_WAIT = 10.0   # seconds the stop's notification may hold the deletion (a receiver that hangs)
+
 
 class SelfStop:
     def __init__(self, agent: Agent) -> None:
@@ -46,6 +48,7 @@ class SelfStop:
         print(f"tpuctl agent: ending the compute: {reason}", file=sys.stderr, flush=True)
         notify.emit(a.store, "cluster.stopped", f"cluster.stopped-{a.record.get('written')}",
                     str(a.record.get("cluster", "")), reason=notify.stop_kind(reason), why=reason)
+        notify.flush(STOP_NOTICE_WAIT)   # the deletion ends this host, and with it the sending thread
         if how == "exit":
             a.stop.set()
         elif how == "gcp":
