@@ -135,11 +135,13 @@ class Watcher:
             state.save(self.st)
             mark = {"lost": lost, "detected_at": start, "zone_before": zone_before}
             armed.update(self.store, lambda d: {**d, "recovering": mark, "state": self.st.to_json()} if d else None)
-            notify.emit(self.store, "cluster.preempted", f"cluster.preempted-{start}", self.st.name, lost=lost,
-                        zone=zone_before)
         beats = [float(b.get("time", 0)) for b in runs.heartbeats(self.store) if b.get("worker") == 0]
         with self.lease.keep():
-            self.lease.renew(doing=f"re-creating ({lost})")
+            if not self.lease.renew(doing=f"re-creating ({lost})"):
+                return   # a command (`down`) asked for the lease before this re-create began: it is theirs now
+            if not pending:
+                notify.emit(self.store, "cluster.preempted", f"cluster.preempted-{start}", self.st.name, lost=lost,
+                            zone=zone_before)
             tries = 0
             while True:
                 if not armed.live(armed.read(self.store)):
