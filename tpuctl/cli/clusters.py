@@ -50,6 +50,8 @@ def up(
     max_recoveries: Optional[int] = typer.Option(None, "--max-recoveries", help="Re-creates allowed (default 5)."),
     recover_for: Optional[str] = typer.Option(None, "--recover-for", help="Stop recovering after this long (1d)."),
     watcher: Optional[str] = typer.Option(None, "--watcher", help="Where the watcher runs: local (default)."),
+    notify_to: List[str] = typer.Option([], "--notify", help="Send the cluster's events to this webhook or Apprise URL."),
+    budget: Optional[str] = typer.Option(None, "--budget", help="The most its compute may cost, in USD (off)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Validate and print the plan; create nothing."),
     yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
     provider: Optional[str] = PROVIDER,
@@ -84,6 +86,8 @@ def up(
     from .recovery import plan as recovery_plan
     for line in recovery_plan(spec, prov, recovery):
         con.err.print(f"  {line}")
+    from .notices import after_up, before_up
+    notices = before_up(spec, prov, prior, budget, notify_to)
     if dry_run:
         con.err.print("dry run: nothing was created")
         return
@@ -103,6 +107,7 @@ def up(
     with cluster_lock(spec.name, "up", say), con.Reporter() as rep, \
             (CommandLease(prior, prov, "up", say) if prior else nullcontext()):
         st = up_flow.up(spec, prov, rep)
+        after_up(st, prov, notices)
         if spec.autostop or spec.max_duration:
             who = up_flow.arm(st, prov, lambda s: rep.resource("autostop", "host", s))
             rep.resource("autostop", "host", f"armed: enforced by {who}", final=True)
@@ -167,9 +172,11 @@ def ls_(as_json: bool = typer.Option(False, "--json", help="Machine-readable out
             kept = f"{con.human_bytes(int(str(r['store_bytes'])))} kept" if r["store_bytes"] is not None else "kept"
             return f"{kept}; --delete-bucket on down removes it"
         return "; ".join(str(x) for x in (r.get("watcher"), r.get("orphan_data")) if x)
-    con.print_table(["cluster", "provider", "type", "zone", "state", "store", "note"],
-                    [[r["cluster"], r["provider"], r["type"], r["zone"], r["phase"], r["store"], note(r)]
-                     for r in rows], keep=("cluster",), drop=("store", "provider", "zone", "type"))
+    spend = any(r.get("budget") for r in rows)   # the column only when some cluster has a budget
+    con.print_table(["cluster", "provider", "type", "zone", "state", "store"] + ["budget"] * spend + ["note"],
+                    [[r["cluster"], r["provider"], r["type"], r["zone"], r["phase"], r["store"]]
+                     + [str(r.get("budget", ""))] * spend + [note(r)] for r in rows],
+                    keep=("cluster",), drop=("store", "provider", "zone", "type"))
 
 
 @app.command()
@@ -246,7 +253,7 @@ def _lifecycle(spec: "ClusterSpec", autostop: Optional[str], max_duration: Optio
                 else (getattr(prior.spec, attr) if prior else 0))
 
 
-from . import runs, recovery  # noqa: E402,F401 - registers the run commands after the cluster ones (--help's order)
+from . import runs, recovery, notices  # noqa: E402,F401 - registers the run commands after the cluster ones (--help's order)
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

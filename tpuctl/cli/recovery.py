@@ -82,6 +82,8 @@ def arm(st: "ClusterState", prov: "Provider", flags: RecoverFlags) -> None:
     from ..control.watch import start_watcher_vm
     with con.Reporter() as rep:
         where = start_watcher_vm(st, prov, prov.watcher_host, rep)
+    from ..core import budget
+    budget.open_extra(store, "watcher VM", prov.watcher_host.hourly)   # it bills between periods too
     con.err.print(f"watcher running on {where}: `tpuctl status -c {st.name}` shows when it last looked")
 
 

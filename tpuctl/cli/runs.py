@@ -78,12 +78,16 @@ def submit(ctx: typer.Context,
            max_restarts: int = typer.Option(0, "--max-restarts", help="Restart the job up to N times when it exits "
                                             "42 (tpuctl.runtime.RESTART_CODE) or dies by a signal tpuctl did not "
                                             "send, as xpk does."),
+           notify_to: List[str] = typer.Option([], "--notify", help="Send this run's events to a webhook or "
+                                               "Apprise URL (repeatable), besides the cluster's."),
            provider: Optional[str] = PROVIDER) -> None:
     """Package JOB_DIR, sync its data, run it on the cluster and follow its logs; exits with the job's code.
     Arguments after `--` are appended to the job's command."""
     from ..core import jobspec, packaging
     from ..control import submission
+    from ..core.notify import check_urls
     con = console()
+    urls = check_urls(notify_to)
     job = jobspec.load(job_dir, data)          # the job's own mistakes first, before any cluster is looked for
     packaging.files(job.root, job.data)        # links out of the job are refused here too
     if dry_run:
@@ -103,7 +107,8 @@ def submit(ctx: typer.Context,
             from ..control.up import arm
             arm(st, prov, lambda s: rep.resource("--down", "host", s))
         run_id, _ = submission.submit(st, prov, job, list(ctx.args), rep.transfer, rep, down_after=down,
-                                      sessions=chain or 0, keep_inputs=keep_inputs, max_restarts=max_restarts)
+                                      sessions=chain or 0, keep_inputs=keep_inputs, max_restarts=max_restarts,
+                                      notify_urls=urls)
     if detach:
         print(run_id)
         return
@@ -292,12 +297,17 @@ def jobs(cluster: Optional[str] = CLUSTER,
     for r in rows:   # what the compute cost while the run ran, at the catalog price of the cluster's type
         d = r["duration"]
         r["cost_usd"] = round(d / 3600 * hourly, 4) if isinstance(d, float) and hourly is not None else None
+    from ..control.status import budget_of
+    spend = budget_of(st, prov)   # the cluster's budget: each row carries it in --json, a line says it otherwise
     if as_json:
-        con.print_json(rows)
+        con.print_json([{**r, **spend} for r in rows])
         return
     for r in rows:
         if r.get("restarts"):
             r["state"] = f"{r['state']} ({r['restarts']} restart{'s' * (r['restarts'] != 1)})"
+    if spend:
+        con.err.print(f"budget ${spend['budget_usd']:.2f}: ${spend['spent_usd']:.2f} spent, ${spend['left_usd']:.2f} "
+                      "left", markup=False)
     con.print_table(["id", "job", "state", "started", "duration", "exit", "cost", "step", "loss", "loss curve",
                      "goodput"],
                     [[r["id"], r["name"], r["state"], r["started"],

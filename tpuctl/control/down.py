@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 
-from ..core import layout, orphans, runindex, runs, state
+from ..core import budget, layout, orphans, runindex, runs, state
 from ..core.errors import TpuctlError
 from ..core.models import ClusterState, HostFacts, Phase
 from ..providers.base import Provider, Reporter, progress_of
@@ -94,6 +94,7 @@ def down(st: ClusterState, provider: Provider, reporter: Reporter, delete_store:
     if watcher_zone and provider.watcher_host is not None:
         try:
             provider.watcher_host.delete(st, watcher_zone, reporter)
+            budget.close_extras(provider.store(st))
         except TpuctlError as e:
             errors.append(e)
     if st.grants and provider.grants is not None:

@@ -9,7 +9,7 @@ from ..core import state
 from ..core.errors import TpuctlError
 from ..core.models import ClusterState, Phase
 from ..providers.base import Provider
-from .status import orphan_data, store_bytes, stopped_by_host, when
+from .status import budget_of, orphan_data, store_bytes, stopped_by_host, when
 
 
 def ls(providers: list[Provider], extra_project: str, warn: Callable[[str], None]) -> list[dict[str, object]]:
@@ -29,7 +29,8 @@ def ls(providers: list[Provider], extra_project: str, warn: Callable[[str], None
         rows.append({"cluster": s.name, "provider": s.spec.provider.value, "type": s.spec.tpu_type, "zone": s.zone,
                      "phase": phase, "store": s.spec.store, "store_bytes": kept, "orphan": False, "kind": "cluster",
                      "name": s.name, "remove": f"tpuctl down -c {s.name}",
-                     "past_deadline": when(s.deadline) if overdue else "", "orphan_data": orphan_data(s, prov)})
+                     "past_deadline": when(s.deadline) if overdue else "", "orphan_data": orphan_data(s, prov),
+                     "budget": _budget_cell(s, prov)})
     for p in providers:
         if p.inventory is None:
             continue
@@ -53,6 +54,11 @@ def ls(providers: list[Provider], extra_project: str, warn: Callable[[str], None
                              "remove": f"tpuctl down -c {n['cluster']} --project {project}"
                                        + (" --delete-bucket" if store else "")})
     return rows
+
+
+def _budget_cell(st: ClusterState, provider: Provider) -> str:
+    b = budget_of(st, provider) if st.phase is not Phase.CREATING else {}
+    return f"${b['spent_usd']:.2f} of ${b['budget_usd']:.2f}" if b else ""
 
 
 def from_labels(name: str, project: str, provider: Provider) -> ClusterState | None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from ..core import layout, runs, state
+from ..core import budget, layout, runs, state
 from ..core.errors import ErrorKind, TpuctlError
 from ..core.lifecycle import show_duration
 from ..core.models import ClusterState, Phase
@@ -32,6 +32,7 @@ def status(st: ClusterState, provider: Provider) -> dict[str, object]:
     record = _stopped_record(st, provider) if st.phase is Phase.READY else {}   # read once: stop and failure
     stopped = _stop_in(st, record)
     info.update(_cost(st, price.hourly))
+    info.update(budget_of(st, provider))
     info.update(watch)
     info["orphan_data"] = orphan_data(st, provider)
     armed = _armed(st, provider, record) if (st.spec.autostop or st.deadline) and st.phase is Phase.READY and not stopped \
@@ -127,6 +128,15 @@ def _cost(st: ClusterState, hourly: float | None) -> dict[str, object]:
     seconds = st.compute_seconds(time.time())
     h, m = divmod(int(seconds) // 60, 60)
     return {"uptime": f"{h}h{m:02d}m", "cost_so_far_usd": None if hourly is None else round(seconds / 3600 * hourly, 2)}
+
+
+def budget_of(st: ClusterState, provider: Provider) -> dict[str, object]:
+    """Spent and left of the cluster's budget (core/budget.py), with a line at 80% and at 100%; {} without one.
+    `status`, `ls` and `jobs --json` show it."""
+    try:
+        return budget.shown(budget.read(provider.store(st)), st.periods)
+    except TpuctlError:
+        return {}
 
 
 def _autostop_at(store: BlobStore) -> float:

@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core import datasync, goodput, interrupts, layout, metrics, orphans, packaging, runindex, runs
+from ..core import datasync, goodput, interrupts, layout, metrics, notify, orphans, packaging, runindex, runs
 from ..core.errors import ErrorKind, TpuctlError, bad_input
 from ..core.jobspec import JobSpec
 from ..core.models import ClusterState, Framework, Phase
@@ -34,7 +34,8 @@ def warn_package_bytes() -> int:
 
 def submit(st: ClusterState, provider: Provider, job: JobSpec, args: list[str], transfer: datasync.Transfer,
            reporter: Reporter, down_after: bool = False, sessions: int = 0,
-           keep_inputs: bool = False, max_restarts: int = 0) -> tuple[str, dict[str, int]]:
+           keep_inputs: bool = False, max_restarts: int = 0,
+           notify_urls: list[str] | None = None) -> tuple[str, dict[str, int]]:
     """Everything up to the written job.json (and, where runs execute on a service, its hand-over); returns (run
     id, data sync summary). `sessions`: how many sessions a service's run may chain through (0: the default);
     `keep_inputs`: the service keeps the run's inputs once it ends; `max_restarts`: how often the host restarts a
@@ -73,7 +74,7 @@ def submit(st: ClusterState, provider: Provider, job: JobSpec, args: list[str], 
     run_id = runs.new_id()
     try:
         synced, interrupted = _write_run(store, st, job, args, run_id, transfer, reporter, down_after, sha,
-                                         max_restarts)
+                                         max_restarts, notify_urls or [])
     except datasync.Interrupted as e:
         raise TpuctlError(ErrorKind.INTERRUPTED, f"submit stopped while sending data: run {run_id} was never "
                           f"submitted and keeps no data; {e.stored} of {e.missing} new data contents "
@@ -94,8 +95,8 @@ def submit(st: ClusterState, provider: Provider, job: JobSpec, args: list[str], 
 
 
 def _write_run(store: BlobStore, st: ClusterState, job: JobSpec, args: list[str], run_id: str,
-               transfer: datasync.Transfer, reporter: Reporter, down_after: bool, sha: str, max_restarts: int
-               ) -> tuple[dict[str, int], bool]:
+               transfer: datasync.Transfer, reporter: Reporter, down_after: bool, sha: str, max_restarts: int,
+               notify_urls: list[str]) -> tuple[dict[str, int], bool]:
     """The run's data, then its job.json, queue entry and index entry; returns the data sync summary and whether
     a Ctrl-C came once the job.json was being written. A run stopped before its job.json is written (Ctrl-C, a
     failed upload) leaves no data (orphans.py); once it is, Ctrl-C waits for the entries, so a run is never
@@ -113,6 +114,7 @@ def _write_run(store: BlobStore, st: ClusterState, job: JobSpec, args: list[str]
                        framework=job.framework.value, down_after=down_after, tensorflow=job.tensorflow,
                        max_restarts=max_restarts)
         with interrupts.held() as interrupted:
+            notify.save_run_urls(store, run_id, notify_urls)   # before the run exists: its host reads them
             if not store.create(layout.run_job(run_id), json.dumps(spec.to_json(), indent=2).encode()):
                 raise TpuctlError(ErrorKind.ERROR, f"run id {run_id} already exists", "submit again")
             runindex.register(store, run_id)

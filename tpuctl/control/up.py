@@ -18,7 +18,7 @@ import threading
 import time
 from typing import Callable
 
-from ..core import runindex, state
+from ..core import budget, runindex, state
 from ..core.background import Background
 from ..core.errors import ErrorKind, Scope, TpuctlError
 from ..core.models import ClusterSpec, ClusterState, Grant, Phase
@@ -179,6 +179,7 @@ def up(spec: ClusterSpec, provider: Provider, reporter: Reporter, regrant: bool 
         provider.write_cluster_record(st, confirmed=True)   # again: with what creation taught (the node's address)
         st.phase = Phase.READY
         run.save()
+        budget.save_periods(provider.store(st), st.periods)   # a new period counts against the budget at once
         return st
     except KeyboardInterrupt:
         raise TpuctlError(ErrorKind.INTERRUPTED, f"up interrupted; cluster {spec.name} may be half made",

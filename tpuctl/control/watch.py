@@ -17,13 +17,13 @@ import socket
 import time
 from typing import Any, Callable
 
-from ..core import layout, runs, state
+from ..core import layout, notify, runs, state
 from ..core.errors import ErrorKind, TpuctlError
 from ..core.lease import Lease
 from ..core.models import ClusterState, Phase
 from ..core.store import BlobStore
 from ..providers.base import Provider, Reporter, WatcherHost
-from . import armed, recovering, up as up_flow
+from . import armed, budgetstop, recovering, up as up_flow
 from .status import stopped_by_host
 
 
@@ -71,6 +71,7 @@ class Watcher:
         finally:
             if self.holding:
                 self.lease.release()
+            notify.flush()   # what it has to tell leaves before the process ends (bounded)
 
     def look(self) -> str | None:
         """One look: why the watch is over, or None to look again."""
@@ -99,7 +100,12 @@ class Watcher:
         if int(doc.get("recoveries", 0)) >= int(doc.get("max_recoveries", armed.DEFAULT_MAX_RECOVERIES)):
             why = f"gave up: {lost}, and all {doc.get('max_recoveries')} recoveries (--max-recoveries) are used"
             armed.end(self.store, why)
+            notify.emit(self.store, "cluster.recovery_given_up", f"cluster.recovery_given_up-{doc.get('armed_at')}",
+                        self.st.name, why=why)
             return why
+        over = budgetstop.spent(self.store, self.st)
+        if over:
+            return budgetstop.stop(self.st, self.p, self.r, self.store, over, self.where, lost)
         self.recover(lost)
         return None
 
@@ -160,6 +166,9 @@ class Watcher:
             return   # another watcher began or took it first
         start, zone_before = float(mark.rec["detected_at"]), str(mark.rec.get("zone_before", ""))
         beats = [float(b.get("time", 0)) for b in runs.heartbeats(self.store) if b.get("worker") == 0]
+        if not pending:
+            notify.emit(self.store, "cluster.preempted", f"cluster.preempted-{start}", self.st.name, lost=lost,
+                        zone=zone_before)
         tries = self._recreate(lost, mark)
         if tries is None or not mark.finish(self.st.to_json()):
             return
@@ -169,6 +178,8 @@ class Watcher:
                "zone": self.st.zone, "where": self.p.location(self.st), "runs": at_risk, "tries": tries,
                "watcher": self.where}
         n = armed.record_recovery(self.store, rec)
+        notify.emit(self.store, "cluster.recovered", f"cluster.recovered-{start}", self.st.name, recovery=n,
+                    took_s=round(back - start, 1), gone_s=rec["gone_seconds"], zone=self.st.zone)
         self.r.info(f"recovery {n}: cluster {self.st.name}: {armed.recovery_line(rec)}"
                     + (f"; its agent runs {', '.join(at_risk)} again (a job that checkpoints resumes from its last "
                        "checkpoint: the step is said here once it has started)" if at_risk else ""))

@@ -1,7 +1,7 @@
 """Settings precedence: flag > environment > config file > default; and where the Google Cloud project comes from.
 
 Config file: $TPUCTL_CONFIG, else $XDG_CONFIG_HOME/tpuctl/config.toml (keys: provider, project, zone, cluster,
-autostop, max_duration).
+autostop, max_duration, notify, budget).
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ if sys.version_info >= (3, 11):
 else:  # Python 3.10
     import tomli as tomllib
 
-_KEYS = {"provider", "project", "zone", "cluster", "autostop", "max_duration"}
+_KEYS = {"provider", "project", "zone", "cluster", "autostop", "max_duration", "notify", "budget"}
 
 
 def config_path() -> Path:

@@ -24,10 +24,18 @@ RUN_INDEX_COMPLETE = "tpuctl/index/complete"
 SUBMITTING_PREFIX = "tpuctl/submitting/"
 ORPHANS_CHECKED = "tpuctl/orphans-checked"
 TPU_RUNTIME_PREFIX = "tpuctl/tpu-runtime/"
+NOTIFY_TARGETS = "tpuctl/notify/targets.json"
+NOTIFY_EVENTS_PREFIX = "tpuctl/notify/events/"
+BUDGET = "tpuctl/budget.json"
 
 def agent_package(version: str) -> str:
     """A wheel (agent_package.py says why): its file name must follow PEP 427 for pip to install it."""
     return f"{AGENT_PACKAGE_PREFIX}tpuctl-{version}-py3-none-any.whl"
+
+
+def notify_event(key: str) -> str:
+    """One notification, recorded create-if-absent before it is sent (notify.py): `key` names its occurrence."""
+    return f"{NOTIFY_EVENTS_PREFIX}{key}.json"
 
 
 def recovery(n: int) -> str:
@@ -114,6 +122,11 @@ def log_chunk(run_id: str, worker: int, n: int) -> str:
     return f"{run_logs(run_id, worker)}{n:06d}.log"
 
 
+def run_notify(run_id: str) -> str:
+    """`submit --notify`: the run's own notification URLs (secrets, like the cluster's)."""
+    return f"{run_prefix(run_id)}notify.json"
+
+
 def run_cancel(run_id: str) -> str:
     return f"{run_prefix(run_id)}cancel"
 
@@ -153,6 +166,9 @@ DESCRIBED = [
                   "it ended"),
     (WATCH_LEASE, "the recovery watcher's lease (conditional writes only): who may re-create the compute now"),
     (recovery(1).replace("000001", "NNNNNN"), "one per recovery: when and why the compute was lost, where it came back"),
+    (BUDGET, "written by `up`: the price per hour, the periods the compute existed, the budget (up --budget)"),
+    (NOTIFY_TARGETS, "written by `up --notify`: the cluster's notification URLs (secrets)"),
+    (notify_event("KEY"), "one per notification, written before it is sent (so it is sent once)"),
     (agent_package("VERSION"), "the agent package the hosts install, built from the CLI that ran `up`"),
     (watcher_package("VERSION"), "the recovery watcher VM's package (up --recover --watcher vm)"),
     (boot_log("HOST"), "each host's start-up script log"),
@@ -175,6 +191,7 @@ DESCRIBED = [
     (run_cancel("ID"), "written by `tpuctl cancel`"),
     (run_tpu_runtime("ID"), "written by worker 0 before a TensorFlow run on a multi-host base-runtime slice: the "
                             "TPU runtime every worker must serve first"),
+    (run_notify("ID"), "written by `submit --notify`: the run's own notification URLs (secrets)"),
     (run_remote("ID"), "a Kaggle run's sessions (kernel, state, times), kept by the commands that look at it"),
     (REMOTE_DATASETS, "the Kaggle datasets tpuctl made for the cluster's runs (what `down` deletes there)"),
     (run_data("ID") + "...", "the run's own data ($TPUCTL_DATA_DIR): copies of blobs, frozen at submit"),

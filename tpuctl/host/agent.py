@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .. import __version__
-from ..core import layout, runindex, runs
+from ..core import layout, notify, runindex, runs
 from ..core.lifecycle import Clock, Policy
 from ..core.packaging import MAX_BYTES, MAX_ENTRIES
 from ..core.runs import RunSpec, RunStatus
@@ -203,3 +203,4 @@ def main(argv: list[str] | None = None) -> None:
     agent = Agent(a.store, a.worker, a.accelerator or "", a.tpu, poll=a.poll, slice_id=a.slice)
     signal.signal(signal.SIGTERM, lambda *_: agent.stop.set())
     agent.run_forever()
+    notify.flush()   # what it has to tell (the stop it made) leaves before it exits, within the retry bound

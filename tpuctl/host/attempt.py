@@ -27,7 +27,7 @@ from ..core.lifecycle import Policy
 from ..core.packaging import unpack
 from ..core.runs import RunSpec, RunState, RunStatus, stop_grace
 from ..runtime import prefer_legacy_keras
-from . import jobenv, podruntime
+from . import jobenv, podruntime, runevents
 from .jobprocs import JobProcesses
 from .logshipper import LogShipper
 from .preamble import PreambleFilter
@@ -79,6 +79,7 @@ class Attempt:
                 return self._interrupted(shipper, None)
             shipper.note(f"cannot prepare the run: {e}")
             self.status(RunState.FAILED, exit_code=127)
+            runevents.ended(self, 127, False)
             return 127
         if self.a.stop.is_set():
             return self._interrupted(shipper, None)
@@ -89,6 +90,7 @@ class Attempt:
             env["TPUCTL_RESTARTS"] = str(self.restarts)
             proc = subprocess.Popen(["bash", "-c", script], cwd=self.code_dir, env=env, stdin=subprocess.DEVNULL,
                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+            runevents.started(self, self.restarts)
             rc, cancelled = _Supervisor(self, proc, shipper).run()
             if not cancelled and rc != 0 and self._host_stopping(rc):
                 return self._interrupted(shipper, rc)   # the host's stop: never a restart, never the run's end
@@ -103,6 +105,7 @@ class Attempt:
         # RESUME: tpuctl itself ended the job (a cancel, the deadline): cancelled. The agent's own stop returned above
         state = {Decision.DONE: RunState.SUCCEEDED, Decision.FAIL: RunState.FAILED}.get(decision, RunState.CANCELLED)
         self.status(state, exit_code=rc, note=lost if shipper.unshipped else "")
+        runevents.ended(self, rc, cancelled)
         return rc
 
     def _host_stopping(self, rc: int) -> bool:
@@ -257,6 +260,9 @@ class _Supervisor:
         deadline = a.worker == 0 and bool(a.clock.due(Policy.of(a.record), running=True))
         if deadline:
             self.shipper.note("the cluster's --max-duration deadline has come: ending the run", fresh_line=True)
+        elif a.worker == 0 and a.selfstop.budget.due():
+            deadline = True
+            self.shipper.note("the cluster's --budget is spent: ending the run", fresh_line=True)
         if deadline or self._cancel_requested():
             self._cancel(now, float(os.environ.get("TPUCTL_CANCEL_GRACE", "30")))
 

@@ -12,12 +12,14 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
-from ..core import layout
+from ..core import budget, layout, notify
 from ..core.lifecycle import Policy
 from . import google_api
 
 if TYPE_CHECKING:
     from .agent import Agent
+
+STOP_NOTICE_WAIT = 10.0   # seconds the stop's notification may hold the deletion (a receiver that hangs)
 
 
 class SelfStop:
@@ -26,12 +28,13 @@ class SelfStop:
         self.ending = False                  # this host asked for its own deletion
         self._retry_at = 0.0                 # when a refused self-deletion may be tried again
         self._checked_for: object = None     # the `up` (record's `written`) the teardown check answered
+        self.budget = budget.Guard(agent.store, lambda: str(agent.record.get("cluster", "")))
 
     def enforce(self) -> None:
         """Ends the compute when the cluster's policy says it is time (idle past autostop, past the deadline)."""
         if self.a.worker != 0 or self.ending:
             return
-        reason = self.a.clock.due(Policy.of(self.a.record), False)
+        reason = self.a.clock.due(Policy.of(self.a.record), False) or self.budget.due()
         if reason:
             self.end_compute(reason)
 
@@ -43,6 +46,9 @@ class SelfStop:
         stopped = {"reason": reason, "time": time.time(), "host": a.host, "worker": a.worker}
         a.store.write(layout.STOPPED, json.dumps(stopped).encode())
         print(f"tpuctl agent: ending the compute: {reason}", file=sys.stderr, flush=True)
+        notify.emit(a.store, "cluster.stopped", f"cluster.stopped-{a.record.get('written')}",
+                    str(a.record.get("cluster", "")), reason=notify.stop_kind(reason), why=reason)
+        notify.flush(STOP_NOTICE_WAIT)   # the deletion ends this host, and with it the sending thread
         if how == "exit":
             a.stop.set()
         elif how == "gcp":

@@ -167,6 +167,8 @@ class WatcherHost(Protocol):
     def check(self, spec: ClusterSpec) -> list[str]:
         """Before anything is made: raise TpuctlError(PERMISSION) when the identity it would run as certainly
         cannot re-create the compute; return warnings when that cannot be told."""
+    hourly: float   # $/hour while it exists, free tiers ignored: what `up --budget` counts (core/budget.py)
+
     def name(self, spec: ClusterSpec) -> str: ...
     def price(self, zone: str) -> str:
         """What it costs, in words (free tiers included)."""

@@ -106,6 +106,8 @@ def state(st: ClusterState, zone: str) -> str:
 class GcpWatcherHost:
     """providers/base.py WatcherHost over Compute Engine."""
 
+    hourly = HOURLY
+
     def __init__(self, grants: BucketIam, nonce: str) -> None:
         self.grants, self.nonce = grants, nonce
 

@@ -1,0 +1,383 @@
+"""Notifications and the budget (issue 32): a local HTTP receiver records what the host and the watcher send.
+Each event arrives once, in order, with its figures; a receiver that fails or hangs changes nothing in the run."""
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from jobs import make_job
+from tpuctl.core import budget, layout, notify
+from tpuctl.core.store import LocalStore
+
+
+class Receiver:
+    """A webhook: records each POST's JSON; `answers` is the status of each request in turn (then 200), "hang"
+    holds the request without answering."""
+
+    def __init__(self, answers=()):
+        self.posts, self.tries, self.answers = [], 0, list(answers)
+        me = self
+
+        class H(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                me.tries += 1
+                answer = me.answers.pop(0) if me.answers else 200
+                if answer == "hang":
+                    time.sleep(30)
+                    return
+                if answer == 200:
+                    me.posts.append(body)
+                self.send_response(answer)
+                self.end_headers()
+                self.wfile.write(b"ok")
+
+            def log_message(self, *a):
+                pass
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hooks/SECRET-TOKEN"
+
+    def events(self):
+        return [p["tpuctl"]["event"] for p in self.posts]
+
+    def wait_for(self, event, timeout=60):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if event in self.events():
+                return
+            time.sleep(0.05)
+        raise AssertionError(f"no {event}: {self.events()}")
+
+    def close(self):
+        self.server.shutdown()
+
+
+@pytest.fixture
+def receiver():
+    made = []
+
+    def make(answers=()):
+        r = Receiver(answers)
+        made.append(r)
+        return r
+    yield make
+    for r in made:
+        r.close()
+
+
+@pytest.fixture
+def fast_notify(monkeypatch):
+    monkeypatch.setenv("TPUCTL_NOTIFY_BACKOFF", "0.05")
+    monkeypatch.setenv("TPUCTL_NOTIFY_RETRY_FOR", "3")
+    monkeypatch.setenv("TPUCTL_NOTIFY_TIMEOUT", "1")
+    monkeypatch.setenv("TPUCTL_BUDGET_CHECK", "0.2")
+
+
+# -- the core ------------------------------------------------------------------------------------------------
+def test_an_event_is_recorded_before_it_is_sent_and_sent_once(tmp_path, receiver, fast_notify):
+    r = receiver()
+    store = LocalStore(tmp_path / "s")
+    notify.save_cluster_urls(store, [r.url])
+    notify.emit(store, "cluster.preempted", "cluster.preempted-1", "c", lost="PREEMPTED")
+    notify.emit(store, "cluster.preempted", "cluster.preempted-1", "c")   # a second watcher: nothing
+    notify.flush(10)
+    assert r.events() == ["cluster.preempted"]
+    assert r.posts[0]["tpuctl"]["lost"] == "PREEMPTED" and "cluster c" in r.posts[0]["text"]
+    assert json.loads(store.read(layout.notify_event("cluster.preempted-1")))["event"] == "cluster.preempted"
+
+
+def test_a_failing_then_answering_receiver_gets_it_once_and_a_hanging_one_is_given_up(tmp_path, receiver,
+                                                                                     fast_notify):
+    flaky, stuck = receiver([500, 500]), receiver(["hang"] * 10)
+    assert notify.send_one(flaky.url, {"text": "x", "tpuctl": {"event": "test"}}) == ""
+    assert flaky.tries == 3 and len(flaky.posts) == 1
+    t0 = time.monotonic()
+    error = notify.send_one(stuck.url, {"text": "x", "tpuctl": {"event": "test"}})
+    assert "SECRET" not in error and time.monotonic() - t0 < 3 + 1 + 0.5   # the bound: retry_for + one timeout
+
+
+def test_another_scheme_goes_through_apprise(tmp_path, receiver, fast_notify):
+    """Apprise's `json://` plugin POSTs {"title", "message", ...} over HTTP: the real library, the local receiver."""
+    pytest.importorskip("apprise")
+    r = receiver([500])                                    # Apprise's failure is retried like a webhook's
+    store = LocalStore(tmp_path / "s")
+    url = r.url.replace("http://", "json://")
+    notify.save_cluster_urls(store, [url])
+    assert notify.needs_apprise([url]) and not notify.needs_apprise([r.url])
+    notify.emit(store, "run.failed", "run.ended-x", "c", "x", exit_code=3)
+    notify.flush(10)
+    [post] = r.posts
+    assert post["title"] == "tpuctl: run.failed" and "run x on c" in post["message"] and "exit_code 3" in \
+        post["message"]
+    assert r.tries == 2
+
+
+def test_urls_are_masked_and_checked():
+    assert notify.mask("https://hooks.slack.com/services/T0/B0/XYZ") == "https://hooks.slack.com/***"
+    assert notify.mask("ntfys://user:pass@ntfy.sh/topic") == "ntfys://ntfy.sh/***"
+    with pytest.raises(Exception) as e:
+        notify.check_urls(["hooks.slack.com/services/T0"])
+    assert "T0" not in str(e.value)
+
+
+# -- run events from the local host's agent -------------------------------------------------------------------
+def test_a_run_that_finishes_and_one_that_fails(local_up, cli, tmp_path, receiver, fast_notify):
+    cluster_hook, run_hook = receiver(), receiver()
+    code, out, err = cli("up", "--provider", "local", "-c", "nt", "--notify", cluster_hook.url)
+    assert code == 0, err
+    assert "SECRET" not in err and "http://127.0.0.1/***" in err
+    job = make_job(tmp_path, """
+        import json, os
+        out = os.environ["TPUCTL_OUTPUT_DIR"]
+        json.dump({"step": 3, "metrics": {"loss": 0.25}, "history": {"loss": [[3, 0.25]]},
+                   "attempts": []}, open(os.path.join(out, "metrics.json"), "w"))
+        print("trained")
+    """)
+    code, out, err = cli("submit", str(job), "-c", "nt", "--notify", run_hook.url)
+    assert code == 0, err
+    bad = make_job(tmp_path, "print('line one'); print('it broke'); raise SystemExit(3)", name="bad")
+    assert cli("submit", str(bad), "-c", "nt")[0] == 3
+    cluster_hook.wait_for("run.failed")
+    run_hook.wait_for("run.finished")
+    assert cluster_hook.events() == ["run.started", "run.finished", "run.started", "run.failed"]
+    assert run_hook.events() == ["run.started", "run.finished"]     # only its own run
+    finished, failed = cluster_hook.posts[1]["tpuctl"], cluster_hook.posts[3]["tpuctl"]
+    assert finished["exit_code"] == 0 and finished["loss"] == 0.25 and finished["cluster"] == "nt"
+    assert finished["duration_s"] >= 0 and finished["run"] and finished["time"]
+    assert failed["exit_code"] == 3 and "it broke" in failed["log_tail"]
+    time.sleep(0.5)
+    assert len(cluster_hook.posts) == 4   # nothing twice
+
+
+def test_a_receiver_that_fails_or_hangs_changes_nothing_in_the_run(local_up, cli, tmp_path, receiver, fast_notify):
+    stuck = receiver(["hang"] * 100)
+    assert cli("up", "--provider", "local", "-c", "nh", "--notify", stuck.url)[0] == 0
+    job = make_job(tmp_path, "print('trained')")
+    t0 = time.monotonic()
+    code, out, err = cli("submit", str(job), "-c", "nh")
+    assert code == 0 and "trained" in out, err
+    assert time.monotonic() - t0 < 15
+
+
+def test_notify_test_sends_one_and_says_when_it_is_not_taken(local_up, cli, receiver, fast_notify):
+    good, bad = receiver(), receiver([500] * 10)
+    local_up("nt2", "--notify", good.url)
+    code, out, err = cli("notify", "test", "-c", "nt2")
+    assert code == 0 and "delivered" in err and "SECRET" not in err
+    assert good.events() == ["test"]
+    code, out, err = cli("notify", "test", "-c", "nt2", "--notify", bad.url)
+    assert code == 1 and "NOT delivered" in err and "SECRET" not in err
+
+
+# -- the budget -----------------------------------------------------------------------------------------------
+def test_budget_arithmetic_counts_every_period():
+    periods = [[0.0, 1800.0], [3600.0, 5400.0], [7200.0, 0.0]]
+    assert budget.spent(periods, 10.0, now=9000.0) == pytest.approx(15.0)
+    assert budget.over({"usd": 20, "hourly": 10.0, "periods": periods}, now=9000.0) == (0.75, "")
+    share, why = budget.over({"usd": 15, "hourly": 10.0, "periods": periods}, now=9000.0)
+    assert share == pytest.approx(1.0) and why.startswith("budget")
+    assert budget.parse_usd("$12.5") == 12.5 and budget.parse_usd("off") == 0
+    for bad in ("-3", "lots", "nan", "inf"):
+        with pytest.raises(Exception):
+            budget.parse_usd(bad)
+
+
+def test_the_watcher_vm_counts_from_its_start_to_down_between_periods_too(tmp_path):
+    store = LocalStore(tmp_path / "s")
+    budget.open_extra(store, "watcher VM", 36.0)             # no budget doc yet: nothing to count against
+    assert budget.read(store) == {}
+    budget.save(store, 10.0, 3600.0, [[time.time() - 5, time.time() - 4]])
+    budget.open_extra(store, "watcher VM", 36.0)
+    budget.open_extra(store, "watcher VM", 36.0)             # `up --recover` again: still one
+    budget.save_periods(store, [[time.time() - 5, time.time() - 4]])   # a re-create keeps it
+    [vm] = budget.read(store)["extra"]
+    assert vm[1] == 0 and vm[2] == 36.0
+    later = vm[0] + 100                                       # 100 s of VM at $36/h is $1, plus the TPU's $1
+    assert budget.over(budget.read(store), now=later)[0] == pytest.approx(0.2, abs=0.01)
+    budget.close_extras(store)
+    assert budget.read(store)["extra"][0][1] > 0
+    assert budget.over(budget.read(store), now=later + 10000)[0] == pytest.approx(0.1, abs=0.01)
+
+
+def test_up_refuses_a_budget_already_spent_and_says_what_one_buys(local_up, cli, monkeypatch, tmp_path):
+    monkeypatch.setenv("TPUCTL_PRICE_PER_HOUR", "3600")   # a dollar a second
+    local_up("plain")
+    assert "budget" not in cli("ls")[1].splitlines()[0].split()   # no column while no cluster has a budget
+    code, out, err = cli("up", "--provider", "local", "-c", "bu", "--budget", "1000")
+    assert code == 0, err
+    assert "budget $1000.00: $1000.00 left, 0.3 hours at $3600.00/hour" in err
+    time.sleep(1.2)
+    code, out, err = cli("up", "--provider", "local", "-c", "bu", "--budget", "1")
+    assert code == 2 and "has already spent $" in err and "raise it" in err
+    info = json.loads(cli("status", "-c", "bu", "--json")[1])
+    assert info["budget_usd"] == 1000 and 1 < info["spent_usd"] < 100 and info["left_usd"] < 999
+    assert cli("submit", str(make_job(tmp_path, "print('hi')")), "-c", "bu")[0] == 0
+    [row] = json.loads(cli("jobs", "-c", "bu", "--json")[1])
+    assert row["budget_usd"] == 1000 and row["spent_usd"] > 1 and row["left_usd"] < 999
+    code, out, err = cli("ls")
+    assert "budget" in out.splitlines()[0].split() and "of $1000.00" in out
+    assert [r for r in json.loads(cli("ls", "--json")[1]) if r["cluster"] == "plain"][0]["budget"] == ""
+
+
+def test_a_budget_stop_on_the_host_ends_the_run_and_the_compute(local_up, cli, tmp_path, receiver, fast_notify,
+                                                                monkeypatch):
+    monkeypatch.setenv("TPUCTL_PRICE_PER_HOUR", "3600")
+    monkeypatch.setenv("TPUCTL_CANCEL_GRACE", "2")
+    hook = receiver()
+    assert cli("up", "--provider", "local", "-c", "bs", "--budget", "6", "--notify", hook.url)[0] == 0
+    job = make_job(tmp_path, "import time\nprint('training', flush=True)\ntime.sleep(120)")
+    code, out, err = cli("submit", str(job), "-c", "bs")
+    assert code != 0 and "--budget is spent" in out + err
+    hook.wait_for("cluster.stopped")
+    assert hook.events() == ["run.started", "budget.warning", "cluster.stopped"]
+    assert hook.posts[-1]["tpuctl"]["reason"] == "budget"
+    info = json.loads(cli("status", "-c", "bs", "--json")[1])
+    assert info["phase"] == "stopped" and info["stopped"].startswith("budget") and info["left_usd"] == 0
+    code, out, err = cli("up", "--provider", "local", "-c", "bs")
+    assert code == 2 and "raise it" in err        # nothing brings it back until the budget is raised
+    assert info["phase"] == json.loads(cli("status", "-c", "bs", "--json")[1])["phase"]
+
+
+# -- preemption and recovery under a watcher, on the fake TPU with simulated hosts ----------------------------
+ZONE = "us-central1-b"
+
+
+def _gcp_store(name):
+    from conftest import PROJECT
+    from tpuctl.providers.stores import open_store
+    return open_store(f"gs://{PROJECT}-tpuctl-{name}")
+
+
+def _node(name):
+    from conftest import PROJECT
+    return f"projects/{PROJECT}/locations/{ZONE}/nodes/tpuctl-{name}"
+
+
+def _wait(cond, timeout=90, what=""):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if cond():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.fixture
+def watched(live_hosts, monkeypatch, fast_notify):
+    """Fast watcher and takeover settings, in this process (the watcher thread) and on the simulated hosts."""
+    fast = {"TPUCTL_WATCH_POLL": "0.1", "TPUCTL_LEASE_SECONDS": "2", "TPUCTL_RECOVER_BACKOFF": "0.05",
+            "TPUCTL_LEASE_WAIT": "60", "TPUCTL_STALE_SECONDS": "3", "TPUCTL_NOTIFY_BACKOFF": "0.05",
+            "TPUCTL_NOTIFY_RETRY_FOR": "3", "TPUCTL_BUDGET_CHECK": "0.2", "TPUCTL_CANCEL_GRACE": "2"}
+    for k, v in fast.items():
+        monkeypatch.setenv(k, v)
+    live_hosts.env.update(fast)
+    return live_hosts
+
+
+def _watcher(name):
+    from test_watch import Running
+    return Running(name=name)
+
+
+def _running(store, run_id, attempt):
+    from tpuctl.core import runs
+    st = runs.status(store, run_id, 0)
+    return st.state is runs.RunState.RUNNING and st.attempt == attempt
+
+
+def test_a_preempted_run_is_heard_of_once_each_start_preemption_recovery_finish(watched, cloud, cli, tmp_path,
+                                                                               receiver, no_leak):
+    hook = receiver()
+    code, out, err = cli("up", "--type", "v3-8", "--zone", ZONE, "-c", "pn", "--recover", "--notify", hook.url)
+    assert code == 0, err
+    w = _watcher("pn")
+    job = make_job(tmp_path, """
+        import sys, time
+        print("working", flush=True)
+        time.sleep(max(float(sys.argv[1]) - time.time(), 0))   # the first attempt is preempted before then
+        print("done")
+    """)
+    run_id = cli("submit", str(job), "-c", "pn", "--detach", "--", str(time.time() + 20))[1].strip()
+    store = _gcp_store("pn")
+    _wait(lambda: _running(store, run_id, 1), what="the run")
+    hook.wait_for("run.started")     # a host killed before its sending thread ran loses the message (at most once)
+    t0 = time.time()
+    cloud.tpu.set_state(2, _node("pn"), "PREEMPTED")
+    code, out, err = cli("logs", run_id, "-c", "pn", "--follow", "--give-up-after", "90")
+    assert "done" in out, out + err
+    hook.wait_for("run.finished")
+    w.wait()
+    events = hook.events()
+    assert sorted(events) == sorted(["run.started", "cluster.preempted", "cluster.recovered", "run.restarted",
+                                     "run.finished"]), events
+    run_events = [e for e in events if e.startswith("run.")]
+    assert run_events == ["run.started", "run.restarted", "run.finished"]
+    assert events.index("cluster.preempted") < events.index("cluster.recovered")
+    by = {p["tpuctl"]["event"]: p["tpuctl"] for p in hook.posts}
+    assert by["run.finished"]["exit_code"] == 0 and by["run.finished"]["run"] == run_id
+    assert by["cluster.recovered"]["took_s"] <= time.time() - t0 and "PREEMPTED" in by["cluster.preempted"]["lost"]
+    assert all(p["tpuctl"]["cluster"] == "pn" for p in hook.posts)
+
+
+def test_a_budget_spent_over_three_periods_stops_the_cluster_for_good(watched, cloud, cli, tmp_path, receiver,
+                                                                      monkeypatch, no_leak):
+    from tpuctl.core import state
+    monkeypatch.setenv("TPUCTL_PRICE_PER_HOUR", "3600")    # a dollar a second of compute
+    hook = receiver()
+    code, out, err = cli("up", "--type", "v3-8", "--zone", ZONE, "-c", "pb", "--recover", "--budget", "60",
+                         "--notify", hook.url)
+    assert code == 0, err
+    w = _watcher("pb")
+    job = make_job(tmp_path, "import time\nprint('working', flush=True)\ntime.sleep(600)")
+    run_id = cli("submit", str(job), "-c", "pb", "--detach")[1].strip()
+    store = _gcp_store("pb")
+    for attempt in (1, 2):
+        _wait(lambda: _running(store, run_id, attempt), what=f"attempt {attempt}")
+        cloud.tpu.set_state(2, _node("pb"), "PREEMPTED")
+    _wait(lambda: _running(store, run_id, 3), what="attempt 3")
+    creates = len([c for c in cloud.tpu.mutating_calls() if "CreateNode" in str(c)])
+    hook.wait_for("cluster.stopped", timeout=120)
+    w.wait()                                                  # the watch is over (the run ended, then the compute)
+    assert cloud.tpu.nodes[2] == {}                          # nothing left, deleted by its own host
+    stopped = json.loads(store.read(layout.STOPPED))
+    assert stopped["reason"].startswith("budget") and "host" in stopped
+    info = json.loads(cli("status", "-c", "pb", "--json")[1])
+    assert info["phase"] == "stopped" and info["left_usd"] == 0
+    periods = state.load("pb").periods
+    assert len(periods) == 3 and all(end for _, end in periods)
+    assert 60 <= budget.spent(periods, 3600) < 60 + 10     # stopped within a few checks of the cap
+    events = hook.events()
+    assert events.count("cluster.preempted") == events.count("cluster.recovered") == 2
+    assert events.count("budget.warning") == 1 and events.count("cluster.stopped") == 1
+    assert [p["tpuctl"] for p in hook.posts if p["tpuctl"]["event"] == "cluster.stopped"][0]["reason"] == "budget"
+    code, out, err = cli("up", "-c", "pb")
+    assert code == 2 and "raise it" in err                   # nothing brings it back but a larger budget
+    assert len([c for c in cloud.tpu.mutating_calls() if "CreateNode" in str(c)]) == creates
+
+
+def test_the_watcher_does_not_bring_back_a_cluster_whose_budget_is_spent(cloud, cli, receiver, fast_notify,
+                                                                         monkeypatch, no_leak):
+    """No host here to enforce it: the watcher, between periods, is the one that stops it."""
+    for k, v in {"TPUCTL_WATCH_POLL": "0.05", "TPUCTL_LEASE_SECONDS": "2", "TPUCTL_RECOVER_BACKOFF": "0.05",
+                 "TPUCTL_PRICE_PER_HOUR": "3600"}.items():
+        monkeypatch.setenv(k, v)
+    hook = receiver()
+    assert cli("up", "--type", "v3-8", "--zone", ZONE, "-c", "pw", "--recover", "--budget", "2",
+               "--notify", hook.url)[0] == 0
+    w = _watcher("pw")
+    creates = len([c for c in cloud.tpu.mutating_calls() if "CreateNode" in str(c)])
+    time.sleep(2.2)
+    cloud.tpu.set_state(2, _node("pw"), "PREEMPTED")
+    assert "budget is spent" in w.wait()
+    assert cloud.tpu.nodes[2] == {}                            # the preempted node's record deleted too
+    assert len([c for c in cloud.tpu.mutating_calls() if "CreateNode" in str(c)]) == creates
+    hook.wait_for("cluster.stopped")
+    assert hook.events() == ["cluster.stopped"] and hook.posts[0]["tpuctl"]["reason"] == "budget"
+    assert "PREEMPTED" in hook.posts[0]["tpuctl"]["lost"]
+    info = json.loads(cli("status", "-c", "pw", "--json")[1])
+    assert info["phase"] == "stopped" and info["stopped"].startswith("budget") and "not brought back" in \
+        info["recovery"]

@@ -1,0 +1,161 @@
+"""A spending cap in dollars (`up --budget USD`) that holds across recoveries: what a cluster's compute has cost,
+counting every period it existed (recreations included) at the catalog price `status` shows.
+
+`up` writes layout.BUDGET: {"usd": cap or 0, "hourly": $/h, "periods": [[start, end|0], ...]}; each `up` (the
+watcher's re-creations too: control/up.py) rewrites the periods. Worker 0's agent reads it and ends the run and
+the compute at 100% (host/autostop.py, as at --max-duration), after a `budget.warning` at 80%; the watcher checks
+it between periods (control/watch.py). A budget stop is final: `up` refuses to bring the cluster back until the
+budget is raised above what was spent.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any, Callable, Sequence
+
+from . import layout
+from .errors import ErrorKind, TpuctlError, bad_input
+from .store import BlobStore
+
+WARN_AT = 0.8
+REASON = "budget"
+
+
+def price_override() -> float | None:
+    """TPUCTL_PRICE_PER_HOUR: a price in place of the catalog's (tests make a fake TPU expensive; a user may put
+    in the price they are actually charged)."""
+    raw = os.environ.get("TPUCTL_PRICE_PER_HOUR")
+    return float(raw) if raw else None
+
+
+def parse_usd(text: str) -> float:
+    """`--budget 25`, `$25.50`; `off` or 0: no cap."""
+    t = text.strip().lower().lstrip("$")
+    if t in ("off", "none", "0"):
+        return 0.0
+    try:
+        usd = float(t)
+    except ValueError:
+        usd = -1.0
+    if not usd > 0 or usd != usd or usd == float("inf"):
+        raise bad_input(f"--budget {text!r} is not an amount of dollars", "for example --budget 25 or --budget off")
+    return round(usd, 2)
+
+
+def spent(periods: list[list[float]], hourly: float, now: float | None = None, extra: Sequence[Sequence[Any]] = ()) -> float:
+    """The compute's periods at `hourly`, plus what else the cluster ran: `extra` ([start, end|0, $/h, what]: the
+    recovery watcher's VM, which lives from `up --recover --watcher vm` to `down`, between periods too)."""
+    now = time.time() if now is None else now
+    return (sum(((end or now) - start) for start, end in periods) / 3600 * hourly
+            + sum(((e[1] or now) - e[0]) / 3600 * float(e[2]) for e in extra))
+
+
+def read(store: BlobStore) -> dict[str, Any]:
+    try:
+        raw = store.read(layout.BUDGET)
+        return dict(json.loads(raw)) if raw else {}
+    except (ValueError, TypeError):
+        return {}
+
+
+def save(store: BlobStore, usd: float, hourly: float, periods: list[list[float]],
+         extra: list[list[Any]] | None = None) -> None:
+    """`extra`: None keeps what the store had (another writer's watcher VM)."""
+    extra = read(store).get("extra", []) if extra is None else extra
+    store.write(layout.BUDGET, json.dumps({"usd": usd, "hourly": hourly, "periods": periods, "extra": extra,
+                                           "time": time.time()}).encode())
+
+
+def open_extra(store: BlobStore, what: str, hourly: float) -> None:
+    """Something besides the compute starts billing (the watcher VM): counted from now until close_extras."""
+    doc = read(store)
+    extra = list(doc.get("extra", []))
+    if doc and not any(e[3] == what and not e[1] for e in extra):
+        save(store, float(doc.get("usd") or 0), float(doc.get("hourly") or 0), doc.get("periods", []),
+             extra + [[time.time(), 0.0, hourly, what]])
+
+
+def close_extras(store: BlobStore) -> None:
+    """`down` removed them."""
+    doc = read(store)
+    if any(not e[1] for e in doc.get("extra", [])):
+        now = time.time()
+        save(store, float(doc.get("usd") or 0), float(doc.get("hourly") or 0), doc.get("periods", []),
+             [[e[0], e[1] or now, e[2], e[3]] for e in doc["extra"]])
+
+
+def save_periods(store: BlobStore, periods: list[list[float]]) -> None:
+    """A re-created compute (a new period): the hosts count it from now on. Nothing when `up` never wrote one."""
+    doc = read(store)
+    if doc:
+        save(store, float(doc.get("usd") or 0), float(doc.get("hourly") or 0), periods)
+
+
+def check_up(usd: float, hourly: float | None, periods: list[list[float]], cluster: str,
+             extra: Sequence[Sequence[Any]] = ()) -> str:
+    """`up --budget`: refused when the price is unknown or the cap is no more than already spent; else the line
+    that says how many hours it buys."""
+    if not usd:
+        return ""
+    if hourly is None:
+        raise bad_input("--budget needs the cluster's price, and the catalog has none for it",
+                        "set TPUCTL_PRICE_PER_HOUR to the $/hour you are charged, or leave --budget off")
+    used = spent(periods, hourly, extra=extra)
+    if usd <= used:
+        raise TpuctlError(ErrorKind.INPUT, f"cluster {cluster} has already spent ${used:.2f}: a budget of "
+                          f"${usd:.2f} leaves nothing", f"raise it: tpuctl up -c {cluster} --budget "
+                          f"{max(used * 2, used + 1):.0f}")
+    if not hourly:
+        return f"budget ${usd:.2f}: the compute is free, so it never runs out"
+    return f"budget ${usd:.2f}: ${usd - used:.2f} left, {(usd - used) / hourly:.1f} hours at ${hourly:.2f}/hour"
+
+
+def over(doc: dict[str, Any], periods: list[list[float]] | None = None, now: float | None = None) -> tuple[float, str]:
+    """(share of the cap spent, why the compute must end now or "")."""
+    usd, hourly = float(doc.get("usd") or 0), float(doc.get("hourly") or 0)
+    if not usd:
+        return 0.0, ""
+    used = spent(doc.get("periods", []) if periods is None else periods, hourly, now, doc.get("extra", []))
+    return used / usd, (f"{REASON}: ${usd:.2f} spent" if used >= usd else "")
+
+
+def shown(doc: dict[str, Any], periods: list[list[float]]) -> dict[str, object]:
+    """`status` and `jobs --json`: spent and left (nothing when there is no cap)."""
+    usd = float(doc.get("usd") or 0)
+    if not usd:
+        return {}
+    used = spent(periods, float(doc.get("hourly") or 0), extra=doc.get("extra", []))
+    out: dict[str, object] = {"budget_usd": usd, "spent_usd": round(used, 2),
+                              "left_usd": round(max(usd - used, 0.0), 2)}
+    if used >= usd:
+        out["budget"] = f"spent: ${used:.2f} of ${usd:.2f}; raise it with `up --budget` to bring the cluster back"
+    elif used >= WARN_AT * usd:
+        out["budget"] = f"WARNING: ${used:.2f} of ${usd:.2f} spent ({100 * used / usd:.0f}%)"
+    return out
+
+
+class Guard:
+    """The host's view (worker 0): the budget read at most every TPUCTL_BUDGET_CHECK seconds (10); `due()` is why
+    the compute must end now, or ""; the 80% warning is sent once per cap."""
+
+    def __init__(self, store: BlobStore, cluster: Callable[[], str]) -> None:
+        self.store, self.cluster = store, cluster
+        self.doc: dict[str, Any] = {}
+        self.read_at = 0.0
+        self.warned = 0.0        # the cap whose warning this process queued (the store's record makes it once)
+
+    def due(self) -> str:
+        if time.monotonic() - self.read_at >= float(os.environ.get("TPUCTL_BUDGET_CHECK", "10")):
+            self.read_at = time.monotonic()
+            try:
+                self.doc = read(self.store)
+            except Exception:  # noqa: BLE001 - a store outage: the last budget read stands
+                pass
+        share, why = over(self.doc)
+        if share >= WARN_AT and self.warned != self.doc["usd"]:
+            from . import notify
+            usd = self.warned = float(self.doc["usd"])
+            notify.emit(self.store, "budget.warning", f"budget.warning-{usd:.2f}", self.cluster(),
+                        budget_usd=usd, spent_usd=round(share * usd, 2))
+        return why
