@@ -198,7 +198,8 @@ class KaggleSessions:
         if job is None or status.state.final or time.time() - job.submitted < ORPHAN_SECONDS:
             return ""
         rec: dict[str, Any] = {"dataset": "", "sessions": [], "chain": 1, "chunks": 0}
-        self._gone(store, run_id, rec, "it never reached Kaggle (its submit was interrupted): submit it again")
+        self._gone(store, run_id, rec, "it never reached Kaggle (its submit was interrupted): submit it again",
+                   RunState.FAILED)
         return RunState.FAILED.value
 
     def _stream(self, store: BlobStore, run_id: str, rec: dict[str, Any], s: dict[str, Any]) -> None:
@@ -262,12 +263,13 @@ class KaggleSessions:
         _status(store, run_id, rec, final, code)
         inputs.release(store, run_id, rec, k)
 
-    def _gone(self, store: BlobStore, run_id: str, rec: dict[str, Any], reason: str) -> None:
-        """The run's compute is gone for good: it ends, saying why, and its time stops."""
+    def _gone(self, store: BlobStore, run_id: str, rec: dict[str, Any], reason: str,
+              state: RunState = RunState.ENDED) -> None:
+        """The run's compute is gone for good (or was never had: FAILED): it ends, saying why, and its time stops."""
         if rec["sessions"]:
             rec["sessions"][-1]["state"] = "GONE"
         self._chunk(store, run_id, rec, f"--- ended: {reason} ---\n")
-        _status(store, run_id, rec, RunState.ENDED, None, note=f"ended: {reason}")
+        _status(store, run_id, rec, state, None, note=f"ended: {reason}")
 
     def _chunk(self, store: BlobStore, run_id: str, rec: dict[str, Any], text: str) -> None:
         rec["chunks"] += 1
