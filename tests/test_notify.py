@@ -173,6 +173,22 @@ def test_notify_test_sends_one_and_says_when_it_is_not_taken(local_up, cli, rece
     assert code == 1 and "NOT delivered" in err and "SECRET" not in err
 
 
+def test_notify_off_removes_the_clusters_urls(local_up, cli, tmp_path, receiver, fast_notify):
+    hook = receiver()
+    local_up("nof", "--notify", hook.url)
+    code, out, err = cli("up", "--provider", "local", "-c", "nof", "--notify", hook.url, "--notify", "off")
+    assert code == 2 and "--notify off cannot be given with URLs" in err and "Traceback" not in err
+    code, out, err = cli("up", "--provider", "local", "-c", "nof")          # a re-run without it keeps them
+    assert code == 0, err
+    code, out, err = cli("up", "--provider", "local", "-c", "nof", "--notify", "OFF")
+    assert code == 0 and "notify off: the cluster's notification URLs are removed" in err, err
+    code, out, err = cli("notify", "test", "-c", "nof")
+    assert code == 2 and "has no notification URL" in err
+    assert cli("submit", str(make_job(tmp_path, "print('trained')")), "-c", "nof")[0] == 0
+    time.sleep(0.5)
+    assert hook.events() == []          # nothing reached the removed URL
+
+
 # -- the budget -----------------------------------------------------------------------------------------------
 def test_budget_arithmetic_counts_every_period():
     periods = [[0.0, 1800.0], [3600.0, 5400.0], [7200.0, 0.0]]

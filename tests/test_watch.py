@@ -402,8 +402,10 @@ def test_a_watcher_vm_brings_back_a_preempted_tpu_and_down_removes_it(cloud, liv
     live_hosts.env.update(TPU_EMULATOR_HOST=os.environ["TPU_EMULATOR_HOST"], TPUCTL_WATCH_POLL="0.2",
                           TPUCTL_LEASE_SECONDS="2", TPUCTL_RECOVER_BACKOFF="0.05")
     code, out, err = cli("up", "--type", "v3-8", "--zone", ZONE, "-c", "w", "--runtime",
-                         "tpu-vm-tf-2.18.0-pjrt-v5p-and-below", "--recover", "--watcher", "vm")
+                         "tpu-vm-tf-2.18.0-pjrt-v5p-and-below", "--recover", "--watcher", "vm",
+                         "--network", "mynet", "--subnetwork", "mysub")
     assert code == 0, err + "\n".join(h.boot_log() + h.agent_out() for hs in live_hosts.hosts.values() for h in hs)
+    _on_mynet(cloud)
     assert "e2-micro" in err and "free tier may cover its e2-micro hours in us-central1" in err
     assert "watcher running on VM tpuctl-w-watch" in err
     assert _vms(cloud) == ["tpuctl-w-watch"]
@@ -418,9 +420,47 @@ def test_a_watcher_vm_brings_back_a_preempted_tpu_and_down_removes_it(cloud, liv
     _until(lambda: _recoveries(cloud), timeout=120, what="the watcher VM's recovery")
     assert cloud.tpu.nodes[2][NODE].state.name == "READY" and len(_creates(cloud)) == created + 1
     assert _recoveries(cloud)[0]["watcher"] == "VM tpuctl-w-watch"
+    _on_mynet(cloud)                                     # the re-created TPU too
+    assert cli("up", "-c", "w", "--yes")[0] == 0          # `up -c w` alone keeps the network it was made with
+    from tpuctl.core import state
+    assert (state.load("w").spec.network, state.load("w").spec.subnetwork) == ("mynet", "mysub")
     code, out, err = cli("down", "-c", "w", "--yes")
     assert code == 0, err
     assert _vms(cloud) == [] and cloud.leaks() == []
+
+
+def _on_mynet(cloud):
+    """The TPU's NetworkConfig and the watcher VM's network interface name `up --network mynet --subnetwork mysub`
+    (the fakes keep each request as sent)."""
+    net = cloud.tpu.nodes[2][NODE].network_config
+    assert (net.network, net.subnetwork, net.enable_external_ips) == ("mynet", "mysub", True)
+    [vm] = [v for k, v in cloud.compute.instances.items() if k[2] == "tpuctl-w-watch"]
+    [nic] = vm["networkInterfaces"]
+    assert (nic["network"], nic["subnetwork"]) == ("global/networks/mynet", "regions/us-central1/subnetworks/mysub")
+
+
+@pytest.mark.parametrize("args,says", [
+    (["--network", "My_Net"], "invalid --network 'My_Net'"),
+    (["--subnetwork", "-sub"], "invalid --subnetwork '-sub'"),
+    (["--network", "n" * 64], "invalid --network"),
+    (["--subnetwork", "sub", "--zone", "us-central1-b,europe-west4-a"], "--zone spans europe-west4, us-central1"),
+    (["--subnetwork", "sub", "--recover", "--watcher", "vm", "--zone", "europe-west4-a"],
+     "the watcher VM would have to sit in europe-west4"),
+])
+def test_bad_networks_are_refused_before_anything_is_made(cloud, cli, args, says):
+    zone = [] if "--zone" in args else ["--zone", ZONE]
+    code, out, err = cli("up", "--type", "v3-8", "-c", "w", *zone, *args, "--yes")
+    [error] = [line for line in err.splitlines() if line.startswith("error:")]   # one line, then its hint
+    assert code == 2 and says in error and "\nhint: " in err and "Traceback" not in err, err
+    assert not cloud.mutating_calls()
+
+
+def test_vms_are_on_the_default_network_unless_told():
+    from tpuctl.core.models import ClusterSpec
+    from tpuctl.providers.gcp.compute import network_of
+    assert network_of(ClusterSpec("w", "gcp"), "us-east1-d") == {"network": "global/networks/default"}
+    assert network_of(ClusterSpec("w", "gcp", network="n", subnetwork="s"), "us-east1-d") == {
+        "network": "global/networks/n", "subnetwork": "regions/us-east1/subnetworks/s"}
 
 
 def test_a_watcher_vm_whose_identity_cannot_recreate_is_refused_before_anything_is_made(cloud, cli):

@@ -138,6 +138,8 @@ class FakeCompute:
         key = (project, zone, body["name"])
         if key in self.instances:
             return self._error(409, "alreadyExists", f"The resource '{body['name']}' already exists")
+        # kept as sent (networkInterfaces[].network/.subnetwork as the partial URLs given: tests read them here); no
+        # network is checked to exist, as no test names one that does not
         inst = dict(body, status="PROVISIONING", zone=zone, id=str(next(self._ids)))
         self.instances[key] = inst
         error = self.op_faults["insert"].pop(0) if self.op_faults["insert"] else None

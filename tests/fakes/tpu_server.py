@@ -283,6 +283,8 @@ class FakeTpu:
         if name in self.nodes[v]:
             context.abort(grpc.StatusCode.ALREADY_EXISTS, f"Resource '{name}' already exists")
         m = tpu_v1 if v == 1 else tpu_v2
+        # kept as sent (network_config.network/.subnetwork included: tpu_v2 Node echoes the create request's fields
+        # in get_node; tests read what tpuctl asked for here)
         node = m.Node(req.node)
         node.name = name
         node.state = m.Node.State.CREATING

@@ -33,8 +33,10 @@ def before_up(spec: ClusterSpec, prov: Provider, prior: ClusterState | None, usd
     had), checked before anything is made: a budget no more than already spent is refused."""
     cfg = settings()
     given = notify_flags or cfg.setting("notify", None, None)
-    urls = notify.check_urls([given] if isinstance(given, str) else list(given or []))
-    out = Notices(urls=urls, keep_urls=not urls)
+    asked = [given] if isinstance(given, str) else list(given or [])
+    off = notify.is_off(asked)     # `--notify off` clears the cluster's URLs, as `--budget off` clears its cap
+    urls = [] if off else notify.check_urls(asked)
+    out = Notices(urls=urls, keep_urls=not urls and not off)
     store_doc = _prior_budget(prior, prov)
     raw = cfg.setting("budget", usd_flag, None)
     out.usd = budget.parse_usd(str(raw)) if raw is not None else float(store_doc.get("usd") or 0)
@@ -47,6 +49,9 @@ def before_up(spec: ClusterSpec, prov: Provider, prior: ClusterState | None, usd
         con.err.print(f"  budget {line}", markup=False)
     for u in urls:
         con.err.print(f"  notify {notify.mask(u)}", markup=False)
+    if off:
+        con.err.print("  notify off: the cluster's notification URLs are removed (a run's own --notify still holds)",
+                      markup=False)
     return out
 
 
@@ -93,4 +98,4 @@ def test(cluster: Optional[str] = CLUSTER,
     if failed:
         raise TpuctlError(ErrorKind.ERROR, f"{failed} of {len(urls)} notification URL(s) did not take the message",
                           "check the URL (the receiver's answer is above); `tpuctl up -c NAME --notify URL` replaces "
-                          "them")
+                          "them, --notify off removes them")

@@ -60,7 +60,8 @@ def plan(spec: "ClusterSpec", prov: "Provider", flags: RecoverFlags) -> list[str
         if host is None:
             raise bad_input(f"--watcher vm: the {prov.name.value} provider has no VM to run the watcher on",
                             f"run `tpuctl watch -c {spec.name} --detach` on this machine instead (--watcher local)")
-        zone = host.zone(spec.zones[0]) if spec.zones else ""
+        zones = [host.zone(spec, z) for z in spec.zones]   # each zone it may be made in: refused before anything
+        zone = zones[0] if zones else ""
         lines = [f"watch  VM {host.name(spec)} in {zone} re-creates the TPU when preempted, up to "
                  f"{flags.max_recoveries} times; {host.price(zone)}"]
     return lines

@@ -283,7 +283,7 @@ def start_watcher_vm(st: ClusterState, provider: Provider, host: WatcherHost, re
     (TPUCTL_WATCHER_WAIT seconds, 600: it boots and installs the watcher first) until its watcher holds the lease.
     Returns where it runs."""
     store = provider.store(st)
-    zone, vm = host.zone(st.zone), host.name(st.spec)
+    zone, vm = host.zone(st.spec, st.zone), host.name(st.spec)
     armed.update(store, lambda d: {**d, "watcher": armed.ON_VM, "watcher_zone": zone} if d else None)
     host.ensure(st, zone, reporter)
     lease = lease_of(store, "")

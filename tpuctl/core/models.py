@@ -21,6 +21,9 @@ _PROJECT_RE = re.compile(r"^([a-z0-9.-]+:)?[a-z][a-z0-9-]{4,28}[a-z0-9]$")
 _BUCKET_PART_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]*[a-z0-9]$")
 _IP_RE = re.compile(r"^\d+\.\d+\.\d+\.\d+$")
 _SA_RE = re.compile(r"^[a-z0-9][a-z0-9.@_-]*@[a-z0-9.-]+\.[a-z]+$")
+# Compute Engine resource names, networks and subnetworks included (RFC 1035: cloud.google.com/compute/docs/naming-
+# resources): a lowercase letter, then up to 62 lowercase letters, digits or hyphens, not ending in a hyphen.
+_GCE_NAME_RE = re.compile(r"^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$")
 
 
 class ProviderName(str, Enum):
@@ -95,6 +98,14 @@ def check_service_account(email: str) -> str:
     return email
 
 
+def check_gce_name(name: str, flag: str) -> str:
+    """--network / --subnetwork: a name (not a URL: tpuctl puts it in the project and the TPU's region)."""
+    if not _GCE_NAME_RE.match(name):
+        raise bad_input(f"invalid {flag} {name!r}: a Compute Engine name is 1-63 lowercase letters, digits or hyphens, "
+                        "starting with a letter and not ending with a hyphen", f"give the name only, e.g. {flag} my-vpc")
+    return name
+
+
 def default_bucket(project: str, cluster: str) -> str:
     return re.sub(r"[:.]", "-", project) + "-tpuctl-" + cluster
 
@@ -135,6 +146,8 @@ class ClusterSpec(JsonRecord):
     queued: bool = False            # the TPU is had through a queued resource (providers/gcp/queued.py)
     valid_until: int = 0            # seconds a queued request may wait before it expires; 0: Google's default
     slices: int = 1                 # `up --slices N`: N slices of tpu_type in one queued request (core/multislice.py)
+    network: str = ""               # `up --network`: the VPC network of the TPU and tpuctl's VMs; "": default
+    subnetwork: str = ""            # `up --subnetwork`: its subnetwork in the TPU's region; "": Google's choice
 
     # Fields that name what a cluster IS: `up` refuses to change them on an existing cluster.
     IDENTITY = ("provider", "tpu_type", "arch", "project", "store", "slices")

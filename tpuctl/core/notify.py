@@ -66,6 +66,15 @@ def check_urls(urls: list[str], flag: str = "--notify") -> list[str]:
     return out
 
 
+def is_off(given: list[str]) -> bool:
+    """`--notify off` (alone): the cluster's URLs are removed. Mixed with URLs it is a mistake, not a URL."""
+    if not any(g.strip().lower() == "off" for g in given):
+        return False
+    if len(given) > 1:
+        raise bad_input("--notify off cannot be given with URLs", "give either --notify off or the URLs to send to")
+    return True
+
+
 def mask(url: str) -> str:
     """What may be printed of a URL: its scheme and host; the path, query and credentials carry the secret."""
     parts = urlsplit(url)

@@ -65,6 +65,8 @@ class UpFlags:
     valid_until: str | None = None
     flex_start: bool = False
     slices: int | None = None
+    network: str | None = None
+    subnetwork: str | None = None
 
     def remember(self, spec: ClusterSpec) -> None:
         """`up -c NAME` on an existing cluster: each flag not given again takes the value the cluster was made
@@ -84,6 +86,8 @@ class UpFlags:
         self.vm_type = self.vm_type or spec.vm_type or None
         self.framework = self.framework or spec.framework.value
         self.queued = self.queued or spec.queued
+        self.network = self.network or spec.network or None
+        self.subnetwork = self.subnetwork or spec.subnetwork or None
         if self.slices is None and spec.slices > 1:
             self.slices = spec.slices
 
@@ -92,7 +96,8 @@ class UpFlags:
         names = {"tpu_type": "--type", "zones": "--zone", "project": "--project", "arch": "--arch",
                  "runtime": "--runtime", "spot": "--spot", "service_account": "--service-account",
                  "bucket": "--bucket", "vm_type": "--vm-type", "framework": "--framework", "queued": "--queued",
-                 "valid_until": "--valid-until", "flex_start": "--flex-start", "slices": "--slices"}
+                 "valid_until": "--valid-until", "flex_start": "--flex-start", "slices": "--slices",
+                 "network": "--network", "subnetwork": "--subnetwork"}
         return [flag for attr, flag in names.items() if getattr(self, attr) not in (None, False, "", [])]
 
 
@@ -172,8 +177,9 @@ class WatcherHost(Protocol):
     def name(self, spec: ClusterSpec) -> str: ...
     def price(self, zone: str) -> str:
         """What it costs, in words (free tiers included)."""
-    def zone(self, tpu_zone: str) -> str:
-        """Where it goes for compute in `tpu_zone`."""
+    def zone(self, spec: ClusterSpec, tpu_zone: str) -> str:
+        """Where it goes for compute in `tpu_zone`; raises TpuctlError(INPUT) where it cannot go (before anything
+        is made)."""
     def ensure(self, st: ClusterState, zone: str, reporter: Reporter) -> bool:
         """Create or adopt it in `zone`, started with the watcher; True when this call created it."""
     def delete(self, st: ClusterState, zone: str, reporter: Reporter) -> None: ...

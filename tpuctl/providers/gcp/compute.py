@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from ...core.catalog import region_of
 from ...core.errors import ErrorKind, TpuctlError
 from ...core.models import LABEL, ClusterSpec, require_owned
 from ..base import Progress
@@ -55,6 +56,16 @@ def node_vm(spec: ClusterSpec) -> VmShape:
                    spec.labels)
 
 
+def network_of(spec: ClusterSpec, zone: str) -> dict[str, str]:
+    """NetworkInterface.network / .subnetwork as partial URLs, which the API accepts ("global/networks/NETWORK",
+    "regions/REGION/subnetworks/SUBNETWORK": the NetworkInterface reference, cloud.google.com/compute/docs/reference/
+    rest/v1/instances); the subnetwork is the one of that name in the VM's own region."""
+    out = {"network": f"global/networks/{spec.network or 'default'}"}
+    if spec.subnetwork:
+        out["subnetwork"] = f"regions/{region_of(zone)}/subnetworks/{spec.subnetwork}"
+    return out
+
+
 def build_instance(spec: ClusterSpec, zone: str, script: str, labels: dict[str, str],
                    shape: VmShape | None = None) -> Any:
     from google.cloud import compute_v1 as c
@@ -64,7 +75,7 @@ def build_instance(spec: ClusterSpec, zone: str, script: str, labels: dict[str, 
         description=shape.description,
         disks=[c.AttachedDisk(boot=True, auto_delete=True, initialize_params=c.AttachedDiskInitializeParams(
             source_image=IMAGE, disk_size_gb=shape.disk_gb))],
-        network_interfaces=[c.NetworkInterface(network="global/networks/default", access_configs=[
+        network_interfaces=[c.NetworkInterface(**network_of(spec, zone), access_configs=[
             c.AccessConfig(name="External NAT", type_="ONE_TO_ONE_NAT")])],
         service_accounts=[c.ServiceAccount(email=spec.service_account or "default",
                                            scopes=["https://www.googleapis.com/auth/cloud-platform"])],

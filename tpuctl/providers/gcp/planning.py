@@ -10,7 +10,7 @@ from ...core.config import setting
 from ...core.errors import bad_input
 from ...core.lifecycle import parse_duration, show_duration
 from ...core.models import (Arch, ClusterSpec, Framework, ProviderName, check_bucket_name, check_project,
-                            check_service_account, default_bucket)
+                            check_gce_name, check_service_account, default_bucket)
 from ..base import PlanRow, Price, UpFlags
 from . import clients, project
 
@@ -49,7 +49,20 @@ def make_spec(name: str, flags: UpFlags) -> ClusterSpec:
         spot=flags.spot,
         service_account=check_service_account(flags.service_account) if flags.service_account else "",
         framework=framework, queued=queued, valid_until=valid_until, slices=flags.slices or 1,
-        vm_type=check_vm_type(flags.vm_type or DEFAULT_VM_TYPE) if arch is Arch.NODE else "")
+        vm_type=check_vm_type(flags.vm_type or DEFAULT_VM_TYPE) if arch is Arch.NODE else "",
+        network=check_gce_name(flags.network, "--network") if flags.network else "",
+        subnetwork=_subnetwork(flags, zones))
+
+
+def _subnetwork(flags: UpFlags, zones: list[str]) -> str:
+    """A subnetwork is regional (cloud.google.com/vpc/docs/subnets): every zone tried must be in one region."""
+    if not flags.subnetwork:
+        return ""
+    regions = sorted({region_of(z) for z in zones})
+    if len(regions) > 1:
+        raise bad_input(f"--subnetwork {flags.subnetwork} lies in one region, and --zone spans {', '.join(regions)}",
+                        "give zones of the subnetwork's region only")
+    return check_gce_name(flags.subnetwork, "--subnetwork")
 
 
 def _queueing(flags: UpFlags, arch: Arch) -> tuple[bool, int]:

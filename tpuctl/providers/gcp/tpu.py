@@ -105,12 +105,17 @@ class TpuApi:
             return t.Node(
                 accelerator_type=spec.tpu_type, runtime_version=runtime, labels=labels,
                 metadata={"startup-script": script},
-                network_config=t.NetworkConfig(enable_external_ips=True),
+                # tpu_v2 NetworkConfig.network / .subnetwork: "the name of the network [subnetwork] ... If none is
+                # provided, "default" will be used" (google/cloud/tpu_v2/types/cloud_tpu.py, google-cloud-tpu 1.x)
+                network_config=t.NetworkConfig(network=spec.network, subnetwork=spec.subnetwork,
+                                               enable_external_ips=True),
                 scheduling_config=t.SchedulingConfig(spot=spec.spot),
                 service_account=t.ServiceAccount(email=service_account,
                                                  scope=["https://www.googleapis.com/auth/cloud-platform"]),
                 description=f"tpuctl cluster {spec.name}")
-        return t.Node(accelerator_type=spec.tpu_type, tensorflow_version=runtime, labels=labels,
+        # tpu_v1 Node.network: "the name of a network they wish to peer the TPU node to ... If none is provided,
+        # "default" will be used" (google/cloud/tpu_v1/types/cloud_tpu.py); v1 has no subnetwork: its VM has it
+        return t.Node(accelerator_type=spec.tpu_type, tensorflow_version=runtime, labels=labels, network=spec.network,
                       scheduling_config=t.SchedulingConfig(preemptible=spec.spot),
                       description=f"tpuctl cluster {spec.name}")
 

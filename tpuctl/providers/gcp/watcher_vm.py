@@ -5,8 +5,9 @@ systemd service (templates/startup.sh, role watcher-vm), installed from the watc
 Where (zone_for): it only talks to Google's APIs, so it need not sit beside the TPU. It goes in the TPU's zone when
 that is an ordinary zone of a free-tier region, else in an ordinary zone of a free-tier region: never in an AI zone
 (`...-ai1a`: Google advises against general workloads there, and each must be enabled per project) nor in
-us-central2-b (v4's restricted region), where a plain VM may be refused. Its network is the TPU's (`default`, as
-tpuctl makes TPUs), whose auto-mode subnets cover every region; it keeps an external address, because at boot it
+us-central2-b (v4's restricted region), where a plain VM may be refused. Its network is the TPU's (`up --network`,
+else `default`, whose auto-mode subnets cover every region); with `up --subnetwork`, which is regional, it stays in
+the TPU's region, so that region must be a free-tier one (else --watcher vm is refused). It keeps an external address, because at boot it
 installs python3-venv from Debian's mirrors and the watcher's clients from PyPI, which Private Google Access (Google
 APIs only) does not reach.
 
@@ -23,7 +24,7 @@ understanding-roles), checked from the project's IAM policy before anything is m
 from __future__ import annotations
 
 from ...core.catalog import region_of
-from ...core.errors import ErrorKind, TpuctlError
+from ...core.errors import ErrorKind, TpuctlError, bad_input
 from ...core.models import Arch, ClusterSpec, ClusterState
 from ..base import Progress, Reporter, progress_of
 from . import compute, permissions
@@ -62,9 +63,14 @@ def needs(spec: ClusterSpec) -> dict[str, tuple[str, set[str]]]:
             **({} if spec.service_account else DEFAULT_SA_NEEDS)}
 
 
-def zone_for(tpu_zone: str) -> str:
-    """The watcher VM's zone for a TPU in `tpu_zone` (see the module's docstring)."""
+def zone_for(tpu_zone: str, subnetwork: str = "") -> str:
+    """The watcher VM's zone for a TPU in `tpu_zone` (see the module's docstring). On a named subnetwork, which
+    is regional, it must stay in the TPU's region: refused where that region has no free-tier zone."""
     region = region_of(tpu_zone)
+    if subnetwork and region not in FREE_TIER_ZONES:
+        raise bad_input(f"--watcher vm with --subnetwork {subnetwork}: the watcher VM would have to sit in "
+                        f"{region}, the subnetwork's region, and tpuctl puts it only in {', '.join(FREE_TIER_REGIONS)}",
+                        "use --watcher local (tpuctl watch on a machine that stays on), or leave --subnetwork out")
     ordinary = FREE_TIER_ZONES.get(region, FREE_TIER_ZONES["us-central1"])
     return tpu_zone if tpu_zone in ordinary else ordinary[0]
 
@@ -123,8 +129,8 @@ class GcpWatcherHost:
     def price(self, zone: str) -> str:
         return price_text(zone)
 
-    def zone(self, tpu_zone: str) -> str:
-        return zone_for(tpu_zone)
+    def zone(self, spec: ClusterSpec, tpu_zone: str) -> str:
+        return zone_for(tpu_zone, spec.subnetwork)
 
     def ensure(self, st: ClusterState, zone: str, reporter: Reporter) -> bool:
         from .. import agent_package
