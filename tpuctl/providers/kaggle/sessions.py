@@ -198,8 +198,7 @@ class KaggleSessions:
         if job is None or status.state.final or time.time() - job.submitted < ORPHAN_SECONDS:
             return ""
         rec: dict[str, Any] = {"dataset": "", "sessions": [], "chain": 1, "chunks": 0}
-        self._gone(store, run_id, rec, "it never reached Kaggle (its submit was interrupted): submit it again",
-                   RunState.FAILED)
+        self._gone(store, run_id, rec, "it never reached Kaggle (submit interrupted): submit it again", RunState.FAILED)
         return RunState.FAILED.value
 
     def _stream(self, store: BlobStore, run_id: str, rec: dict[str, Any], s: dict[str, Any]) -> None:
