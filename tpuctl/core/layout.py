@@ -131,6 +131,21 @@ def run_cancel(run_id: str) -> str:
     return f"{run_prefix(run_id)}cancel"
 
 
+def run_rounds(run_id: str) -> str:
+    return f"{run_prefix(run_id)}rounds/"
+
+
+def run_round(run_id: str, n: int) -> str:
+    """Round n of a run across many hosts (host/rounds.py): who asked for it and why; written once."""
+    return f"{run_rounds(run_id)}{n:04d}.json"
+
+
+def run_round_ready(run_id: str, n: int, worker: int, done: bool = False) -> str:
+    """Worker N's mark that it is ready to start round n (the round starts once every worker's is there), or, with
+    `done`, that its job ended well in round n (the run succeeds once every worker's is there)."""
+    return f"{run_rounds(run_id)}{n:04d}-{'done-' if done else ''}w{worker}"
+
+
 def run_output(run_id: str) -> str:
     return f"{OUTPUTS_PREFIX}{run_id}/output"
 
@@ -189,6 +204,11 @@ DESCRIBED = [
     (run_status("ID", 0).replace("status.json", "status[-wN].json"), "state, exit code, heartbeat, host"),
     (log_chunk("ID", 0, 1).replace("logs/", "logs[-wN]/"), "ordered log chunks, each written once"),
     (run_cancel("ID"), "written by `tpuctl cancel`"),
+    (run_round("ID", 2).replace("0002", "NNNN"), "a run across many hosts: written once by the host that restarts "
+                                                 "it on every host (a lost host, exit 42), or ends it (a failure)"),
+    (run_round_ready("ID", 2, 0).replace("0002-w0", "NNNN[-done]-wN"), "worker N is ready to start round NNNN "
+                                                                       "(its job ended well in it): the round starts "
+                                                                       "(the run succeeds) once every worker's is there"),
     (run_tpu_runtime("ID"), "written by worker 0 before a TensorFlow run on a multi-host base-runtime slice: the "
                             "TPU runtime every worker must serve first"),
     (run_notify("ID"), "written by `submit --notify`: the run's own notification URLs (secrets)"),

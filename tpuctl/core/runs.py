@@ -98,6 +98,12 @@ def stale_seconds() -> float:
     return float(os.environ.get("TPUCTL_STALE_SECONDS", "90"))
 
 
+def heartbeat_seconds() -> float:
+    """How often a running attempt rewrites its status: every 5 s, and at least three times within the time that
+    makes a host stale, so neither a peer (host/rounds.py) nor a follower takes a live host for a lost one."""
+    return min(5.0, stale_seconds() / 3)
+
+
 def stop_grace() -> float:
     """Seconds a job gets between its SIGTERM and its SIGKILL when its agent is stopped (TPUCTL_STOP_GRACE, 20 s):
     inside the agent unit's TimeoutStopSec (startup.sh) and a spot VM's 30-second preemption notice."""

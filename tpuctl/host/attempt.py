@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from ..core import layout, multislice, runs
 from ..core.jobspec import DEFAULT_TENSORFLOW
@@ -32,6 +32,7 @@ from .jobprocs import JobProcesses
 from .logshipper import LogShipper
 from .preamble import PreambleFilter
 from .restarts import Decision, decide
+from .rounds import Rounds
 from .tpuenv import tpu_environment
 
 if TYPE_CHECKING:
@@ -42,6 +43,7 @@ HEARTBEAT_SECONDS = 5.0
 # own SIGTERM before calling it the job's failure. A host shutting down signals every process at once (systemd's
 # default KillMode=control-group, then the shutdown's final SIGTERM to all), so the job may be first.
 SIGNAL_WAIT_SECONDS = 2.0
+T = TypeVar("T")
 
 
 class Attempt:
@@ -85,28 +87,85 @@ class Attempt:
             return self._interrupted(shipper, None)
         tf = self.tensorflow(job)
         script, env_dir = self._script(job, tf)
+        rounds = Rounds.of(self.a, self.run_id, job)
+        n = rounds.join() if rounds else 1
         while True:
+            if rounds:
+                n, why_not = rounds.assemble(n, lambda note: self.status(RunState.STARTING, note=note), self._halted)
+                if why_not:
+                    return self._not_started(shipper, rounds, n, why_not)
+                self.restarts = rounds.restarts(n)
             env = self.environment(job, tf, env_dir)
             env["TPUCTL_RESTARTS"] = str(self.restarts)
             proc = subprocess.Popen(["bash", "-c", script], cwd=self.code_dir, env=env, stdin=subprocess.DEVNULL,
                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
-            runevents.started(self, self.restarts)
-            rc, cancelled = _Supervisor(self, proc, shipper).run()
-            if not cancelled and rc != 0 and self._host_stopping(rc):
+            runevents.started(self, self.restarts, n)
+            supervisor = _Supervisor(self, proc, shipper, (lambda: rounds.watch(n)) if rounds else None)
+            rc, cancelled = supervisor.run()
+            stopping = self.a.stop.is_set() if supervisor.superseded else self._host_stopping(rc)
+            if not cancelled and rc != 0 and stopping:
                 return self._interrupted(shipper, rc)   # the host's stop: never a restart, never the run's end
+            if supervisor.superseded:
+                n, ended = self._next_round(shipper, *supervisor.superseded)
+                if ended is not None:
+                    return ended
+                continue
             decision = decide(rc, cancelled, self.restarts, job.max_restarts)
-            if decision is not Decision.RESTART:
-                break
-            self.restarts += 1
-            shipper.note(f"the job exited {rc}; restart {self.restarts} of {job.max_restarts} "
-                         "(submit --max-restarts), from its checkpoint", fresh_line=True)
-        shipper.settle(self.a.stop, lambda note: self.status(RunState.RUNNING, note=note))
-        lost = f"{shipper.unshipped} bytes of output were not shipped ({self.a.guard.problem or 'store full'})"
+            if decision is Decision.RESTART and rounds:
+                n = int(rounds.call(n + 1, f"{rounds.label(self.a.worker)}'s job exited {rc}", counts=True)["round"])
+                shipper.note(f"the job exited {rc}: the run restarts on every host (round {n}; submit "
+                             f"--max-restarts {job.max_restarts})", fresh_line=True)
+                continue
+            if decision is Decision.RESTART:
+                self.restarts += 1
+                shipper.note(f"the job exited {rc}; restart {self.restarts} of {job.max_restarts} "
+                             "(submit --max-restarts), from its checkpoint", fresh_line=True)
+                continue
+            if decision is Decision.FAIL and rounds:
+                rounds.call(n + 1, f"its job exited {rc}", end="failed", exit_code=rc)
+            if decision is Decision.DONE and rounds:
+                later, why_not = rounds.finish(n, lambda note: self.status(RunState.RUNNING, note=note), self._halted)
+                if why_not:
+                    return self._not_started(shipper, rounds, n, why_not)
+                if later:
+                    n, ended = self._next_round(shipper, *later)
+                    if ended is not None:
+                        return ended
+                    continue
+            break
         # RESUME: tpuctl itself ended the job (a cancel, the deadline): cancelled. The agent's own stop returned above
         state = {Decision.DONE: RunState.SUCCEEDED, Decision.FAIL: RunState.FAILED}.get(decision, RunState.CANCELLED)
-        self.status(state, exit_code=rc, note=lost if shipper.unshipped else "")
+        return self._end(shipper, state, rc, cancelled)
+
+    def _end(self, shipper: LogShipper, state: RunState, rc: int, cancelled: bool, why: str = "") -> int:
+        """The run's end on this host: its output shipped, its final status, its event."""
+        if why:
+            shipper.note(why, fresh_line=True)
+        shipper.settle(self.a.stop, lambda note: self.status(RunState.RUNNING, note=note))
+        lost = f"{shipper.unshipped} bytes of output were not shipped ({self.a.guard.problem or 'store full'})"
+        self.status(state, exit_code=rc, note=lost if shipper.unshipped else why)
         runevents.ended(self, rc, cancelled)
         return rc
+
+    def _next_round(self, shipper: LogShipper, why: str, called: dict[str, Any]) -> tuple[int, int | None]:
+        """A later round another host (or this one's watch) asked for: (the round, None) to start it, or (0, the
+        exit code) when it ends the run (rounds.py)."""
+        if called.get("end"):
+            return 0, self._end(shipper, RunState.FAILED, int(called.get("exit_code") or 1), False, why)
+        shipper.note(f"{why}: the run restarts on every host (round {called['round']})", fresh_line=True)
+        return int(called["round"]), None
+
+    def _halted(self) -> bool:
+        return self.a.stop.is_set() or self.a.store.read(layout.run_cancel(self.run_id)) is not None
+
+    def _not_started(self, shipper: LogShipper, rounds: Rounds, n: int, why: str) -> int:
+        """A round that could not start on this host: the agent's stop, a cancel, or a run that ended elsewhere."""
+        if why != "halted":
+            ended = rounds.called(n) or {}
+            return self._end(shipper, RunState.FAILED, int(ended.get("exit_code") or 1), False, why)
+        if self.a.stop.is_set():
+            return self._interrupted(shipper, None)
+        return self._end(shipper, RunState.CANCELLED, 130, True, "cancelled while waiting for every host")
 
     def _host_stopping(self, rc: int) -> bool:
         """Whether the job's end is the host's stop: the agent is being stopped, or the job died of a signal and the
@@ -193,8 +252,11 @@ class _Supervisor:
     seconds to finish writing, then it is ended too, so one job can never keep the agent, its heartbeats and the
     next runs waiting."""
 
-    def __init__(self, attempt: Attempt, proc: subprocess.Popen[bytes], shipper: LogShipper) -> None:
+    def __init__(self, attempt: Attempt, proc: subprocess.Popen[bytes], shipper: LogShipper,
+                 rounds: Callable[[], tuple[str, dict[str, Any]] | None] | None = None) -> None:
         self.at, self.a, self.proc, self.shipper = attempt, attempt.a, proc, shipper
+        self.rounds = rounds   # a run across hosts: a new round asked for (rounds.py) stops the job here too
+        self.superseded: tuple[str, dict[str, Any]] | None = None
         stdout = proc.stdout
         assert stdout is not None, "Popen(stdout=PIPE) always sets it"
         self.stdout = stdout
@@ -246,7 +308,7 @@ class _Supervisor:
             self.kill_at = None
             if self.main_ended is not None:
                 self.stop_pump.set()   # nothing of the job is left to write; stop reading whatever holds the pipe
-        if now - self.last_beat >= HEARTBEAT_SECONDS:
+        if now - self.last_beat >= runs.heartbeat_seconds():
             self.last_beat = now
             self.at.status(RunState.RUNNING, pid=self.proc.pid)
             if now - self.a.last_beat > HEARTBEAT_SECONDS * 6:
@@ -265,13 +327,22 @@ class _Supervisor:
             self.shipper.note("the cluster's --budget is spent: ending the run", fresh_line=True)
         if deadline or self._cancel_requested():
             self._cancel(now, float(os.environ.get("TPUCTL_CANCEL_GRACE", "30")))
+        elif self.rounds and not self.stopping and not self.superseded:
+            self.superseded = self._guarded(self.rounds, "rounds")
+            if self.superseded:
+                self.procs.signal(signal.SIGTERM)   # the job checkpoints in its grace, as when its host stops
+                self.kill_at = now + stop_grace()
 
     def _cancel_requested(self) -> bool:
+        return bool(self._guarded(lambda: self.a.store.read(layout.run_cancel(self.at.run_id)) is not None,
+                                  "cancel"))
+
+    def _guarded(self, check: Callable[[], T], what: str) -> T | None:
         try:
-            return self.a.store.read(layout.run_cancel(self.at.run_id)) is not None
+            return check()
         except Exception as e:  # noqa: BLE001 - a store outage must not end the supervision of a running job
-            self.a.guard.failed(e, f"run {self.at.run_id}'s cancel check")
-            return False
+            self.a.guard.failed(e, f"run {self.at.run_id}'s {what} check")
+            return None
 
     def _cancel(self, now: float, grace: float) -> None:
         self.cancelled = True

@@ -13,14 +13,16 @@ if TYPE_CHECKING:
 TAIL_LINES = 10
 
 
-def started(at: Attempt, restart: int = 0) -> None:
-    """`restart`: how many times `submit --max-restarts` has started the job again in this attempt."""
+def started(at: Attempt, restart: int = 0, round_: int = 1) -> None:
+    """`restart`: how many times `submit --max-restarts` has started the job again; `round_`: the round of a run
+    across many hosts (rounds.py), which every host started anew."""
     if at.a.worker != 0:
         return
-    if at.attempt > 1 or restart:
-        key = f"run.restarted-{at.run_id}-a{at.attempt}" + (f"-r{restart}" if restart else "")
+    if at.attempt > 1 or restart or round_ > 1:
+        key = f"run.restarted-{at.run_id}-a{at.attempt}" + (f"-r{restart}" if restart else "") \
+            + (f"-n{round_}" if round_ > 1 else "")
         notify.emit(at.a.store, "run.restarted", key, _cluster(at), at.run_id, attempt=at.attempt, restart=restart,
-                    host=at.a.host)
+                    host=at.a.host, **({"round": round_} if round_ > 1 else {}))
     else:
         notify.emit(at.a.store, "run.started", f"run.started-{at.run_id}", _cluster(at), at.run_id, host=at.a.host)
 

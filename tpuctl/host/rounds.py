@@ -1,0 +1,173 @@
+"""One run across many hosts starts, stops and restarts as one: rounds.
+
+A JAX or PyTorch/XLA run on a multi-host slice or a Multislice cluster is one program: every host's process must be
+there, and a host that goes away leaves the others stuck in their collectives. Google says as much of a multi-host
+slice: "all instances in the slice [must] be recovered or rescheduled together", and until then "the XLA compiler
+can't run the workload" (cloud.google.com/tpu/docs/failure-recovery, "Multi-host slice recovery requirements");
+xpk's JobSet restarts every pod of a workload when one fails (AI-Hypercomputer/xpk, workload.py `maxRestarts`).
+
+So such a run goes in rounds, kept in the store (layout.run_round): round 1 is the first start. A host asks for
+round n+1, once, by create-if-absent (the first caller wins, the others read its reason):
+- its job exited with a restartable code (host/restarts.py): the round counts against `submit --max-restarts`;
+- the host it watches went quiet or was stopped (a dead agent, a preempted or repaired slice, maintenance): not
+  counted. Each host watches the next one (worker i watches i+1, the last watches 0), so the run's hosts together
+  read one status per heartbeat however many there are;
+- it took the run over (a restarted agent, a replaced host) after it had already marked the current round ready,
+  so that round may be running without it: not counted;
+- its job failed past its restarts: the round ends the run (`end`), and every host stops its job.
+Every host that sees a new round stops its job (SIGTERM, TPUCTL_STOP_GRACE to checkpoint) and marks itself ready
+for it (layout.run_round_ready); the round starts on a host once every worker's mark is there, that is once the
+cluster is whole again (Google repaired the slice, `up` or the recovery watcher made it anew). Single-host runs and
+TensorFlow runs (one program on worker 0) have no rounds.
+"""
+from __future__ import annotations
+
+import json
+import time
+from typing import TYPE_CHECKING, Any, Callable
+
+from ..core import layout, runs
+from ..core.runs import RunSpec, RunState
+
+if TYPE_CHECKING:
+    from .agent import Agent
+
+WAIT_POLL_SECONDS = 1.0
+Beat = Callable[[str], None]   # a status heartbeat with the note given
+
+
+class Rounds:
+    def __init__(self, agent: Agent, run_id: str) -> None:
+        self.a, self.run_id = agent, run_id
+        self.workers = agent.workers
+        self.peer = (agent.worker + 1) % self.workers
+        self.last_peer_check = time.monotonic()
+        self.last_beat = 0.0
+
+    @staticmethod
+    def of(agent: Agent, run_id: str, job: RunSpec) -> Rounds | None:
+        """The run's rounds when it runs on more than one host, else None."""
+        return Rounds(agent, run_id) if job.framework != "tensorflow" and agent.workers > 1 else None
+
+    def label(self, worker: int) -> str:
+        """`sK/wW` on a Multislice cluster, `wW` on one slice (as `logs --all-hosts` prefixes them)."""
+        hosts = int(self.a.record.get("hosts") or 1)
+        return f"s{worker // hosts}/w{worker % hosts}" if int(self.a.record.get("slices") or 1) > 1 else f"w{worker}"
+
+    def called(self, n: int) -> dict[str, Any] | None:
+        return runs.read_json(self.a.store, layout.run_round(self.run_id, n))
+
+    def current(self) -> int:
+        """The newest round asked for (1: none after the first start)."""
+        keys = {k for k, _ in self.a.store.list(layout.run_rounds(self.run_id))}
+        n = 1
+        while layout.run_round(self.run_id, n + 1) in keys:
+            n += 1
+        return n
+
+    def call(self, n: int, why: str, counts: bool = False, end: str = "", exit_code: int | None = None) -> dict[str, Any]:
+        """Asks for round n (once: the first caller's reason stands). The round's record, ours or the winner's."""
+        doc = {"round": n, "worker": self.a.worker, "host": self.a.host, "why": why, "counts": counts, "end": end,
+               "exit_code": exit_code, "time": time.time()}
+        if self.a.store.create(layout.run_round(self.run_id, n), json.dumps(doc).encode()):
+            return doc
+        return self.called(n) or doc
+
+    def join(self) -> int:
+        """The round a new attempt on this host starts in: the current one, unless this host had already marked it
+        ready (a restarted agent, a replaced host), so it may be running without this host: then the next."""
+        n = self.current()
+        if self.a.store.read(layout.run_round_ready(self.run_id, n, self.a.worker)) is None:
+            return n
+        return int(self.call(n + 1, f"{self.label(self.a.worker)} took the run over "
+                                    f"(attempt on {self.a.host})")["round"])
+
+    def restarts(self, n: int) -> int:
+        """Rounds up to n that `submit --max-restarts` counts."""
+        return sum(1 for k in range(2, n + 1) if (self.called(k) or {}).get("counts"))
+
+    def missing(self, n: int, done: bool = False) -> list[int]:
+        marks = {k for k, _ in self.a.store.list(layout.run_rounds(self.run_id))}
+        return [w for w in range(self.workers) if layout.run_round_ready(self.run_id, n, w, done) not in marks]
+
+    def mark(self, n: int, done: bool = False) -> None:
+        self.a.store.write(layout.run_round_ready(self.run_id, n, self.a.worker, done), b"")
+
+    def assemble(self, n: int, beat: Beat, halted: Callable[[], bool]) -> tuple[int, str]:
+        """Marks this host ready for round n and waits for every other; a later round asked for meanwhile is
+        joined instead. (round, why not): why not is "" once every host is ready, else why the run cannot start
+        (the round ends the run, a host already ended its part) or "halted" (a cancel, the agent's stop)."""
+        self.mark(n)
+        while True:
+            later = self.called(n + 1)
+            if later is not None and later.get("end"):
+                return n + 1, self.ended(later)
+            if later is not None:
+                n += 1
+                self.mark(n)
+                continue
+            why = self._wait(n, False, beat, halted)
+            if why is not None:
+                return n, why
+
+    def finish(self, n: int, beat: Beat, halted: Callable[[], bool]) -> tuple[tuple[str, dict[str, Any]] | None, str]:
+        """This host's job ended well in round n: the run succeeds once every host's has, and restarts whole if a
+        host is lost first (its program ends with all of them). (a later round asked for and why, why not): both
+        empty once every host is done; why not as `assemble` says it."""
+        self.mark(n, done=True)
+        while True:
+            later = self.watch(n)
+            if later is not None:
+                return later, ""
+            why = self._wait(n, True, beat, halted)
+            if why is not None:
+                return None, why
+
+    def _wait(self, n: int, done: bool, beat: Beat, halted: Callable[[], bool]) -> str | None:
+        """One look at round n's marks: "" once every host's is there, a reason when it never can be, else None
+        (after a poll's wait and, when due, a heartbeat that says which hosts are awaited)."""
+        missing = self.missing(n, done)
+        if not missing:
+            return ""
+        ended = [w for w in missing if runs.status(self.a.store, self.run_id, w).state.final]
+        if ended:
+            return f"{', '.join(map(self.label, ended))} had already ended its part of the run, which runs on every host"
+        if halted():
+            return "halted"
+        if time.monotonic() - self.last_beat >= runs.heartbeat_seconds():
+            self.last_beat = time.monotonic()
+            what = "finish" if done else "be ready"
+            beat(f"round {n}: waiting for {', '.join(map(self.label, missing))} to {what} "
+                 f"({self.workers - len(missing)} of {self.workers} hosts are)")
+        self.a.stop.wait(WAIT_POLL_SECONDS)
+        return None
+
+    def ended(self, doc: dict[str, Any]) -> str:
+        return f"the run failed on {self.label(int(doc.get('worker', 0)))}: {doc.get('why', '')}"
+
+    def watch(self, n: int) -> tuple[str, dict[str, Any]] | None:
+        """While round n runs here: (why, the round's record) once round n+1 is asked for, by another host or by
+        this one because the host it watches is lost; else None. Called about once a second."""
+        later = self.called(n + 1)
+        if later is None and time.monotonic() - self.last_peer_check >= runs.heartbeat_seconds():
+            self.last_peer_check = time.monotonic()
+            lost = self.lost_peer()
+            if lost:
+                later = self.call(n + 1, lost)
+        if later is None:
+            return None
+        return (self.ended(later) if later.get("end") else str(later.get("why", ""))), later
+
+    def lost_peer(self) -> str:
+        """Why the host this one watches is lost ("" while it is not): its agent stopped, or its status went quiet
+        for TPUCTL_STALE_SECONDS. A peer that has not started yet, or has ended its part, is not lost."""
+        st = runs.status(self.a.store, self.run_id, self.peer)
+        who = self.label(self.peer)
+        if st.state in (RunState.INTERRUPTED, RunState.LOST):
+            return f"{who}'s agent was stopped on {st.host or 'its host'}"
+        if st.state.final or not st.heartbeat:
+            return ""
+        quiet = time.time() - st.heartbeat
+        if quiet >= runs.stale_seconds():
+            return f"{who} went quiet on {st.host or 'its host'} ({quiet:.0f}s without a heartbeat)"
+        return ""
