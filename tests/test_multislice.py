@@ -2,6 +2,7 @@
 nodes named <prefix>-0..N-1, the price times N, status/ls/down over every slice, refusals before anything is made;
 then one run across 2 slices x 2 hosts with MEGASCALE_* on every host."""
 import json
+import re
 
 import pytest
 from conftest import PROJECT
@@ -183,4 +184,57 @@ def test_one_slice_preempted_under_recover_restarts_the_run_on_every_host(cloud,
     assert [r["state"] for r in json.loads(cli("jobs", "-c", "w", "--json")[1])] == ["succeeded"]
     assert cli("down", "-c", "w", "--yes")[0] == 0
     w.wait()
+    assert cloud.tpu.queued == {} and cloud.tpu.nodes[2] == {}
+
+
+WAITING_JAX_JOB = """
+import os, time
+print(f"start s{os.environ['MEGASCALE_SLICE_ID']} i{os.environ['TPUCTL_WORKER']}", flush=True)
+deadline = time.time() + 120
+while not os.path.exists(os.environ["GO"]) and time.time() < deadline:
+    time.sleep(0.2)
+print("done", flush=True)
+"""
+
+
+@pytest.mark.parametrize("fresh_disk", [True, False], ids=["fresh-disk", "same-disk"])
+def test_a_slice_google_repairs_restarts_the_run_on_every_host(cloud, cli, tmp_path, monkeypatch, fresh_disk):
+    """Google restarts slice 1 on healthy hardware while the request stays ACTIVE (no --recover, no watcher):
+    slice 0's hosts see it go quiet, stop their jobs and wait; slice 1's new hosts take the run over; all four
+    start it again together (round 2), and nothing was asked of the TPU API."""
+    from jobs import make_job
+    from test_simulated_hosts import _wait_agents
+    from test_watch import _until
+    from tpuctl.core import runs, state
+    from tpuctl.providers import registry
+    monkeypatch.setenv("TPUCTL_LOG_POLL_MAX", "0.2")
+    cloud.hosts.enabled = True
+    cloud.hosts.env.update(TPUCTL_LOG_POLL_MAX="0.2", TPUCTL_STALE_SECONDS="3", TPUCTL_STOP_GRACE="2")
+    code, out, err = cli("up", "--type", "v4-16", "--zone", ZONE, "--slices", "2", "-c", "rp", "--framework", "jax",
+                         "--yes")
+    assert code == 0, err
+    _wait_agents(cloud.hosts, "nodes/tpuctl-rp-0", 2) and _wait_agents(cloud.hosts, "nodes/tpuctl-rp-1", 2)
+    go = tmp_path / "go"
+    job = make_job(tmp_path, WAITING_JAX_JOB, f'framework = "jax"\n[env]\nGO = "{go}"\n')
+    code, run_id, err = cli("submit", str(job), "-c", "rp", "--detach")
+    run_id = run_id.strip()
+    store = registry.get("gcp").store(state.load("rp"))
+    def log(i):
+        return b"".join(store.read(k) or b"" for k, _ in store.list(f"tpuctl/runs/{run_id}/logs"
+                                                                    + ("" if i == 0 else f"-w{i}") + "/"))
+    _until(lambda: all(b"start s" in log(i) for i in range(4)), 120, "the run on all four hosts")
+    calls = len(cloud.tpu.mutating_calls())
+    cloud.tpu.repair(f"projects/{PROJECT}/locations/{ZONE}/nodes/tpuctl-rp-1", fresh_disk, seconds=0.5)
+    _until(lambda: b"the run restarts on every host (round 2)" in log(0), 120, "slice 0 to stop for round 2")
+    go.write_text("")
+    _until(lambda: all(runs.status(store, run_id, i).state.final for i in range(4)), 240, "the run to end")
+    for i in range(4):
+        st = runs.status(store, run_id, i)
+        assert st.state.value == "succeeded" and st.restarts == 0, (i, st)
+        assert st.attempt == (1 if i < 2 else 2), (i, st)       # slice 1's new hosts took it over
+        assert log(i).count(b"start s") == 2, log(i)              # every host started it twice, together
+    # worker 1 watches slice 1's first host and saw it go quiet, or slice 1 was back first and said so itself
+    assert re.search(rb"s1/w[01] (went quiet|took the run over)", log(1)), log(1)
+    assert len(cloud.tpu.mutating_calls()) == calls               # Google's repair: nothing asked of the API
+    assert cli("down", "-c", "rp", "--yes")[0] == 0
     assert cloud.tpu.queued == {} and cloud.tpu.nodes[2] == {}

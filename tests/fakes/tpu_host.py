@@ -268,11 +268,12 @@ class SimulatedHosts:
         self.boots: dict[str, int] = {}      # resource short name -> times booted
 
     def boot(self, resource: str, script: str, workers: int, service_account: str, accelerator: str,
-             kind: str = "tpu-vm", image: str = "ubuntu", tpu_env: dict | None = None) -> None:
+             kind: str = "tpu-vm", image: str = "ubuntu", tpu_env: dict | None = None, same_disk: bool = False) -> None:
         if not self.enabled or not script:
             return
         short = resource.rsplit("/", 1)[-1]
-        self.boots[short] = self.boots.get(short, 0) + 1   # a recreated TPU VM boots from a fresh disk
+        if not same_disk or short not in self.boots:
+            self.boots[short] = self.boots.get(short, 0) + 1   # a recreated TPU VM boots from a fresh disk
         disk = short if self.boots[short] == 1 else f"{short}.{self.boots[short]}"
         hosts = []
         for w in range(workers):

@@ -394,15 +394,20 @@ class FakeTpu:
             node.network_endpoints = [tpu_v2.NetworkEndpoint(ip_address=f"10.1.{k}.{w + 1}", port=8470)
                                       for w in range(workers)]
             self.nodes[2][node.name] = node
-            if self.hosts is not None:
-                # A Multislice node's tpu-env carries its slice as `MEGASCALE_SLICE_ID: 'K'` lines beside WORKER_ID
-                # and NODE_ID (MaxText multihost_job.py greps them; a Julia TPU reader parses "MEGASCALE_NUM_SLICES:
-                # '2'"). The coordinator's value there is not established, so it is not served.
-                tpu_env = {"NODE_ID": node_name.rsplit("/", 1)[-1]}
-                if node.multislice_node:
-                    tpu_env.update(MEGASCALE_SLICE_ID=str(k), MEGASCALE_NUM_SLICES=str(len(nodes)))
-                self.hosts.boot(node.name, node.metadata.get("startup-script", ""), workers,
-                                node.service_account.email, node.accelerator_type, tpu_env=tpu_env)
+            self._boot_slice(node, k, len(nodes))
+
+    def _boot_slice(self, node, k: int, slices: int, same_disk: bool = False):
+        if self.hosts is None:
+            return
+        from tpuctl.core.catalog import tpu_type
+        # A Multislice node's tpu-env carries its slice as `MEGASCALE_SLICE_ID: 'K'` lines beside WORKER_ID and
+        # NODE_ID (MaxText multihost_job.py greps them; a Julia TPU reader parses "MEGASCALE_NUM_SLICES: '2'"). The
+        # coordinator's value there is not established, so it is not served.
+        tpu_env = {"NODE_ID": node.name.rsplit("/", 1)[-1]}
+        if node.multislice_node:
+            tpu_env.update(MEGASCALE_SLICE_ID=str(k), MEGASCALE_NUM_SLICES=str(slices))
+        self.hosts.boot(node.name, node.metadata.get("startup-script", ""), tpu_type(node.accelerator_type).hosts,
+                        node.service_account.email, node.accelerator_type, tpu_env=tpu_env, same_disk=same_disk)
 
     def _step_qr(self, name, q, now):
         state = tpu_v2.QueuedResourceState.State(q["qr"].state.state).name
@@ -457,6 +462,23 @@ class FakeTpu:
                 if self.hosts is not None:
                     self.hosts.power_off(node)
             self._set_qr(name, "SUSPENDED")
+
+    def repair(self, name: str, fresh_disk: bool, seconds: float = 1.0):
+        """Google repairing one slice of a request that stays ACTIVE: "Compute Engine automatically recovers TPU
+        instances and slices by restarting them on healthy hardware", every host of the slice together ("you can't
+        reschedule individual instances within a slice"; cloud.google.com/tpu/docs/failure-recovery). The node is
+        REPAIRING meanwhile (tpu_v2 Node.State: "being repaired and may be unusable"). Whether a host comes back
+        with its boot disk is not documented: `fresh_disk` picks."""
+        with self.lock:
+            node = self.nodes[2][name]
+            node.state = tpu_v2.Node.State.REPAIRING
+            nodes = self._qr_nodes(self.queued[node.queued_resource]["qr"]) if node.queued_resource else [name]
+            if self.hosts is not None:
+                self.hosts.power_off(name)
+        time.sleep(seconds)
+        with self.lock:
+            node.state = tpu_v2.Node.State.READY
+            self._boot_slice(node, nodes.index(name), len(nodes), same_disk=not fresh_disk)
 
     def set_health(self, name: str, health: str):
         """Node.health as Google's health monitor reports it (tpu_v2 Node.Health)."""
