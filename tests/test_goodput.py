@@ -40,6 +40,19 @@ def test_progress_keeps_attempts_across_restarts(tmp_path, monkeypatch):
     assert g["steps_redone"] == 2 and g["wasted_progress_seconds"] == 1.0
 
 
+def test_only_the_first_host_of_a_run_across_hosts_writes_metrics(tmp_path, monkeypatch):
+    """Every host runs the same steps: goodput counts the run once, as for one slice (runtime._records_metrics)."""
+    from tpuctl import runtime
+    monkeypatch.setenv("TPUCTL_OUTPUT_DIR", str(tmp_path))
+    monkeypatch.delenv("TPUCTL_STORE", raising=False)
+    for worker in ("3", "1", "0", "2"):
+        monkeypatch.setenv("TPUCTL_WORKER", worker)
+        p = runtime.Progress(0)
+        p.step(1, 0.5, loss=1.0)
+    log = MetricsLog.from_json(json.loads((tmp_path / "metrics.json").read_text()))
+    assert len(log.attempts) == 1
+
+
 def test_the_first_steps_extra_time_after_each_start_is_startup_not_productive():
     """ml-goodput-measurement moves the first step's time past the segment's average step to PROGRAM_STARTUP
     (goodput.py _compute_segment_final_metrics): compilation is not productive training."""

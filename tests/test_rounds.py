@@ -149,6 +149,7 @@ def test_a_run_waiting_for_a_lost_host_can_be_cancelled(cluster, cli, tmp_path):
     cluster.until(lambda: all(cluster.starts(run_id, i) for i in range(4)), 60, "every host to start")
     cluster.kill(1, 1)
     cluster.until(lambda: "waiting for s1/w1" in cluster.statuses(run_id)[0].note, 60, "worker 0 to wait")
+    assert "round 2: waiting for s1/w1 to be ready (3 of 4 hosts are)" in cli("jobs", "-c", "rounds")[2]
     assert cli("cancel", run_id, "-c", "rounds")[0] == 0
     cluster.until(lambda: all(s.state.final for i, s in enumerate(cluster.statuses(run_id)) if i != 3), 60,
                   "the waiting hosts to end")

@@ -199,7 +199,8 @@ def metrics_callback(every: int | None = None, path: str | None = None) -> Any:
     target = path or f"{output_dir()}/{FILE}"
 
     def write(log: MetricsLog) -> None:
-        _write_text(target, json.dumps(log.to_json()), tf)
+        if _records_metrics():
+            _write_text(target, json.dumps(log.to_json()), tf)
 
     class MetricsFile(tf.keras.callbacks.Callback):  # type: ignore[name-defined]  # TF is imported lazily, so its classes are values here
         def __init__(self) -> None:
@@ -244,6 +245,12 @@ def metrics_callback(every: int | None = None, path: str | None = None) -> Any:
             if every and self.log.step < int(self.model.optimizer.iterations.numpy()) and getattr(self, "last", None):
                 self._record(self.last)
     return MetricsFile()
+
+
+def _records_metrics() -> bool:
+    """Only the first host of a run across hosts writes metrics.json: every host runs the same steps of one
+    program, and goodput counts the run's starts once, as for one slice (N writers would interleave N histories)."""
+    return os.environ.get("TPUCTL_WORKER", "0") in ("", "0")
 
 
 def _write_text(target: str, text: str, tf: Any = None) -> None:
@@ -308,5 +315,6 @@ class Progress:
         return _timed_save(self.log, [])
 
     def flush(self) -> None:
-        _write_text(self.target, json.dumps(self.log.to_json()))
+        if _records_metrics():
+            _write_text(self.target, json.dumps(self.log.to_json()))
         self.flushed = time.monotonic()
