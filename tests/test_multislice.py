@@ -147,30 +147,41 @@ print("done", flush=True)
 """
 
 
+def _run_on_four_hosts(cloud, cli, monkeypatch, name, job, *flags):
+    """`up --type v4-16 --slices 2` with simulated hosts (stale after 3 s), `job` submitted: (store, run id,
+    log(worker) -> that host's output shipped so far)."""
+    from test_simulated_hosts import _wait_agents
+    from tpuctl.core import state
+    from tpuctl.providers import registry
+    monkeypatch.setenv("TPUCTL_LOG_POLL_MAX", "0.2")
+    cloud.hosts.enabled = True
+    cloud.hosts.env.update(TPUCTL_LOG_POLL_MAX="0.2", TPUCTL_STALE_SECONDS="3", TPUCTL_STOP_GRACE="2")
+    code, out, err = cli("up", "--type", "v4-16", "--zone", ZONE, "--slices", "2", "-c", name, "--framework", "jax",
+                         "--yes", *flags)
+    assert code == 0, err
+    _wait_agents(cloud.hosts, f"nodes/tpuctl-{name}-0", 2) and _wait_agents(cloud.hosts, f"nodes/tpuctl-{name}-1", 2)
+    code, run_id, err = cli("submit", str(job), "-c", name, "--detach")
+    assert code == 0, err
+    run_id = run_id.strip()
+    store = registry.get("gcp").store(state.load(name))
+
+    def log(i):
+        return b"".join(store.read(k) or b"" for k, _ in store.list(f"tpuctl/runs/{run_id}/logs"
+                                                                    + ("" if i == 0 else f"-w{i}") + "/"))
+    return store, run_id, log
+
+
 def test_one_slice_preempted_under_recover_restarts_the_run_on_every_host(cloud, cli, tmp_path, monkeypatch):
     """A slice lost mid-run: the watcher asks for the whole request again (core/multislice.py: a lost slice stops
     the run everywhere), and once all slices are back every host takes the run over, same run, attempt 2."""
     from jobs import make_job
-    from test_simulated_hosts import _wait_agents
     from test_watch import Running, _until
-    from tpuctl.core import runs, state
-    from tpuctl.providers import registry
+    from tpuctl.core import runs
     for k, v in {"TPUCTL_WATCH_POLL": "0.05", "TPUCTL_LEASE_SECONDS": "2", "TPUCTL_RECOVER_BACKOFF": "0.05",
-                 "TPUCTL_LEASE_WAIT": "60", "TPUCTL_LOG_POLL_MAX": "0.2"}.items():
+                 "TPUCTL_LEASE_WAIT": "60"}.items():
         monkeypatch.setenv(k, v)
-    cloud.hosts.enabled = True
-    cloud.hosts.env.update(TPUCTL_LOG_POLL_MAX="0.2", TPUCTL_STALE_SECONDS="3")
-    code, out, err = cli("up", "--type", "v4-16", "--zone", ZONE, "--slices", "2", "-c", "w", "--framework", "jax",
-                         "--recover", "--yes")
-    assert code == 0, err
-    _wait_agents(cloud.hosts, "nodes/tpuctl-w-0", 2) and _wait_agents(cloud.hosts, "nodes/tpuctl-w-1", 2)
     job = make_job(tmp_path, SLEEPY_JAX_JOB, 'framework = "jax"\n[env]\nRUN_SECONDS = "6"\n')
-    code, run_id, err = cli("submit", str(job), "-c", "w", "--detach")
-    run_id = run_id.strip()
-    store = registry.get("gcp").store(state.load("w"))
-    def log(i):
-        return b"".join(store.read(k) or b"" for k, _ in store.list(f"tpuctl/runs/{run_id}/logs"
-                                                                    + ("" if i == 0 else f"-w{i}") + "/"))
+    store, run_id, log = _run_on_four_hosts(cloud, cli, monkeypatch, "w", job, "--recover")
     # every host has shipped its first line (output not yet shipped is lost with a host powered off)
     _until(lambda: all(b"start s" in log(i) for i in range(4)), 120, "the run on all four hosts")
     w = Running()
@@ -203,25 +214,11 @@ def test_a_slice_google_repairs_restarts_the_run_on_every_host(cloud, cli, tmp_p
     slice 0's hosts see it go quiet, stop their jobs and wait; slice 1's new hosts take the run over; all four
     start it again together (round 2), and nothing was asked of the TPU API."""
     from jobs import make_job
-    from test_simulated_hosts import _wait_agents
     from test_watch import _until
-    from tpuctl.core import runs, state
-    from tpuctl.providers import registry
-    monkeypatch.setenv("TPUCTL_LOG_POLL_MAX", "0.2")
-    cloud.hosts.enabled = True
-    cloud.hosts.env.update(TPUCTL_LOG_POLL_MAX="0.2", TPUCTL_STALE_SECONDS="3", TPUCTL_STOP_GRACE="2")
-    code, out, err = cli("up", "--type", "v4-16", "--zone", ZONE, "--slices", "2", "-c", "rp", "--framework", "jax",
-                         "--yes")
-    assert code == 0, err
-    _wait_agents(cloud.hosts, "nodes/tpuctl-rp-0", 2) and _wait_agents(cloud.hosts, "nodes/tpuctl-rp-1", 2)
+    from tpuctl.core import runs
     go = tmp_path / "go"
     job = make_job(tmp_path, WAITING_JAX_JOB, f'framework = "jax"\n[env]\nGO = "{go}"\n')
-    code, run_id, err = cli("submit", str(job), "-c", "rp", "--detach")
-    run_id = run_id.strip()
-    store = registry.get("gcp").store(state.load("rp"))
-    def log(i):
-        return b"".join(store.read(k) or b"" for k, _ in store.list(f"tpuctl/runs/{run_id}/logs"
-                                                                    + ("" if i == 0 else f"-w{i}") + "/"))
+    store, run_id, log = _run_on_four_hosts(cloud, cli, monkeypatch, "rp", job)
     _until(lambda: all(b"start s" in log(i) for i in range(4)), 120, "the run on all four hosts")
     calls = len(cloud.tpu.mutating_calls())
     cloud.tpu.repair(f"projects/{PROJECT}/locations/{ZONE}/nodes/tpuctl-rp-1", fresh_disk, seconds=0.5)
