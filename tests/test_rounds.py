@@ -38,10 +38,10 @@ class Cluster:
     """A local cluster whose record says 2 slices x 2 hosts: the provider's own agent is slice 0's worker 0, and
     three more agent processes stand in for the other hosts (`python -m tpuctl.agent --slice K --worker W`)."""
 
-    def __init__(self, local_up, tmp_path, monkeypatch):
+    def __init__(self, local_up, tmp_path, monkeypatch, *flags):
         for k, v in FAST.items():
             monkeypatch.setenv(k, v)
-        self.st = local_up("rounds")
+        self.st = local_up("rounds", *flags)
         self.store = open_store(self.st.spec.store)
         record = json.loads(self.store.read(layout.CLUSTER_RECORD))
         record.update(hosts=2, slices=2, coordinator="127.0.0.1", framework="jax")
@@ -167,3 +167,21 @@ def test_an_agent_restarted_at_once_restarts_the_run_on_every_host(cluster, cli,
     assert [len(cluster.starts(run_id, i)) for i in range(4)] == [2, 2, 2, 2]
     assert {s.state.value for s in cluster.statuses(run_id)} == {"succeeded"}
     assert "s0/w1 took the run over" in cluster.log(run_id, 0)
+
+
+def test_the_deadline_ends_a_run_waiting_for_a_lost_host_then_the_compute(local_up, cli, tmp_path, monkeypatch):
+    """A host that never comes back must not keep the compute past --max-duration: worker 0 checks it while it
+    waits, as it does while the job runs."""
+    from test_lifecycle import _wait_stopped
+    cluster = Cluster(local_up, tmp_path, monkeypatch, "--max-duration", "15s")
+    try:
+        run_id = _submit(cli, tmp_path, {"SLEEP_0": "60"})
+        cluster.until(lambda: all(cluster.starts(run_id, i) for i in range(4)), 60, "every host to start")
+        cluster.kill(1, 1)
+        cluster.until(lambda: "waiting for s1/w1" in cluster.statuses(run_id)[0].note, 60, "worker 0 to wait")
+        cluster.until(lambda: cluster.statuses(run_id)[0].state.final, 30, "the deadline to end the wait")
+        st = cluster.statuses(run_id)[0]
+        assert st.state.value == "cancelled" and "--max-duration deadline has come" in st.note, st
+        assert _wait_stopped("rounds")
+    finally:
+        cluster.stop()

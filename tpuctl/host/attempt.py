@@ -55,6 +55,7 @@ class Attempt:
         self.code_dir = self.work / "code"
         # restarts spent by the attempts before this one (a host lost and replaced does not give them back)
         self.restarts = runs.status(agent.store, run_id, agent.worker).restarts if attempt > 1 else 0
+        self.limit = ""   # the cluster's limit that ended the run while it waited for other hosts (deadline())
 
     def status(self, state: RunState, exit_code: int | None = None, pid: int | None = None, note: str = "") -> None:
         self.a.write_status(self.run_id, RunStatus(state=state, exit_code=exit_code, pid=pid, started=self.started,
@@ -155,8 +156,22 @@ class Attempt:
         shipper.note(f"{why}: the run restarts on every host (round {called['round']})", fresh_line=True)
         return int(called["round"]), None
 
+    def deadline(self) -> str:
+        """Why the cluster's own limit ends the run now ("" while it does not): on worker 0, which enforces them, the
+        --max-duration deadline or a spent --budget; the compute ends next (the agent's enforce, next tick)."""
+        a = self.a
+        if a.worker != 0:
+            return ""
+        if a.clock.due(Policy.of(a.record), running=True):
+            return "the cluster's --max-duration deadline has come"
+        return "the cluster's --budget is spent" if a.selfstop.budget.due() else ""
+
     def _halted(self) -> bool:
-        return self.a.stop.is_set() or self.a.store.read(layout.run_cancel(self.run_id)) is not None
+        """While this host waits for the others (rounds.py): its agent stopping, a cancel, or the cluster's limit
+        (a run waiting for a host that never comes back must not keep the compute past it)."""
+        self.limit = self.limit or self.deadline()
+        return self.a.stop.is_set() or bool(self.limit) or \
+            self.a.store.read(layout.run_cancel(self.run_id)) is not None
 
     def _not_started(self, shipper: LogShipper, rounds: Rounds, n: int, why: str) -> int:
         """A round that could not start on this host: the agent's stop, a cancel, or a run that ended elsewhere."""
@@ -165,7 +180,8 @@ class Attempt:
             return self._end(shipper, RunState.FAILED, int(ended.get("exit_code") or 1), False, why)
         if self.a.stop.is_set():
             return self._interrupted(shipper, None)
-        return self._end(shipper, RunState.CANCELLED, 130, True, "cancelled while waiting for every host")
+        return self._end(shipper, RunState.CANCELLED, 130, True,
+                         f"{self.limit}: ending the run" if self.limit else "cancelled while waiting for every host")
 
     def _host_stopping(self, rc: int) -> bool:
         """Whether the job's end is the host's stop: the agent is being stopped, or the job died of a signal and the
@@ -317,14 +333,10 @@ class _Supervisor:
     def _check_cancel(self, now: float) -> None:
         """A cancel written by `tpuctl cancel`, or the hard deadline, which ends the run like a cancel and then the
         compute (the agent's enforce, next tick)."""
-        a = self.a
-        a.clock.busy()
-        deadline = a.worker == 0 and bool(a.clock.due(Policy.of(a.record), running=True))
+        self.a.clock.busy()
+        deadline = self.at.deadline()
         if deadline:
-            self.shipper.note("the cluster's --max-duration deadline has come: ending the run", fresh_line=True)
-        elif a.worker == 0 and a.selfstop.budget.due():
-            deadline = True
-            self.shipper.note("the cluster's --budget is spent: ending the run", fresh_line=True)
+            self.shipper.note(f"{deadline}: ending the run", fresh_line=True)
         if deadline or self._cancel_requested():
             self._cancel(now, float(os.environ.get("TPUCTL_CANCEL_GRACE", "30")))
         elif self.rounds and not self.stopping and not self.superseded:
