@@ -1,5 +1,5 @@
-"""Reliability campaign: `tpuctl up` killed with SIGKILL at a random moment, then `tpuctl down` from a fresh
-process; after each round the fakes must hold no TPU, VM, bucket or bucket grant. TPU and VM operations take DELAY
+"""Reliability campaign: `tpuctl up` (a TPU VM, a legacy node, or a Multislice queued request) killed with SIGKILL at a random moment, then `tpuctl down` from a fresh
+process; after each round the fakes must hold no TPU, queued resource, VM, bucket or bucket grant. TPU and VM operations take DELAY
 seconds, bucket grants take effect after IAM_DELAY, so kills land in every phase (before the bucket, between grant
 and create, while the TPU is CREATING, between READY and the final record). Too long for the test suite.
 
@@ -32,7 +32,8 @@ def tpuctl(*args, timeout=120):
 
 def leftovers(tpu, compute, gcs, bucket):
     from google.cloud import storage
-    left = [f"TPU {n}" for v in (1, 2) for n in tpu.nodes[v]] + [f"VM {k[2]}" for k in compute.instances]
+    left = [f"TPU {n}" for v in (1, 2) for n in tpu.nodes[v]] + [f"VM {k[2]}" for k in compute.instances] \
+        + [f"queued resource {n}" for n in tpu.queued]
     b = storage.Client(project=PROJECT).lookup_bucket(bucket)
     if b is not None:
         left.append(f"bucket {bucket}")
@@ -54,16 +55,19 @@ def main():
     phases = {}
     started = time.perf_counter()
     for i in range(ROUNDS):
-        arch, tpu_type, zone = rng.choice([("vm", "v3-8", "us-central1-b"), ("node", "v2-8", "us-central1-b")])
+        arch, tpu_type, zone = rng.choice([("vm", "v3-8", "us-central1-b"), ("node", "v2-8", "us-central1-b"),
+                                           ("multislice", "v4-16", "us-central2-b")])
         name = f"k{i}"
+        how = ["--arch", arch] if arch != "multislice" else ["--slices", "2", "--framework", "jax"]
         proc = subprocess.Popen([sys.executable, "-m", "tpuctl", "up", "--type", tpu_type, "--zone", zone, "-c", name,
-                                 "--arch", arch, "--yes"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                 *how, "--yes"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                 stdin=subprocess.DEVNULL)
         time.sleep(rng.uniform(0.3, 2.5 + DELAY))           # imports take ~1 s; the TPU takes DELAY
         proc.send_signal(signal.SIGKILL)
         finished = proc.wait() == 0
-        phase = "after up finished" if finished else ("TPU existed" if tpu.nodes[1] or tpu.nodes[2] else "before TPU")
-        phases[phase] = phases.get(phase, 0) + 1
+        made = tpu.nodes[1] or tpu.nodes[2] or tpu.queued
+        phase = "after up finished" if finished else ("TPU existed" if made else "before TPU")
+        phases[arch, phase] = phases.get((arch, phase), 0) + 1
         code, err = tpuctl("down", "-c", name, "--yes", "--delete-bucket")
         if code == 3:                                        # killed before its state was saved: nothing made
             pass
@@ -79,7 +83,7 @@ def main():
     for f in (tpu, compute, gcs):
         f.stop()
     print(f"\nkills of `tpuctl up` (SIGKILL, random moment), then `down`: {ROUNDS} rounds in {wall:.0f} s")
-    print("where the kills landed: " + ", ".join(f"{k}: {v}" for k, v in sorted(phases.items())))
+    print("where the kills landed: " + ", ".join(f"{a} {p}: {v}" for (a, p), v in sorted(phases.items())))
     print(f"nothing left behind   : {held} of {ROUNDS}")
 
 
