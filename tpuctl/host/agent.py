@@ -29,10 +29,11 @@ from ..core.lifecycle import Clock, Policy
 from ..core.packaging import MAX_BYTES, MAX_ENTRIES
 from ..core.runs import RunSpec, RunStatus
 from ..providers.stores import open_store
-from .attempt import HEARTBEAT_SECONDS, Attempt
+from .attempt import Attempt
 from .autostop import SelfStop
 from .claims import Claims
 from .storeguard import StoreGuard
+from .supervisor import HEARTBEAT_SECONDS
 
 SERVING = "serving the TPU runtime (the TensorFlow program runs on worker 0)"
 

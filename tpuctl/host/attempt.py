@@ -1,8 +1,8 @@
 """One attempt at one run on this host: check the package against its name, unpack it, install the job's
 requirements into an environment of their own that sees the image's TensorFlow (jobenv.py), run the command with
-the TPUCTL_* environment, ship its output (logshipper.py), and supervise it until it ends: cancel and the
---max-duration deadline (SIGTERM to the job's processes, SIGKILL after a grace period), what the job left
-running, the run's heartbeat. The status it writes is the run's status.json for this worker.
+the TPUCTL_* environment, ship its output (logshipper.py), and supervise it until it ends (supervisor.py); start
+it again as `submit --max-restarts` says (restarts.py), and, for a run across hosts, together with every other host
+(rounds.py). The status it writes is the run's status.json for this worker.
 
 The agent itself being stopped (SIGTERM: systemd stopping it as the host shuts down for a reboot, maintenance or a
 preemption; `tpuctl down` of a local cluster) is not a cancel: the job gets its SIGTERM and TPUCTL_STOP_GRACE
@@ -16,34 +16,31 @@ import shlex
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from ..core import layout, multislice, runs
 from ..core.jobspec import DEFAULT_TENSORFLOW
 from ..core.lifecycle import Policy
 from ..core.packaging import unpack
-from ..core.runs import RunSpec, RunState, RunStatus, stop_grace
+from ..core.runs import RunSpec, RunState, RunStatus
 from ..runtime import prefer_legacy_keras
 from . import jobenv, podruntime, runevents
-from .jobprocs import JobProcesses
 from .logshipper import LogShipper
 from .preamble import PreambleFilter
 from .restarts import Decision, decide
 from .rounds import Rounds
+from .supervisor import Supervisor
 from .tpuenv import tpu_environment
 
 if TYPE_CHECKING:
     from .agent import Agent
 
-HEARTBEAT_SECONDS = 5.0
 # A job that died of SIGTERM or SIGKILL while the agent was not (yet) told to stop: how long to wait for the agent's
 # own SIGTERM before calling it the job's failure. A host shutting down signals every process at once (systemd's
 # default KillMode=control-group, then the shutdown's final SIGTERM to all), so the job may be first.
 SIGNAL_WAIT_SECONDS = 2.0
-T = TypeVar("T")
 
 
 class Attempt:
@@ -101,7 +98,7 @@ class Attempt:
             proc = subprocess.Popen(["bash", "-c", script], cwd=self.code_dir, env=env, stdin=subprocess.DEVNULL,
                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
             runevents.started(self, self.restarts, n)
-            supervisor = _Supervisor(self, proc, shipper, (lambda: rounds.watch(n)) if rounds else None)
+            supervisor = Supervisor(self, proc, shipper, (lambda: rounds.watch(n)) if rounds else None)
             rc, cancelled = supervisor.run()
             stopping = self.a.stop.is_set() if supervisor.superseded else self._host_stopping(rc)
             if not cancelled and rc != 0 and stopping:
@@ -260,103 +257,3 @@ class Attempt:
         # `python` in a job's command means the agent's own interpreter (its venv has the agent's packages).
         env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
         return env
-
-
-class _Supervisor:
-    """A started job, watched until it ends. The run ends when the job's main process ends. Whatever it left
-    running (`tensorboard &`, `nohup ...`, a daemon that called setsid) may still hold its output: it gets `drain`
-    seconds to finish writing, then it is ended too, so one job can never keep the agent, its heartbeats and the
-    next runs waiting."""
-
-    def __init__(self, attempt: Attempt, proc: subprocess.Popen[bytes], shipper: LogShipper,
-                 rounds: Callable[[], tuple[str, dict[str, Any]] | None] | None = None) -> None:
-        self.at, self.a, self.proc, self.shipper = attempt, attempt.a, proc, shipper
-        self.rounds = rounds   # a run across hosts: a new round asked for (rounds.py) stops the job here too
-        self.superseded: tuple[str, dict[str, Any]] | None = None
-        stdout = proc.stdout
-        assert stdout is not None, "Popen(stdout=PIPE) always sets it"
-        self.stdout = stdout
-        self.procs = JobProcesses(proc.pid, pipe_inode=os.fstat(stdout.fileno()).st_ino)
-        self.stop_pump = threading.Event()
-        self.pump = threading.Thread(target=shipper.pump, args=(stdout.fileno(), self.stop_pump), daemon=True)
-        self.cancelled = False
-        self.stopping = False   # the agent is being stopped: the job was told, the run is interrupted, not ended
-        self.kill_at: float | None = None
-        self.drain = float(os.environ.get("TPUCTL_DRAIN_SECONDS", "10"))
-        self.main_ended: float | None = None
-        self.left: list[int] = []
-        self.last_beat = self.last_cancel_check = 0.0
-
-    def run(self) -> tuple[int, bool]:
-        """(exit code, cancelled)"""
-        self.pump.start()
-        self.at.status(RunState.RUNNING, pid=self.proc.pid)
-        self.last_beat = self.last_cancel_check = time.monotonic()
-        while self.pump.is_alive() or self.proc.poll() is None:
-            self.pump.join(0.1)
-            self._step(time.monotonic())
-        self.stdout.close()
-        if self.left and self.left != [-1]:
-            self.shipper.note(f"the job's main process ended; {len(self.left)} process(es) it left running still "
-                              f"held its output after {self.drain:g}s and were ended "
-                              f"(pids {', '.join(map(str, self.left))})", fresh_line=True)
-        rc = self.proc.returncode
-        return (rc if rc >= 0 else 128 - rc), self.cancelled
-
-    def _step(self, now: float) -> None:
-        if not self.stopping and self.a.stop.is_set():
-            # The agent itself is being stopped: the job gets its SIGTERM and the grace to checkpoint (never
-            # orphaned); a cancel already under way keeps its own, shorter or not, deadline.
-            self.stopping = True
-            self.procs.signal(signal.SIGTERM)
-            self.kill_at = min(self.kill_at or now + stop_grace(), now + stop_grace())
-        if not self.cancelled and now - self.last_cancel_check >= 1.0:
-            self.last_cancel_check = now
-            self._check_cancel(now)
-        if self.main_ended is None and self.proc.poll() is not None:
-            self.main_ended = now
-        if self.main_ended is not None and not self.left and now - self.main_ended >= self.drain:
-            self.left = self.procs.processes() or [-1]
-            self.procs.signal(signal.SIGTERM)
-            self.kill_at = min(self.kill_at or now + 2.0, now + 2.0)
-        if self.kill_at and now >= self.kill_at:
-            self.procs.signal(signal.SIGKILL)
-            self.kill_at = None
-            if self.main_ended is not None:
-                self.stop_pump.set()   # nothing of the job is left to write; stop reading whatever holds the pipe
-        if now - self.last_beat >= runs.heartbeat_seconds():
-            self.last_beat = now
-            self.at.status(RunState.RUNNING, pid=self.proc.pid)
-            if now - self.a.last_beat > HEARTBEAT_SECONDS * 6:
-                self.a.beat(self.at.run_id)
-
-    def _check_cancel(self, now: float) -> None:
-        """A cancel written by `tpuctl cancel`, or the hard deadline, which ends the run like a cancel and then the
-        compute (the agent's enforce, next tick)."""
-        self.a.clock.busy()
-        deadline = self.at.deadline()
-        if deadline:
-            self.shipper.note(f"{deadline}: ending the run", fresh_line=True)
-        if deadline or self._cancel_requested():
-            self._cancel(now, float(os.environ.get("TPUCTL_CANCEL_GRACE", "30")))
-        elif self.rounds and not self.stopping and not self.superseded:
-            self.superseded = self._guarded(self.rounds, "rounds")
-            if self.superseded:
-                self.procs.signal(signal.SIGTERM)   # the job checkpoints in its grace, as when its host stops
-                self.kill_at = now + stop_grace()
-
-    def _cancel_requested(self) -> bool:
-        return bool(self._guarded(lambda: self.a.store.read(layout.run_cancel(self.at.run_id)) is not None,
-                                  "cancel"))
-
-    def _guarded(self, check: Callable[[], T], what: str) -> T | None:
-        try:
-            return check()
-        except Exception as e:  # noqa: BLE001 - a store outage must not end the supervision of a running job
-            self.a.guard.failed(e, f"run {self.at.run_id}'s {what} check")
-            return None
-
-    def _cancel(self, now: float, grace: float) -> None:
-        self.cancelled = True
-        self.procs.signal(signal.SIGTERM)
-        self.kill_at = now + grace
