@@ -5,6 +5,7 @@ import time
 
 import pytest
 
+from conftest import until
 from jobs import SLEEP_JOB, make_job
 from tpuctl.core import state
 from tpuctl.core.lifecycle import Clock, Policy, parse_duration
@@ -13,10 +14,7 @@ from tpuctl.providers.local import LocalProvider
 
 def _wait_stopped(name, timeout=30):
     st = state.load(name)
-    deadline = time.time() + timeout
-    while LocalProvider().agent_alive(st) and time.time() < deadline:
-        time.sleep(0.1)
-    return not LocalProvider().agent_alive(st)
+    until(lambda: not LocalProvider().agent_alive(st), timeout, f"cluster {name}'s agent to stop")
 
 
 @pytest.mark.parametrize("text,seconds", [("90s", 90), ("30m", 1800), ("2h", 7200), ("1d", 86400), ("off", 0)])
@@ -49,7 +47,7 @@ def test_autostop_waits_for_the_run_then_ends_the_agent_and_up_brings_it_back(lo
     assert code == 0 and "slept" in out, err
     info = json.loads(cli("status", "-c", "auto", "--json")[1])
     assert "next:" in info["autostop"]
-    assert _wait_stopped("auto", timeout=20)
+    _wait_stopped("auto", timeout=20)
     info = json.loads(cli("status", "-c", "auto", "--json")[1])
     assert info["phase"] == "stopped" and "autostop: no run for 3s" in info["stopped"]
     assert info["fix"] == "tpuctl up -c auto brings it back" and info["problem"] == ""
@@ -69,7 +67,7 @@ def test_max_duration_ends_a_running_job_then_the_agent(local_up, cli, tmp_path)
     t = time.time()
     code, out, err = cli("submit", str(job), "-c", "dl")
     assert code != 0 and time.time() - t < 30 and "max-duration deadline" in out, out + err
-    assert _wait_stopped("dl")
+    _wait_stopped("dl")
     assert "deadline" in json.loads(cli("status", "-c", "dl", "--json")[1])["stopped"]
 
 
@@ -77,7 +75,7 @@ def test_submit_down_ends_the_compute_once_the_run_is_final(local_up, cli, tmp_p
     local_up("sd")
     job = make_job(tmp_path, "print('done')")
     run_id = cli("submit", str(job), "-c", "sd", "--down", "--detach")[1].strip()
-    assert _wait_stopped("sd")
+    _wait_stopped("sd")
     assert json.loads(cli("jobs", "-c", "sd", "--json")[1])[0]["state"] == "succeeded"
     assert json.loads(cli("status", "-c", "sd", "--json")[1])["stopped"].startswith(f"run {run_id} ended")
 

@@ -7,7 +7,7 @@ import urllib.error
 import urllib.request
 
 import pytest
-from conftest import PROJECT
+from conftest import PROJECT, until
 
 from jobs import make_job
 from tpuctl.core import state
@@ -18,13 +18,8 @@ SA = f"trainer@{PROJECT}.iam.gserviceaccount.com"
 DEFAULT_SA = "424242-compute@developer.gserviceaccount.com"
 
 
-def _wait(cond, timeout=60.0):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if cond():
-            return True
-        time.sleep(0.1)
-    return False
+def _agents_said(hosts):
+    return [h.agent_out() for hs in hosts.hosts.values() for h in hs]
 
 
 def _host_deletions(cloud):
@@ -36,7 +31,7 @@ def test_autostop_fires_on_the_host_which_deletes_its_own_tpu(live_hosts, cloud,
     assert code == 0, err
     assert f"armed: enforced by the host, as {DEFAULT_SA}" in err
     name = f"projects/{PROJECT}/locations/us-central1-b/nodes/tpuctl-auto"
-    assert _wait(lambda: name not in cloud.tpu.nodes[2]), [h.agent_out() for hs in live_hosts.hosts.values() for h in hs]
+    until(lambda: name not in cloud.tpu.nodes[2], 60, lambda: _agents_said(live_hosts))
     # the host asked, as its own identity; the CLI never called DeleteNode over gRPC
     assert _host_deletions(cloud) == [(f"/v2/{name}", f"serviceAccount:{DEFAULT_SA}")]
     assert [c for c in cloud.tpu.calls if c[1] == "DeleteNode"] == [(2, "DeleteNode", name)]
@@ -53,7 +48,7 @@ def test_submit_down_on_gcp_the_host_deletes_its_tpu_after_the_run(live_hosts, c
     code, out, err = cli("submit", str(job), "-c", "sd", "--down")
     assert code == 0 and "trained" in out, err
     name = f"projects/{PROJECT}/locations/us-central1-b/nodes/tpuctl-sd"
-    assert _wait(lambda: name not in cloud.tpu.nodes[2])
+    until(lambda: name not in cloud.tpu.nodes[2], 60, "the TPU's deletion")
     assert _host_deletions(cloud) == [(f"/v2/{name}", f"serviceAccount:{DEFAULT_SA}")]
     assert "(submit --down)" in json.loads(cli("status", "-c", "sd", "--json")[1])["stopped"]
 
@@ -63,7 +58,7 @@ def test_the_legacy_nodes_vm_deletes_the_node_then_itself(live_hosts, cloud, cli
     code, out, err = cli("up", "--type", "v2-8", "--zone", "us-central1-b", "--arch", "node", "-c", "nd",
                          "--max-duration", "4s")
     assert code == 0, err
-    assert _wait(lambda: not cloud.compute.instances and not cloud.tpu.nodes[1])
+    until(lambda: not cloud.compute.instances and not cloud.tpu.nodes[1], 60, "the VM and the TPU Node's deletion")
     node = f"projects/{PROJECT}/locations/us-central1-b/nodes/tpuctl-nd"
     assert _host_deletions(cloud) == [(f"/v1/{node}", f"serviceAccount:{DEFAULT_SA}")]
     assert [c for c in cloud.compute.calls if c[0] == "delete"] == [
@@ -109,7 +104,7 @@ def test_an_identity_without_tpu_delete_is_refused_never_shown_armed(live_hosts,
     cloud.iam.bindings.append({"role": "roles/tpu.admin", "members": [f"serviceAccount:{SA}"]})   # the fix
     code, out, err = cli("up", "-c", "na")                       # asks the host again: armed now
     assert code == 0 and f"armed: enforced by the host, as {SA}" in err, err
-    assert _wait(lambda: name not in cloud.tpu.nodes[2])         # and the overdue autostop fires
+    until(lambda: name not in cloud.tpu.nodes[2], 60, "the overdue autostop")
     assert _host_deletions(cloud)[-1] == (f"/v2/{name}", f"serviceAccount:{SA}")
 
 
@@ -192,6 +187,7 @@ def test_a_queued_tpu_admin_host_is_armed_and_deletes_its_request(live_hosts, cl
     assert code == 0, err
     assert f"armed: enforced by the host, as {SA}" in err
     qr = f"projects/{PROJECT}/locations/us-central1-b/queuedResources/tpuctl-qa-qr"
-    assert _wait(lambda: qr not in cloud.tpu.queued), [h.agent_out() for hs in live_hosts.hosts.values() for h in hs]
+    until(lambda: qr not in cloud.tpu.queued, 60, lambda: _agents_said(live_hosts))
     assert _host_deletions(cloud)[0][0].startswith(f"/v2/{qr}") and _host_deletions(cloud)[0][1] == f"serviceAccount:{SA}"
     assert cli("down", "-c", "qa", "--yes")[0] == 0
+
