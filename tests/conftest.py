@@ -141,6 +141,7 @@ def cloud(env, _servers, monkeypatch, tmp_path, request, wheel_index):
     tpu.nodes = {1: {}, 2: {}}
     tpu.tpu_nodes_allowed = request.node.get_closest_marker("tpu_nodes") is not None
     tpu.rest_calls.clear()
+    tpu.redelete = None
     tpu.queued, tpu.qr_plan, tpu.qr_plans, tpu.qr_step = {}, list(QR_PLAN), {}, 0.0
     iam.reset(f"{compute.project_number}-compute@developer.gserviceaccount.com")
     tpu.zones = None
