@@ -232,3 +232,23 @@ def test_autostop_on_a_multislice_deletes_its_request_and_every_slice(live_hosts
     assert info["phase"] == "stopped" and info["stopped"].startswith("autostop: no run for 3s"), info
     assert cli("down", "-c", "ms", "--yes")[0] == 0
 
+
+def test_up_that_waits_on_a_host_which_ended_its_compute_says_so(live_hosts, cloud, cli, monkeypatch):
+    """The host's report for this `up` is lost on its way to the store (its one write refused), then its autostop
+    falls due and it deletes its TPU: `up` ends in one line saying the host ended the compute and why, from the
+    host's own record, not after TPUCTL_TEARDOWN_WAIT with "the host has not yet reported" (the race that
+    test_an_identity_without_tpu_delete_is_refused_never_shown_armed dodges)."""
+    monkeypatch.setenv("TPUCTL_TEARDOWN_WAIT", "90")
+    report = f"POST /upload/storage/v1/b/{PROJECT}-tpuctl-gone/o tpuctl/teardown-check.json"
+    cloud.gcs.faults[report].append((400, "invalid", "the report is lost"))
+    began = time.monotonic()
+    code, out, err = cli("up", "--type", "v3-8", "--zone", "us-central1-b", "-c", "gone", "--autostop", "2s")
+    assert cloud.gcs.faults[report] == []                        # the host's one report was the write refused
+    assert code == 3, err
+    line = " ".join(err.split())                                 # the terminal may wrap it
+    assert "the host ended cluster gone's compute at " in line and ": autostop: no run for 2s" in line, err
+    assert "autostop, deadline and --down are not armed" in line and "tpuctl up -c gone` makes it again" in line
+    said = err[err.index("error: "):]          # the CLI's own lines (a fake server may print a host's lost connection)
+    assert said.count("\n") == 2 and "Traceback" not in said and "not yet reported" not in said, said
+    assert time.monotonic() - began < 90
+    assert json.loads(cli("status", "-c", "gone", "--json")[1])["phase"] == "stopped"
