@@ -93,6 +93,21 @@ def test_cost_so_far_sums_every_period_of_compute(cloud, cli):
     assert json.loads(cli("status", "-c", "c", "--json")[1])["cost_so_far_usd"] == pytest.approx(12.0, rel=0.01)
 
 
+def test_jobs_and_status_count_at_the_price_per_hour_override(local_up, cli, tmp_path, monkeypatch):
+    """TPUCTL_PRICE_PER_HOUR is the price of every cost shown, as it is the budget's (core/budget.py `hourly`)."""
+    local_up("po")
+    code, out, err = cli("submit", str(make_job(tmp_path, "import time\ntime.sleep(1)\nprint('done')")), "-c", "po")
+    assert code == 0, err
+    [row] = json.loads(cli("jobs", "-c", "po", "--json")[1])
+    assert row["cost_usd"] == 0.0                                   # the local provider is free
+    monkeypatch.setenv("TPUCTL_PRICE_PER_HOUR", "3600")             # a dollar a second
+    [row] = json.loads(cli("jobs", "-c", "po", "--json")[1])
+    assert row["duration"] >= 1 and row["cost_usd"] == pytest.approx(row["duration"], abs=0.001)
+    assert f"${row['cost_usd']:.2f}" in cli("jobs", "-c", "po")[1]
+    info = json.loads(cli("status", "-c", "po", "--json")[1])
+    assert info["cost_so_far_usd"] >= row["cost_usd"]              # the compute has existed longer than the run
+
+
 def test_ls_flags_a_cluster_past_its_deadline_that_is_still_up(local_up, cli):
     st = local_up("pd", "--max-duration", "1h")
     st.periods[-1][0] -= 7200          # made two hours ago; its host never ended it (dead, or no permission)
