@@ -1,6 +1,7 @@
 import logging
 import os
 import sys
+import time
 from dataclasses import dataclass, field
 
 import pytest
@@ -15,6 +16,20 @@ from fakes.tpu_server import QR_PLAN, FakeTpu  # noqa: E402
 
 PROJECT = "test-proj"
 logging.getLogger("gcp_storage_emulator").setLevel(logging.CRITICAL)  # it logs every 404 as an ERROR
+
+
+def until(cond, timeout=60.0, what="", every=0.05):
+    """Polls cond until it answers something true and returns that answer; past timeout seconds the test fails
+    naming what it waited for. what may be a callable, called at the failure, to show the state then."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = cond()
+        if got:
+            return got
+        if time.monotonic() >= deadline:
+            said = what() if callable(what) else what
+            raise AssertionError(f"waited {timeout:g}s for {said}")
+        time.sleep(every)
 
 
 @dataclass
@@ -126,6 +141,7 @@ def cloud(env, _servers, monkeypatch, tmp_path, request, wheel_index):
     tpu.nodes = {1: {}, 2: {}}
     tpu.tpu_nodes_allowed = request.node.get_closest_marker("tpu_nodes") is not None
     tpu.rest_calls.clear()
+    tpu.redelete = None
     tpu.queued, tpu.qr_plan, tpu.qr_plans, tpu.qr_step = {}, list(QR_PLAN), {}, 0.0
     iam.reset(f"{compute.project_number}-compute@developer.gserviceaccount.com")
     tpu.zones = None

@@ -6,6 +6,7 @@ import time
 
 import pytest
 
+from conftest import until
 from jobs import make_job, tpuctl_within
 from tpuctl.core import layout, runs, state
 from tpuctl.providers.local import LocalProvider
@@ -42,9 +43,7 @@ def test_a_job_that_leaves_processes_holding_its_output_ends(quick_local, cli, t
     code, out, err = cli("submit", str(job), "-c", "faults", "--detach")
     run_id = out.strip()
     store = LocalProvider().store(quick_local)
-    deadline = time.monotonic() + 30                      # not forever: the main process's end ends the run
-    while not runs.status(store, run_id).state.final and time.monotonic() < deadline:
-        time.sleep(0.1)
+    until(lambda: runs.status(store, run_id).state.final, 30, "the run's end")   # the main process's end ends it
     assert runs.status(store, run_id).state is runs.RunState.SUCCEEDED
     code, out, err = cli("logs", run_id, "-c", "faults")
     assert out.startswith("main done\n") and "left running still held its output after 1s and were ended" in out
@@ -176,9 +175,7 @@ def test_a_second_up_or_down_waits_for_the_first_then_says_who_holds_it(quick_lo
 
 
 def _wait_running(store, run_id, timeout=20):
-    deadline = time.monotonic() + timeout
-    while runs.status(store, run_id).state is not runs.RunState.RUNNING and time.monotonic() < deadline:
-        time.sleep(0.1)
+    until(lambda: runs.status(store, run_id).state is runs.RunState.RUNNING, timeout, f"run {run_id} running")
 
 
 QUIET = """
@@ -203,13 +200,11 @@ def test_a_killed_agent_never_leaves_two_attempts_running(quick_local, cli, tmp_
     time.sleep(0.5)
     assert os.path.exists(f"/proc/{first.pid}")
     assert cli("up", "--provider", "local", "-c", "faults")[0] == 0   # restarts the agent
-    deadline = time.monotonic() + 20
-    second = runs.status(store, run_id)
     # attempt 2 is recorded STARTING before its process exists; wait for RUNNING, well inside the 90 s staleness
-    while not (second.attempt >= 2 and second.state is runs.RunState.RUNNING) and time.monotonic() < deadline:
-        time.sleep(0.1)
-        second = runs.status(store, run_id)
-    assert second.attempt == 2 and second.state is runs.RunState.RUNNING   # resumed at once, not after 90 s
+    until(lambda: runs.status(store, run_id).attempt >= 2 and runs.status(store, run_id).state is runs.RunState.RUNNING,
+          20, "attempt 2 running")                                          # resumed at once, not after 90 s
+    second = runs.status(store, run_id)
+    assert second.attempt == 2
     stat = f"/proc/{first.pid}/stat"
     assert not os.path.exists(stat) or open(stat).read().rsplit(")", 1)[1].split()[0] in "ZX"   # first one ended
     assert cli("cancel", run_id, "-c", "faults")[0] == 0

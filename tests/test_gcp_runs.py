@@ -5,7 +5,7 @@ import threading
 
 import pytest
 
-from conftest import PROJECT
+from conftest import PROJECT, until
 from jobs import ENV_JOB, SLEEP_JOB, make_job, tpuctl_within
 from tpuctl.core import runs
 from tpuctl.host.agent import Agent
@@ -87,10 +87,7 @@ def test_cancel_on_gcp(cluster, cli, tmp_path, monkeypatch):
     run_id = out.strip()
     from tpuctl.providers.stores import open_store
     s = open_store(f"gs://{BUCKET}")
-    import time
-    deadline = time.time() + 20
-    while runs.status(s, run_id).state is not runs.RunState.RUNNING and time.time() < deadline:
-        time.sleep(0.1)
+    until(lambda: runs.status(s, run_id).state is runs.RunState.RUNNING, 20, "the run running")
     assert cli("cancel", run_id, "-c", "bert")[0] == 0
     code, out, err = cli("logs", run_id, "-c", "bert", "-f")
     assert code == 143 and "started" in out

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import until
 from jobs import make_job
 
 KEY = "k" * 32
@@ -58,6 +59,19 @@ def _up(cli, *flags):
     code, out, err = cli("up", "--provider", "kaggle", "-c", "kg", *flags)
     assert code == 0, err
     return err
+
+
+def _down(cli, kaggle):
+    """`down` ends well and leaves nothing on Kaggle."""
+    code, out, err = cli("down", "-c", "kg", "--yes")
+    assert code == 0, err
+    assert kaggle.leftovers() == []
+
+
+def _downloaded(cli, tmp_path):
+    """The run's output as `tpuctl download` brings it."""
+    assert cli("download", "-c", "kg", "-o", str(tmp_path / "got"))[0] == 0
+    return tmp_path / "got"
 
 
 # -- Kaggle's API as it is (issue 29 items 1, 4-7, 9, 10; issue 28 item 4) ------------------------------------------
@@ -130,17 +144,13 @@ def test_the_issue_check_a_token_a_throttled_api_a_chain_shown_live_and_nothing_
     assert all(slug.split("/")[1].startswith("tpuctl-") and slug.split("/")[1].endswith(f"-s{n}")
                for n, slug in enumerate(sorted(kaggle.kernels, key=lambda s: int(s.rsplit("s", 1)[1])), 1))
     assert kaggle.api_calls >= 3 * kaggle.throttle_every   # the API throttled and dropped calls all along
-    dest = tmp_path / "got"
-    assert cli("download", "-c", "kg", "-o", str(dest))[0] == 0
-    assert (dest / "step").read_text() == "16"
+    assert (_downloaded(cli, tmp_path) / "step").read_text() == "16"
     [row] = json.loads(cli("jobs", "-c", "kg", "--json")[1])
     assert row["state"] == "succeeded" and row["attempt"] == sessions
     assert kaggle.datasets == {}   # no unfinished run needs it and it was not to be kept: deleted at the run's end
     assert json.loads(cli("status", "-c", "kg", "--json")[1])["on_kaggle"].startswith("datasets: none; kernels: ")
     kaggle.kernels.pop(sorted(kaggle.kernels)[0])   # deleted by hand on kaggle.com: `down` finds it gone
-    code, out, err = cli("down", "-c", "kg", "--yes")
-    assert code == 0, err
-    assert kaggle.leftovers() == []
+    _down(cli, kaggle)
 
 
 def test_logs_f_shows_a_running_sessions_lines(kaggle, cli, tmp_path, monkeypatch):
@@ -155,7 +165,7 @@ def test_logs_f_shows_a_running_sessions_lines(kaggle, cli, tmp_path, monkeypatc
     code, out, err = cli("logs", out.strip(), "-c", "kg", "-f")
     stop.set()
     assert code == 0 and seen[0] and out.count("first line") == 1 and "done\n" in out, out + err
-    assert cli("down", "-c", "kg", "--yes")[0] == 0 and kaggle.leftovers() == []
+    _down(cli, kaggle)
 
 
 def test_the_quota_counts_running_sessions(kaggle, cli, tmp_path):
@@ -171,7 +181,7 @@ def test_the_quota_counts_running_sessions(kaggle, cli, tmp_path):
     code, out, err = cli("up", "--provider", "kaggle", "-c", "kg2", "--type", "v5e-8")
     assert code == 4 and "running sessions included" in err, err
     assert cli("cancel", run_id, "-c", "kg")[0] == 0
-    assert cli("down", "-c", "kg", "--yes")[0] == 0 and kaggle.leftovers() == []
+    _down(cli, kaggle)
 
 
 def test_credentials_in_the_kaggle_clients_order(kaggle, cli, tmp_path, monkeypatch):
@@ -203,7 +213,7 @@ def test_credentials_in_the_kaggle_clients_order(kaggle, cli, tmp_path, monkeypa
         "refresh_token": "r", "access_token": TOKEN, "access_token_expiration": later.isoformat(),
         "username": "alice", "scopes": []}))   # as kagglesdk/kaggle_creds.py `save` writes it
     assert _up(cli, "--type", "cpu") is not None
-    assert cli("down", "-c", "kg", "--yes")[0] == 0 and kaggle.leftovers() == []
+    _down(cli, kaggle)
 
 
 def test_429_waits_its_retry_after_and_gives_up_after_ten_attempts(kaggle):
@@ -240,7 +250,7 @@ def test_a_lost_answer_to_a_push_or_a_dataset_is_looked_for_not_made_twice(kaggl
     assert code == 0 and out.count("twice\n") == 1, out + err
     assert kaggle.drop_before == [] and sum(c.endswith("/CreateDataset") for c in kaggle.calls) == 3
     assert sorted(len(k["versions"]) for k in kaggle.kernels.values()) == [1, 1]
-    assert cli("down", "-c", "kg", "--yes")[0] == 0 and kaggle.leftovers() == []
+    _down(cli, kaggle)
 
 
 def test_a_run_whose_submit_never_reached_kaggle_ends_and_cancel_of_a_queued_one_works(kaggle, cli, tmp_path):
@@ -266,7 +276,7 @@ def test_a_run_whose_submit_never_reached_kaggle_ends_and_cancel_of_a_queued_one
     kaggle.kill_all()
     for slug in list(kaggle.kernels):                  # the sessions their records no longer name
         kaggle.kernels.pop(slug)
-    assert cli("down", "-c", "kg", "--yes")[0] == 0 and kaggle.leftovers() == []
+    _down(cli, kaggle)
 
 
 def datetime_in(seconds):
@@ -291,7 +301,7 @@ def test_a_dataset_kaggle_fails_to_process_is_made_again_and_a_push_before_ready
         k.push_kernel("tpuctl-early", "tpuctl early", "print(1)", "", ["tpuctl-not-ready"], [], False, 0)
     assert "not processed yet" in e.value.message
     k.delete_dataset("tpuctl-not-ready")
-    assert cli("down", "-c", "kg", "--yes")[0] == 0 and kaggle.leftovers() == []
+    _down(cli, kaggle)
 
 
 def test_a_cluster_taken_down_mid_chain_ends_its_run_and_comes_back_with_up(kaggle, cli, tmp_path, monkeypatch):
@@ -305,7 +315,7 @@ def test_a_cluster_taken_down_mid_chain_ends_its_run_and_comes_back_with_up(kagg
     status = json.loads(cli("status", "-c", "kg", "--json")[1])
     assert status["on_kaggle"].startswith("datasets: alice/tpuctl-") and \
         status["on_kaggle"].endswith(f"; kernels: alice/tpuctl-{run_id}-s1"), status
-    assert cli("down", "-c", "kg", "--yes")[0] == 0 and kaggle.leftovers() == []
+    _down(cli, kaggle)
     durations = []
     for _ in range(2):
         code, out, err = cli("jobs", "-c", "kg", "--json")
@@ -322,7 +332,7 @@ def test_a_cluster_taken_down_mid_chain_ends_its_run_and_comes_back_with_up(kagg
     assert code == 0, err
     code, out, err = cli("submit", str(make_job(tmp_path, "print('back')\n", name="again")), "-c", "kg")
     assert code == 0 and "back" in out, err
-    assert cli("down", "-c", "kg", "--yes")[0] == 0 and kaggle.leftovers() == []
+    _down(cli, kaggle)
 
 
 def test_a_submit_kaggle_refuses_fails_the_run_with_the_reason(kaggle, cli, tmp_path, monkeypatch):
@@ -336,7 +346,7 @@ def test_a_submit_kaggle_refuses_fails_the_run_with_the_reason(kaggle, cli, tmp_
     code, out, err = cli("cancel", row["id"], "-c", "kg")
     assert code == 2 and "already failed" in err
     monkeypatch.setenv("KAGGLE_KEY", KEY)
-    assert cli("down", "-c", "kg", "--yes")[0] == 0 and kaggle.leftovers() == []
+    _down(cli, kaggle)
 
 
 def test_a_run_longer_than_a_session_chains_through_sessions_and_down_leaves_nothing(kaggle, cli, tmp_path,
@@ -364,18 +374,14 @@ def test_a_run_longer_than_a_session_chains_through_sessions_and_down_leaves_not
     assert all(p["machineShape"] == "TpuV5E8" and p["isPrivate"] and "dockerImage" not in p for p in pushed)
     assert sorted(len(p.get("kernelDataSources", [])) for p in pushed) == [0] + [1] * (sessions - 1)
     assert len(kaggle.datasets) == 1 and all(d["private"] for d in kaggle.datasets.values())
-    dest = tmp_path / "got"
-    assert cli("download", "-c", "kg", "-o", str(dest))[0] == 0
-    assert (dest / "step").read_text() == "16"
+    assert (_downloaded(cli, tmp_path) / "step").read_text() == "16"
     # the same job again: its dataset is there already, nothing is uploaded
     monkeypatch.setenv("TPUCTL_KAGGLE_SESSION_SECONDS", "60")
     uploads = sum(1 for c in kaggle.calls if c.startswith("PUT /upload/"))
     code, out, err = cli("submit", str(job), "-c", "kg")
     assert code == 0 and "unchanged: nothing uploaded" in err, err
     assert sum(1 for c in kaggle.calls if c.startswith("PUT /upload/")) == uploads and len(kaggle.datasets) == 1
-    code, out, err = cli("down", "-c", "kg", "--yes")
-    assert code == 0, err
-    assert kaggle.leftovers() == []
+    _down(cli, kaggle)
 
 
 def test_a_detached_chain_is_moved_on_by_tpuctl_watch(kaggle, cli, tmp_path, monkeypatch):
@@ -388,7 +394,7 @@ def test_a_detached_chain_is_moved_on_by_tpuctl_watch(kaggle, cli, tmp_path, mon
     [row] = json.loads(cli("jobs", "-c", "kg", "--json")[1])
     assert row["state"] == "succeeded" and row["attempt"] >= 3
     assert "step 16" in cli("logs", "-c", "kg")[1]
-    assert cli("down", "-c", "kg", "--yes")[0] == 0 and kaggle.leftovers() == []
+    _down(cli, kaggle)
 
 
 def test_a_session_kaggle_stops_at_its_hard_limit_is_continued(kaggle, cli, tmp_path, monkeypatch):
@@ -403,7 +409,7 @@ def test_a_session_kaggle_stops_at_its_hard_limit_is_continued(kaggle, cli, tmp_
     assert "exceeded the session time limit" in out and "resuming at 0" in out and \
         ("step 16\n" in out or "resuming at 16" in out)
     assert out.count("resuming at") >= 2
-    assert cli("down", "-c", "kg", "--yes")[0] == 0 and kaggle.leftovers() == []
+    _down(cli, kaggle)
 
 
 def test_a_job_that_fails_fails_the_run_with_its_code(kaggle, cli, tmp_path):
@@ -412,7 +418,7 @@ def test_a_job_that_fails_fails_the_run_with_its_code(kaggle, cli, tmp_path):
     assert code == 3, out + err
     assert "about to fail" in out and "ERROR" in out
     assert [k["request"].get("machineShape") for k in kaggle.kernels.values()] == [None]
-    assert cli("down", "-c", "kg", "--yes")[0] == 0 and kaggle.leftovers() == []
+    _down(cli, kaggle)
 
 
 def test_cancel_stops_the_session(kaggle, cli, tmp_path):
@@ -424,7 +430,7 @@ def test_cancel_stops_the_session(kaggle, cli, tmp_path):
     assert cli("cancel", run_id, "-c", "kg")[0] == 0
     [row] = json.loads(cli("jobs", "-c", "kg", "--json")[1])
     assert row["state"] == "cancelled" and kaggle.kernels == {}
-    assert cli("down", "-c", "kg", "--yes")[0] == 0 and kaggle.leftovers() == []
+    _down(cli, kaggle)
 
 
 def test_credentials_and_refusals_are_one_line_each_and_leave_nothing(kaggle, cli, tmp_path, monkeypatch):
@@ -457,7 +463,7 @@ def test_credentials_and_refusals_are_one_line_each_and_leave_nothing(kaggle, cl
     [row] = json.loads(cli("jobs", "-c", "kg", "--json")[1])   # the run that Kaggle refused: failed, and why
     assert row["state"] == "failed"
     assert "Phone verification" in cli("logs", row["id"], "-c", "kg")[1]
-    assert cli("down", "-c", "kg", "--yes")[0] == 0 and kaggle.leftovers() == []
+    _down(cli, kaggle)
 
 
 def _final(out):
@@ -491,9 +497,8 @@ def test_bert_cut_by_the_session_limit_ends_as_the_uninterrupted_run(kaggle, cli
                            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", TF_USE_LEGACY_KERAS="1"), timeout=600)
     assert whole.returncode == 0, whole.stderr[-3000:]
     assert _final(cut) == _final(whole.stdout) and _final(cut)[0] == 300
-    assert cli("download", "-c", "kg", "-o", str(tmp_path / "got"))[0] == 0
-    assert list((tmp_path / "got" / "checkpoints").glob("ckpt-300.index"))
-    assert cli("down", "-c", "kg", "--yes")[0] == 0 and kaggle.leftovers() == []
+    assert list((_downloaded(cli, tmp_path) / "checkpoints").glob("ckpt-300.index"))
+    _down(cli, kaggle)
 
 
 # -- inside the session (issue 29 items 2, 3, 8; issue 28 item 7) ------------------------------------------------------
@@ -539,7 +544,7 @@ def test_the_session_finds_its_inputs_wherever_kaggle_mounts_them(kaggle, cli, t
     assert out.count("sizes and sha256 as uploaded") == 2
     mounted = [p for k in kaggle.kernels.values() for s in k["versions"] for p in s["dir"].rglob("tpuctl-inputs-*")]
     assert len(mounted) == 2 and all(("/input/datasets/alice/" in str(p)) == (layout == "datasets") for p in mounted)
-    assert cli("down", "-c", "kg", "--yes")[0] == 0 and kaggle.leftovers() == []
+    _down(cli, kaggle)
 
 
 def test_inputs_that_are_not_there_or_not_as_uploaded_are_named(kaggle, cli, tmp_path):
@@ -562,7 +567,7 @@ def test_inputs_that_are_not_there_or_not_as_uploaded_are_named(kaggle, cli, tmp
     code, out, err = cli("submit", str(job), "-c", "kg", "--keep-inputs")
     assert code == 127 and f"cannot find the run's inputs (marker {manifest})" in out, out
     assert "there: datasets/alice/tpuctl-" in out, out
-    assert cli("down", "-c", "kg", "--yes")[0] == 0 and kaggle.leftovers() == []
+    _down(cli, kaggle)
 
 
 PRINT_TF = """import importlib.metadata as m, tensorflow as tf
@@ -595,7 +600,7 @@ def test_a_tensorflow_job_on_the_tpu_gets_a_tensorflow_that_drives_it(kaggle, cl
     code, out, err = cli("submit", str(job), "-c", "kg")
     assert code == 127 and "version 2.19.1" not in out, out
     assert "TensorFlow 2.19.1 from " in out and "sees no TPU, only CPU; RuntimeError: No TPU platform found" in out
-    assert cli("down", "-c", "kg", "--yes")[0] == 0 and kaggle.leftovers() == []
+    _down(cli, kaggle)
 
 
 def test_a_jax_job_uses_the_images_own_stack(kaggle, cli, tmp_path):
@@ -604,7 +609,7 @@ def test_a_jax_job_uses_the_images_own_stack(kaggle, cli, tmp_path):
                    'framework = "jax"\n')
     code, out, err = cli("submit", str(job), "-c", "kg")
     assert code == 0 and "tf-keras False" in out and "installing tensorflow" not in out, out
-    assert cli("down", "-c", "kg", "--yes")[0] == 0 and kaggle.leftovers() == []
+    _down(cli, kaggle)
 
 
 def test_the_session_script_and_the_uploader_agree_on_the_payload_mark():
@@ -625,7 +630,7 @@ def test_a_chain_keeps_the_script_that_matches_its_datasets_wheel(kaggle, cli, t
     assert cli("watch", "-c", "kg")[0] == 0
     log = cli("logs", "-c", "kg")[1]
     assert "resumed from checkpoint" in log and "a newer tpuctl" not in log, log
-    assert cli("down", "-c", "kg", "--yes")[0] == 0 and kaggle.leftovers() == []
+    _down(cli, kaggle)
 
 
 def _greeting(tmp_path):
@@ -635,15 +640,12 @@ def _greeting(tmp_path):
 
 
 def test_a_previous_session_whose_output_is_not_attached_is_named(kaggle, cli, tmp_path):
-    import time
     _up(cli, "--type", "cpu")
     code, out, err = cli("submit", str(make_job(tmp_path, TWO_SESSIONS)), "-c", "kg", "--detach", "--chain", "3",
                          "--data", str(_greeting(tmp_path)))
     assert code == 0, err
     [first] = [k["versions"][-1] for k in kaggle.kernels.values()]
-    deadline = time.monotonic() + 60
-    while first["status"] == "RUNNING" and time.monotonic() < deadline:
-        time.sleep(0.05)
+    until(lambda: first["status"] != "RUNNING", 60, "the first session's end")
     [marker] = (first["dir"] / "kaggle" / "working").glob("tpuctl-*-s1.json")
     marker.unlink()                                      # its output, as the next session gets it, lacks the marker
     assert cli("watch", "-c", "kg")[0] == 0
@@ -652,4 +654,4 @@ def test_a_previous_session_whose_output_is_not_attached_is_named(kaggle, cli, t
     assert "resumed from" not in log
     [row] = json.loads(cli("jobs", "-c", "kg", "--json")[1])
     assert row["state"] == "failed" and row["exit_code"] == 127
-    assert cli("down", "-c", "kg", "--yes")[0] == 0 and kaggle.leftovers() == []
+    _down(cli, kaggle)

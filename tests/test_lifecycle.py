@@ -5,6 +5,7 @@ import time
 
 import pytest
 
+from conftest import until
 from jobs import SLEEP_JOB, make_job
 from tpuctl.core import state
 from tpuctl.core.lifecycle import Clock, Policy, parse_duration
@@ -13,10 +14,7 @@ from tpuctl.providers.local import LocalProvider
 
 def _wait_stopped(name, timeout=30):
     st = state.load(name)
-    deadline = time.time() + timeout
-    while LocalProvider().agent_alive(st) and time.time() < deadline:
-        time.sleep(0.1)
-    return not LocalProvider().agent_alive(st)
+    until(lambda: not LocalProvider().agent_alive(st), timeout, f"cluster {name}'s agent to stop")
 
 
 @pytest.mark.parametrize("text,seconds", [("90s", 90), ("30m", 1800), ("2h", 7200), ("1d", 86400), ("off", 0)])
@@ -49,7 +47,7 @@ def test_autostop_waits_for_the_run_then_ends_the_agent_and_up_brings_it_back(lo
     assert code == 0 and "slept" in out, err
     info = json.loads(cli("status", "-c", "auto", "--json")[1])
     assert "next:" in info["autostop"]
-    assert _wait_stopped("auto", timeout=20)
+    _wait_stopped("auto", timeout=20)
     info = json.loads(cli("status", "-c", "auto", "--json")[1])
     assert info["phase"] == "stopped" and "autostop: no run for 3s" in info["stopped"]
     assert info["fix"] == "tpuctl up -c auto brings it back" and info["problem"] == ""
@@ -69,7 +67,7 @@ def test_max_duration_ends_a_running_job_then_the_agent(local_up, cli, tmp_path)
     t = time.time()
     code, out, err = cli("submit", str(job), "-c", "dl")
     assert code != 0 and time.time() - t < 30 and "max-duration deadline" in out, out + err
-    assert _wait_stopped("dl")
+    _wait_stopped("dl")
     assert "deadline" in json.loads(cli("status", "-c", "dl", "--json")[1])["stopped"]
 
 
@@ -77,7 +75,7 @@ def test_submit_down_ends_the_compute_once_the_run_is_final(local_up, cli, tmp_p
     local_up("sd")
     job = make_job(tmp_path, "print('done')")
     run_id = cli("submit", str(job), "-c", "sd", "--down", "--detach")[1].strip()
-    assert _wait_stopped("sd")
+    _wait_stopped("sd")
     assert json.loads(cli("jobs", "-c", "sd", "--json")[1])[0]["state"] == "succeeded"
     assert json.loads(cli("status", "-c", "sd", "--json")[1])["stopped"].startswith(f"run {run_id} ended")
 
@@ -93,6 +91,21 @@ def test_cost_so_far_sums_every_period_of_compute(cloud, cli):
     st = state.load("c")
     assert all(end for _, end in st.periods)
     assert json.loads(cli("status", "-c", "c", "--json")[1])["cost_so_far_usd"] == pytest.approx(12.0, rel=0.01)
+
+
+def test_jobs_and_status_count_at_the_price_per_hour_override(local_up, cli, tmp_path, monkeypatch):
+    """TPUCTL_PRICE_PER_HOUR is the price of every cost shown, as it is the budget's (core/budget.py `hourly`)."""
+    local_up("po")
+    code, out, err = cli("submit", str(make_job(tmp_path, "import time\ntime.sleep(1)\nprint('done')")), "-c", "po")
+    assert code == 0, err
+    [row] = json.loads(cli("jobs", "-c", "po", "--json")[1])
+    assert row["cost_usd"] == 0.0                                   # the local provider is free
+    monkeypatch.setenv("TPUCTL_PRICE_PER_HOUR", "3600")             # a dollar a second
+    [row] = json.loads(cli("jobs", "-c", "po", "--json")[1])
+    assert row["duration"] >= 1 and row["cost_usd"] == pytest.approx(row["duration"], abs=0.001)
+    assert f"${row['cost_usd']:.2f}" in cli("jobs", "-c", "po")[1]
+    info = json.loads(cli("status", "-c", "po", "--json")[1])
+    assert info["cost_so_far_usd"] >= row["cost_usd"]              # the compute has existed longer than the run
 
 
 def test_ls_flags_a_cluster_past_its_deadline_that_is_still_up(local_up, cli):

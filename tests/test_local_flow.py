@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import until
 from jobs import ENV_JOB, FIDELITY_JOB, SLEEP_JOB, fidelity_expected, make_job, make_wheel
 from tpuctl.core import state
 from tpuctl.core.models import ProviderName
@@ -90,12 +91,7 @@ def test_cancel_and_detach(local, cli, tmp_path, monkeypatch):
     code, out, err = cli("submit", str(job), "-c", "loc", "--detach")
     assert code == 0
     run_id = out.strip()
-    deadline = time.time() + 20
-    while time.time() < deadline:
-        code, out, _ = cli("jobs", "-c", "loc", "--json")
-        if json.loads(out)[0]["state"] == "running":
-            break
-        time.sleep(0.1)
+    until(lambda: json.loads(cli("jobs", "-c", "loc", "--json")[1])[0]["state"] == "running", 20, "the run running")
     assert cli("cancel", run_id, "-c", "loc")[0] == 0
     code, out, err = cli("logs", run_id, "-c", "loc", "-f")
     assert "started" in out
@@ -279,15 +275,10 @@ def test_down_stops_a_running_job_too(local, cli, tmp_path):
     run_id = cli("submit", str(job), "-c", "loc", "--detach")[1].strip()
     store = Path(local.spec.store)
     status = store / "tpuctl" / "runs" / run_id / "status.json"
-    deadline = time.time() + 20
-    while time.time() < deadline and not (status.exists() and json.loads(status.read_text())["state"] == "running"):
-        time.sleep(0.1)
+    until(lambda: status.exists() and json.loads(status.read_text())["state"] == "running", 20, "the run running")
     pid = json.loads(status.read_text())["pid"]
     assert cli("down", "-c", "loc", "--yes")[0] == 0
-    deadline = time.time() + 10
-    while time.time() < deadline and Path(f"/proc/{pid}").exists():
-        time.sleep(0.1)
-    assert not Path(f"/proc/{pid}").exists(), "the job outlived its agent"
+    until(lambda: not Path(f"/proc/{pid}").exists(), 10, "the job's end: it outlived its agent")
     # not cancelled by the agent's stop (issue 28): ended by `down`, its time and cost stopped, off the queue
     final = json.loads(status.read_text())
     assert final["state"] == "ended" and final["note"] == "cluster taken down (`tpuctl down`)", final

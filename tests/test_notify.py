@@ -7,6 +7,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from conftest import until
 from jobs import make_job
 from tpuctl.core import budget, layout, notify
 from tpuctl.core.store import LocalStore
@@ -45,12 +46,7 @@ class Receiver:
         return [p["tpuctl"]["event"] for p in self.posts]
 
     def wait_for(self, event, timeout=60):
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            if event in self.events():
-                return
-            time.sleep(0.05)
-        raise AssertionError(f"no {event}: {self.events()}")
+        until(lambda: event in self.events(), timeout, lambda: f"{event}; came: {self.events()}")
 
     def close(self):
         self.server.shutdown()
@@ -273,15 +269,6 @@ def _node(name):
     return f"projects/{PROJECT}/locations/{ZONE}/nodes/tpuctl-{name}"
 
 
-def _wait(cond, timeout=90, what=""):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if cond():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 @pytest.fixture
 def watched(live_hosts, monkeypatch, fast_notify):
     """Fast watcher and takeover settings, in this process (the watcher thread) and on the simulated hosts."""
@@ -319,7 +306,7 @@ def test_a_preempted_run_is_heard_of_once_each_start_preemption_recovery_finish(
     """)
     run_id = cli("submit", str(job), "-c", "pn", "--detach", "--", str(time.time() + 20))[1].strip()
     store = _gcp_store("pn")
-    _wait(lambda: _running(store, run_id, 1), what="the run")
+    until(lambda: _running(store, run_id, 1), 90, "the run")
     hook.wait_for("run.started")     # a host killed before its sending thread ran loses the message (at most once)
     t0 = time.time()
     cloud.tpu.set_state(2, _node("pn"), "PREEMPTED")
@@ -352,9 +339,9 @@ def test_a_budget_spent_over_three_periods_stops_the_cluster_for_good(watched, c
     run_id = cli("submit", str(job), "-c", "pb", "--detach")[1].strip()
     store = _gcp_store("pb")
     for attempt in (1, 2):
-        _wait(lambda: _running(store, run_id, attempt), what=f"attempt {attempt}")
+        until(lambda: _running(store, run_id, attempt), 90, f"attempt {attempt}")
         cloud.tpu.set_state(2, _node("pb"), "PREEMPTED")
-    _wait(lambda: _running(store, run_id, 3), what="attempt 3")
+    until(lambda: _running(store, run_id, 3), 90, "attempt 3")
     creates = len([c for c in cloud.tpu.mutating_calls() if "CreateNode" in str(c)])
     hook.wait_for("cluster.stopped", timeout=120)
     w.wait()                                                  # the watch is over (the run ended, then the compute)

@@ -5,7 +5,7 @@ import json
 import time
 
 import pytest
-from conftest import PROJECT
+from conftest import PROJECT, until
 
 from jobs import make_job
 from tpuctl.core import runs, state
@@ -99,9 +99,7 @@ def test_a_preempted_spot_request_is_asked_again_and_its_run_resumes(live_hosts,
     run_id = cli("submit", str(job), "-c", "q", "--detach")[1].strip()
     from tpuctl.providers.stores import open_store
     store = open_store(f"gs://{PROJECT}-tpuctl-q")
-    deadline = time.time() + 60
-    while runs.status(store, run_id, 0).state is not runs.RunState.RUNNING and time.time() < deadline:
-        time.sleep(0.1)
+    until(lambda: runs.status(store, run_id, 0).state is runs.RunState.RUNNING, 60, "the run running")
     cloud.tpu.suspend(QR)                                        # Google reclaims the spot capacity
     code, out, err = cli("up", "-c", "q")
     assert code == 0 and "SUSPENDED: asking again" in err, err
@@ -117,10 +115,7 @@ def test_the_host_of_a_queued_tpu_deletes_its_request_when_autostop_fires(live_h
     code, out, err = cli("up", "--type", "v5litepod-8", "--zone", ZONE, "-c", "q", "--queued", "--autostop", "3s",
                          "--yes")
     assert code == 0 and "armed: enforced by the host" in err, err
-    deadline = time.time() + 60
-    while (cloud.tpu.queued or cloud.tpu.nodes[2]) and time.time() < deadline:
-        time.sleep(0.1)
-    assert cloud.tpu.queued == {} and cloud.tpu.nodes[2] == {}
+    until(lambda: cloud.tpu.queued == {} and cloud.tpu.nodes[2] == {}, 60, "the request and its TPU deleted")
     asked = [(m, p) for m, p, who in cloud.tpu.rest_calls]
     assert asked[0] == ("DELETE", f"/v2/{QR}?force=true")
     assert json.loads(cli("status", "-c", "q", "--json")[1])["phase"] == "stopped"

@@ -6,6 +6,7 @@ import time
 
 import pytest
 
+from conftest import until
 from jobs import make_job, submit_to_store
 from tpuctl.core import layout, runs
 from tpuctl.host.agent import Agent
@@ -155,10 +156,7 @@ def test_a_host_stopping_its_agent_interrupts_the_run_and_the_next_agent_resumes
     run_id = submit_to_store(store, make_job(tmp_path, CHECKPOINTS_ON_SIGTERM))
     first = _systemd_agent(tmp_path / "store", tmp_path, "t1v-n-1-w-0")
     at3 = tmp_path / "store" / "runs" / run_id / "output" / "at3"
-    deadline = time.time() + 60
-    while not at3.exists() and time.time() < deadline:
-        time.sleep(0.05)
-    assert at3.exists(), "the job never reached step 3"
+    until(at3.exists, 60, "the job's step 3")
     if kill_mode == "mixed":
         os.kill(first.pid, signal.SIGTERM)
     else:
@@ -172,9 +170,7 @@ def test_a_host_stopping_its_agent_interrupts_the_run_and_the_next_agent_resumes
     assert (tmp_path / "store" / "runs" / run_id / "output" / "step").read_text() == "3"
     second = _systemd_agent(tmp_path / "store", tmp_path, "t1v-n-2-w-0")   # the host re-created after preemption
     try:
-        deadline = time.time() + 60
-        while not runs.status(store, run_id).state.final and time.time() < deadline:
-            time.sleep(0.1)
+        until(lambda: runs.status(store, run_id).state.final, 60, "the resumed run's end")
     finally:
         second.terminate()
         second.wait(30)
@@ -210,10 +206,7 @@ def test_a_hard_preemption_loses_no_line_printed_after_a_quiet_spell(tmp_path):
     agent = _systemd_agent(tmp_path / "store", tmp_path, "t1v-n-1-w-0", TPUCTL_LOG_FLUSH_SECONDS="2")
     said = tmp_path / "store" / "runs" / run_id / "output" / "said"
     try:
-        deadline = time.time() + 60
-        while not said.exists() and time.time() < deadline:
-            time.sleep(0.01)
-        assert said.exists()
+        until(said.exists, 60, "the job's last words", every=0.01)
         printed = time.monotonic()
         while b"checkpoint 7" not in b"".join(store.read(k) or b"" for k, _ in store.list(layout.run_logs(run_id, 0))):
             assert time.monotonic() - printed < 0.4, "the line after a quiet spell waited to be shipped"

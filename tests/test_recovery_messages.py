@@ -5,7 +5,8 @@ import json
 import re
 import time
 
-from test_watch import NODE, ZONE, Running, _up, _until, fast  # noqa: F401 - fast is a fixture
+from conftest import until
+from test_watch import NODE, ZONE, Running, _up, fast  # noqa: F401 - fast is a fixture
 
 from tpuctl.control import armed
 from tpuctl.core import layout, runindex, runs
@@ -36,9 +37,9 @@ def test_the_watcher_and_status_name_the_zone_one_duration_and_the_step_the_run_
     _training(store, RUN, [0])                                  # one attempt so far, from the start
     store.write(layout.agent_heartbeat("tpu-host", 0), json.dumps({"worker": 0, "time": time.time() - 40}).encode())
     w = Running()
-    _until(lambda: any("holding its lease" in m for m in w.said.lines), what="the lease")
+    until(lambda: any("holding its lease" in m for m in w.said.lines), what="the lease")
     cloud.tpu.set_state(2, NODE, "PREEMPTED")
-    _until(lambda: any(m.startswith("recovery 1: cluster w: ") for m in w.said.lines), what="the recovery said")
+    until(lambda: any(m.startswith("recovery 1: cluster w: ") for m in w.said.lines), what="the recovery said")
     line = next(m for m in w.said.lines if m.startswith("recovery 1: cluster w: "))
     assert f"; back on v3-8 in {ZONE} after " in line
     took = int(re.search(r"after (\d+)s without compute", line).group(1))
@@ -48,7 +49,7 @@ def test_the_watcher_and_status_name_the_zone_one_duration_and_the_step_the_run_
     assert f"after {took}s without compute" in status["recoveries"][0]   # one measure everywhere
     assert "resumed" not in status["recoveries"][0]            # not yet: the new attempt has not begun training
     _training(store, RUN, [0, 20])                             # the new host's attempt restored step 20
-    _until(lambda: any(m == f"recovery 1: run {RUN} resumed from its checkpoint at step 20" for m in w.said.lines),
+    until(lambda: any(m == f"recovery 1: run {RUN} resumed from its checkpoint at step 20" for m in w.said.lines),
            what="the resumption said")
     status = json.loads(cli("status", "-c", "w", "--json")[1])
     assert status["recoveries"][0].endswith(f"; run {RUN} resumed from its checkpoint at step 20")

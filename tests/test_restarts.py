@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from conftest import until
 from jobs import SLEEP_JOB, make_job
 from tpuctl import runtime
 from tpuctl.host.restarts import Decision, decide
@@ -75,13 +76,10 @@ def test_no_restart_by_default_as_xpk(local, cli, tmp_path):
 
 
 def test_a_cancelled_run_is_not_restarted(local, cli, tmp_path):
-    import time
     job = make_job(tmp_path, SLEEP_JOB)
     code, out, err = cli("submit", str(job), "-c", "rs", "--max-restarts", "3", "--detach")
     run_id = out.strip()
-    deadline = time.time() + 30
-    while _row(cli)["state"] != "running" and time.time() < deadline:
-        time.sleep(0.2)
+    until(lambda: _row(cli)["state"] == "running", 30, "the run running", every=0.2)
     assert cli("cancel", run_id, "-c", "rs")[0] == 0
     code, out, err = cli("logs", run_id, "-c", "rs", "-f")
     row = _row(cli)

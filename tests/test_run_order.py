@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from conftest import until
 from jobs import make_job, submit_to_store
 from tpuctl.core import layout, runindex, runs
 from tpuctl.core.runs import RunSpec, RunState, RunStatus
@@ -37,10 +38,8 @@ def test_same_second_bursts_from_two_processes_run_list_and_follow_in_submission
     assert len(submitted) == 12 and time.time() - began < 5
     assert submitted == sorted(submitted) and len({i[:15] for i in submitted}) <= 3   # ids made within seconds
     store = LocalStore(st.spec.store)
-    deadline = time.time() + 120
-    while not all(runs.status(store, r).state.final for r in submitted):
-        assert time.time() < deadline, "the agent did not run the burst"
-        time.sleep(0.2)
+    until(lambda: all(runs.status(store, r).state.final for r in submitted), 120, "the agent to run the burst",
+          every=0.2)
     started = sorted(submitted, key=lambda r: runs.status(store, r).started)
     assert started == submitted                              # first in, first out
     code, out, _ = cli("logs", "-c", "order")

@@ -6,7 +6,7 @@ import subprocess
 import time
 
 import pytest
-from conftest import PROJECT
+from conftest import PROJECT, until
 
 from jobs import make_job
 
@@ -24,16 +24,18 @@ def hosts(cloud, monkeypatch):
 
 
 def _wait_agents(hosts, resource_suffix, n, timeout=120):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        found = [h for r, hs in hosts.hosts.items() if r.endswith(resource_suffix) for h in hs]
-        if len(found) == n and all("agent running" in h.boot_log() for h in found):
-            return found
-        if any("FAILED" in h.boot_log() for h in found):
-            break
-        time.sleep(0.2)
-    raise AssertionError("\n".join(f"--- {h.name}\n{h.boot_log()}\n{(h.root / 'startup.out').read_text()}"
-                                   f"\n{h.agent_out()}" for r, hs in hosts.hosts.items() for h in hs))
+    def found():
+        return [h for r, hs in hosts.hosts.items() if r.endswith(resource_suffix) for h in hs]
+
+    def said():
+        return "\n".join(f"--- {h.name}\n{h.boot_log()}\n{(h.root / 'startup.out').read_text()}\n{h.agent_out()}"
+                         for r, hs in hosts.hosts.items() for h in hs)
+
+    def running():
+        return len(found()) == n and all("agent running" in h.boot_log() for h in found())
+    until(lambda: running() or any("FAILED" in h.boot_log() for h in found()), timeout, said, every=0.2)
+    assert running(), said()                                    # not a boot that FAILED
+    return found()
 
 
 def test_a_base_runtime_host_installs_the_tensorflow_the_job_asks_for(hosts, cloud, cli, tmp_path):
@@ -118,10 +120,7 @@ def test_a_four_host_slice_runs_tensorflow_once_and_jax_everywhere(hosts, cloud,
     def serving():   # JSON: a table may wrap a row mid-phrase; and a loaded host's agent may not have beaten yet
         workers = json.loads(cli("status", "-c", "slice", "--json")[1])["resources"]["workers"]
         return sum("serving the TPU runtime" in v for v in workers.values()), workers
-    deadline = time.time() + 60
-    while serving()[0] < 3 and time.time() < deadline:
-        time.sleep(1)
-    assert serving()[0] == 3, serving()[1]
+    until(lambda: serving()[0] == 3, 60, lambda: serving()[1], every=1)
 
     jax_job = make_job(tmp_path, ENV_PRINT, 'framework = "jax"\n', name="jaxjob")
     code, out, err = cli("submit", str(jax_job), "-c", "slice")

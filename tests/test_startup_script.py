@@ -1,8 +1,6 @@
 """The host start-up script on a simulated fresh TPU VM (tests/fakes/tpu_host.py), outside `up`: a failed boot
 lands in the store, and a second boot (a reboot, or the script run again) keeps what is in place."""
-import time
-
-from conftest import PROJECT
+from conftest import PROJECT, until
 
 from fakes.tpu_host import Host
 from tpuctl.providers import agent_package
@@ -34,12 +32,10 @@ def _boot(cloud, tmp_path, name="w0", image="ubuntu", role="tpu-vm", dpkg_busy=2
 
 
 def _wait(host, text, timeout=60):
-    deadline = time.time() + timeout
-    while time.time() < deadline and text not in host.boot_log():
-        if host.script.poll() not in (None, 0) and text not in host.boot_log():
-            break
-        time.sleep(0.1)
-    assert text in host.boot_log(), host.boot_log() + (host.root / "startup.out").read_text()
+    def said():
+        return host.boot_log() + (host.root / "startup.out").read_text()
+    until(lambda: text in host.boot_log() or host.script.poll() not in (None, 0), timeout, said)   # or it failed
+    assert text in host.boot_log(), said()
 
 
 def test_a_failed_boot_is_logged_into_the_store(cloud, tmp_path):

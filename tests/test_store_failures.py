@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import until
 from jobs import make_job, submit_to_store
 from tpuctl.core import layout, runs
 from tpuctl.core.runs import RunState
@@ -54,10 +55,8 @@ def _log(store, run_id):
 
 
 def _wait_final(store, run_id, seconds=60):
-    deadline = time.time() + seconds
-    while not runs.status(store, run_id).state.final:
-        assert time.time() < deadline, f"run {run_id} never ended: {runs.status(store, run_id)}"
-        time.sleep(0.05)
+    until(lambda: runs.status(store, run_id).state.final, seconds,
+          lambda: f"run {run_id}'s end: {runs.status(store, run_id)}")
     return runs.status(store, run_id)
 
 
@@ -111,10 +110,7 @@ def test_output_held_while_the_store_is_full_is_shipped_once_space_returns(cappe
     writer.write(layout.run_job(run_id), json.dumps({**json.loads(writer.read(layout.run_job(run_id))),
                                                      "args": ["5000", str(flag)]}).encode())
     start(cap=300_000)
-    deadline = time.time() + 30
-    while "store full" not in runs.status(writer, run_id).note:    # said in the run's status while it runs
-        assert time.time() < deadline
-        time.sleep(0.05)
+    until(lambda: "store full" in runs.status(writer, run_id).note, 30, "the note")   # said in the status while it runs
     assert runs.status(writer, run_id).state is RunState.RUNNING
     agent.store.cap += 10_000_000                                  # space returns
     flag.touch()
@@ -232,10 +228,7 @@ def test_a_store_the_job_itself_fills_refuses_every_record_until_space_returns(c
     run_id = submit_to_store(writer, make_job(tmp_path, hog))
     start(cap=300_000)
     hog_file = Path(writer.local_path(layout.run_output(run_id))) / "hog"
-    deadline = time.time() + 30
-    while not hog_file.exists():
-        assert time.time() < deadline
-        time.sleep(0.05)
+    until(hog_file.exists, 30, "the job's output")
     time.sleep(1.5)                                   # the job has ended; its final status cannot be written
     assert not runs.status(writer, run_id).state.final
     hog_file.unlink()                                 # space returns

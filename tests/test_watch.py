@@ -11,7 +11,7 @@ import threading
 import time
 
 import pytest
-from conftest import PROJECT
+from conftest import PROJECT, until
 
 from tpuctl.core import layout
 from tpuctl.core.lease import Lease
@@ -172,13 +172,7 @@ class Running:
         return self.why
 
 
-def _until(cond, timeout=60, what=""):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if cond():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
+_until = until   # the name tests/test_multislice.py imports
 
 
 def _creates(cloud):
@@ -195,11 +189,11 @@ def test_a_preempted_node_is_recreated_and_the_watch_ends_with_its_run(cloud, cl
     _up(cli)
     created = len(_creates(cloud))
     w = Running()
-    _until(lambda: any("holding its lease" in m for m in w.said.lines), what="the lease")
+    until(lambda: any("holding its lease" in m for m in w.said.lines), what="the lease")
     status = json.loads(cli("status", "-c", "w", "--json")[1])
     assert status["recovery"].startswith("armed (0 of 5 recoveries used") and "watcher-1" in status["watcher"]
     cloud.tpu.set_state(2, NODE, "PREEMPTED")
-    _until(lambda: _recoveries(cloud), what="a recovery")
+    until(lambda: _recoveries(cloud), what="a recovery")
     assert cloud.tpu.nodes[2][NODE].state.name == "READY"
     assert len(_creates(cloud)) == created + 1
     [rec] = _recoveries(cloud)
@@ -221,10 +215,10 @@ def test_a_preempted_node_is_recreated_and_the_watch_ends_with_its_run(cloud, cl
 def test_a_suspended_queued_request_is_asked_for_again(cloud, cli, fast, no_leak):
     _up(cli, "--queued", "--spot")
     w = Running()
-    _until(lambda: any("holding" in m for m in w.said.lines), what="the lease")
+    until(lambda: any("holding" in m for m in w.said.lines), what="the lease")
     qr = f"projects/{PROJECT}/locations/{ZONE}/queuedResources/tpuctl-w-qr"
     cloud.tpu.suspend(qr)
-    _until(lambda: _recoveries(cloud), what="a recovery")
+    until(lambda: _recoveries(cloud), what="a recovery")
     assert "SUSPENDED" in _recoveries(cloud)[0]["lost"]
     assert cloud.tpu.queued[qr]["qr"].state.state.name == "ACTIVE"
     assert cloud.tpu.nodes[2][NODE].state.name == "READY"
@@ -236,9 +230,9 @@ def test_two_watchers_recreate_once(cloud, cli, fast, no_leak):
     _up(cli)
     created = len(_creates(cloud))
     a, b = Running(where="one"), Running(where="two")
-    _until(lambda: any("standing by" in m for m in a.said.lines + b.said.lines), what="a watcher standing by")
+    until(lambda: any("standing by" in m for m in a.said.lines + b.said.lines), what="a watcher standing by")
     cloud.tpu.set_state(2, NODE, "PREEMPTED")
-    _until(lambda: _recoveries(cloud), what="a recovery")
+    until(lambda: _recoveries(cloud), what="a recovery")
     time.sleep(0.5)
     assert len(_creates(cloud)) == created + 1 and len(_recoveries(cloud)) == 1
     assert cli("down", "-c", "w", "--yes")[0] == 0
@@ -264,10 +258,10 @@ def test_down_while_a_watcher_recreates_leaves_nothing(cloud, cli, fast, no_leak
     create in flight, which the watcher undoes, and returns in its usual time with every TPU made deleted."""
     _up(cli)
     w = Running()
-    _until(lambda: any("holding" in m for m in w.said.lines), what="the lease")
+    until(lambda: any("holding" in m for m in w.said.lines), what="the lease")
     cloud.tpu.delay = 1.5                       # the re-create takes a while
     cloud.tpu.set_state(2, NODE, "PREEMPTED")
-    _until(lambda: any("re-creating" in m for m in w.said.lines), what="the re-create")
+    until(lambda: any("re-creating" in m for m in w.said.lines), what="the re-create")
     if how:
         _damage_lease(how)
     began = time.monotonic()
@@ -288,12 +282,12 @@ def test_a_damaged_lease_mid_recreate_is_taken_over_without_a_second_recreate(cl
     _up(cli)
     created = len(_creates(cloud))
     a, b = Running(where="one"), Running(where="two")
-    _until(lambda: any("standing by" in m for m in a.said.lines + b.said.lines), what="a watcher standing by")
+    until(lambda: any("standing by" in m for m in a.said.lines + b.said.lines), what="a watcher standing by")
     cloud.tpu.delay = 1.5
     cloud.tpu.set_state(2, NODE, "PREEMPTED")
-    _until(lambda: any("re-creating" in m for m in a.said.lines + b.said.lines), what="the re-create")
+    until(lambda: any("re-creating" in m for m in a.said.lines + b.said.lines), what="the re-create")
     _damage_lease(how)
-    _until(lambda: _recoveries(cloud), what="a recovery")
+    until(lambda: _recoveries(cloud), what="a recovery")
     time.sleep(1.0)
     assert len(_creates(cloud)) == created + 1 and len(_recoveries(cloud)) == 1
     from tpuctl.control import armed
@@ -312,7 +306,7 @@ def test_a_hosts_own_stop_is_not_undone(cloud, cli, fast, no_leak):
     store = registry.get("gcp").store(state.load("w"))
     created = len(_creates(cloud))
     w = Running()
-    _until(lambda: any("holding" in m for m in w.said.lines), what="the lease")
+    until(lambda: any("holding" in m for m in w.said.lines), what="the lease")
     # what worker 0's agent does at autostop: its record, then the deletion of its own TPU
     store.write(layout.STOPPED, json.dumps({"reason": "autostop: idle for 30m", "time": time.time()}).encode())
     del cloud.tpu.nodes[2][NODE]
@@ -323,10 +317,10 @@ def test_a_hosts_own_stop_is_not_undone(cloud, cli, fast, no_leak):
 def test_max_recoveries_ends_the_watch_with_a_clear_status(cloud, cli, fast, no_leak):
     _up(cli, "--max-recoveries", "1")
     w = Running()
-    _until(lambda: any("holding" in m for m in w.said.lines), what="the lease")
+    until(lambda: any("holding" in m for m in w.said.lines), what="the lease")
     cloud.tpu.set_state(2, NODE, "PREEMPTED")
-    _until(lambda: _recoveries(cloud), what="a recovery")
-    _until(lambda: cloud.tpu.nodes[2][NODE].state.name == "READY", what="READY")
+    until(lambda: _recoveries(cloud), what="a recovery")
+    until(lambda: cloud.tpu.nodes[2][NODE].state.name == "READY", what="READY")
     cloud.tpu.set_state(2, NODE, "PREEMPTED")
     why = w.wait()
     assert why.startswith("gave up") and "--max-recoveries" in why
@@ -341,16 +335,16 @@ def test_a_watcher_killed_mid_recreate_is_succeeded_without_a_duplicate(cloud, c
     first = subprocess.Popen([sys.executable, "-m", "tpuctl", "watch", "-c", "w"], stdout=log, stderr=subprocess.STDOUT,
                              env={**os.environ, "PYTHONPATH": os.getcwd()})
     try:
-        _until(lambda: b"holding its lease" in (tmp_path / "watcher.log").read_bytes(), what="the first watcher")
+        until(lambda: b"holding its lease" in (tmp_path / "watcher.log").read_bytes(), what="the first watcher")
         cloud.tpu.delay = 3.0
         cloud.tpu.set_state(2, NODE, "PREEMPTED")
-        _until(lambda: len(_creates(cloud)) == created + 1, what="the re-create to begin")
+        until(lambda: len(_creates(cloud)) == created + 1, what="the re-create to begin")
     finally:
         first.send_signal(signal.SIGKILL)
         first.wait(10)
     assert cloud.tpu.nodes[2][NODE].state.name == "CREATING"
     w = Running(where="second")                 # stands by until the dead one's lease lapses, then adopts
-    _until(lambda: _recoveries(cloud), what="the second watcher's recovery")
+    until(lambda: _recoveries(cloud), what="the second watcher's recovery")
     assert len(_creates(cloud)) == created + 1, "the second watcher made another TPU"
     assert cloud.tpu.nodes[2][NODE].state.name == "READY"
     assert cli("down", "-c", "w", "--yes")[0] == 0
@@ -381,13 +375,13 @@ def test_on_the_local_provider_a_detached_watcher_restarts_a_killed_agent(local_
     watcher = detached_pid("lw")
     assert watcher
     os.kill(st.host.pid, signal.SIGKILL)
-    _until(lambda: state.load("lw").host.pid != st.host.pid and LocalProvider().agent_alive(state.load("lw")),
+    until(lambda: state.load("lw").host.pid != st.host.pid and LocalProvider().agent_alive(state.load("lw")),
            what="the agent to be restarted")
     status = json.loads(cli("status", "-c", "lw", "--json")[1])
     assert "1 of 5" in status["recovery"] and "is gone" in status["recoveries"][0]
     code, out, err = cli("down", "-c", "lw", "--yes")
     assert code == 0, err
-    _until(lambda: not detached_pid("lw"), what="the watcher to exit after down")
+    until(lambda: not detached_pid("lw"), what="the watcher to exit after down")
     assert "`tpuctl down`" in json.loads(cli("status", "-c", "lw", "--json")[1])["recovery"]
 
 
@@ -417,7 +411,7 @@ def test_a_watcher_vm_brings_back_a_preempted_tpu_and_down_removes_it(cloud, liv
     assert "watcher VM tpuctl-w-watch" in row["watcher"] and not row["orphan"]
     created = len(_creates(cloud))
     cloud.tpu.set_state(2, NODE, "PREEMPTED")
-    _until(lambda: _recoveries(cloud), timeout=120, what="the watcher VM's recovery")
+    until(lambda: _recoveries(cloud), timeout=120, what="the watcher VM's recovery")
     assert cloud.tpu.nodes[2][NODE].state.name == "READY" and len(_creates(cloud)) == created + 1
     assert _recoveries(cloud)[0]["watcher"] == "VM tpuctl-w-watch"
     _on_mynet(cloud)                                     # the re-created TPU too
@@ -480,7 +474,7 @@ def test_a_tpu_left_unknown_is_reported_and_recreated(cloud, cli, fast, no_leak)
     assert "UNKNOWN (Google's repair of it failed)" in status["problem"] and "tpuctl up -c w" in status["fix"]
     created = len(_creates(cloud))
     w = Running()
-    _until(lambda: _recoveries(cloud), what="a recovery")
+    until(lambda: _recoveries(cloud), what="a recovery")
     assert "UNKNOWN" in _recoveries(cloud)[0]["lost"] and "repair" in _recoveries(cloud)[0]["lost"]
     assert any("UNKNOWN" in m and "re-creating" in m for m in w.said.lines)
     assert cloud.tpu.nodes[2][NODE].state.name == "READY" and len(_creates(cloud)) == created + 1
@@ -493,9 +487,9 @@ def test_a_tpu_held_in_a_state_waiting_cannot_mend_is_told_not_watched_in_silenc
     _up(cli)
     created = len(_creates(cloud))
     w = Running()
-    _until(lambda: any("holding" in m for m in w.said.lines), what="the lease")
+    until(lambda: any("holding" in m for m in w.said.lines), what="the lease")
     cloud.tpu.set_state(2, NODE, state)
-    _until(lambda: any("needs" in m or "not re-created" in m for m in w.said.lines), what="the watcher to tell")
+    until(lambda: any("needs" in m or "not re-created" in m for m in w.said.lines), what="the watcher to tell")
     status = json.loads(cli("status", "-c", "w", "--json")[1])
     assert f"needs you: the TPU is {state}" in status["watcher"], status
     assert state in status["problem"] and status["fix"], status

@@ -14,7 +14,8 @@
 - objects.list answers in pages, as GCS does and the emulator does not: at most `maxResults` items, never more than
   1,000, in name order, with a `nextPageToken` when more remain (cloud.google.com/storage/docs/json_api/v1/objects/
   list); `listed` keeps how many items each listing answered, so a test can tell a short read from a full one;
-- a fault queue: fake.faults["POST /storage/v1/b"].append((503, "backendError")) fails the next matching call;
+- a fault queue: fake.faults["POST /storage/v1/b"].append((503, "backendError")) fails the next matching call
+  (matched against the call as `calls` records it, so an upload can be picked by its object's name);
 - identities: `listen_as(member)` opens another port on which every request is made as that member (a simulated
   TPU host's service account; emulator clients send no credentials, so the port tells hosts apart). Such requests
   need a bucket-level grant, and a grant takes effect only `iam_delay` seconds after the setIamPolicy that made
@@ -193,10 +194,11 @@ class FakeGcs:
         named = re.search(rb'"name":\s*"([^"]+)"', body or b"") if url.path.startswith("/upload/") else None
         with self.lock:
             # uploads are recorded with the object's name: "POST /upload/storage/v1/b/B/o NAME"
-            self.calls.append(f"{route} {named.group(1).decode()}" if named else route)
+            call = f"{route} {named.group(1).decode()}" if named else route
+            self.calls.append(call)
             self.bytes_in[route] += len(body or b"")
             for key in list(self.faults):
-                if self.faults[key] and route.startswith(key):
+                if self.faults[key] and call.startswith(key):
                     return self._json_error(*self.faults[key].pop(0))
         if identity is not None:
             refused = self._refusal(identity, method, url)

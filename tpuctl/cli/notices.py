@@ -40,8 +40,7 @@ def before_up(spec: ClusterSpec, prov: Provider, prior: ClusterState | None, usd
     store_doc = _prior_budget(prior, prov)
     raw = cfg.setting("budget", usd_flag, None)
     out.usd = budget.parse_usd(str(raw)) if raw is not None else float(store_doc.get("usd") or 0)
-    hourly = budget.price_override()
-    hourly = prov.price(spec).hourly if hourly is None else hourly
+    hourly = budget.hourly(prov.price(spec).hourly)
     line = budget.check_up(out.usd, hourly, prior.periods if prior else [], spec.name, store_doc.get("extra", []))
     out.hourly = hourly or 0.0
     con = console()

@@ -293,8 +293,9 @@ def jobs(cluster: Optional[str] = CLUSTER,
         rows = rows[:limit]
         con.err.print(f"the latest {'run' if limit == 1 else f'{limit} runs'}; `--limit N` or `--all` shows more",
                       style="dim")
-    hourly = prov.price(st.spec).hourly
-    for r in rows:   # what the compute cost while the run ran, at the catalog price of the cluster's type
+    from ..core import budget
+    hourly = budget.hourly(prov.price(st.spec).hourly)
+    for r in rows:   # what the compute cost while the run ran, at the price every cost is counted at
         d = r["duration"]
         r["cost_usd"] = round(d / 3600 * hourly, 4) if isinstance(d, float) and hourly is not None else None
     from ..control.status import budget_of

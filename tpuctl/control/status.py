@@ -31,7 +31,7 @@ def status(st: ClusterState, provider: Provider) -> dict[str, object]:
                                "grants": [f"{g.role} -> {g.member}" for g in st.grants]}
     record = _stopped_record(st, provider) if st.phase is Phase.READY else {}   # read once: stop and failure
     stopped = _stop_in(st, record)
-    info.update(_cost(st, price.hourly))
+    info.update(_cost(st, budget.hourly(price.hourly)))
     info.update(budget_of(st, provider))
     info.update(watch)
     info["orphan_data"] = orphan_data(st, provider)
@@ -124,7 +124,7 @@ def _armed(st: ClusterState, provider: Provider, record: dict[str, object]) -> s
 
 def _cost(st: ClusterState, hourly: float | None) -> dict[str, object]:
     """Compute time summed over every period the cluster's compute existed (recreations included) at the
-    catalog price of its type; region differences are ignored."""
+    catalog price of its type (or TPUCTL_PRICE_PER_HOUR: budget.hourly); region differences are ignored."""
     seconds = st.compute_seconds(time.time())
     h, m = divmod(int(seconds) // 60, 60)
     return {"uptime": f"{h}h{m:02d}m", "cost_so_far_usd": None if hourly is None else round(seconds / 3600 * hourly, 2)}

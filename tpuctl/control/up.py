@@ -23,6 +23,7 @@ from ..core.background import Background
 from ..core.errors import ErrorKind, Scope, TpuctlError
 from ..core.models import ClusterSpec, ClusterState, Grant, Phase
 from ..providers.base import BucketGrants, Created, Placement, Provider, Reporter, progress_of
+from .status import stopped_by_host, when
 
 
 class _Up:
@@ -201,8 +202,10 @@ def up(spec: ClusterSpec, provider: Provider, reporter: Reporter, regrant: bool 
 def arm(st: ClusterState, provider: Provider, progress: Callable[[str], None]) -> str:
     """After `up` with autostop or a deadline, or before `submit --down`: wait for the host's word that it can end
     the compute itself (TPUCTL_TEARDOWN_WAIT seconds, default 900: a TPU VM boots and installs the agent first).
-    Returns who enforces it; raises PERMISSION (the grant that would mend it) or TIMEOUT, never calling a
-    setting armed that nothing would enforce."""
+    Returns who enforces it; raises PERMISSION (the grant that would mend it), NOT_FOUND when the compute is gone
+    meanwhile (the host may have ended it before it answered this `up`: a refused deletion retried once the grant
+    was fixed, a report lost on its way to the store), or TIMEOUT, never calling a setting armed that nothing would
+    enforce."""
     deadline = time.monotonic() + float(os.environ.get("TPUCTL_TEARDOWN_WAIT", "900"))
     poll = min(float(os.environ.get("TPUCTL_POLL_INTERVAL", "2")), 2.0)
     shown = False
@@ -214,6 +217,10 @@ def arm(st: ClusterState, provider: Provider, progress: Callable[[str], None]) -
             raise TpuctlError(ErrorKind.PERMISSION, f"the host cannot end the compute itself: {said.text}; the "
                               "compute is up and billing, with nothing enforcing autostop, deadline or --down",
                               said.hint)
+        gone = _gone(st, provider)
+        if gone:
+            raise TpuctlError(ErrorKind.NOT_FOUND, f"{gone}; autostop, deadline and --down are not armed",
+                              f"`tpuctl up -c {st.name}` makes it again")
         if time.monotonic() >= deadline:
             raise TpuctlError(ErrorKind.TIMEOUT, f"{said.text}: autostop, deadline and --down are NOT armed",
                               f"look at the host: tpuctl status -c {st.name}; run `tpuctl up -c {st.name}` again "
@@ -222,3 +229,19 @@ def arm(st: ClusterState, provider: Provider, progress: Callable[[str], None]) -
             progress("waiting for the host to confirm it may delete its own compute")
             shown = True
         time.sleep(poll)
+
+
+def _gone(st: ClusterState, provider: Provider) -> str:
+    """Why the compute is gone, "" while it is up or coming up: the host's own record of ending it (why, when) when
+    it did, else what the provider sees. The record alone is not enough: the host writes it before asking for the
+    deletion, which Google may refuse."""
+    try:
+        lost = provider.compute_lost(st)
+    except TpuctlError:
+        return ""   # cannot tell now; the wait's deadline still bounds it
+    if not lost:
+        return ""
+    stop = stopped_by_host(st, provider)
+    if stop:
+        return f"the host ended cluster {st.name}'s compute at {when(stop[1])}: {stop[0]}"
+    return f"cluster {st.name}'s compute is gone: {lost}"

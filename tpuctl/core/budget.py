@@ -22,11 +22,12 @@ WARN_AT = 0.8
 REASON = "budget"
 
 
-def price_override() -> float | None:
-    """TPUCTL_PRICE_PER_HOUR: a price in place of the catalog's (tests make a fake TPU expensive; a user may put
-    in the price they are actually charged)."""
+def hourly(catalog: float | None) -> float | None:
+    """The $/hour that every cost is counted at (the budget, `status`'s cost so far, `jobs`' cost column):
+    TPUCTL_PRICE_PER_HOUR when set, in place of the catalog's `catalog` (tests make a fake TPU expensive; a user
+    may put in the price they are actually charged); None when neither knows."""
     raw = os.environ.get("TPUCTL_PRICE_PER_HOUR")
-    return float(raw) if raw else None
+    return float(raw) if raw else catalog
 
 
 def parse_usd(text: str) -> float:

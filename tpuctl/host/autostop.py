@@ -53,8 +53,7 @@ class SelfStop:
             a.stop.set()
         elif how == "gcp":
             try:
-                for target in google_api.targets(a.record):
-                    google_api.delete(target)
+                google_api.delete_all(google_api.targets(a.record))
             except Exception as e:  # noqa: BLE001 - a refused or unreachable API: say so where status looks
                 failed = f"{type(e).__name__}: {e}"
                 a.store.write(layout.STOPPED, json.dumps({**stopped, "failed": failed}).encode())

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -76,13 +77,12 @@ class Target:
     api: str           # "tpu" or "compute"
     path: str          # the REST path after the API's base URL, query included
     permission: str    # what the host's identity needs for it
-
-    def to_json(self) -> dict[str, str]:
-        return {"api": self.api, "path": self.path, "permission": self.permission}
+    kind: str = ""     # "queued", "node" or "vm" (providers/gcp/teardown.py targets)
 
 
 def targets(record: dict[str, Any]) -> list[Target]:
-    return [Target(str(t["api"]), str(t["path"]), str(t["permission"])) for t in record.get("delete") or []]
+    return [Target(str(t["api"]), str(t["path"]), str(t["permission"]), str(t.get("kind", "")))
+            for t in record.get("delete") or []]
 
 
 def held(project: str, permissions: list[str]) -> set[str]:
@@ -93,11 +93,31 @@ def held(project: str, permissions: list[str]) -> set[str]:
     return set(answer.get("permissions", []))
 
 
-def delete(target: Target) -> None:
-    """Ask for the deletion; an answer of 404 means it is already gone. The host does not wait for the
-    operation: the deletion ends the host itself."""
+def delete(target: Target) -> bool:
+    """Ask for the deletion: True when asked, False when the answer is 404, already gone. The host does not wait
+    for the operation: the deletion ends the host itself."""
     try:
         call(target.api, "DELETE", target.path)
     except ApiError as e:
         if e.status != 404:
             raise
+        return False
+    return True
+
+
+def delete_all(targets: list[Target]) -> None:
+    """Each deletion in order. A queued request deleted with force deletes its nodes first ("all running nodes
+    belonging to this queued resource will be deleted first", REST reference of queuedResources.delete), so once
+    that is asked, asking for its nodes again only catches one it left; how Google answers a deletion of a node
+    already being deleted is not established, so a refusal of such a node is said and is no failure."""
+    taken = False   # a queued request's forced deletion was asked: its nodes go with it
+    for target in targets:
+        try:
+            asked = delete(target)
+        except ApiError as e:
+            if not (taken and target.kind == "node"):
+                raise
+            print(f"tpuctl agent: left to the queued request's deletion: {target.path}: {e}", file=sys.stderr,
+                  flush=True)
+            continue
+        taken = taken or (asked and target.kind == "queued")

@@ -40,16 +40,20 @@ def needed(spec: ClusterSpec) -> list[str]:
 
 
 def targets(st: ClusterState) -> list[dict[str, str]]:
-    """What the host deletes, in order: its queued request with force (cloud.google.com/tpu/docs/reference/rest/
-    v2/projects.locations.queuedResources/delete), its TPU (v2 for a TPU VM, v1 for a legacy node), then the node's VM, which
-    is the host asking and so goes last (REST paths: cloud.google.com/tpu/docs/reference/rest/v2/
-    projects.locations.nodes/delete, compute/docs/reference/rest/v1/instances/delete)."""
+    """What the host deletes, in order: its queued request with force, which deletes its nodes first
+    (cloud.google.com/tpu/docs/reference/rest/v2/projects.locations.queuedResources/delete), then each TPU node by
+    its own name (v2 for a TPU VM, v1 for a legacy node): the one node, or every slice's `<prefix>-K` of a
+    Multislice (ClusterSpec.node_names), then the legacy node's VM, which is the host asking and so goes last (REST
+    paths: cloud.google.com/tpu/docs/reference/rest/v2/projects.locations.nodes/delete,
+    compute/docs/reference/rest/v1/instances/delete). `kind` tells the host which is which (host/google_api.py)."""
     s = st.spec
-    version = "v2" if s.arch is Arch.VM else "v1"
-    where = {"queued": ("tpu", f"v2/projects/{s.project}/locations/{st.zone}/queuedResources/{s.qr_name}?force=true"),
-             "node": ("tpu", f"{version}/projects/{s.project}/locations/{st.zone}/nodes/{s.tpu_name}"),
-             "vm": ("compute", f"compute/v1/projects/{s.project}/zones/{st.zone}/instances/{s.vm_name}")}
-    return [{"api": where[what][0], "path": where[what][1], "permission": p} for what, p in _steps(s)]
+    tpu = f"{'v2' if s.arch is Arch.VM else 'v1'}/projects/{s.project}/locations/{st.zone}"
+    where = {"queued": [("tpu", f"v2/projects/{s.project}/locations/{st.zone}/queuedResources/{s.qr_name}"
+                                "?force=true")],
+             "node": [("tpu", f"{tpu}/nodes/{node}") for node in s.node_names],
+             "vm": [("compute", f"compute/v1/projects/{s.project}/zones/{st.zone}/instances/{s.vm_name}")]}
+    return [{"api": api, "path": path, "permission": p, "kind": what}
+            for what, p in _steps(s) for api, path in where[what]]
 
 
 def enforcement(store: BlobStore, st: ClusterState) -> Enforcement:
