@@ -5,7 +5,7 @@ import json
 import re
 
 import pytest
-from conftest import PROJECT
+from conftest import PROJECT, until
 
 from tpuctl.core import multislice
 
@@ -175,7 +175,7 @@ def test_one_slice_preempted_under_recover_restarts_the_run_on_every_host(cloud,
     """A slice lost mid-run: the watcher asks for the whole request again (core/multislice.py: a lost slice stops
     the run everywhere), and once all slices are back every host takes the run over, same run, attempt 2."""
     from jobs import make_job
-    from test_watch import Running, _until
+    from test_watch import Running
     from tpuctl.core import runs
     for k, v in {"TPUCTL_WATCH_POLL": "0.05", "TPUCTL_LEASE_SECONDS": "2", "TPUCTL_RECOVER_BACKOFF": "0.05",
                  "TPUCTL_LEASE_WAIT": "60"}.items():
@@ -183,10 +183,10 @@ def test_one_slice_preempted_under_recover_restarts_the_run_on_every_host(cloud,
     job = make_job(tmp_path, SLEEPY_JAX_JOB, 'framework = "jax"\n[env]\nRUN_SECONDS = "6"\n')
     store, run_id, log = _run_on_four_hosts(cloud, cli, monkeypatch, "w", job, "--recover")
     # every host has shipped its first line (output not yet shipped is lost with a host powered off)
-    _until(lambda: all(b"start s" in log(i) for i in range(4)), 120, "the run on all four hosts")
+    until(lambda: all(b"start s" in log(i) for i in range(4)), 120, "the run on all four hosts")
     w = Running()
     cloud.tpu.set_state(2, f"projects/{PROJECT}/locations/{ZONE}/nodes/tpuctl-w-1", "PREEMPTED")   # slice 1 goes
-    _until(lambda: all(runs.status(store, run_id, i).state.value == "succeeded" for i in range(4)), 240,
+    until(lambda: all(runs.status(store, run_id, i).state.value == "succeeded" for i in range(4)), 240,
            "the run to finish on all four hosts")
     for i in range(4):
         st = runs.status(store, run_id, i)
@@ -214,17 +214,16 @@ def test_a_slice_google_repairs_restarts_the_run_on_every_host(cloud, cli, tmp_p
     slice 0's hosts see it go quiet, stop their jobs and wait; slice 1's new hosts take the run over; all four
     start it again together (round 2), and nothing was asked of the TPU API."""
     from jobs import make_job
-    from test_watch import _until
     from tpuctl.core import runs
     go = tmp_path / "go"
     job = make_job(tmp_path, WAITING_JAX_JOB, f'framework = "jax"\n[env]\nGO = "{go}"\n')
     store, run_id, log = _run_on_four_hosts(cloud, cli, monkeypatch, "rp", job)
-    _until(lambda: all(b"start s" in log(i) for i in range(4)), 120, "the run on all four hosts")
+    until(lambda: all(b"start s" in log(i) for i in range(4)), 120, "the run on all four hosts")
     calls = len(cloud.tpu.mutating_calls())
     cloud.tpu.repair(f"projects/{PROJECT}/locations/{ZONE}/nodes/tpuctl-rp-1", fresh_disk, seconds=0.5)
-    _until(lambda: b"the run restarts on every host (round 2)" in log(0), 120, "slice 0 to stop for round 2")
+    until(lambda: b"the run restarts on every host (round 2)" in log(0), 120, "slice 0 to stop for round 2")
     go.write_text("")
-    _until(lambda: all(runs.status(store, run_id, i).state.final for i in range(4)), 240, "the run to end")
+    until(lambda: all(runs.status(store, run_id, i).state.final for i in range(4)), 240, "the run to end")
     for i in range(4):
         st = runs.status(store, run_id, i)
         assert st.state.value == "succeeded" and st.restarts == 0, (i, st)

@@ -172,9 +172,6 @@ class Running:
         return self.why
 
 
-_until = until   # the name tests/test_multislice.py imports
-
-
 def _creates(cloud):
     return [c for c in cloud.tpu.mutating_calls() if "CreateNode" in str(c) or "CreateQueuedResource" in str(c)]
 
