@@ -181,12 +181,15 @@ def test_kill_and_resume_continues_from_the_saved_step(prepared, tmp_path):
     assert f"step {step + 5:6d}" in r.stdout
     assert f"step {5:6d} " not in r.stdout  # did not start over
     # goodput's record (runtime.metrics_callback): two starts of training, the second from the restored step, the
-    # first past it (its steps after the checkpoint were re-done), each with time spent inside its steps
+    # first at or past it (its steps after the checkpoint were re-done), each with time spent inside its steps. The
+    # metrics callback records a step before train.py's Saver checkpoints it, so a kill between the two leaves
+    # metrics.json ahead of the checkpoint, never behind (the order once made this fail when the kill fell there)
     from tpuctl.core import goodput
     from tpuctl.core.metrics import MetricsLog
     first, second = MetricsLog.from_json(json.loads((tmp_path / "out" / "metrics.json").read_text())).attempts
     assert first["from"] == 0 and first["step"] >= step and second["from"] == step and second["step"] == step + 5
     assert first["step_seconds"] > 0 and second["step_seconds"] > 0
+    assert second["checkpoint_seconds"] > 0   # the job's saves are timed as checkpoint time (train.py's Saver)
     g = goodput.breakdown([first, second], first["start"], second["last"])
     assert g["resumes"] == 1 and g["steps_redone"] == first["step"] - step and 0 < g["goodput_pct"] < 100
 

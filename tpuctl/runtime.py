@@ -244,6 +244,8 @@ def metrics_callback(every: int | None = None, path: str | None = None) -> Any:
             # a run whose last step is not a multiple of `every` still ends with its last step in the file
             if every and self.log.step < int(self.model.optimizer.iterations.numpy()) and getattr(self, "last", None):
                 self._record(self.last)
+            else:
+                write(self.log)   # with what came after the last record: a final checkpoint's time
     return MetricsFile()
 
 

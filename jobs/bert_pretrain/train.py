@@ -158,7 +158,7 @@ def main(argv=None, strategy=None) -> dict:
     board = tf.summary.create_file_writer(f"{out}/tensorboard/train")
 
     class Progress(tf.keras.callbacks.Callback):
-        """Log, TensorBoard and checkpoint on the optimizer's step, whatever the epoch."""
+        """Log and TensorBoard on the optimizer's step, whatever the epoch."""
 
         def on_train_begin(self, logs=None):
             self.t, self.at = time.perf_counter(), start
@@ -183,18 +183,29 @@ def main(argv=None, strategy=None) -> dict:
                     tf.summary.scalar("learning_rate", float(lr(step)), step=step)
                 board.flush()
                 self.model.reset_metrics()   # each line averages its own interval
+
+    metrics = runtime.metrics_callback(every=log_every, path=f"{out}/metrics.json")
+
+    class Saver(tf.keras.callbacks.Callback):
+        """Checkpoints once the metrics callback has recorded the step: a kill between the two leaves metrics.json
+        ahead of the checkpoint, never behind it, so goodput counts the steps a resume re-does. Each save is timed
+        as checkpoint time (metrics.checkpointing), not as training."""
+
+        def on_train_batch_end(self, _, logs=None):
+            step = int(opt.iterations.numpy())
+            last = step >= a.steps
             # A notebook service's session is ending (Kaggle's): stop at a log line, so the next session's lines
             # average the same steps as an uninterrupted run's, with a checkpoint there.
             ending = not last and step % log_every == 0 and runtime.session_ending()
             if step % ckpt_every == 0 or last or ending:
-                manager.save(checkpoint_number=step)
+                with metrics.checkpointing():
+                    manager.save(checkpoint_number=step)
             if ending:
                 print(f"bert: the session ends: checkpoint at step {step}, the next session goes on", flush=True)
                 self.model.stop_training = True
                 history["continue"] = True
 
-    model.fit(ds, steps_per_epoch=a.steps - start, epochs=1, verbose=0,
-              callbacks=[Progress(), runtime.metrics_callback(every=log_every, path=f"{out}/metrics.json")])
+    model.fit(ds, steps_per_epoch=a.steps - start, epochs=1, verbose=0, callbacks=[Progress(), metrics, Saver()])
     if history.get("continue"):
         raise SystemExit(runtime.CONTINUE_CODE)
     if a.eval_data:
