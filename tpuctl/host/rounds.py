@@ -57,9 +57,13 @@ class Rounds:
     def called(self, n: int) -> dict[str, Any] | None:
         return runs.read_json(self.a.store, layout.run_round(self.run_id, n))
 
+    def keys(self) -> set[str]:
+        """The run's round records and marks, in one listing."""
+        return {k for k, _ in self.a.store.list(layout.run_rounds(self.run_id))}
+
     def current(self) -> int:
         """The newest round asked for (1: none after the first start)."""
-        keys = {k for k, _ in self.a.store.list(layout.run_rounds(self.run_id))}
+        keys = self.keys()
         n = 1
         while layout.run_round(self.run_id, n + 1) in keys:
             n += 1
@@ -86,9 +90,8 @@ class Rounds:
         """Rounds up to n that `submit --max-restarts` counts."""
         return sum(1 for k in range(2, n + 1) if (self.called(k) or {}).get("counts"))
 
-    def missing(self, n: int, done: bool = False) -> list[int]:
-        marks = {k for k, _ in self.a.store.list(layout.run_rounds(self.run_id))}
-        return [w for w in range(self.workers) if layout.run_round_ready(self.run_id, n, w, done) not in marks]
+    def missing(self, n: int, done: bool, keys: set[str]) -> list[int]:
+        return [w for w in range(self.workers) if layout.run_round_ready(self.run_id, n, w, done) not in keys]
 
     def mark(self, n: int, done: bool = False) -> None:
         self.a.store.write(layout.run_round_ready(self.run_id, n, self.a.worker, done), b"")
@@ -99,14 +102,15 @@ class Rounds:
         (the round ends the run, a host already ended its part) or "halted" (a cancel, the agent's stop)."""
         self.mark(n)
         while True:
-            later = self.called(n + 1)
+            keys = self.keys()   # one listing a poll: the next round's record and every host's mark
+            later = self.called(n + 1) if layout.run_round(self.run_id, n + 1) in keys else None
             if later is not None and later.get("end"):
                 return n + 1, self.ended(later)
             if later is not None:
                 n += 1
                 self.mark(n)
                 continue
-            why = self._wait(n, False, beat, halted)
+            why = self._wait(n, False, keys, beat, halted)
             if why is not None:
                 return n, why
 
@@ -116,17 +120,18 @@ class Rounds:
         empty once every host is done; why not as `assemble` says it."""
         self.mark(n, done=True)
         while True:
-            later = self.watch(n)
+            keys = self.keys()
+            later = self.watch(n, keys)
             if later is not None:
                 return later, ""
-            why = self._wait(n, True, beat, halted)
+            why = self._wait(n, True, keys, beat, halted)
             if why is not None:
                 return None, why
 
-    def _wait(self, n: int, done: bool, beat: Beat, halted: Callable[[], bool]) -> str | None:
-        """One look at round n's marks: "" once every host's is there, a reason when it never can be, else None
-        (after a poll's wait and, when due, a heartbeat that says which hosts are awaited)."""
-        missing = self.missing(n, done)
+    def _wait(self, n: int, done: bool, keys: set[str], beat: Beat, halted: Callable[[], bool]) -> str | None:
+        """One look at round n's marks in `keys`: "" once every host's is there, a reason when it never can be, else
+        None (after a poll's wait and, when due, a heartbeat that says which hosts are awaited)."""
+        missing = self.missing(n, done, keys)
         if not missing:
             return ""
         ended = [w for w in missing if runs.status(self.a.store, self.run_id, w).state.final]
@@ -145,10 +150,12 @@ class Rounds:
     def ended(self, doc: dict[str, Any]) -> str:
         return f"the run failed on {self.label(int(doc.get('worker', 0)))}: {doc.get('why', '')}"
 
-    def watch(self, n: int) -> tuple[str, dict[str, Any]] | None:
+    def watch(self, n: int, keys: set[str] | None = None) -> tuple[str, dict[str, Any]] | None:
         """While round n runs here: (why, the round's record) once round n+1 is asked for, by another host or by
-        this one because the host it watches is lost; else None. Called about once a second."""
-        later = self.called(n + 1)
+        this one because the host it watches is lost; else None. Called about once a second, with the run's
+        `keys` when the caller has just listed them (else round n+1 is read)."""
+        asked = keys is None or layout.run_round(self.run_id, n + 1) in keys
+        later = self.called(n + 1) if asked else None
         if later is None and time.monotonic() - self.last_peer_check >= runs.heartbeat_seconds():
             self.last_peer_check = time.monotonic()
             lost = self.lost_peer()
