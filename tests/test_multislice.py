@@ -223,7 +223,12 @@ def test_a_slice_google_repairs_restarts_the_run_on_every_host(cloud, cli, tmp_p
     cloud.tpu.repair(f"projects/{PROJECT}/locations/{ZONE}/nodes/tpuctl-rp-1", fresh_disk, seconds=0.5)
     until(lambda: b"the run restarts on every host (round 2)" in log(0), 120, "slice 0 to stop for round 2")
     go.write_text("")
-    until(lambda: all(runs.status(store, run_id, i).state.final for i in range(4)), 240, "the run to end")
+
+    def state():
+        rounds = sorted(k.rsplit("/", 1)[-1] for k, _ in store.list(f"tpuctl/runs/{run_id}/rounds/"))
+        return (f"the run to end: rounds {rounds}; "
+                + "; ".join(f"w{i} {runs.status(store, run_id, i)} log {log(i)[-600:]!r}" for i in range(4)))
+    until(lambda: all(runs.status(store, run_id, i).state.final for i in range(4)), 240, state)
     for i in range(4):
         st = runs.status(store, run_id, i)
         assert st.state.value == "succeeded" and st.restarts == 0, (i, st)

@@ -1,9 +1,10 @@
-"""The run commands: submit (and its dry run), logs, download, tensorboard, ssh, jobs, cancel. Registered on the
-app when clusters.py imports this module."""
+"""The commands that start and stop runs: submit (and its dry run), notebook, cancel; ssh to a run's host; following
+a run's log (submit and logs). Registered on the app when clusters.py imports this module; what a run shows (logs,
+download, tensorboard, jobs) is results.py's."""
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Any, List, Optional
+from typing import TYPE_CHECKING, List, Optional
 
 import typer
 
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
     from ..core.store import BlobStore
 
 
-def _follow(store: "BlobStore", run_id: str, st0: "ClusterState", prov: "Provider", worker: int = 0,
+def follow_run(store: "BlobStore", run_id: str, st0: "ClusterState", prov: "Provider", worker: int = 0,
             follow: bool = True, give_up_after: float = 900.0, all_hosts: list[tuple[int, str]] | None = None) -> int:
     from ..core import hostlogs, layout, runs
     from ..control.hostwatch import HostWatch
@@ -113,7 +114,22 @@ def submit(ctx: typer.Context,
         print(run_id)
         return
     con.err.print(f"run {run_id} submitted; following its log (Ctrl-C stops following, not the run)")
-    raise typer.Exit(_follow(prov.store(st), run_id, st, prov, give_up_after=give_up_after))
+    raise typer.Exit(follow_run(prov.store(st), run_id, st, prov, give_up_after=give_up_after))
+
+
+@app.command()
+def cancel(run_id: str = typer.Argument(..., help="Run id."), cluster: Optional[str] = CLUSTER,
+           provider: Optional[str] = PROVIDER) -> None:
+    """Ask the agent to stop a run (SIGTERM, then SIGKILL after a grace period)."""
+    from ..control import submission
+    st, prov = cluster_and_provider(cluster, provider)
+    store = prov.store(st)
+    if prov.remote_runs is not None:
+        rid = submission.resolve_run(store, run_id)
+        prov.remote_runs.cancel(st, store, rid)
+        console().err.print(f"run {rid} cancelled")
+        return
+    console().err.print(f"cancel of run {submission.cancel(store, run_id)} requested")
 
 
 def _check_max_restarts(n: int, st: "ClusterState", prov: "Provider") -> None:
@@ -158,102 +174,6 @@ def _submit_preview(job: "JobSpec", cluster: Optional[str], provider: Optional[s
     con.err.print("dry run: nothing was uploaded or run")
 
 
-@app.command()
-def logs(run_id: Optional[str] = typer.Argument(None, help="Run id (default: the latest run)."),
-         cluster: Optional[str] = CLUSTER,
-         follow: bool = typer.Option(False, "--follow", "-f", help="Keep following until the run ends."),
-         worker: int = typer.Option(0, "--worker", help="Worker of a multi-host slice (0 is the primary log)."),
-         slice_: int = typer.Option(0, "--slice", help="Slice of a Multislice cluster (with --worker: one host)."),
-         all_hosts: bool = typer.Option(False, "--all-hosts", help="Every host's output, each line prefixed "
-                                        "[sK/wW]."),
-         give_up_after: float = typer.Option(900.0, "--give-up-after", help="Seconds to follow a silent host."),
-         provider: Optional[str] = PROVIDER) -> None:
-    """Print a run's output, raw, on stdout."""
-    from ..core import hostlogs, runs
-    from ..control import submission
-    st, prov = cluster_and_provider(cluster, provider)
-    check_worker(st, worker)
-    slices = max(1, st.spec.slices)
-    if not 0 <= slice_ < slices:
-        raise bad_input(f"cluster {st.name} has {slices} slice{'s' * (slices > 1)}", f"--slice takes 0 to {slices - 1}")
-    if all_hosts and (worker or slice_):
-        raise bad_input("--all-hosts follows every host: --slice and --worker pick one", "give one or the other")
-    worker += slice_ * max(1, st.host.hosts)   # the host's index across slices (host/agent.py)
-    store = prov.store(st)
-    rid = submission.resolve_run(store, run_id)
-    job = runs.job(store, rid)
-    who = hostlogs.hosts(slices, max(1, st.host.hosts), job.framework if job else "tensorflow") if all_hosts else None
-    if worker > 0 and job is not None and job.framework == "tensorflow":
-        console().err.print(f"run {rid} is a TensorFlow program: it runs on worker 0 (`tpuctl logs {rid}`); "
-                             f"worker {worker} serves the TPU runtime")
-        return
-    raise typer.Exit(_follow(store, rid, st, prov, worker, follow, give_up_after, who))
-
-
-@app.command()
-def download(run_id: Optional[str] = typer.Argument(None, help="Run id (default: the latest run)."),
-             dest: Optional[str] = typer.Option(None, "--output", "-o", help="Directory (default: ./RUN_ID)."),
-             cluster: Optional[str] = CLUSTER,
-             provider: Optional[str] = PROVIDER) -> None:
-    """Fetch a run's outputs (checkpoints, TensorBoard events, metrics.json); again, only what changed."""
-    from pathlib import Path
-
-    from ..control import download as dl, submission
-    from ..core import runs
-    con = console()
-    st, prov = cluster_and_provider(cluster, provider)
-    store = prov.store(st)
-    rid = submission.resolve_run(store, run_id)
-    submission.refresh(st, prov, store, [rid])
-    target = Path(dest or rid)
-    if target.exists() and not target.is_dir():
-        raise bad_input(f"{target} exists and is not a directory", "pass -o DIR")
-    with con.Reporter() as rep:
-        got = dl.outputs(store, rid, target, lambda total: rep.transfer(total, "download"))
-    if got.files == 0:
-        con.err.print(f"run {rid} has no outputs yet (a job writes them under $TPUCTL_OUTPUT_DIR)")
-        return
-    con.err.print(f"[green]{target}/[/]: {got.fetched} of {got.files} files fetched "
-                  f"({con.human_bytes(got.bytes_fetched)}; {con.human_bytes(got.bytes_unchanged)} already here)")
-    if not runs.status(store, rid).state.final:
-        con.err.print(f"run {rid} is still going: run the same command again to fetch what is new")
-
-
-@app.command()
-def tensorboard(run_ids: List[str] = typer.Argument(None, help="Run ids (default: every run of the cluster)."),
-                cluster: Optional[str] = CLUSTER,
-                port: Optional[int] = typer.Option(None, "--port", help="Port (default: the first free from 6006)."),
-                host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
-                provider: Optional[str] = PROVIDER) -> None:
-    """Serve TensorBoard on runs' event files (a bucket's are synced as they grow) and print its URL."""
-    from . import tensorboard as board
-    from ..core import runindex
-    from ..control import submission
-    board.require_installed()
-    if port is not None:
-        board.check_port(port, host)
-    con = console()
-    st, prov = cluster_and_provider(cluster, provider)
-    store = prov.store(st)
-    ids = [submission.resolve_run(store, r) for r in run_ids] if run_ids else runindex.all_ids(store)
-    if not ids:
-        raise TpuctlError(ErrorKind.NOT_FOUND, f"cluster {st.name} has no runs yet",
-                          "`tpuctl submit JOB_DIR` starts one")
-    sources = board.Sources(store, st.name, ids)
-    if sources.cached:
-        con.err.print(f"syncing event files of {len(sources.cached)} run(s) from {st.spec.store} every "
-                      f"{board.sync_seconds():g}s")
-
-    def ready(url: str) -> None:
-        con.err.print(f"[green]TensorBoard[/] for {len(ids)} run(s): {url}   (Ctrl-C stops it)")
-        print(url, flush=True)
-    try:
-        code = board.serve(sources, port or board.free_port(), host, ready)
-    except KeyboardInterrupt:
-        raise interrupted("TensorBoard stopped; the runs it showed are untouched") from None
-    raise typer.Exit(code)
-
-
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def ssh(ctx: typer.Context, cluster: Optional[str] = CLUSTER,
         worker: int = typer.Option(0, "--worker", help="Worker of a multi-host slice."),
@@ -273,66 +193,6 @@ def ssh(ctx: typer.Context, cluster: Optional[str] = CLUSTER,
                         "install the Google Cloud CLI (cloud.google.com/sdk/docs/install), then run it again")
     console().err.print(f"$ {shlex.join(argv)}", style="dim", markup=False)
     raise typer.Exit(subprocess.call(argv))
-
-
-@app.command()
-def jobs(cluster: Optional[str] = CLUSTER,
-         as_json: bool = typer.Option(False, "--json", help="Machine-readable output on stdout."),
-         limit: int = typer.Option(20, "--limit", "-n", min=1, help="Show the latest N runs."),
-         show_all: bool = typer.Option(False, "--all", help="Show every run (reads each one: slow on a long "
-                                                             "history)."),
-         provider: Optional[str] = PROVIDER) -> None:
-    """List the cluster's runs, newest first: id, job, state, start, duration, exit code, latest step and loss,
-    loss curve, and goodput (the share of the run's time spent in training steps that were kept)."""
-    from ..control import submission
-    con = console()
-    st, prov = cluster_and_provider(cluster, provider)
-    submission.refresh(st, prov, prov.store(st))
-    rows = submission.table(prov.store(st), None if show_all else limit + 1)
-    if not show_all and len(rows) > limit:
-        rows = rows[:limit]
-        con.err.print(f"the latest {'run' if limit == 1 else f'{limit} runs'}; `--limit N` or `--all` shows more",
-                      style="dim")
-    from ..core import budget
-    hourly = budget.hourly(prov.price(st.spec).hourly)
-    for r in rows:   # what the compute cost while the run ran, at the price every cost is counted at
-        d = r["duration"]
-        r["cost_usd"] = round(d / 3600 * hourly, 4) if isinstance(d, float) and hourly is not None else None
-    from ..control.status import budget_of
-    spend = budget_of(st, prov)   # the cluster's budget: each row carries it in --json, a line says it otherwise
-    if as_json:
-        con.print_json([{**r, **spend} for r in rows])
-        return
-    for r in rows:
-        if r.get("restarts"):
-            r["state"] = f"{r['state']} ({r['restarts']} restart{'s' * (r['restarts'] != 1)})"
-    if spend:
-        con.err.print(f"budget ${spend['budget_usd']:.2f}: ${spend['spent_usd']:.2f} spent, ${spend['left_usd']:.2f} "
-                      "left", markup=False)
-    con.print_table(["id", "job", "state", "started", "duration", "exit", "cost", "step", "loss", "loss curve",
-                     "goodput"],
-                    [[r["id"], r["name"], r["state"], r["started"],
-                      "" if r["duration"] is None else f"{r['duration']:.0f}s",
-                      "" if r["exit_code"] is None else r["exit_code"],
-                      "" if r["cost_usd"] is None else f"${r['cost_usd']:.2f}",
-                      "" if r["step"] is None else r["step"],
-                      "" if r["loss"] is None else f"{r['loss']:.4f}", r["loss_curve"],
-                      "" if r["goodput"] is None else f"{r['goodput']:.0f}%"
-                      + _resumes(r)]
-                     for r in rows], keep=("id",), drop=JOBS_DROPPED_FIRST)
-    for r in rows:
-        if r["note"]:
-            con.err.print(f"[yellow]! run {r['id']}: {r['note']}[/]")
-
-
-# What `jobs` goes without in a narrow terminal, first first: never the id (what logs, download and cancel take).
-JOBS_DROPPED_FIRST = ("loss curve", "cost", "goodput", "exit", "started", "duration", "step", "loss", "job")
-
-
-def _resumes(row: dict[str, Any]) -> str:
-    n, k = row["goodput_parts"]["resumes"], row.get("recoveries", 0)
-    said = ([f"{n} resume{'s' * (n > 1)}"] if n else []) + ([f"{k} recover{'ies' if k > 1 else 'y'}"] if k else [])
-    return f" ({', '.join(said)})" if said else ""
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -356,18 +216,3 @@ def notebook(ctx: typer.Context, job_dir: str = typer.Argument(..., help="Direct
     console().err.print(f"[green]{target}[/]: {target.stat().st_size / 1e6:.1f} MB, the job, "
                         f"{'its data' if not data_uri else 'the data from ' + data_uri} and tpuctl inside; on Colab: "
                         "File, Upload notebook, Runtime, Change runtime type, v5e-1 TPU, Run all")
-
-
-@app.command()
-def cancel(run_id: str = typer.Argument(..., help="Run id."), cluster: Optional[str] = CLUSTER,
-           provider: Optional[str] = PROVIDER) -> None:
-    """Ask the agent to stop a run (SIGTERM, then SIGKILL after a grace period)."""
-    from ..control import submission
-    st, prov = cluster_and_provider(cluster, provider)
-    store = prov.store(st)
-    if prov.remote_runs is not None:
-        rid = submission.resolve_run(store, run_id)
-        prov.remote_runs.cancel(st, store, rid)
-        console().err.print(f"run {rid} cancelled")
-        return
-    console().err.print(f"cancel of run {submission.cancel(store, run_id)} requested")
