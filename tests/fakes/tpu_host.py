@@ -47,9 +47,12 @@ from pathlib import Path
 
 SYSTEMCTL = """#!/bin/bash
 # systemctl daemon-reload | enable --now UNIT | is-active UNIT: run the unit's ExecStart detached, with Environment=
+# A process that exited is not running, even unreaped: `kill -0` succeeds on a zombie, and an init that does not
+# reap (a container's) leaves the agent a power-off killed as one; systemd saw it exit.
+running() { local s; s=$(cat "/proc/$1/stat" 2>/dev/null) || return 1; s=${s##*) }; [[ ${s:0:1} != [ZX] ]]; }
 case "$1" in
   daemon-reload) exit 0;;
-  is-active) pid=$(cat "$TPUCTL_UNIT_DIR/agent.pid" 2>/dev/null) && kill -0 "$pid" 2>/dev/null; exit $?;;
+  is-active) pid=$(cat "$TPUCTL_UNIT_DIR/agent.pid" 2>/dev/null) && running "$pid"; exit $?;;
   restart|enable) ;;
   *) exit 0;;
 esac
@@ -58,7 +61,7 @@ case "${@: -1}" in   # the TPU runtime: each restart logged with the image it th
                   "$TPUCTL_UNIT_DIR/tpu-runtime.service")" >> "$TPUCTL_UNIT_DIR/tpu-runtime.restarts"; exit 0;;
 esac
 unit="$TPUCTL_UNIT_DIR/${@: -1}"
-if pid=$(cat "$TPUCTL_UNIT_DIR/agent.pid" 2>/dev/null) && kill -0 "$pid" 2>/dev/null; then exit 0; fi
+if pid=$(cat "$TPUCTL_UNIT_DIR/agent.pid" 2>/dev/null) && running "$pid"; then exit 0; fi
 unset PYTHONPATH PYTHONHOME VIRTUAL_ENV   # systemd gives a service none of these
 while IFS= read -r line; do
   case "$line" in Environment=*) export "${line#Environment=}";; esac
@@ -254,6 +257,9 @@ class Host:
             except (OSError, ValueError):
                 pass
         self.script.wait(10)
+        # Nothing of the running system outlives the power: systemd keeps a unit's main PID in memory and its runtime
+        # files on /run, a tmpfs. A PID left on the simulated disk would name another process after PIDs wrap.
+        pid_file.unlink(missing_ok=True)
         self.metadata.stop()
 
 
