@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import until
 
 from tpuctl.core import layout, orphans
 from tpuctl.core.store import LocalStore
@@ -114,7 +115,11 @@ def test_ctrl_c_during_the_data_upload_leaves_nothing_unaccounted(local_up, cli,
     assert f"{FILES - kept} of {FILES} files sent" in err   # what reached the store was not sent again
 
 
-def test_a_submit_killed_outright_leaves_a_mark_that_status_and_ls_show_and_down_removes(local_up, cli, big_job):
+@pytest.mark.parametrize("reaped", [True, False], ids=["reaped", "zombie"])
+def test_a_submit_killed_outright_leaves_a_mark_that_status_and_ls_show_and_down_removes(local_up, cli, big_job,
+                                                                                        reaped):
+    """Killed, whether or not its parent reaped it yet (a zombie still answers `kill -0`; a container's init may
+    never reap what it inherits)."""
     st = local_up("killed")
     root = Path(st.spec.store)
     store = LocalStore(str(root))
@@ -125,7 +130,11 @@ def test_a_submit_killed_outright_leaves_a_mark_that_status_and_ls_show_and_down
         assert time.monotonic() < deadline and proc.poll() is None
         time.sleep(0.01)
     proc.kill()
-    proc.wait()
+    if reaped:
+        proc.wait()
+    else:
+        until(lambda: Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z", 30,
+              "the killed submit to be a zombie")
     [mark] = [k for k, _ in store.list(layout.SUBMITTING_PREFIX)]
     run_id = mark.rsplit("/", 1)[1]
     assert store.read(layout.run_job(run_id)) is None
@@ -137,6 +146,7 @@ def test_a_submit_killed_outright_leaves_a_mark_that_status_and_ls_show_and_down
     code, out, err = cli("down", "-c", "killed", "--yes")
     assert code == 0 and "never submitted" in err and "deleted" in err, err
     assert store.list(layout.OUTPUTS_PREFIX) == [] and store.list(layout.SUBMITTING_PREFIX) == []
+    proc.wait()
 
 
 def test_run_data_an_earlier_release_left_without_a_run_is_found_once_and_removed_by_down(local_up, cli):

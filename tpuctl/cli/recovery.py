@@ -153,16 +153,10 @@ def _advance_until_done(st: "ClusterState", prov: "Provider") -> None:
 
 def detached_pid(name: str) -> int:
     """The pid of this machine's background watcher of `name`, or 0."""
+    from ..core.processes import running
     _, pid_file = _watch_files(name)
     try:
         pid = int(open(pid_file).read())
-        os.kill(pid, 0)
     except (OSError, ValueError):
         return 0
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            if f.read().rsplit(")", 1)[-1].split()[0] == "Z":
-                return 0   # exited, not yet reaped by the process that started it
-    except (OSError, IndexError):
-        pass   # no /proc (macOS): alive as far as kill can tell
-    return pid
+    return pid if running(pid) else 0

@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass
 
 from . import layout, runs
+from .processes import running
 from .store import BlobStore
 
 FOREIGN_GRACE = 24 * 3600.0   # a mark made on another machine is taken for a submit still uploading this long
@@ -76,22 +77,12 @@ def _left_by(mark: dict[str, object]) -> str:
     except ValueError:
         return "a submit whose mark is unreadable"   # read_object gave {} for a corrupt one; a wrong shape lands here
     if host == socket.gethostname():
-        if pid and _alive(pid):
+        if pid and running(pid):
             return ""
         return f"a submit on this machine (pid {pid}) that stopped before the run was written"
     if time.time() - made < FOREIGN_GRACE:
         return ""
     return f"a submit on {host or 'another machine'} that stopped before the run was written"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True   # someone else's process: alive
 
 
 def _mark_unmarked(store: BlobStore) -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 from ..core import layout, locks, runs, state
 from ..core.errors import ErrorKind, TpuctlError, bad_input
 from ..core.models import ClusterSpec, ClusterState, HostFacts, Phase, ProviderName, cluster_record
+from ..core.processes import running
 from ..core.store import LocalStore
 from .base import Compute, Created, Enforcement, Placement, PlanRow, Price, Progress, Reporter, UpFlags, progress_of
 
@@ -218,21 +219,6 @@ def delete_dir_store(st: ClusterState, progress: Progress) -> None:
         shutil.rmtree(p.parent if p.name == "store" and p.parent.parent.name == "clusters" else p)
 
 
-def _exited(pid: int) -> bool:
-    """Gone or a zombie. Not `_cmdline(pid) == ""`: a process's cmdline reads empty while it is still exiting."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
-    except FileNotFoundError:
-        return True
-    except OSError:   # no /proc (macOS)
-        try:
-            os.kill(pid, 0)
-            return False
-        except ProcessLookupError:
-            return True
-
-
 def _wait_exit(pid: int, seconds: float) -> bool:
     """Wait for the process to exit, reaping it when it is our own child (the CLI in one process, as in tests)."""
     deadline = time.monotonic() + seconds
@@ -241,7 +227,7 @@ def _wait_exit(pid: int, seconds: float) -> bool:
             os.waitpid(pid, os.WNOHANG)
         except ChildProcessError:
             pass   # not our child: its parent (init, once the `up` that started it has exited) reaps it
-        if _exited(pid):
+        if not running(pid):
             try:
                 os.waitpid(pid, os.WNOHANG)
             except ChildProcessError:
