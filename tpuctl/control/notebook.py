@@ -27,7 +27,8 @@ from ..core.errors import bad_input
 from ..core.jobspec import DEFAULT_TENSORFLOW, JobSpec
 from ..providers import agent_package
 from ..providers.kaggle import kernel
-from ..providers.kaggle.sessions import grace_seconds, tar_files
+from ..providers.kaggle.inputs import tar_files
+from ..providers.kaggle.kernel import grace_seconds
 
 SESSION_HOURS = 11.5     # Colab's sessions end at 12 hours at most, free ones often sooner (Colab FAQ; colabtools#2107)
 EMBED_LIMIT_MB = 20.0    # data past this is read from a Drive folder or gs:// URI, not carried as base64

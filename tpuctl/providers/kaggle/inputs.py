@@ -10,8 +10,10 @@ a run that has ended is deleted unless a run not finished uses it or a run that 
 """
 from __future__ import annotations
 
+import io
 import json
 import os
+import tarfile
 import time
 from typing import Any, Callable
 
@@ -101,3 +103,14 @@ def holdings(store: BlobStore, user: str) -> dict[str, list[str]]:
                if s["state"] not in ("REFUSED", "GONE", "CANCEL_ACKNOWLEDGED")]
     return {"datasets": [f"{user}/{d}" for d in json.loads(store.read(DATASETS) or b"[]")],
             "kernels": [f"{user}/{slug}" for slug in kernels]}
+
+
+def tar_files(files: dict[str, bytes]) -> bytes:
+    """Deterministic: the same files always make the same bytes (so the same dataset name)."""
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w") as t:
+        for name in sorted(files):
+            info = tarfile.TarInfo(name)
+            info.size, info.mtime, info.mode = len(files[name]), 0, 0o644
+            t.addfile(info, io.BytesIO(files[name]))
+    return raw.getvalue()

@@ -1,5 +1,6 @@
-"""What a Kaggle session is given: the run's inputs as a dataset (`payload`) and the script it runs (`render`: the
-session script, tpuctl/host/session.py, with the run's values as JSON data after it).
+"""What a Kaggle session is given: the run's inputs as a dataset (`payload`), the script it runs (`render`: the
+session script, tpuctl/host/session.py, with the run's values as JSON data after it), and its limits: how long the
+job may run in it, its grace to save, the TensorFlow it installs.
 
 The inputs are uploaded so that Kaggle's unpacking of archives cannot touch them (kaggle-cli PR #111: `.zip` and
 `.tar` uploads arrive as folders; issues #292, #406): each file is named `<name>.bin` and begins with session.MAGIC,
@@ -11,9 +12,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 from typing import Any
 
+from ...core.jobspec import DEFAULT_TENSORFLOW
+from ...core.runs import RunSpec
+
+TPU_SESSION = 9 * 3600      # Kaggle's TPU session limit (kaggle.com/docs/tpu: 9 hours a session, 20 a week)
+OTHER_SESSION = 12 * 3600   # GPU and CPU sessions (kaggle.com/docs/notebooks: 12 hours)
+MARGIN = 15 * 60            # stopped this long before the limit: time to write the checkpoint and the output
 CONTINUE_CODE = 85        # a job's "checkpoint written, continue in the next session"
 CONTINUE_MARK = "tpuctl-continue"
 EXIT_MARK = "tpuctl-exit"
@@ -63,3 +71,25 @@ def render(script: str, cfg: dict[str, Any]) -> str:
     """The kernel's text: the session script (`source()`), then one call of its main() with the values as a JSON
     string literal (json.dumps then repr: any text of the job's stays data)."""
     return script + f"\n\nsys.exit(main(json.loads({json.dumps(config(cfg))!r})))\n"
+
+
+def session_seconds(shape: str) -> float:
+    """How long a session may run before the script stops its job (TPUCTL_KAGGLE_SESSION_SECONDS overrides)."""
+    if os.environ.get("TPUCTL_KAGGLE_SESSION_SECONDS"):
+        return float(os.environ["TPUCTL_KAGGLE_SESSION_SECONDS"])
+    return (TPU_SESSION if shape.startswith("Tpu") else OTHER_SESSION) - MARGIN
+
+
+def grace_seconds() -> float:
+    """After the job's deadline, how long it has to save and stop itself before it is stopped
+    (TPUCTL_KAGGLE_GRACE_SECONDS, 120; part of the margin before Kaggle's limit)."""
+    return float(os.environ.get("TPUCTL_KAGGLE_GRACE_SECONDS", "120"))
+
+
+def tensorflow_for(job: RunSpec, shape: str) -> str:
+    """The TensorFlow a session installs for the job: on a TPU, a TensorFlow job's own (Kaggle's TPU image has only
+    tensorflow-cpu: Kaggle/docker-python tpu/requirements.in, "re-enable tensorflow-tpu when a compatible libtpu can
+    be found"); elsewhere "" (the image's: Kaggle's GPU and CPU images ship TensorFlow)."""
+    if job.framework != "tensorflow" or not shape.startswith("Tpu"):
+        return ""
+    return job.tensorflow or DEFAULT_TENSORFLOW

@@ -14,7 +14,8 @@ from ...core.models import ClusterSpec, ClusterState, HostFacts, ProviderName, c
 from ...core.store import LocalStore
 from ..base import Compute, Enforcement, Placement, PlanRow, Price, Progress, Reporter, UpFlags, progress_of
 from ..local import data_home, delete_dir_store, ensure_dir_store
-from .sessions import KaggleSessions, session_seconds
+from .kernel import session_seconds
+from .sessions import KaggleSessions
 
 # --type -> Kaggle's machine_shape (kaggle_api_extended: "TpuV5E8", "NvidiaTeslaT4"; "" is no accelerator) and what
 # the job sees as TPUCTL_ACCELERATOR. The TPU itself is found by tpuctl.runtime as on any TPU VM (its /dev/vfio).

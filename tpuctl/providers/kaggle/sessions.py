@@ -9,15 +9,15 @@ as for every provider.
 
 The run's inputs are one private dataset, named by the hash of its contents (job package, tpuctl's wheel, the run's
 data; inputs.py): a session that starts later in a chain sees exactly the files its run was submitted with,
-whatever was submitted since, and unchanged work submitted while the dataset is there uploads nothing. A command that follows the run (`submit`, `logs -f`) shows the running
-session's lines as Kaggle streams them (livelog.py); the session's stored log completes them when it ends.
+whatever was submitted since, and unchanged work submitted while the dataset is there uploads nothing. A command
+that follows the run (`submit`, `logs -f`) shows the running session's lines as Kaggle streams them (livelog.py); the
+session's stored log completes them when it ends. What the run keeps in the store is runlog.py's; a session's script
+and limits are kernel.py's.
 """
 from __future__ import annotations
 
-import io
 import json
 import os
-import tarfile
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -25,52 +25,14 @@ from typing import Any, Callable
 from ...core import layout, runindex, runs
 from ...core.errors import ErrorKind, TpuctlError
 from ...core.models import ClusterState
-from ...core.jobspec import DEFAULT_TENSORFLOW
-from ...core.runs import RunSpec, RunState, RunStatus
+from ...core.runs import RunState, RunStatus
 from ...core.store import BlobStore
-from . import inputs, kernel
+from . import inputs, kernel, runlog
 from .client import Kaggle, fetch, slugify
 from .livelog import LiveLog
 
-TPU_SESSION = 9 * 3600      # Kaggle's TPU session limit (kaggle.com/docs/tpu: 9 hours a session, 20 a week)
-OTHER_SESSION = 12 * 3600   # GPU and CPU sessions (kaggle.com/docs/notebooks: 12 hours)
-MARGIN = 15 * 60            # stopped this long before the limit: time to write the checkpoint and the output
 DATASETS = inputs.DATASETS
 ORPHAN_SECONDS = 600        # a submit writes the run's record within moments of its job.json: this is generous
-run_record = layout.run_remote
-
-
-def session_seconds(shape: str) -> float:
-    """How long a session may run before the script stops its job (TPUCTL_KAGGLE_SESSION_SECONDS overrides)."""
-    if os.environ.get("TPUCTL_KAGGLE_SESSION_SECONDS"):
-        return float(os.environ["TPUCTL_KAGGLE_SESSION_SECONDS"])
-    return (TPU_SESSION if shape.startswith("Tpu") else OTHER_SESSION) - MARGIN
-
-
-def grace_seconds() -> float:
-    """After the job's deadline, how long it has to save and stop itself before it is stopped
-    (TPUCTL_KAGGLE_GRACE_SECONDS, 120; part of the margin before Kaggle's limit)."""
-    return float(os.environ.get("TPUCTL_KAGGLE_GRACE_SECONDS", "120"))
-
-
-def tensorflow_for(job: RunSpec, shape: str) -> str:
-    """The TensorFlow a session installs for the job: on a TPU, a TensorFlow job's own (Kaggle's TPU image has only
-    tensorflow-cpu: Kaggle/docker-python tpu/requirements.in, "re-enable tensorflow-tpu when a compatible libtpu can
-    be found"); elsewhere "" (the image's: Kaggle's GPU and CPU images ship TensorFlow)."""
-    if job.framework != "tensorflow" or not shape.startswith("Tpu"):
-        return ""
-    return job.tensorflow or DEFAULT_TENSORFLOW
-
-
-def tar_files(files: dict[str, bytes]) -> bytes:
-    """Deterministic: the same files always make the same bytes (so the same dataset name)."""
-    raw = io.BytesIO()
-    with tarfile.open(fileobj=raw, mode="w") as t:
-        for name in sorted(files):
-            info = tarfile.TarInfo(name)
-            info.size, info.mtime, info.mode = len(files[name]), 0, 0o644
-            t.addfile(info, io.BytesIO(files[name]))
-    return raw.getvalue()
 
 
 class KaggleSessions:
@@ -87,7 +49,7 @@ class KaggleSessions:
         process, a refused push) ends it FAILED with the reason in its log: no run waits `queued` for ever."""
         rec: dict[str, Any] = {"dataset": "", "sessions": [], "chain": sessions, "chunks": 0, "looked": 0.0,
                                "keep": keep_inputs}
-        store.write(run_record(run_id), json.dumps(rec).encode())   # `cancel` and `down` find the run from now on
+        runlog.save(store, run_id, rec)   # `cancel` and `down` find the run from now on
         try:
             k = Kaggle()
             rec["dataset"] = self._inputs(k, store, run_id, progress)
@@ -107,7 +69,7 @@ class KaggleSessions:
         assert job is not None, "dispatch follows the run's job.json"
         from .. import agent_package
         digest, files = kernel.payload(store.read(layout.job_package(job.package)) or b"", agent_package.build(),
-                                       tar_files({key[len(layout.run_data(run_id)):]: store.read(key) or b""
+                                       inputs.tar_files({key[len(layout.run_data(run_id)):]: store.read(key) or b""
                                                   for key, _ in store.list(layout.run_data(run_id))}))
         dataset = f"tpuctl-{digest}"
         inputs.remember(store, dataset)
@@ -127,17 +89,17 @@ class KaggleSessions:
         script = kernel.render(rec["script"], {"run_id": run_id, "digest": rec["dataset"].removeprefix("tpuctl-"),
                                 "previous": bool(previous), "session": n, "command": job.command, "args": job.args,
                                 "env": job.env, "requirements": job.requirements, "framework": job.framework,
-                                "tensorflow": tensorflow_for(job, shape), "accelerator": self.accelerator(st),
-                                "deadline": session_seconds(shape), "grace": grace_seconds()})
+                                "tensorflow": kernel.tensorflow_for(job, shape), "accelerator": self.accelerator(st),
+                                "deadline": kernel.session_seconds(shape), "grace": kernel.grace_seconds()})
         # recorded before the push: `down` deletes it even if the answer is lost
         rec["sessions"].append({"kernel": slug, "pushed": time.time(), "state": "PUSHING"})
-        store.write(run_record(run_id), json.dumps(rec).encode())
+        runlog.save(store, run_id, rec)
         ref, version = k.push_kernel(slug, title, script, shape, [rec["dataset"]],
                                      [previous] if previous else [], internet=True, timeout=0)
         if ref != slug:   # Kaggle named it otherwise: its name from now on, ours kept for `down`
             rec["sessions"][-1]["asked"] = slug
         rec["sessions"][-1].update(kernel=ref, state="QUEUED", version=version)
-        store.write(run_record(run_id), json.dumps(rec).encode())
+        runlog.save(store, run_id, rec)
 
     def _push_or_fail(self, k: Kaggle, st: ClusterState, store: BlobStore, run_id: str, rec: dict[str, Any]) -> None:
         """A session Kaggle refuses (quota, phone verification) ends the run FAILED, saying why in its log."""
@@ -151,14 +113,14 @@ class KaggleSessions:
     def _refused(self, store: BlobStore, run_id: str, rec: dict[str, Any], e: TpuctlError) -> None:
         if rec["sessions"] and rec["sessions"][-1]["state"] == "PUSHING":
             rec["sessions"][-1]["state"] = "REFUSED"
-        self._chunk(store, run_id, rec, f"--- {e.message}" + (f" ({e.hint})" if e.hint else "") + " ---\n")
-        _status(store, run_id, rec, RunState.FAILED, 1, note=e.message)
+        runlog.chunk(store, run_id, rec, f"--- {e.message}" + (f" ({e.hint})" if e.hint else "") + " ---\n")
+        runlog.status(store, run_id, rec, RunState.FAILED, 1, note=e.message)
 
     # -- moving it on ---------------------------------------------------------------------------------
     def advance(self, st: ClusterState, store: BlobStore, run_id: str, follow: bool = False) -> str:
         """Moves the run on when Kaggle has news; returns its state in words ("" when it is not a Kaggle run).
         `follow`: the caller shows the run's log as it grows, so the running session's stream is read too."""
-        raw = store.read(run_record(run_id))
+        raw = store.read(runlog.run_record(run_id))
         if raw is None:
             return self._orphan(store, run_id)
         rec = json.loads(raw)
@@ -169,26 +131,26 @@ class KaggleSessions:
         if follow and s["state"] in ("QUEUED", "RUNNING", "NEW_SCRIPT"):
             self._stream(store, run_id, rec, s)
         if time.time() - rec.get("looked", 0.0) < poll_seconds(s):
-            return _words(rec, s)
+            return runlog.words(rec, s)
         k = Kaggle()
         try:
             state, failure = k.kernel_status(s["kernel"])
         except TpuctlError as e:
             if e.kind is not ErrorKind.NOT_FOUND:
                 raise
-            self._gone(store, run_id, rec, f"its Kaggle kernel {s['kernel']} is gone (deleted outside tpuctl?)")
+            runlog.gone(store, run_id, rec, f"its Kaggle kernel {s['kernel']} is gone (deleted outside tpuctl?)")
             inputs.release(store, run_id, rec, k)
-            return _words(rec, s)
+            return runlog.words(rec, s)
         rec["looked"] = time.time()
         if state in ("QUEUED", "RUNNING", "NEW_SCRIPT"):
             if state == "RUNNING" and "started" not in s:
                 s["started"] = time.time()
             s["state"] = state
-            store.write(run_record(run_id), json.dumps(rec).encode())
-            _status(store, run_id, rec, RunState.RUNNING if state == "RUNNING" else RunState.QUEUED)
-            return _words(rec, s)
+            runlog.save(store, run_id, rec)
+            runlog.status(store, run_id, rec, RunState.RUNNING if state == "RUNNING" else RunState.QUEUED)
+            return runlog.words(rec, s)
         self._ended(k, st, store, run_id, rec, state, failure)
-        return _words(rec, rec["sessions"][-1])
+        return runlog.words(rec, rec["sessions"][-1])
 
     def _orphan(self, store: BlobStore, run_id: str) -> str:
         """A run whose submit stopped before handing it to Kaggle (killed between its job.json and its first
@@ -198,7 +160,8 @@ class KaggleSessions:
         if job is None or status.state.final or time.time() - job.submitted < ORPHAN_SECONDS:
             return ""
         rec: dict[str, Any] = {"dataset": "", "sessions": [], "chain": 1, "chunks": 0}
-        self._gone(store, run_id, rec, "it never reached Kaggle (submit interrupted): submit it again", RunState.FAILED)
+        runlog.gone(store, run_id, rec, "it never reached Kaggle (submit interrupted): submit it again",
+                    RunState.FAILED)
         return RunState.FAILED.value
 
     def _stream(self, store: BlobStore, run_id: str, rec: dict[str, Any], s: dict[str, Any]) -> None:
@@ -210,7 +173,7 @@ class KaggleSessions:
         new = live.events[s.get("streamed", 0):]
         if new:
             s["streamed"] = s.get("streamed", 0) + len(new)
-            self._chunk(store, run_id, rec, "".join(_line(e) for e in new))
+            runlog.chunk(store, run_id, rec, "".join(runlog.line(e) for e in new))
 
     def _ended(self, k: Kaggle, st: ClusterState, store: BlobStore, run_id: str, rec: dict[str, Any], state: str,
                failure: str) -> None:
@@ -236,9 +199,9 @@ class KaggleSessions:
                 fetch(url, dest)
                 progressed = progressed or dest.read_bytes() != before
         took = s["ended"] - s.get("started", s["pushed"])
-        rest = "".join(_line(e) for e in log[s.get("streamed", 0):])   # what the stream has not shown
+        rest = "".join(runlog.line(e) for e in log[s.get("streamed", 0):])   # what the stream has not shown
         # after the session's lines (which the stream may have shown while it ran), how it ended
-        self._chunk(store, run_id, rec, rest + f"--- Kaggle session {len(rec['sessions'])} ({s['kernel']}): "
+        runlog.chunk(store, run_id, rec, rest + f"--- Kaggle session {len(rec['sessions'])} ({s['kernel']}): "
                     f"{state} after {took:.0f}s" + (f": {failure}" if failure else "") + " ---\n")
         # Cut at the limit: the script marked it so, or Kaggle stopped the script before its exit mark (an ERROR
         # whatever its message says) after the job had written new output (a checkpoint to resume from). A script
@@ -246,34 +209,21 @@ class KaggleSessions:
         cut = kernel.CONTINUE_MARK in marks or \
             (kernel.EXIT_MARK not in marks and state == "ERROR" and progressed)
         if cut and len(rec["sessions"]) < rec["chain"]:
-            self._chunk(store, run_id, rec, f"--- session {len(rec['sessions'])} stopped at its time limit with its "
+            runlog.chunk(store, run_id, rec, f"--- session {len(rec['sessions'])} stopped at its time limit with its "
                         "checkpoint; the next session resumes it ---\n")
             self._push_or_fail(k, st, store, run_id, rec)
-            _status(store, run_id, rec, RunState.QUEUED)
+            runlog.status(store, run_id, rec, RunState.QUEUED)
             return
         code = s.get("exit_code", 0 if state == "COMPLETE" else 1)
         if cut:
             code = kernel.CONTINUE_CODE
-            self._chunk(store, run_id, rec, f"--- the run used all {rec['chain']} sessions (--chain) and is not "
+            runlog.chunk(store, run_id, rec, f"--- the run used all {rec['chain']} sessions (--chain) and is not "
                         f"finished: submit it again with a larger --chain to go on ---\n")
         final = RunState.CANCELLED if state.startswith("CANCEL") else \
             RunState.SUCCEEDED if code == 0 else RunState.FAILED
-        store.write(run_record(run_id), json.dumps(rec).encode())
-        _status(store, run_id, rec, final, code)
+        runlog.save(store, run_id, rec)
+        runlog.status(store, run_id, rec, final, code)
         inputs.release(store, run_id, rec, k)
-
-    def _gone(self, store: BlobStore, run_id: str, rec: dict[str, Any], reason: str,
-              state: RunState = RunState.ENDED) -> None:
-        """The run's compute is gone for good (or was never had: FAILED): it ends, saying why, and its time stops."""
-        if rec["sessions"]:
-            rec["sessions"][-1]["state"] = "GONE"
-        self._chunk(store, run_id, rec, f"--- ended: {reason} ---\n")
-        _status(store, run_id, rec, state, None, note=f"ended: {reason}")
-
-    def _chunk(self, store: BlobStore, run_id: str, rec: dict[str, Any], text: str) -> None:
-        rec["chunks"] += 1
-        store.create(layout.log_chunk(run_id, 0, rec["chunks"]), text.encode())
-        store.write(run_record(run_id), json.dumps(rec).encode())
 
     def cancel(self, st: ClusterState, store: BlobStore, run_id: str) -> None:
         """Deletes the session's kernel, which stops it (client.delete_kernel: no response carries the session id
@@ -282,7 +232,7 @@ class KaggleSessions:
         done = runs.status(store, run_id).state
         if done.final:
             raise TpuctlError(ErrorKind.INPUT, f"run {run_id} already {done.value}", "nothing to cancel")
-        raw = store.read(run_record(run_id))
+        raw = store.read(runlog.run_record(run_id))
         rec: dict[str, Any] = json.loads(raw) if raw else {"dataset": "", "sessions": [], "chain": 1, "chunks": 0}
         if rec["sessions"]:
             k = Kaggle()
@@ -298,9 +248,9 @@ class KaggleSessions:
                 raise TpuctlError(ErrorKind.ERROR, f"Kaggle still runs {slug} after its deletion ({state})",
                                   f"cancel again, or stop it at https://www.kaggle.com/code/{k.user}/{slug}")
             rec["sessions"][-1]["state"] = "CANCEL_ACKNOWLEDGED"
-        self._chunk(store, run_id, rec, "--- cancelled" + (": the session's kernel was deleted" if rec["sessions"]
+        runlog.chunk(store, run_id, rec, "--- cancelled" + (": the session's kernel was deleted" if rec["sessions"]
                                                            else " before it reached Kaggle") + " ---\n")
-        _status(store, run_id, rec, RunState.CANCELLED)
+        runlog.status(store, run_id, rec, RunState.CANCELLED)
         inputs.release(store, run_id, rec)
 
     # -- removing ---------------------------------------------------------------------------------------
@@ -309,12 +259,12 @@ class KaggleSessions:
         not finished ends first ("ended: cluster taken down"), so no run waits for a session that is gone."""
         k = Kaggle()
         for run_id in runindex.all_ids(store):
-            raw = store.read(run_record(run_id))
+            raw = store.read(runlog.run_record(run_id))
             rec = json.loads(raw) if raw else None
             if rec is None:
                 continue
             if not runs.status(store, run_id).state.final:
-                self._gone(store, run_id, rec, "cluster taken down")
+                runlog.gone(store, run_id, rec, "cluster taken down")
             for s in rec["sessions"]:
                 for slug in {s["kernel"], s.get("asked", s["kernel"])}:
                     progress(f"deleting kernel {slug}")
@@ -334,22 +284,3 @@ def poll_seconds(s: dict[str, Any]) -> float:
     return base * min(12.0, max(1.0, age / 300))
 
 
-def _line(text: str) -> str:
-    return text if text.endswith("\n") else text + "\n"
-
-
-def _status(store: BlobStore, run_id: str, rec: dict[str, Any], state: RunState,
-            code: int | None = None, note: str = "") -> None:
-    now = time.time()
-    first = rec["sessions"][0] if rec["sessions"] else {"pushed": now}
-    store.write(layout.run_status(run_id, 0), json.dumps(RunStatus(
-        state=state, exit_code=code, started=first.get("started", first["pushed"]),
-        ended=now if state.final else None, heartbeat=now, host="kaggle",
-        attempt=max(1, len(rec["sessions"])), note=note).to_json()).encode())
-    if state.final:
-        runindex.settle(store, run_id, 1)
-
-
-def _words(rec: dict[str, Any], s: dict[str, Any]) -> str:
-    since = s.get("started", s["pushed"])
-    return f"Kaggle session {len(rec['sessions'])}: {s['state']} {time.time() - since:.0f}s"
