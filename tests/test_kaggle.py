@@ -397,6 +397,32 @@ def test_a_detached_chain_is_moved_on_by_tpuctl_watch(kaggle, cli, tmp_path, mon
     _down(cli, kaggle)
 
 
+def test_a_watch_and_a_follower_of_one_chain_push_each_session_once_and_write_each_line_once(kaggle, cli, tmp_path,
+                                                                                             monkeypatch):
+    """`tpuctl watch` and `tpuctl logs -f` of the same run (two processes, as a user leaves them): one moves it on at
+    a time (a lease on the run), so no next session is pushed twice and no log line is lost or written twice."""
+    import subprocess
+    import sys
+    _up(cli, "--type", "v5e-8")
+    monkeypatch.setenv("TPUCTL_KAGGLE_SESSION_SECONDS", "1.2")
+    code, out, err = cli("submit", str(make_job(tmp_path, COUNTER)), "-c", "kg", "--detach", "--chain", "30")
+    assert code == 0, err
+    kaggle.latency = 0.1
+    follower = subprocess.Popen([sys.executable, "-m", "tpuctl", "logs", "-c", "kg", "-f"], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)
+    code, _, err = cli("watch", "-c", "kg")
+    assert code == 0 and "no unfinished run" in err, err
+    followed, said = follower.communicate(timeout=120)
+    assert follower.returncode == 0, said
+    assert all(len(k["versions"]) == 1 for k in kaggle.kernels.values()), \
+        {slug: len(k["versions"]) for slug, k in kaggle.kernels.items()}   # each session pushed once
+    log = cli("logs", "-c", "kg")[1]
+    for text in (log, followed.decode()):
+        assert [text.count(f"step {i}\n") for i in range(1, 17)] == [1] * 16, text
+        assert text.count("--- Kaggle session ") == len(kaggle.kernels) >= 3, text
+    _down(cli, kaggle)
+
+
 def test_a_session_kaggle_stops_at_its_hard_limit_is_continued(kaggle, cli, tmp_path, monkeypatch):
     """The job ignores the deadline and the script's own stop comes too late: Kaggle ends the session (ERROR, time
     limit); its output so far is attached to the next session, which resumes from the checkpoint."""

@@ -151,7 +151,10 @@ class FakeKaggle:
           answer lost (the connection closes), once; one in `drop_before` is lost before it is done, once.
         - the live log (`LOG_STREAM`, kaggle_api_extended `kernels_logs_stream`): Server-Sent Events while the
           session runs, one `data: {"stream_name", "time", "data"}` per line, ending `data: END_OF_LOG`; after it
-          ended, the stored log as JSON (application/json)."""
+          ended, the stored log as JSON (application/json).
+        - `latency`: seconds each API call takes before it is answered. Kaggle answers over the internet, in tenths
+          of a second; answered at once, two clients of one run would hardly ever overlap."""
+        self.latency = 0.0
         self.ref_style = "code"
         self.dataset_processing = 0.3
         self.fail_datasets = 0
@@ -197,6 +200,7 @@ class FakeKaggle:
             return self._send(h, 200 if data is not None else 404, data or b"", "application/octet-stream")
         if not path.startswith("/api/v1/"):
             return self._error(h, 404, f"no route {h.command} {path}")
+        time.sleep(self.latency)
         user = self._user(h.headers.get("Authorization", ""))
         if user is None and not path.endswith("/IntrospectToken"):
             return self._error(h, 401, "Unauthenticated: the API key is not valid")

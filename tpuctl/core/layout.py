@@ -63,6 +63,11 @@ def run_remote(run_id: str) -> str:
     return f"{run_prefix(run_id)}remote.json"
 
 
+def run_remote_lease(run_id: str) -> str:
+    """Whose tpuctl moves such a run on now (providers/kaggle/sessions.py): one at a time."""
+    return f"{run_prefix(run_id)}remote.lease"
+
+
 REMOTE_DATASETS = "tpuctl/remote/datasets.json"
 
 

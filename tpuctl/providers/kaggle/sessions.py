@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import time
 from pathlib import Path
 from typing import Any, Callable
 
 from ...core import layout, runindex, runs
 from ...core.errors import ErrorKind, TpuctlError
+from ...core.lease import Lease
 from ...core.models import ClusterState
 from ...core.runs import RunState, RunStatus
 from ...core.store import BlobStore
@@ -41,6 +43,7 @@ class KaggleSessions:
     def __init__(self, shape: Callable[[ClusterState], str], accelerator: Callable[[ClusterState], str]) -> None:
         self.shape, self.accelerator = shape, accelerator
         self._live: dict[str, LiveLog] = {}   # kernel slug -> its log stream, while this process follows it
+        self._held: dict[str, tuple[Lease, float]] = {}   # run -> (the lease this tpuctl moves it by, ours until)
 
     # -- handing a run over ---------------------------------------------------------------------------
     def dispatch(self, st: ClusterState, store: BlobStore, run_id: str, sessions: int,
@@ -126,7 +129,42 @@ class KaggleSessions:
         rec = json.loads(raw)
         status = runs.status(store, run_id)
         if status.state.final or not rec["sessions"]:
+            self._let_go(run_id)
             return status.state.value
+        taken = run_id not in self._held
+        if not self._moves(store, run_id):
+            return runlog.words(rec, rec["sessions"][-1])   # another tpuctl moves it on and writes its log
+        try:
+            if taken:   # what the previous holder wrote before this one's lease began
+                rec = json.loads(store.read(runlog.run_record(run_id)) or raw)
+            return self._advance(st, store, run_id, rec, follow)
+        finally:
+            if not follow:
+                self._let_go(run_id)
+
+    def _moves(self, store: BlobStore, run_id: str) -> bool:
+        """Whether this tpuctl moves the run on: one at a time, or a `watch` and a `logs -f` of the same run would both
+        push its next session and both write its log (one chunk number each: lines lost or twice). A lease on the
+        run (core/lease.py), renewed once a third of its time has passed (GCS takes about one write a second to an
+        object); a follower keeps it, a one-off look (`jobs`) gives it back; a holder that died lapses after
+        TPUCTL_LEASE_SECONDS."""
+        held = self._held.get(run_id)
+        lease = held[0] if held else Lease(store, layout.run_remote_lease(run_id),
+                                           f"{socket.gethostname()} (pid {os.getpid()})")
+        if held and time.time() < held[1] - lease.ttl * 2 / 3:
+            return True
+        if not lease.acquire():   # taken when free, renewed when ours
+            self._held.pop(run_id, None)
+            return False
+        self._held[run_id] = (lease, time.time() + lease.ttl)
+        return True
+
+    def _let_go(self, run_id: str) -> None:
+        held = self._held.pop(run_id, None)
+        if held:
+            held[0].release()
+
+    def _advance(self, st: ClusterState, store: BlobStore, run_id: str, rec: dict[str, Any], follow: bool) -> str:
         s = rec["sessions"][-1]
         if follow and s["state"] in ("QUEUED", "RUNNING", "NEW_SCRIPT"):
             self._stream(store, run_id, rec, s)
