@@ -108,6 +108,21 @@ def test_jobs_and_status_count_at_the_price_per_hour_override(local_up, cli, tmp
     assert info["cost_so_far_usd"] >= row["cost_usd"]              # the compute has existed longer than the run
 
 
+def test_a_budgeted_cluster_counts_every_cost_at_the_price_saved_at_up(local_up, cli, tmp_path, monkeypatch):
+    """The price `up --budget` saved is the one its hosts count with: `jobs` and `status` count at it too, whatever
+    the shell they run in says now."""
+    monkeypatch.setenv("TPUCTL_PRICE_PER_HOUR", "3600")             # a dollar a second, at `up`
+    local_up("pb", "--budget", "100000")
+    code, out, err = cli("submit", str(make_job(tmp_path, "import time\ntime.sleep(1)\nprint('done')")), "-c", "pb")
+    assert code == 0, err
+    monkeypatch.setenv("TPUCTL_PRICE_PER_HOUR", "1")                # another shell, another price
+    [row] = json.loads(cli("jobs", "-c", "pb", "--json")[1])
+    assert row["duration"] >= 1 and row["cost_usd"] == pytest.approx(row["duration"], abs=0.001)
+    info = json.loads(cli("status", "-c", "pb", "--json")[1])
+    assert info["cost_so_far_usd"] >= row["cost_usd"] and info["spent_usd"] >= row["cost_usd"]
+    assert info["cost_so_far_usd"] == pytest.approx(info["spent_usd"], abs=2.0)   # one price: a second apart at most
+
+
 def test_ls_flags_a_cluster_past_its_deadline_that_is_still_up(local_up, cli):
     st = local_up("pd", "--max-duration", "1h")
     st.periods[-1][0] -= 7200          # made two hours ago; its host never ended it (dead, or no permission)

@@ -124,13 +124,11 @@ def jobs(cluster: Optional[str] = CLUSTER,
         rows = rows[:limit]
         con.err.print(f"the latest {'run' if limit == 1 else f'{limit} runs'}; `--limit N` or `--all` shows more",
                       style="dim")
-    from ..core import budget
-    hourly = budget.hourly(prov.price(st.spec).hourly)
+    from ..control.status import costing
+    hourly, spend = costing(st, prov)   # the budget: each row carries it in --json, a line says it otherwise
     for r in rows:   # what the compute cost while the run ran, at the price every cost is counted at
         d = r["duration"]
         r["cost_usd"] = round(d / 3600 * hourly, 4) if isinstance(d, float) and hourly is not None else None
-    from ..control.status import budget_of
-    spend = budget_of(st, prov)   # the cluster's budget: each row carries it in --json, a line says it otherwise
     if as_json:
         con.print_json([{**r, **spend} for r in rows])
         return

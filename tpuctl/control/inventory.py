@@ -9,7 +9,7 @@ from ..core import state
 from ..core.errors import TpuctlError
 from ..core.models import ClusterState, Phase
 from ..providers.base import Provider
-from .status import budget_of, orphan_data, store_bytes, stopped_by_host, when
+from .status import costing, orphan_data, store_bytes, stopped_by_host, when
 
 
 def ls(providers: list[Provider], extra_project: str, warn: Callable[[str], None]) -> list[dict[str, object]]:
@@ -57,7 +57,7 @@ def ls(providers: list[Provider], extra_project: str, warn: Callable[[str], None
 
 
 def _budget_cell(st: ClusterState, provider: Provider) -> str:
-    b = budget_of(st, provider) if st.phase is not Phase.CREATING else {}
+    b = costing(st, provider)[1] if st.phase is not Phase.CREATING else {}
     return f"${b['spent_usd']:.2f} of ${b['budget_usd']:.2f}" if b else ""
 
 

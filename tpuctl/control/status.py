@@ -31,8 +31,9 @@ def status(st: ClusterState, provider: Provider) -> dict[str, object]:
                                "grants": [f"{g.role} -> {g.member}" for g in st.grants]}
     record = _stopped_record(st, provider) if st.phase is Phase.READY else {}   # read once: stop and failure
     stopped = _stop_in(st, record)
-    info.update(_cost(st, budget.hourly(price.hourly)))
-    info.update(budget_of(st, provider))
+    hourly, spend = costing(st, provider)
+    info.update(_cost(st, hourly))
+    info.update(spend)
     info.update(watch)
     info["orphan_data"] = orphan_data(st, provider)
     armed = _armed(st, provider, record) if (st.spec.autostop or st.deadline) and st.phase is Phase.READY and not stopped \
@@ -130,13 +131,14 @@ def _cost(st: ClusterState, hourly: float | None) -> dict[str, object]:
     return {"uptime": f"{h}h{m:02d}m", "cost_so_far_usd": None if hourly is None else round(seconds / 3600 * hourly, 2)}
 
 
-def budget_of(st: ClusterState, provider: Provider) -> dict[str, object]:
-    """Spent and left of the cluster's budget (core/budget.py), with a line at 80% and at 100%; {} without one.
-    `status`, `ls` and `jobs --json` show it."""
+def costing(st: ClusterState, provider: Provider) -> tuple[float | None, dict[str, object]]:
+    """(the $/hour the cluster's cost is counted at: budget.hourly, with the price saved with its budget; spent and
+    left of that budget with a line at 80% and at 100%, {} without one). `status`, `ls` and `jobs` show them."""
     try:
-        return budget.shown(budget.read(provider.store(st)), st.periods)
+        doc = budget.read(provider.store(st))
     except TpuctlError:
-        return {}
+        doc = {}
+    return budget.hourly(provider.price(st.spec).hourly, float(doc.get("hourly") or 0)), budget.shown(doc, st.periods)
 
 
 def _autostop_at(store: BlobStore) -> float:

@@ -22,10 +22,14 @@ WARN_AT = 0.8
 REASON = "budget"
 
 
-def hourly(catalog: float | None) -> float | None:
-    """The $/hour that every cost is counted at (the budget, `status`'s cost so far, `jobs`' cost column):
-    TPUCTL_PRICE_PER_HOUR when set, in place of the catalog's `catalog` (tests make a fake TPU expensive; a user
-    may put in the price they are actually charged); None when neither knows."""
+def hourly(catalog: float | None, saved: float = 0.0) -> float | None:
+    """The $/hour that every cost is counted at (the budget, `status`'s cost so far, `jobs`' cost column): the
+    price `saved` with the cluster's budget at `up` when it has one (what its hosts count the budget and each run's
+    cost with, whatever this shell says now); else TPUCTL_PRICE_PER_HOUR when set, in place of the catalog's
+    `catalog` (tests make a fake TPU expensive; a user may put in the price they are actually charged); None when
+    neither knows."""
+    if saved:
+        return saved
     raw = os.environ.get("TPUCTL_PRICE_PER_HOUR")
     return float(raw) if raw else catalog
 
