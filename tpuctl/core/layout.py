@@ -218,6 +218,7 @@ DESCRIBED = [
                             "TPU runtime every worker must serve first"),
     (run_notify("ID"), "written by `submit --notify`: the run's own notification URLs (secrets)"),
     (run_remote("ID"), "a Kaggle run's sessions (kernel, state, times), kept by the commands that look at it"),
+    (run_remote_lease("ID"), "which tpuctl moves that run on now (one at a time; its expiry renewed while it follows)"),
     (REMOTE_DATASETS, "the Kaggle datasets tpuctl made for the cluster's runs (what `down` deletes there)"),
     (run_data("ID") + "...", "the run's own data ($TPUCTL_DATA_DIR): copies of blobs, frozen at submit"),
     (run_output("ID") + "/", "the job's outputs: checkpoints, TensorBoard events ($TPUCTL_OUTPUT_DIR)"),

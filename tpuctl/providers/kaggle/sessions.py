@@ -18,14 +18,12 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import time
 from pathlib import Path
 from typing import Any, Callable
 
 from ...core import layout, runindex, runs
 from ...core.errors import ErrorKind, TpuctlError
-from ...core.lease import Lease
 from ...core.models import ClusterState
 from ...core.runs import RunState, RunStatus
 from ...core.store import BlobStore
@@ -43,7 +41,7 @@ class KaggleSessions:
     def __init__(self, shape: Callable[[ClusterState], str], accelerator: Callable[[ClusterState], str]) -> None:
         self.shape, self.accelerator = shape, accelerator
         self._live: dict[str, LiveLog] = {}   # kernel slug -> its log stream, while this process follows it
-        self._held: dict[str, tuple[Lease, float]] = {}   # run -> (the lease this tpuctl moves it by, ours until)
+        self._holder = runlog.Holder()   # the runs this tpuctl moves on now
 
     # -- handing a run over ---------------------------------------------------------------------------
     def dispatch(self, st: ClusterState, store: BlobStore, run_id: str, sessions: int,
@@ -129,10 +127,10 @@ class KaggleSessions:
         rec = json.loads(raw)
         status = runs.status(store, run_id)
         if status.state.final or not rec["sessions"]:
-            self._let_go(run_id)
+            self._holder.let_go(run_id)
             return status.state.value
-        taken = run_id not in self._held
-        if not self._moves(store, run_id):
+        taken = self._holder.take(store, run_id)
+        if taken is None:
             return runlog.words(rec, rec["sessions"][-1])   # another tpuctl moves it on and writes its log
         try:
             if taken:   # what the previous holder wrote before this one's lease began
@@ -140,29 +138,7 @@ class KaggleSessions:
             return self._advance(st, store, run_id, rec, follow)
         finally:
             if not follow:
-                self._let_go(run_id)
-
-    def _moves(self, store: BlobStore, run_id: str) -> bool:
-        """Whether this tpuctl moves the run on: one at a time, or a `watch` and a `logs -f` of the same run would both
-        push its next session and both write its log (one chunk number each: lines lost or twice). A lease on the
-        run (core/lease.py), renewed once a third of its time has passed (GCS takes about one write a second to an
-        object); a follower keeps it, a one-off look (`jobs`) gives it back; a holder that died lapses after
-        TPUCTL_LEASE_SECONDS."""
-        held = self._held.get(run_id)
-        lease = held[0] if held else Lease(store, layout.run_remote_lease(run_id),
-                                           f"{socket.gethostname()} (pid {os.getpid()})")
-        if held and time.time() < held[1] - lease.ttl * 2 / 3:
-            return True
-        if not lease.acquire():   # taken when free, renewed when ours
-            self._held.pop(run_id, None)
-            return False
-        self._held[run_id] = (lease, time.time() + lease.ttl)
-        return True
-
-    def _let_go(self, run_id: str) -> None:
-        held = self._held.pop(run_id, None)
-        if held:
-            held[0].release()
+                self._holder.let_go(run_id)
 
     def _advance(self, st: ClusterState, store: BlobStore, run_id: str, rec: dict[str, Any], follow: bool) -> str:
         s = rec["sessions"][-1]
@@ -221,21 +197,9 @@ class KaggleSessions:
         if live:
             live.stop()
         files, log = k.kernel_output(s["kernel"])
-        marks, progressed = {}, False
-        out = Path(store.local_path(layout.run_output(run_id)))
-        for name, url in files:
-            if name in (kernel.CONTINUE_MARK, kernel.EXIT_MARK):
-                marks[name] = True
-                if name == kernel.EXIT_MARK:
-                    tmp = out.parent / f".{kernel.EXIT_MARK}"
-                    fetch(url, tmp)
-                    s["exit_code"] = int(tmp.read_text() or 1)
-                    tmp.unlink()
-            elif name.startswith(kernel.OUTPUT + "/"):
-                dest = out / name[len(kernel.OUTPUT) + 1:]
-                before = dest.read_bytes() if dest.is_file() else None
-                fetch(url, dest)
-                progressed = progressed or dest.read_bytes() != before
+        marks, exit_code, progressed = _fetch_output(files, Path(store.local_path(layout.run_output(run_id))))
+        if exit_code is not None:
+            s["exit_code"] = exit_code
         took = s["ended"] - s.get("started", s["pushed"])
         rest = "".join(runlog.line(e) for e in log[s.get("streamed", 0):])   # what the stream has not shown
         # after the session's lines (which the stream may have shown while it ran), how it ended
@@ -311,6 +275,27 @@ class KaggleSessions:
             progress(f"deleting dataset {slug}")
             k.delete_dataset(slug)
         store.write(DATASETS, b"[]")
+
+
+def _fetch_output(files: list[tuple[str, str]], out: Path) -> tuple[set[str], int | None, bool]:
+    """A session's output (name, url) into the run's output directory `out`: (the marks it left, the job's exit code
+    when it left one, whether any output file changed: a checkpoint to resume from)."""
+    marks: set[str] = set()
+    exit_code, progressed = None, False
+    for name, url in files:
+        if name in (kernel.CONTINUE_MARK, kernel.EXIT_MARK):
+            marks.add(name)
+            if name == kernel.EXIT_MARK:
+                tmp = out.parent / f".{kernel.EXIT_MARK}"
+                fetch(url, tmp)
+                exit_code = int(tmp.read_text() or 1)
+                tmp.unlink()
+        elif name.startswith(kernel.OUTPUT + "/"):
+            dest = out / name[len(kernel.OUTPUT) + 1:]
+            before = dest.read_bytes() if dest.is_file() else None
+            fetch(url, dest)
+            progressed = progressed or dest.read_bytes() != before
+    return marks, exit_code, progressed
 
 
 def poll_seconds(s: dict[str, Any]) -> float:
