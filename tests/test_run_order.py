@@ -4,6 +4,7 @@ reads independent of how many runs the store holds (core/runindex.py)."""
 import json
 import multiprocessing
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -149,8 +150,8 @@ def test_on_gcs_the_latest_runs_are_one_short_page_whatever_the_history(bucket_s
     store = bucket_store
     ids = [f"20261101-1200{s // 100 % 60:02d}-{s % 1000:03d}-{s:04x}" for s in range(1050)]
     bucket = store.bucket
-    for rid in ids:                                            # the index only: what the listing reads
-        bucket.blob(layout.run_index(runindex.flip(rid))).upload_from_string(rid)
+    with ThreadPoolExecutor(8) as pool:                        # the index only: what the listing reads
+        list(pool.map(lambda rid: bucket.blob(layout.run_index(runindex.flip(rid))).upload_from_string(rid), ids))
     bucket.blob(layout.RUN_INDEX_COMPLETE).upload_from_string(b"1050")
     bucket.blob(layout.run_job(max(ids))).upload_from_string(   # `logs` checks that the latest exists
         json.dumps(RunSpec(id=max(ids), name="j", command="true", package="p").to_json()))
