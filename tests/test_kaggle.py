@@ -168,6 +168,27 @@ def test_logs_f_shows_a_running_sessions_lines(kaggle, cli, tmp_path, monkeypatc
     _down(cli, kaggle)
 
 
+def test_a_follower_stopped_with_ctrl_c_lets_go_of_the_run_at_once(kaggle, cli, tmp_path, monkeypatch):
+    """The lease a `logs -f` holds on the run it follows is given back when it stops, not left to lapse."""
+    import signal
+    import subprocess
+    import sys
+    _up(cli, "--type", "t4x2")
+    monkeypatch.setenv("LIVE_FLAG", str(tmp_path / "flag"))
+    run_id = cli("submit", str(make_job(tmp_path, LIVE)), "-c", "kg", "--detach")[1].strip()
+    follower = subprocess.Popen([sys.executable, "-m", "tpuctl", "logs", run_id, "-c", "kg", "-f"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    held = until(lambda: [p for p in Path(os.environ["TPUCTL_HOME"]).rglob("remote.lease")
+                          if json.loads(p.read_text() or "{}").get("expires", 0) > time.time()], 60, "the lease")
+    follower.send_signal(signal.SIGINT)
+    out, err = follower.communicate(timeout=30)
+    assert follower.returncode == 130 and b"stopped following" in err, err
+    assert json.loads(held[0].read_text())["expires"] == 0, held[0].read_text()   # given back, not left to lapse
+    (tmp_path / "flag").write_text("")
+    assert cli("logs", run_id, "-c", "kg", "-f")[0] == 0
+    _down(cli, kaggle)
+
+
 def test_the_quota_counts_running_sessions(kaggle, cli, tmp_path):
     """ApiAcceleratorQuota.time_reserved ("reserved by currently-running sessions") counts against what is left."""
     _up(cli, "--type", "v5e-8")

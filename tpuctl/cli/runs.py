@@ -20,7 +20,8 @@ if TYPE_CHECKING:
 
 
 def follow_run(store: "BlobStore", run_id: str, st0: "ClusterState", prov: "Provider", worker: int = 0,
-            follow: bool = True, give_up_after: float = 900.0, all_hosts: list[tuple[int, str]] | None = None) -> int:
+               follow: bool = True, give_up_after: float = 900.0,
+               all_hosts: list[tuple[int, str]] | None = None) -> int:
     from ..core import hostlogs, layout, runs
     from ..control.hostwatch import HostWatch
     out = sys.stdout.buffer
@@ -50,6 +51,9 @@ def follow_run(store: "BlobStore", run_id: str, st0: "ClusterState", prov: "Prov
     except KeyboardInterrupt:
         raise interrupted(f"stopped following; run {run_id} keeps running on cluster {cluster}. Reattach: tpuctl logs "
                           f"{run_id} -c {cluster} -f; stop it: tpuctl cancel {run_id} -c {cluster}") from None
+    finally:
+        if remote is not None:   # a `watch` need not wait for this follower's lease to lapse
+            remote.let_go(run_id)
     if follow:
         code = st.exit_code
         con = console()

@@ -201,6 +201,8 @@ class RemoteRuns(Protocol):
         """Bring the run's records up to date (rate-limited); its state in words, "" when not one of these runs.
         `follow`: the caller shows the log as it grows (`submit`, `logs -f`): the service's live log is read too."""
     def cancel(self, st: ClusterState, store: BlobStore, run_id: str) -> None: ...
+    def let_go(self, run_id: str) -> None:
+        """This process stops following the run: another command may move it on at once."""
 
 
 class Provider(Protocol):

@@ -28,6 +28,14 @@ class LiveLog:
         self.events: list[str] = []
         self.finished, self.ended_at = False, 0.0
         self._stop = threading.Event()
+        # What the thread imports is imported on this one first: a Ctrl-C that lands while two threads import at once
+        # can leave one of CPython's module locks held, and the command then hangs instead of stopping (a `logs -f`
+        # stopped in its first second hung so in a test, about 1 run in 8).
+        import requests  # noqa: F401
+        try:
+            import kagglesdk  # noqa: F401
+        except ImportError:
+            pass   # the thread's first call says how to install it
         threading.Thread(target=self._read, daemon=True, name=f"kaggle-log-{slug}").start()
 
     def stop(self) -> None:

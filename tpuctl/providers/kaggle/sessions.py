@@ -140,6 +140,9 @@ class KaggleSessions:
             if not follow:
                 self._holder.let_go(run_id)
 
+    def let_go(self, run_id: str) -> None:
+        self._holder.let_go(run_id)
+
     def _advance(self, st: ClusterState, store: BlobStore, run_id: str, rec: dict[str, Any], follow: bool) -> str:
         s = rec["sessions"][-1]
         if follow and s["state"] in ("QUEUED", "RUNNING", "NEW_SCRIPT"):
