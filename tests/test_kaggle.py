@@ -176,8 +176,10 @@ def test_a_follower_stopped_with_ctrl_c_lets_go_of_the_run_at_once(kaggle, cli, 
     _up(cli, "--type", "t4x2")
     monkeypatch.setenv("LIVE_FLAG", str(tmp_path / "flag"))
     run_id = cli("submit", str(make_job(tmp_path, LIVE)), "-c", "kg", "--detach")[1].strip()
+    # SIGINT as at a terminal (under a non-interactive shell's `&`, as CI may run, a child inherits SIG_IGN)
     follower = subprocess.Popen([sys.executable, "-m", "tpuctl", "logs", run_id, "-c", "kg", "-f"],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     held = until(lambda: [p for p in Path(os.environ["TPUCTL_HOME"]).rglob("remote.lease")
                           if json.loads(p.read_text() or "{}").get("expires", 0) > time.time()], 60, "the lease")
     follower.send_signal(signal.SIGINT)
