@@ -1,7 +1,9 @@
-"""Imported BY jobs: the boilerplate every TPU tutorial repeats, done once and tested.
+"""Imported BY jobs: the boilerplate every TPU tutorial repeats, done once and tested, for Keras 3 on whichever
+backend the job runs on (Keras's own KERAS_BACKEND, which tpuctl sets: tensorflow or jax).
 
     from tpuctl import runtime
-    strategy = runtime.strategy()                 # TPU (VM or legacy node), several GPUs, or the default
+    strategy = runtime.strategy()                 # TF: TPUStrategy, MirroredStrategy or the default;
+                                                  # JAX: keras.distribution.DataParallel over every local device
     batch = runtime.global_batch(32, strategy)    # per-replica batch x replicas
     lr = runtime.schedule(1e-4, batch, 256, warmup_steps=1000, total_steps=100000)
     runtime.output_dir(), runtime.data_dir()      # from TPUCTL_* with local fallbacks
@@ -11,8 +13,8 @@
     with progress.checkpointing(): save()         # (or the callback's) a blocking save, counted as goodput's
                                                   # checkpoint badput, not as productive step time
 
-TensorFlow is imported lazily, and TF_USE_LEGACY_KERAS=1 is set before it when tf-keras is installed (Keras 3 +
-TPUStrategy model.fit has open failures on TPU VMs, keras-team/keras#19448); a job's own value wins.
+TensorFlow is imported lazily, and only on the TensorFlow backend (or for a tf-keras job: TF_USE_LEGACY_KERAS=1,
+which the job or tpuctl's host sets; prefer_legacy_keras below is the host's rule for it).
 """
 from __future__ import annotations
 
@@ -33,7 +35,28 @@ def prefer_legacy_keras(environ: MutableMapping[str, str] = os.environ) -> bool:
     return environ["TF_USE_LEGACY_KERAS"] == "1"
 
 
-prefer_legacy_keras()
+def legacy_keras() -> bool:
+    """True for a tf-keras (Keras 2) job: TF_USE_LEGACY_KERAS=1 makes tf.keras tf-keras (TensorFlow >= 2.16)."""
+    return os.environ.get("TF_USE_LEGACY_KERAS") == "1" and importlib.util.find_spec("tf_keras") is not None
+
+
+def backend() -> str:
+    """The Keras backend of this process: Keras 3's own choice (KERAS_BACKEND, else ~/.keras/keras.json, else
+    tensorflow: keras/src/backend/config.py), or "tensorflow" for a tf-keras job or where Keras 3 is absent."""
+    if legacy_keras() or importlib.util.find_spec("keras") is None:
+        return "tensorflow"
+    import keras
+    if not hasattr(keras, "backend") or not hasattr(keras.backend, "backend"):
+        return "tensorflow"   # Keras 2 installed as `keras`
+    return str(keras.backend.backend())
+
+
+def _keras() -> Any:
+    """tf.keras for a tf-keras job, else Keras 3."""
+    if legacy_keras():
+        return _tf().keras
+    import keras
+    return keras
 
 
 def _tf() -> Any:
@@ -63,11 +86,44 @@ def tpu_target(environ: Mapping[str, str] = os.environ) -> tuple[str, bool] | No
     return None
 
 
-def strategy(tpu: str | None = "auto") -> Any:
-    """TPUStrategy on a TPU; MirroredStrategy over several GPUs; else the default strategy (one GPU or the CPU).
-    `tpu`: "auto" (tpu_target), a resolver argument, or None for no TPU.
+class Replicas:
+    """A job's distribution on a backend other than TensorFlow, with the part of tf.distribute.Strategy's surface
+    a job uses: num_replicas_in_sync, scope(), and the platform of its devices ("tpu", "gpu", "cpu")."""
 
-    GPU memory growth is turned on first, so a job does not grab the whole card."""
+    def __init__(self, devices: list[Any], platform: str, distribution: Any = None) -> None:
+        self.devices, self.platform, self.distribution = devices, platform, distribution
+        self.num_replicas_in_sync = len(devices)
+
+    def scope(self) -> Any:
+        from contextlib import nullcontext
+        return self.distribution.scope() if self.distribution is not None else nullcontext()
+
+
+def jax_replicas(environ: Mapping[str, str] = os.environ) -> Replicas:
+    """keras.distribution.DataParallel over every device (one per TPU core or GPU), set as Keras's global
+    distribution, so model.fit splits each global batch across them (keras.io "Distributed training with Keras 3");
+    one device runs without one. A run across hosts (TPUCTL_NUM_WORKERS > 1) first calls
+    jax.distributed.initialize(), which finds the other hosts from the TPU's own metadata (JAX "Multi-host and
+    multi-process environments"), after which keras.distribution.list_devices() names every host's devices."""
+    import jax
+    import keras
+    if int(environ.get("TPUCTL_NUM_WORKERS") or 1) > 1 and jax.process_count() == 1:
+        jax.distributed.initialize()
+    devices = keras.distribution.list_devices()
+    platform = jax.devices()[0].platform
+    dist = None
+    if len(devices) > 1:
+        dist = keras.distribution.DataParallel(devices=devices)
+        keras.distribution.set_distribution(dist)
+    return Replicas(devices, "gpu" if platform in ("gpu", "cuda", "rocm") else platform, dist)
+
+
+def strategy(tpu: str | None = "auto") -> Any:
+    """TensorFlow backend: TPUStrategy on a TPU; MirroredStrategy over several GPUs; else the default strategy (one
+    GPU or the CPU). `tpu`: "auto" (tpu_target), a resolver argument, or None for no TPU. GPU memory growth is
+    turned on first, so a job does not grab the whole card. JAX backend: jax_replicas()."""
+    if backend() == "jax":
+        return jax_replicas()
     tf = _tf()
     target = tpu_target() if tpu == "auto" else ((tpu, tpu != "local") if tpu else None)
     if target:
@@ -91,6 +147,8 @@ def strategy(tpu: str | None = "auto") -> Any:
 
 def kind(strategy_: Any) -> str:
     """'tpu', 'gpu' or 'cpu': what the strategy runs on (decides mixed precision)."""
+    if isinstance(strategy_, Replicas):
+        return strategy_.platform
     tf = _tf()
     if isinstance(strategy_, tf.distribute.TPUStrategy):
         return "tpu"
@@ -111,16 +169,18 @@ def scaled_lr(base_lr: float, batch: int, base_batch: int, rule: str = "linear")
 def schedule(base_lr: float, batch: int, base_batch: int, warmup_steps: int, total_steps: int,
              end_lr: float = 0.0, rule: str = "linear") -> Any:
     """Linear warm-up to the scaled learning rate, then linear decay to end_lr at total_steps."""
-    tf = _tf()
+    keras = _keras()
+    ops = keras.ops if hasattr(keras, "ops") else _tf()   # Keras 3's ops, or TensorFlow's for tf-keras
+    clip = ops.clip if hasattr(ops, "clip") else ops.clip_by_value
     peak = scaled_lr(base_lr, batch, base_batch, rule)
 
-    class WarmupDecay(tf.keras.optimizers.schedules.LearningRateSchedule):  # type: ignore[name-defined]  # TF is imported lazily, so its classes are values here
+    class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):  # type: ignore[name-defined]  # Keras is imported lazily, so its classes are values here
         def __call__(self, step: Any) -> Any:
-            step = tf.cast(step, tf.float32)
+            step = ops.cast(step, "float32")
             warm = peak * step / max(1, warmup_steps)
-            frac = tf.clip_by_value((step - warmup_steps) / max(1, total_steps - warmup_steps), 0.0, 1.0)
+            frac = clip((step - warmup_steps) / max(1, total_steps - warmup_steps), 0.0, 1.0)
             decay = peak + (end_lr - peak) * frac
-            return tf.where(step < warmup_steps, warm, decay)
+            return ops.where(step < warmup_steps, warm, decay)
 
         def get_config(self) -> dict[str, float]:
             return {"peak": peak, "warmup_steps": warmup_steps, "total_steps": total_steps, "end_lr": end_lr}
@@ -128,10 +188,10 @@ def schedule(base_lr: float, batch: int, base_batch: int, warmup_steps: int, tot
 
 
 def mixed_precision(kind_: str) -> str:
-    """bfloat16 on TPU, float16 on GPU (Keras adds loss scaling), float32 on CPU. Returns the policy name."""
-    tf = _tf()
+    """bfloat16 on TPU, float16 on GPU (Keras's compile() wraps the optimizer in a LossScaleOptimizer under
+    mixed_float16: keras/src/trainers/trainer.py, auto_scale_loss), float32 on CPU. Returns the policy name."""
     policy = {"tpu": "mixed_bfloat16", "gpu": "mixed_float16"}.get(kind_, "float32")
-    tf.keras.mixed_precision.set_global_policy(policy)
+    _keras().mixed_precision.set_global_policy(policy)
     return policy
 
 
@@ -193,26 +253,23 @@ def metrics_callback(every: int | None = None, path: str | None = None) -> Any:
     recorded for goodput (core/goodput.py); the step reached is written at least every TPUCTL_PROGRESS_SECONDS (10).
     A save the job makes inside `with callback.checkpointing():` counts as checkpoint time, never as step time, even
     when it runs inside a batch (a callback before this one saving at a batch's end)."""
-    tf = _tf()
+    keras = _keras()
     flush_seconds = float(os.environ.get("TPUCTL_PROGRESS_SECONDS", "10"))
     from .core.metrics import FILE, MetricsLog, parse
     target = path or f"{output_dir()}/{FILE}"
 
     def write(log: MetricsLog) -> None:
         if _records_metrics():
-            _write_text(target, json.dumps(log.to_json()), tf)
+            _write_text(target, json.dumps(log.to_json()))
 
-    class MetricsFile(tf.keras.callbacks.Callback):  # type: ignore[name-defined]  # TF is imported lazily, so its classes are values here
+    class MetricsFile(keras.callbacks.Callback):  # type: ignore[name-defined]  # Keras is imported lazily, so its classes are values here
         def __init__(self) -> None:
             super().__init__()
-            found = None
-            if tf.io.gfile.exists(target):
-                with tf.io.gfile.GFile(target, "rb") as f:
-                    found = parse(f.read())
-            self.log = found or MetricsLog()
+            found = _read_bytes(target)
+            self.log = (parse(found) if found is not None else None) or MetricsLog()
 
         def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
-            self.log.begin(int(self.model.optimizer.iterations.numpy()), time.time())
+            self.log.begin(step_of(self.model), time.time())
 
         def on_train_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:
             self.t0 = time.perf_counter()
@@ -222,7 +279,7 @@ def metrics_callback(every: int | None = None, path: str | None = None) -> Any:
             return _timed_save(self.log, self.saved if hasattr(self, "saved") else [])
 
         def _record(self, logs: dict[str, Any] | None) -> None:
-            self.log.record(int(self.model.optimizer.iterations.numpy()), logs or {})
+            self.log.record(step_of(self.model), logs or {})
             write(self.log)
 
         def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
@@ -230,7 +287,7 @@ def metrics_callback(every: int | None = None, path: str | None = None) -> Any:
                 self._record(logs)
 
         def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
-            step = int(self.model.optimizer.iterations.numpy())
+            step = step_of(self.model)
             self.log.stepped(step, time.perf_counter() - self.t0 - sum(getattr(self, "saved", [])), time.time())
             if every and step % every == 0:
                 self._record(logs)
@@ -242,11 +299,30 @@ def metrics_callback(every: int | None = None, path: str | None = None) -> Any:
 
         def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
             # a run whose last step is not a multiple of `every` still ends with its last step in the file
-            if every and self.log.step < int(self.model.optimizer.iterations.numpy()) and getattr(self, "last", None):
+            if every and self.log.step < step_of(self.model) and getattr(self, "last", None):
                 self._record(self.last)
             else:
                 write(self.log)   # with what came after the last record: a final checkpoint's time
     return MetricsFile()
+
+
+def sync(model: Any) -> None:
+    """Puts the state a JAX fit() holds outside the model back into the model's variables (Keras's
+    jax_state_sync, keras/src/backend/jax/trainer.py): what a callback does before it reads or changes them (a
+    checkpoint, a metrics reset). Nothing to do on TensorFlow."""
+    getattr(model, "jax_state_sync", lambda: None)()
+
+
+def step_of(model: Any) -> int:
+    """The optimizer's step, without a sync: inside a JAX fit() the model's own variables lag behind the state the
+    train function carries (`model._jax_state`, what the trainer hands callbacks), so read it there."""
+    opt = model.optimizer
+    state = getattr(model, "_jax_state", None)
+    if state and state.get("optimizer_variables") and not getattr(model, "_jax_state_synced", True):
+        for ref, value in zip(opt.variables, state["optimizer_variables"]):
+            if ref is opt.iterations:
+                return int(value)
+    return int(opt.iterations.numpy())
 
 
 def _records_metrics() -> bool:
@@ -280,6 +356,12 @@ def _read_bytes(target: str) -> bytes | None:
     if "://" in target and store and target.startswith(store + "/"):
         from .providers.stores import open_store
         return open_store(store).read(target[len(store) + 1:])
+    if "://" in target:
+        gfile = _tf().io.gfile
+        if not gfile.exists(target):
+            return None
+        with gfile.GFile(target, "rb") as f:
+            return bytes(f.read())
     try:
         with open(target, "rb") as f:
             return f.read()

@@ -1,26 +1,47 @@
-"""tf.data over TFRecord shards with static shapes: parallel interleave, shuffle, drop_remainder batches, prefetch."""
+"""The training data from the TFRecord shards prepare.py writes: tf.data on the TensorFlow backend, a reader of the
+job's own (records.py, no TensorFlow) on every other. Both are deterministic for a seed, and a resumed run skips
+the batches it already consumed, so it sees what an uninterrupted run would."""
 from __future__ import annotations
 
-import tensorflow as tf
+import fileio
+
+FIELDS = {"input_ids": "seq", "input_mask": "seq", "segment_ids": "seq", "masked_lm_positions": "pred",
+          "masked_lm_ids": "pred", "masked_lm_weights": "pred", "next_sentence_labels": 1}
 
 
-def features(max_seq: int, max_pred: int) -> dict:
-    f = {k: tf.io.FixedLenFeature([max_seq], tf.int64) for k in ("input_ids", "input_mask", "segment_ids")}
-    f.update({k: tf.io.FixedLenFeature([max_pred], tf.int64) for k in ("masked_lm_positions", "masked_lm_ids")})
-    f["masked_lm_weights"] = tf.io.FixedLenFeature([max_pred], tf.float32)
-    f["next_sentence_labels"] = tf.io.FixedLenFeature([1], tf.int64)
-    return f
+def shards(pattern: str) -> list[str]:
+    files = fileio.glob(pattern)
+    if not files:
+        raise FileNotFoundError(f"no TFRecord shards match {pattern}")
+    return files
+
+
+def split(ex: dict, to_int, ones) -> tuple:
+    """A parsed batch -> (x, y, sample weights), as the model and losses.objective take them."""
+    x = {k: to_int(ex[k]) for k in ("input_ids", "input_mask", "segment_ids", "masked_lm_positions")}
+    y = {"mlm": to_int(ex["masked_lm_ids"]), "nsp": to_int(ex["next_sentence_labels"])}
+    w = {"mlm": ex["masked_lm_weights"], "nsp": ones(ex["next_sentence_labels"])}
+    return x, y, w
 
 
 def dataset(pattern: str, batch: int, max_seq: int, max_pred: int, seed: int = 0, training: bool = True,
-            skip: int = 0):
-    """Training: shards in a seeded order, read in a fixed interleave (deterministic, so a resumed run that skips
-    the `skip` batches it consumed continues the same sequence), shuffled with a seed, repeated."""
-    files = tf.io.gfile.glob(pattern)
-    if not files:
-        raise FileNotFoundError(f"no TFRecord shards match {pattern}")
-    spec = features(max_seq, max_pred)
-    ds = tf.data.Dataset.from_tensor_slices(sorted(files))
+            skip: int = 0, backend: str | None = None):
+    """Training: shards in a seeded order, read in a fixed interleave, shuffled with a seed, repeated."""
+    import keras
+    if (backend or keras.backend.backend()) == "tensorflow":
+        return tf_dataset(pattern, batch, max_seq, max_pred, seed, training, skip)
+    from records import Batches
+    return Batches(shards(pattern), batch, max_seq, max_pred, seed=seed, training=training, skip=skip)
+
+
+def tf_dataset(pattern: str, batch: int, max_seq: int, max_pred: int, seed: int = 0, training: bool = True,
+               skip: int = 0):
+    import tensorflow as tf
+    files = shards(pattern)
+    size = {"seq": max_seq, "pred": max_pred, 1: 1}
+    spec = {k: tf.io.FixedLenFeature([size[n]], tf.float32 if k == "masked_lm_weights" else tf.int64)
+            for k, n in FIELDS.items()}
+    ds = tf.data.Dataset.from_tensor_slices(files)
     if training:
         ds = ds.shuffle(len(files), seed=seed).repeat()
     ds = ds.interleave(tf.data.TFRecordDataset, cycle_length=min(8, len(files)),
@@ -30,11 +51,7 @@ def dataset(pattern: str, batch: int, max_seq: int, max_pred: int, seed: int = 0
 
     def parse(records):
         ex = tf.io.parse_example(records, spec)
-        ex = {k: tf.cast(v, tf.int32) if v.dtype == tf.int64 else v for k, v in ex.items()}
-        x = {k: ex[k] for k in ("input_ids", "input_mask", "segment_ids", "masked_lm_positions")}
-        y = {"mlm": ex["masked_lm_ids"], "nsp": ex["next_sentence_labels"]}
-        w = {"mlm": ex["masked_lm_weights"], "nsp": tf.ones_like(ex["next_sentence_labels"], tf.float32)}
-        return x, y, w
+        return split(ex, lambda t: tf.cast(t, tf.int32), lambda t: tf.ones_like(t, tf.float32))
     # Batch first, then parse a whole batch at once: far cheaper than parsing record by record.
     ds = ds.batch(batch, drop_remainder=True)
     if skip:

@@ -1,5 +1,6 @@
-"""BERT in tf-keras (TF_USE_LEGACY_KERAS=1), in tf-models-official's shape: a BertConfig, a BertEncoder usable
-alone (sequence and pooled outputs), masked-LM and next-sentence heads, and a BertPretrainer composing them.
+"""BERT in Keras 3 (keras.layers and keras.ops only, so one definition runs on the TensorFlow and JAX backends), in
+tf-models-official's shape: a BertConfig, a BertEncoder usable alone (sequence and pooled outputs), masked-LM and
+next-sentence heads, and a BertPretrainer composing them.
 
 As the original BERT: post-LN blocks, GELU (tanh approximation), every weight drawn from a truncated normal of
 standard deviation 0.02, 512 position embeddings whatever the sequence length (sliced to it), so a checkpoint of
@@ -11,10 +12,11 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 
-import tensorflow as tf
+import fileio
+import keras
+import numpy as np
+from keras import ops
 from losses import PretrainingModel
-
-keras = tf.keras
 
 PRESETS = {  # layers, hidden, heads, intermediate
     "tiny": (2, 128, 2, 512),
@@ -52,17 +54,15 @@ class BertConfig:
         """DIR/bert_config.json (DIR may be gs://): what train.py leaves beside its checkpoints and export.py
         beside the encoder."""
         path = f"{directory}/bert_config.json"
-        with tf.io.gfile.GFile(path, "w") as f:
-            f.write(json.dumps(self.get_config(), indent=2))
+        fileio.write(path, json.dumps(self.get_config(), indent=2).encode())
         return path
 
     @classmethod
     def read(cls, directory: str) -> "BertConfig | None":
         path = f"{directory}/bert_config.json"
-        if not tf.io.gfile.exists(path):
+        if not fileio.exists(path):
             return None
-        with tf.io.gfile.GFile(path) as f:
-            return cls.from_config(json.load(f))
+        return cls.from_config(json.loads(fileio.read(path)))
 
     def init(self):
         """A new initializer for each weight: one unseeded instance used twice gives the same values twice."""
@@ -71,9 +71,9 @@ class BertConfig:
 
 def example_inputs(seq: int, max_pred: int) -> dict:
     """One sequence of the given shape: what builds a model's variables without reading any data."""
-    ones = tf.ones([1, seq], tf.int32)
-    return {"input_ids": ones, "input_mask": ones, "segment_ids": tf.zeros_like(ones),
-            "masked_lm_positions": tf.zeros([1, max_pred], tf.int32)}
+    ones = np.ones([1, seq], np.int32)
+    return {"input_ids": ones, "input_mask": ones, "segment_ids": np.zeros_like(ones),
+            "masked_lm_positions": np.zeros([1, max_pred], np.int32)}
 
 
 def _config(config) -> BertConfig:
@@ -81,7 +81,7 @@ def _config(config) -> BertConfig:
 
 
 def _gelu(x):
-    return tf.nn.gelu(x, approximate=True)
+    return keras.activations.gelu(x, approximate=True)
 
 
 @keras.utils.register_keras_serializable(package="bert")
@@ -132,11 +132,11 @@ class BertEncoder(keras.Model):
 
     def call(self, inputs, training=False):
         ids = inputs["input_ids"]
-        seq = tf.shape(ids)[1]
-        x = self.word_embeddings(ids) + self.position_embeddings(tf.range(seq))[tf.newaxis] \
+        seq = ops.shape(ids)[1]
+        x = self.word_embeddings(ids) + self.position_embeddings(ops.arange(seq))[None] \
             + self.type_embeddings(inputs["segment_ids"])
         x = self.drop(self.embeddings_norm(x), training=training)
-        mask = tf.cast(inputs["input_mask"][:, tf.newaxis, :], tf.bool)
+        mask = ops.cast(inputs["input_mask"][:, None, :], "bool")
         for b in self.blocks:
             x = b(x, mask, training=training)
         return {"sequence_output": x, "pooled_output": self.pooler(x[:, 0])}
@@ -158,22 +158,25 @@ class MaskedLMHead(keras.layers.Layer):
         kw.setdefault("name", "masked_lm")
         super().__init__(**kw)
         c = self.config = _config(config)
-        self.embeddings = embeddings
+        # the encoder's layer, reached through a function so that it is not tracked here a second time (its table
+        # would be saved twice in a checkpoint, once under each owner)
+        self._table = lambda: embeddings.embeddings
         self.transform = keras.layers.Dense(c.hidden, activation=_gelu, kernel_initializer=c.init(), name="transform")
         self.norm = keras.layers.LayerNormalization(epsilon=1e-12, name="transform_layer_norm")
 
     def build(self, shape):
+        self.transform.build(shape)
+        self.norm.build(tuple(shape[:-1]) + (self.config.hidden,))
         self.bias = self.add_weight(name="output_bias", shape=[self.config.vocab_size], initializer="zeros")
-        super().build(shape)
 
     def call(self, picked):
-        h = tf.cast(self.norm(self.transform(picked)), tf.float32)
+        h = ops.cast(self.norm(self.transform(picked)), "float32")
         # One [batch * predictions, hidden] x [hidden, vocab] product. A batched matmul against the shared table
         # would make its gradient a [batch, hidden, vocab] tensor summed over the batch (the parity bench measured
         # 0.93x the reference's examples per CPU-second with it, 0.98x without).
-        flat = tf.reshape(h, [-1, self.config.hidden])
-        logits = tf.matmul(flat, self.embeddings.embeddings, transpose_b=True) + self.bias
-        return tf.reshape(logits, tf.concat([tf.shape(h)[:-1], [self.config.vocab_size]], 0))
+        flat = ops.reshape(h, [-1, self.config.hidden])
+        logits = ops.matmul(flat, ops.transpose(ops.cast(self._table(), "float32"))) + self.bias
+        return ops.reshape(logits, [-1, h.shape[1], self.config.vocab_size])
 
 
 class BertPretrainer(PretrainingModel):
@@ -189,6 +192,16 @@ class BertPretrainer(PretrainingModel):
 
     def call(self, f, training=False):
         enc = self.encoder(f, training=training)
-        picked = tf.gather(enc["sequence_output"], f["masked_lm_positions"], batch_dims=1)
+        picked = gather(enc["sequence_output"], f["masked_lm_positions"])
         return {"mlm": self.masked_lm(picked),
-                "nsp": tf.cast(self.next_sentence(enc["pooled_output"]), tf.float32)}
+                "nsp": ops.cast(self.next_sentence(enc["pooled_output"]), "float32")}
+
+
+def gather(sequence, positions):
+    """sequence [batch, seq, hidden] at positions [batch, predictions] -> [batch, predictions, hidden]: one gather
+    from the flattened batch (every backend's take), rather than a batched gather some backends lack."""
+    seq, hidden = ops.shape(sequence)[1], sequence.shape[-1]
+    offsets = ops.arange(ops.shape(positions)[0])[:, None] * seq
+    flat = ops.reshape(positions + ops.cast(offsets, positions.dtype), [-1])
+    picked = ops.take(ops.reshape(sequence, [-1, hidden]), flat, axis=0)
+    return ops.reshape(picked, [-1, positions.shape[1], hidden])

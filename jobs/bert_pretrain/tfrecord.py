@@ -96,3 +96,112 @@ def write_records(f, records: list[bytes]) -> None:
     for r in records:
         header = struct.pack("<Q", len(r))
         f.write(header + _masked_crc(header) + r + _masked_crc(r))
+
+
+# -- reading, without TensorFlow ---------------------------------------------------------------------------------
+# The framing (TensorFlow's "TFRecords format details", tensorflow/core/lib/io/record_writer.cc): uint64 length
+# (little-endian), uint32 masked crc32c of those 8 bytes, the data, uint32 masked crc32c of the data. An Example
+# (tensorflow/core/example/example.proto, feature.proto) is Features{1: map<string, Feature>}; a Feature is one of
+# bytes_list (1), float_list (2: packed little-endian float32), int64_list (3: packed varints); TensorFlow writes
+# repeated numbers packed (proto3's default) but a parser must accept them unpacked too (protobuf encoding guide,
+# "Packed Repeated Fields").
+
+def read_records(f, verify: bool = True):
+    """Each record's bytes from an open binary file of TFRecords; a bad checksum or a cut record is an error."""
+    while True:
+        header = f.read(12)
+        if not header:
+            return
+        if len(header) < 12:
+            raise ValueError("truncated TFRecord header")
+        n = struct.unpack("<Q", header[:8])[0]
+        if verify and _masked_crc(header[:8]) != header[8:12]:
+            raise ValueError("TFRecord length checksum mismatch")
+        body = f.read(n + 4)
+        if len(body) < n + 4:
+            raise ValueError("truncated TFRecord")
+        if verify and _masked_crc(body[:n]) != body[n:]:
+            raise ValueError("TFRecord data checksum mismatch")
+        yield body[:n]
+
+
+def _read_varint(buf: bytes, i: int) -> tuple[int, int]:
+    shift = result = 0
+    while True:
+        b = buf[i]
+        i += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return result, i
+        shift += 7
+
+
+def _fields(buf: bytes):
+    """(field number, wire type, value) of each field of one message: value is an int (varint), bytes
+    (length-delimited) or the 4/8 raw bytes of a fixed field."""
+    i, end = 0, len(buf)
+    while i < end:
+        key, i = _read_varint(buf, i)
+        wire = key & 7
+        if wire == 0:
+            v, i = _read_varint(buf, i)
+        elif wire == 2:
+            n, i = _read_varint(buf, i)
+            v, i = buf[i:i + n], i + n
+        elif wire == 5:
+            v, i = buf[i:i + 4], i + 4
+        elif wire == 1:
+            v, i = buf[i:i + 8], i + 8
+        else:
+            raise ValueError(f"unsupported protobuf wire type {wire}")
+        yield key >> 3, wire, v
+
+
+def unpack_varints(data: bytes) -> np.ndarray:
+    """A packed run of varints as int64, vectorised: each value ends at the first byte below 0x80. Values past 63
+    bits (negative int64s are 10 bytes) are not used by this job's data."""
+    b = np.frombuffer(data, np.uint8)
+    if not b.size:
+        return np.zeros(0, np.int64)
+    ends = b < 0x80
+    starts = np.r_[0, np.nonzero(ends)[0][:-1] + 1]
+    group = np.cumsum(np.r_[0, ends[:-1]])                    # which value each byte belongs to
+    pos = np.arange(b.size) - starts[group]                   # its place within the value
+    parts = (b & 0x7F).astype(np.int64) << (7 * pos).astype(np.int64)
+    return np.add.reduceat(parts, starts)
+
+
+def _list(feature: bytes) -> np.ndarray | list:
+    for kind, _, lst in _fields(feature):
+        ints, floats, raw = [], [], []
+        for _, wire, v in _fields(lst):
+            if kind == 3:
+                ints.append(unpack_varints(v) if wire == 2 else np.array([v], np.int64))
+            elif kind == 2:
+                floats.append(np.frombuffer(v, "<f4") if wire in (2, 5) else np.zeros(0, "<f4"))
+            else:
+                raw.append(bytes(v))
+        if kind == 3:
+            return np.concatenate(ints) if ints else np.zeros(0, np.int64)
+        if kind == 2:
+            return np.concatenate(floats).astype(np.float32) if floats else np.zeros(0, np.float32)
+        return raw
+    return np.zeros(0, np.float32)   # a Feature with no list set: empty
+
+
+def parse_example(record: bytes) -> dict:
+    """A serialized tf.train.Example -> {name: int64 array | float32 array | list of bytes}."""
+    out = {}
+    for num, _, features in _fields(record):
+        if num != 1:
+            continue
+        for _, _, entry in _fields(features):
+            name, value = None, b""
+            for f, _, v in _fields(entry):
+                if f == 1:
+                    name = bytes(v).decode()
+                elif f == 2:
+                    value = v
+            if name is not None:
+                out[name] = _list(value)
+    return out

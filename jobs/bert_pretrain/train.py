@@ -1,12 +1,13 @@
-"""BERT pretraining (masked LM + next sentence) with tf-keras; runs unchanged on a TPU, GPUs or a CPU.
+"""BERT pretraining (masked LM + next sentence) in Keras 3; runs unchanged on a TPU, GPUs or a CPU, on the TensorFlow
+or the JAX backend (Keras's own KERAS_BACKEND, which tpuctl sets).
 
     python train.py --data 'DIR/part-*.tfrecord' --vocab-size 30000 --preset tiny --steps 1000
 
 One line every --log-every steps: step, loss (the optimised total: masked-LM loss over the real masked tokens plus
 the next-sentence loss), each term and accuracy, examples/s; the same values go to TensorBoard
 (OUTPUT/tensorboard, x axis = step) and to OUTPUT/metrics.json for `tpuctl jobs`. A checkpoint at every multiple
-of --checkpoint-every and at the last step, in OUTPUT/checkpoints (--output, default $TPUCTL_OUTPUT_DIR); a
-restarted run resumes from the latest (or from --resume-from) and skips the batches it already consumed. Keras
+of --checkpoint-every and at the last step, in OUTPUT/checkpoints (--output, default $TPUCTL_OUTPUT_DIR; the
+format is checkpoints.py's, read by either backend); a restarted run resumes from the latest (or from --resume-from) and skips the batches it already consumed. Keras
 runs callbacks only between executions of --steps-per-execution steps, so both intervals are rounded up to a
 multiple of it (with a warning); a run never trains past --steps.
 """
@@ -17,7 +18,6 @@ import os
 import sys
 import time
 
-os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -55,30 +55,31 @@ def parse(argv=None):
     ap.add_argument("--eval-steps", type=int, default=20, help="batches of --eval-data to evaluate")
     ap.add_argument("--jit", action="store_true", help="XLA-compile the step (always on TPU)")
     ap.add_argument("--deterministic", action="store_true",
-                    help="reproducible to the bit on one machine: deterministic ops, and dropout drawn from "
-                         "random generators whose state is checkpointed, so a resumed run repeats an "
-                         "uninterrupted one exactly")
+                    help="reproducible to the bit on one machine and backend: deterministic ops (TensorFlow's "
+                         "op determinism; JAX's CPU and TPU programs are deterministic as compiled), dropout seeds "
+                         "checkpointed, so a resumed run repeats an uninterrupted one exactly")
     return ap.parse_args(argv)
 
 
 def optimizer(lr):
-    """BERT's AdamW: weight decay 0.01 on every weight but biases and layer norms (the names the reference's
-    AdamWeightDecay excludes, with this model's `*_layer_norm` among them), gradients clipped to norm 1."""
-    import tensorflow as tf
-    opt = tf.keras.optimizers.AdamW(lr, weight_decay=0.01, epsilon=1e-6, global_clipnorm=1.0)
-    opt.exclude_from_weight_decay(var_names=["bias", "LayerNorm", "layer_norm", "layer_normalization"])
+    """BERT's AdamW: weight decay 0.01 on every weight but biases and layer norms (what the reference's
+    AdamWeightDecay excludes), gradients clipped to norm 1. Keras 3 matches these names against each variable's own
+    name (keras/src/optimizers/base_optimizer.py _use_weight_decay), which for a layer norm is gamma or beta."""
+    import keras
+    opt = keras.optimizers.AdamW(lr, weight_decay=0.01, epsilon=1e-6, global_clipnorm=1.0)
+    opt.exclude_from_weight_decay(var_names=["bias", "gamma", "beta"])
     return opt
 
 
 def describe(out: str, config, data: str) -> None:
     """OUTPUT/bert_config.json and the data's vocab.txt (prepare.py writes it beside the shards) next to the
     checkpoints: a downloaded run is enough to export and fine-tune from, with no flags to remember."""
-    import tensorflow as tf
-    tf.io.gfile.makedirs(out)
+    import fileio
+    fileio.makedirs(out)
     config.write(out)
     vocab = f"{os.path.dirname(data)}/vocab.txt"
-    if tf.io.gfile.exists(vocab):
-        tf.io.gfile.copy(vocab, f"{out}/vocab.txt", overwrite=True)
+    if fileio.exists(vocab):
+        fileio.copy(vocab, f"{out}/vocab.txt")
 
 
 def _multiple(n: int, of: int, flag: str) -> int:
@@ -89,26 +90,45 @@ def _multiple(n: int, of: int, flag: str) -> int:
     return rounded
 
 
+def restore(a, model, opt, ckpt_dir: str) -> None:
+    """The latest checkpoint of this run (or --resume-from's), else --init-from's weights for a new phase."""
+    import checkpoints
+    from tpuctl import runtime
+    src = checkpoints.latest(ckpt_dir) or (checkpoints.find(a.resume_from) if a.resume_from else None)
+    if src:
+        checkpoints.restore(src, model, opt)
+        print(f"bert: resumed from step {int(opt.iterations.numpy())} ({src})", flush=True)
+    elif a.init_from or a.init_from_run:
+        given = a.init_from or f"{runtime.output_of(a.init_from_run)}/checkpoints"
+        init = checkpoints.find(given)
+        if init is None:
+            raise SystemExit(f"train.py: no checkpoint in {given}")
+        checkpoints.restore(init, model)   # the weights only: the optimizer and its step start afresh
+        print(f"bert: initialised from {init}", flush=True)
+
+
 def main(argv=None, strategy=None) -> dict:
     a = parse(argv)
-    import tensorflow as tf
+    import keras
 
+    from callbacks import Board, Progress, Saver
     from data import dataset
     from model import BertConfig, BertPretrainer, example_inputs
     from tpuctl import runtime
-    tf.keras.utils.set_random_seed(a.seed)
-    if a.deterministic:
+    backend = keras.backend.backend()
+    keras.utils.set_random_seed(a.seed)
+    if a.deterministic and backend == "tensorflow":
+        import tensorflow as tf
         tf.config.experimental.enable_op_determinism()
-        tf.keras.backend.experimental.enable_tf_random_generator()   # each dropout layer's tf.random.Generator
     strategy = strategy or runtime.strategy()
     kind = runtime.kind(strategy)
+    print(f"backend: {backend}, {strategy.num_replicas_in_sync} {kind} replica(s)", flush=True)
     policy = runtime.mixed_precision(kind)
     batch = runtime.global_batch(a.batch_size, strategy)
     spe = a.steps_per_execution or (100 if kind == "tpu" else 1)
     log_every = _multiple(a.log_every or max(10, spe), spe, "--log-every")
     ckpt_every = _multiple(a.checkpoint_every, spe, "--checkpoint-every")
     out = a.output or runtime.output_dir()
-    ckpt_dir = f"{out}/checkpoints"
     warmup = a.warmup_steps if a.warmup_steps is not None else max(1, min(a.steps // 10, 10000))
     base_lr, at_batch = LEARNING_RATES[a.preset]
     base_lr = a.learning_rate or base_lr
@@ -121,99 +141,36 @@ def main(argv=None, strategy=None) -> dict:
         model = BertPretrainer(config)
         lr = runtime.schedule(base_lr, batch, at_batch, warmup, a.steps, rule="sqrt")
         opt = optimizer(lr)
-        model.compile(optimizer=opt, steps_per_execution=spe, jit_compile=a.jit or kind == "tpu",
-                      weighted_metrics=[])   # the weights are the train step's own (losses.py)
-    with strategy.scope():
-        # build the variables before restoring, from a made-up sequence: a batch of the data would fill the
-        # 10,000-record shuffle buffer once more just for this (in training mode when deterministic: the dropout
-        # generators are made at their first draw, and must exist to be checkpointed)
-        model(example_inputs(a.seq_length, a.max_predictions_per_seq), training=a.deterministic)
-    # Each dropout layer's generator (tf-keras keeps it in `_random_generator._generator`): checkpointed with the
-    # weights, so a resumed run draws the masks the uninterrupted run drew.
-    rngs = [g for g in (getattr(getattr(m, "_random_generator", None), "_generator", None) for m in model.submodules)
-            if g is not None] if a.deterministic else []
-    ckpt = tf.train.Checkpoint(model=model, optimizer=opt, dropout_rng=rngs)
-    manager = tf.train.CheckpointManager(ckpt, ckpt_dir, max_to_keep=3)
-    src = manager.latest_checkpoint or (tf.train.latest_checkpoint(a.resume_from) if a.resume_from else None)
-    if src:
-        ckpt.restore(src).expect_partial()
-        print(f"bert: resumed from step {int(opt.iterations.numpy())} ({src})", flush=True)
-    elif a.init_from or a.init_from_run:
-        given = a.init_from or f"{runtime.output_of(a.init_from_run)}/checkpoints"
-        init = tf.train.latest_checkpoint(given) or given
-        # the encoder and heads only: the model's own optimizer (and its step) would come along with `model`
-        weights = tf.train.Checkpoint(encoder=model.encoder, masked_lm=model.masked_lm,
-                                      next_sentence=model.next_sentence)
-        status = tf.train.Checkpoint(model=weights).restore(init)
-        status.assert_existing_objects_matched()   # every weight found there, or a loud error
-        status.expect_partial()                    # what is not taken (the optimizer) is meant to be left
-        print(f"bert: initialised from {init}", flush=True)
-    start = int(opt.iterations.numpy())
+        # XLA: always on JAX (its only mode), on TensorFlow on a TPU or with --jit
+        model.compile(optimizer=opt, steps_per_execution=spe,
+                      jit_compile=True if backend != "tensorflow" else bool(a.jit or kind == "tpu"))
+        # build the variables before restoring, from a made-up sequence (in training mode: each dropout's seed
+        # generator exists from its first draw)
+        model(example_inputs(a.seq_length, a.max_predictions_per_seq), training=True)
+        restore(a, model, model.optimizer, f"{out}/checkpoints")
+    start = int(model.optimizer.iterations.numpy())
     if start >= a.steps:
         print(f"bert: already at step {start} >= {a.steps}; nothing to do", flush=True)
         return {"step": start}
     # The batches a resumed run already trained on are skipped, so it sees what an uninterrupted run would.
     ds = dataset(a.data, batch, a.seq_length, a.max_predictions_per_seq, seed=a.seed, skip=start)
     history: dict = {}
-    board = tf.summary.create_file_writer(f"{out}/tensorboard/train")
-
-    class Progress(tf.keras.callbacks.Callback):
-        """Log and TensorBoard on the optimizer's step, whatever the epoch."""
-
-        def on_train_begin(self, logs=None):
-            self.t, self.at = time.perf_counter(), start
-
-        def on_train_batch_end(self, _, logs=None):
-            step = int(opt.iterations.numpy())
-            logs = logs if logs is not None else {}
-            last = step >= a.steps
-            if step % log_every == 0 or last:
-                rate = (step - self.at) * batch / (time.perf_counter() - self.t)
-                self.t, self.at = time.perf_counter(), step
-                logs["examples_per_s"] = rate   # recorded by the metrics callback that follows
-                values = {k: float(v) for k, v in logs.items()}
-                history.setdefault("loss", []).append(values["loss"])
-                history["examples_per_s"] = rate
-                print(f"step {step:6d}  loss {values['loss']:.4f}  mlm_loss {values['mlm_loss']:.4f}  "
-                      f"mlm_acc {values['mlm_acc']:.4f}  nsp_loss {values['nsp_loss']:.4f}  "
-                      f"nsp_acc {values['nsp_acc']:.4f}  examples/s {rate:7.1f}", flush=True)
-                with board.as_default():
-                    for k, v in values.items():
-                        tf.summary.scalar(k, v, step=step)
-                    tf.summary.scalar("learning_rate", float(lr(step)), step=step)
-                board.flush()
-                self.model.reset_metrics()   # each line averages its own interval
-
     metrics = runtime.metrics_callback(every=log_every, path=f"{out}/metrics.json")
-
-    class Saver(tf.keras.callbacks.Callback):
-        """Checkpoints once the metrics callback has recorded the step: a kill between the two leaves metrics.json
-        ahead of the checkpoint, never behind it, so goodput counts the steps a resume re-does. Each save is timed
-        as checkpoint time (metrics.checkpointing), not as training."""
-
-        def on_train_batch_end(self, _, logs=None):
-            step = int(opt.iterations.numpy())
-            last = step >= a.steps
-            # A notebook service's session is ending (Kaggle's): stop at a log line, so the next session's lines
-            # average the same steps as an uninterrupted run's, with a checkpoint there.
-            ending = not last and step % log_every == 0 and runtime.session_ending()
-            if step % ckpt_every == 0 or last or ending:
-                with metrics.checkpointing():
-                    manager.save(checkpoint_number=step)
-            if ending:
-                print(f"bert: the session ends: checkpoint at step {step}, the next session goes on", flush=True)
-                self.model.stop_training = True
-                history["continue"] = True
-
-    model.fit(ds, steps_per_epoch=a.steps - start, epochs=1, verbose=0, callbacks=[Progress(), metrics, Saver()])
+    progress = Progress(start, a.steps, log_every, batch, lr, Board(f"{out}/tensorboard/train", backend), history)
+    saver = Saver(f"{out}/checkpoints", a.steps, ckpt_every, log_every, metrics, history)
+    model.fit(ds if backend == "tensorflow" else iter(ds), steps_per_epoch=a.steps - start, epochs=1, verbose=0,
+              shuffle=False,   # the pipeline shuffles, seeded
+              callbacks=[progress, metrics, saver])
     if history.get("continue"):
         raise SystemExit(runtime.CONTINUE_CODE)
     if a.eval_data:
         held = dataset(a.eval_data, batch, a.seq_length, a.max_predictions_per_seq, training=False)
-        history["eval"] = {k: float(v) for k, v in model.evaluate(held, steps=a.eval_steps, verbose=0,
-                                                                   return_dict=True).items()}
+        history["eval"] = {k: float(v) for k, v in model.evaluate(
+            held if backend == "tensorflow" else iter(held), steps=a.eval_steps, verbose=0,
+            return_dict=True).items()}
         print("eval  " + "  ".join(f"{k} {v:.4f}" for k, v in history["eval"].items()), flush=True)
-    return {"step": int(opt.iterations.numpy()), **history}
+    runtime.sync(model)
+    return {"step": int(model.optimizer.iterations.numpy()), **history}
 
 
 if __name__ == "__main__":
