@@ -6,21 +6,25 @@ The model's size comes from OUTPUT/bert_config.json, which train.py writes besid
 --preset and --vocab-size), and OUTPUT/vocab.txt is copied along, so EXPORT is all a fine-tuning user needs.
 
 writes
-    encoder.keras     the BertEncoder as a Keras file: keras.models.load_model(path) after `import model`
-    saved_model/      a SavedModel whose `serving_default` signature takes int32 input_ids, input_mask and
-                      segment_ids [batch, seq] and returns sequence_output and pooled_output
+    encoder.keras     the BertEncoder as a Keras 3 file: keras.saving.load_model(path) after `import model`, on any
+                      backend
+    saved_model/      on the TensorFlow backend: a SavedModel (Keras 3's model.export) whose `serve` signature
+                      takes int32 input_ids, input_mask and segment_ids [batch, seq] and returns sequence_output
+                      and pooled_output
     bert_config.json  the BertConfig
     hf/               with --hf: the Hugging Face BERT format (config.json + tf_model.h5) that `transformers`'
-                      TFBertModel.from_pretrained loads with equal outputs (needs transformers 4.57.x, the last
-                      line that ships TensorFlow models, and tf-keras)
+                      TFBertModel.from_pretrained loads with equal outputs (needs TensorFlow, transformers 4.57.x,
+                      the last line that ships TensorFlow models, and tf-keras, which those models are written in)
 """
 from __future__ import annotations
 
 import argparse
 import os
 import sys
+import tempfile
 
-os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+import numpy as np
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -29,15 +33,19 @@ INPUTS = ("input_ids", "input_mask", "segment_ids")
 
 def export(encoder, out: str) -> dict:
     """Write the three forms of `encoder` (a built BertEncoder) under `out`; returns their paths."""
-    import tensorflow as tf
-    tf.io.gfile.makedirs(out)
-    paths = {"keras": f"{out}/encoder.keras", "saved_model": f"{out}/saved_model"}
-    encoder.save(paths["keras"])
-
-    @tf.function(input_signature=[{k: tf.TensorSpec([None, None], tf.int32, name=k) for k in INPUTS}])
-    def serve(inputs):
-        return encoder(inputs, training=False)
-    tf.saved_model.save(encoder, paths["saved_model"], signatures={"serving_default": serve})
+    import fileio
+    import keras
+    fileio.makedirs(out)
+    paths = {"keras": f"{out}/encoder.keras"}
+    local = tempfile.mkdtemp(prefix="export-")
+    encoder.save(f"{local}/encoder.keras")
+    fileio.copy(f"{local}/encoder.keras", paths["keras"])
+    if keras.backend.backend() == "tensorflow":
+        # keras.io "Model export for inference": model.export(format="tf_saved_model"); TensorFlow writes gs://
+        paths["saved_model"] = f"{out}/saved_model"
+        spec = keras.InputSpec(shape=(None, None), dtype="int32")
+        encoder.export(paths["saved_model"], format="tf_saved_model", verbose=False,
+                       input_signature=[{k: spec for k in INPUTS}])
     paths["config"] = encoder.config.write(out)
     return paths
 
@@ -59,7 +67,7 @@ def hf_weights(encoder) -> dict:
             "position_embeddings/embeddings": encoder.position_embeddings.embeddings,
             "token_type_embeddings/embeddings": encoder.type_embeddings.embeddings,
             "LayerNorm/gamma": encoder.embeddings_norm.gamma, "LayerNorm/beta": encoder.embeddings_norm.beta}
-    out = {f"embeddings/{k}": v.numpy() for k, v in flat.items()}
+    out = {f"embeddings/{k}": np.asarray(v.numpy()) for k, v in flat.items()}
     for i, b in enumerate(encoder.blocks):
         at, pre = b.attention, f"encoder/layer_._{i}/"
         for name, dense in (("query", at._query_dense), ("key", at._key_dense), ("value", at._value_dense)):
@@ -78,10 +86,9 @@ def hf_weights(encoder) -> dict:
 def export_hf(encoder, out: str) -> str:
     """Build transformers' TFBertModel from our config, set every weight from ours (all of them, by name), and
     save_pretrained: HF writes its own config.json and tf_model.h5, so their loader reads what their saver wrote."""
-    import tensorflow as tf
     from transformers import BertConfig as HfConfig, TFBertModel
     model = TFBertModel(HfConfig(**hf_config(encoder.config)))
-    model(tf.ones([1, 2], tf.int32))
+    model(np.ones([1, 2], np.int32))
     ours = hf_weights(encoder)
     for v in model.weights:
         key = v.name.split("/bert/", 1)[1].rsplit(":", 1)[0]
@@ -100,10 +107,12 @@ def main(argv=None) -> dict:
     ap.add_argument("--output", required=True)
     ap.add_argument("--hf", action="store_true", help="also write the Hugging Face BERT format under OUTPUT/hf")
     a = ap.parse_args(argv)
-    import tensorflow as tf
-
+    import checkpoints
+    import fileio
     from model import BertConfig, BertPretrainer, example_inputs
-    src = tf.train.latest_checkpoint(a.checkpoint) or a.checkpoint
+    src = checkpoints.find(a.checkpoint)
+    if src is None:
+        raise SystemExit(f"export.py: no checkpoint at {a.checkpoint} (a ckpt-N.weights.h5, or a directory of them)")
     run_dir = os.path.dirname(os.path.dirname(src))   # OUTPUT/checkpoints/ckpt-N -> OUTPUT
     if a.preset or a.vocab_size:
         if not (a.preset and a.vocab_size):
@@ -116,13 +125,13 @@ def main(argv=None) -> dict:
                              f"--vocab-size")
     model = BertPretrainer(config)
     model(example_inputs(8, 2))   # variables exist before the checkpoint is read into them
-    tf.train.Checkpoint(model=model).restore(src).expect_partial()
+    checkpoints.restore(src, model)
     paths = export(model.encoder, a.output)
     if a.hf:
         paths["hf"] = export_hf(model.encoder, f"{a.output}/hf")
-    if tf.io.gfile.exists(f"{run_dir}/vocab.txt"):
+    if fileio.exists(f"{run_dir}/vocab.txt"):
         for where in [a.output] + ([paths["hf"]] if a.hf else []):
-            tf.io.gfile.copy(f"{run_dir}/vocab.txt", f"{where}/vocab.txt", overwrite=True)
+            fileio.copy(f"{run_dir}/vocab.txt", f"{where}/vocab.txt")
         paths["vocab"] = f"{a.output}/vocab.txt"
     print(f"export: encoder of {src} -> {a.output}", flush=True)
     return paths

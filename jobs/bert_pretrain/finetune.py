@@ -14,7 +14,6 @@ import argparse
 import os
 import sys
 
-os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -34,16 +33,17 @@ def encode(tok, sentences: list[str], seq: int):
 def classifier(encoder, classes: int, dropout: float = 0.1, pooling: str = "cls"):
     """pooling "cls": BERT's pooled output (the [CLS] position through the pooler, which pretraining shapes only
     through next-sentence prediction); "mean": the mean of the sequence output over the real tokens."""
-    import tensorflow as tf
-    inputs = {k: tf.keras.Input([None], dtype=tf.int32, name=k) for k in ("input_ids", "input_mask", "segment_ids")}
+    import keras
+    from keras import ops
+    inputs = {k: keras.Input([None], dtype="int32", name=k) for k in ("input_ids", "input_mask", "segment_ids")}
     out = encoder(inputs)
     if pooling == "mean":
-        real = tf.cast(inputs["input_mask"], out["sequence_output"].dtype)[:, :, tf.newaxis]
-        pooled = tf.reduce_sum(out["sequence_output"] * real, 1) / tf.maximum(tf.reduce_sum(real, 1), 1.0)
+        real = ops.cast(inputs["input_mask"], out["sequence_output"].dtype)[:, :, None]
+        pooled = ops.sum(out["sequence_output"] * real, 1) / ops.maximum(ops.sum(real, 1), 1.0)
     else:
         pooled = out["pooled_output"]
-    logits = tf.keras.layers.Dense(classes, name="classifier")(tf.keras.layers.Dropout(dropout)(pooled))
-    return tf.keras.Model(inputs, logits)
+    logits = keras.layers.Dense(classes, name="classifier")(keras.layers.Dropout(dropout)(pooled))
+    return keras.Model(inputs, logits)
 
 
 def load_task(path: str | None, classes: int, n: int, language: int = 0, held_out: int = 1000):
@@ -58,6 +58,16 @@ def load_task(path: str | None, classes: int, n: int, language: int = 0, held_ou
         return (sentences[:n], labels[:n]), (sentences[n:], labels[n:])
     cut = len(sentences) * 9 // 10
     return (sentences[:cut], labels[:cut]), (sentences[cut:], labels[cut:])
+
+
+def batches(x: dict, y, size: int, seed: int):
+    """Shuffled batches, pass after pass (each pass its own seeded order), on any backend."""
+    import numpy as np
+    for p in range(1 << 30):
+        order = np.random.default_rng([seed, p]).permutation(len(y))
+        for i in range(0, len(y) - size + 1, size):
+            idx = order[i:i + size]
+            yield {k: v[idx] for k, v in x.items()}, y[idx]
 
 
 def main(argv=None) -> dict:
@@ -83,8 +93,8 @@ def main(argv=None) -> dict:
     a = ap.parse_args(argv)
     if bool(a.encoder) == a.random_init:
         ap.error("give --encoder PATH or --random-init")
+    import keras
     import numpy as np
-    import tensorflow as tf
 
     import model as bert
     from prepare import build_tokenizer, read_vocab
@@ -95,14 +105,13 @@ def main(argv=None) -> dict:
     classes = max(max(train_y), max(test_y)) + 1
     runs = []
     for seed in range(a.seed, a.seed + a.repeats):   # fine-tuning on few examples varies with the seed: average
-        tf.keras.utils.set_random_seed(seed)
-        encoder = tf.keras.models.load_model(a.encoder) if a.encoder else \
+        keras.utils.set_random_seed(seed)
+        encoder = keras.saving.load_model(a.encoder) if a.encoder else \
             bert.BertEncoder(bert.BertConfig.preset(a.preset, len(read_vocab(a.vocab))))
-        ds = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(len(y), seed=seed).repeat().batch(a.batch_size)
         net = classifier(encoder, classes, pooling=a.pooling)
-        net.compile(optimizer=tf.keras.optimizers.Adam(a.learning_rate),
-                    loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
-        net.fit(ds, steps_per_epoch=a.steps, epochs=1, verbose=0)
+        net.compile(optimizer=keras.optimizers.Adam(a.learning_rate),
+                    loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
+        net.fit(batches(x, y, a.batch_size, seed), steps_per_epoch=a.steps, epochs=1, verbose=0)
         runs.append(net.evaluate(*held, verbose=0))
     loss, acc = (float(v) for v in np.mean(runs, axis=0))
     print(f"finetune: {'pretrained' if a.encoder else 'random-init'} encoder, {a.steps} steps, {a.repeats} seed(s): "

@@ -24,14 +24,13 @@ sys.path.insert(0, HERE)
 def earlier_vocab(run_id: str) -> str:
     """The vocabulary an earlier run trained with (train.py copies it into its outputs), as a local file: a phase 2
     must tokenize with phase 1's vocabulary, not train a new one."""
-    import tensorflow as tf
-
+    import fileio
     from tpuctl import runtime
     src = f"{runtime.output_of(run_id)}/vocab.txt"
-    if not tf.io.gfile.exists(src):
+    if not fileio.exists(src):
         raise SystemExit(f"run.py: {src} does not exist: is {run_id} a bert_pretrain run on this cluster?")
     local = os.path.join(tempfile.mkdtemp(prefix="vocab-"), "vocab.txt")
-    tf.io.gfile.copy(src, local)
+    fileio.copy(src, local)
     return local
 
 
@@ -52,11 +51,11 @@ def main(argv=None):
     elif data_dir and not data_dir.startswith("gs://") and glob.glob(os.path.join(data_dir, "*.txt")):
         corpus = [os.path.join(data_dir, "*.txt")]
     elif data_dir.startswith("gs://"):
-        import tensorflow as tf  # only on the cloud path: gfile reads gs://
-        remote = tf.io.gfile.glob(f"{data_dir}/*.txt")
+        import fileio  # the cloud path: the store's client (or TensorFlow's gfile) reads gs://
+        remote = fileio.glob(f"{data_dir}/*.txt")
         local = tempfile.mkdtemp(prefix="corpus-")
         for r in remote:
-            tf.io.gfile.copy(r, os.path.join(local, os.path.basename(r)), overwrite=True)
+            fileio.copy(r, os.path.join(local, os.path.basename(r)))
         corpus = [os.path.join(local, "*.txt")] if remote else []
     else:
         corpus = []
