@@ -1,5 +1,7 @@
-"""jobs/bert_pretrain on the CPU: preparation parsed back with TensorFlow, Korean tokenization, training under
-MirroredStrategy on two logical CPUs, kill-and-resume, and tpuctl.runtime."""
+"""jobs/bert_pretrain on the CPU: preparation parsed back with TensorFlow (and by the job's own TF-free reader),
+Korean tokenization, training on both Keras backends over two CPU devices (MirroredStrategy on TensorFlow,
+DataParallel on JAX), kill-and-resume on each backend, a checkpoint resumed on the other backend, and
+tpuctl.runtime. Each training run is a subprocess with KERAS_BACKEND set: Keras fixes its backend at import."""
 import json
 import os
 import shutil
@@ -121,7 +123,6 @@ def test_korean_round_trips_and_is_not_split_into_jamo(text, prepared):
 
 TWO_CPUS = """
 import os, sys, json
-os.environ["TF_USE_LEGACY_KERAS"] = "1"
 import tensorflow as tf
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
@@ -135,26 +136,41 @@ print("RESULT", json.dumps(result))
 """
 
 
-def _train_env():
-    return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
+BACKENDS = ("tensorflow", "jax")
 
 
-def test_tiny_model_learns_under_mirrored_strategy_on_two_cpus(prepared, tmp_path):
+def _train_env(backend="tensorflow", **extra):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="", KERAS_BACKEND=backend, **extra)
+    env.pop("TF_USE_LEGACY_KERAS", None)
+    return env
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_tiny_model_learns_on_two_cpu_devices(prepared, tmp_path, backend):
+    """TensorFlow: MirroredStrategy over two logical CPUs; JAX: runtime.strategy()'s DataParallel over the two CPU
+    devices XLA's flag makes (--xla_force_host_platform_device_count)."""
     out, summary = prepared
     args = ["--data", f"{out}/part-*.tfrecord", "--vocab-size", str(summary["vocab_size"]), "--preset", "tiny",
             "--seq-length", "64", "--max-predictions-per-seq", "10", "--batch-size", "8", "--steps", "60",
             "--log-every", "10", "--checkpoint-every", "1000", "--output", str(tmp_path / "out")]
     # the preset's own learning rate (2e-3 at 32, 1.4e-3 at this global 16): a forced 1e-2 learned, then diverged
     # on some draws of the data (8.18 -> 7.60 -> 8.44)
-    r = subprocess.run([sys.executable, "-c", TWO_CPUS, str(JOB), *args], capture_output=True, text=True,
-                       env=_train_env(), timeout=600)
+    if backend == "tensorflow":
+        r = subprocess.run([sys.executable, "-c", TWO_CPUS, str(JOB), *args], capture_output=True, text=True,
+                           env=_train_env(), timeout=600)
+    else:
+        r = subprocess.run([sys.executable, "-c", "import sys, json; sys.path.insert(0, sys.argv[1]); import train; "
+                            "print('RESULT', json.dumps(train.main(sys.argv[2:])))", str(JOB), *args],
+                           capture_output=True, text=True, timeout=600,
+                           env=_train_env("jax", XLA_FLAGS="--xla_force_host_platform_device_count=2"))
     assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.startswith(f"backend: {backend}, 2 cpu replica(s)\n"), r.stdout
     assert "x2 replicas, global batch 16" in r.stdout
     result = json.loads(r.stdout.split("RESULT ", 1)[1])
     assert result["step"] == 60
     losses = result["loss"]
     assert len(losses) == 6
-    print("mirrored losses", losses)
+    print(backend, "losses", losses)
     assert np.mean(losses[-2:]) < losses[0] - 0.5, losses
     assert list((tmp_path / "out" / "tensorboard").rglob("*tfevents*"))
 
@@ -166,14 +182,14 @@ def test_kill_and_resume_continues_from_the_saved_step(prepared, tmp_path):
             "--log-every", "5", "--checkpoint-every", "5", "--output", str(tmp_path / "out")]
     p = subprocess.Popen(args + ["--steps", "100000"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                          env=_train_env(), text=True)
-    saved = tmp_path / "out" / "checkpoints" / "checkpoint"
+    saved = tmp_path / "out" / "checkpoints"
     deadline = time.time() + 300
-    while time.time() < deadline and not (saved.exists() and "ckpt-10" in saved.read_text()):
+    while time.time() < deadline and not (saved / "ckpt-10.weights.h5").exists():
         time.sleep(0.2)
     p.send_signal(signal.SIGKILL)   # as a preemption would
     p.wait()
-    assert saved.exists(), "no checkpoint within 5 minutes"
-    step = int(saved.read_text().split('"')[1].rsplit("-", 1)[1])
+    assert (saved / "ckpt-10.weights.h5").exists(), "no checkpoint within 5 minutes"
+    step = max(int(c.name.split("-")[1].split(".")[0]) for c in saved.glob("ckpt-*.weights.h5"))
     r = subprocess.run(args + ["--steps", str(step + 5)], capture_output=True, text=True, env=_train_env(),
                        timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -240,16 +256,18 @@ def test_prepare_writes_to_gcs_and_caches_there(cloud, text, capsys):
 
 def test_the_masked_lm_loss_averages_over_the_real_masked_tokens_only():
     sys.path.insert(0, str(JOB))
-    import tensorflow as tf
-    from losses import terms
-    logits = tf.math.log(tf.constant([[[0.5, 0.25, 0.25], [0.25, 0.5, 0.25], [1 / 3, 1 / 3, 1 / 3],
-                                       [1 / 3, 1 / 3, 1 / 3]]]))
-    y = {"mlm": tf.constant([[0, 0, 2, 2]]), "nsp": tf.constant([[1]])}
-    w = {"mlm": tf.constant([[1.0, 1.0, 0.0, 0.0]]), "nsp": tf.constant([[1.0]])}
-    t = terms({"mlm": logits, "nsp": tf.math.log(tf.constant([[0.2, 0.8]]))}, y, w)
-    assert float(t["mlm_loss"]) == pytest.approx((np.log(2) + np.log(4)) / 2, rel=1e-5)   # /2 real, not /4 slots
-    assert float(t["mlm_acc"]) == pytest.approx(0.5) and float(t["nsp_acc"]) == 1.0
-    assert float(t["loss"]) == pytest.approx(float(t["mlm_loss"]) - np.log(0.8), rel=1e-5)
+    import keras
+    from losses import objective
+    o = objective()
+    mlm, nsp = o["loss"]["mlm"], o["loss"]["nsp"]
+    logits = np.log(np.array([[[0.5, 0.25, 0.25], [0.25, 0.5, 0.25], [1 / 3, 1 / 3, 1 / 3], [1 / 3, 1 / 3, 1 / 3]]]))
+    y, w = np.array([[0, 0, 2, 2]]), np.array([[1.0, 1.0, 0.0, 0.0]])
+    assert float(mlm(y, logits, w)) == pytest.approx((np.log(2) + np.log(4)) / 2, rel=1e-5)   # /2 real, not /4
+    assert float(nsp(np.array([[1]]), np.log(np.array([[0.2, 0.8]])))) == pytest.approx(-np.log(0.8), rel=1e-5)
+    [acc] = o["weighted_metrics"]["mlm"]
+    acc.update_state(y, logits, sample_weight=w)
+    assert float(acc.result()) == pytest.approx(0.5)
+    assert keras.backend.backend() == "tensorflow"   # this process; the training tests run both backends
 
 
 def test_checkpoints_and_lines_fall_on_their_own_steps_and_never_past_the_end(prepared, tmp_path):
@@ -263,8 +281,8 @@ def test_checkpoints_and_lines_fall_on_their_own_steps_and_never_past_the_end(pr
     assert "--log-every 10 rounded up to 12" in r.stdout
     steps = [int(line.split()[1]) for line in r.stdout.splitlines() if line.startswith("step ")]
     assert steps == [12, 24, 25]                                  # the last line is the last step, not past it
-    saved = sorted(p.name for p in (tmp_path / "out" / "checkpoints").glob("ckpt-*.index"))
-    assert saved == ["ckpt-20.index", "ckpt-25.index"]           # every multiple of 20, and the end
+    saved = sorted(p.name for p in (tmp_path / "out" / "checkpoints").glob("ckpt-*.weights.h5"))
+    assert saved == ["ckpt-20.weights.h5", "ckpt-25.weights.h5"]   # every multiple of 20, and the end
     metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())
     assert metrics["step"] == 25 and {"mlm_loss", "nsp_loss", "nsp_acc", "mlm_acc"} <= set(metrics["metrics"])
     events = list((tmp_path / "out" / "tensorboard").rglob("*tfevents*"))
@@ -273,6 +291,7 @@ def test_checkpoints_and_lines_fall_on_their_own_steps_and_never_past_the_end(pr
 
 def test_the_encoder_stands_alone_is_initialised_as_bert_and_exports_load_back(tmp_path):
     sys.path.insert(0, str(JOB))
+    import keras
     import tensorflow as tf
     import export
     from model import BertConfig, BertEncoder, BertPretrainer
@@ -285,8 +304,8 @@ def test_the_encoder_stands_alone_is_initialised_as_bert_and_exports_load_back(t
     model({**x, "masked_lm_positions": tf.zeros([2, 3], tf.int32)})
     enc = model.encoder
     assert isinstance(enc, BertEncoder)
-    names = [v.name for v in enc.trainable_variables]
-    assert "bert_pretrainer/encoder/layer_1/attention/query/kernel:0" in names          # stable names
+    names = [v.path for v in enc.trainable_variables]
+    assert "bert_pretrainer/encoder/layer_1/attention/query/kernel" in names            # stable names
     assert enc.position_embeddings.embeddings.shape[0] == 512                           # whatever seq is used
     q = enc.blocks[0].attention._query_dense.kernel.numpy()
     assert abs(q.std() - 0.0176) < 0.002 and abs(q).max() <= 0.04                      # truncated normal 0.02
@@ -295,7 +314,7 @@ def test_the_encoder_stands_alone_is_initialised_as_bert_and_exports_load_back(t
     ref = enc(x)
     assert ref["sequence_output"].shape == (2, 24, 128) and ref["pooled_output"].shape == (2, 128)
     paths = export.export(enc, str(tmp_path / "export"))
-    back = tf.keras.models.load_model(paths["keras"])
+    back = keras.saving.load_model(paths["keras"])
     assert np.allclose(back(x)["pooled_output"], ref["pooled_output"], atol=1e-6)
     served = tf.saved_model.load(paths["saved_model"]).signatures["serving_default"](**x)
     assert np.allclose(served["sequence_output"], ref["sequence_output"], atol=1e-6)
@@ -303,8 +322,8 @@ def test_the_encoder_stands_alone_is_initialised_as_bert_and_exports_load_back(t
     import train
     opt = train.optimizer(1e-3)
     opt.build(model.trainable_variables)
-    decayed = {v.name.split("/", 1)[1] for v in model.trainable_variables if opt._use_weight_decay(v)}
-    assert "encoder/layer_0/intermediate/kernel:0" in decayed
+    decayed = {v.path.split("/", 1)[1] for v in model.trainable_variables if opt._use_weight_decay(v)}
+    assert "encoder/layer_0/intermediate/kernel" in decayed
     assert not [n for n in decayed if "norm" in n or "bias" in n]       # as BERT: no decay on biases, layer norms
 
 
@@ -333,37 +352,84 @@ def test_phase_two_at_a_longer_sequence_starts_from_phase_one(text, tmp_path):
     assert steps == [2, 4], two.stdout                       # a new phase: its own steps from 0
 
 
-def test_deterministic_resume_after_sigkill_repeats_the_uninterrupted_run(prepared, tmp_path):
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_deterministic_resume_after_sigkill_repeats_the_uninterrupted_run(prepared, tmp_path, backend):
     out, summary = prepared
     base = [sys.executable, str(JOB / "train.py"), "--data", f"{out}/part-*.tfrecord", "--vocab-size",
             str(summary["vocab_size"]), "--seq-length", "64", "--max-predictions-per-seq", "10", "--batch-size", "4",
             "--steps", "20", "--log-every", "10", "--checkpoint-every", "10", "--deterministic"]
+    env = _train_env(backend)
 
     def line(stdout, step):
         return next(ln for ln in stdout.splitlines() if ln.startswith(f"step {step:6d}")).split("examples/s")[0]
     whole = subprocess.run(base + ["--output", str(tmp_path / "whole")], capture_output=True, text=True,
-                           env=_train_env(), timeout=600)
+                           env=env, timeout=600)
     assert whole.returncode == 0, whole.stderr[-3000:]
     # the same run, killed once its step-10 checkpoint exists (as a preemption would), then started again; a run
     # that got to its end before the kill landed is tried again
-    saved = tmp_path / "cut" / "checkpoints" / "checkpoint"
+    saved = tmp_path / "cut" / "checkpoints"
     for _ in range(5):
         shutil.rmtree(tmp_path / "cut", ignore_errors=True)
         killed = subprocess.Popen(base + ["--output", str(tmp_path / "cut")], stdout=subprocess.PIPE,
-                                  stderr=subprocess.DEVNULL, env=_train_env(), text=True)
+                                  stderr=subprocess.DEVNULL, env=env, text=True)
         deadline = time.time() + 300
-        while time.time() < deadline and not (saved.exists() and "ckpt-10" in saved.read_text()):
+        while time.time() < deadline and not (saved / "ckpt-10.weights.h5").exists():
             time.sleep(0.002)
         killed.send_signal(signal.SIGKILL)
         first = killed.communicate()[0]
-        if "ckpt-20" not in saved.read_text():
+        if not (saved / "ckpt-20.weights.h5").exists():
             break
-    assert "ckpt-20" not in saved.read_text(), "the run always finished before SIGKILL landed"
+    assert not (saved / "ckpt-20.weights.h5").exists(), "the run always finished before SIGKILL landed"
     again = subprocess.run(base + ["--output", str(tmp_path / "cut")], capture_output=True, text=True,
-                           env=_train_env(), timeout=600)
+                           env=env, timeout=600)
     assert again.returncode == 0 and "resumed from step 10" in again.stdout, again.stderr[-3000:]
     assert line(first, 10) == line(whole.stdout, 10)
     assert line(again.stdout, 20) == line(whole.stdout, 20)      # every metric, to the printed digit
+
+
+def test_a_checkpoint_resumes_on_the_other_backend(prepared, tmp_path):
+    """JAX to step 4, TensorFlow on to 8, JAX on to 12: each resumes the other's .weights.h5 (weights, optimizer
+    state and step), and the loss keeps falling."""
+    out, summary = prepared
+    base = [sys.executable, str(JOB / "train.py"), "--data", f"{out}/part-*.tfrecord", "--vocab-size",
+            str(summary["vocab_size"]), "--seq-length", "64", "--max-predictions-per-seq", "10", "--batch-size", "8",
+            "--log-every", "4", "--checkpoint-every", "4", "--warmup-steps", "1", "--output", str(tmp_path / "out")]
+    losses = []
+    for backend, steps in (("jax", 4), ("tensorflow", 8), ("jax", 12)):
+        r = subprocess.run(base + ["--steps", str(steps)], capture_output=True, text=True, env=_train_env(backend),
+                           timeout=600)
+        assert r.returncode == 0, r.stderr[-3000:]
+        assert r.stdout.startswith(f"backend: {backend}"), r.stdout
+        if steps > 4:
+            assert f"resumed from step {steps - 4} " in r.stdout, r.stdout
+        lines = [ln for ln in r.stdout.splitlines() if ln.startswith("step ")]
+        assert [int(ln.split()[1]) for ln in lines] == [steps]
+        losses.append(float(lines[0].split()[3]))
+    assert losses[2] < losses[0], losses
+
+
+def test_the_tf_free_reader_gives_tf_datas_examples(prepared):
+    """records.Batches (the JAX backend's pipeline, no TensorFlow) against tf.data over the same shards: the same
+    batches in evaluation order, and a seeded, resumable training order."""
+    out, summary = prepared
+    sys.path.insert(0, str(JOB))
+    import data
+    from records import Batches
+    files = data.shards(f"{out}/part-*.tfrecord")
+    ours = list(Batches(files, 16, 64, 10, training=False))
+    theirs = list(data.tf_dataset(f"{out}/part-*.tfrecord", 16, 64, 10, training=False))
+    assert len(ours) == len(theirs) == summary["examples"] // 16
+    for (x, y, w), (tx, ty, tw) in zip(ours, theirs):
+        for mine, ref in ((x, tx), (y, ty), (w, tw)):
+            for k in ref:
+                assert mine[k].dtype == ref[k].numpy().dtype and (mine[k] == ref[k].numpy()).all(), k
+    train = Batches(files, 16, 64, 10, seed=3)
+    first = [b[0]["input_ids"] for _, b in zip(range(6), train)]
+    again = [b[0]["input_ids"] for _, b in zip(range(6), Batches(files, 16, 64, 10, seed=3))]
+    resumed = [b[0]["input_ids"] for _, b in zip(range(2), Batches(files, 16, 64, 10, seed=3, skip=4))]
+    assert all((a == b).all() for a, b in zip(first, again))
+    assert (resumed[0] == first[4]).all() and (resumed[1] == first[5]).all()
+    assert not (first[0] == ours[0][0]["input_ids"]).all()     # shuffled
 
 
 def test_the_hugging_face_export_loads_in_transformers_with_equal_outputs(tmp_path):

@@ -80,9 +80,13 @@ def write(path: str, data: bytes) -> None:
 
 
 def copy(src: str, dst: str) -> None:
+    """Whole or not at all, as write(): a reader (a resumed run looking for its latest checkpoint) never finds
+    half a file."""
     if not remote(src) and not remote(dst):
         os.makedirs(os.path.dirname(dst) or ".", exist_ok=True)
-        shutil.copyfile(src, dst)
+        tmp = f"{dst}.tmp{os.getpid()}"
+        shutil.copyfile(src, tmp)
+        os.replace(tmp, dst)
     else:
         write(dst, read(src))
 
