@@ -316,7 +316,7 @@ def test_the_encoder_stands_alone_is_initialised_as_bert_and_exports_load_back(t
     paths = export.export(enc, str(tmp_path / "export"))
     back = keras.saving.load_model(paths["keras"])
     assert np.allclose(back(x)["pooled_output"], ref["pooled_output"], atol=1e-6)
-    served = tf.saved_model.load(paths["saved_model"]).signatures["serving_default"](**x)
+    served = tf.saved_model.load(paths["saved_model"]).signatures["serve"](**x)
     assert np.allclose(served["sequence_output"], ref["sequence_output"], atol=1e-6)
     assert json.loads(Path(paths["config"]).read_text())["hidden"] == 128
     import train

@@ -8,7 +8,7 @@ The model's size comes from OUTPUT/bert_config.json, which train.py writes besid
 writes
     encoder.keras     the BertEncoder as a Keras 3 file: keras.saving.load_model(path) after `import model`, on any
                       backend
-    saved_model/      on the TensorFlow backend: a SavedModel (Keras 3's model.export) whose `serve` signature
+    saved_model/      on the TensorFlow backend: a SavedModel (Keras 3's ExportArchive) whose `serve` signature
                       takes int32 input_ids, input_mask and segment_ids [batch, seq] and returns sequence_output
                       and pooled_output
     bert_config.json  the BertConfig
@@ -41,11 +41,19 @@ def export(encoder, out: str) -> dict:
     encoder.save(f"{local}/encoder.keras")
     fileio.copy(f"{local}/encoder.keras", paths["keras"])
     if keras.backend.backend() == "tensorflow":
-        # keras.io "Model export for inference": model.export(format="tf_saved_model"); TensorFlow writes gs://
+        # Keras 3's ExportArchive (what model.export uses: keras.io "Model export for inference"), with a function
+        # of named arguments: a dict signature would be flattened to args_0, args_0_1, ...; TensorFlow writes gs://
+        import tensorflow as tf
         paths["saved_model"] = f"{out}/saved_model"
-        spec = keras.InputSpec(shape=(None, None), dtype="int32")
-        encoder.export(paths["saved_model"], format="tf_saved_model", verbose=False,
-                       input_signature=[{k: spec for k in INPUTS}])
+
+        @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32, name=k) for k in INPUTS])
+        def serve(input_ids, input_mask, segment_ids):
+            return encoder({"input_ids": input_ids, "input_mask": input_mask, "segment_ids": segment_ids},
+                           training=False)
+        archive = keras.export.ExportArchive()
+        archive.track(encoder)
+        archive.add_endpoint("serve", serve)
+        archive.write_out(paths["saved_model"], verbose=False)
     paths["config"] = encoder.config.write(out)
     return paths
 
