@@ -9,7 +9,6 @@ import tempfile
 import time
 from pathlib import Path
 
-os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 JOB = Path(__file__).resolve().parent.parent / "jobs" / "bert_pretrain"
 sys.path.insert(0, str(JOB))

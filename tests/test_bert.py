@@ -455,6 +455,49 @@ def test_the_hugging_face_export_loads_in_transformers_with_equal_outputs(tmp_pa
     assert np.abs(theirs.pooler_output.numpy() - ours["pooled_output"].numpy()).max() < 1e-4
 
 
+JAX_FORWARD = """
+import sys, numpy as np
+sys.path.insert(0, sys.argv[1])
+import keras
+from model import BertConfig, BertPretrainer, example_inputs
+z = np.load(sys.argv[2])
+model = BertPretrainer(BertConfig.preset("tiny", 400))
+model(example_inputs(8, 2))
+model.load_weights(sys.argv[3])
+x = {k: z[k] for k in ("input_ids", "input_mask", "segment_ids")}
+out = model.encoder(x)
+real = z["input_mask"].astype(bool)
+print(keras.backend.backend(), model.count_params(),
+      float(np.abs(np.asarray(out["sequence_output"])[real] - z["sequence_output"][real]).max()),
+      float(np.abs(np.asarray(out["pooled_output"]) - z["pooled_output"]).max()))
+"""
+
+
+def test_the_same_weights_give_the_same_forward_pass_on_both_backends(tmp_path):
+    """Parity across backends: an encoder's weights written on TensorFlow, read on JAX, give the same outputs and
+    parameter count (so the Hugging Face parity test above holds for a JAX-trained encoder too)."""
+    sys.path.insert(0, str(JOB))
+    from model import BertConfig, BertPretrainer
+    model = BertPretrainer(BertConfig.preset("tiny", 400))
+    rng = np.random.default_rng(2)
+    mask = np.ones((2, 20), np.int32)
+    mask[1, 12:] = 0
+    x = {"input_ids": rng.integers(5, 400, (2, 20)).astype(np.int32), "input_mask": mask,
+         "segment_ids": np.r_[[0] * 10 + [1] * 10, [0] * 20].reshape(2, 20).astype(np.int32)}
+    model({**x, "masked_lm_positions": np.zeros([2, 3], np.int32)})
+    out = model.encoder(x)
+    model.save_weights(str(tmp_path / "w.weights.h5"))
+    np.savez(tmp_path / "io.npz", **x, sequence_output=np.asarray(out["sequence_output"]),
+             pooled_output=np.asarray(out["pooled_output"]))
+    r = subprocess.run([sys.executable, "-c", JAX_FORWARD, str(JOB), str(tmp_path / "io.npz"),
+                        str(tmp_path / "w.weights.h5")], capture_output=True, text=True, env=_train_env("jax"),
+                       timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    backend, params, seq_diff, pooled_diff = r.stdout.split()
+    assert backend == "jax" and int(params) == model.count_params()
+    assert float(seq_diff) < 1e-5 and float(pooled_diff) < 1e-5, r.stdout
+
+
 def test_the_pretrained_encoder_beats_a_random_one_at_fine_tuning(tmp_path):
     """The pipeline a researcher uses: pretrain, export, fine-tune, against the same classifier from a random encoder
     for the same steps. The task is a few-shot one (40 sentences, 4 topics of the corpus's language, 1000 held out):

@@ -202,19 +202,20 @@ def test_help_imports_no_cloud_client_tensorflow_or_rich():
     assert r.stdout.strip() == "[]"
 
 
-def test_legacy_keras_only_where_tf_keras_is_installed(tmp_path):
-    # -S: no site-packages, so no tf_keras; tpuctl itself comes from the checkout
+def test_runtime_leaves_the_keras_of_a_job_alone(tmp_path):
+    """Importing tpuctl.runtime sets no TF_USE_LEGACY_KERAS (a Keras 3 job's tf.keras stays Keras 3); the host's
+    rule for tf-keras jobs, prefer_legacy_keras, sets it only where tf-keras is installed, a job's value winning."""
     import os
+    from tpuctl import runtime
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     code = "import os, tpuctl.runtime as r; print(os.environ.get('TF_USE_LEGACY_KERAS'))"
     env = {"PATH": os.environ["PATH"], "PYTHONPATH": root}
-    out = subprocess.run([sys.executable, "-S", "-c", code], env=env, capture_output=True, text=True).stdout
-    assert out.strip() == "None"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True).stdout
-    assert out.strip() == "1"     # this environment has tf-keras (the local extra)
-    env["TF_USE_LEGACY_KERAS"] = "0"
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True).stdout
-    assert out.strip() == "0"     # a job's own value wins
+    assert out.strip() == "None"  # this environment has tf-keras (the test extra): still not set
+    environ: dict = {}
+    assert runtime.prefer_legacy_keras(environ) and environ == {"TF_USE_LEGACY_KERAS": "1"}
+    environ = {"TF_USE_LEGACY_KERAS": "0"}
+    assert not runtime.prefer_legacy_keras(environ) and environ == {"TF_USE_LEGACY_KERAS": "0"}   # a job's own
 
 
 @pytest.mark.parametrize("environ,expect", [

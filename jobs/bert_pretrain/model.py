@@ -131,10 +131,11 @@ class BertEncoder(keras.Model):
         self.pooler = keras.layers.Dense(c.hidden, activation="tanh", kernel_initializer=c.init(), name="pooler")
 
     def call(self, inputs, training=False):
-        ids = inputs["input_ids"]
+        # ids as int32 whatever comes in: Keras's symbolic build (under tf.distribute) traces with float inputs
+        ids = ops.cast(inputs["input_ids"], "int32")
         seq = ops.shape(ids)[1]
         x = self.word_embeddings(ids) + self.position_embeddings(ops.arange(seq))[None] \
-            + self.type_embeddings(inputs["segment_ids"])
+            + self.type_embeddings(ops.cast(inputs["segment_ids"], "int32"))
         x = self.drop(self.embeddings_norm(x), training=training)
         mask = ops.cast(inputs["input_mask"][:, None, :], "bool")
         for b in self.blocks:
@@ -201,6 +202,7 @@ def gather(sequence, positions):
     """sequence [batch, seq, hidden] at positions [batch, predictions] -> [batch, predictions, hidden]: one gather
     from the flattened batch (every backend's take), rather than a batched gather some backends lack."""
     seq, hidden = ops.shape(sequence)[1], sequence.shape[-1]
+    positions = ops.cast(positions, "int32")
     offsets = ops.arange(ops.shape(positions)[0])[:, None] * seq
     flat = ops.reshape(positions + ops.cast(offsets, positions.dtype), [-1])
     picked = ops.take(ops.reshape(sequence, [-1, hidden]), flat, axis=0)
