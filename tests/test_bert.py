@@ -270,13 +270,14 @@ def test_the_masked_lm_loss_averages_over_the_real_masked_tokens_only():
     assert keras.backend.backend() == "tensorflow"   # this process; the training tests run both backends
 
 
-def test_checkpoints_and_lines_fall_on_their_own_steps_and_never_past_the_end(prepared, tmp_path):
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_checkpoints_and_lines_fall_on_their_own_steps_and_never_past_the_end(prepared, tmp_path, backend):
     out, summary = prepared
     args = [sys.executable, str(JOB / "train.py"), "--data", f"{out}/part-*.tfrecord", "--vocab-size",
             str(summary["vocab_size"]), "--seq-length", "64", "--max-predictions-per-seq", "10", "--batch-size", "4",
             "--steps", "25", "--steps-per-execution", "4", "--log-every", "10", "--checkpoint-every", "20",
             "--output", str(tmp_path / "out")]
-    r = subprocess.run(args, capture_output=True, text=True, env=_train_env(), timeout=600)
+    r = subprocess.run(args, capture_output=True, text=True, env=_train_env(backend), timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "--log-every 10 rounded up to 12" in r.stdout
     steps = [int(line.split()[1]) for line in r.stdout.splitlines() if line.startswith("step ")]

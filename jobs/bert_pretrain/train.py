@@ -14,6 +14,7 @@ multiple of it (with a warning); a run never trains past --steps.
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import sys
 import time
@@ -158,7 +159,12 @@ def main(argv=None, strategy=None) -> dict:
     metrics = runtime.metrics_callback(every=log_every, path=f"{out}/metrics.json")
     progress = Progress(start, a.steps, log_every, batch, lr, Board(f"{out}/tensorboard/train", backend), history)
     saver = Saver(f"{out}/checkpoints", a.steps, ckpt_every, log_every, metrics, history)
-    model.fit(ds if backend == "tensorflow" else iter(ds), steps_per_epoch=a.steps - start, epochs=1, verbose=0,
+    # Exactly the steps left: Keras 3 runs whole executions of --steps-per-execution steps while steps_per_epoch
+    # lasts (keras/src/trainers/epoch_iterator.py), so a data source that ends at the last step is what stops a
+    # partial last execution there (tf.data's get_next_as_optional on TensorFlow, a short buffer on JAX).
+    left = a.steps - start
+    data = ds.take(left) if backend == "tensorflow" else (b for b in itertools.islice(iter(ds), left))
+    model.fit(data, steps_per_epoch=left, epochs=1, verbose=0,
               shuffle=False,   # the pipeline shuffles, seeded
               callbacks=[progress, metrics, saver])
     if history.get("continue"):
