@@ -285,3 +285,32 @@ def test_one_store_client_range_for_cli_agent_and_host_script():
     from google.cloud import storage
     major = int(storage.__version__.split(".")[0])
     assert major == 3, "the installed client is outside the range tpuctl is tested with"
+
+
+def _fake_jax_and_keras(monkeypatch, calls: list, n: int):
+    """Stand-ins with the calls runtime.jax_replicas makes: jax.distributed.initialize() must come before any
+    device query (JAX "Multi-host and multi-process environments": call it before any other JAX call), and
+    keras.distribution's list_devices / DataParallel(devices=) / set_distribution (keras.io distribution API)."""
+    import types
+    dev = types.SimpleNamespace(platform="tpu")
+    jax = types.SimpleNamespace(distributed=types.SimpleNamespace(initialize=lambda: calls.append("initialize")),
+                                devices=lambda: calls.append("devices") or [dev] * n)
+    dist = types.SimpleNamespace(list_devices=lambda: calls.append("list_devices") or [f"tpu:{i}" for i in range(n)],
+                                 DataParallel=lambda devices: ("DataParallel", tuple(devices)),
+                                 set_distribution=lambda d: calls.append(("set", d)))
+    monkeypatch.setitem(sys.modules, "jax", jax)
+    monkeypatch.setitem(sys.modules, "keras", types.SimpleNamespace(distribution=dist))
+
+
+def test_jax_replicas_span_every_device_and_a_run_across_hosts_initialises_first(monkeypatch):
+    from tpuctl import runtime
+    calls: list = []
+    _fake_jax_and_keras(monkeypatch, calls, 8)
+    r = runtime.jax_replicas({"TPUCTL_NUM_WORKERS": "2"})
+    assert calls[0] == "initialize" and ("set", ("DataParallel", tuple(f"tpu:{i}" for i in range(8)))) in calls
+    assert r.num_replicas_in_sync == 8 and runtime.kind(r) == "tpu" and runtime.global_batch(4, r) == 32
+    calls.clear()
+    _fake_jax_and_keras(monkeypatch, calls, 1)
+    one = runtime.jax_replicas({"TPUCTL_NUM_WORKERS": "1"})
+    assert "initialize" not in calls and not [c for c in calls if c[0] == "set"]   # one device: no distribution
+    assert one.num_replicas_in_sync == 1 and one.distribution is None

@@ -107,8 +107,14 @@ def jax_replicas(environ: Mapping[str, str] = os.environ) -> Replicas:
     multi-process environments"), after which keras.distribution.list_devices() names every host's devices."""
     import jax
     import keras
-    if int(environ.get("TPUCTL_NUM_WORKERS") or 1) > 1 and jax.process_count() == 1:
-        jax.distributed.initialize()
+    if int(environ.get("TPUCTL_NUM_WORKERS") or 1) > 1:
+        # before anything touches a device (jax.process_count() would start the backend, after which initialize()
+        # refuses); a second call in one process raises RuntimeError ("should only be called once")
+        try:
+            jax.distributed.initialize()
+        except RuntimeError as e:
+            if "once" not in str(e):
+                raise
     devices = keras.distribution.list_devices()
     platform = jax.devices()[0].platform
     dist = None
