@@ -1,10 +1,10 @@
 """Step-exact checkpoints that every Keras backend reads: OUTPUT/checkpoints/ckpt-STEP.weights.h5 (Keras 3's
-backend-independent weights format; of a compiled model it holds the optimizer's variables too, its step among
-them: keras/src/saving/saving_lib.py save_weights_only walks the model's saveables, the optimizer one of them) and
-ckpt-STEP.state.npz beside it (the dropout layers' seed generator states, which no .weights.h5 holds), so a run
-started on JAX resumes on TensorFlow and back, exactly. The state file is written first and the weights last: a checkpoint exists once its
-weights file does, so a kill between the two leaves the previous checkpoint the latest. The newest `keep` are kept.
-The directory may be gs:// (fileio.py): each file is written locally, then uploaded whole.
+backend-independent weights format; of a compiled model it holds the optimizer's variables too, its step among them:
+keras/src/saving/saving_lib.py save_weights_only walks the model's saveables, the optimizer one of them) and
+ckpt-STEP.state.npz beside it (the dropout layers' seed generator states, which no .weights.h5 holds), so a run started
+on JAX resumes on TensorFlow and back, exactly. The state file is written first and the weights last: a checkpoint
+exists once its weights file does, so a kill between the two leaves the previous checkpoint the latest. The newest
+`keep` are kept. The directory may be gs:// (fileio.py): each file is written locally, then uploaded whole.
 """
 from __future__ import annotations
 

@@ -7,9 +7,10 @@ One line every --log-every steps: step, loss (the optimised total: masked-LM los
 the next-sentence loss), each term and accuracy, examples/s; the same values go to TensorBoard
 (OUTPUT/tensorboard, x axis = step) and to OUTPUT/metrics.json for `tpuctl jobs`. A checkpoint at every multiple
 of --checkpoint-every and at the last step, in OUTPUT/checkpoints (--output, default $TPUCTL_OUTPUT_DIR; the
-format is checkpoints.py's, read by either backend); a restarted run resumes from the latest (or from --resume-from) and skips the batches it already consumed. Keras
-runs callbacks only between executions of --steps-per-execution steps, so both intervals are rounded up to a
-multiple of it (with a warning); a run never trains past --steps.
+format is checkpoints.py's, read by either backend); a restarted run resumes from the latest (or from
+--resume-from) and skips the batches it already consumed. Keras runs callbacks only between executions of
+--steps-per-execution steps, so both intervals are rounded up to a multiple of it (with a warning); a run never
+trains past --steps.
 """
 from __future__ import annotations
 
