@@ -456,6 +456,32 @@ def test_the_hugging_face_export_loads_in_transformers_with_equal_outputs(tmp_pa
     assert np.abs(theirs.pooler_output.numpy() - ours["pooled_output"].numpy()).max() < 1e-4
 
 
+@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
+def test_the_model_trains_under_the_mixed_precision_policies_runtime_sets(policy):
+    """GPU's mixed_float16 (Keras wraps the optimizer in a LossScaleOptimizer) and TPU's mixed_bfloat16, on this
+    process's TensorFlow backend: float32 logits, a finite loss. The float16 bias added to float32 logits once
+    failed the model's first call."""
+    sys.path.insert(0, str(JOB))
+    import keras
+    import train
+    from model import BertConfig, BertPretrainer, example_inputs
+    keras.mixed_precision.set_global_policy(policy)
+    try:
+        model = BertPretrainer(BertConfig.preset("tiny", 100))
+        out = model(example_inputs(8, 2))
+        assert keras.backend.standardize_dtype(out["mlm"].dtype) == keras.backend.standardize_dtype(out["nsp"].dtype) \
+            == "float32"
+        model.compile(optimizer=train.optimizer(1e-3))
+        x = {k: np.asarray(v).repeat(2, 0) for k, v in example_inputs(8, 2).items()}
+        y = {"mlm": np.ones((2, 2), np.int32), "nsp": np.zeros((2, 1), np.int32)}
+        w = {"mlm": np.ones((2, 2), np.float32), "nsp": np.ones((2, 1), np.float32)}
+        logs = model.train_on_batch(x, y, sample_weight=w, return_dict=True)
+        assert np.isfinite(logs["loss"])   # (a float16 step may be skipped while the loss scale settles)
+        assert (type(model.optimizer).__name__ == "LossScaleOptimizer") == (policy == "mixed_float16")
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+
+
 JAX_FORWARD = """
 import sys, numpy as np
 sys.path.insert(0, sys.argv[1])
