@@ -85,6 +85,11 @@ def submit(ctx: typer.Context,
                                             "send, as xpk does."),
            notify_to: List[str] = typer.Option([], "--notify", help="Send this run's events to a webhook or "
                                                "Apprise URL (repeatable), besides the cluster's."),
+           tpu_type: Optional[str] = typer.Option(None, "--type", help="GKE dry run without a cluster: the TPU type "
+                                                  "of the manifest (--provider gke --manifest FILE)."),
+           slices: Optional[int] = typer.Option(None, "--slices", help="GKE dry run: slices of the manifest."),
+           manifest_file: Optional[str] = typer.Option(None, "--manifest", help="GKE, with --dry-run: write the "
+                                                       "Kubernetes objects the run would create to FILE (YAML)."),
            provider: Optional[str] = PROVIDER) -> None:
     """Package JOB_DIR, sync its data, run it on the cluster and follow its logs; exits with the job's code.
     Arguments after `--` are appended to the job's command."""
@@ -95,6 +100,8 @@ def submit(ctx: typer.Context,
     urls = check_urls(notify_to)
     job = jobspec.load(job_dir, data)          # the job's own mistakes first, before any cluster is looked for
     packaging.files(job.root, job.data)        # links out of the job are refused here too
+    if manifest_file is not None or tpu_type is not None or slices is not None:
+        _gke_manifest(cluster, provider, tpu_type, slices, max_restarts, manifest_file, dry_run)
     if dry_run:
         _submit_preview(job, cluster, provider)
         return
@@ -143,6 +150,32 @@ def _check_max_restarts(n: int, st: "ClusterState", prov: "Provider") -> None:
     if n and prov.remote_runs is not None:
         raise bad_input(f"--max-restarts: cluster {st.name}'s runs run in a service's sessions, not under tpuctl's "
                         "agent", "a job there continues in the next session by exiting tpuctl.runtime.CONTINUE_CODE")
+
+
+def _gke_manifest(cluster: Optional[str], provider: Optional[str], tpu_type: Optional[str], slices: Optional[int],
+                  max_restarts: int, path: Optional[str], dry_run: bool) -> None:
+    """`--manifest FILE` (with --type/--slices when no GKE cluster is named): the run's JobSet, written offline."""
+    from ..core import state
+    if path is None or not dry_run:
+        raise bad_input("--type, --slices and --manifest belong to a GKE dry run",
+                        "tpuctl submit JOB --dry-run --provider gke --type v6e-16 --manifest run.yaml")
+    name = cluster_name(cluster)
+    st = state.load(name)
+    gke = st is not None and st.spec.provider.value == "gke"
+    if st is not None and not gke and cluster is not None:
+        raise bad_input(f"--manifest: cluster {name} uses provider {st.spec.provider.value}, not gke",
+                        "name a GKE cluster, or --provider gke --type T without one")
+    if not gke and provider != "gke":
+        raise bad_input("--manifest writes a GKE run's objects", "add --provider gke --type T (no cluster needed)")
+    from ..providers.gke import dryrun, manifest
+    record = dryrun.record_of(st) if gke and st is not None else None
+    objs = dryrun.objects(name, tpu_type, slices, max_restarts, record, st.spec.store if gke and st else "")
+    try:
+        with open(path, "w") as f:
+            f.write(manifest.dump(objs))
+    except OSError as e:
+        raise bad_input(f"--manifest {path}: {e.strerror}", "name a file in a directory you can write") from None
+    console().err.print(f"wrote {len(objs)} Kubernetes object{'s' * (len(objs) > 1)} to {path}")
 
 
 def _submit_preview(job: "JobSpec", cluster: Optional[str], provider: Optional[str]) -> None:
