@@ -57,7 +57,7 @@ def provider(flag_value: str | None) -> ProviderName:
     try:
         return ProviderName(p)
     except ValueError:
-        raise bad_input(f"unknown provider {p!r}", "use --provider gcp, --provider local or --provider kaggle")
+        raise bad_input(f"unknown provider {p!r}", "use --provider gcp, local, kaggle or gke")
 
 
 def _gcloud_project() -> str:

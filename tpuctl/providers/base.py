@@ -67,6 +67,8 @@ class UpFlags:
     slices: int | None = None
     network: str | None = None
     subnetwork: str | None = None
+    gke_cluster: str | None = None
+    image: str | None = None
 
     def remember(self, spec: ClusterSpec) -> None:
         """`up -c NAME` on an existing cluster: each flag not given again takes the value the cluster was made
@@ -74,6 +76,17 @@ class UpFlags:
         if not spec.tpu_type:
             return
         self.tpu_type = self.tpu_type or spec.tpu_type
+        if spec.provider is ProviderName.GKE:   # GKE's own flags (providers/gke/planning.py)
+            self.zones = self.zones or list(spec.zones)
+            self.project = self.project or spec.project
+            self.spot = self.spot or spec.spot
+            self.service_account = self.service_account or spec.service_account or None
+            self.bucket = self.bucket or spec.store.split("://", 1)[-1]
+            self.gke_cluster = self.gke_cluster or spec.gke_cluster or None
+            self.image = self.image or spec.image or None
+            if self.slices is None and spec.slices > 1:
+                self.slices = spec.slices
+            return
         if spec.provider is not ProviderName.GCP:   # a Kaggle cluster has only --type: the rest are defaults
             return
         self.zones = self.zones or list(spec.zones)
@@ -97,7 +110,8 @@ class UpFlags:
                  "runtime": "--runtime", "spot": "--spot", "service_account": "--service-account",
                  "bucket": "--bucket", "vm_type": "--vm-type", "framework": "--framework", "queued": "--queued",
                  "valid_until": "--valid-until", "flex_start": "--flex-start", "slices": "--slices",
-                 "network": "--network", "subnetwork": "--subnetwork"}
+                 "network": "--network", "subnetwork": "--subnetwork", "gke_cluster": "--gke-cluster",
+                 "image": "--image"}
         return [flag for attr, flag in names.items() if getattr(self, attr) not in (None, False, "", [])]
 
 
@@ -223,6 +237,10 @@ class Provider(Protocol):
     @property
     def watcher_host(self) -> WatcherHost | None:
         """None: the recovery watcher runs only where `tpuctl watch` is started."""
+    @property
+    def self_recovery(self) -> str:
+        """"": tpuctl's recovery watcher re-creates lost compute (`up --recover`, `watch`); else who recovers it
+        instead, in words (GKE and JobSet), and `up --recover` and `watch` say so rather than arm anything."""
 
     # -- planning (offline) ----------------------------------------------------------------------------
     def make_spec(self, name: str, flags: UpFlags) -> ClusterSpec:

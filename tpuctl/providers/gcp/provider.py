@@ -30,6 +30,7 @@ class GcpProvider:
     name = ProviderName.GCP
     store_noun = "bucket"
     remote_runs = None
+    self_recovery = ""
 
     def __init__(self) -> None:
         self.grants = BucketIam()
