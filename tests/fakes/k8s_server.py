@@ -80,9 +80,15 @@ class FakeKube:
 
     def remove(self, path: str) -> dict[str, Any] | None:
         with self.lock:
-            gone = self.objects.pop(path, None)
+            gone = self.objects.get(path)
             if gone is None:
                 return None
+            if "/pods/" in path and gone.get("status", {}).get("phase") == "Running" and self.on_delete:
+                # a running pod is Terminating (deletionTimestamp set) until its container has stopped; the
+                # kubelet removes it then (Kubernetes docs, "Pod Lifecycle: Termination of Pods")
+                gone["metadata"].setdefault("deletionTimestamp", "2026-01-01T00:00:00Z")
+            else:
+                del self.objects[path]
             uid = gone["metadata"]["uid"]
             owned = [p for p, o in self.objects.items()
                      if any(r.get("uid") == uid for r in o["metadata"].get("ownerReferences", []))]

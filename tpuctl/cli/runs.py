@@ -147,7 +147,7 @@ def _check_max_restarts(n: int, st: "ClusterState", prov: "Provider") -> None:
     """--max-restarts is the host agent's to honour: a service's sessions (Kaggle) chain by CONTINUE_CODE instead."""
     if n < 0:
         raise bad_input(f"--max-restarts {n} must be 0 or more", "e.g. --max-restarts 3")
-    if n and prov.remote_runs is not None:
+    if n and prov.remote_runs is not None and not prov.remote_runs.restarts:
         raise bad_input(f"--max-restarts: cluster {st.name}'s runs run in a service's sessions, not under tpuctl's "
                         "agent", "a job there continues in the next session by exiting tpuctl.runtime.CONTINUE_CODE")
 
@@ -160,22 +160,9 @@ def _gke_manifest(cluster: Optional[str], provider: Optional[str], tpu_type: Opt
         raise bad_input("--type, --slices and --manifest belong to a GKE dry run",
                         "tpuctl submit JOB --dry-run --provider gke --type v6e-16 --manifest run.yaml")
     name = cluster_name(cluster)
-    st = state.load(name)
-    gke = st is not None and st.spec.provider.value == "gke"
-    if st is not None and not gke and cluster is not None:
-        raise bad_input(f"--manifest: cluster {name} uses provider {st.spec.provider.value}, not gke",
-                        "name a GKE cluster, or --provider gke --type T without one")
-    if not gke and provider != "gke":
-        raise bad_input("--manifest writes a GKE run's objects", "add --provider gke --type T (no cluster needed)")
-    from ..providers.gke import dryrun, manifest
-    record = dryrun.record_of(st) if gke and st is not None else None
-    objs = dryrun.objects(name, tpu_type, slices, max_restarts, record, st.spec.store if gke and st else "")
-    try:
-        with open(path, "w") as f:
-            f.write(manifest.dump(objs))
-    except OSError as e:
-        raise bad_input(f"--manifest {path}: {e.strerror}", "name a file in a directory you can write") from None
-    console().err.print(f"wrote {len(objs)} Kubernetes object{'s' * (len(objs) > 1)} to {path}")
+    from ..providers.gke import dryrun
+    n = dryrun.write(path, name, state.load(name), cluster is not None, provider, tpu_type, slices, max_restarts)
+    console().err.print(f"wrote {n} Kubernetes object{'s' * (n > 1)} to {path}")
 
 
 def _submit_preview(job: "JobSpec", cluster: Optional[str], provider: Optional[str]) -> None:

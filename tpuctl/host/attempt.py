@@ -52,6 +52,8 @@ class Attempt:
         self.code_dir = self.work / "code"
         # restarts spent by the attempts before this one (a host lost and replaced does not give them back)
         self.restarts = runs.status(agent.store, run_id, agent.worker).restarts if attempt > 1 else 0
+        if agent.external_restarts:   # a GKE pod: the JobSet's restarts so far (attempt = restart-attempt + 1)
+            self.restarts = attempt - 1
         self.limit = ""   # the cluster's limit that ended the run while it waited for other hosts (deadline())
 
     def status(self, state: RunState, exit_code: int | None = None, pid: int | None = None, note: str = "") -> None:
@@ -109,6 +111,8 @@ class Attempt:
                     return ended
                 continue
             decision = decide(rc, cancelled, self.restarts, job.max_restarts)
+            if decision is Decision.RESTART and self.a.external_restarts:
+                return self._restarted_by_jobset(shipper, rc, job.max_restarts)
             if decision is Decision.RESTART and rounds:
                 n = int(rounds.call(n + 1, f"{rounds.label(self.a.worker)}'s job exited {rc}", counts=True)["round"])
                 shipper.note(f"the job exited {rc}: the run restarts on every host (round {n}; submit "
@@ -185,6 +189,15 @@ class Attempt:
         agent's own SIGTERM follows within SIGNAL_WAIT_SECONDS. A job that saved and exited 143 reads the same."""
         killed = rc in (128 + signal.SIGTERM, 128 + signal.SIGKILL)
         return self.a.stop.is_set() or (killed and self.a.stop.wait(SIGNAL_WAIT_SECONDS))
+
+    def _restarted_by_jobset(self, shipper: LogShipper, rc: int, max_restarts: int) -> int:
+        """A GKE pod: the JobSet restarts every pod on this exit code (the Job's pod failure policy), with the next
+        restart attempt; the run is not over, so its status says so rather than failed."""
+        shipper.note(f"the job exited {rc}: the JobSet restarts the run (restart {self.restarts + 1} of "
+                     f"{max_restarts}, submit --max-restarts)", fresh_line=True)
+        shipper.flush(last=True)
+        self.status(RunState.INTERRUPTED, exit_code=rc, note="restarting (JobSet)")
+        return rc
 
     def _interrupted(self, shipper: LogShipper, rc: int | None) -> int:
         """The agent is being stopped: not the run's end. Recorded `interrupted` (with what the job exited with), so

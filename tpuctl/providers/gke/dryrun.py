@@ -7,6 +7,7 @@ from typing import Any, Mapping
 
 from ... import __version__
 from ...core.errors import bad_input
+from ...core.models import ClusterState, ProviderName
 from . import manifest, tputypes
 
 DRY_RUN_ID = "dry-run"          # stands for the id submit gives the run
@@ -42,7 +43,22 @@ def objects(cluster: str, tpu_type: str | None, slices: int | None, max_restarts
     return [manifest.build_jobset(run)]
 
 
-def record_of(st: Any) -> dict[str, Any]:
-    """The cluster's `gke` record (the contract in gke-contract: ClusterState carries it under key `gke`)."""
-    found = getattr(st, "provider_record", None) or {}
-    return dict(found.get("gke") or {}) if isinstance(found, dict) else {}
+
+def write(path: str, name: str, st: ClusterState | None, named: bool, provider: str | None, tpu_type: str | None,
+          slices: int | None, max_restarts: int) -> int:
+    """`submit --dry-run --manifest PATH`: the objects for cluster `name` (its state `st`, if any; `named`: the
+    user named it with -c) or, without a GKE cluster, for `--provider gke --type T`; returns how many were written."""
+    gke = st is not None and st.spec.provider is ProviderName.GKE
+    if st is not None and not gke and named:
+        raise bad_input(f"--manifest: cluster {name} uses provider {st.spec.provider.value}, not gke",
+                        "name a GKE cluster, or --provider gke --type T without one")
+    if not gke and provider != ProviderName.GKE.value:
+        raise bad_input("--manifest writes a GKE run's objects", "add --provider gke --type T (no cluster needed)")
+    record = dict(st.record.get("gke") or {}) if gke and st is not None else None
+    objs = objects(name, tpu_type, slices, max_restarts, record, st.spec.store if gke and st is not None else "")
+    try:
+        with open(path, "w") as f:
+            f.write(manifest.dump(objs))
+    except OSError as e:
+        raise bad_input(f"--manifest {path}: {e.strerror}", "name a file in a directory you can write") from None
+    return len(objs)

@@ -66,7 +66,12 @@ def request(api: Any, method: str, path: str, body: Any = None, query: list[tupl
         raise _error(e.status or 0, e.body) from None
     if not 200 <= resp.status <= 299:
         raise _error(resp.status, resp.data)
-    return json.loads(resp.data) if resp.data else None
+    if not resp.data:
+        return None
+    try:
+        return json.loads(resp.data)
+    except ValueError:   # pods/log answers text/plain
+        return resp.data.decode("utf-8", "replace")
 
 
 def _error(status: int, data: Any) -> KubeError:

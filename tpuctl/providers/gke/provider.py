@@ -23,6 +23,7 @@ from ..gcp.operations import call
 from . import container, planning
 from .compute import GkeCompute, record_of
 from .inventory import GkeInventory
+from .runs import GkeRuns
 
 SELF_RECOVERY = ("on GKE, GKE recreates a preempted or repaired TPU node pool and JobSet restarts the run from its "
                  "checkpoint, up to `submit --max-restarts N` times")
@@ -43,7 +44,6 @@ def install_jobset(rec: dict[str, Any]) -> str:
 class GkeProvider:
     name = ProviderName.GKE
     store_noun = "bucket"
-    remote_runs = None   # runs.py of the JobSet half wires JobSet runs here
     watcher_host = None
     self_recovery = SELF_RECOVERY
 
@@ -52,6 +52,7 @@ class GkeProvider:
         self.nonce = secrets.token_hex(4)
         self.compute = GkeCompute(self.grants.default_service_account, install_jobset)
         self.inventory = GkeInventory()
+        self.remote_runs = GkeRuns()   # each run is a JobSet (runs.py)
 
     # -- planning (offline) ------------------------------------------------------------------------------
     def make_spec(self, name: str, flags: UpFlags) -> ClusterSpec:
