@@ -1,0 +1,182 @@
+"""`up --provider gke` -> `down` through the real CLI against wire fakes: the GKE API (fakes/gke_server.py), Compute
+with resource policies, and the GCS emulator; the JobSet installer of the JobSet half is stood in for by fake
+`kube`/`jobset_install` modules (its contract: kube.connect(endpoint, ca_b64, token) -> api,
+jobset_install.ensure_jobset(api))."""
+from __future__ import annotations
+
+import json
+import sys
+import types
+
+import pytest
+
+from fakes.gke_server import FakeGke, FakePolicies
+from tpuctl.core import state
+from tpuctl.core.models import LABEL
+
+PROJ = "test-proj"
+SA = "424242-compute@developer.gserviceaccount.com"   # FakeCompute's project default service account
+
+
+@pytest.fixture(scope="session")
+def _gke_servers():
+    g = FakeGke()
+    pol = FakePolicies(g)
+    urls = g.start(), pol.start()
+    yield g, pol, urls
+    g.stop()
+    pol.stop()
+
+
+class Gke:
+    def __init__(self, fake, policies, cloud, installed):
+        self.fake, self.policies, self.cloud, self.installed = fake, policies, cloud, installed
+
+    def leaks(self):
+        """What tpuctl made and `down` must remove: labelled clusters and node pools, workload policies, grants."""
+        found = [f"cluster {c['name']}" for c in self.fake.clusters.values() if LABEL in (c.get("resourceLabels") or {})]
+        found += [f"pool {cl}/{p['name']}" for cl, p in self.fake.pools()
+                  if LABEL in ((p.get("config") or {}).get("resourceLabels") or {})]
+        found += [f"policy {k[2]}" for k in self.policies.policies]
+        return found + self.cloud.leaks()
+
+    def pool(self, name):
+        return next(p for _, p in self.fake.pools() if p["name"] == name)
+
+
+@pytest.fixture(params=[False, True], ids=["ops-queued", "one-op-per-cluster"])
+def gke(request, cloud, _gke_servers, monkeypatch):
+    g, pol, (gurl, purl) = _gke_servers
+    g.reset()
+    g.one_op_per_cluster = request.param
+    pol.policies.clear()
+    pol.ops.clear()
+    pol.faults.clear()
+    pol.calls.clear()
+    monkeypatch.setenv("CONTAINER_EMULATOR_HOST", gurl)
+    monkeypatch.setenv("COMPUTE_EMULATOR_HOST", purl)
+    installed = []
+    kube = types.ModuleType("tpuctl.providers.gke.kube")
+    kube.connect = lambda endpoint, ca_b64, token: {"endpoint": endpoint, "ca": ca_b64, "token": token}
+    jobset = types.ModuleType("tpuctl.providers.gke.jobset_install")
+    jobset.ensure_jobset = installed.append
+    monkeypatch.setitem(sys.modules, "tpuctl.providers.gke.kube", kube)
+    monkeypatch.setitem(sys.modules, "tpuctl.providers.gke.jobset_install", jobset)
+    return Gke(g, pol, cloud, installed)
+
+
+def _up(cli, name, *flags):
+    return cli("up", "--provider", "gke", "-c", name, "--project", PROJ, "--yes", *flags)
+
+
+def test_one_slice_up_then_down_leaves_nothing(gke, cli):
+    code, out, err = _up(cli, "one", "--type", "v6e-16", "--zone", "us-east5-b")
+    assert code == 0, err
+    c = gke.fake.clusters[(PROJ, "us-east5-b", "tpuctl-one")]
+    assert c["resourceLabels"] == {LABEL: "one"} and c["status"] == "RUNNING"
+    pool = gke.pool("tpuctl-one-np-0")
+    assert pool["initialNodeCount"] in (4, "4") and pool["config"]["machineType"] == "ct6e-standard-4t"
+    assert pool["placementPolicy"]["tpuTopology"] == "4x4"
+    assert pool["config"]["serviceAccount"] == SA and pool["locations"] == ["us-east5-b"]
+    assert "https://www.googleapis.com/auth/cloud-platform" in pool["config"]["oauthScopes"]
+    assert gke.installed == [{"endpoint": "127.0.0.1", "ca": c["masterAuth"]["clusterCaCertificate"], "token": ""}]
+    st = state.load("one")
+    rec = st.record["gke"]
+    assert rec["cluster"] == "tpuctl-one" and rec["adopted"] is False and rec["node_pools"] == ["tpuctl-one-np-0"]
+    assert rec["service_account"] == SA and rec["location"] == "us-east5-b" and rec["workload_policy"] == ""
+    record = json.loads(_storage().bucket("test-proj-tpuctl-one").blob("tpuctl/cluster.json").download_as_bytes())
+    assert record["gke"]["endpoint"] == "127.0.0.1" and record["hosts"] == 4
+    assert {(g.member, g.role) for g in st.grants} == {(f"serviceAccount:{SA}", "roles/storage.objectAdmin"),
+                                                       (f"serviceAccount:{SA}", "roles/storage.legacyBucketReader")}
+    code, out, err = cli("ls", "--json")
+    assert code == 0 and [r for r in json.loads(out) if r["orphan"]] == []
+    code, out, err = cli("down", "-c", "one", "--yes")
+    assert code == 0, err
+    assert gke.leaks() == []
+    code, out, err = cli("ls", "--json", "--project", PROJ)
+    assert [r for r in json.loads(out) if r["orphan"]] == []
+
+
+def test_two_slices_make_two_node_pools_and_up_again_makes_nothing(gke, cli):
+    code, out, err = _up(cli, "two", "--type", "v5litepod-16", "--zone", "us-west4-a", "--slices", "2")
+    assert code == 0, err
+    assert [p["name"] for _, p in gke.fake.pools()] == ["system", "tpuctl-two-np-0", "tpuctl-two-np-1"]
+    made = len(gke.fake.mutating_calls())
+    code, out, err = _up(cli, "two", "--type", "v5litepod-16", "--zone", "us-west4-a", "--slices", "2")
+    assert code == 0, err
+    assert len(gke.fake.mutating_calls()) == made   # adopted, not made twice
+    code, out, err = cli("down", "-c", "two", "--yes")
+    assert code == 0, err
+    assert gke.leaks() == []
+
+
+def test_tpu7x_16_makes_its_workload_policy_first_and_removes_it_last(gke, cli):
+    code, out, err = _up(cli, "iw", "--type", "tpu7x-16", "--zone", "us-central1-c")
+    assert code == 0, err
+    c = gke.fake.clusters[(PROJ, "us-central1-c", "tpuctl-iw")]
+    assert c["currentMasterVersion"] == "1.34.1-gke.1829001"   # RAPID's default (1.33) is too old for TPU7x
+    policy = gke.policies.policies[(PROJ, "us-central1", "tpuctl-iw-wp")]
+    assert policy["workloadPolicy"] == {"type": "HIGH_THROUGHPUT", "acceleratorTopology": "2x2x2"}
+    pool = gke.pool("tpuctl-iw-np-0")
+    assert pool["placementPolicy"] == {"policyName": "tpuctl-iw-wp"}
+    assert pool["config"]["machineType"] == "tpu7x-standard-4t" and pool["initialNodeCount"] in (2, "2")
+    assert state.load("iw").record["gke"]["workload_policy"] == "tpuctl-iw-wp"
+    code, out, err = cli("down", "-c", "iw", "--yes")
+    assert code == 0, err
+    assert gke.leaks() == []
+
+
+def _their_cluster(gke, name="team", version="1.34.1-gke.1829001", autopilot=False):
+    """A Standard cluster someone else made (no tpuctl label), as GKE reports it."""
+    gke.fake.clusters[(PROJ, "us-east5", name)] = {
+        "name": name, "location": "us-east5", "status": "RUNNING", "currentMasterVersion": version,
+        "endpoint": "10.0.0.2", "masterAuth": {"clusterCaCertificate": "Q0E="}, "autopilot": {"enabled": autopilot},
+        "nodePools": [{"name": "default-pool", "config": {"machineType": "e2-standard-8"}, "status": "RUNNING"}]}
+
+
+def test_adopted_cluster_keeps_living_after_down(gke, cli):
+    _their_cluster(gke)
+    code, out, err = _up(cli, "ad", "--type", "v6e-16", "--zone", "us-east5-b", "--gke-cluster", "team", "--spot")
+    assert code == 0, err
+    pool = gke.pool("tpuctl-ad-np-0")
+    assert pool["config"]["spot"] is True and pool["locations"] == ["us-east5-b"]
+    rec = state.load("ad").record["gke"]
+    assert rec["adopted"] is True and rec["endpoint"] == "10.0.0.2" and rec["cluster"] == "team"
+    code, out, err = cli("down", "-c", "ad", "--yes")
+    assert code == 0, err
+    assert gke.leaks() == []
+    assert [p["name"] for p in gke.fake.clusters[(PROJ, "us-east5", "team")]["nodePools"]] == ["default-pool"]
+
+
+@pytest.mark.parametrize("kind, flags, code_, says", [
+    ("autopilot", ("--type", "v6e-16"), 2, "is an Autopilot cluster"),
+    ("old", ("--type", "tpu7x-16", "--zone", "us-central1-c"), 2, "TPU7x needs >= 1.34.0-gke.2201000"),
+    ("missing", ("--type", "v6e-16"), 3, "no GKE cluster team"),
+])
+def test_an_unusable_adopted_cluster_is_refused_and_nothing_is_left(gke, cli, kind, flags, code_, says):
+    if kind != "missing":
+        _their_cluster(gke, autopilot=kind == "autopilot", version="1.33.5-gke.1200000")
+    zone = () if "--zone" in flags else ("--zone", "us-east5-b")
+    code, out, err = _up(cli, "ad", *flags, *zone, "--gke-cluster", "team")
+    assert code == code_, err
+    assert says in " ".join(err.split()) and "Traceback" not in err
+    assert gke.leaks() == []
+    assert state.load("ad") is None
+
+
+def test_a_failure_mid_up_leaves_nothing(gke, cli):
+    """The second slice's node pool runs out of capacity (its operation fails: the message GKE passes on from
+    Compute names ZONE_RESOURCE_POOL_EXHAUSTED): the first pool, the cluster, the policy, bucket and grants go."""
+    gke.fake.op_faults["create_pool"] = [None, (8, "Google Compute Engine: ZONE_RESOURCE_POOL_EXHAUSTED: the zone "
+                                                   "does not have enough resources")]
+    code, out, err = _up(cli, "half", "--type", "tpu7x-16", "--zone", "us-central1-c", "--slices", "2")
+    assert code == 4, err   # CAPACITY
+    assert "out of capacity" in " ".join(err.split())
+    assert gke.leaks() == []
+    assert _storage().lookup_bucket("test-proj-tpuctl-half") is None
+    assert state.load("half") is None
+
+
+def _storage():
+    from tpuctl.providers.gcp import clients
+    return clients.storage(PROJ)
