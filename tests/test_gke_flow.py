@@ -180,3 +180,20 @@ def test_a_failure_mid_up_leaves_nothing(gke, cli):
 def _storage():
     from tpuctl.providers.gcp import clients
     return clients.storage(PROJ)
+
+
+def test_status_shows_the_node_pools_and_down_works_from_the_labels_alone(gke, cli):
+    code, out, err = _up(cli, "lb", "--type", "tpu7x-16", "--zone", "us-central1-c", "--slices", "2")
+    assert code == 0, err
+    code, out, err = cli("status", "-c", "lb", "--json")
+    assert code == 0, err
+    info = json.loads(out)
+    assert info["resources"]["pool tpuctl-lb-np-1"] == {"state": "RUNNING", "nodes": 2}
+    assert info["resources"]["gke"]["state"] == "RUNNING"
+    state.remove("lb")   # another machine, or a lost state file: the labels and the bucket's record remain
+    code, out, err = cli("ls", "--json", "--project", PROJ)
+    orphans = {(r["kind"], r["name"]) for r in json.loads(out) if r["orphan"]}
+    assert {("gke", "tpuctl-lb"), ("pool", "tpuctl-lb-np-0"), ("pool", "tpuctl-lb-np-1")} <= orphans
+    code, out, err = cli("down", "-c", "lb", "--project", PROJ, "--provider", "gke", "--yes")
+    assert code == 0, err
+    assert gke.leaks() == []

@@ -86,7 +86,7 @@ class GkeCompute:
         st.record["gke"] = rec
         for pool in rec["node_pools"]:
             self._ensure_pool(st, c.location, name, pool, account, reporter, made)
-        reporter.resource("jobset", name, self.install_jobset(rec))
+        reporter.resource("jobset", name, self.install_jobset(rec), final=True)
         return rec
 
     def _ensure_cluster(self, st: ClusterState, name: str, reporter: Reporter, made: list[Created]) -> Any:
