@@ -134,6 +134,17 @@ def _their_cluster(gke, name="team", version="1.34.1-gke.1829001", autopilot=Fal
         "nodePools": [{"name": "default-pool", "config": {"machineType": "e2-standard-8"}, "status": "RUNNING"}]}
 
 
+def test_a_reservation_is_consumed_by_name(gke, cli):
+    code, out, err = _up(cli, "rs", "--type", "v5p-16", "--zone", "us-east5-a", "--reservation", "my-v5p")
+    assert code == 0, err
+    affinity = gke.pool("tpuctl-rs-np-0")["config"]["reservationAffinity"]
+    assert affinity["key"] == "compute.googleapis.com/reservation-name" and affinity["values"] == ["my-v5p"]
+    assert affinity["consumeReservationType"] in ("SPECIFIC_RESERVATION", 3)
+    code, out, err = cli("down", "-c", "rs", "--yes")
+    assert code == 0, err
+    assert gke.leaks() == []
+
+
 def test_adopted_cluster_keeps_living_after_down(gke, cli):
     _their_cluster(gke)
     code, out, err = _up(cli, "ad", "--type", "v6e-16", "--zone", "us-east5-b", "--gke-cluster", "team", "--spot")

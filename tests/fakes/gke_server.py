@@ -44,6 +44,8 @@ MUTATING = {"create_cluster", "delete_cluster", "create_pool", "delete_pool"}
 # container_v1 enums, by number, for a client that sends numeric enums (types/cluster_service.py)
 _CHANNELS = {0: "UNSPECIFIED", 1: "RAPID", 2: "REGULAR", 3: "STABLE", 4: "EXTENDED"}
 _PLACEMENT = {0: "TYPE_UNSPECIFIED", 1: "COMPACT"}
+_AFFINITY = {0: "UNSPECIFIED", 1: "NO_RESERVATION", 2: "ANY_RESERVATION", 3: "SPECIFIC_RESERVATION",
+             4: "ANY_RESERVATION_THEN_FAIL"}
 # GKE versions offered, newest last: TPU7x needs >= 1.34.0-gke.2201000 (kubernetes-engine/docs/concepts/tpu-ironwood)
 VERSIONS = ["1.32.9-gke.1100000", "1.33.5-gke.1200000", "1.34.1-gke.1829001"]
 TPU7X_MIN = "1.34.0-gke.2201000"
@@ -285,6 +287,12 @@ class FakeGke:
         - other multi-host slices: placementPolicy {type COMPACT, tpuTopology} (xpk core/nodepool.py)."""
         cfg = p.get("config") or {}
         machine = cfg.get("machineType", "")
+        affinity = cfg.get("reservationAffinity") or {}
+        if _name(affinity.get("consumeReservationType"), _AFFINITY) == "SPECIFIC_RESERVATION":
+            # "To target a SPECIFIC_RESERVATION by name, specify "compute.googleapis.com/reservation-name" as the key
+            # and specify the name of your reservation as its value" (container_v1 ReservationAffinity.key)
+            if affinity.get("key") != "compute.googleapis.com/reservation-name" or not affinity.get("values"):
+                return "reservationAffinity SPECIFIC_RESERVATION needs key compute.googleapis.com/reservation-name."
         per_host = _chips_per_host(machine)
         if not per_host:
             return ""

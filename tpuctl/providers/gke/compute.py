@@ -127,7 +127,7 @@ class GkeCompute:
             show("adopted")
             return
         container.create_pool(spec.project, location, cluster, container.build_node_pool(
-            pool, s, st.zone, spec.labels, account, spec.spot, policy_name(spec)), show)
+            pool, s, st.zone, spec.labels, account, spec.spot, policy_name(spec), spec.reservation), show)
         if spec.gke_cluster:   # in a cluster tpuctl made, the cluster's own undo takes its node pools
             made.append(Created("pool", pool, lambda: container.delete_pool(
                 spec.project, location, cluster, pool, spec.name, lambda m: None)))

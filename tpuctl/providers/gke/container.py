@@ -125,8 +125,15 @@ def delete_cluster(project: str, name: str, cluster_label: str, progress: Progre
 
 
 def build_node_pool(name: str, s: SliceShape, zone: str, labels: dict[str, str], service_account: str, spot: bool,
-                    policy: str) -> Any:
+                    policy: str, reservation: str = "") -> Any:
+    """`reservation`: consumed by name (container_v1 ReservationAffinity: SPECIFIC_RESERVATION with key
+    "compute.googleapis.com/reservation-name" and the name as its value; gcloud's --reservation-affinity=specific
+    --reservation=NAME, as xpk passes it)."""
     from google.cloud import container_v1 as c
+    affinity = None
+    if reservation:
+        affinity = c.ReservationAffinity(consume_reservation_type=c.ReservationAffinity.Type.SPECIFIC_RESERVATION,
+                                         key="compute.googleapis.com/reservation-name", values=[reservation])
     placement = None
     if s.multi_host:
         placement = (c.NodePool.PlacementPolicy(policy_name=policy) if s.needs_workload_policy else
@@ -135,7 +142,8 @@ def build_node_pool(name: str, s: SliceShape, zone: str, labels: dict[str, str],
         name=name, initial_node_count=s.hosts, locations=[zone], placement_policy=placement,
         management=c.NodeManagement(auto_repair=True, auto_upgrade=True),
         config=c.NodeConfig(machine_type=s.machine_type, resource_labels=labels, spot=spot,
-                            service_account=service_account, oauth_scopes=[CLOUD_PLATFORM]))
+                            service_account=service_account, oauth_scopes=[CLOUD_PLATFORM],
+                            reservation_affinity=affinity))
 
 
 def find_pool(project: str, location: str, cluster: str, name: str) -> Any:
