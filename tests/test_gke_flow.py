@@ -34,7 +34,8 @@ class Gke:
 
     def leaks(self):
         """What tpuctl made and `down` must remove: labelled clusters and node pools, workload policies, grants."""
-        found = [f"cluster {c['name']}" for c in self.fake.clusters.values() if LABEL in (c.get("resourceLabels") or {})]
+        found = [f"cluster {c['name']}" for c in self.fake.clusters.values()
+                 if LABEL in (c.get("resourceLabels") or {})]
         found += [f"pool {cl}/{p['name']}" for cl, p in self.fake.pools()
                   if LABEL in ((p.get("config") or {}).get("resourceLabels") or {})]
         found += [f"policy {k[2]}" for k in self.policies.policies]
@@ -59,7 +60,7 @@ def gke(request, cloud, _gke_servers, monkeypatch):
     kube = types.ModuleType("tpuctl.providers.gke.kube")
     kube.connect = lambda endpoint, ca_b64, token: {"endpoint": endpoint, "ca": ca_b64, "token": token}
     jobset = types.ModuleType("tpuctl.providers.gke.jobset_install")
-    jobset.ensure_jobset = installed.append
+    jobset.ensure_jobset = lambda api: installed.append(api) or "installed v0.10.1"
     monkeypatch.setitem(sys.modules, "tpuctl.providers.gke.kube", kube)
     monkeypatch.setitem(sys.modules, "tpuctl.providers.gke.jobset_install", jobset)
     return Gke(g, pol, cloud, installed)
@@ -191,6 +192,19 @@ def test_a_failure_mid_up_leaves_nothing(gke, cli):
 def _storage():
     from tpuctl.providers.gcp import clients
     return clients.storage(PROJ)
+
+
+def test_an_older_jobset_refused_by_the_installer_undoes_the_up(gke, cli, monkeypatch):
+    from tpuctl.core.errors import ErrorKind, TpuctlError
+
+    def refuse(api):
+        raise TpuctlError(ErrorKind.INPUT, "the cluster runs JobSet v0.5.2; tpuctl's runs need v0.10.1 or later",
+                          "upgrade it")
+    monkeypatch.setattr(sys.modules["tpuctl.providers.gke.jobset_install"], "ensure_jobset", refuse)
+    code, out, err = _up(cli, "old", "--type", "v6e-16", "--zone", "us-east5-b")
+    assert code == 2, err
+    assert "JobSet v0.5.2" in " ".join(err.split())
+    assert gke.leaks() == []
 
 
 def test_status_shows_the_node_pools_and_down_works_from_the_labels_alone(gke, cli):

@@ -303,7 +303,8 @@ class FakeGke:
         count = int(p.get("initialNodeCount") or 0)
         if tpu7x and count > 1:
             if placement.get("tpuTopology") or not placement.get("policyName"):
-                return "TPU7x multi-host node pools need a workload policy (placementPolicy.policyName), not tpuTopology."
+                return ("TPU7x multi-host node pools need a workload policy (placementPolicy.policyName), "
+                        "not tpuTopology.")
             region = c["location"].rsplit("-", 1)[0] if c["location"].count("-") == 2 else c["location"]
             if self.policies is not None and not self.policies.exists(project, region, placement["policyName"]):
                 return f"Resource policy \"{placement['policyName']}\" was not found in region {region}."

@@ -30,14 +30,14 @@ SELF_RECOVERY = ("on GKE, GKE recreates a preempted or repaired TPU node pool an
 
 def install_jobset(rec: dict[str, Any]) -> str:
     """JobSet into the cluster, through the JobSet half of issue 37 (jobset_install.ensure_jobset on a client from
-    kube.connect); where this build lacks it, said instead of pretended."""
+    kube.connect: "installed v0.10.1", "found v0.10.1"; an older JobSet is refused, and this `up` undone); where
+    this build lacks it, said instead of pretended."""
     try:
         from .jobset_install import ensure_jobset   # the JobSet half of issue 37 (branch i37-k8s)
         from .kube import connect   # the JobSet half of issue 37 (branch i37-k8s)
     except ImportError:
         return "NOT INSTALLED: this tpuctl build has no JobSet installer yet (issue 37)"
-    ensure_jobset(connect(rec["endpoint"], rec["ca_certificate"], clients.access_token()))
-    return "READY"
+    return str(ensure_jobset(connect(rec["endpoint"], rec["ca_certificate"], clients.access_token())))
 
 
 class GkeProvider:
@@ -61,7 +61,8 @@ class GkeProvider:
         if spec.autostop or spec.max_duration:
             # Nothing on a GKE node ends its node pool (no host agent holds a grant to): refused, not shown armed.
             raise bad_input("--autostop and --max-duration are not enforced on GKE",
-                            "leave them out (and autostop/max_duration in the config); `tpuctl down` ends the node pools")
+                            "leave them out (and autostop/max_duration in the config); `tpuctl down` ends the "
+                            "node pools")
         return planning.plan(spec)
 
     def price(self, spec: ClusterSpec) -> Price:
