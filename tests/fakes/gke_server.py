@@ -23,7 +23,6 @@ import json
 import re
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from fakes.compute_server import FakeCompute
 
@@ -84,28 +83,9 @@ class FakeGke:
         self.httpd = None
 
     def start(self) -> str:
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *a):
-                pass
-
-            def _go(self):
-                from fakes.wire import send_error, send_json
-                length = int(self.headers.get("Content-Length") or 0)
-                body = json.loads(self.rfile.read(length) or b"{}") if length else {}
-                code, payload = fake.handle(self.command, self.path.split("?")[0], body)
-                if code >= 400:
-                    send_error(self, code, payload[0], payload[1])
-                else:
-                    send_json(self, code, payload)
-            do_GET = do_POST = do_DELETE = _go
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-        return f"http://127.0.0.1:{self.httpd.server_port}"
+        from fakes.wire import serve_json, url_of
+        self.httpd = serve_json(self.handle)
+        return url_of(self.httpd)
 
     def stop(self):
         self.httpd.shutdown()
@@ -432,7 +412,4 @@ class FakePolicies(FakeCompute):
         return self._rop(project, region, "delete", name, finish)
 
     def do_region_operation(self, body, project, region, op):
-        o = self.ops.get(op)
-        if o is None:
-            return self._error(404, "notFound", f"operation {op} not found")
-        return 200, {k: v for k, v in o.items() if k not in ("at", "finish")}
+        return self.do_operation(body, project, region, op)   # one table of operations, zonal and regional

@@ -46,9 +46,8 @@ def up(
     valid_until: Optional[str] = typer.Option(None, "--valid-until",
                                               help="How long a --queued request may wait (2h, 1d) before it expires."),
     flex_start: bool = typer.Option(False, "--flex-start", help="Flex-start queued request (not available yet)."),
-    slices: Optional[int] = typer.Option(None, "--slices", help="Multislice: N slices of --type (v4 or newer) in one "
-                                         "queued request, one run across them (JAX, PyTorch); on GKE one node pool "
-                                         "per slice."),
+    slices: Optional[int] = typer.Option(None, "--slices", help="Multislice: N slices of --type (v4 or newer), one "
+                                         "run across them (JAX, PyTorch); GKE: one node pool each."),
     gke_cluster: Optional[str] = typer.Option(None, "--gke-cluster", help="GKE: use this existing Standard cluster "
                                               "(never deleted by down) instead of making tpuctl-CLUSTER."),
     image: Optional[str] = typer.Option(None, "--image", help="GKE: the container image the run's pods start from."),

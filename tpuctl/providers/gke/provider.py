@@ -7,11 +7,9 @@ manifest.py, runs.py); recovery from a lost node is GKE's (it recreates a repair
 kubernetes-engine/docs/concepts/tpus) and JobSet's (it restarts the run, up to `submit --max-restarts`)."""
 from __future__ import annotations
 
-import json
 import secrets
 from typing import Any
 
-from ...core import layout
 from ...core.catalog import region_of
 from ...core.errors import ErrorKind, TpuctlError, bad_input
 from ...core.models import ClusterSpec, ClusterState, ProviderName, cluster_record
@@ -19,7 +17,6 @@ from ..base import Compute, Enforcement, Placement, PlanRow, Price, Progress, Re
 from ..gcp import clients, storage
 from ..gcp.gcs_store import GcsStore
 from ..gcp.iam import BucketIam
-from ..gcp.operations import call
 from . import container, planning
 from .compute import GkeCompute, record_of
 from .inventory import GkeInventory
@@ -94,15 +91,9 @@ class GkeProvider:
     def write_cluster_record(self, st: ClusterState, confirmed: bool) -> None:
         """cluster.json for the pods' agents (the job runs in the pod: tpu_address "local"), with the GKE record
         under "gke"; ahead of creation, the agent package the pods install."""
-        from .. import agent_package
-        b = clients.storage(st.spec.project).bucket(planning.bucket_of(st.spec))
         record = cluster_record(st, "local")
         record["gke"] = record_of(st)
-        call(b.blob(layout.CLUSTER_RECORD).upload_from_string, json.dumps(record, indent=2),
-             content_type="application/json", what="write cluster record")
-        if not confirmed:
-            call(b.blob(agent_package.key()).upload_from_string, agent_package.build(),
-                 content_type="application/gzip", what="upload the agent package")
+        storage.write_record(st.spec.project, planning.bucket_of(st.spec), record, with_agent=not confirmed)
 
     # -- using -------------------------------------------------------------------------------------------
     def store(self, st: ClusterState) -> GcsStore:
