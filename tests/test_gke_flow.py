@@ -207,6 +207,17 @@ def test_an_older_jobset_refused_by_the_installer_undoes_the_up(gke, cli, monkey
     assert gke.leaks() == []
 
 
+def test_ls_in_a_project_without_the_kubernetes_engine_api_says_nothing_of_gke(gke, cli):
+    # 403 as Google answers a disabled API (core/errors.py disabled_api: googleapis/python-resource-manager#129)
+    gke.fake.faults["list_clusters"].append((403, "PERMISSION_DENIED", "Kubernetes Engine API has not been used in "
+                                             "project 424242 before or it is disabled. Enable it by visiting https://"
+                                             "console.developers.google.com/apis/api/container.googleapis.com/"
+                                             "overview?project=424242 then retry."))
+    code, out, err = cli("ls", "--json", "--project", PROJ)
+    assert code == 0, err
+    assert "gke" not in err and json.loads(out) == []
+
+
 def test_status_shows_the_node_pools_and_down_works_from_the_labels_alone(gke, cli):
     code, out, err = _up(cli, "lb", "--type", "tpu7x-16", "--zone", "us-central1-c", "--slices", "2")
     assert code == 0, err
