@@ -111,6 +111,34 @@ def test_two_slices_make_two_node_pools_and_up_again_makes_nothing(gke, cli):
     assert gke.leaks() == []
 
 
+def test_up_again_with_no_flags_finishes_what_a_cut_off_up_left_being_made(gke, cli):
+    code, out, err = _up(cli, "cut", "--type", "v6e-16", "--zone", "us-east5-b", "--slices", "2")
+    assert code == 0, err
+    c = gke.fake.clusters[(PROJ, "us-east5-b", "tpuctl-cut")]
+    gke.fake.delay = 0.3   # the cluster and a node pool are still being made when the next `up` finds them
+    c["status"] = "PROVISIONING"
+    gke.fake._op(PROJ, "us-east5-b", "tpuctl-cut", "UPDATE_CLUSTER", "tpuctl-cut",
+                 lambda error: c.update(status="RUNNING"), "update")
+    pool = gke.pool("tpuctl-cut-np-1")
+    pool["status"] = "PROVISIONING"
+    gke.fake._op(PROJ, "us-east5-b", "tpuctl-cut", "CREATE_NODE_POOL", "np-1",
+                 lambda error: pool.update(status="RUNNING"), "create_pool")
+    made = len(gke.fake.mutating_calls())
+    gke.fake.calls.clear()
+    code, out, err = cli("up", "-c", "cut", "--yes")   # the provider, type, zone and slices as they were
+    assert code == 0, err
+    assert c["status"] == "RUNNING" and pool["status"] == "RUNNING"
+    assert len(gke.fake.mutating_calls()) == 0
+    polls = [path for action, path, _ in gke.fake.calls if action == "get_pool" and path.endswith("np-1")]
+    assert len(polls) >= 2   # read until RUNNING, not taken as it was
+    pool["status"] = "ERROR"
+    code, out, err = cli("up", "-c", "cut", "--yes")
+    assert code == 1 and "node pool tpuctl-cut-np-1 is ERROR" in " ".join(err.split())
+    code, out, err = cli("down", "-c", "cut", "--yes")
+    assert code == 0, err
+    assert gke.leaks() == []
+
+
 def test_tpu7x_16_makes_its_workload_policy_first_and_removes_it_last(gke, cli):
     code, out, err = _up(cli, "iw", "--type", "tpu7x-16", "--zone", "us-central1-c")
     assert code == 0, err

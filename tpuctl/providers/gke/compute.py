@@ -100,6 +100,7 @@ class GkeCompute:
         if c is not None:
             require_owned(c.resource_labels, spec.name, f"GKE cluster {name}")
             _check_version(st, c)
+            c = container.wait_ready(f"GKE cluster {name}", lambda: container.find_cluster(spec.project, name), show)
             show("adopted")
             return c
         version = container.pick_version(spec.project, st.zone,
@@ -124,6 +125,8 @@ class GkeCompute:
                 raise TpuctlError(ErrorKind.INPUT, f"node pool {pool} is {have.initial_node_count} x "
                                   f"{have.config.machine_type}, not {s.hosts} x {s.machine_type}",
                                   f"`tpuctl down -c {spec.name}` first, then up again")
+            container.wait_ready(f"node pool {pool}", lambda: container.find_pool(spec.project, location, cluster,
+                                                                                  pool), show)
             show("adopted")
             return
         container.create_pool(spec.project, location, cluster, container.build_node_pool(

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any
+from typing import Any, Callable
 
 from ...core.errors import ErrorKind, TpuctlError
 from ...core.models import LABEL, require_owned
@@ -87,6 +87,25 @@ def _wait(project: str, location: str, op: Any, what: str, progress: Progress) -
     done = call(client.get_operation, name=name, what=what)
     if done.error and done.error.code:
         raise classify_text(done.error.code, done.error.message, what)
+
+
+def wait_ready(what: str, read: Callable[[], Any], progress: Progress) -> Any:
+    """A cluster or node pool found while being made (an `up` cut off, another machine's `up`) is waited for until
+    RUNNING; one in ERROR is refused (container_v1 Cluster.Status / NodePool.Status: PROVISIONING, RUNNING,
+    RUNNING_WITH_ERROR, RECONCILING, STOPPING, ERROR, DEGRADED). Returns it as last read."""
+    got: list[Any] = []
+
+    def poll() -> tuple[bool, str]:
+        cur = read()
+        if cur is None:
+            raise TpuctlError(ErrorKind.NOT_FOUND, f"{what} disappeared while being made", "run `tpuctl up` again")
+        got[:] = [cur]
+        status = type(cur).Status(cur.status).name
+        if status in ("ERROR", "STOPPING"):
+            raise TpuctlError(ErrorKind.ERROR, f"{what} is {status}", "`tpuctl down` removes it; then up again")
+        return status in ("RUNNING", "RECONCILING", "RUNNING_WITH_ERROR", "DEGRADED"), status
+    wait(poll, what, deadline(), progress)
+    return got[0]
 
 
 def build_cluster(name: str, labels: dict[str, str], version: str, system_machine: str, system_pool: str) -> Any:
