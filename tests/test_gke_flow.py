@@ -163,6 +163,36 @@ def _their_cluster(gke, name="team", version="1.34.1-gke.1829001", autopilot=Fal
         "nodePools": [{"name": "default-pool", "config": {"machineType": "e2-standard-8"}, "status": "RUNNING"}]}
 
 
+def test_watch_says_gke_and_jobset_recover(gke, cli):
+    code, out, err = _up(cli, "w", "--type", "v6e-4", "--zone", "us-east5-b")
+    assert code == 0, err
+    code, out, err = cli("watch", "-c", "w")
+    assert code == 0, err
+    assert "GKE recreates a preempted or repaired TPU node pool and JobSet restarts the run" in " ".join(err.split())
+    assert cli("down", "-c", "w", "--yes")[0] == 0
+
+
+def test_the_kubernetes_token_is_the_users_refreshed_google_token(env, monkeypatch):
+    from tpuctl.providers.gcp import clients
+
+    class Creds:
+        valid, token, refreshed = False, None, 0
+
+        def refresh(self, request):
+            self.refreshed += 1
+            self.valid, self.token = True, "ya29.fresh"
+    creds = Creds()
+
+    def credentials():
+        return creds
+    credentials.cache_clear = lambda: None   # as the lru_cache it stands in for (clients.reset)
+    monkeypatch.setattr(clients, "credentials", credentials)
+    assert clients.access_token() == "ya29.fresh" and clients.access_token() == "ya29.fresh"
+    assert creds.refreshed == 1   # refreshed only when no longer valid
+    monkeypatch.setenv("CONTAINER_EMULATOR_HOST", "http://127.0.0.1:1")
+    assert clients.access_token() == ""   # the emulators take anonymous requests
+
+
 def test_a_reservation_is_consumed_by_name(gke, cli):
     code, out, err = _up(cli, "rs", "--type", "v5p-16", "--zone", "us-east5-a", "--reservation", "my-v5p")
     assert code == 0, err
