@@ -63,12 +63,14 @@ def test_adopted_cluster_is_planned_as_kept_and_without_the_fee(env, cli):
     (("--type", "tpu7x-16", "--zone", "central"), "malformed zone"),
     (("--type", "v6e-4", "--zone", "us-east5-b", "--slices", "2"), "needs multi-host slices"),
     (("--type", "v6e-16", "--zone", "us-east5-b", "--slices", "0"), "--slices 0 is out of range"),
-    (("--type", "v6e-16", "--zone", "us-east5-b", "--runtime", "tpu-vm-base"), "--runtime do not apply to --provider gke"),
+    (("--type", "v6e-16", "--zone", "us-east5-b", "--runtime", "tpu-vm-base"), "--runtime do not apply to"),
     (("--type", "v6e-16", "--zone", "us-east5-b", "--queued"), "--queued do not apply"),
     (("--type", "v6e-16", "--zone", "us-east5-b", "--gke-cluster", "Bad_Name"), "invalid --gke-cluster"),
     (("--type", "v6e-16", "--zone", "us-east5-b", "--image", "no spaces allowed"), "invalid --image"),
     (("--type", "v6e-16", "--zone", "us-east5-b", "--recover"), "--recover does not apply to --provider gke"),
     (("--type", "v6e-16", "--zone", "us-east5-b", "--autostop", "1h"), "not enforced on GKE"),
+    (("--type", "v6e-16", "--zone", "us-east5-b", "--spot", "--reservation", "r1"), "exclude each other"),
+    (("--type", "v6e-16", "--zone", "us-east5-b", "--reservation", "R_1"), "invalid --reservation"),
 ])
 def test_bad_inputs_exit_2_with_one_line(env, cli, flags, says):
     code, out, err = _up(cli, *flags)

@@ -151,6 +151,7 @@ class ClusterSpec(JsonRecord):
     subnetwork: str = ""            # `up --subnetwork`: its subnetwork in the TPU's region; "": Google's choice
     gke_cluster: str = ""           # `up --gke-cluster`: an existing GKE cluster adopted (never deleted by down)
     image: str = ""                 # `up --image`: the container image a GKE run's pods start from; "": the default
+    reservation: str = ""           # `up --reservation`: the Compute Engine reservation GKE's TPU nodes consume
 
     # Fields that name what a cluster IS: `up` refuses to change them on an existing cluster.
     IDENTITY = ("provider", "tpu_type", "arch", "project", "store", "slices")

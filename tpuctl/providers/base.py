@@ -69,6 +69,7 @@ class UpFlags:
     subnetwork: str | None = None
     gke_cluster: str | None = None
     image: str | None = None
+    reservation: str | None = None
 
     def remember(self, spec: ClusterSpec) -> None:
         """`up -c NAME` on an existing cluster: each flag not given again takes the value the cluster was made
@@ -84,6 +85,7 @@ class UpFlags:
             self.bucket = self.bucket or spec.store.split("://", 1)[-1]
             self.gke_cluster = self.gke_cluster or spec.gke_cluster or None
             self.image = self.image or spec.image or None
+            self.reservation = self.reservation or spec.reservation or None
             if self.slices is None and spec.slices > 1:
                 self.slices = spec.slices
             return
@@ -111,7 +113,7 @@ class UpFlags:
                  "bucket": "--bucket", "vm_type": "--vm-type", "framework": "--framework", "queued": "--queued",
                  "valid_until": "--valid-until", "flex_start": "--flex-start", "slices": "--slices",
                  "network": "--network", "subnetwork": "--subnetwork", "gke_cluster": "--gke-cluster",
-                 "image": "--image"}
+                 "image": "--image", "reservation": "--reservation"}
         return [flag for attr, flag in names.items() if getattr(self, attr) not in (None, False, "", [])]
 
 

@@ -86,7 +86,7 @@ class GkeCompute:
         st.record["gke"] = rec
         for pool in rec["node_pools"]:
             self._ensure_pool(st, c.location, name, pool, account, reporter, made)
-        reporter.resource("jobset", name, self.install_jobset(rec))
+        reporter.resource("jobset", name, self.install_jobset(rec), final=True)
         return rec
 
     def _ensure_cluster(self, st: ClusterState, name: str, reporter: Reporter, made: list[Created]) -> Any:
@@ -100,6 +100,7 @@ class GkeCompute:
         if c is not None:
             require_owned(c.resource_labels, spec.name, f"GKE cluster {name}")
             _check_version(st, c)
+            c = container.wait_ready(f"GKE cluster {name}", lambda: container.find_cluster(spec.project, name), show)
             show("adopted")
             return c
         version = container.pick_version(spec.project, st.zone,
@@ -124,10 +125,12 @@ class GkeCompute:
                 raise TpuctlError(ErrorKind.INPUT, f"node pool {pool} is {have.initial_node_count} x "
                                   f"{have.config.machine_type}, not {s.hosts} x {s.machine_type}",
                                   f"`tpuctl down -c {spec.name}` first, then up again")
+            container.wait_ready(f"node pool {pool}", lambda: container.find_pool(spec.project, location, cluster,
+                                                                                  pool), show)
             show("adopted")
             return
         container.create_pool(spec.project, location, cluster, container.build_node_pool(
-            pool, s, st.zone, spec.labels, account, spec.spot, policy_name(spec)), show)
+            pool, s, st.zone, spec.labels, account, spec.spot, policy_name(spec), spec.reservation), show)
         if spec.gke_cluster:   # in a cluster tpuctl made, the cluster's own undo takes its node pools
             made.append(Created("pool", pool, lambda: container.delete_pool(
                 spec.project, location, cluster, pool, spec.name, lambda m: None)))

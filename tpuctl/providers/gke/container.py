@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any
+from typing import Any, Callable
 
 from ...core.errors import ErrorKind, TpuctlError
 from ...core.models import LABEL, require_owned
@@ -89,6 +89,25 @@ def _wait(project: str, location: str, op: Any, what: str, progress: Progress) -
         raise classify_text(done.error.code, done.error.message, what)
 
 
+def wait_ready(what: str, read: Callable[[], Any], progress: Progress) -> Any:
+    """A cluster or node pool found while being made (an `up` cut off, another machine's `up`) is waited for until
+    RUNNING; one in ERROR is refused (container_v1 Cluster.Status / NodePool.Status: PROVISIONING, RUNNING,
+    RUNNING_WITH_ERROR, RECONCILING, STOPPING, ERROR, DEGRADED). Returns it as last read."""
+    got: list[Any] = []
+
+    def poll() -> tuple[bool, str]:
+        cur = read()
+        if cur is None:
+            raise TpuctlError(ErrorKind.NOT_FOUND, f"{what} disappeared while being made", "run `tpuctl up` again")
+        got[:] = [cur]
+        status = type(cur).Status(cur.status).name
+        if status in ("ERROR", "STOPPING"):
+            raise TpuctlError(ErrorKind.ERROR, f"{what} is {status}", "`tpuctl down` removes it; then up again")
+        return status in ("RUNNING", "RECONCILING", "RUNNING_WITH_ERROR", "DEGRADED"), status
+    wait(poll, what, deadline(), progress)
+    return got[0]
+
+
 def build_cluster(name: str, labels: dict[str, str], version: str, system_machine: str, system_pool: str) -> Any:
     from google.cloud import container_v1 as c
     return c.Cluster(
@@ -125,8 +144,15 @@ def delete_cluster(project: str, name: str, cluster_label: str, progress: Progre
 
 
 def build_node_pool(name: str, s: SliceShape, zone: str, labels: dict[str, str], service_account: str, spot: bool,
-                    policy: str) -> Any:
+                    policy: str, reservation: str = "") -> Any:
+    """`reservation`: consumed by name (container_v1 ReservationAffinity: SPECIFIC_RESERVATION with key
+    "compute.googleapis.com/reservation-name" and the name as its value; gcloud's --reservation-affinity=specific
+    --reservation=NAME, as xpk passes it)."""
     from google.cloud import container_v1 as c
+    affinity = None
+    if reservation:
+        affinity = c.ReservationAffinity(consume_reservation_type=c.ReservationAffinity.Type.SPECIFIC_RESERVATION,
+                                         key="compute.googleapis.com/reservation-name", values=[reservation])
     placement = None
     if s.multi_host:
         placement = (c.NodePool.PlacementPolicy(policy_name=policy) if s.needs_workload_policy else
@@ -135,7 +161,8 @@ def build_node_pool(name: str, s: SliceShape, zone: str, labels: dict[str, str],
         name=name, initial_node_count=s.hosts, locations=[zone], placement_policy=placement,
         management=c.NodeManagement(auto_repair=True, auto_upgrade=True),
         config=c.NodeConfig(machine_type=s.machine_type, resource_labels=labels, spot=spot,
-                            service_account=service_account, oauth_scopes=[CLOUD_PLATFORM]))
+                            service_account=service_account, oauth_scopes=[CLOUD_PLATFORM],
+                            reservation_affinity=affinity))
 
 
 def find_pool(project: str, location: str, cluster: str, name: str) -> Any:

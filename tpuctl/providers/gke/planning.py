@@ -14,7 +14,7 @@ import re
 from ...core.catalog import VM_PRICES, check_zones, region_of, tpu_type
 from ...core.config import setting
 from ...core.errors import TpuctlError, bad_input
-from ...core.models import (ClusterSpec, Framework, ProviderName, check_bucket_name, check_project,
+from ...core.models import (ClusterSpec, Framework, ProviderName, check_bucket_name, check_gce_name, check_project,
                             check_service_account, default_bucket)
 from ..base import PlanRow, Price, UpFlags
 from ..gcp import project
@@ -73,6 +73,11 @@ def make_spec(name: str, flags: UpFlags) -> ClusterSpec:
     if flags.gke_cluster and not _GKE_NAME_RE.match(flags.gke_cluster):
         raise bad_input(f"invalid --gke-cluster {flags.gke_cluster!r}",
                         "a GKE cluster name is 1-40 lowercase letters, digits or hyphens, starting with a letter")
+    if flags.reservation:
+        check_gce_name(flags.reservation, "--reservation")
+        if flags.spot:   # one capacity type per node pool, as xpk's --reservation/--spot/--on-demand (core/capacity.py)
+            raise bad_input("--spot and --reservation exclude each other: spot nodes use no reservation",
+                            "pick one")
     if flags.image and not _IMAGE_RE.match(flags.image):
         raise bad_input(f"invalid --image {flags.image!r}", "for example us-docker.pkg.dev/PROJECT/REPO/IMAGE:TAG")
     try:
@@ -83,7 +88,8 @@ def make_spec(name: str, flags: UpFlags) -> ClusterSpec:
         name=name, provider=ProviderName.GKE, project=proj, tpu_type=s.tpu_type, zones=[zone], spot=flags.spot,
         store="gs://" + check_bucket_name(flags.bucket or default_bucket(proj, name)), slices=slices,
         service_account=check_service_account(flags.service_account) if flags.service_account else "",
-        framework=framework, gke_cluster=flags.gke_cluster or "", image=flags.image or "")
+        framework=framework, gke_cluster=flags.gke_cluster or "", image=flags.image or "",
+        reservation=flags.reservation or "")
 
 
 def _zone(s: SliceShape, zones: list[str]) -> str:
@@ -154,7 +160,7 @@ def plan(spec: ClusterSpec) -> list[PlanRow]:
         rows.append(PlanRow("policy", wp, f"workload policy HIGH_THROUGHPUT, topology {s.topology}, in "
                                           f"{region_of(zone)}"))
     shape_text = (f"{s.machine_type} x {s.hosts} ({spec.tpu_type}, {s.chips} chips, topology {s.topology}"
-                  f"{', spot' if spec.spot else ''})")
+                  f"{', spot' if spec.spot else ''}{f', reservation {spec.reservation}' if spec.reservation else ''})")
     for k, pool in enumerate(pool_names(spec)):
         rows.append(PlanRow("pool", pool, f"{shape_text} in {zone}"
                             + (f", slice {k} of {spec.slices}" if spec.slices > 1 else "")))

@@ -7,11 +7,9 @@ manifest.py, runs.py); recovery from a lost node is GKE's (it recreates a repair
 kubernetes-engine/docs/concepts/tpus) and JobSet's (it restarts the run, up to `submit --max-restarts`)."""
 from __future__ import annotations
 
-import json
 import secrets
 from typing import Any
 
-from ...core import layout
 from ...core.catalog import region_of
 from ...core.errors import ErrorKind, TpuctlError, bad_input
 from ...core.models import ClusterSpec, ClusterState, ProviderName, cluster_record
@@ -19,7 +17,6 @@ from ..base import Compute, Enforcement, Placement, PlanRow, Price, Progress, Re
 from ..gcp import clients, storage
 from ..gcp.gcs_store import GcsStore
 from ..gcp.iam import BucketIam
-from ..gcp.operations import call
 from . import container, planning
 from .compute import GkeCompute, record_of
 from .inventory import GkeInventory
@@ -31,14 +28,14 @@ SELF_RECOVERY = ("on GKE, GKE recreates a preempted or repaired TPU node pool an
 
 def install_jobset(rec: dict[str, Any]) -> str:
     """JobSet into the cluster, through the JobSet half of issue 37 (jobset_install.ensure_jobset on a client from
-    kube.connect); where this build lacks it, said instead of pretended."""
+    kube.connect: "installed v0.10.1", "found v0.10.1"; an older JobSet is refused, and this `up` undone); where
+    this build lacks it, said instead of pretended."""
     try:
         from .jobset_install import ensure_jobset   # the JobSet half of issue 37 (branch i37-k8s)
         from .kube import connect   # the JobSet half of issue 37 (branch i37-k8s)
     except ImportError:
         return "NOT INSTALLED: this tpuctl build has no JobSet installer yet (issue 37)"
-    ensure_jobset(connect(rec["endpoint"], rec["ca_certificate"], clients.access_token()))
-    return "READY"
+    return str(ensure_jobset(connect(rec["endpoint"], rec["ca_certificate"], clients.access_token())))
 
 
 class GkeProvider:
@@ -62,7 +59,8 @@ class GkeProvider:
         if spec.autostop or spec.max_duration:
             # Nothing on a GKE node ends its node pool (no host agent holds a grant to): refused, not shown armed.
             raise bad_input("--autostop and --max-duration are not enforced on GKE",
-                            "leave them out (and autostop/max_duration in the config); `tpuctl down` ends the node pools")
+                            "leave them out (and autostop/max_duration in the config); `tpuctl down` ends the "
+                            "node pools")
         return planning.plan(spec)
 
     def price(self, spec: ClusterSpec) -> Price:
@@ -94,15 +92,9 @@ class GkeProvider:
     def write_cluster_record(self, st: ClusterState, confirmed: bool) -> None:
         """cluster.json for the pods' agents (the job runs in the pod: tpu_address "local"), with the GKE record
         under "gke"; ahead of creation, the agent package the pods install."""
-        from .. import agent_package
-        b = clients.storage(st.spec.project).bucket(planning.bucket_of(st.spec))
         record = cluster_record(st, "local")
         record["gke"] = record_of(st)
-        call(b.blob(layout.CLUSTER_RECORD).upload_from_string, json.dumps(record, indent=2),
-             content_type="application/json", what="write cluster record")
-        if not confirmed:
-            call(b.blob(agent_package.key()).upload_from_string, agent_package.build(),
-                 content_type="application/gzip", what="upload the agent package")
+        storage.write_record(st.spec.project, planning.bucket_of(st.spec), record, with_agent=not confirmed)
 
     # -- using -------------------------------------------------------------------------------------------
     def store(self, st: ClusterState) -> GcsStore:

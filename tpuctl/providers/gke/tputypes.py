@@ -64,7 +64,7 @@ class SliceShape:
     hosts: int                  # nodes in the slice's node pool (pods per slice)
     chips: int
     multi_host: bool
-    needs_workload_policy: bool  # TPU7x multi-host: a HIGH_THROUGHPUT workload policy, not placement_policy.tpu_topology
+    needs_workload_policy: bool  # TPU7x multi-host: a HIGH_THROUGHPUT workload policy, not a tpu_topology
 
     @property
     def family(self) -> str:
