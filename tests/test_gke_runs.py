@@ -192,7 +192,8 @@ def test_cancel_deletes_the_jobset_after_the_agents_grace(gke, cli, tmp_path):
     assert code == 0, err
     assert _jobset(fake, run_id) is None
     assert not [p for p in fake.objects if "/pods/" in p or "/jobs/" in p]
-    assert runs.status(cluster_store(), run_id).state is runs.RunState.CANCELLED
+    st = runs.status(cluster_store(), run_id)
+    assert st.state is runs.RunState.CANCELLED and st.host != "gke", st   # the agent ended it, in its grace
 
 
 def test_a_pod_whose_agent_never_started_shows_its_own_log(gke, cli, tmp_path):
@@ -207,3 +208,35 @@ def test_a_pod_whose_agent_never_started_shows_its_own_log(gke, cli, tmp_path):
     assert "without the agent reporting the run's end" in out and "/nonexistent/python3" in out, out + err
     code, out, err = cli("logs", run_id, "-c", "g5")
     assert "pod tpuctl-" in out
+
+
+def test_the_run_in_words_names_conditions_restarts_phases_and_nodes():
+    from tpuctl.providers.gke.runs import words
+    js = {"metadata": {"name": "tpuctl-x"}, "spec": {"failurePolicy": {"maxRestarts": 3}},
+          "status": {"restarts": 1, "conditions": [{"type": "Failed", "status": "True", "reason": "ReachedMaxRestarts"}]}}
+    pods = [{"spec": {"nodeName": f"gke-np-{i}"}, "status": {"phase": ph}} for i, ph in enumerate(["Failed", "Running"])]
+    assert words(js, pods) == ("JobSet tpuctl-x failed (ReachedMaxRestarts), restarts 1 of 3; "
+                               "pods: 1 Failed, 1 Running on gke-np-0, gke-np-1")
+    assert words({"metadata": {"name": "tpuctl-y"}, "spec": {}}, []) == \
+        "JobSet tpuctl-y running, restarts 0 of 0; pods: none yet"
+
+
+def test_a_kubeconfig_context_reaches_the_cluster(tmp_path, monkeypatch):
+    fake = FakeKube()
+    try:
+        cfg = tmp_path / "kubeconfig"
+        cfg.write_text(f"""apiVersion: v1
+kind: Config
+clusters: [{{name: c, cluster: {{server: "{fake.url}"}}}}]
+users: [{{name: u, user: {{token: t0k}}}}]
+contexts: [{{name: mine, context: {{cluster: c, user: u}}}}]
+current-context: mine
+""")
+        monkeypatch.setenv("KUBECONFIG", str(cfg))
+        api = kube.connect_context("mine")
+        assert kube.get(api, jobset_install.CRD_PATH) is None and fake.requests[-1] == ("GET", jobset_install.CRD_PATH)
+        from tpuctl.core.errors import TpuctlError
+        with pytest.raises(TpuctlError, match="kubeconfig context 'nosuch'"):
+            kube.connect_context("nosuch")
+    finally:
+        fake.stop()

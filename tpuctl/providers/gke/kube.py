@@ -45,8 +45,8 @@ def connect(endpoint: str, ca_b64: str, token: str) -> Any:
 def connect_context(name: str) -> Any:
     """An ApiClient for the kubeconfig context `name` (KUBECONFIG or ~/.kube/config)."""
     from kubernetes import config
-    try:
-        return config.new_client_from_config(context=name)
+    try:   # KUBECONFIG read now: the client's own default is read once, when kubernetes.config is first imported
+        return config.new_client_from_config(config_file=os.environ.get("KUBECONFIG") or None, context=name)
     except (config.ConfigException, OSError) as e:
         raise TpuctlError(ErrorKind.INPUT, f"kubeconfig context {name!r}: {e}",
                           "`kubectl config get-contexts` lists them") from None

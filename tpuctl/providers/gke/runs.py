@@ -161,7 +161,8 @@ def exit_code(pod: dict[str, Any]) -> int | None:
 
 
 def words(js: dict[str, Any], pods: list[dict[str, Any]]) -> str:
-    """`JobSet tpuctl-ID running, restarts 1 of 3; pods: 4 Running (node gke-...-0, ...)`."""
+    """`JobSet tpuctl-ID running, restarts 1 of 3; pods: 4 Running on gke-...-0, ...`: what `submit`, `logs -f`
+    and `jobs` show of the run beside its log."""
     st = js.get("status", {})
     state = condition(js).lower() or "running"
     reason = next((c.get("reason", "") for c in st.get("conditions", []) if c.get("type") == condition(js)), "")
@@ -169,7 +170,10 @@ def words(js: dict[str, Any], pods: list[dict[str, Any]]) -> str:
     for p in pods:
         phase = p.get("status", {}).get("phase", "Pending")
         phases[phase] = phases.get(phase, 0) + 1
-    pods_text = ", ".join(f"{n} {ph}" for ph, n in sorted(phases.items())) or "none yet"
+    nodes = sorted({str(p["spec"].get("nodeName")) for p in pods if p.get("spec", {}).get("nodeName")})
+    pods_text = (", ".join(f"{n} {ph}" for ph, n in sorted(phases.items())) or "none yet") + \
+        (f" on {', '.join(nodes[:4])}" + (f" and {len(nodes) - 4} more nodes" if len(nodes) > 4 else "")
+         if nodes else "")
     return (f"JobSet {js['metadata']['name']} {state}" + (f" ({reason})" if reason else "") +
             f", restarts {st.get('restarts', 0)} of {js['spec'].get('failurePolicy', {}).get('maxRestarts', 0)}"
             f"; pods: {pods_text}")
