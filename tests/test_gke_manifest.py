@@ -165,3 +165,25 @@ def test_manifest_flags_without_dry_run_are_refused(env, cli, tmp_path):
 
 def test_the_shipped_release_is_the_pinned_one():
     assert Path(jobset_install.RELEASE_FILE).name == f"jobset-{jobset_install.JOBSET_VERSION}.yaml"
+
+
+def test_dry_run_for_a_gke_cluster_uses_its_record(env, cli, tmp_path):
+    from tpuctl.core import state
+    from tpuctl.core.models import ClusterSpec, ClusterState, Phase, ProviderName
+    state.save(ClusterState(spec=ClusterSpec(name="iw", provider=ProviderName.GKE, tpu_type="tpu7x-16", slices=2,
+                                             store="gs://iw-bucket"), phase=Phase.READY,
+                            record={"gke": {"tpu_type": "tpu7x-16", "slices": 2, "workload_policy": "tpuctl-iw-wp-1",
+                                            "image": "us-docker.pkg.dev/p/r/img:1"}}))
+    job = make_job(tmp_path, "print('hi')\n")
+    out_file = tmp_path / "run.yaml"
+    code, out, err = cli("submit", str(job), "-c", "iw", "--dry-run", "--manifest", str(out_file))
+    assert code == 0, err
+    (js,) = list(yaml.safe_load_all(out_file.read_text()))
+    rj = js["spec"]["replicatedJobs"][0]
+    pod = rj["template"]["spec"]["template"]["spec"]
+    assert rj["replicas"] == 2 and pod["nodeSelector"]["cloud.google.com/placement-policy-name"] == "tpuctl-iw-wp-1"
+    assert pod["containers"][0]["image"] == "us-docker.pkg.dev/p/r/img:1"
+    assert {"name": "TPUCTL_STORE", "value": "gs://iw-bucket"} in pod["containers"][0]["env"]
+    validate_jobset(js)
+    code, out, err = cli("submit", str(job), "-c", "iw", "--dry-run", "--slices", "3", "--manifest", str(out_file))
+    assert code == 2 and "cluster iw has 2" in err

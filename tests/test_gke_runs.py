@@ -240,3 +240,12 @@ current-context: mine
             kube.connect_context("nosuch")
     finally:
         fake.stop()
+
+
+def test_max_restarts_is_refused_where_the_service_does_not_restart(env, cli, tmp_path):
+    # RemoteRuns.restarts: GKE's JobSet restarts (the tests above); a Kaggle session chains by CONTINUE_CODE instead
+    st = ClusterState(spec=ClusterSpec(name="kg", provider=ProviderName.KAGGLE, tpu_type="v5e-8",
+                                       store=str(tmp_path / "kstore")), phase=Phase.READY)
+    state.save(st)
+    code, out, err = cli("submit", str(make_job(tmp_path, JOB)), "-c", "kg", "--max-restarts", "1")
+    assert code == 2 and "service's sessions" in err, err

@@ -82,7 +82,7 @@ def submit(ctx: typer.Context,
                                             "(`down` deletes it)."),
            max_restarts: int = typer.Option(0, "--max-restarts", help="Restart the job up to N times when it exits "
                                             "42 (tpuctl.runtime.RESTART_CODE) or dies by a signal tpuctl did not "
-                                            "send, as xpk does."),
+                                            "send, as xpk does (GKE: the JobSet's maxRestarts)."),
            notify_to: List[str] = typer.Option([], "--notify", help="Send this run's events to a webhook or "
                                                "Apprise URL (repeatable), besides the cluster's."),
            tpu_type: Optional[str] = typer.Option(None, "--type", help="GKE dry run without a cluster: the TPU type "
