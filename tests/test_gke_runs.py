@@ -136,6 +136,16 @@ def test_one_slice_runs_to_success_and_downloads(gke, cli, tmp_path):
     assert (tmp_path / "dl" / "model.txt").exists(), (out, err, list((tmp_path / "dl").rglob("*")))
     assert (tmp_path / "dl" / "model.txt").read_text() == "weights"
     assert js["spec"]["failurePolicy"]["maxRestarts"] == 0
+    # `status` shows the cluster's JobSets; `down` deletes them (an adopted cluster outlives down)
+    from tpuctl.providers.gke.runs import GkeRuns
+    st = state.load("g1")
+    (row,) = GkeRuns().describe(st).values()
+    assert row["state"] == "Completed" and row["restarts"] == 0
+    assert row["pods"].endswith("Succeeded@gke-tpuctl-g1-np-0-0"), row
+    said = []
+    GkeRuns().delete_all(st, said.append)
+    assert _jobsets(fake) == [] and said == [f"JobSet tpuctl-{run_id} deleted"]
+    assert GkeRuns().describe(st) == {}
 
 
 def cluster_store():

@@ -82,10 +82,11 @@ def _error(status: int, data: Any) -> KubeError:
     return KubeError(status, str(st.get("reason", "")), str(st.get("message", data)))
 
 
-def get(api: Any, path: str) -> dict[str, Any] | None:
-    """The object at `path`, None when it is not there."""
+def get(api: Any, path: str, query: list[tuple[str, str]] | None = None) -> dict[str, Any] | None:
+    """The object (or list) at `path`, None when it is not there (a custom resource whose CRD is not installed
+    answers 404 too)."""
     try:
-        found: dict[str, Any] = request(api, "GET", path)
+        found: dict[str, Any] = request(api, "GET", path, query=query)
         return found
     except KubeError as e:
         if e.status == 404:

@@ -13,7 +13,7 @@ from typing import Any
 from ...core.catalog import region_of
 from ...core.errors import ErrorKind, TpuctlError, bad_input
 from ...core.models import ClusterSpec, ClusterState, ProviderName, cluster_record
-from ..base import Compute, Enforcement, Placement, PlanRow, Price, Progress, Reporter, UpFlags
+from ..base import progress_of, Compute, Enforcement, Placement, PlanRow, Price, Progress, Reporter, UpFlags
 from ..gcp import clients, storage
 from ..gcp.gcs_store import GcsStore
 from ..gcp.iam import BucketIam
@@ -87,6 +87,8 @@ class GkeProvider:
         return self.compute.ensure(st, reporter)
 
     def delete_compute(self, st: ClusterState, reporter: Reporter) -> None:
+        if record_of(st).get("endpoint"):   # the runs' JobSets first: an adopted cluster outlives down
+            self.remote_runs.delete_all(st, progress_of(reporter, "jobsets", st.name))
         self.compute.delete(st, reporter)
 
     def write_cluster_record(self, st: ClusterState, confirmed: bool) -> None:
@@ -158,6 +160,8 @@ class GkeProvider:
             p = pools.get(pool)
             out[f"pool {pool}"] = {"state": type(p).Status(p.status).name if p else "MISSING",
                                    "nodes": p.initial_node_count if p else 0}
+        if record_of(st).get("endpoint"):   # the runs: JobSet conditions, restarts, each pod's phase and node
+            out.update(self.remote_runs.describe(st))
         return out
 
     def teardown_list(self, st: ClusterState) -> list[str]:

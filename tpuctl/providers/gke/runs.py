@@ -133,6 +133,27 @@ class GkeRuns:
                 note="JobSet deleted by cancel").to_json()).encode())
             runindex.settle(store, run_id, 1)
 
+    def describe(self, st: ClusterState) -> dict[str, dict[str, object]]:
+        """`status`: each of the cluster's JobSets (labelled tpuctl-cluster=NAME): its state, restarts, pods."""
+        api = self._api(st)
+        out: dict[str, dict[str, object]] = {}
+        for js in jobsets_of(api, st.name):
+            run_id = str(js["metadata"].get("labels", {}).get(manifest.LABEL_RUN, ""))
+            pods = pods_of(api, run_id) if run_id else []
+            out[f"jobset {js['metadata']['name']}"] = {
+                "state": condition(js) or "Running", "restarts": int(js.get("status", {}).get("restarts", 0)),
+                "pods": ", ".join(f"{p['metadata']['name']} {p.get('status', {}).get('phase', 'Pending')}"
+                                  f"@{p.get('spec', {}).get('nodeName') or '-'}" for p in pods) or "none"}
+        return out
+
+    def delete_all(self, st: ClusterState, progress: Callable[[str], None]) -> None:
+        """`down`: every JobSet of the cluster (an adopted cluster keeps none of tpuctl's); their pods go with them."""
+        api = self._api(st)
+        for js in jobsets_of(api, st.name):
+            kube.delete(api, jobset_path(str(js["metadata"].get("namespace") or manifest.DEFAULT_NAMESPACE),
+                                         str(js["metadata"]["name"])[len("tpuctl-"):]))
+            progress(f"JobSet {js['metadata']['name']} deleted")
+
     def let_go(self, run_id: str) -> None:
         self.said.pop(run_id, None)
 
@@ -142,6 +163,12 @@ def pods_of(api: Any, run_id: str) -> list[dict[str, Any]]:
                          query=[("labelSelector", f"{manifest.LABEL_RUN}={run_id.lower()}")])
     items: list[dict[str, Any]] = found.get("items", []) if found else []
     return sorted(items, key=lambda p: str(p["metadata"]["name"]))
+
+
+def jobsets_of(api: Any, cluster: str) -> list[dict[str, Any]]:
+    found = kube.get(api, f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{manifest.DEFAULT_NAMESPACE}/jobsets",
+                     [("labelSelector", f"{manifest.LABEL_CLUSTER}={cluster}")])
+    return list(found.get("items", [])) if found else []
 
 
 def condition(js: dict[str, Any]) -> str:
