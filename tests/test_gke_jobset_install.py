@@ -92,3 +92,14 @@ def test_a_server_error_is_raised_not_taken_for_absence(fake, api):
         jobset_install.ensure_jobset(api)
     assert e.value.status == 503
     assert not [r for r in fake.requests if r[0] == "PATCH"]
+
+
+def test_an_api_server_that_does_not_answer_is_one_clear_error():
+    fake = FakeKube()
+    url = fake.url
+    fake.stop()   # nothing listens there now
+    api = kube.connect(url, "", "")
+    api.configuration.retries = 0
+    with pytest.raises(TpuctlError) as e:
+        kube.get(api, jobset_install.CRD_PATH)
+    assert "did not answer" in e.value.message and "tpuctl status" in e.value.hint

@@ -56,6 +56,7 @@ def request(api: Any, method: str, path: str, body: Any = None, query: list[tupl
             content_type: str = "application/json") -> Any:
     """One call; the decoded JSON answer (None for an empty one). KubeError carries a refusal's Status."""
     from kubernetes.client.exceptions import ApiException
+    from urllib3.exceptions import HTTPError
     serialized = api.param_serialize(method, path, query_params=query or [],
                                      header_params={"Content-Type": content_type, "Accept": "application/json"},
                                      body=body, auth_settings=["BearerToken"])
@@ -64,6 +65,10 @@ def request(api: Any, method: str, path: str, body: Any = None, query: list[tupl
         resp.read()
     except ApiException as e:   # raised for the status codes the client maps (404, 409, ...)
         raise _error(e.status or 0, e.body) from None
+    except HTTPError as e:   # no answer at all (connection refused, TLS), after the client's own retries
+        raise TpuctlError(ErrorKind.ERROR, f"the cluster's Kubernetes API at {api.configuration.host} did not "
+                          f"answer: {type(e).__name__}", "check the cluster is RUNNING (`tpuctl status`) and "
+                          "reachable from this machine") from None
     if not 200 <= resp.status <= 299:
         raise _error(resp.status, resp.data)
     if not resp.data:

@@ -20,6 +20,7 @@ from ..gcp.iam import BucketIam
 from . import container, planning
 from .compute import GkeCompute, record_of
 from .inventory import GkeInventory
+from .kube import KubeError
 from .runs import GkeRuns
 
 SELF_RECOVERY = ("on GKE, GKE recreates a preempted or repaired TPU node pool and JobSet restarts the run from its "
@@ -161,7 +162,10 @@ class GkeProvider:
             out[f"pool {pool}"] = {"state": type(p).Status(p.status).name if p else "MISSING",
                                    "nodes": p.initial_node_count if p else 0}
         if record_of(st).get("endpoint"):   # the runs: JobSet conditions, restarts, each pod's phase and node
-            out.update(self.remote_runs.describe(st))
+            try:
+                out.update(self.remote_runs.describe(st))
+            except (TpuctlError, KubeError) as e:   # status shows the rest all the same
+                out["jobsets"] = {"state": f"unknown: {e}"}
         return out
 
     def teardown_list(self, st: ClusterState) -> list[str]:
