@@ -141,8 +141,8 @@ def price(spec: ClusterSpec) -> Price:
                                        f"node (${VM_PRICES[SYSTEM_MACHINE]:.3f}/hour)")
     one = tpu_hourly(spec)
     if one is None:
-        return Price(None, f"unknown: {spec.tpu_type} is not in tpuctl's price catalog (cloud.google.com/tpu/pricing)"
-                     + fee)
+        what = f"{spec.tpu_type} has no {'spot ' if spec.spot else ''}price in tpuctl's catalog"
+        return Price(None, f"unknown: {what} (cloud.google.com/tpu/pricing){fee}")
     total = one * spec.slices + fixed
     pools = f"{spec.slices} node pool{'s' * (spec.slices > 1)} at ${one:.2f}{' (spot)' if spec.spot else ''}"
     return Price(total, f"${total:.2f}/hour: {pools}{fee}")
