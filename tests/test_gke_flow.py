@@ -291,3 +291,26 @@ def test_status_shows_the_node_pools_and_down_works_from_the_labels_alone(gke, c
     code, out, err = cli("down", "-c", "lb", "--project", PROJ, "--provider", "gke", "--yes")
     assert code == 0, err
     assert gke.leaks() == []
+
+
+@pytest.mark.parametrize("lacks, flags, role", [
+    ("container.clusters.create", ("--type", "v6e-16", "--zone", "us-east5-b"), "roles/container.admin"),
+    ("compute.resourcePolicies.create", ("--type", "tpu7x-16", "--zone", "us-central1-c"), "roles/compute.admin"),
+])
+def test_a_missing_project_permission_stops_up_before_anything_is_made(gke, cli, lacks, flags, role):
+    from fakes.resource_manager import OTHER_PERMISSIONS, TPU_PERMISSIONS
+    gke.cloud.iam.held = set(TPU_PERMISSIONS + OTHER_PERMISSIONS) - {lacks}
+    code, out, err = _up(cli, "perm", *flags)
+    assert code == 5, err   # PERMISSION
+    assert f"you lack {lacks}" in " ".join(err.split()) and role in err
+    assert gke.fake.mutating_calls() == [] and gke.leaks() == []
+
+
+def test_an_adopted_cluster_needs_no_right_to_make_or_delete_clusters(gke, cli):
+    from fakes.resource_manager import OTHER_PERMISSIONS, TPU_PERMISSIONS
+    gke.cloud.iam.held = set(TPU_PERMISSIONS + OTHER_PERMISSIONS) - {"container.clusters.create",
+                                                                     "container.clusters.delete"}
+    _their_cluster(gke)
+    code, out, err = _up(cli, "adp", "--type", "v6e-16", "--zone", "us-east5-b", "--gke-cluster", "team")
+    assert code == 0, err
+    assert cli("down", "-c", "adp", "--yes")[0] == 0

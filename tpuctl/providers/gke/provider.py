@@ -14,7 +14,7 @@ from ...core.catalog import region_of
 from ...core.errors import ErrorKind, TpuctlError, bad_input
 from ...core.models import ClusterSpec, ClusterState, ProviderName, cluster_record
 from ..base import Compute, Enforcement, Placement, PlanRow, Price, Progress, Reporter, UpFlags
-from ..gcp import clients, storage
+from ..gcp import clients, permissions, storage
 from ..gcp.gcs_store import GcsStore
 from ..gcp.iam import BucketIam
 from . import container, planning
@@ -49,6 +49,7 @@ class GkeProvider:
         self.nonce = secrets.token_hex(4)
         self.compute = GkeCompute(self.grants.default_service_account, install_jobset)
         self.inventory = GkeInventory()
+        self._checked: set[str] = set()
 
     # -- planning (offline) ------------------------------------------------------------------------------
     def make_spec(self, name: str, flags: UpFlags) -> ClusterSpec:
@@ -70,8 +71,13 @@ class GkeProvider:
 
     # -- making and removing -----------------------------------------------------------------------------
     def preflight(self, spec: ClusterSpec) -> list[str]:
+        """Credentials, then the project-level permissions `up` needs (Resource Manager's testIamPermissions, as for
+        --provider gcp), asked once per process."""
         clients.preflight(clients.GKE_APIS)
-        return []
+        if spec.project in self._checked:
+            return []
+        self._checked.add(spec.project)
+        return permissions.check(spec, planning.permissions_needed(spec))
 
     def ensure_store(self, spec: ClusterSpec, region: str, progress: Progress) -> bool:
         return storage.ensure(spec.project, spec, planning.bucket_of(spec), region, self.nonce, progress)
