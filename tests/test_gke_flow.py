@@ -247,6 +247,17 @@ def test_a_failure_mid_up_leaves_nothing(gke, cli):
     assert state.load("half") is None
 
 
+def test_a_cluster_that_fails_to_come_up_is_removed(gke, cli):
+    """Its operation ends in an error and GKE leaves the cluster in ERROR (a failed create is deleted by hand:
+    kubernetes-engine/docs/troubleshooting): up removes it, and the policy and bucket it made before it."""
+    gke.fake.op_faults["create_cluster"] = [(13, "Internal error while creating the cluster's control plane.")]
+    code, out, err = _up(cli, "bad", "--type", "tpu7x-16", "--zone", "us-central1-c")
+    assert code == 1, err
+    assert "create GKE cluster tpuctl-bad failed" in " ".join(err.split())
+    assert gke.leaks() == [] and gke.fake.clusters == {}
+    assert _storage().lookup_bucket("test-proj-tpuctl-bad") is None
+
+
 def _storage():
     from tpuctl.providers.gcp import clients
     return clients.storage(PROJ)
