@@ -139,6 +139,17 @@ def test_up_again_with_no_flags_finishes_what_a_cut_off_up_left_being_made(gke, 
     assert gke.leaks() == []
 
 
+def test_up_again_in_another_gke_cluster_is_refused(gke, cli):
+    code, out, err = _up(cli, "mv", "--type", "v6e-16", "--zone", "us-east5-b")
+    assert code == 0, err
+    _their_cluster(gke)
+    code, out, err = _up(cli, "mv", "--type", "v6e-16", "--zone", "us-east5-b", "--gke-cluster", "team")
+    assert code == 2 and "was made in its own GKE cluster, not --gke-cluster team" in " ".join(err.split())
+    assert [p["name"] for p in gke.fake.clusters[(PROJ, "us-east5", "team")]["nodePools"]] == ["default-pool"]
+    assert cli("down", "-c", "mv", "--yes")[0] == 0
+    assert gke.leaks() == []
+
+
 def test_tpu7x_16_makes_its_workload_policy_first_and_removes_it_last(gke, cli):
     code, out, err = _up(cli, "iw", "--type", "tpu7x-16", "--zone", "us-central1-c")
     assert code == 0, err
