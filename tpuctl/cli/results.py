@@ -5,7 +5,7 @@ from typing import Any, List, Optional
 
 import typer
 
-from .common import CLUSTER, PROVIDER, app, check_worker, cluster_and_provider, console, interrupted
+from .common import CLUSTER, PROVIDER, app, check_run_ids, check_worker, cluster_and_provider, console, interrupted
 from .runs import follow_run
 from ..core.errors import ErrorKind, TpuctlError, bad_input
 
@@ -23,6 +23,7 @@ def logs(run_id: Optional[str] = typer.Argument(None, help="Run id (default: the
     """Print a run's output, raw, on stdout."""
     from ..core import hostlogs, runs
     from ..control import submission
+    check_run_ids(run_id)
     st, prov = cluster_and_provider(cluster, provider)
     check_worker(st, worker)
     slices = max(1, st.spec.slices)
@@ -52,6 +53,7 @@ def download(run_id: Optional[str] = typer.Argument(None, help="Run id (default:
 
     from ..control import download as dl, submission
     from ..core import runs
+    check_run_ids(run_id)
     con = console()
     st, prov = cluster_and_provider(cluster, provider)
     store = prov.store(st)
@@ -81,6 +83,7 @@ def tensorboard(run_ids: List[str] = typer.Argument(None, help="Run ids (default
     from . import tensorboard as board
     from ..core import runindex
     from ..control import submission
+    check_run_ids(*(run_ids or []))
     board.require_installed()
     if port is not None:
         board.check_port(port, host)

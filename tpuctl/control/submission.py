@@ -168,8 +168,11 @@ def preview(job: JobSpec, store: BlobStore | None) -> Preview:
 
 def resolve_run(store: BlobStore, run_id: str | None) -> str:
     """The run `run_id` names: a whole id (one read: its job.json), or a unique start or end of one, as git and
-    docker take short ids (runindex.matching); None: the latest run."""
-    if not run_id:
+    docker take short ids (runindex.matching); None: the latest run. An empty or blank id is refused: it is what
+    `tpuctl cancel "$RUN"` passes with RUN unset, never a way to say "the latest"."""
+    if run_id is not None and not run_id.strip():
+        raise bad_input(f"empty run id ({run_id!r})", "give a run id; `tpuctl jobs` lists them")
+    if run_id is None:
         latest = runindex.latest(store)
         if latest is None:
             raise TpuctlError(ErrorKind.NOT_FOUND, "no runs yet", "`tpuctl submit JOB_DIR` starts one")
