@@ -222,3 +222,50 @@ def test_a_hard_preemption_loses_no_line_printed_after_a_quiet_spell(tmp_path):
     out = []
     runs.follow(store, run_id, out.append, follow=False)
     assert b"".join(out) == b"warming up\nsaving checkpoint 7\n"
+
+
+# A job whose checkpoint takes a while: its SIGTERM handler is mid-save (mid-line) for a second.
+SLOW_SAVE = """
+import signal, sys, time
+def save(*_):
+    sys.stdout.write("saved at")
+    sys.stdout.flush()
+    time.sleep(1)
+    print(" 3", flush=True)
+    sys.exit(143)
+signal.signal(signal.SIGTERM, save)
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_stop_signals_the_jobs_main_process_once_so_its_handler_never_runs_twice(tmp_path, monkeypatch):
+    """Issue 38.10, `saved atsaved at 3`: bash -c execs the job's last command, so the job is the main process and
+    is also found in its own session; signalled twice, its SIGTERM handler ran again inside itself when the second
+    signal came after the first was taken. Forced here: each kill is followed by a pause, so the handler is always
+    mid-save when another signal could come."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    from tpuctl.host.jobprocs import JobProcesses
+    job = tmp_path / "job.py"
+    job.write_text(SLOW_SAVE)
+    proc = subprocess.Popen(["bash", "-c", f"set -e\nset +e\n{sys.executable} {job}\n"], stdout=subprocess.PIPE,
+                            env=dict(os.environ, PYTHONUNBUFFERED="1"), start_new_session=True)
+    try:
+        assert proc.stdout.readline() == b"ready\n"
+        real_kill, sent = os.kill, []
+
+        def kill_then_pause(pid, sig):
+            real_kill(pid, sig)
+            sent.append(pid)
+            time.sleep(0.3)   # the job's handler has begun its save before anything else is sent
+        monkeypatch.setattr(os, "kill", kill_then_pause)
+        JobProcesses(proc.pid, pipe_inode=os.fstat(proc.stdout.fileno()).st_ino).signal(signal.SIGTERM)
+        monkeypatch.undo()
+        assert proc.stdout.read() == b"saved at 3\n"
+        assert proc.wait(10) == 143 and sent.count(proc.pid) == 1
+    finally:
+        proc.kill()
+        proc.wait()

@@ -44,7 +44,12 @@ class JobProcesses:
             return False
 
     def signal(self, sig: int) -> None:
-        for pid in ([] if self.run_id else [self.pid]) + self.processes():
+        """Each process once. The main process is in its own session, so processes() finds it too: sent twice, a
+        SIGTERM could reach a job's handler twice (bash -c execs its last command, so the main process is the job
+        itself), and a second SIGTERM arriving inside the first handler cuts its output off mid-line and starts it
+        again: `saved atsaved at 3` (issue 38.10; two kills in a row are coalesced only when the first is still
+        pending, hence 1 run in 14)."""
+        for pid in dict.fromkeys(([] if self.run_id else [self.pid]) + self.processes()):
             try:
                 os.kill(pid, sig)
             except (ProcessLookupError, PermissionError):
