@@ -29,7 +29,7 @@ from ..runtime import prefer_legacy_keras
 from . import jobenv, podruntime, runevents
 from .logshipper import LogShipper
 from .preamble import PreambleFilter
-from .restarts import Decision, decide
+from .restarts import Decision, backoff, decide
 from .rounds import Rounds
 from .supervisor import Supervisor
 from .tpuenv import tpu_environment
@@ -87,7 +87,10 @@ class Attempt:
         script, env_dir = self._script(job, tf)
         rounds = Rounds.of(self.a, self.run_id, job)
         n = rounds.join() if rounds else 1
+        wait = 0.0   # the restart backoff (restarts.backoff)
         while True:
+            if self._cancel_asked():   # before the first start and before every restart: a cancel wins at once
+                return self._end(shipper, RunState.CANCELLED, 130, True, "cancelled: the job is not started again")
             if rounds:
                 n, why_not = rounds.assemble(n, lambda note: self.status(RunState.STARTING, note=note), self._halted)
                 if why_not:
@@ -95,6 +98,7 @@ class Attempt:
                 self.restarts = rounds.restarts(n)
             env = self.environment(job, tf, env_dir)
             env["TPUCTL_RESTARTS"] = str(self.restarts)
+            began = time.monotonic()
             proc = subprocess.Popen(["bash", "-c", script], cwd=self.code_dir, env=env, stdin=subprocess.DEVNULL,
                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
             runevents.started(self, self.restarts, n)
@@ -115,9 +119,10 @@ class Attempt:
                              f"--max-restarts {job.max_restarts})", fresh_line=True)
                 continue
             if decision is Decision.RESTART:
-                self.restarts += 1
-                shipper.note(f"the job exited {rc}; restart {self.restarts} of {job.max_restarts} "
-                             "(submit --max-restarts), from its checkpoint", fresh_line=True)
+                wait = backoff(wait, time.monotonic() - began)
+                ended = self._restart(shipper, rc, job.max_restarts, wait)
+                if ended is not None:
+                    return ended
                 continue
             if decision is Decision.FAIL and rounds:
                 rounds.call(n + 1, f"its job exited {rc}", end="failed", exit_code=rc)
@@ -152,6 +157,42 @@ class Attempt:
             return 0, self._end(shipper, RunState.FAILED, int(called.get("exit_code") or 1), False, why)
         shipper.note(f"{why}: the run restarts on every host (round {called['round']})", fresh_line=True)
         return int(called["round"]), None
+
+    def _restart(self, shipper: LogShipper, rc: int, limit: int, wait: float) -> int | None:
+        """A restart on this host after `wait` seconds (restarts.backoff), said in the log: None to start the job
+        again, or the exit code when a cancel, the cluster's limit or the agent's stop came during the wait."""
+        self.restarts += 1
+        shipper.note(f"the job exited {rc}; restart {self.restarts} of {limit} (submit --max-restarts), from its "
+                     f"checkpoint, in {wait:g}s (the wait doubles while the job keeps failing, up to a minute)",
+                     fresh_line=True)
+        why = self._backoff(wait)
+        if why and self.a.stop.is_set():
+            return self._interrupted(shipper, rc)
+        return self._end(shipper, RunState.CANCELLED, 130, True, why) if why else None
+
+    def _cancel_asked(self) -> bool:
+        try:
+            return self.a.store.read(layout.run_cancel(self.run_id)) is not None
+        except Exception as e:  # noqa: BLE001 - a store outage: the supervisor's own checks see the cancel later
+            self.a.guard.failed(e, f"run {self.run_id}'s cancel check")
+            return False
+
+    def _backoff(self, seconds: float) -> str:
+        """The wait before a restart, with the run's heartbeat: "" once it is over, or why the run ends instead (a
+        cancel, the cluster's limit, the agent's stop), checked every TPUCTL_CANCEL_POLL seconds (1)."""
+        end, every = time.monotonic() + seconds, float(os.environ.get("TPUCTL_CANCEL_POLL", "1"))
+        beat = 0.0
+        while (left := end - time.monotonic()) > 0:
+            if time.monotonic() - beat >= runs.heartbeat_seconds():
+                beat = time.monotonic()
+                self.status(RunState.RUNNING, note=f"restart {self.restarts} in {left:.0f}s (backoff)")
+            if self.a.stop.wait(min(left, every)):
+                return "the agent is stopping"
+            if self._cancel_asked():
+                return "cancelled while waiting to restart: the job is not started again"
+            if limit := self.deadline():
+                return f"{limit}: ending the run"
+        return ""
 
     def deadline(self) -> str:
         """Why the cluster's own limit ends the run now ("" while it does not): on worker 0, which enforces them, the
