@@ -18,16 +18,30 @@ class Receiver:
     holds the request without answering."""
 
     def __init__(self, answers=()):
-        self.posts, self.tries, self.answers = [], 0, list(answers)
+        self.posts, self.tries, self.answers, self.gets, self.auth = [], 0, list(answers), 0, []
         me = self
 
         class H(BaseHTTPRequestHandler):
+            def do_GET(self):   # what urllib sends on after a 302 to a POST: the method changed, the body gone
+                me.gets += 1
+                self.send_response(200)
+                self.end_headers()
+
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 me.tries += 1
+                me.auth.append(self.headers.get("Authorization"))
                 answer = me.answers.pop(0) if me.answers else 200
                 if answer == "hang":
                     time.sleep(30)
+                    return
+                if isinstance(answer, tuple) and answer[0] == "slow":   # ("slow", seconds): then a 200
+                    time.sleep(answer[1])
+                    answer = 200
+                if isinstance(answer, tuple):   # ("redirect", code, url)
+                    self.send_response(answer[1])
+                    self.send_header("Location", answer[2])
+                    self.end_headers()
                     return
                 if answer == 200:
                     me.posts.append(body)
@@ -94,6 +108,86 @@ def test_a_failing_then_answering_receiver_gets_it_once_and_a_hanging_one_is_giv
     t0 = time.monotonic()
     error = notify.send_one(stuck.url, {"text": "x", "tpuctl": {"event": "test"}})
     assert "SECRET" not in error and time.monotonic() - t0 < 3 + 1 + 0.5   # the bound: retry_for + one timeout
+
+
+def test_a_failing_url_delays_only_itself_and_what_it_never_took_is_recorded(tmp_path, receiver, fast_notify):
+    """Issue 38.2: one 500 URL beside two healthy ones got the healthy ones 0 of 2 events (each event retried on
+    the bad URL first, in turn), and the process's stop dropped what was queued."""
+    bad, good1, good2 = receiver([500] * 1000), receiver(), receiver()
+    store = LocalStore(tmp_path / "s")
+    notify.save_cluster_urls(store, [bad.url, good1.url, good2.url])
+    t0 = time.monotonic()
+    notify.emit(store, "run.started", "run.started-r1", "c", "r1")
+    notify.emit(store, "run.failed", "run.ended-r1", "c", "r1", exit_code=1)
+    until(lambda: good1.events() == good2.events() == ["run.started", "run.failed"], 2.5,
+          "both healthy URLs' events while the bad one retries")
+    assert time.monotonic() - t0 < 2.5 and bad.tries >= 1
+    t0 = time.monotonic()
+    notify.flush(0.5)   # the process stops while the bad URL is still being retried
+    assert time.monotonic() - t0 < 1.5
+    left = notify.undelivered(store)
+    assert sorted(d["event"] for d in left) == ["run.failed", "run.started"], left
+    assert all(d["to"] == "http://127.0.0.1/***" and d["error"] for d in left)
+    assert "SECRET" not in json.dumps(left)
+
+
+def test_a_url_given_up_on_is_recorded_and_status_says_so(local_up, cli, receiver, fast_notify, monkeypatch):
+    monkeypatch.setenv("TPUCTL_NOTIFY_RETRY_FOR", "0.2")
+    bad = receiver([500] * 1000)
+    st = local_up("nu", "--notify", bad.url)
+    store = LocalStore(st.spec.store)
+    notify.emit(store, "run.started", "run.started-r2", "nu", "r2")
+    until(lambda: notify.undelivered(store), 10, "the message given up on")
+    code, out, err = cli("status", "-c", "nu", "--json")
+    said = json.loads(out)["notifications"]
+    assert code == 0 and "1 notification not delivered" in said and "run.started to http://127.0.0.1/***" in said
+    assert "tpuctl notify test -c nu" in said and "SECRET" not in out
+
+
+def test_notify_test_gives_a_slow_receiver_a_real_timeout_and_says_what_it_answered(local_up, cli, receiver,
+                                                                                    fast_notify):
+    """Issue 38.4: a receiver answering after 150 ms or more was reported NOT delivered though it got it."""
+    slow = receiver([("slow", 0.3)])
+    local_up("ns", "--notify", slow.url)
+    code, out, err = cli("notify", "test", "-c", "ns")
+    assert code == 0 and "delivered (HTTP 200" in err, err
+    assert slow.events() == ["test"]
+
+
+@pytest.mark.parametrize("code", [301, 302, 303])
+def test_a_redirect_that_drops_the_message_is_not_a_delivery(local_up, cli, receiver, fast_notify, code):
+    """Issue 38.6: a 302 was reported delivered; the other host received a GET with no body."""
+    elsewhere = receiver()
+    hop = receiver([("redirect", code, elsewhere.url)] * 3)
+    local_up("nr", "--notify", hop.url)
+    rc, out, err = cli("notify", "test", "-c", "nr")
+    assert rc == 1 and f"HTTP {code}, redirected to 127.0.0.1: not delivered" in err, err
+    assert elsewhere.gets == 0 and elsewhere.posts == [] and "SECRET" not in err
+
+
+@pytest.mark.parametrize("code", [307, 308])
+def test_a_redirect_that_keeps_the_method_and_body_is_followed(local_up, cli, receiver, fast_notify, code):
+    elsewhere = receiver()
+    hop = receiver([("redirect", code, elsewhere.url)])
+    local_up("nk", "--notify", hop.url)
+    rc, out, err = cli("notify", "test", "-c", "nk")
+    assert rc == 0 and "delivered (HTTP 200" in err, err
+    assert elsewhere.events() == ["test"]
+
+
+def test_a_url_with_user_info_is_sent_with_basic_authentication(local_up, cli, receiver, fast_notify, tmp_path):
+    """Issue 38.5: urllib took `user:token@host` as the host's name: every event lost. The token is never shown."""
+    import base64
+    hook = receiver()
+    url = hook.url.replace("http://", "http://user:TOK%40EN@")
+    st = local_up("na", "--notify", url)
+    code, out, err = cli("notify", "test", "-c", "na")
+    assert code == 0 and "delivered" in err and "TOK" not in err and "SECRET" not in err, err
+    assert hook.auth == ["Basic " + base64.b64encode(b"user:TOK@EN").decode()]
+    store = LocalStore(st.spec.store)
+    notify.emit(store, "run.started", "run.started-r3", "na", "r3")
+    hook.wait_for("run.started", 10)
+    assert hook.auth[-1] == hook.auth[0]
 
 
 def test_another_scheme_goes_through_apprise(tmp_path, receiver, fast_notify):

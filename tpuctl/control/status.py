@@ -36,6 +36,7 @@ def status(st: ClusterState, provider: Provider) -> dict[str, object]:
     info.update(spend)
     info.update(watch)
     info["orphan_data"] = orphan_data(st, provider)
+    info["notifications"] = undelivered(st, provider)
     armed = _armed(st, provider, record) if (st.spec.autostop or st.deadline) and st.phase is Phase.READY and not stopped \
         else ""
     if st.spec.autostop:
@@ -112,6 +113,20 @@ def orphan_data(st: ClusterState, provider: Provider) -> str:
     return (f"{size / 1e6:.1f} MB of data ({sum(o.files for o in found)} files) of {len(found)} run"
             f"{'s' * (len(found) > 1)} never submitted ({', '.join(o.run_id for o in found[:3])}"
             f"{', ...' if len(found) > 3 else ''}: {found[0].left_by}); `tpuctl down -c {st.name}` removes it")
+
+
+def undelivered(st: ClusterState, provider: Provider) -> str:
+    """The notifications the cluster's senders gave up on (core/notify.py records each), in words; "" for none."""
+    from ..core import notify
+    try:
+        left = notify.undelivered(provider.store(st))
+    except Exception:  # noqa: BLE001 - a nicety in status: a store that cannot be read shows none
+        return ""
+    if not left:
+        return ""
+    last = left[-1]
+    return (f"{len(left)} notification{'s' * (len(left) > 1)} not delivered (latest: {last.get('event')} to "
+            f"{last.get('to')}: {last.get('error')}); check the receiver: tpuctl notify test -c {st.name}")
 
 
 def _armed(st: ClusterState, provider: Provider, record: dict[str, object]) -> str:

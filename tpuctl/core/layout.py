@@ -33,6 +33,14 @@ def agent_package(version: str) -> str:
     return f"{AGENT_PACKAGE_PREFIX}tpuctl-{version}-py3-none-any.whl"
 
 
+NOTIFY_UNSENT_PREFIX = "tpuctl/notify/unsent/"
+
+
+def notify_unsent(key: str) -> str:
+    """A notification given up on for one URL (notify.py): what, to which host, why; `status` lists them."""
+    return f"{NOTIFY_UNSENT_PREFIX}{key}.json"
+
+
 def notify_event(key: str) -> str:
     """One notification, recorded create-if-absent before it is sent (notify.py): `key` names its occurrence."""
     return f"{NOTIFY_EVENTS_PREFIX}{key}.json"
