@@ -95,6 +95,7 @@ def submit(ctx: typer.Context,
     urls = check_urls(notify_to)
     job = jobspec.load(job_dir, data)          # the job's own mistakes first, before any cluster is looked for
     packaging.files(job.root, job.data)        # links out of the job are refused here too
+    jobspec.check_launchable(job.command, list(ctx.args), job.env)   # what no host could start
     if dry_run:
         _submit_preview(job, cluster, provider)
         return

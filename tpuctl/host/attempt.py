@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -52,6 +53,7 @@ class Attempt:
         self.code_dir = self.work / "code"
         # restarts spent by the attempts before this one (a host lost and replaced does not give them back)
         self.restarts = runs.status(agent.store, run_id, agent.worker).restarts if attempt > 1 else 0
+        self.began = 0.0  # when the job's process last started (the restart backoff's measure of a healthy run)
         self.limit = ""   # the cluster's limit that ended the run while it waited for other hosts (deadline())
 
     def status(self, state: RunState, exit_code: int | None = None, pid: int | None = None, note: str = "") -> None:
@@ -98,9 +100,9 @@ class Attempt:
                 self.restarts = rounds.restarts(n)
             env = self.environment(job, tf, env_dir)
             env["TPUCTL_RESTARTS"] = str(self.restarts)
-            began = time.monotonic()
-            proc = subprocess.Popen(["bash", "-c", script], cwd=self.code_dir, env=env, stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+            proc = self._launch(script, env, shipper)
+            if isinstance(proc, int):
+                return proc
             runevents.started(self, self.restarts, n)
             supervisor = Supervisor(self, proc, shipper, (lambda: rounds.watch(n)) if rounds else None)
             rc, cancelled = supervisor.run()
@@ -119,7 +121,7 @@ class Attempt:
                              f"--max-restarts {job.max_restarts})", fresh_line=True)
                 continue
             if decision is Decision.RESTART:
-                wait = backoff(wait, time.monotonic() - began)
+                wait = backoff(wait, time.monotonic() - self.began)
                 ended = self._restart(shipper, rc, job.max_restarts, wait)
                 if ended is not None:
                     return ended
@@ -157,6 +159,19 @@ class Attempt:
             return 0, self._end(shipper, RunState.FAILED, int(called.get("exit_code") or 1), False, why)
         shipper.note(f"{why}: the run restarts on every host (round {called['round']})", fresh_line=True)
         return int(called["round"]), None
+
+    def _launch(self, script: str, env: dict[str, str], shipper: LogShipper) -> subprocess.Popen[bytes] | int:
+        """The job's process, or the run failed at once (its exit code) when it cannot be started: a NUL byte or an
+        entry over the kernel's limit in what a submit of an older tpuctl let through, an environment too big as a
+        whole (E2BIG). bash is run by the path the agent finds it at, so an [env] PATH cannot hide it (the job's
+        own commands then follow that PATH: one not found exits 127 with bash's word for it in the log)."""
+        self.began = time.monotonic()
+        try:
+            return subprocess.Popen([shutil.which("bash") or "bash", "-c", script], cwd=self.code_dir, env=env,
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
+        except (OSError, ValueError) as e:
+            return self._end(shipper, RunState.FAILED, 127, False, f"cannot start the job: {type(e).__name__}: {e}")
 
     def _restart(self, shipper: LogShipper, rc: int, limit: int, wait: float) -> int | None:
         """A restart on this host after `wait` seconds (restarts.backoff), said in the log: None to start the job
