@@ -343,9 +343,36 @@ def test_a_budget_stop_on_the_host_ends_the_run_and_the_compute(local_up, cli, t
     assert hook.posts[-1]["tpuctl"]["reason"] == "budget"
     info = json.loads(cli("status", "-c", "bs", "--json")[1])
     assert info["phase"] == "stopped" and info["stopped"].startswith("budget") and info["left_usd"] == 0
+    # issue 38.7: the stop lands within one check period (1 s, $1 here) of the cap, not 2-3 past it; the run says
+    # the budget ended it; status says what was spent, at the price it counts, and the command that raises the cap
+    assert info["spent_usd"] - info["budget_usd"] < 1.5, info
+    assert info["price"].startswith("$3600.00/hour") and "free" not in info["price"]
+    assert info["problem"].startswith("its budget is spent: $") and info["fix"].startswith("tpuctl up -c bs --budget ")
+    [row] = json.loads(cli("jobs", "-c", "bs", "--json")[1])
+    assert row["state"] == "cancelled" and "--budget is spent (budget: $6.00 spent)" in row["note"], row
+    assert "cancelled (budget)" in cli("jobs", "-c", "bs")[1]
     code, out, err = cli("up", "--provider", "local", "-c", "bs")
     assert code == 2 and "raise it" in err        # nothing brings it back until the budget is raised
     assert info["phase"] == json.loads(cli("status", "-c", "bs", "--json")[1])["phase"]
+    code, out, err = cli("up", "--provider", "local", "-c", "bs", "--budget", info["fix"].split()[5])
+    assert code == 0, err                          # the command status names does bring it back
+
+
+@pytest.mark.parametrize("given, kept", [("0.004", 0.004), ("0.001", 0.001), ("$0.015", 0.015), ("25", 25.0),
+                                         ("0", 0.0), ("0.0", 0.0), ("00", 0.0), ("-0", 0.0), ("off", 0.0),
+                                         ("OFF", 0.0)])
+def test_a_budget_is_kept_to_the_cent_or_finer_and_every_zero_means_off(given, kept):
+    """Issue 38.7: `--budget 0.004` rounded to 0, which means off: the cap silently gone."""
+    assert budget.parse_usd(given) == kept
+    assert budget.dollars(0.004) == "$0.004" and budget.dollars(25) == "$25.00" and budget.dollars(2.5) == "$2.50"
+
+
+def test_a_budget_under_a_cent_is_a_cap(local_up, cli, monkeypatch):
+    monkeypatch.setenv("TPUCTL_PRICE_PER_HOUR", "3600")
+    code, out, err = cli("up", "--provider", "local", "-c", "tiny", "--budget", "0.004")
+    assert code == 0 and "budget $0.004:" in err, err
+    info = json.loads(cli("status", "-c", "tiny", "--json")[1])
+    assert info["budget_usd"] == 0.004
 
 
 # -- preemption and recovery under a watcher, on the fake TPU with simulated hosts ----------------------------

@@ -119,6 +119,7 @@ def jobs(cluster: Optional[str] = CLUSTER,
     """List the cluster's runs, newest first: id, job, state, start, duration, exit code, latest step and loss,
     loss curve, and goodput (the share of the run's time spent in training steps that were kept)."""
     from ..control import submission
+    from ..core import budget
     con = console()
     st, prov = cluster_and_provider(cluster, provider)
     submission.refresh(st, prov, prov.store(st))
@@ -136,11 +137,14 @@ def jobs(cluster: Optional[str] = CLUSTER,
         con.print_json([{**r, **spend} for r in rows])
         return
     for r in rows:
+        if r.get("state") == "cancelled" and "--budget is spent" in str(r.get("note") or ""):
+            r["state"] = "cancelled (budget)"   # the cluster's cap ended it, not a user's cancel
         if r.get("restarts"):
             r["state"] = f"{r['state']} ({r['restarts']} restart{'s' * (r['restarts'] != 1)})"
     if spend:
-        con.err.print(f"budget ${spend['budget_usd']:.2f}: ${spend['spent_usd']:.2f} spent, ${spend['left_usd']:.2f} "
-                      "left", markup=False)
+        d = budget.dollars
+        con.err.print(f"budget {d(float(str(spend['budget_usd'])))}: {d(float(str(spend['spent_usd'])))} spent, "
+                      f"{d(float(str(spend['left_usd'])))} left", markup=False)
     con.print_table(["id", "job", "state", "started", "duration", "exit", "cost", "step", "loss", "loss curve",
                      "goodput"],
                     [[r["id"], r["name"], r["state"], r["started"],

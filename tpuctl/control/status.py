@@ -32,6 +32,8 @@ def status(st: ClusterState, provider: Provider) -> dict[str, object]:
     record = _stopped_record(st, provider) if st.phase is Phase.READY else {}   # read once: stop and failure
     stopped = _stop_in(st, record)
     hourly, spend = costing(st, provider)
+    if hourly is not None and hourly != price.hourly and st.phase is not Phase.DOWN:
+        info["price"] = f"${hourly:.2f}/hour (as its budget and costs count it)"   # not the catalog's "free"
     info.update(_cost(st, hourly))
     info.update(spend)
     info.update(watch)
@@ -56,6 +58,11 @@ def status(st: ClusterState, provider: Provider) -> dict[str, object]:
         info["resources"] = {}
         info["problem"] = ""
         info["fix"] = f"tpuctl up -c {st.name} brings it back"
+        if stopped[0].startswith(budget.REASON) and spend:
+            # `up` alone is refused while the cap is spent: name the command that raises it
+            used, cap = float(str(spend["spent_usd"])), float(str(spend["budget_usd"]))
+            info["problem"] = f"its budget is spent: {budget.dollars(used)} of {budget.dollars(cap)}"
+            info["fix"] = f"{budget.raise_command(st.name, used)} raises the cap and brings it back"
         return info
     info["resources"] = provider.describe(st)
     found = provider.problem(st) if st.phase is Phase.READY else None

@@ -106,8 +106,8 @@ class Attempt:
             runevents.started(self, self.restarts, n)
             supervisor = Supervisor(self, proc, shipper, (lambda: rounds.watch(n)) if rounds else None)
             rc, cancelled = supervisor.run()
-            stopping = self.a.stop.is_set() if supervisor.superseded else self._host_stopping(rc)
-            if not cancelled and rc != 0 and stopping:
+            # a job tpuctl ended itself (a cancel, the budget) is not the host's stop: no wait for the agent's SIGTERM
+            if not cancelled and rc != 0 and self._host_stopping(rc, bool(supervisor.superseded)):
                 return self._interrupted(shipper, rc)   # the host's stop: never a restart, never the run's end
             if supervisor.superseded:
                 n, ended = self._next_round(shipper, *supervisor.superseded)
@@ -148,7 +148,8 @@ class Attempt:
             shipper.note(why, fresh_line=True)
         shipper.settle(self.a.stop, lambda note: self.status(RunState.RUNNING, note=note))
         lost = f"{shipper.unshipped} bytes of output were not shipped ({self.a.guard.problem or 'store full'})"
-        self.status(state, exit_code=rc, note=lost if shipper.unshipped else why)
+        # a run the cluster's limit ended says which (the supervisor put it in the log when it signalled the job)
+        self.status(state, exit_code=rc, note=lost if shipper.unshipped else why or self.limit)
         runevents.ended(self, rc, cancelled)
         return rc
 
@@ -217,7 +218,8 @@ class Attempt:
             return ""
         if a.clock.due(Policy.of(a.record), running=True):
             return "the cluster's --max-duration deadline has come"
-        return "the cluster's --budget is spent" if a.selfstop.budget.due() else ""
+        spent = a.selfstop.budget.due()
+        return f"the cluster's --budget is spent ({spent})" if spent else ""
 
     def _halted(self) -> bool:
         """While this host waits for the others (rounds.py): its agent stopping, a cancel, or the cluster's limit
@@ -236,9 +238,12 @@ class Attempt:
         return self._end(shipper, RunState.CANCELLED, 130, True,
                          f"{self.limit}: ending the run" if self.limit else "cancelled while waiting for every host")
 
-    def _host_stopping(self, rc: int) -> bool:
+    def _host_stopping(self, rc: int, superseded: bool) -> bool:
         """Whether the job's end is the host's stop: the agent is being stopped, or the job died of a signal and the
-        agent's own SIGTERM follows within SIGNAL_WAIT_SECONDS. A job that saved and exited 143 reads the same."""
+        agent's own SIGTERM follows within SIGNAL_WAIT_SECONDS. A job that saved and exited 143 reads the same. A job
+        a new round ended (rounds.py) was signalled by tpuctl: only the agent's stop counts then."""
+        if superseded:
+            return self.a.stop.is_set()
         killed = rc in (128 + signal.SIGTERM, 128 + signal.SIGKILL)
         return self.a.stop.is_set() or (killed and self.a.stop.wait(SIGNAL_WAIT_SECONDS))
 

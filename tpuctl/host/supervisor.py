@@ -96,6 +96,7 @@ class Supervisor:
         self.a.clock.busy()
         deadline = self.at.deadline()
         if deadline:
+            self.at.limit = deadline   # the run's status says it too (attempt.py's _end)
             self.shipper.note(f"{deadline}: ending the run", fresh_line=True)
         if deadline or self._cancel_requested():
             self._cancel(now, float(os.environ.get("TPUCTL_CANCEL_GRACE", "30")))
