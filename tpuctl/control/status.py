@@ -66,6 +66,7 @@ def status(st: ClusterState, provider: Provider) -> dict[str, object]:
         return info
     info["resources"] = provider.describe(st)
     found = provider.problem(st) if st.phase is Phase.READY else None
+    found = found or (_store_full(st, provider) if st.phase is Phase.READY else None)
     if found and provider.compute_lost(st) and watch.get("watcher") and "NONE" not in str(watch["watcher"]):
         found = (found[0], f"nothing: the watcher on {str(watch['watcher']).split(',')[0]} re-creates it")
     info["problem"], info["fix"] = found if found else ("", "")
@@ -120,6 +121,23 @@ def orphan_data(st: ClusterState, provider: Provider) -> str:
     return (f"{size / 1e6:.1f} MB of data ({sum(o.files for o in found)} files) of {len(found)} run"
             f"{'s' * (len(found) > 1)} never submitted ({', '.join(o.run_id for o in found[:3])}"
             f"{', ...' if len(found) > 3 else ''}: {found[0].left_by}); `tpuctl down -c {st.name}` removes it")
+
+
+def _store_full(st: ClusterState, provider: Provider) -> tuple[str, str] | None:
+    """An agent that says its store is full (host/storeguard.py, in its heartbeat): runs end, their output is
+    held in memory (up to TPUCTL_LOG_HOLD_BYTES) and lost past TPUCTL_LOG_HOLD_WAIT."""
+    try:
+        beats = runs.heartbeats(provider.store(st))
+    except Exception:  # noqa: BLE001 - a store that cannot be read: status says so elsewhere
+        return None
+    for b in beats:
+        held = int(b.get("held_bytes") or 0)
+        if held or str(b.get("problem", "")).startswith("store full"):
+            said = f"{held / 1e6:.1f} MB of ended runs' output waiting" if held else str(b["problem"])
+            return (f"the store is full: {said} (the agent on {b.get('host')}); output is lost if no room comes",
+                    f"make room where the store lives ({st.spec.store}): delete what old runs left there, or give it "
+                    "more space; held output ships by itself once there is room")
+    return None
 
 
 def undelivered(st: ClusterState, provider: Provider) -> str:

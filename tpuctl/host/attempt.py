@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import os
 import shlex
-import shutil
 import signal
 import subprocess
 import sys
@@ -23,14 +22,15 @@ from typing import TYPE_CHECKING, Any
 
 from ..core import layout, multislice, runs
 from ..core.jobspec import DEFAULT_TENSORFLOW
-from ..core.lifecycle import Policy
 from ..core.packaging import unpack
 from ..core.runs import RunSpec, RunState, RunStatus
 from ..runtime import prefer_legacy_keras
-from . import jobenv, podruntime, runevents
+from . import heldoutput, jobenv, podruntime, runevents
+from .halts import Halts
+from .jobprocs import start
 from .logshipper import LogShipper
 from .preamble import PreambleFilter
-from .restarts import Decision, backoff, decide
+from .restarts import Decision, backoff, decide, wait_out
 from .rounds import Rounds
 from .supervisor import Supervisor
 from .tpuenv import tpu_environment
@@ -54,12 +54,14 @@ class Attempt:
         # restarts spent by the attempts before this one (a host lost and replaced does not give them back)
         self.restarts = runs.status(agent.store, run_id, agent.worker).restarts if attempt > 1 else 0
         self.began = 0.0  # when the job's process last started (the restart backoff's measure of a healthy run)
-        self.limit = ""   # the cluster's limit that ended the run while it waited for other hosts (deadline())
+        self.halts = Halts(agent, run_id)   # a cancel, the cluster's limits, the agent's stop
 
-    def status(self, state: RunState, exit_code: int | None = None, pid: int | None = None, note: str = "") -> None:
+    def status(self, state: RunState, exit_code: int | None = None, pid: int | None = None, note: str = "",
+               ended: float | None = None) -> None:
+        """`ended`: a final status's end time, when it is written again (heldoutput.py)."""
         self.a.write_status(self.run_id, RunStatus(state=state, exit_code=exit_code, pid=pid, started=self.started,
                                                    attempt=self.attempt, note=note, restarts=self.restarts,
-                                                   ended=time.time() if state.final else None))
+                                                   ended=(ended or time.time()) if state.final else None))
 
     def run(self) -> int:
         """The job's exit code (127: the run could not be prepared; 130: cancelled before it started)."""
@@ -91,10 +93,10 @@ class Attempt:
         n = rounds.join() if rounds else 1
         wait = 0.0   # the restart backoff (restarts.backoff)
         while True:
-            if self._cancel_asked():   # before the first start and before every restart: a cancel wins at once
+            if self.halts.cancel_asked():   # before the first start and before every restart: a cancel wins at once
                 return self._end(shipper, RunState.CANCELLED, 130, True, "cancelled: the job is not started again")
             if rounds:
-                n, why_not = rounds.assemble(n, lambda note: self.status(RunState.STARTING, note=note), self._halted)
+                n, why_not = rounds.assemble(n, lambda note: self.status(RunState.STARTING, note=note), self.halts.halted)
                 if why_not:
                     return self._not_started(shipper, rounds, n, why_not)
                 self.restarts = rounds.restarts(n)
@@ -129,7 +131,7 @@ class Attempt:
             if decision is Decision.FAIL and rounds:
                 rounds.call(n + 1, f"its job exited {rc}", end="failed", exit_code=rc)
             if decision is Decision.DONE and rounds:
-                later, why_not = rounds.finish(n, lambda note: self.status(RunState.RUNNING, note=note), self._halted)
+                later, why_not = rounds.finish(n, lambda note: self.status(RunState.RUNNING, note=note), self.halts.halted)
                 if why_not:
                     return self._not_started(shipper, rounds, n, why_not)
                 if later:
@@ -146,10 +148,17 @@ class Attempt:
         """The run's end on this host: its output shipped, its final status, its event."""
         if why:
             shipper.note(why, fresh_line=True)
-        shipper.settle(self.a.stop, lambda note: self.status(RunState.RUNNING, note=note))
-        lost = f"{shipper.unshipped} bytes of output were not shipped ({self.a.guard.problem or 'store full'})"
-        # a run the cluster's limit ended says which (the supervisor put it in the log when it signalled the job)
-        self.status(state, exit_code=rc, note=lost if shipper.unshipped else why or self.limit)
+        shipper.flush(last=True)
+        note = why or self.halts.limit   # a run the cluster's limit ended says which (the supervisor logged it)
+        if shipper.buf and not self.a.stop.is_set():
+            # the store is full: the run ends now, the queue moves on, and its held output follows (heldoutput.py)
+            end = time.time()
+            self.status(state, rc, note=heldoutput.waiting(shipper), ended=end)
+            self.a.held.drain(shipper, lambda said: self.status(state, rc, note=said or note, ended=end))
+        else:
+            shipper.settle(self.a.stop, lambda _: None)   # nothing held, or the agent stops: what is lost is marked
+            lost = f"{shipper.unshipped} bytes of output were not shipped ({self.a.guard.problem or 'store full'})"
+            self.status(state, exit_code=rc, note=lost if shipper.unshipped else note)
         runevents.ended(self, rc, cancelled)
         return rc
 
@@ -162,15 +171,11 @@ class Attempt:
         return int(called["round"]), None
 
     def _launch(self, script: str, env: dict[str, str], shipper: LogShipper) -> subprocess.Popen[bytes] | int:
-        """The job's process, or the run failed at once (its exit code) when it cannot be started: a NUL byte or an
-        entry over the kernel's limit in what a submit of an older tpuctl let through, an environment too big as a
-        whole (E2BIG). bash is run by the path the agent finds it at, so an [env] PATH cannot hide it (the job's
-        own commands then follow that PATH: one not found exits 127 with bash's word for it in the log)."""
+        """The job's process (jobprocs.start), or the run failed at once (its exit code) when it cannot be started:
+        a NUL byte or an entry over the kernel's limit that an older tpuctl's submit let through, or E2BIG."""
         self.began = time.monotonic()
         try:
-            return subprocess.Popen([shutil.which("bash") or "bash", "-c", script], cwd=self.code_dir, env=env,
-                                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                    start_new_session=True)
+            return start(script, self.code_dir, env)
         except (OSError, ValueError) as e:
             return self._end(shipper, RunState.FAILED, 127, False, f"cannot start the job: {type(e).__name__}: {e}")
 
@@ -181,52 +186,11 @@ class Attempt:
         shipper.note(f"the job exited {rc}; restart {self.restarts} of {limit} (submit --max-restarts), from its "
                      f"checkpoint, in {wait:g}s (the wait doubles while the job keeps failing, up to a minute)",
                      fresh_line=True)
-        why = self._backoff(wait)
+        why = wait_out(wait, self.a.stop, self.halts.why_not_restart,
+                       lambda left: self.status(RunState.RUNNING, note=f"restart {self.restarts} in {left:.0f}s"))
         if why and self.a.stop.is_set():
             return self._interrupted(shipper, rc)
         return self._end(shipper, RunState.CANCELLED, 130, True, why) if why else None
-
-    def _cancel_asked(self) -> bool:
-        try:
-            return self.a.store.read(layout.run_cancel(self.run_id)) is not None
-        except Exception as e:  # noqa: BLE001 - a store outage: the supervisor's own checks see the cancel later
-            self.a.guard.failed(e, f"run {self.run_id}'s cancel check")
-            return False
-
-    def _backoff(self, seconds: float) -> str:
-        """The wait before a restart, with the run's heartbeat: "" once it is over, or why the run ends instead (a
-        cancel, the cluster's limit, the agent's stop), checked every TPUCTL_CANCEL_POLL seconds (1)."""
-        end, every = time.monotonic() + seconds, float(os.environ.get("TPUCTL_CANCEL_POLL", "1"))
-        beat = 0.0
-        while (left := end - time.monotonic()) > 0:
-            if time.monotonic() - beat >= runs.heartbeat_seconds():
-                beat = time.monotonic()
-                self.status(RunState.RUNNING, note=f"restart {self.restarts} in {left:.0f}s (backoff)")
-            if self.a.stop.wait(min(left, every)):
-                return "the agent is stopping"
-            if self._cancel_asked():
-                return "cancelled while waiting to restart: the job is not started again"
-            if limit := self.deadline():
-                return f"{limit}: ending the run"
-        return ""
-
-    def deadline(self) -> str:
-        """Why the cluster's own limit ends the run now ("" while it does not): on worker 0, which enforces them, the
-        --max-duration deadline or a spent --budget; the compute ends next (the agent's enforce, next tick)."""
-        a = self.a
-        if a.worker != 0:
-            return ""
-        if a.clock.due(Policy.of(a.record), running=True):
-            return "the cluster's --max-duration deadline has come"
-        spent = a.selfstop.budget.due()
-        return f"the cluster's --budget is spent ({spent})" if spent else ""
-
-    def _halted(self) -> bool:
-        """While this host waits for the others (rounds.py): its agent stopping, a cancel, or the cluster's limit
-        (a run waiting for a host that never comes back must not keep the compute past it)."""
-        self.limit = self.limit or self.deadline()
-        return self.a.stop.is_set() or bool(self.limit) or \
-            self.a.store.read(layout.run_cancel(self.run_id)) is not None
 
     def _not_started(self, shipper: LogShipper, rounds: Rounds, n: int, why: str) -> int:
         """A round that could not start on this host: the agent's stop, a cancel, or a run that ended elsewhere."""
@@ -236,7 +200,7 @@ class Attempt:
         if self.a.stop.is_set():
             return self._interrupted(shipper, None)
         return self._end(shipper, RunState.CANCELLED, 130, True,
-                         f"{self.limit}: ending the run" if self.limit else "cancelled while waiting for every host")
+                         f"{self.halts.limit}: ending the run" if self.halts.limit else "cancelled while waiting for every host")
 
     def _host_stopping(self, rc: int, superseded: bool) -> bool:
         """Whether the job's end is the host's stop: the agent is being stopped, or the job died of a signal and the

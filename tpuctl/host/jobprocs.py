@@ -2,8 +2,20 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
+import subprocess
 import time
+from pathlib import Path
+
+
+def start(script: str, cwd: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """The job: `bash -c SCRIPT` as a session of its own, output merged into one pipe. bash is run by the path the
+    agent finds it at, so an [env] PATH cannot hide it (issue 38.3: the run stayed `starting` for ever); the job's
+    own commands follow its PATH (one not found exits 127, bash's word for it in the log)."""
+    return subprocess.Popen([shutil.which("bash") or "bash", "-c", script], cwd=cwd, env=env,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
 
 
 class JobProcesses:
