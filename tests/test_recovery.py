@@ -269,3 +269,33 @@ def test_a_stop_signals_the_jobs_main_process_once_so_its_handler_never_runs_twi
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_an_agent_killed_before_its_run_said_running_is_taken_over_at_once_by_its_successor(tmp_path, monkeypatch):
+    """Issue 38.11: an agent SIGKILLed right at run.started leaves the attempt `starting`, with no job pid yet, and
+    perhaps the job itself running. The next agent on the host ended only attempts with a pid, and trusted this
+    one until it went stale (TPUCTL_STALE_SECONDS): the run sat in `starting`. It is the dead agent's (this host's
+    own), so it is ended and resumed at once; the job left behind is found by its environment."""
+    import os
+    import subprocess
+    import sys
+    monkeypatch.setenv("TPUCTL_STALE_SECONDS", "600")
+    monkeypatch.setenv("TPUCTL_HOST", "t1v-same")
+    store = LocalStore(tmp_path / "store")
+    run_id = submit_to_store(store, make_job(tmp_path, RESUMABLE))
+    store.create(layout.run_claim(run_id, 0), json.dumps({"host": "t1v-same", "time": time.time()}).encode())
+    store.write(layout.run_status(run_id, 0), json.dumps(
+        {"state": "starting", "host": "t1v-same", "heartbeat": time.time(), "attempt": 1}).encode())
+    left = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True,
+                            env=dict(os.environ, TPUCTL_RUN_ID=run_id, TPUCTL_WORKER="0"))
+    a, t = _agent(tmp_path / "store", tmp_path)
+    try:
+        until(lambda: runs.status(store, run_id).state.final, 20, "the run taken over and ended")
+        assert left.wait(10) is not None                 # the job the dead agent left was ended first
+    finally:
+        a.stop.set()
+        t.join(10)
+        left.kill()
+        left.wait()
+    st = runs.status(store, run_id)
+    assert st.state is runs.RunState.SUCCEEDED and st.attempt == 2, st

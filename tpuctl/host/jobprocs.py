@@ -73,3 +73,23 @@ class JobProcesses:
         while self.processes() and time.monotonic() < deadline:
             time.sleep(0.1)
         self.signal(signal.SIGKILL)
+
+
+def started_for(run_id: str, worker: int) -> list[JobProcesses]:
+    """The job sessions this machine runs for `run_id` on `worker` (their environment says so: attempt.py sets
+    TPUCTL_RUN_ID and TPUCTL_WORKER), for a predecessor killed before it recorded its job's pid."""
+    want = {f"TPUCTL_RUN_ID={run_id}".encode(), f"TPUCTL_WORKER={worker}".encode()}
+    found = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit() or int(d) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                session = int(f.read().rsplit(")", 1)[1].split()[3])
+            with open(f"/proc/{d}/environ", "rb") as f:
+                env = set(f.read().split(b"\0"))
+        except (OSError, IndexError, ValueError):
+            continue   # gone meanwhile, or not ours to read
+        if want <= env and session == int(d):
+            found.append(JobProcesses(int(d), run_id=run_id))
+    return found
