@@ -93,10 +93,9 @@ class Attempt:
         n = rounds.join() if rounds else 1
         wait = 0.0   # the restart backoff (restarts.backoff)
         while True:
-            if self.halts.cancel_asked():   # before the first start and before every restart: a cancel wins at once
-                return self._end(shipper, RunState.CANCELLED, 130, True, "cancelled: the job is not started again")
             if rounds:
-                n, why_not = rounds.assemble(n, lambda note: self.status(RunState.STARTING, note=note), self.halts.halted)
+                n, why_not = rounds.assemble(n, lambda note: self.status(RunState.STARTING, note=note),
+                                             self.halts.halted)
                 if why_not:
                     return self._not_started(shipper, rounds, n, why_not)
                 self.restarts = rounds.restarts(n)
@@ -131,7 +130,8 @@ class Attempt:
             if decision is Decision.FAIL and rounds:
                 rounds.call(n + 1, f"its job exited {rc}", end="failed", exit_code=rc)
             if decision is Decision.DONE and rounds:
-                later, why_not = rounds.finish(n, lambda note: self.status(RunState.RUNNING, note=note), self.halts.halted)
+                later, why_not = rounds.finish(n, lambda note: self.status(RunState.RUNNING, note=note),
+                                               self.halts.halted)
                 if why_not:
                     return self._not_started(shipper, rounds, n, why_not)
                 if later:
@@ -171,8 +171,11 @@ class Attempt:
         return int(called["round"]), None
 
     def _launch(self, script: str, env: dict[str, str], shipper: LogShipper) -> subprocess.Popen[bytes] | int:
-        """The job's process (jobprocs.start), or the run failed at once (its exit code) when it cannot be started:
-        a NUL byte or an entry over the kernel's limit that an older tpuctl's submit let through, or E2BIG."""
+        """The job's process (jobprocs.start), or the run's end (its exit code): cancelled before it (re)started, or
+        failed at once when it cannot be started (a NUL byte or an entry over the kernel's limit that an older
+        tpuctl's submit let through, or E2BIG)."""
+        if self.halts.cancel_asked():   # before the first start and before every restart: a cancel wins at once
+            return self._end(shipper, RunState.CANCELLED, 130, True, "cancelled: the job is not started again")
         self.began = time.monotonic()
         try:
             return start(script, self.code_dir, env)
@@ -199,8 +202,9 @@ class Attempt:
             return self._end(shipper, RunState.FAILED, int(ended.get("exit_code") or 1), False, why)
         if self.a.stop.is_set():
             return self._interrupted(shipper, None)
+        limit = self.halts.limit
         return self._end(shipper, RunState.CANCELLED, 130, True,
-                         f"{self.halts.limit}: ending the run" if self.halts.limit else "cancelled while waiting for every host")
+                         f"{limit}: ending the run" if limit else "cancelled while waiting for every host")
 
     def _host_stopping(self, rc: int, superseded: bool) -> bool:
         """Whether the job's end is the host's stop: the agent is being stopped, or the job died of a signal and the
