@@ -197,6 +197,7 @@ DESCRIBED = [
     (BUDGET, "written by `up`: the price per hour, the periods the compute existed, the budget (up --budget)"),
     (NOTIFY_TARGETS, "written by `up --notify`: the cluster's notification URLs (secrets)"),
     (notify_event("KEY"), "one per notification, written before it is sent (so it is sent once)"),
+    (notify_unsent("KEY-URLHASH"), "a notification given up on for one URL: event, host, error (status)"),
     (agent_package("VERSION"), "the agent package the hosts install, built from the CLI that ran `up`"),
     (watcher_package("VERSION"), "the recovery watcher VM's package (up --recover --watcher vm)"),
     (boot_log("HOST"), "each host's start-up script log"),

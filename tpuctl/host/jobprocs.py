@@ -7,6 +7,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import Iterator
 
 
 def start(script: str, cwd: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
@@ -30,30 +31,19 @@ class JobProcesses:
 
     def processes(self) -> list[int]:
         found = []
-        for d in os.listdir("/proc"):
-            if not d.isdigit() or int(d) == os.getpid():
+        for pid, state, session in _others():
+            if state not in ("Z", "X") and session == self.pid:
+                found.append(pid)
                 continue
             try:
-                with open(f"/proc/{d}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()   # state ppid pgrp session ...
-                if fields[0] not in ("Z", "X") and int(fields[3]) == self.pid:
-                    found.append(int(d))
-                    continue
-                if self.pipe and any(os.readlink(f"/proc/{d}/fd/{fd}") == self.pipe
-                                     for fd in os.listdir(f"/proc/{d}/fd")):
-                    found.append(int(d))
-            except (OSError, IndexError, ValueError):
+                if self.pipe and any(os.readlink(f"/proc/{pid}/fd/{fd}") == self.pipe
+                                     for fd in os.listdir(f"/proc/{pid}/fd")):
+                    found.append(pid)
+            except OSError:
                 continue   # gone meanwhile, or not ours to read
-        if self.run_id and not any(self._runs(p) for p in found):
+        if self.run_id and not any(f"TPUCTL_RUN_ID={self.run_id}".encode() in _environ(p) for p in found):
             return []
         return found
-
-    def _runs(self, pid: int) -> bool:
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                return f"TPUCTL_RUN_ID={self.run_id}".encode() in f.read().split(b"\0")
-        except OSError:
-            return False
 
     def signal(self, sig: int) -> None:
         """Each process once. The main process is in its own session, so processes() finds it too: sent twice, a
@@ -79,17 +69,27 @@ def started_for(run_id: str, worker: int) -> list[JobProcesses]:
     """The job sessions this machine runs for `run_id` on `worker` (their environment says so: attempt.py sets
     TPUCTL_RUN_ID and TPUCTL_WORKER), for a predecessor killed before it recorded its job's pid."""
     want = {f"TPUCTL_RUN_ID={run_id}".encode(), f"TPUCTL_WORKER={worker}".encode()}
-    found = []
+    return [JobProcesses(pid, run_id=run_id) for pid, state, session in _others()
+            if session == pid and state not in ("Z", "X") and want <= _environ(pid)]
+
+
+def _others() -> Iterator[tuple[int, str, int]]:
+    """(pid, state, session) of every process but this one (Linux /proc/PID/stat: `pid (comm) state ppid pgrp
+    session ...`, comm may hold spaces and parentheses: split after its last ')')."""
     for d in os.listdir("/proc"):
         if not d.isdigit() or int(d) == os.getpid():
             continue
         try:
             with open(f"/proc/{d}/stat") as f:
-                session = int(f.read().rsplit(")", 1)[1].split()[3])
-            with open(f"/proc/{d}/environ", "rb") as f:
-                env = set(f.read().split(b"\0"))
+                fields = f.read().rsplit(")", 1)[1].split()
+            yield int(d), fields[0], int(fields[3])
         except (OSError, IndexError, ValueError):
-            continue   # gone meanwhile, or not ours to read
-        if want <= env and session == int(d):
-            found.append(JobProcesses(int(d), run_id=run_id))
-    return found
+            continue   # gone meanwhile
+
+
+def _environ(pid: int) -> set[bytes]:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return set(f.read().split(b"\0"))
+    except OSError:
+        return set()   # gone meanwhile, or not ours to read
