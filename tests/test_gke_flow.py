@@ -142,6 +142,17 @@ def test_up_again_with_no_flags_finishes_what_a_cut_off_up_left_being_made(gke, 
     assert gke.leaks() == []
 
 
+def test_up_again_in_another_gke_cluster_is_refused(gke, cli):
+    code, out, err = _up(cli, "mv", "--type", "v6e-16", "--zone", "us-east5-b")
+    assert code == 0, err
+    _their_cluster(gke)
+    code, out, err = _up(cli, "mv", "--type", "v6e-16", "--zone", "us-east5-b", "--gke-cluster", "team")
+    assert code == 2 and "was made in its own GKE cluster, not --gke-cluster team" in " ".join(err.split())
+    assert [p["name"] for p in gke.fake.clusters[(PROJ, "us-east5", "team")]["nodePools"]] == ["default-pool"]
+    assert cli("down", "-c", "mv", "--yes")[0] == 0
+    assert gke.leaks() == []
+
+
 def test_tpu7x_16_makes_its_workload_policy_first_and_removes_it_last(gke, cli):
     code, out, err = _up(cli, "iw", "--type", "tpu7x-16", "--zone", "us-central1-c")
     assert code == 0, err
@@ -250,6 +261,17 @@ def test_a_failure_mid_up_leaves_nothing(gke, cli):
     assert state.load("half") is None
 
 
+def test_a_cluster_that_fails_to_come_up_is_removed(gke, cli):
+    """Its operation ends in an error and GKE leaves the cluster in ERROR (a failed create is deleted by hand:
+    kubernetes-engine/docs/troubleshooting): up removes it, and the policy and bucket it made before it."""
+    gke.fake.op_faults["create_cluster"] = [(13, "Internal error while creating the cluster's control plane.")]
+    code, out, err = _up(cli, "bad", "--type", "tpu7x-16", "--zone", "us-central1-c")
+    assert code == 1, err
+    assert "create GKE cluster tpuctl-bad failed" in " ".join(err.split())
+    assert gke.leaks() == [] and gke.fake.clusters == {}
+    assert _storage().lookup_bucket("test-proj-tpuctl-bad") is None
+
+
 def _storage():
     from tpuctl.providers.gcp import clients
     return clients.storage(PROJ)
@@ -295,3 +317,26 @@ def test_status_shows_the_node_pools_and_down_works_from_the_labels_alone(gke, c
     code, out, err = cli("down", "-c", "lb", "--project", PROJ, "--provider", "gke", "--yes")
     assert code == 0, err
     assert gke.leaks() == []
+
+
+@pytest.mark.parametrize("lacks, flags, role", [
+    ("container.clusters.create", ("--type", "v6e-16", "--zone", "us-east5-b"), "roles/container.admin"),
+    ("compute.resourcePolicies.create", ("--type", "tpu7x-16", "--zone", "us-central1-c"), "roles/compute.admin"),
+])
+def test_a_missing_project_permission_stops_up_before_anything_is_made(gke, cli, lacks, flags, role):
+    from fakes.resource_manager import OTHER_PERMISSIONS, TPU_PERMISSIONS
+    gke.cloud.iam.held = set(TPU_PERMISSIONS + OTHER_PERMISSIONS) - {lacks}
+    code, out, err = _up(cli, "perm", *flags)
+    assert code == 5, err   # PERMISSION
+    assert f"you lack {lacks}" in " ".join(err.split()) and role in err
+    assert gke.fake.mutating_calls() == [] and gke.leaks() == []
+
+
+def test_an_adopted_cluster_needs_no_right_to_make_or_delete_clusters(gke, cli):
+    from fakes.resource_manager import OTHER_PERMISSIONS, TPU_PERMISSIONS
+    gke.cloud.iam.held = set(TPU_PERMISSIONS + OTHER_PERMISSIONS) - {"container.clusters.create",
+                                                                     "container.clusters.delete"}
+    _their_cluster(gke)
+    code, out, err = _up(cli, "adp", "--type", "v6e-16", "--zone", "us-east5-b", "--gke-cluster", "team")
+    assert code == 0, err
+    assert cli("down", "-c", "adp", "--yes")[0] == 0

@@ -43,7 +43,13 @@ def test_tpu7x_multi_host_plans_a_workload_policy_and_names_the_version(env, cli
     assert code == 0, err
     assert "policy tpuctl-g-wp  workload policy HIGH_THROUGHPUT, topology 2x2x2, in us-central1" in err
     assert "version >= 1.34.0-gke.2201000" in err
-    assert "unknown: tpu7x-16 is not in tpuctl's price catalog" in " ".join(err.split())
+    assert "unknown: tpu7x-16 has no price in tpuctl's catalog" in " ".join(err.split())
+
+
+def test_a_spot_price_the_catalog_lacks_is_said_unknown(env, cli):
+    code, out, err = _up(cli, "--type", "v5p-16", "--zone", "us-east5-a", "--spot")
+    assert code == 0, err
+    assert "unknown: v5p-16 has no spot price in tpuctl's catalog" in " ".join(err.split())
 
 
 def test_adopted_cluster_is_planned_as_kept_and_without_the_fee(env, cli):

@@ -78,6 +78,7 @@ class FakeGke:
         self.versions = list(VERSIONS)
         self.kube_endpoint = "127.0.0.1"   # what clusters report as `endpoint` (a fake Kubernetes API, if any)
         self.policies = None   # FakePolicies: a TPU7x node pool's workload policy must exist
+        self.on_pool_ready = []   # callables (cluster, pool JSON) once a node pool is RUNNING: its nodes exist
         self.lock = threading.RLock()
         self._ids = itertools.count(1)
         self.httpd = None
@@ -99,6 +100,7 @@ class FakeGke:
             self.op_faults.clear()
             self.calls.clear()
             self.delay, self.one_op_per_cluster, self.versions = 0.0, False, list(VERSIONS)
+            self.on_pool_ready = []
 
     def mutating_calls(self):
         return [c for c in self.calls if c[0] in MUTATING]
@@ -254,6 +256,8 @@ class FakeGke:
 
         def finish(error):
             p["status"] = "ERROR" if error else "RUNNING"
+            for hook in [] if error else self.on_pool_ready:
+                hook(cluster, p)
         return self._op(project, location, cluster, "CREATE_NODE_POOL", f"{cluster}/nodePools/{p['name']}", finish,
                         "create_pool")
 

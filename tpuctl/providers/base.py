@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, NamedTuple, Protocol
 
+from ..core.errors import bad_input
 from ..core.models import ClusterSpec, ClusterState, Grant, HostFacts, ProviderName
 from ..core.store import BlobStore
 
@@ -78,6 +79,11 @@ class UpFlags:
             return
         self.tpu_type = self.tpu_type or spec.tpu_type
         if spec.provider is ProviderName.GKE:   # GKE's own flags (providers/gke/planning.py)
+            if self.gke_cluster is not None and self.gke_cluster != spec.gke_cluster:
+                # its node pools live in the GKE cluster it was made with: another one would leave them behind
+                was = f"--gke-cluster {spec.gke_cluster}" if spec.gke_cluster else "its own GKE cluster"
+                raise bad_input(f"cluster {spec.name} was made in {was}, not --gke-cluster {self.gke_cluster}",
+                                f"leave --gke-cluster out, or `tpuctl down -c {spec.name}` first")
             self.zones = self.zones or list(spec.zones)
             self.project = self.project or spec.project
             self.spot = self.spot or spec.spot

@@ -55,6 +55,22 @@ def policy_name(spec: ClusterSpec) -> str:
     return f"{spec.tpu_name}-wp" if spec.tpu_type and shape(spec.tpu_type).needs_workload_policy else ""
 
 
+def permissions_needed(spec: ClusterSpec) -> dict[str, str]:
+    """Project-level permissions `up` and `down` need, each with a predefined role that carries it
+    (cloud.google.com/iam/docs/understanding-roles: Kubernetes Engine Admin carries container.*, and full access to
+    the cluster's Kubernetes API, which installing JobSet's CRD needs; Compute Admin carries compute.*). Making a
+    node pool is an update of its cluster (container.clusters.update: kubernetes-engine/docs/how-to/iam)."""
+    need = {p: "roles/container.admin" for p in ("container.clusters.create", "container.clusters.delete",
+                                                 "container.clusters.get", "container.clusters.update",
+                                                 "container.operations.get")}
+    if spec.gke_cluster:
+        del need["container.clusters.create"], need["container.clusters.delete"]
+    if policy_name(spec):
+        need.update({"compute.resourcePolicies.create": "roles/compute.admin",
+                     "compute.resourcePolicies.delete": "roles/compute.admin"})
+    return need
+
+
 def bucket_of(spec: ClusterSpec) -> str:
     return spec.store[len("gs://"):]
 
@@ -141,8 +157,8 @@ def price(spec: ClusterSpec) -> Price:
                                        f"node (${VM_PRICES[SYSTEM_MACHINE]:.3f}/hour)")
     one = tpu_hourly(spec)
     if one is None:
-        return Price(None, f"unknown: {spec.tpu_type} is not in tpuctl's price catalog (cloud.google.com/tpu/pricing)"
-                     + fee)
+        what = f"{spec.tpu_type} has no {'spot ' if spec.spot else ''}price in tpuctl's catalog"
+        return Price(None, f"unknown: {what} (cloud.google.com/tpu/pricing){fee}")
     total = one * spec.slices + fixed
     pools = f"{spec.slices} node pool{'s' * (spec.slices > 1)} at ${one:.2f}{' (spot)' if spec.spot else ''}"
     return Price(total, f"${total:.2f}/hour: {pools}{fee}")

@@ -13,8 +13,8 @@ from typing import Any
 from ...core.catalog import region_of
 from ...core.errors import ErrorKind, TpuctlError, bad_input
 from ...core.models import ClusterSpec, ClusterState, ProviderName, cluster_record
-from ..base import progress_of, Compute, Enforcement, Placement, PlanRow, Price, Progress, Reporter, UpFlags
-from ..gcp import clients, storage
+from ..base import Compute, Enforcement, Placement, PlanRow, Price, Progress, Reporter, UpFlags, progress_of
+from ..gcp import clients, permissions, storage
 from ..gcp.gcs_store import GcsStore
 from ..gcp.iam import BucketIam
 from . import container, planning
@@ -51,6 +51,7 @@ class GkeProvider:
         self.compute = GkeCompute(self.grants.default_service_account, install_jobset)
         self.inventory = GkeInventory()
         self.remote_runs = GkeRuns()   # each run is a JobSet (runs.py)
+        self._checked: set[str] = set()
 
     # -- planning (offline) ------------------------------------------------------------------------------
     def make_spec(self, name: str, flags: UpFlags) -> ClusterSpec:
@@ -72,8 +73,13 @@ class GkeProvider:
 
     # -- making and removing -----------------------------------------------------------------------------
     def preflight(self, spec: ClusterSpec) -> list[str]:
+        """Credentials, then the project-level permissions `up` needs (Resource Manager's testIamPermissions, as for
+        --provider gcp), asked once per process."""
         clients.preflight(clients.GKE_APIS)
-        return []
+        if spec.project in self._checked:
+            return []
+        self._checked.add(spec.project)
+        return permissions.check(spec, planning.permissions_needed(spec))
 
     def ensure_store(self, spec: ClusterSpec, region: str, progress: Progress) -> bool:
         return storage.ensure(spec.project, spec, planning.bucket_of(spec), region, self.nonce, progress)
