@@ -52,9 +52,8 @@ class Attempt:
         self.work = agent.home / "runs" / run_id / f"w{agent.worker}"
         self.code_dir = self.work / "code"
         # restarts spent by the attempts before this one (a host lost and replaced does not give them back)
-        self.restarts = runs.status(agent.store, run_id, agent.worker).restarts if attempt > 1 else 0
-        if agent.external_restarts:   # a GKE pod: the JobSet's restarts so far (attempt = restart-attempt + 1)
-            self.restarts = attempt - 1
+        self.restarts = attempt - 1 if agent.external_restarts else \
+            runs.status(agent.store, run_id, agent.worker).restarts if attempt > 1 else 0   # GKE: the JobSet's
         self.began = 0.0  # when the job's process last started (the restart backoff's measure of a healthy run)
         self.halts = Halts(agent, run_id)   # a cancel, the cluster's limits, the agent's stop
 
@@ -118,8 +117,6 @@ class Attempt:
                     return ended
                 continue
             decision = decide(rc, cancelled, self.restarts, job.max_restarts)
-            if decision is Decision.RESTART and self.a.external_restarts:
-                return self._restarted_by_jobset(shipper, rc, job.max_restarts)
             if decision is Decision.RESTART and rounds:
                 n = int(rounds.call(n + 1, f"{rounds.label(self.a.worker)}'s job exited {rc}", counts=True)["round"])
                 shipper.note(f"the job exited {rc}: the run restarts on every host (round {n}; submit "
@@ -216,22 +213,18 @@ class Attempt:
         a new round ended (rounds.py) was signalled by tpuctl: only the agent's stop counts then."""
         if superseded:
             return self.a.stop.is_set()
+        if self.a.external_restarts and self.job is not None and \
+                decide(rc, False, self.restarts, self.job.max_restarts) is Decision.RESTART:
+            return True   # a GKE pod: the JobSet restarts every pod on this code (the Job's pod failure policy)
         killed = rc in (128 + signal.SIGTERM, 128 + signal.SIGKILL)
         return self.a.stop.is_set() or (killed and self.a.stop.wait(SIGNAL_WAIT_SECONDS))
-
-    def _restarted_by_jobset(self, shipper: LogShipper, rc: int, max_restarts: int) -> int:
-        """A GKE pod: the JobSet restarts every pod on this exit code (the Job's pod failure policy), with the next
-        restart attempt; the run is not over, so its status says so rather than failed."""
-        shipper.note(f"the job exited {rc}: the JobSet restarts the run (restart {self.restarts + 1} of "
-                     f"{max_restarts}, submit --max-restarts)", fresh_line=True)
-        shipper.flush(last=True)
-        self.status(RunState.INTERRUPTED, exit_code=rc, note="restarting (JobSet)")
-        return rc
 
     def _interrupted(self, shipper: LogShipper, rc: int | None) -> int:
         """The agent is being stopped: not the run's end. Recorded `interrupted` (with what the job exited with), so
         the next agent on this host or on its replacement resumes it at once (claims.py)."""
         why = f"the agent was stopped on {self.a.host} (the host shutting down, maintenance or a preemption)"
+        if self.a.external_restarts and not self.a.stop.is_set():   # a GKE pod's job exited for a JobSet restart
+            why = f"the job exited {rc}: the JobSet restarts the run"
         shipper.note(f"{why}; the run resumes when an agent starts again", fresh_line=True)
         shipper.flush(last=True)
         self.status(RunState.INTERRUPTED, exit_code=rc, note=why)
