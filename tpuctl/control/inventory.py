@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from ..core import state
+from ..core import budget, state
 from ..core.errors import TpuctlError
 from ..core.models import ClusterState, Phase
 from ..providers.base import Provider
@@ -17,7 +17,8 @@ def ls(providers: list[Provider], extra_project: str, warn: Callable[[str], None
     project a cluster uses (and extra_project); those without state are orphans."""
     rows: list[dict[str, object]] = []
     local = state.all_clusters(lambda e: warn(f"{e.message}; {e.hint}"))
-    known = {(s.name, name, s.zone) for s in local for name in (*s.spec.node_names, s.spec.vm_name, s.spec.qr_name)}
+    known = {(s.name, name, s.zone) for s in local
+             for name in (*s.spec.node_names, s.spec.tpu_name, s.spec.vm_name, s.spec.qr_name)}
     known_stores = {s.spec.store for s in local}
     by_name = {p.name: p for p in providers}
     for s in local:
@@ -58,7 +59,7 @@ def ls(providers: list[Provider], extra_project: str, warn: Callable[[str], None
 
 def _budget_cell(st: ClusterState, provider: Provider) -> str:
     b = costing(st, provider)[1] if st.phase is not Phase.CREATING else {}
-    return f"${b['spent_usd']:.2f} of ${b['budget_usd']:.2f}" if b else ""
+    return f"{budget.dollars(float(str(b['spent_usd'])))} of {budget.dollars(float(str(b['budget_usd'])))}" if b else ""
 
 
 def from_labels(name: str, project: str, provider: Provider) -> ClusterState | None:

@@ -37,6 +37,7 @@ ORPHAN_SECONDS = 600        # a submit writes the run's record within moments of
 
 class KaggleSessions:
     """providers/base.py RemoteRuns for Kaggle."""
+    restarts = False   # a session continues by CONTINUE_CODE, not by restarts (cli/runs.py refuses --max-restarts)
 
     def __init__(self, shape: Callable[[ClusterState], str], accelerator: Callable[[ClusterState], str]) -> None:
         self.shape, self.accelerator = shape, accelerator
