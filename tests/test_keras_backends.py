@@ -136,3 +136,36 @@ def test_the_bert_jobs_toml_is_a_keras_job_once_ported():
     if BERT_IS_KERAS_2:
         pytest.skip("needs i36-job's Keras 3 jobs/bert_pretrain")
     assert spec.framework.value == "keras" and spec.keras_backend == "", json.dumps(spec.env)
+
+
+# -- a TPU VM on a base runtime: JAX installed for the job, as JAX installs on TPUs ------------------------------------
+
+PRINT_JAX = """import importlib.util as u, os, jax, libtpu
+print("KERAS_BACKEND", os.environ.get("KERAS_BACKEND"), "jax", jax.__version__, "libtpu", libtpu.__version__)
+print("tensorflow importable", u.find_spec("tensorflow") is not None)
+"""
+
+
+def test_on_a_base_runtime_a_keras_job_gets_jax_tpu_installed_once(tmp_path, wheel_index):
+    from test_tensorflow_install import _run
+    base = {"framework": "jax", "tensorflow_from": ""}
+    job = make_job(tmp_path / "job", PRINT_JAX, 'framework = "keras"\n')
+    st, log, _ = _run(tmp_path, wheel_index, "", extra_record=base, runtime="v2-alpha-tpuv5-lite", job=job)
+    assert st.state.value == "succeeded", log
+    assert log.startswith("tpuctl: keras backend jax (a TPU VM on the base runtime v2-alpha-tpuv5-lite"), log
+    assert "installing jax[tpu]" in log and "installing tensorflow" not in log, log
+    assert "KERAS_BACKEND jax jax 0.10.2 libtpu 0.0.42.1" in log and "tensorflow importable False" in log, log
+    (tmp_path / "store").rename(tmp_path / "store-1")   # a new store, the same host: the environment is kept
+    st, log, _ = _run(tmp_path, wheel_index, "", extra_record=base, runtime="v2-alpha-tpuv5-lite", job=job)
+    assert st.state.value == "succeeded" and "JAX already installed" in log, log
+
+
+def test_a_keras_job_that_forces_tensorflow_on_a_base_runtime_gets_tensorflow_tpu(tmp_path, wheel_index):
+    from test_tensorflow_install import _run
+    job = make_job(tmp_path / "job", "import os, tensorflow as tf\nprint('KERAS_BACKEND', os.environ['KERAS_BACKEND'],"
+                   " tf.__version__, tf.__distribution__)\n", 'framework = "keras"\nkeras_backend = "tensorflow"\n')
+    st, log, _ = _run(tmp_path, wheel_index, "", job=job)
+    assert st.state.value == "succeeded", log
+    assert "tpuctl: keras backend tensorflow (forced by keras_backend in tpuctl.toml)" in log
+    assert "installing tensorflow-tpu~=2.20.0" in log and "KERAS_BACKEND tensorflow 2.20.0 tensorflow-tpu" in log, log
+    assert "tpuctl: TensorFlow's TPU library: " in log and "installing jax" not in log, log
