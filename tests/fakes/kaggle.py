@@ -377,7 +377,8 @@ class FakeKaggle:
             env["FAKE_TPU_CORES"] = "8"
         proc = subprocess.Popen([python, "-u", str(where / "script.py")], cwd=work, env=env, stdout=log,
                                 stderr=subprocess.STDOUT, start_new_session=True)
-        session = {"dir": where, "proc": proc, "started": time.monotonic(), "status": "RUNNING", "failure": "",
+        session = {"dir": where, "proc": proc, "started": time.monotonic(), "started_at": time.time(),
+                   "status": "RUNNING", "failure": "",
                    "shape": req.machine_shape, "id": next(self._ids)}
         threading.Thread(target=self._supervise, args=(session,), daemon=True).start()
         return session
