@@ -647,8 +647,8 @@ def test_a_tensorflow_job_on_the_tpu_gets_a_tensorflow_that_drives_it(kaggle, cl
     assert "distributions ['tensorflow-cpu', 'tensorflow-tpu']" in out, out
     assert "keras tf_keras 2.19.0" in out and "tpu cores 8" in out
     assert "TensorFlow 2.19.1 sees 8 TPU core(s)" in out
-    assert re.search(r"tpuctl: TensorFlow's TPU library: \S*/tpu-image/lib/python[0-9.]+/site-packages/libtpu/libtpu\.so",
-                     out), out
+    image_libtpu = r"\S*/tpu-image/lib/python[0-9.]+/site-packages/libtpu/libtpu\.so"
+    assert re.search(r"tpuctl: TensorFlow's TPU library: " + image_libtpu, out), out
     assert "cuInit" not in out                             # TensorFlow's start-up noise, filtered as the agent does
     # a TensorFlow that cannot drive the TPU (here: no PJRT library path): one line, and the job never starts
     (job / "tpuctl.toml").write_text((job / "tpuctl.toml").read_text() + '[env]\nTF_PLUGGABLE_DEVICE_LIBRARY_PATH = ""\n')

@@ -52,13 +52,14 @@ def _run(tmp_path, wheel_index, toml_extra, extra_record=None, runtime="v2-alpha
     spec = jobspec.load(str(job))
     run_id = submit_to_store(store, job)
     raw = json.loads(store.read(layout.run_job(run_id)))
-    store.write(layout.run_job(run_id), json.dumps({**raw, "tensorflow": spec.tensorflow, "env": spec.env,
-                                                    "requirements": spec.requirements, "framework": spec.framework.value,
-                                                    "keras_backend": spec.keras_backend}).encode())
+    store.write(layout.run_job(run_id), json.dumps({
+        **raw, "tensorflow": spec.tensorflow, "env": spec.env, "requirements": spec.requirements,
+        "framework": spec.framework.value, "keras_backend": spec.keras_backend}).encode())
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path / "home"), "PIP_NO_INDEX": "1",
            "PIP_FIND_LINKS": wheel_index.url, "TPUCTL_TF_FIND_LINKS": wheel_index.url,
            "PIP_DISABLE_PIP_VERSION_CHECK": "1", "TPUCTL_AGENT_HOME": str(tmp_path / "agent")}
-    agent = subprocess.Popen([str(_bare_host(tmp_path, host_libtpu)), "-m", "tpuctl.agent", "--store", str(tmp_path / "store"),
+    host = _bare_host(tmp_path, host_libtpu)
+    agent = subprocess.Popen([str(host), "-m", "tpuctl.agent", "--store", str(tmp_path / "store"),
                               "--accelerator", "v3-8", "--tpu", "local", "--poll", "0.1"], env=env,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
