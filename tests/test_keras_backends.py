@@ -169,3 +169,10 @@ def test_a_keras_job_that_forces_tensorflow_on_a_base_runtime_gets_tensorflow_tp
     assert "tpuctl: keras backend tensorflow (forced by keras_backend in tpuctl.toml)" in log
     assert "installing tensorflow-tpu~=2.20.0" in log and "KERAS_BACKEND tensorflow 2.20.0 tensorflow-tpu" in log, log
     assert "tpuctl: TensorFlow's TPU library: " in log and "installing jax" not in log, log
+
+
+def test_keras_is_a_jobs_framework_never_a_clusters(cloud, cli):
+    """`up --framework` picks a runtime image; a Keras 3 job runs on either (its backend follows the runtime)."""
+    code, out, err = cli("up", "--type", "v4-8", "--zone", "us-central1-b", "-c", "k", "--framework", "keras")
+    assert code == 2 and "unknown --framework 'keras'" in err and "its backend follows the runtime" in err, err
+    assert "Traceback" not in err
