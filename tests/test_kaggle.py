@@ -667,9 +667,9 @@ def test_a_keras_job_runs_on_the_images_jax_with_nothing_installed(kaggle, cli, 
     code, out, err = cli("submit", str(KERAS_JOB), "-c", "kg")
     assert code == 0, out + err
     first = out.splitlines()[:4]
-    assert any(line.startswith("tpuctl: keras backend jax (Kaggle's images run Keras 3 on JAX") for line in first), out
+    assert any(line.startswith("tpuctl: keras backend jax (Kaggle's TPU image drives the TPU with JAX") for line in first), out
     assert "backend jax KERAS_BACKEND jax" in out and "loss fell" in out, out
-    assert "install" not in out and "TensorFlow" not in out.replace("no TPU TensorFlow", ""), out
+    assert "install" not in out and "TensorFlow" not in out.replace("has no TPU TensorFlow", ""), out
     [session] = [s for k in kaggle.kernels.values() for s in k["versions"]]
     assert not (session["dir"] / "kaggle" / "temp" / "tpuctl" / "envs").exists()   # no environment was made
     first_step = float(re.search(r"first step at ([0-9.]+)", out).group(1))

@@ -53,8 +53,10 @@ def for_host(record: Mapping[str, Any], accelerator: str, tensorflow_imports: bo
 def for_session(platform: str, accelerator: str, tensorflow_imports: bool) -> tuple[str, str]:
     """(backend, why) in a Kaggle session (`platform` "kaggle") or a notebook (host/session.py): JAX, the images'
     own stack, on Kaggle and on Colab's TPU; a plain Jupyter with no TPU is this machine."""
-    if platform == "kaggle":
-        return "jax", "Kaggle's images run Keras 3 on JAX; its TPU image has JAX with libtpu and no TPU TensorFlow"
+    if platform == "kaggle" and accelerator.startswith("kaggle:Tpu"):
+        return "jax", "Kaggle's TPU image drives the TPU with JAX and libtpu, and has no TPU TensorFlow"
+    if platform == "kaggle":   # its GPU and CPU images: JAX as on its TPU, one job the same everywhere on Kaggle
+        return "jax", "on GPUs, Keras 3's JAX backend" if accelerator.startswith("gpu") else "on Kaggle, as on its TPU"
     if accelerator.startswith("v"):
         return "jax", "Colab's TPU runtimes have JAX and no TensorFlow"
     return for_host({}, accelerator, tensorflow_imports)
