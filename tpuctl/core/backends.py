@@ -62,6 +62,16 @@ def for_session(platform: str, accelerator: str, tensorflow_imports: bool) -> tu
     return for_host({}, accelerator, tensorflow_imports)
 
 
+def program_framework(framework: str, env: Mapping[str, str], keras_backend: str, record: Mapping[str, Any]) -> str:
+    """The framework whose slice rules a run keeps (TensorFlow: worker 0 runs it; any other: every host), as the
+    control side works it out from the cluster record: a Keras job's backend's on a TPU slice, as its hosts pick it
+    from the same record (host/kerasbackend.py). Only a TPU slice has more than one host."""
+    if framework != "keras":
+        return framework
+    name = forced(env, keras_backend)[0] or for_host(record, "v", False)[0]
+    return "tensorflow" if name == "tensorflow" else "jax"
+
+
 def line(backend: str, why: str) -> str:
     """The log's line that says which backend runs the job, and why (among its first lines)."""
     return f"tpuctl: keras backend {backend} ({why})"
