@@ -176,3 +176,16 @@ def test_keras_is_a_jobs_framework_never_a_clusters(cloud, cli):
     code, out, err = cli("up", "--type", "v4-8", "--zone", "us-central1-b", "-c", "k", "--framework", "keras")
     assert code == 2 and "unknown --framework 'keras'" in err and "its backend follows the runtime" in err, err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("job_env, key, want", [({}, "", "jax"), ({}, "tensorflow", "tensorflow"),
+                                                ({"KERAS_BACKEND": "torch"}, "", "torch")])
+def test_a_sessions_backend_is_tpuctls_pick_over_the_images_unless_the_job_forces_one(tmp_path, monkeypatch, job_env,
+                                                                                      key, want):
+    from tpuctl.host import session
+    monkeypatch.setenv("KERAS_BACKEND", "tensorflow")   # whatever the image's environment says
+    cfg = {"env": job_env, "keras_backend": key, "framework": "keras", "platform": "kaggle",
+           "accelerator": "kaggle:TpuV5E8", "run_id": "r", "session": 1, "tensorflow": ""}
+    dirs = {k: tmp_path / k for k in ("wheel", "out", "data", "store")}
+    assert session.environment(cfg, dirs, 0.0)["KERAS_BACKEND"] == want
+    assert session.keras_backend(cfg)[0] == want

@@ -185,8 +185,8 @@ def environment(cfg: dict[str, Any], dirs: dict[str, Path], deadline_at: float) 
                TPUCTL_WORKER="0", TPUCTL_NUM_WORKERS="1", PYTHONUNBUFFERED="1", TPUCTL_SESSION_DEADLINE=str(deadline_at),
                PYTHONPATH=os.pathsep.join([wheel] + [p for p in [os.environ.get("PYTHONPATH", "")] if p]))
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")   # `python`: this interpreter
-    if cfg.get("framework") == "keras":
-        env.setdefault(backends.ENV, keras_backend(cfg)[0])   # Keras 3 itself: tf.keras left as TensorFlow has it
+    if cfg.get("framework") == "keras":   # Keras 3 itself: tf.keras left as TensorFlow has it
+        env[backends.ENV] = keras_backend(cfg)[0]   # the job's [env] value, else tpuctl's pick over the image's
     elif not cfg["tensorflow"]:
         prefer_legacy_keras(env)
     return env
@@ -317,9 +317,7 @@ def main(cfg: dict[str, Any]) -> int:
     env = environment(cfg, dirs, deadline_at)
     if cfg.get("framework") == "keras":
         from tpuctl.core import backends
-        name, why = keras_backend(cfg)
-        print(backends.line(env[backends.ENV], why if name == env[backends.ENV] else "forced by the job's env"),
-              flush=True)
+        print(backends.line(*keras_backend(cfg)), flush=True)
     show, end = output_filter(cfg)
     if install(cfg, dirs["code"], temp, env, show) != 0:
         end()
