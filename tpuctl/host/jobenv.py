@@ -17,9 +17,9 @@ Where a Keras 3 job runs on JAX on a TPU VM whose image has no JAX (a base runti
 "Installation" table, in jax 0.10.2's PyPI METADATA; its `tpu` extra requires `libtpu==0.0.42.*` from PyPI, so no
 find-links page is needed any more).
 
-Environments are cached by a hash of the interpreter, the requirements, the constraints and the TensorFlow asked
-for, and marked complete only after pip succeeded, so a re-run (and a rebooted host: the cache is on its disk)
-installs nothing and an install cut short is redone."""
+Environments are cached by a hash of the interpreter, the requirements, the constraints (the TensorFlow asked
+for) and the JAX asked for, and marked complete only after pip succeeded, so a re-run (and a rebooted host: the
+cache is on its disk) installs nothing and an install cut short is redone."""
 from __future__ import annotations
 
 import hashlib
