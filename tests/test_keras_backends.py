@@ -63,8 +63,8 @@ def test_a_job_or_user_forces_it_and_the_slice_rules_follow_the_backend():
     assert kerasbackend.framework(_spec(), TF_VM, "v4-32") == "tensorflow"
     assert kerasbackend.framework(_spec(), BASE_VM, "v5litepod-16") == "jax"
     assert kerasbackend.framework(_spec(framework="tensorflow"), BASE_VM, "v5litepod-16") == "tensorflow"
-    assert kerasbackend.environment(_spec(), "jax") == {"KERAS_BACKEND": "jax"}
-    assert kerasbackend.environment(_spec(env={"KERAS_BACKEND": "torch"}), "torch") == {}
+    assert kerasbackend.environment(_spec(), BASE_VM, "v5litepod-8") == {"KERAS_BACKEND": "jax"}
+    assert kerasbackend.environment(_spec(env={"KERAS_BACKEND": "torch"}), BASE_VM, "v5litepod-8") == {}
 
 
 @pytest.mark.parametrize("toml, words", [

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..core import backends, layout, multislice, runs
+from ..core import layout, multislice, runs
 from ..core.jobspec import DEFAULT_TENSORFLOW
 from ..core.packaging import unpack
 from ..core.runs import RunSpec, RunState, RunStatus
@@ -33,7 +33,7 @@ from .preamble import PreambleFilter
 from .restarts import Decision, backoff, decide, wait_out
 from .rounds import Rounds
 from .supervisor import Supervisor
-from .tpuenv import tpu_environment
+from .tpuenv import pjrt_from_python, tpu_environment
 
 if TYPE_CHECKING:
     from .agent import Agent
@@ -240,33 +240,24 @@ class Attempt:
                 raise RuntimeError("the TPU node's address never appeared in the cluster record")
         return job
 
-    def framework(self, job: RunSpec) -> str:
-        """The framework whose rules the job keeps here: a Keras job's, its backend's (kerasbackend.py)."""
-        return kerasbackend.framework(job, self.a.record, self.a.accelerator)
-
     def tensorflow(self, job: RunSpec) -> str:
         """The TensorFlow this host installs for the job: on a TPU VM whose runtime has none (the cluster record's
         `tensorflow_from` is "pip"), the version the job's tpuctl.toml asked for; else "" (the image's)."""
-        if self.framework(job) != "tensorflow" or self.a.record.get("tensorflow_from") != "pip":
-            return ""
-        return job.tensorflow or DEFAULT_TENSORFLOW
+        on_tf = kerasbackend.framework(job, self.a.record, self.a.accelerator) == "tensorflow"   # Keras: its backend
+        return (job.tensorflow or DEFAULT_TENSORFLOW) if on_tf and self.a.record.get("tensorflow_from") == "pip" else ""
 
     def _script(self, job: RunSpec, tf: str) -> tuple[str, Path | None]:
         """The job's bash script, and its own environment when it needs one (requirements, TensorFlow `tf`, or
         JAX for a Keras job where the image has none); a Keras job's backend said first."""
         a = self.a
-        backend, why = kerasbackend.pick(job, a.record, a.accelerator)
-        script = "set -e\n" + (f"echo {shlex.quote(backends.line(backend, why))}\n" if backend else "")
+        script = "set -e\n" + kerasbackend.said(job, a.record, a.accelerator)
         jax = kerasbackend.jax_to_install(job, a.record, a.accelerator)
         env_dir = None
         if job.requirements or tf or jax:
-            # a pip-installed TensorFlow on one host loads the libtpu Python finds (tpuenv.py), unless the job says
-            libtpu = bool(tf) and int(a.record.get("hosts") or 1) == 1 and \
-                "TF_PLUGGABLE_DEVICE_LIBRARY_PATH" not in job.env
-            env_dir, make = jobenv.plan(a.home, self.code_dir, job.requirements, self.work, tf, jax, libtpu)
+            env_dir, make = jobenv.plan(a.home, self.code_dir, job.requirements, self.work, tf, jax,
+                                        pjrt_from_python(tf, a.record, job.env))
             script += make
-        if tf and env_dir and podruntime.applies(self.a.record, self.framework(job)):
-            a = self.a
+        if tf and env_dir and podruntime.applies(a.record, kerasbackend.framework(job, a.record, a.accelerator)):
             script += shlex.join(podruntime.command(a.store.uri, self.run_id, self.attempt, a.workers, a.host,
                                                     str(env_dir / "bin" / "python"))) + "\n"
         # As written, through bash: `prepare && train`, `cd sub && ...`, `VAR=1 python ...` all work; arguments
@@ -285,9 +276,9 @@ class Attempt:
         # where libtpu comes with the TensorFlow installed for the job; the script then points at the libtpu Python
         # actually finds (jobenv.pjrt_library: the image's, when one outside the environment satisfied pip)
         libtpu = str(jobenv.purelib(env_dir) / "libtpu" / "libtpu.so") if tf and env_dir else ""
-        backend = kerasbackend.pick(job, a.record, a.accelerator)[0]
-        framework_env = tpu_environment(self.framework(job), a.record, a.accelerator, libtpu)
-        framework_env.update(kerasbackend.environment(job, backend))
+        framework_env = tpu_environment(kerasbackend.framework(job, a.record, a.accelerator), a.record, a.accelerator,
+                                        libtpu)
+        framework_env.update(kerasbackend.environment(job, a.record, a.accelerator))
         framework_env.update(multislice.environment(a.record, a.slice))
         env.update(TPUCTL_RUN_ID=run_id, TPUCTL_STORE=a.store.uri, TPUCTL_DATA_DIR=data, TPUCTL_OUTPUT_DIR=out,
                    TPUCTL_ACCELERATOR=a.accelerator, TPUCTL_TPU=framework_env.get("TPU_NAME", a.tpu_address()),
@@ -295,15 +286,10 @@ class Attempt:
         for k, v in framework_env.items():
             if k not in job.env:   # a job's own value wins
                 env[k] = v
-        if job.framework == "keras":
-            return self._path(env)   # Keras 3 itself: tf.keras left as TensorFlow makes it
-        if tf:
-            env.setdefault("TF_USE_LEGACY_KERAS", "1")   # tf-keras was installed beside it (Google's harness sets it too)
-        prefer_legacy_keras(env)
-        return self._path(env)
-
-    @staticmethod
-    def _path(env: dict[str, str]) -> dict[str, str]:
+        if job.framework != "keras":   # a Keras 3 job: tf.keras left as TensorFlow makes it
+            if tf:
+                env.setdefault("TF_USE_LEGACY_KERAS", "1")   # tf-keras was installed beside it (as Google's harness)
+            prefer_legacy_keras(env)
         # `python` in a job's command means the agent's own interpreter (its venv has the agent's packages).
         env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
         return env

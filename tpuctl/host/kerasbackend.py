@@ -4,6 +4,7 @@ installs for it, and the job's environment."""
 from __future__ import annotations
 
 import importlib.util
+import shlex
 from typing import Any, Mapping
 
 from ..core import backends
@@ -38,6 +39,13 @@ def jax_to_install(job: RunSpec, record: Mapping[str, Any], accelerator: str) ->
     return JAX_TPU
 
 
-def environment(job: RunSpec, backend: str) -> dict[str, str]:
+def environment(job: RunSpec, record: Mapping[str, Any], accelerator: str) -> dict[str, str]:
     """KERAS_BACKEND for a Keras job (the job's own [env] value wins: it is the job's env already)."""
+    backend = pick(job, record, accelerator)[0]
     return {backends.ENV: backend} if backend and backends.ENV not in job.env else {}
+
+
+def said(job: RunSpec, record: Mapping[str, Any], accelerator: str) -> str:
+    """bash that says a Keras job's backend and why (the first line of its log), "" for any other job."""
+    backend, why = pick(job, record, accelerator)
+    return f"echo {shlex.quote(backends.line(backend, why))}\n" if backend else ""
