@@ -25,7 +25,7 @@ from ..core.jobspec import DEFAULT_TENSORFLOW
 from ..core.packaging import unpack
 from ..core.runs import RunSpec, RunState, RunStatus
 from ..runtime import prefer_legacy_keras
-from . import heldoutput, jobenv, podruntime, runevents
+from . import heldoutput, jobenv, kerasbackend, podruntime, runevents
 from .halts import Halts
 from .jobprocs import start
 from .logshipper import LogShipper
@@ -33,7 +33,7 @@ from .preamble import PreambleFilter
 from .restarts import Decision, backoff, decide, wait_out
 from .rounds import Rounds
 from .supervisor import Supervisor
-from .tpuenv import tpu_environment
+from .tpuenv import pjrt_from_python, tpu_environment
 
 if TYPE_CHECKING:
     from .agent import Agent
@@ -249,19 +249,21 @@ class Attempt:
     def tensorflow(self, job: RunSpec) -> str:
         """The TensorFlow this host installs for the job: on a TPU VM whose runtime has none (the cluster record's
         `tensorflow_from` is "pip"), the version the job's tpuctl.toml asked for; else "" (the image's)."""
-        if job.framework != "tensorflow" or self.a.record.get("tensorflow_from") != "pip":
-            return ""
-        return job.tensorflow or DEFAULT_TENSORFLOW
+        on_tf = kerasbackend.framework(job, self.a.record, self.a.accelerator) == "tensorflow"   # Keras: its backend
+        return (job.tensorflow or DEFAULT_TENSORFLOW) if on_tf and self.a.record.get("tensorflow_from") == "pip" else ""
 
     def _script(self, job: RunSpec, tf: str) -> tuple[str, Path | None]:
-        """The job's bash script, and its own environment when it needs one (requirements, or TensorFlow `tf`)."""
-        script = "set -e\n"
+        """The job's bash script, and its own environment when it needs one (requirements, TensorFlow `tf`, or
+        JAX for a Keras job where the image has none); a Keras job's backend said first."""
+        a = self.a
+        script = "set -e\n" + kerasbackend.said(job, a.record, a.accelerator)
+        jax = kerasbackend.jax_to_install(job, a.record, a.accelerator)
         env_dir = None
-        if job.requirements or tf:
-            env_dir, make = jobenv.plan(self.a.home, self.code_dir, job.requirements, self.work, tf)
+        if job.requirements or tf or jax:
+            env_dir, make = jobenv.plan(a.home, self.code_dir, job.requirements, self.work, tf, jax,
+                                        pjrt_from_python(tf, a.record, job.env))
             script += make
-        if tf and env_dir and podruntime.applies(self.a.record, job.framework):
-            a = self.a
+        if tf and env_dir and podruntime.applies(a.record, kerasbackend.framework(job, a.record, a.accelerator)):
             script += shlex.join(podruntime.command(a.store.uri, self.run_id, self.attempt, a.workers, a.host,
                                                     str(env_dir / "bin" / "python"))) + "\n"
         # As written, through bash: `prepare && train`, `cd sub && ...`, `VAR=1 python ...` all work; arguments
@@ -277,8 +279,12 @@ class Attempt:
         if not out.startswith("gs://"):
             Path(out).mkdir(parents=True, exist_ok=True)
             Path(data).mkdir(parents=True, exist_ok=True)   # there even when the run has no data
+        # where libtpu comes with the TensorFlow installed for the job; the script then points at the libtpu Python
+        # actually finds (jobenv.pjrt_library: the image's, when one outside the environment satisfied pip)
         libtpu = str(jobenv.purelib(env_dir) / "libtpu" / "libtpu.so") if tf and env_dir else ""
-        framework_env = tpu_environment(job.framework, a.record, a.accelerator, libtpu)
+        framework_env = tpu_environment(kerasbackend.framework(job, a.record, a.accelerator), a.record, a.accelerator,
+                                        libtpu)
+        framework_env.update(kerasbackend.environment(job, a.record, a.accelerator))
         framework_env.update(multislice.environment(a.record, a.slice))
         env.update(TPUCTL_RUN_ID=run_id, TPUCTL_STORE=a.store.uri, TPUCTL_DATA_DIR=data, TPUCTL_OUTPUT_DIR=out,
                    TPUCTL_ACCELERATOR=a.accelerator, TPUCTL_TPU=framework_env.get("TPU_NAME", a.tpu_address()),
@@ -286,9 +292,10 @@ class Attempt:
         for k, v in framework_env.items():
             if k not in job.env:   # a job's own value wins
                 env[k] = v
-        if tf:
-            env.setdefault("TF_USE_LEGACY_KERAS", "1")   # tf-keras was installed beside it (Google's harness sets it too)
-        prefer_legacy_keras(env)
+        if job.framework != "keras":   # a Keras 3 job: tf.keras left as TensorFlow makes it
+            if tf:
+                env.setdefault("TF_USE_LEGACY_KERAS", "1")   # tf-keras was installed beside it (as Google's harness)
+            prefer_legacy_keras(env)
         # `python` in a job's command means the agent's own interpreter (its venv has the agent's packages).
         env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
         return env

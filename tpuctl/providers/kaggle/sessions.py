@@ -91,6 +91,7 @@ class KaggleSessions:
         script = kernel.render(rec["script"], {"run_id": run_id, "digest": rec["dataset"].removeprefix("tpuctl-"),
                                 "previous": bool(previous), "session": n, "command": job.command, "args": job.args,
                                 "env": job.env, "requirements": job.requirements, "framework": job.framework,
+                                "keras_backend": job.keras_backend, "platform": "kaggle",
                                 "tensorflow": kernel.tensorflow_for(job, shape), "accelerator": self.accelerator(st),
                                 "deadline": kernel.session_seconds(shape), "grace": kernel.grace_seconds()})
         # recorded before the push: `down` deletes it even if the answer is lost
