@@ -80,6 +80,15 @@ def cluster_name(flag: Optional[str]) -> str:
     return check_cluster_name(cfg.setting("cluster", flag, "default"))
 
 
+def check_run_ids(*run_ids: Optional[str]) -> None:
+    """A run id given empty or blank is a usage error, never "the latest run": `tpuctl cancel "$RUN"` with RUN unset
+    in a script must not cancel whatever ran last. Checked before the cluster is looked up."""
+    for run_id in run_ids:
+        if run_id is not None and not run_id.strip():
+            raise bad_input(f"empty run id ({run_id!r})", "give a run id (`tpuctl jobs` lists them), or leave it "
+                            "out where the command takes the latest run")
+
+
 def console() -> ModuleType:
     from . import console
     return console
@@ -109,7 +118,7 @@ def interrupt_answered() -> bool:
 
 def declined() -> None:
     console().err.print("nothing changed")
-    raise typer.Exit(ExitCode.ERROR)   # README's exit table: 1 also means "declined"
+    raise typer.Exit(ExitCode.ERROR)   # docs/troubleshooting.md's exit table: 1 also means "declined"
 
 
 def cluster_and_provider(cluster: Optional[str], provider: Optional[str]) -> "tuple[ClusterState, Provider]":

@@ -1,7 +1,7 @@
 """Every key in a cluster's store: the one place the layout is spelled (DESIGN "The store is the control plane").
 
 The CLI, the agent, the providers and the start-up script renderer build keys only through these functions.
-`DESCRIBED` is the layout as README's "The store" section shows it; a test keeps the two equal.
+`DESCRIBED` is the layout as docs/store.md's "Every key in the store" shows it; a test keeps the two equal.
 """
 from __future__ import annotations
 
@@ -31,6 +31,14 @@ BUDGET = "tpuctl/budget.json"
 def agent_package(version: str) -> str:
     """A wheel (agent_package.py says why): its file name must follow PEP 427 for pip to install it."""
     return f"{AGENT_PACKAGE_PREFIX}tpuctl-{version}-py3-none-any.whl"
+
+
+NOTIFY_UNSENT_PREFIX = "tpuctl/notify/unsent/"
+
+
+def notify_unsent(key: str) -> str:
+    """A notification given up on for one URL (notify.py): what, to which host, why; `status` lists them."""
+    return f"{NOTIFY_UNSENT_PREFIX}{key}.json"
 
 
 def notify_event(key: str) -> str:
@@ -177,7 +185,7 @@ def run_id_of(key: str) -> str | None:
     return None
 
 
-# (key as built above with placeholders, who writes it and when), in README order.
+# (key as built above with placeholders, who writes it and when), in the docs' order.
 DESCRIBED = [
     (CLUSTER_RECORD, "written by `up`: what the host agent needs (TPU address, type, runtime)"),
     (STOPPED, "written by the agent that ended the compute itself (autostop, deadline, submit --down): why, when"),
@@ -189,6 +197,7 @@ DESCRIBED = [
     (BUDGET, "written by `up`: the price per hour, the periods the compute existed, the budget (up --budget)"),
     (NOTIFY_TARGETS, "written by `up --notify`: the cluster's notification URLs (secrets)"),
     (notify_event("KEY"), "one per notification, written before it is sent (so it is sent once)"),
+    (notify_unsent("KEY-URLHASH"), "a notification given up on for one URL: event, host, error (status)"),
     (agent_package("VERSION"), "the agent package the hosts install, built from the CLI that ran `up`"),
     (watcher_package("VERSION"), "the recovery watcher VM's package (up --recover --watcher vm)"),
     (boot_log("HOST"), "each host's start-up script log"),
@@ -227,6 +236,6 @@ DESCRIBED = [
 
 
 def describe() -> str:
-    """The layout as README shows it."""
+    """The layout as docs/store.md shows it."""
     width = max(len(k) for k, _ in DESCRIBED)
     return "\n".join(f"{k:<{width}}  {what}" for k, what in DESCRIBED)
