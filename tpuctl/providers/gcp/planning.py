@@ -18,6 +18,11 @@ from . import clients, project
 def make_spec(name: str, flags: UpFlags) -> ClusterSpec:
     if not flags.tpu_type:
         raise bad_input("--type is required", "for example: tpuctl up --type v3-8 --zone us-central1-b")
+    gke_only = [f for f, v in (("--gke-cluster", flags.gke_cluster), ("--image", flags.image),
+                               ("--reservation", flags.reservation)) if v]
+    if gke_only:
+        raise bad_input(f"{', '.join(gke_only)} apply to --provider gke only",
+                        "a TPU VM runs the job on its own host: drop them, or add --provider gke")
     t = tpu_type(flags.tpu_type)
     try:
         arch = Arch(flags.arch or Arch.VM.value)
@@ -27,8 +32,11 @@ def make_spec(name: str, flags: UpFlags) -> ClusterSpec:
         raise bad_input(f"TPU Nodes (--arch node) were never offered for {t.family}", "use --arch vm")
     try:
         framework = Framework(flags.framework or Framework.TENSORFLOW.value)
+        if framework is Framework.KERAS:
+            raise ValueError(framework)
     except ValueError:
-        raise bad_input(f"unknown --framework {flags.framework!r}", "use tensorflow (default), jax or pytorch")
+        raise bad_input(f"unknown --framework {flags.framework!r}", "use tensorflow (default), jax or pytorch "
+                        "(a Keras 3 job runs on either image: its backend follows the runtime)")
     if arch is Arch.NODE and framework is not Framework.TENSORFLOW:
         raise bad_input("a TPU Node (--arch node) runs TensorFlow only", "use --arch vm for jax or pytorch")
     zones = [z.strip() for item in flags.zones for z in item.split(",") if z.strip()]
