@@ -8,8 +8,8 @@ on one machine. So a test must:
   path, the home directory, or a name in /tmp two runs would share;
 - set environment variables with monkeypatch, and make every wait short through its environment variable;
 - build what many tests share once per process (a session fixture: the fakes, the wheel index), never rely on
-  another test having run first or in the same process; a module fixture that is costly to make belongs with its
-  tests in one xdist_group (test_bert.py), so only one worker makes it.
+  another test having run first or in the same process (a module fixture is made once per worker that runs one
+  of its tests; mark tests with pytest.mark.xdist_group only where they must share one process).
 """
 import atexit
 import logging

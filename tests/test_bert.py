@@ -18,10 +18,6 @@ sys.path.insert(0, str(JOB))
 import corpus  # noqa: E402
 import prepare  # noqa: E402
 
-# One worker runs this file under pytest-xdist: its corpus and preparation (module fixtures) are made once, not once
-# per worker that a test of it lands on.
-pytestmark = pytest.mark.xdist_group("bert")
-
 PREP_ARGS = ["--vocab-size", "3000", "--max-seq-length", "64", "--max-predictions-per-seq", "10",
              "--masked-lm-prob", "0.15", "--seed", "7", "--chunk-mb", "0.25"]
 
