@@ -14,7 +14,7 @@ import typer
 
 from .. import __version__
 from .common import (CLUSTER, PROJECT, PROVIDER, app, cluster_and_provider, cluster_name, console, declined,
-                     interactive, settings, interrupt_answered)
+                     forget_said, interactive, settings, interrupt_answered)
 from ..core.errors import ErrorKind, ExitCode, TpuctlError, bad_input
 
 if TYPE_CHECKING:
@@ -63,7 +63,7 @@ def up(
     from ..providers.base import UpFlags
     from ..core import state
     con = console()
-    prior = state.load(cluster_name(cluster))   # `up -c NAME` again: the provider it was made with, unless given
+    prior = state.load(cluster_name(cluster, pick=False))   # `up -c NAME` again: the provider it was made with, unless given
     prov = registry.get(settings().provider(provider or (prior.spec.provider.value if prior else None)))
     flags = UpFlags(tpu_type=type_, zones=zone, project=project, arch=arch,
                     runtime=runtime, spot=spot, service_account=service_account, bucket=bucket, vm_type=vm_type,
@@ -71,7 +71,7 @@ def up(
                     slices=slices, network=network, subnetwork=subnetwork)
     if prior and prior.spec.provider is prov.name:
         flags.remember(prior.spec)
-    spec = prov.make_spec(cluster_name(cluster), flags)
+    spec = prov.make_spec(cluster_name(cluster, pick=False), flags)
     _lifecycle(spec, autostop, max_duration)
     from .recovery import ON_VM, RecoverFlags, arm as arm_recovery
     recovery = RecoverFlags.parse(recover, max_recoveries, recover_for, watcher)
@@ -296,8 +296,11 @@ def _usage_error(e: BaseException) -> None:
         sys.exit(ExitCode.OK)
     ctx = getattr(e, "ctx", None)
     where = getattr(ctx, "command_path", "") or "tpuctl"
-    console().print_error(message.strip().splitlines()[0] if message.strip() else "bad usage",
-                           f"`{where} --help` lists {'its options' if ' ' in where else 'the commands'}")
+    from .common import PassOnCommand, pass_on_hint
+    command = getattr(ctx, "command", None)
+    hint = (pass_on_hint(command, where) if isinstance(command, PassOnCommand) else
+            f"`{where} --help` lists {'its options' if ' ' in where else 'the commands'}")
+    console().print_error(message.strip().splitlines()[0] if message.strip() else "bad usage", hint)
     sys.exit(int(getattr(e, "exit_code")))
 
 
@@ -305,6 +308,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     # State, the debug log, the local store and what the local agent unpacks may hold a job's [env] secrets:
     # everything tpuctl creates is private to its user (dirs 0700, files 0600).
     os.umask(0o077)
+    forget_said()
     try:
         rc = app(args=argv, standalone_mode=False, prog_name="tpuctl")  # a typer.Exit comes back as its code
         if not interrupt_answered() and rc == ExitCode.INTERRUPTED:   # typer's answer to Ctrl-C: Exit(130), silent

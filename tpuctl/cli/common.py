@@ -8,6 +8,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Optional
 
 import typer
+from typer.core import TyperCommand
 
 from .. import __version__
 from ..core.errors import ExitCode, bad_input
@@ -21,13 +22,41 @@ app = typer.Typer(add_completion=True, no_args_is_help=True, pretty_exceptions_e
                   context_settings={"help_option_names": ["-h", "--help"]})
 
 
+class PassOnCommand(TyperCommand):
+    """A command whose trailing arguments belong to something else (the job's command, a remote shell): they go
+    after `--` and only there. Everything before `--` is tpuctl's own, so an option it does not know is refused by
+    the parser (exit 2) instead of being handed on: `submit JOB --max-restart 1` once ran the job with
+    `['--max-restart', '1']` and exit 0. `passes_on` names what the arguments go to, for the usage error's hint."""
+
+    passes_on = "the job"
+    example = "-- --epochs 3"
+
+    def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:  # type: ignore[override]  # typer's click Context
+        mine, theirs = (args[:args.index("--")], args[args.index("--") + 1:]) if "--" in args else (args, [])
+        super().parse_args(ctx, mine)   # no extra arguments allowed before `--`: the parser's one line, exit 2
+        ctx.args = theirs
+        return theirs
+
+
+class ShellCommand(PassOnCommand):
+    passes_on = "the command to run there"
+    example = "-- ls /tmp"
+
+
+def pass_on_hint(command: object, where: str) -> str:
+    """The usage error's hint for a command that passes arguments on: where those arguments go."""
+    return (f"arguments for {getattr(command, 'passes_on')} go after `--` ({where} ... {getattr(command, 'example')}); "
+            f"`{where} --help` lists its own options")
+
+
 def _cluster_names(incomplete: str) -> list[str]:
     """Shell completion of -c: the clusters in local state (file names only: nothing is parsed or asked)."""
     from ..core.state import cluster_names
     return [n for n in cluster_names() if n.startswith(incomplete)]
 
 
-CLUSTER = typer.Option(None, "--cluster", "-c", help="Cluster name (default: 'default').",
+CLUSTER = typer.Option(None, "--cluster", "-c", help="Cluster name (default: the config's, else 'default' or the "
+                       "only one there is).",
                        autocompletion=_cluster_names)
 PROVIDER = typer.Option(None, "--provider", help="gcp (default), local or kaggle; also TPUCTL_PROVIDER.")
 PROJECT = typer.Option(None, "--project", help="Google Cloud project id.")
@@ -50,12 +79,39 @@ def settings() -> ModuleType:
     return config
 
 
-def cluster_name(flag: Optional[str]) -> str:
+def cluster_name(flag: Optional[str], pick: bool = True) -> str:
+    """-c, else the `cluster` setting (TPUCTL_CLUSTER, the config file), else, when `pick`, the cluster there is:
+    `default` if it exists, else the only one (said on stderr, once), else the one line listing them. `up` does not
+    pick: without -c it makes (or re-makes) `default`."""
     from ..core.models import check_cluster_name
     if flag == "":
         raise bad_input("empty cluster name (-c \"\")", "drop -c to use the cluster 'default', or name one: -c bert")
-    cfg = settings()
-    return check_cluster_name(cfg.setting("cluster", flag, "default"))
+    name = settings().setting("cluster", flag, None)
+    return check_cluster_name(name if name is not None else _the_cluster() if pick else "default")
+
+
+_said: set[str] = set()
+
+
+def _the_cluster() -> str:
+    from ..core.state import cluster_names
+    names = cluster_names()
+    if not names or "default" in names:
+        return "default"   # none: `no cluster named 'default'`, whose hint says how to make one
+    if len(names) > 1:
+        raise bad_input(f"no -c, and {len(names)} clusters here: {', '.join(names)}",
+                        f"name one (-c {names[0]}), or set one for every command: TPUCTL_CLUSTER={names[0]} or "
+                        "`cluster = \"NAME\"` in ~/.config/tpuctl/config.toml")
+    if names[0] not in _said:
+        _said.add(names[0])
+        console().err.print(f"using cluster {names[0]}, the only one here (-c NAME picks another)", style="dim",
+                            markup=False)
+    return names[0]
+
+
+def forget_said() -> None:
+    """A new command in the same process (the tests' in-process CLI) says which cluster it uses again."""
+    _said.clear()
 
 
 def console() -> ModuleType:

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, List, Optional
 
 import typer
 
-from .common import (CLUSTER, PROVIDER, app, check_worker, cluster_and_provider, cluster_name, console,
-                     interrupted)
+from .common import (CLUSTER, PROVIDER, PassOnCommand, ShellCommand, app, check_worker, cluster_and_provider,
+                     cluster_name, console, interrupted)
 from ..core.errors import ErrorKind, ExitCode, TpuctlError, bad_input
 
 if TYPE_CHECKING:
@@ -65,7 +65,7 @@ def follow_run(store: "BlobStore", run_id: str, st0: "ClusterState", prov: "Prov
     return int(ExitCode.OK)
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+@app.command(cls=PassOnCommand)
 def submit(ctx: typer.Context,
            job_dir: str = typer.Argument(..., help="Directory holding tpuctl.toml."),
            cluster: Optional[str] = CLUSTER,
@@ -178,7 +178,7 @@ def _submit_preview(job: "JobSpec", cluster: Optional[str], provider: Optional[s
     con.err.print("dry run: nothing was uploaded or run")
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+@app.command(cls=ShellCommand)
 def ssh(ctx: typer.Context, cluster: Optional[str] = CLUSTER,
         worker: int = typer.Option(0, "--worker", help="Worker of a multi-host slice."),
         provider: Optional[str] = PROVIDER) -> None:
@@ -199,7 +199,7 @@ def ssh(ctx: typer.Context, cluster: Optional[str] = CLUSTER,
     raise typer.Exit(subprocess.call(argv))
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+@app.command(cls=PassOnCommand)
 def notebook(ctx: typer.Context, job_dir: str = typer.Argument(..., help="Directory holding tpuctl.toml."),
              output: Optional[str] = typer.Option(None, "--output", "-o", help="Notebook file (default: JOB.ipynb)."),
              data: List[str] = typer.Option([], "--data", help="Extra data path to carry (repeatable)."),

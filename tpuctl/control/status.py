@@ -15,8 +15,10 @@ from ..providers.base import Provider
 def load(name: str) -> ClusterState:
     st = state.load(name)
     if st is None:
-        raise TpuctlError(ErrorKind.NOT_FOUND, f"no cluster named {name!r}",
-                          "`tpuctl ls` lists clusters; `tpuctl up -c NAME ...` makes one")
+        names = state.cluster_names()
+        raise TpuctlError(ErrorKind.NOT_FOUND, f"no cluster named {name!r} " + (
+            f"(clusters here: {', '.join(names)})" if names else "(none made yet on this machine)"),
+            (f"-c {names[0]} to use it; " if len(names) == 1 else "") + state.how_to_make(name))
     return st
 
 
