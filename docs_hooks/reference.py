@@ -49,10 +49,9 @@ def _params(cmd: Any, ctx: Any) -> list[str]:
 
 
 def markdown() -> str:
-    import typer.main   # imported here, so that loading the hook costs nothing until a build
-
-    from tpuctl.cli import app   # the entry point's module registers every command
-    root = typer.main.get_command(app)
+    from tpuctl.cli import clusters   # noqa: F401  (the entry point's module registers every command)
+    from tpuctl.cli.common import command
+    root = command()   # what `tpuctl --help` prints from
     ctx = root.context_class(root, info_name="tpuctl", **root.context_settings)
     out = ["# Command reference", "",
            "Generated from the CLI itself (`docs_hooks/reference.py` walks the commands `tpuctl --help` lists), "

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, List, Optional
 import typer
 
 from .. import __version__
-from .common import (CLUSTER, PROJECT, PROVIDER, app, cluster_and_provider, cluster_name, console, declined,
+from .common import (CLUSTER, PROJECT, PROVIDER, app, cluster_and_provider, cluster_name, command, console, declined,
                      forget_said, interactive, settings, interrupt_answered)
 from ..core.errors import ErrorKind, ExitCode, TpuctlError, bad_input
 
@@ -63,7 +63,8 @@ def up(
     from ..providers.base import UpFlags
     from ..core import state
     con = console()
-    prior = state.load(cluster_name(cluster, pick=False))   # `up -c NAME` again: the provider it was made with, unless given
+    # `up -c NAME` again: the provider it was made with, unless given
+    prior = state.load(cluster_name(cluster, pick=False))
     prov = registry.get(settings().provider(provider or (prior.spec.provider.value if prior else None)))
     flags = UpFlags(tpu_type=type_, zones=zone, project=project, arch=arch,
                     runtime=runtime, spot=spot, service_account=service_account, bucket=bucket, vm_type=vm_type,
@@ -310,7 +311,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     os.umask(0o077)
     forget_said()
     try:
-        rc = app(args=argv, standalone_mode=False, prog_name="tpuctl")  # a typer.Exit comes back as its code
+        rc = command().main(args=argv, standalone_mode=False, prog_name="tpuctl")  # a typer.Exit comes back as its code
         if not interrupt_answered() and rc == ExitCode.INTERRUPTED:   # typer's answer to Ctrl-C: Exit(130), silent
             console().print_error("interrupted", "what the command was doing stopped part way; run it again to "
                                   "finish (tpuctl's commands converge)")
