@@ -132,15 +132,17 @@ def status(cluster: Optional[str] = CLUSTER,
     if as_json:
         con.print_json(info)
         return
+    # `v is False`, not `v in (False, ...)`: 0.0 == False, and $0.00 spent is a figure to show (issue 40)
     rows = [[k, "yes" if v is True else str(v)] for k, v in info.items()
-            if k not in ("grants", "resources", "problem", "fix", "recoveries") and v not in ("", None, False)]
+            if k not in ("grants", "resources", "problem", "fix", "recoveries") and v is not False
+            and v not in ("", None)]
     rows += [[f"recovery {i}", r] for i, r in enumerate(info.get("recoveries", []), 1)]
     for kind, res in info["resources"].items():
         if kind in ("boot_logs", "workers"):
             for host, line in res.items():
                 rows.append([f"{'boot' if kind == 'boot_logs' else 'agent'} {host}", line])
             continue
-        rows.append([kind, " ".join(f"{k}={v}" for k, v in res.items() if v not in ("", None))])
+        _resource_row(rows, kind, res)
     for g in info["grants"]:
         rows.append(["grant", g])
     con.print_table(["field", "value"], rows)
@@ -148,6 +150,17 @@ def status(cluster: Optional[str] = CLUSTER,
         con.err.print(f"[bold red]! {info['problem']}[/]")
     if info["fix"]:
         con.err.print(f"[dim]fix:[/] {info['fix']}" if info["problem"] else f"[dim]{info['fix']}[/]")
+
+
+def _resource_row(rows: list[list[str]], kind: str, res: dict[str, Any]) -> None:
+    """A resource's row, or, when a row of that name is there already (the local store: its path, then its
+    state), what the resource adds to that row: one row per name."""
+    mine = next((r for r in rows if r[0] == kind), None)
+    fields = [f"{k}={v}" for k, v in res.items() if v not in ("", None) and (mine is None or str(v) != mine[1])]
+    if mine is None:
+        rows.append([kind, " ".join(fields)])
+    elif fields:
+        mine[1] += f" ({' '.join(fields)})"
 
 
 @app.command("ls")

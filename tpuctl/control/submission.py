@@ -13,6 +13,7 @@ from pathlib import Path
 from ..core import datasync, goodput, interrupts, layout, metrics, notify, orphans, packaging, runindex, runs
 from ..core.errors import ErrorKind, TpuctlError, bad_input
 from ..core.jobspec import JobSpec
+from ..core.sizes import human_bytes
 from ..core.models import ClusterState, Framework, Phase
 from . import armed
 from ..providers.base import Provider, Reporter
@@ -60,7 +61,7 @@ def submit(st: ClusterState, provider: Provider, job: JobSpec, args: list[str], 
     store = provider.store(st)
     unpacked = packaging.size(job.root, job.data)
     if unpacked > warn_package_bytes():
-        reporter.warn(f"the job directory holds {unpacked / 1e6:.0f} MB besides its data: it is packed and uploaded "
+        reporter.warn(f"the job directory holds {human_bytes(unpacked)} besides its data: it is packed and uploaded "
                       "as code; list large inputs under `data` in tpuctl.toml (synced once, skipped when unchanged)")
     with tempfile.TemporaryDirectory() as tmp:
         pkg = Path(tmp) / "job.tar.gz"
@@ -68,7 +69,7 @@ def submit(st: ClusterState, provider: Provider, job: JobSpec, args: list[str], 
         pkg_key = layout.job_package(sha)
         if pkg_key not in store.stats(pkg_key):
             store.upload_file(str(pkg), pkg_key, lambda n: None)   # content-addressed: a rewrite is harmless
-            reporter.resource("package", sha[:12], f"uploaded {pkg.stat().st_size / 1024:.1f} KiB", final=True)
+            reporter.resource("package", sha[:12], f"uploaded {human_bytes(pkg.stat().st_size)}", final=True)
         else:
             reporter.resource("package", sha[:12], "unchanged", final=True)
     run_id = runs.new_id()
@@ -78,7 +79,7 @@ def submit(st: ClusterState, provider: Provider, job: JobSpec, args: list[str], 
     except datasync.Interrupted as e:
         raise TpuctlError(ErrorKind.INTERRUPTED, f"submit stopped while sending data: run {run_id} was never "
                           f"submitted and keeps no data; {e.stored} of {e.missing} new data contents "
-                          f"({e.bytes_sent / 1e6:.1f} MB) reached the store and stay there (no submit sends them "
+                          f"({human_bytes(e.bytes_sent)}) reached the store and stay there (no submit sends them "
                           "again)", "submit again to send the rest and run it") from None
     except KeyboardInterrupt:
         raise TpuctlError(ErrorKind.INTERRUPTED, f"submit stopped before run {run_id} was written: nothing of it is "
@@ -107,7 +108,7 @@ def _write_run(store: BlobStore, st: ClusterState, job: JobSpec, args: list[str]
         synced = datasync.sync(store, job.data, job.data_as, run_id, transfer) if job.data else {}
         if synced:
             reporter.resource("data", layout.run_data(run_id), f"{synced['uploaded']} of {synced['files']} files "
-                              f"sent ({synced['bytes_sent'] / 1e6:.1f} MB; {synced['bytes_skipped'] / 1e6:.1f} MB "
+                              f"sent ({human_bytes(synced['bytes_sent'])}; {human_bytes(synced['bytes_skipped'])} "
                               "unchanged)", final=True)
         spec = RunSpec(id=run_id, name=job.name, command=job.command, args=list(args), env=job.env, package=sha,
                        requirements=job.requirements, submitted=time.time(), cluster=st.name,
