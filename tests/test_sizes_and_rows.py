@@ -55,3 +55,16 @@ def test_status_rows_are_unique_and_show_spent_and_left(local_up, cli, monkeypat
     assert len(names) == len(set(names)), out
     assert {"cost_so_far_usd", "spent_usd", "left_usd", "budget_usd"} <= set(names), out
     assert "state=READY" in next(line for line in out.splitlines() if line.startswith("store"))
+
+
+def test_hashing_shows_progress_once_and_only_where_it_takes_time(local_up, cli, tmp_path, monkeypatch):
+    local_up("hash")
+    job = _job_with_data(tmp_path)
+    code, out, err = cli("submit", str(job), "-c", "hash")
+    assert code == 0 and "data: hashing" not in err      # 1 MB: under TPUCTL_HASH_PROGRESS_BYTES (8 MB)
+    (job / "big.bin").write_bytes(os.urandom(1_000_000))
+    monkeypatch.setenv("TPUCTL_HASH_PROGRESS_BYTES", "500000")
+    code, out, err = cli("submit", str(job), "-c", "hash")
+    assert code == 0 and "data: hashing 1.0 MB" in err
+    code, out, err = cli("submit", str(job), "-c", "hash")
+    assert code == 0 and "data: hashing" not in err      # hashed before: the md5 cache answers

@@ -105,7 +105,8 @@ def _write_run(store: BlobStore, st: ClusterState, job: JobSpec, args: list[str]
     if job.data:
         orphans.begin(store, run_id)
     try:
-        synced = datasync.sync(store, job.data, job.data_as, run_id, transfer) if job.data else {}
+        synced = datasync.sync(store, job.data, job.data_as, run_id, transfer,
+                                lambda total: reporter.transfer(total, "hash")) if job.data else {}
         if synced:
             reporter.resource("data", layout.run_data(run_id), f"{synced['uploaded']} of {synced['files']} files "
                               f"sent ({human_bytes(synced['bytes_sent'])}; {human_bytes(synced['bytes_skipped'])} "
