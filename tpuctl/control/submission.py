@@ -285,5 +285,5 @@ def cancel(store: BlobStore, run_id: str) -> str:
     st = runs.status(store, run_id)
     if st.state.final:
         raise TpuctlError(ErrorKind.INPUT, f"run {run_id} already {st.state.value}", "nothing to cancel")
-    store.write(layout.run_cancel(run_id), json.dumps({"time": time.time()}).encode())
+    store.write(layout.run_cancel(run_id), runs.cancel_request(time.time()))
     return run_id

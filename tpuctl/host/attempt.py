@@ -137,6 +137,7 @@ class Attempt:
 
     def _end(self, shipper: LogShipper, state: RunState, rc: int, cancelled: bool, why: str = "") -> int:
         """The run's end on this host: its output shipped, its final status, its event."""
+        why = why or (runs.cancelled_by(self.a.store, self.run_id) if cancelled else "")
         if why:
             shipper.note(why, fresh_line=True)
         shipper.settle(self.a.stop, lambda note: self.status(RunState.RUNNING, note=note))
