@@ -384,3 +384,10 @@ def test_the_watcher_does_not_bring_back_a_cluster_whose_budget_is_spent(cloud, 
     info = json.loads(cli("status", "-c", "pw", "--json")[1])
     assert info["phase"] == "stopped" and info["stopped"].startswith("budget") and "not brought back" in \
         info["recovery"]
+
+
+def test_the_text_rounds_its_figures_and_the_object_keeps_them():
+    """Issue 40: the text carried the loss as 7.509448051452637."""
+    from tpuctl.core.notify import text_of
+    text = text_of("run.finished", "bert", "r1", {"exit_code": 0, "loss": 7.509448051452637, "duration_s": 5400.3})
+    assert "loss 7.5094" in text and "7.50944805" not in text and "duration_s 5400.3" in text and "exit_code 0" in text
