@@ -89,3 +89,11 @@ def test_the_hint_names_the_provider_the_user_works_with(local_up, cli, tmp_path
     assert "--zone" not in err
     code, out, err = cli("up", "-c", "fresh")
     assert code == 2 and "tpuctl up --provider local -c fresh" in err and "v3-8" not in err
+
+
+def test_a_dry_run_needs_no_cluster_even_among_several(local_up, cli, tmp_path):
+    local_up("one")
+    local_up("two")
+    code, out, err = cli("submit", str(make_job(tmp_path, ENV_JOB)), "--dry-run")
+    assert code == 0, err
+    assert "no cluster to compare with" in out

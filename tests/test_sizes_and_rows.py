@@ -68,3 +68,10 @@ def test_hashing_shows_progress_once_and_only_where_it_takes_time(local_up, cli,
     assert code == 0 and "data: hashing 1.0 MB" in err
     code, out, err = cli("submit", str(job), "-c", "hash")
     assert code == 0 and "data: hashing" not in err      # hashed before: the md5 cache answers
+
+
+def test_a_dry_run_shows_its_hashing_too(local_up, cli, tmp_path, monkeypatch):
+    local_up("dryhash")
+    monkeypatch.setenv("TPUCTL_HASH_PROGRESS_BYTES", "500000")
+    code, out, err = cli("submit", str(_job_with_data(tmp_path)), "-c", "dryhash", "--dry-run")
+    assert code == 0 and "data: hashing 1.0 MB" in err

@@ -149,14 +149,19 @@ def _submit_preview(job: "JobSpec", cluster: Optional[str], provider: Optional[s
     from ..core import state
     from ..control import submission
     con = console()
-    st = state.load(cluster_name(cluster))
+    try:
+        name: Optional[str] = cluster_name(cluster)
+    except TpuctlError:   # several clusters and none named: a dry run needs none (everything is counted)
+        name = None
+    st = state.load(name) if name else None
     store = None
     if st is not None:
         try:
             store = cluster_and_provider(cluster, provider)[1].store(st)
         except TpuctlError as e:   # no credentials, say: still show what is known offline
             con.err.print(f"[yellow]! cannot compare with cluster {st.name}'s store: {e.message}[/]")
-    p = submission.preview(job, store)
+    with con.Reporter() as rep:
+        p = submission.preview(job, store, lambda total: rep.transfer(total, "hash"))
     human = con.human_bytes
     print(f"job      {job.name}: {job.command}")
     if job.tensorflow:

@@ -151,7 +151,7 @@ class Preview:
         return sum(size for _, _, size in self.data)
 
 
-def preview(job: JobSpec, store: BlobStore | None) -> Preview:
+def preview(job: JobSpec, store: BlobStore | None, hashing: datasync.Transfer | None = None) -> Preview:
     """What `submit` would send, without a run: the package (built here, so its size and hash are exact) and each
     data file with where the job sees it; with a store, what of it the store already holds."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -159,7 +159,7 @@ def preview(job: JobSpec, store: BlobStore | None) -> Preview:
         sha = packaging.build_file(job.root, job.data, pkg)
         packed = pkg.stat().st_size
     files = datasync.plan(job.data, job.data_as)
-    by_md5 = datasync.contents(files)
+    by_md5 = datasync.contents(files, hashing)
     have = datasync.stored(store) if store is not None else set()
     pkg_new = store is None or layout.job_package(sha) not in store.stats(layout.job_package(sha))
     new = [md5 for md5 in by_md5 if md5 not in have]
