@@ -310,7 +310,7 @@ def _usage_error(e: BaseException) -> None:
         sys.exit(ExitCode.OK)
     ctx = getattr(e, "ctx", None)
     where = getattr(ctx, "command_path", "") or "tpuctl"
-    from .common import PassOnCommand, pass_on_hint
+    from .parsing import PassOnCommand, pass_on_hint
     command = getattr(ctx, "command", None)
     hint = (pass_on_hint(command, where) if isinstance(command, PassOnCommand) else
             f"`{where} --help` lists {'its options' if ' ' in where else 'the commands'}")

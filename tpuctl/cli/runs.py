@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING, List, Optional
 
 import typer
 
-from .common import (CLUSTER, PROVIDER, PassOnCommand, ShellCommand, app, check_worker, cluster_and_provider,
-                     cluster_name, console, interrupted)
+from .common import (CLUSTER, PROVIDER, app, check_worker, cluster_and_provider, cluster_name, console,
+                     interrupted)
+from .parsing import PassOnCommand, ShellCommand
 from ..core.errors import ErrorKind, ExitCode, TpuctlError, bad_input
 
 if TYPE_CHECKING:
