@@ -7,7 +7,6 @@ its help text, its usage line and each parameter's help record: the very strings
 """
 from __future__ import annotations
 
-import re
 from typing import Any, Iterator
 
 MARKER = "<!-- generated: the command reference -->"
@@ -68,10 +67,9 @@ def markdown() -> str:
 
 
 def on_page_markdown(text: str, page: Any, **_: Any) -> str:
-    """MkDocs hook: the reference page's marker becomes the generated reference."""
-    if MARKER in text:
-        return text.replace(MARKER, re.sub(r"^# Command reference\n", "", markdown()))
-    return text
+    """MkDocs hook: the reference page (the one holding the marker) becomes the generated reference; its note for
+    readers on GitHub, where nothing is generated, goes."""
+    return markdown() if MARKER in text else text
 
 
 if __name__ == "__main__":
