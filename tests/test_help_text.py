@@ -7,7 +7,7 @@ from tests.helptext import command_paths, help_of
 
 def test_the_summary_names_every_provider_and_framework(env, cli):
     text = " ".join(help_of(cli).split())
-    for word in ("TensorFlow", "JAX", "PyTorch", "Google Cloud (gcp)", "Kaggle (kaggle)", "Colab",
+    for word in ("TensorFlow", "JAX", "PyTorch", "Google Cloud (gcp)", "GKE (gke)", "Kaggle (kaggle)", "Colab",
                  "this machine (local)"):
         assert word in text, word
 

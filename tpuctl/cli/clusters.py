@@ -46,8 +46,13 @@ def up(
     valid_until: Optional[str] = typer.Option(None, "--valid-until",
                                               help="How long a --queued request may wait (2h, 1d) before it expires."),
     flex_start: bool = typer.Option(False, "--flex-start", help="Flex-start queued request (not available yet)."),
-    slices: Optional[int] = typer.Option(None, "--slices", help="Multislice: N slices of --type (v4 or newer) in one "
-                                         "queued request, one run across them (JAX, PyTorch)."),
+    slices: Optional[int] = typer.Option(None, "--slices", help="Multislice: N slices of --type (v4 or newer), one "
+                                         "run across them (JAX, PyTorch); GKE: one node pool each."),
+    gke_cluster: Optional[str] = typer.Option(None, "--gke-cluster", help="GKE: use this existing Standard cluster "
+                                              "(never deleted by down) instead of making tpuctl-CLUSTER."),
+    image: Optional[str] = typer.Option(None, "--image", help="GKE: the container image the run's pods start from."),
+    reservation: Optional[str] = typer.Option(None, "--reservation", help="GKE: the Compute Engine reservation (its "
+                                              "name) the TPU node pools consume."),
     recover: bool = typer.Option(False, "--recover", help="Arm recovery: `tpuctl watch` re-creates a preempted TPU."),
     max_recoveries: Optional[int] = typer.Option(None, "--max-recoveries", help="Re-creates allowed (default 5)."),
     recover_for: Optional[str] = typer.Option(None, "--recover-for", help="Stop recovering after this long (1d)."),
@@ -69,7 +74,8 @@ def up(
     flags = UpFlags(tpu_type=type_, zones=zone, project=project, arch=arch,
                     runtime=runtime, spot=spot, service_account=service_account, bucket=bucket, vm_type=vm_type,
                     framework=framework, queued=queued, valid_until=valid_until, flex_start=flex_start,
-                    slices=slices, network=network, subnetwork=subnetwork)
+                    slices=slices, network=network, subnetwork=subnetwork, gke_cluster=gke_cluster, image=image,
+                    reservation=reservation)
     if prior and prior.spec.provider is prov.name:
         flags.remember(prior.spec)
     spec = prov.make_spec(cluster_name(cluster, pick=False), flags)

@@ -17,8 +17,8 @@ if TYPE_CHECKING:
     from ..providers.base import Provider
 
 # `tpuctl --help`'s summary: every provider and framework (issue 40: it named TensorFlow and Cloud TPUs alone).
-SUMMARY = ("Train TensorFlow, JAX or PyTorch jobs on TPUs: Google Cloud (gcp), Kaggle (kaggle), Colab (`tpuctl "
-           "notebook`) or this machine (local). Start with up, submit, logs, down.")
+SUMMARY = ("Train TensorFlow, JAX or PyTorch jobs on TPUs: Google Cloud (gcp), GKE (gke), Kaggle (kaggle), Colab "
+           "(`tpuctl notebook`) or this machine (local). Start with up, submit, logs, down.")
 app = typer.Typer(add_completion=True, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
                   help=SUMMARY,
                   context_settings={"help_option_names": ["-h", "--help"]})
@@ -42,7 +42,7 @@ def _cluster_names(incomplete: str) -> list[str]:
 CLUSTER = typer.Option(None, "--cluster", "-c", help="Cluster name (default: the config's, else 'default' or the "
                        "only one there is).",
                        autocompletion=_cluster_names)
-PROVIDER = typer.Option(None, "--provider", help="gcp (default), local or kaggle; also TPUCTL_PROVIDER.")
+PROVIDER = typer.Option(None, "--provider", help="gcp (default), local, kaggle or gke; also TPUCTL_PROVIDER.")
 PROJECT = typer.Option(None, "--project", help="Google Cloud project id.")
 
 
@@ -55,8 +55,8 @@ def _print_version(value: bool) -> None:
 @app.callback()
 def _main(version: bool = typer.Option(False, "--version", "-V", is_eager=True, callback=_print_version,
                                        help="Print tpuctl's version and exit.")) -> None:
-    """Train TensorFlow, JAX or PyTorch jobs on TPUs: Google Cloud (gcp), Kaggle (kaggle), Colab (`tpuctl notebook`)
-    or this machine (local). Start with up, submit, logs, down."""
+    """Train TensorFlow, JAX or PyTorch jobs on TPUs: Google Cloud (gcp), GKE (gke), Kaggle (kaggle), Colab
+    (`tpuctl notebook`) or this machine (local). Start with up, submit, logs, down."""
 
 
 def settings() -> ModuleType:

@@ -97,7 +97,8 @@ def how_to_make(name: str) -> str:
     used = {st.spec.provider.value for st in all_clusters()}
     ways = {"local": f"tpuctl up --provider local -c {name}",
             "kaggle": f"tpuctl up --provider kaggle --type v5e-8 -c {name}",
-            "gcp": f"tpuctl up --type v5litepod-8 --zone us-west4-a -c {name}"}
+            "gcp": f"tpuctl up --type v5litepod-8 --zone us-west4-a -c {name}",
+            "gke": f"tpuctl up --provider gke --type v6e-16 --zone us-east5-b -c {name}"}
     if len(used) == 1 and used <= ways.keys():
         return f"`{ways[used.pop()]}` makes it"
     return ("make it: `" + ways["local"] + "` (this machine), `" + ways["gcp"] + "` (Google Cloud) or `"
