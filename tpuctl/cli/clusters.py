@@ -68,8 +68,7 @@ def up(
     from ..providers.base import UpFlags
     from ..core import state
     con = console()
-    # `up -c NAME` again: the provider it was made with, unless given
-    prior = state.load(cluster_name(cluster, pick=False))
+    prior = state.load(cluster_name(cluster, pick=False))   # `up -c NAME` again: its provider, unless given
     prov = registry.get(settings().provider(provider or (prior.spec.provider.value if prior else None)))
     flags = UpFlags(tpu_type=type_, zones=zone, project=project, arch=arch,
                     runtime=runtime, spot=spot, service_account=service_account, bucket=bucket, vm_type=vm_type,
