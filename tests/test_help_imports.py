@@ -12,6 +12,7 @@ import contextlib, io, json, sys
 before = set(sys.modules)
 import typer
 from tpuctl.cli import app, main
+import tpuctl.cli.clusters   # registers every command on app, as main() does on its first call
 
 def paths(cmd, prefix):
     yield prefix

@@ -143,7 +143,7 @@ class Attempt:
             break
         # RESUME: tpuctl itself ended the job (a cancel, the deadline): cancelled. The agent's own stop returned above
         state = {Decision.DONE: RunState.SUCCEEDED, Decision.FAIL: RunState.FAILED}.get(decision, RunState.CANCELLED)
-        return self._end(shipper, state, rc, cancelled)
+        return self._end(shipper, state, rc, cancelled, runs.cancelled_by(self.a.store, self.run_id) * cancelled)
 
     def _end(self, shipper: LogShipper, state: RunState, rc: int, cancelled: bool, why: str = "") -> int:
         """The run's end on this host: its output shipped, its final status, its event."""
