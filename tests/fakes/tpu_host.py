@@ -42,6 +42,7 @@ import sys
 import sysconfig
 import threading
 import time
+import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -220,6 +221,9 @@ class Host:
             "PIP_NO_INDEX": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1",
             "TPUCTL_AGENT_DIR": str(root / "opt/tpuctl"), "TPUCTL_BOOT_LOG": str(root / "var/log/tpuctl-boot.log"),
             "TPUCTL_UNIT_DIR": str(root / "etc/systemd/system"), "TPUCTL_AGENT_HOME": str(root / "home/agent"),
+            # each boot draws a new /proc/sys/kernel/random/boot_id (proc_sys_kernel(5)); the simulated hosts share
+            # this kernel's, so each gets its own here (tpuctl/host/hostboot.py reads this first)
+            "TPUCTL_BOOT_ID": uuid.uuid4().hex,
             **env,
         }
         self.script = subprocess.Popen(["bash", str(root / "startup.sh")], env=self.env, cwd=root,

@@ -20,13 +20,13 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..core import layout, multislice, runs
+from ..core import layout, runs
 from ..core.jobspec import DEFAULT_TENSORFLOW
 from ..core.lifecycle import Policy
 from ..core.packaging import unpack
 from ..core.runs import RunSpec, RunState, RunStatus
 from ..runtime import prefer_legacy_keras
-from . import jobenv, podruntime, runevents
+from . import jobenv, megascale, podruntime, runevents
 from .logshipper import LogShipper
 from .preamble import PreambleFilter
 from .restarts import Decision, decide
@@ -87,6 +87,8 @@ class Attempt:
         script, env_dir = self._script(job, tf)
         rounds = Rounds.of(self.a, self.run_id, job)
         n = rounds.join() if rounds else 1
+        if not n:
+            return self._end(shipper, RunState.SUCCEEDED, 0, False, "every host had finished the run already")
         while True:
             if rounds:
                 n, why_not = rounds.assemble(n, lambda note: self.status(RunState.STARTING, note=note), self._halted)
@@ -103,8 +105,9 @@ class Attempt:
             stopping = self.a.stop.is_set() if supervisor.superseded else self._host_stopping(rc)
             if not cancelled and rc != 0 and stopping:
                 return self._interrupted(shipper, rc)   # the host's stop: never a restart, never the run's end
-            if supervisor.superseded:
-                n, ended = self._next_round(shipper, *supervisor.superseded)
+            later = supervisor.superseded or self._lost_host(rounds, n, rc, cancelled)
+            if later:
+                n, ended = self._next_round(shipper, *later)
                 if ended is not None:
                     return ended
                 continue
@@ -152,6 +155,14 @@ class Attempt:
             return 0, self._end(shipper, RunState.FAILED, int(called.get("exit_code") or 1), False, why)
         shipper.note(f"{why}: the run restarts on every host (round {called['round']})", fresh_line=True)
         return int(called["round"]), None
+
+    def _lost_host(self, rounds: Rounds | None, n: int, rc: int, cancelled: bool) -> tuple[str, dict[str, Any]] | None:
+        """A job across hosts that exited non-zero on its own: a lost host's doing (the round it asks for, not
+        counted), or None: the job's (rounds.lost_since)."""
+        if rounds is None or cancelled or rc == 0:
+            return None
+        return rounds.lost_since(n, time.time(), rc, lambda note: self.status(RunState.RUNNING, note=note),
+                                 self._halted)
 
     def deadline(self) -> str:
         """Why the cluster's own limit ends the run now ("" while it does not): on worker 0, which enforces them, the
@@ -205,6 +216,7 @@ class Attempt:
         if hashlib.sha256(pkg).hexdigest() != job.package:
             raise RuntimeError(f"package {job.package} does not match its sha256 name")
         unpack(pkg, self.code_dir, *a.package_limits())
+        megascale.check(megascale.read(a.record), a.slice)
         if a.record.get("arch") == "node" and not a.tpu_address():
             shipper.note("waiting for the TPU node's address (tpuctl up writes it once the node is READY)")
             if not a.wait_tpu_address(lambda: self.status(RunState.STARTING)):
@@ -244,7 +256,7 @@ class Attempt:
             Path(data).mkdir(parents=True, exist_ok=True)   # there even when the run has no data
         libtpu = str(jobenv.purelib(env_dir) / "libtpu" / "libtpu.so") if tf and env_dir else ""
         framework_env = tpu_environment(job.framework, a.record, a.accelerator, libtpu)
-        framework_env.update(multislice.environment(a.record, a.slice))
+        framework_env.update(megascale.environment(a.record, a.slice, megascale.read(a.record)))
         env.update(TPUCTL_RUN_ID=run_id, TPUCTL_STORE=a.store.uri, TPUCTL_DATA_DIR=data, TPUCTL_OUTPUT_DIR=out,
                    TPUCTL_ACCELERATOR=a.accelerator, TPUCTL_TPU=framework_env.get("TPU_NAME", a.tpu_address()),
                    TPUCTL_WORKER=str(a.worker), TPUCTL_NUM_WORKERS=str(a.workers), PYTHONUNBUFFERED="1")
