@@ -36,6 +36,8 @@ def up(
     vm_type: Optional[str] = typer.Option(None, "--vm-type", help="Machine type of the legacy node's VM."),
     network: Optional[str] = typer.Option(None, "--network", help="VPC network of the TPU and its VMs (default)."),
     subnetwork: Optional[str] = typer.Option(None, "--subnetwork", help="Subnetwork, in the TPU's region."),
+    create_firewall: bool = typer.Option(False, "--create-firewall",
+                                         help="With --network: make the rule that lets the hosts reach each other."),
     framework: Optional[str] = typer.Option(None, "--framework",
                                             help="tensorflow (default: TF runtimes), jax or pytorch (base runtimes)."),
     autostop: Optional[str] = typer.Option(None, "--autostop",
@@ -68,7 +70,7 @@ def up(
     flags = UpFlags(tpu_type=type_, zones=zone, project=project, arch=arch,
                     runtime=runtime, spot=spot, service_account=service_account, bucket=bucket, vm_type=vm_type,
                     framework=framework, queued=queued, valid_until=valid_until, flex_start=flex_start,
-                    slices=slices, network=network, subnetwork=subnetwork)
+                    slices=slices, network=network, subnetwork=subnetwork, create_firewall=create_firewall)
     if prior and prior.spec.provider is prov.name:
         flags.remember(prior.spec)
     spec = prov.make_spec(cluster_name(cluster), flags)

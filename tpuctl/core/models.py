@@ -148,6 +148,7 @@ class ClusterSpec(JsonRecord):
     slices: int = 1                 # `up --slices N`: N slices of tpu_type in one queued request (core/multislice.py)
     network: str = ""               # `up --network`: the VPC network of the TPU and tpuctl's VMs; "": default
     subnetwork: str = ""            # `up --subnetwork`: its subnetwork in the TPU's region; "": Google's choice
+    create_firewall: bool = False   # `up --create-firewall`: tpuctl makes the hosts' rule, down removes it
 
     # Fields that name what a cluster IS: `up` refuses to change them on an existing cluster.
     IDENTITY = ("provider", "tpu_type", "arch", "project", "store", "slices")
