@@ -704,3 +704,75 @@ def test_a_previous_session_whose_output_is_not_attached_is_named(kaggle, cli, t
     [row] = json.loads(cli("jobs", "-c", "kg", "--json")[1])
     assert row["state"] == "failed" and row["exit_code"] == 127
     _down(cli, kaggle)
+
+
+# -- what no source settles, answered each way by the fake (issue 39 item 5) --------------------------------------
+
+# Two sessions: the first counts to 2 and asks for the next (exit 85 with its checkpoint); the second counts to 4.
+TWO = """
+import os, sys
+ck = os.path.join(os.environ["TPUCTL_OUTPUT_DIR"], "step")
+start = int(open(ck).read()) if os.path.exists(ck) else 0
+print("resuming at", start, flush=True)
+for step in range(start + 1, 5):
+    open(ck, "w").write(str(step))
+    print("step", step, flush=True)
+    if step == 2 and start == 0:
+        sys.exit(85)
+print("done", flush=True)
+"""
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.6], ids=["at-once", "after-a-while"])
+def test_the_next_sessions_input_refused_at_first_is_tried_again(kaggle, cli, tmp_path, delay):
+    """Whether a just-finished session's output can be attached to the next kernel at once is not established: the
+    push is tried again with backoff while Kaggle refuses it (fakes/kaggle.py `output_attach_delay`)."""
+    _up(cli, "--type", "t4x2")
+    kaggle.output_attach_delay = delay
+    code, out, err = cli("submit", str(make_job(tmp_path, TWO)), "-c", "kg", "--chain", "3")
+    assert code == 0, out + err
+    assert "resuming at 2" in out and "done" in out
+    saves = sum(1 for c in kaggle.calls if c.endswith("/SaveKernel"))
+    assert (saves > 2) is (delay > 0), kaggle.calls       # refused pushes were tried again, and only then
+    _down(cli, kaggle)
+
+
+def test_the_next_sessions_input_never_attachable_ends_the_run_with_the_reason(kaggle, cli, tmp_path, monkeypatch):
+    _up(cli, "--type", "t4x2")
+    kaggle.output_attach_delay = float("inf")
+    monkeypatch.setenv("TPUCTL_KAGGLE_INPUT_WAIT", "0.5")
+    code, out, err = cli("submit", str(make_job(tmp_path, TWO)), "-c", "kg", "--chain", "3")
+    assert code != 0
+    assert "Kaggle cannot attach the previous session" in out + err and "still after" in out + err, out + err
+    [row] = json.loads(cli("jobs", "-c", "kg", "--json")[1])
+    assert row["state"] == "failed"
+    _down(cli, kaggle)
+
+
+@pytest.mark.parametrize("deleted", ["free", "taken", "DELETED"])
+def test_a_dataset_slug_a_deleted_dataset_still_holds_gets_a_fresh_one_at_once(kaggle, cli, tmp_path, monkeypatch,
+                                                                              deleted):
+    """The run's dataset is deleted when the run ends; the same work submitted again makes the same slug and title.
+    Whether Kaggle frees them is not established (fakes/kaggle.py `deleted_slugs`): a held one is replaced at once,
+    never waited for (TPUCTL_KAGGLE_DATASET_WAIT would fail the run)."""
+    _up(cli, "--type", "t4x2")
+    kaggle.deleted_slugs = deleted
+    monkeypatch.setenv("TPUCTL_KAGGLE_DATASET_WAIT", "5")
+    job = make_job(tmp_path, TWO)
+    for _ in range(2):
+        code, out, err = cli("submit", str(job), "-c", "kg", "--chain", "3")
+        assert code == 0, out + err
+        assert kaggle.datasets == {}                        # released when the run ended
+    assert ("Kaggle still holds the name of a deleted one" in err) is (deleted != "free"), err
+    _down(cli, kaggle)
+
+
+def test_output_names_that_would_leave_the_output_directory_are_refused_with_the_name(tmp_path):
+    """Kaggle lists a session's output files by the names the job gave them; nothing says they are checked."""
+    from tpuctl.providers.kaggle import kernel, sessions
+    out = tmp_path / "output"
+    out.mkdir()
+    names = [f"{kernel.OUTPUT}/../../evil", f"{kernel.OUTPUT}//etc/passwd", f"{kernel.OUTPUT}/a/../../x"]
+    marks, code, progressed, refused = sessions._fetch_output([(n, "http://127.0.0.1:9/never") for n in names], out)
+    assert len(refused) == 3 and all(repr(n) in r for n, r in zip(names, refused)), refused
+    assert not progressed and list(tmp_path.iterdir()) == [out] and list(out.iterdir()) == []

@@ -152,9 +152,18 @@ class FakeKaggle:
         - the live log (`LOG_STREAM`, kaggle_api_extended `kernels_logs_stream`): Server-Sent Events while the
           session runs, one `data: {"stream_name", "time", "data"}` per line, ending `data: END_OF_LOG`; after it
           ended, the stored log as JSON (application/json).
+        - a deleted dataset's slug and title (`deleted_slugs`; not established, issue 39 item 5): "free" to be made
+          again; "taken": CreateDataset refuses it as in use while GetDatasetStatus finds nothing (one report says a
+          deleted title stayed taken); "DELETED": GetDatasetStatus answers DELETED (a DatabundleVersionStatus of
+          kagglesdk datasets/types/dataset_enums.py) and CreateDataset refuses it.
+        - the next session's input (`output_attach_delay`; not established, issue 39 item 5): a kernel whose last
+          session ended less than this many seconds ago comes back in SaveKernel's `invalid_kernel_sources`
+          (0: attachable at once; float("inf"): never).
         - `latency`: seconds each API call takes before it is answered. Kaggle answers over the internet, in tenths
           of a second; answered at once, two clients of one run would hardly ever overlap."""
         self.latency = 0.0
+        self.deleted_slugs, self.deleted = "free", set()
+        self.output_attach_delay = 0.0
         self.ref_style = "code"
         self.dataset_processing = 0.3
         self.fail_datasets = 0
@@ -269,7 +278,7 @@ class FakeKaggle:
             resp.error = f"You do not have permission to create datasets for {req.owner_slug}"
             return 200, resp
         with self.lock:
-            if ref in self.datasets:
+            if ref in self.datasets or (ref in self.deleted and self.deleted_slugs != "free"):
                 resp.error = f"The requested title or slug {req.slug!r} is already in use by a dataset"
                 return 200, resp
             files = {}
@@ -286,9 +295,12 @@ class FakeKaggle:
     def _GetDatasetStatus(self, user, body):
         req = ApiGetDatasetStatusRequest.from_dict(body)
         ref = f"{req.owner_slug}/{req.dataset_slug}"
+        resp = ApiGetDatasetStatusResponse()
+        if ref not in self.datasets and ref in self.deleted and self.deleted_slugs == "DELETED":
+            resp.status = DatabundleVersionStatus.DELETED
+            return 200, resp
         if ref not in self.datasets:
             return self.missing_status, f"Dataset {ref} not found"
-        resp = ApiGetDatasetStatusResponse()
         resp.status = DatabundleVersionStatus[self._dataset_state(ref)]
         return 200, resp
 
@@ -306,6 +318,7 @@ class FakeKaggle:
         with self.lock:
             if self.datasets.pop(ref, None) is None:
                 return self.missing_status, f"Dataset {ref} not found"
+            self.deleted.add(ref)
         from kagglesdk.datasets.types.dataset_api_service import ApiDeleteDatasetResponse
         return 200, ApiDeleteDatasetResponse()
 
@@ -326,7 +339,8 @@ class FakeKaggle:
             resp.error = "You have exceeded your weekly TPU quota"
             return 200, resp
         missing = [d for d in req.dataset_data_sources if d not in self.datasets
-                   or self._dataset_state(d) != "READY"] + [k for k in req.kernel_data_sources if k not in self.kernels]
+                   or self._dataset_state(d) != "READY"] + [k for k in req.kernel_data_sources if k not in self.kernels
+                                                            or not self._attachable(self.kernels[k])]
         if missing:
             resp.invalid_dataset_sources = [d for d in missing if d in req.dataset_data_sources]
             resp.invalid_kernel_sources = [k for k in missing if k in req.kernel_data_sources]
@@ -343,6 +357,13 @@ class FakeKaggle:
         resp.url = f"https://www.kaggle.com/code/{full}"
         resp.version_number, resp.kernel_id = len(k["versions"]), k["id"]
         return 200, resp
+
+    def _attachable(self, k: dict) -> bool:
+        """Whether a kernel's last output may be attached yet (`output_attach_delay`)."""
+        s = k["versions"][-1] if k["versions"] else None
+        if s is None or "ended_at" not in s:
+            return True   # a running session's kernel gives its previous output: tpuctl never asks for that
+        return time.monotonic() - s["ended_at"] >= self.output_attach_delay
 
     def _start(self, req, version: int) -> dict:
         where = self.root / req.slug.replace("/", "__") / f"v{version}"
@@ -390,6 +411,7 @@ class FakeKaggle:
             s["proc"].kill()
             s["proc"].wait()
             s["status"], s["failure"] = "ERROR", "Your notebook was stopped because it exceeded the session time limit"
+        s["ended_at"] = time.monotonic()
         if s["shape"] in TPU_SHAPES:
             self.tpu_used += time.monotonic() - s["started"]
 

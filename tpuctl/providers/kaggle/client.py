@@ -57,6 +57,10 @@ def _unsent(e: Exception) -> bool:
         "Connection refused" in str(e)
 
 
+class SourceRefused(TpuctlError):
+    """SaveKernel answered the previous session's kernel in `invalid_kernel_sources`: its output not attachable (yet)."""
+
+
 class Unanswered(TpuctlError):
     """A call that makes something was sent and its answer lost: it may have been done."""
 
@@ -246,7 +250,7 @@ class Kaggle:
             raise TpuctlError(ErrorKind.REFUSED, f"Kaggle cannot attach dataset {', '.join(r.invalid_dataset_sources)}"
                               f" to {slug} (not there, or not processed yet)", "submit again in a minute")
         if r.invalid_kernel_sources:
-            raise TpuctlError(ErrorKind.REFUSED, f"Kaggle cannot attach the previous session "
+            raise SourceRefused(ErrorKind.REFUSED, f"Kaggle cannot attach the previous session "
                               f"{', '.join(r.invalid_kernel_sources)} to {slug}", "its kernel may have been deleted")
         return ref_slug(str(r.ref or ""), slug), int(r.version_number or 0)
 

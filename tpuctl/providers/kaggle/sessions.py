@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Callable
 
 from ...core import layout, runindex, runs
@@ -28,7 +28,7 @@ from ...core.models import ClusterState
 from ...core.runs import RunState, RunStatus
 from ...core.store import BlobStore
 from . import inputs, kernel, runlog
-from .client import Kaggle, fetch, slugify
+from .client import Kaggle, SourceRefused, fetch, slugify
 from .livelog import LiveLog
 
 DATASETS = inputs.DATASETS
@@ -74,7 +74,8 @@ class KaggleSessions:
                                                   for key, _ in store.list(layout.run_data(run_id))}))
         dataset = f"tpuctl-{digest}"
         inputs.remember(store, dataset)
-        return inputs.ensure(k, dataset, f"tpuctl {digest}", files, progress)   # a title whose slug is the slug too
+        # a title whose slug is the slug too
+        return inputs.ensure(k, dataset, f"tpuctl {digest}", files, progress, lambda d: inputs.remember(store, d))
 
     def _push(self, k: Kaggle, st: ClusterState, store: BlobStore, run_id: str, rec: dict[str, Any]) -> None:
         job = runs.job(store, run_id)
@@ -87,7 +88,8 @@ class KaggleSessions:
         shape = self.shape(st)
         # the script of the tpuctl that made the dataset, whichever tpuctl pushes this session: its wheel is there
         rec.setdefault("script", kernel.source())
-        script = kernel.render(rec["script"], {"run_id": run_id, "digest": rec["dataset"].removeprefix("tpuctl-"),
+        digest = rec["dataset"].removeprefix("tpuctl-").split("-")[0]   # a fresh slug's suffix follows (inputs.py)
+        script = kernel.render(rec["script"], {"run_id": run_id, "digest": digest,
                                 "previous": bool(previous), "session": n, "command": job.command, "args": job.args,
                                 "env": job.env, "requirements": job.requirements, "framework": job.framework,
                                 "tensorflow": kernel.tensorflow_for(job, shape), "accelerator": self.accelerator(st),
@@ -95,8 +97,8 @@ class KaggleSessions:
         # recorded before the push: `down` deletes it even if the answer is lost
         rec["sessions"].append({"kernel": slug, "pushed": time.time(), "state": "PUSHING"})
         runlog.save(store, run_id, rec)
-        ref, version = k.push_kernel(slug, title, script, shape, [rec["dataset"]],
-                                     [previous] if previous else [], internet=True, timeout=0)
+        ref, version = _push_waiting(lambda: k.push_kernel(slug, title, script, shape, [rec["dataset"]],
+                                                           [previous] if previous else [], internet=True, timeout=0))
         if ref != slug:   # Kaggle named it otherwise: its name from now on, ours kept for `down`
             rec["sessions"][-1]["asked"] = slug
         rec["sessions"][-1].update(kernel=ref, state="QUEUED", version=version)
@@ -200,7 +202,9 @@ class KaggleSessions:
         if live:
             live.stop()
         files, log = k.kernel_output(s["kernel"])
-        marks, exit_code, progressed = _fetch_output(files, Path(store.local_path(layout.run_output(run_id))))
+        marks, exit_code, progressed, refused = _fetch_output(files, Path(store.local_path(layout.run_output(run_id))))
+        for why in refused:
+            runlog.chunk(store, run_id, rec, f"--- {why} ---\n")
         if exit_code is not None:
             s["exit_code"] = exit_code
         took = s["ended"] - s.get("started", s["pushed"])
@@ -280,11 +284,11 @@ class KaggleSessions:
         store.write(DATASETS, b"[]")
 
 
-def _fetch_output(files: list[tuple[str, str]], out: Path) -> tuple[set[str], int | None, bool]:
+def _fetch_output(files: list[tuple[str, str]], out: Path) -> tuple[set[str], int | None, bool, list[str]]:
     """A session's output (name, url) into the run's output directory `out`: (the marks it left, the job's exit code
-    when it left one, whether any output file changed: a checkpoint to resume from)."""
+    when it left one, whether any output file changed: a checkpoint to resume from, why files were refused)."""
     marks: set[str] = set()
-    exit_code, progressed = None, False
+    exit_code, progressed, refused = None, False, []
     for name, url in files:
         if name in (kernel.CONTINUE_MARK, kernel.EXIT_MARK):
             marks.add(name)
@@ -294,11 +298,47 @@ def _fetch_output(files: list[tuple[str, str]], out: Path) -> tuple[set[str], in
                 exit_code = int(tmp.read_text() or 1)
                 tmp.unlink()
         elif name.startswith(kernel.OUTPUT + "/"):
-            dest = out / name[len(kernel.OUTPUT) + 1:]
+            try:
+                dest = confined(out, name[len(kernel.OUTPUT) + 1:], name)
+            except TpuctlError as e:
+                refused.append(e.message)
+                continue
             before = dest.read_bytes() if dest.is_file() else None
             fetch(url, dest)
             progressed = progressed or dest.read_bytes() != before
-    return marks, exit_code, progressed
+    return marks, exit_code, progressed, refused
+
+
+def _push_waiting(push: Callable[[], tuple[str, int]]) -> tuple[str, int]:
+    """push(), again while Kaggle refuses to attach the previous session's output: whether a just-finished session's
+    output can be attached to the next kernel at once is not established (issue 39 item 5). Backs off as the client
+    polls (TPUCTL_KAGGLE_POLL, x1.5, to 30 s) for TPUCTL_KAGGLE_INPUT_WAIT seconds (600), then the refusal stands,
+    with how long it was tried: the run ends with the reason (_push_or_fail)."""
+    limit = float(os.environ.get("TPUCTL_KAGGLE_INPUT_WAIT", "600"))
+    pause, start = float(os.environ.get("TPUCTL_KAGGLE_POLL", "5")), time.time()
+    while True:
+        try:
+            return push()
+        except SourceRefused as e:
+            if time.time() - start + pause > limit:
+                raise TpuctlError(ErrorKind.REFUSED, f"{e.message}, still after {time.time() - start:.0f}s",
+                                  "submit the run again later") from None
+            time.sleep(pause)
+            pause = min(pause * 1.5, 30.0)
+
+
+def confined(out: Path, rel: str, name: str) -> Path:
+    """Where output file `rel` goes under `out`: a name Kaggle lists that would land outside it (absolute, or with
+    `..`) is refused with the name. A session's names are the job's own files, which it could name at will, and
+    nothing the API documents says the names are checked (ApiKernelSessionOutputFile.file_name is a plain string)."""
+    parts = PurePosixPath(rel).parts
+    if not rel or rel.startswith("/") or ".." in parts or "\\" in rel:
+        raise TpuctlError(ErrorKind.REFUSED, f"Kaggle's output of the session names {name!r}, outside the run's "
+                          "output directory: not downloaded", "the job should write under its output directory only")
+    dest = out / rel
+    if not dest.resolve().is_relative_to(out.resolve()):   # a link already there that points out
+        raise TpuctlError(ErrorKind.REFUSED, f"output file {name!r} would be written outside {out}", "")
+    return dest
 
 
 def poll_seconds(s: dict[str, Any]) -> float:
