@@ -776,3 +776,17 @@ def test_output_names_that_would_leave_the_output_directory_are_refused_with_the
     marks, code, progressed, refused = sessions._fetch_output([(n, "http://127.0.0.1:9/never") for n in names], out)
     assert len(refused) == 3 and all(repr(n) in r for n, r in zip(names, refused)), refused
     assert not progressed and list(tmp_path.iterdir()) == [out] and list(out.iterdir()) == []
+
+
+def test_the_kaggle_extras_python_floor_is_said_in_one_line():
+    """kaggle 2.2.5 requires Python >= 3.11 (issue 39 item 6): the extra installs nothing on 3.10 (a marker, not a
+    resolver error), and `--provider kaggle` there says what is missing in one line."""
+    import tomllib
+    from tpuctl.providers.kaggle.client import missing_client
+    extra = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]["kaggle"]
+    assert extra == ["kaggle>=2.2.5,<3; python_version >= '3.11'"]
+    e = missing_client((3, 10))
+    assert e.exit_code == 2 and "needs Python 3.11 or newer" in e.message and "this is Python 3.10" in e.message
+    assert "\n" not in e.message + e.hint
+    assert "not installed" in missing_client((3, 12)).message

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
@@ -81,8 +82,7 @@ class Kaggle:
         try:
             from kagglesdk import KaggleClient
         except ImportError:
-            raise TpuctlError(ErrorKind.INPUT, "the kaggle package is not installed",
-                              "pip install 'tpuctl[kaggle]' (or pip install kaggle)") from None
+            raise missing_client(sys.version_info[:2]) from None
         if self._token:
             return KaggleClient(api_token=self._token)
         return KaggleClient(username=self.user, password=self.creds.key)
@@ -319,6 +319,17 @@ def fetch(url: str, dest: Path) -> None:
             for chunk in r.iter_content(1 << 20):
                 f.write(chunk)
         os.replace(tmp, dest)
+
+
+def missing_client(python: tuple[int, ...]) -> TpuctlError:
+    """The kaggle package is not there: on Python 3.10 because it cannot be (kaggle 2.2.5 requires Python >= 3.11,
+    PyPI metadata; the `kaggle` extra installs nothing there, pyproject.toml)."""
+    if python < (3, 11):
+        return TpuctlError(ErrorKind.INPUT, f"--provider kaggle needs Python 3.11 or newer (the kaggle client requires "
+                           f"it); this is Python {'.'.join(map(str, python))}",
+                           "install tpuctl[kaggle] under Python 3.11 or newer")
+    return TpuctlError(ErrorKind.INPUT, "the kaggle package is not installed",
+                       "pip install 'tpuctl[kaggle]' (or pip install kaggle)")
 
 
 def http_error(what: str, status: int, e: Exception, source: str) -> TpuctlError:
