@@ -790,3 +790,23 @@ def test_the_kaggle_extras_python_floor_is_said_in_one_line():
     assert e.exit_code == 2 and "needs Python 3.11 or newer" in e.message and "this is Python 3.10" in e.message
     assert "\n" not in e.message + e.hint
     assert "not installed" in missing_client((3, 12)).message
+
+
+@pytest.mark.parametrize("stops", [True, False], ids=["delete-stops-it", "runs-on"])
+def test_cancel_says_whether_kaggle_still_counts_the_session(kaggle, cli, tmp_path, stops):
+    """Whether DeleteKernel stops a running session and its quota clock is not established (fakes/kaggle.py
+    `delete_stops_session`): cancel deletes the kernel, then reads the quota's time_reserved and says what it found."""
+    _up(cli, "--type", "v5e-8")
+    kaggle.delete_stops_session = stops
+    code, out, err = cli("submit", str(make_job(tmp_path, "import time\ntime.sleep(60)\n")), "-c", "kg", "--detach")
+    assert code == 0, err
+    run_id = out.strip()
+    until(lambda: any(s["status"] == "RUNNING" and time.monotonic() - s["started"] > 1.5
+                      for k in kaggle.kernels.values() for s in k["versions"]), 60, "the session to run")
+    assert cli("cancel", run_id, "-c", "kg")[0] == 0
+    log = cli("logs", run_id, "-c", "kg")[1]
+    assert ("counts no running session now" in log) is stops, log
+    assert ("may still be counted" in log) is not stops, log
+    [row] = json.loads(cli("jobs", "-c", "kg", "--json")[1])
+    assert row["state"] == "cancelled" and kaggle.kernels == {}
+    _down(cli, kaggle)

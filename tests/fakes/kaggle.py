@@ -125,7 +125,7 @@ class FakeKaggle:
         self.mount_layout, self.unpack_archives = "datasets", True
 
     def kill_all(self) -> None:
-        for k in list(self.kernels.values()):
+        for k in list(self.kernels.values()) + [{"versions": self.detached}]:
             for s in k["versions"]:
                 if s["proc"] and s["proc"].poll() is None:
                     s["proc"].kill()
@@ -159,11 +159,15 @@ class FakeKaggle:
         - the next session's input (`output_attach_delay`; not established, issue 39 item 5): a kernel whose last
           session ended less than this many seconds ago comes back in SaveKernel's `invalid_kernel_sources`
           (0: attachable at once; float("inf"): never).
+        - DeleteKernel of a kernel whose session runs (`delete_stops_session`; not established, KAGGLE_FACTS.md
+          "Whether DeleteKernel stops a running session and its quota clock: unverified"): True, the session stops;
+          False, it runs on to its end without its kernel, its time still reserved (time_reserved).
         - `latency`: seconds each API call takes before it is answered. Kaggle answers over the internet, in tenths
           of a second; answered at once, two clients of one run would hardly ever overlap."""
         self.latency = 0.0
         self.deleted_slugs, self.deleted = "free", set()
         self.output_attach_delay = 0.0
+        self.delete_stops_session, self.detached = True, []
         self.ref_style = "code"
         self.dataset_processing = 0.3
         self.fail_datasets = 0
@@ -460,8 +464,10 @@ class FakeKaggle:
         with self.lock:
             k = self.kernels.pop(f"{req.user_name}/{req.kernel_slug}")   # KeyError: answered missing_status
         for s in k["versions"]:
-            if s["proc"].poll() is None:
+            if s["proc"].poll() is None and self.delete_stops_session:
                 s["proc"].kill()
+            elif s["proc"].poll() is None:
+                self.detached.append(s)
         from kagglesdk.kernels.types.kernels_api_service import ApiDeleteKernelResponse
         return 200, ApiDeleteKernelResponse()
 
@@ -473,8 +479,8 @@ class FakeKaggle:
         q.minimum_time_allowed = datetime.timedelta(seconds=int(min(self.tpu_allowed, 20 * 3600)))
         # time_reserved: "Quota reserved by currently-running sessions" (ApiAcceleratorQuota)
         q.time_reserved = datetime.timedelta(seconds=int(sum(
-            time.monotonic() - s["started"] for k in list(self.kernels.values()) for s in k["versions"]
-            if s["shape"] in TPU_SHAPES and s["status"] == "RUNNING")))
+            time.monotonic() - s["started"] for k in list(self.kernels.values()) + [{"versions": self.detached}]
+            for s in k["versions"] if s["shape"] in TPU_SHAPES and s["status"] == "RUNNING")))
         resp.tpu_quota = q
         resp.quota_refresh_time = datetime.datetime(2026, 11, 30)
         return 200, resp

@@ -259,6 +259,8 @@ class KaggleSessions:
             rec["sessions"][-1]["state"] = "CANCEL_ACKNOWLEDGED"
         runlog.chunk(store, run_id, rec, "--- cancelled" + (": the session's kernel was deleted" if rec["sessions"]
                                                            else " before it reached Kaggle") + " ---\n")
+        if rec["sessions"] and self.shape(st).startswith("Tpu"):
+            runlog.chunk(store, run_id, rec, f"--- {still_counted(k)} ---\n")
         runlog.status(store, run_id, rec, RunState.CANCELLED)
         inputs.release(store, run_id, rec)
 
@@ -307,6 +309,21 @@ def _fetch_output(files: list[tuple[str, str]], out: Path) -> tuple[set[str], in
             fetch(url, dest)
             progressed = progressed or dest.read_bytes() != before
     return marks, exit_code, progressed, refused
+
+
+def still_counted(k: Kaggle) -> str:
+    """After a cancel, whether Kaggle still counts running sessions against the TPU quota. Whether deleting a kernel
+    stops its session and quota clock is not established, and CancelKernelSession takes a session id that no response
+    tpuctl sees carries (kagglesdk ApiCancelKernelSessionRequest.kernel_session_id): the quota's time_reserved
+    ("reserved by currently-running sessions", ApiAcceleratorQuota) is what can be read."""
+    try:
+        reserved = float(k.tpu_quota()["reserved"])
+    except TpuctlError as e:
+        return f"whether Kaggle still counts the session is unknown ({e.message})"
+    if reserved <= 0:
+        return "Kaggle's TPU quota counts no running session now"
+    return (f"Kaggle's TPU quota still counts {reserved:.0f}s for running sessions: the deleted kernel's session may "
+            "still be counted (`tpuctl status` shows it; https://www.kaggle.com/code shows what runs)")
 
 
 def _push_waiting(push: Callable[[], tuple[str, int]]) -> tuple[str, int]:
