@@ -810,3 +810,23 @@ def test_cancel_says_whether_kaggle_still_counts_the_session(kaggle, cli, tmp_pa
     [row] = json.loads(cli("jobs", "-c", "kg", "--json")[1])
     assert row["state"] == "cancelled" and kaggle.kernels == {}
     _down(cli, kaggle)
+
+
+@pytest.mark.parametrize("resumable", [True, False], ids=["resumed", "started-over"])
+def test_an_upload_cut_mid_file_is_resumed_or_retried_by_file(kaggle, cli, tmp_path, monkeypatch, resumable):
+    """Each input file is its own upload: one cut mid-file is resumed where it stopped (Google's resumable upload
+    protocol, as the kaggle client speaks it) or, where the URL kept nothing, sent again: that file alone, and the
+    session finds every input as uploaded (its sizes and sha256)."""
+    monkeypatch.setenv("TPUCTL_RETRY_BASE", "0.01")
+    _up(cli, "--type", "t4x2")
+    kaggle.cut_uploads, kaggle.resumable_uploads = 2, resumable
+    job = make_job(tmp_path, TWO)
+    (job / "data").mkdir()
+    (job / "data" / "big.bin").write_bytes(os.urandom(300_000))
+    code, out, err = cli("submit", str(job), "-c", "kg", "--chain", "3", "--data", str(job / "data"))
+    assert code == 0, out + err
+    assert kaggle.cut_uploads == 0 and "sizes and sha256 as uploaded" in out, out
+    starts = sum(1 for c in kaggle.calls if c.endswith("/StartBlobUpload"))          # one per file, none again
+    puts = sum(1 for c in kaggle.calls if c.startswith("PUT /upload/"))
+    assert puts == starts + 2 * 2, kaggle.calls   # each cut file: its cut PUT, the question, the rest (or all of it)
+    _down(cli, kaggle)

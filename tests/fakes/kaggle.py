@@ -168,6 +168,8 @@ class FakeKaggle:
         self.deleted_slugs, self.deleted = "free", set()
         self.output_attach_delay = 0.0
         self.delete_stops_session, self.detached = True, []
+        self.cut_uploads, self.partial = 0, {}   # uploads cut mid-file (_put), and what arrived of them
+        self.resumable_uploads = True
         self.ref_style = "code"
         self.dataset_processing = 0.3
         self.fail_datasets = 0
@@ -206,8 +208,7 @@ class FakeKaggle:
         with self.lock:
             self.calls.append(f"{h.command} {path}")
         if h.command == "PUT" and path.startswith("/upload/"):
-            self.blobs[path[len("/upload/"):]] = body   # a single-request upload (upload_complete without resume)
-            return self._send(h, 200, b"{}")
+            return self._put(h, path[len("/upload/"):], body)
         if h.command == "GET" and path.startswith("/output/"):
             data = self._output_file(path[len("/output/"):])
             return self._send(h, 200 if data is not None else 404, data or b"", "application/octet-stream")
@@ -253,6 +254,39 @@ class FakeKaggle:
             return None
         name, _, key = base64.b64decode(auth[6:]).decode().partition(":")
         return name if self.users.get(name) == key else None
+
+    def _put(self, h: BaseHTTPRequestHandler, token: str, body: bytes) -> None:
+        """The upload URL StartBlobUpload gave, as the kaggle client uses it: a whole PUT, or Google's resumable
+        upload protocol, which kaggle_api_extended `upload_complete`/`_resume_upload` speak to it ("Documentation:
+        https://developers.google.com/drive/api/guides/manage-uploads#resume-upload"): `Content-Range: bytes */N`
+        asks what arrived (200/201: all of it; 308 Resume Incomplete with `Range: bytes=0-K`, no Range when nothing
+        did), and `Content-Range: bytes A-B/N` sends the rest from A. `cut_uploads`: the next N uploads that carry
+        more than 1 byte keep their first half and answer 503 (a connection cut mid-file). Whether Kaggle's upload URL
+        keeps a cut upload's bytes is not established (`resumable_uploads`: True keeps them, False starts over)."""
+        rng = h.headers.get("Content-Range", "")
+        have = self.partial.get(token, b"")
+        if rng.startswith("bytes */"):
+            if token in self.blobs:
+                return self._send(h, 200, b"{}")
+            h.send_response(308)
+            if have:
+                h.send_header("Range", f"bytes=0-{len(have) - 1}")
+            h.send_header("Content-Length", "0")
+            h.end_headers()
+            return None
+        start, total = (int(rng.split()[1].split("-")[0]), int(rng.rsplit("/", 1)[1])) if rng else (0, len(body))
+        if start != len(have):
+            return self._error(h, 400, f"upload resumed at {start}, {len(have)} bytes are here")
+        if self.cut_uploads and len(body) > 1:
+            self.cut_uploads -= 1
+            self.partial[token] = have + body[:len(body) // 2] if self.resumable_uploads else b""
+            return self._error(h, 503, "Service Unavailable")
+        if len(have) + len(body) < total:
+            self.partial[token] = have + body
+            return self._error(h, 400, "upload incomplete")
+        self.blobs[token] = have + body
+        self.partial.pop(token, None)
+        return self._send(h, 200, b"{}")
 
     @staticmethod
     def _send(h, status, data, ctype="application/json"):

@@ -162,10 +162,28 @@ class Kaggle:
         req = ApiStartBlobUploadRequest()
         req.type, req.name, req.content_length = ApiBlobType.DATASET, name, len(data)
         r = self._call(f"upload {name}", lambda c: c.blobs.blob_api_client.start_blob_upload(req))
-        put = requests.put(r.create_url, data=data, timeout=600)
-        if put.status_code not in (200, 201):
-            raise TpuctlError(ErrorKind.ERROR, f"upload of {name} failed: HTTP {put.status_code}", "submit again")
-        return str(r.token)
+        url, start = r.create_url, 0
+        for attempt in range(1, ATTEMPTS + 1):
+            # the rest of the file from `start` (all of it at first): a cut upload resumes where it stopped, as
+            # kaggle_api_extended `upload_complete` does with `Content-Range: bytes A-B/N`
+            headers = {"Content-Range": f"bytes {start}-{len(data) - 1}/{len(data)}"} if start else {}
+            try:
+                put = requests.put(url, data=data[start:], headers=headers, timeout=600)
+                if put.status_code in (200, 201):
+                    return str(r.token)
+                if put.status_code not in (429, 500, 502, 503, 504):
+                    raise TpuctlError(ErrorKind.ERROR, f"upload of {name} failed: HTTP {put.status_code}",
+                                      "submit again")
+            except requests.RequestException:
+                pass   # a connection cut: ask what arrived, below
+            if attempt == ATTEMPTS:
+                raise TpuctlError(ErrorKind.ERROR, f"upload of {name} failed {ATTEMPTS} times", "submit again")
+            time.sleep(_backoff(attempt))
+            arrived = _arrived(url, len(data))
+            if arrived is None:
+                return str(r.token)
+            start = arrived
+        raise AssertionError("unreachable")
 
     def dataset_status(self, slug: str) -> str:
         """GetDatasetStatus: a DatabundleVersionStatus name (NOT_YET_PERSISTED ... READY, FAILED; datasets are
@@ -319,6 +337,24 @@ def fetch(url: str, dest: Path) -> None:
             for chunk in r.iter_content(1 << 20):
                 f.write(chunk)
         os.replace(tmp, dest)
+
+
+def _arrived(url: str, size: int) -> int | None:
+    """How much of an upload of `size` bytes reached `url` (kaggle_api_extended `_resume_upload`, Google's resumable
+    upload protocol): None when all of it (200/201); else the offset to resume from (308 with `Range: bytes=0-K`:
+    K+1; no Range, an expired upload (404) or any other answer: 0, from the start)."""
+    import requests
+    try:
+        r = requests.put(url, headers={"Content-Length": "0", "Content-Range": f"bytes */{size}"}, timeout=60)
+    except requests.RequestException:
+        return 0
+    if r.status_code in (200, 201):
+        return None
+    rng = r.headers.get("Range", "") if r.status_code == 308 else ""
+    try:
+        return int(rng.rsplit("-", 1)[1]) + 1 if rng.startswith("bytes=0-") else 0
+    except ValueError:
+        return 0
 
 
 def missing_client(python: tuple[int, ...]) -> TpuctlError:
