@@ -44,8 +44,8 @@ def test_download_of_an_unknown_run_exits_with_the_documented_not_found_code(loc
     local_up("dl")
     code, out, err = cli("download", "20260101-000000-000-abcd", "-c", "dl")
     assert code == 3 and "no run 20260101-000000-000-abcd" in err
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
-    assert "| 3 | not found: no such cluster or run" in readme
+    codes = (Path(__file__).parent.parent / "docs" / "troubleshooting.md").read_text()
+    assert "| 3 | not found: no such cluster or run" in codes
 
 
 def test_every_provider_is_named_in_the_help_and_in_the_hint(env, cli):

@@ -1,5 +1,5 @@
 """The shape of the code, checked: the import graph, the layering, no provider or architecture branch outside
-the providers, the type checker, and README tables that must match the code."""
+the providers, the type checker, and the docs tables that must match the code."""
 import ast
 import json
 import os
@@ -18,7 +18,8 @@ from tpuctl.core.models import Arch, Phase, ProviderName
 
 ROOT = Path(__file__).resolve().parent.parent
 PKG = ROOT / "tpuctl"
-README = (ROOT / "README.md").read_text()
+STORE_PAGE = (ROOT / "docs" / "store.md").read_text()          # the store's keys (docs site: The store and the agent)
+TROUBLE_PAGE = (ROOT / "docs" / "troubleshooting.md").read_text()   # the exit codes
 
 
 def _graph() -> dict[str, set[str]]:
@@ -67,7 +68,7 @@ def test_google_and_grpc_are_imported_only_under_providers_gcp():
     assert not offenders
 
 
-# Where each room's code runs decides what it may import (README "Layout"). `agent` is the host's entry point
+# Where each room's code runs decides what it may import (docs/development.md, "Layout"). `agent` is the host's entry point
 # (python -m tpuctl.agent), which the CLI's hidden `tpuctl agent` command calls; the CLI never reaches into host/.
 MAY_IMPORT = {
     "core": ("core",),
@@ -218,18 +219,18 @@ def test_no_blanket_type_ignores():
                 assert re.search(r"type: ignore\[[a-z-, ]+\]\s+#\s*\S", line), f"{p}: {line.strip()}"
 
 
-def _readme_block(heading: str) -> str:
-    section = README.split(heading, 1)[1]
+def _docs_block(page: str, heading: str) -> str:
+    section = page.split(heading, 1)[1]
     return section.split("```", 2)[1].strip("\n")
 
 
-def test_readme_store_layout_is_the_layout_module():
-    block = _readme_block("## The store")
+def test_docs_store_layout_is_the_layout_module():
+    block = _docs_block(STORE_PAGE, "## Every key in the store")
     assert block.strip() == layout.describe().strip()
 
 
-def test_readme_exit_codes_are_the_exit_code_enum():
-    section = README.split("### Exit codes", 1)[1].split("\n\n", 2)[1]
+def test_docs_exit_codes_are_the_exit_code_enum():
+    section = TROUBLE_PAGE.split("## Exit codes", 1)[1].split("\n\n", 2)[1]
     codes = {int(m) for m in re.findall(r"^\| (\d+) \|", section, re.M)}
     assert codes == {int(c) for c in ExitCode}
 

@@ -87,7 +87,7 @@ def interrupt_answered() -> bool:
 
 def declined() -> None:
     console().err.print("nothing changed")
-    raise typer.Exit(ExitCode.ERROR)   # README's exit table: 1 also means "declined"
+    raise typer.Exit(ExitCode.ERROR)   # docs/troubleshooting.md's exit table: 1 also means "declined"
 
 
 def cluster_and_provider(cluster: Optional[str], provider: Optional[str]) -> "tuple[ClusterState, Provider]":

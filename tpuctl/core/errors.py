@@ -32,7 +32,7 @@ class Scope(str, Enum):
 
 
 class ExitCode(IntEnum):
-    """The process exit codes; README's "Exit codes" table lists exactly these (a test compares them)."""
+    """The process exit codes; docs/troubleshooting.md's table lists exactly these (a test compares them)."""
     OK = 0
     ERROR = 1
     INPUT = 2

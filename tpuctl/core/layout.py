@@ -1,7 +1,7 @@
 """Every key in a cluster's store: the one place the layout is spelled (DESIGN "The store is the control plane").
 
 The CLI, the agent, the providers and the start-up script renderer build keys only through these functions.
-`DESCRIBED` is the layout as README's "The store" section shows it; a test keeps the two equal.
+`DESCRIBED` is the layout as docs/store.md's "Every key in the store" shows it; a test keeps the two equal.
 """
 from __future__ import annotations
 
@@ -177,7 +177,7 @@ def run_id_of(key: str) -> str | None:
     return None
 
 
-# (key as built above with placeholders, who writes it and when), in README order.
+# (key as built above with placeholders, who writes it and when), in the docs' order.
 DESCRIBED = [
     (CLUSTER_RECORD, "written by `up`: what the host agent needs (TPU address, type, runtime)"),
     (STOPPED, "written by the agent that ended the compute itself (autostop, deadline, submit --down): why, when"),
@@ -227,6 +227,6 @@ DESCRIBED = [
 
 
 def describe() -> str:
-    """The layout as README shows it."""
+    """The layout as docs/store.md shows it."""
     width = max(len(k) for k, _ in DESCRIBED)
     return "\n".join(f"{k:<{width}}  {what}" for k, what in DESCRIBED)
