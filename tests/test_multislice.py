@@ -79,6 +79,17 @@ def test_megascale_environment():
         "MEGASCALE_COORDINATOR_ADDRESS": "10.1.0.1:8081", "MEGASCALE_NUM_SLICES": "2", "MEGASCALE_SLICE_ID": "1",
         "MEGASCALE_PORT": "8081"}
     assert multislice.environment({"hosts": 2}, 0) == {}
+    from tpuctl.host import megascale
+    google = megascale.parse("WORKER_ID: '0'\nNODE_ID: 'tpuctl-x-1'\nMEGASCALE_SLICE_ID: '1'\n"
+                             "MEGASCALE_COORDINATOR_ADDRESS: '10.9.0.1:8080'\n")
+    assert megascale.environment(record, 1, google) == {   # Google's coordinator and port; the rest agrees
+        "MEGASCALE_COORDINATOR_ADDRESS": "10.9.0.1:8080", "MEGASCALE_NUM_SLICES": "2", "MEGASCALE_SLICE_ID": "1"}
+    assert megascale.environment(record, 1, {}) == multislice.environment(record, 1)
+    megascale.check(google, 1)
+    with pytest.raises(ValueError, match="the node name tpuctl-x-1 says 1"):
+        megascale.check(google, 0)
+    with pytest.raises(ValueError, match="MEGASCALE_SLICE_ID says 2, the node name tpuctl-x-1 says 1"):
+        megascale.check({**google, "MEGASCALE_SLICE_ID": "2"}, 1)
     assert multislice.node_names("tpuctl-x", 3) == ["tpuctl-x-0", "tpuctl-x-1", "tpuctl-x-2"]
     assert multislice.node_names("tpuctl-x", 1) == ["tpuctl-x"]
 
@@ -121,8 +132,9 @@ def test_one_jax_run_on_every_host_of_two_slices_with_megascale(cloud, cli, tmp_
             assert code == 0, err
             seen[k, w] = dict(kv.split("=", 1) for kv in out.splitlines()[0].split())
     for (k, w), env in seen.items():
-        assert env["MEGASCALE_COORDINATOR_ADDRESS"] == "10.1.0.1:8081"   # slice 0's worker 0, on every host
-        assert env["MEGASCALE_NUM_SLICES"] == "2" and env["MEGASCALE_PORT"] == "8081"
+        # slice 0's worker 0, on every host, as Google's tpu-env names it (host/megascale.py), port included
+        assert env["MEGASCALE_COORDINATOR_ADDRESS"] == "10.1.0.1:8080"
+        assert env["MEGASCALE_NUM_SLICES"] == "2" and env["MEGASCALE_PORT"] == "-"
         assert env["MEGASCALE_SLICE_ID"] == str(k)
         assert env["TPUCTL_WORKER"] == str(2 * k + w) and env["TPUCTL_NUM_WORKERS"] == "4"
     code, out, err = cli("logs", "-c", "ms", "-f", "--all-hosts")

@@ -47,9 +47,15 @@ def read(record: dict[str, Any]) -> dict[str, str]:
 
 
 def environment(record: dict[str, Any], slice_id: int, tpu_env: dict[str, str]) -> dict[str, str]:
-    """MEGASCALE_* for a host of slice `slice_id`: Google's where its tpu-env has them, the record's otherwise."""
+    """MEGASCALE_* for a host of slice `slice_id`: Google's where its tpu-env has them, the record's otherwise. Where
+    Google names the coordinator, its port is Google's too ("the MXLA coordinator, which is set to 8080 in multislice
+    GCE", JAX cloud_tpu_cluster.py), so tpuctl's own MEGASCALE_PORT (core/multislice.py) is not added beside it."""
     ours = multislice.environment(record, slice_id)
-    return {k: tpu_env.get(k) or v for k, v in ours.items()} if ours else {}
+    if not ours:
+        return {}
+    if tpu_env.get("MEGASCALE_COORDINATOR_ADDRESS"):
+        ours.pop("MEGASCALE_PORT", None)
+    return {k: tpu_env.get(k) or v for k, v in ours.items()}
 
 
 def check(tpu_env: dict[str, str], slice_id: int) -> None:
