@@ -105,6 +105,7 @@ def lost(code: str, root: Path) -> str:
     """Seconds from host s1/w1's power-off to all four hosts' next start, or what became of the run instead."""
     import uuid
     sys.path.insert(0, str(Path(__file__).parent.parent / "tests"))
+    from fakes.tpu_host import kill_agent_home
     from jobs import make_job
     from tpuctl.core import layout, packaging, runindex, runs
     from tpuctl.core.store import LocalStore
@@ -140,13 +141,7 @@ def lost(code: str, root: Path) -> str:
             time.sleep(0.2)
         lost_at = time.time()
         agents[1, 1].kill()
-        marker = f"TPUCTL_AGENT_HOME={root / f'{code}-s1w1'}".encode()
-        for proc in Path("/proc").iterdir():
-            try:
-                if proc.name.isdigit() and marker in (proc / "environ").read_bytes().split(b"\0"):
-                    os.kill(int(proc.name), signal.SIGKILL)
-            except (OSError, ValueError):
-                pass
+        kill_agent_home(root / f"{code}-s1w1")   # its jobs too: they run in sessions of their own
         (root / f"dead-{code}").write_text("")
         time.sleep(BACK_AFTER)
         boot(1, 1)

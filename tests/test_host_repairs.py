@@ -8,12 +8,12 @@ import signal
 import subprocess
 import sys
 import uuid
-from pathlib import Path
 
 import pytest
 
-from conftest import until
+from fakes.tpu_host import kill_agent_home
 from jobs import make_job
+from test_rounds import Cluster
 from tpuctl.core import layout, packaging, runindex, runs
 from tpuctl.core.store import LocalStore
 
@@ -40,7 +40,9 @@ while not os.path.exists(os.environ["GO"]):
 """
 
 
-class Hosts:
+class Hosts(Cluster):
+    """test_rounds.Cluster's views of the run (starts, statuses, log, until, stop), over four agents of its own."""
+
     def __init__(self, tmp_path, monkeypatch):
         for k, v in FAST.items():
             monkeypatch.setenv(k, v)
@@ -69,23 +71,7 @@ class Hosts:
         """The agent and every process of its job, at once (jobs run in sessions of their own)."""
         self.agents[k, w].send_signal(signal.SIGKILL)
         self.agents[k, w].wait()
-        marker = f"TPUCTL_AGENT_HOME={self.home(k, w)}".encode()
-        for proc in Path("/proc").iterdir():
-            try:
-                if proc.name.isdigit() and marker in (proc / "environ").read_bytes().split(b"\0"):
-                    os.kill(int(proc.name), signal.SIGKILL)
-            except (OSError, ValueError):
-                pass
-
-    def stop(self):
-        for p in self.agents.values():
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for (k, w), p in self.agents.items():
-            try:
-                p.wait(30)
-            except subprocess.TimeoutExpired:
-                self.power_off(k, w)
+        kill_agent_home(self.home(k, w))
 
     def submit(self, env):
         job = make_job(self.tmp, JOB)
@@ -97,23 +83,6 @@ class Hosts:
         self.store.create(layout.run_job(run_id), json.dumps(spec.to_json()).encode())
         runindex.register(self.store, run_id)
         return run_id
-
-    def starts(self, run_id, i):
-        p = Path(self.store.local_path(layout.run_output(run_id))) / f"starts-w{i}"
-        return p.read_text().splitlines() if p.exists() else []
-
-    def statuses(self, run_id):
-        return [runs.status(self.store, run_id, i) for i in range(4)]
-
-    def log(self, run_id, i):
-        return b"".join(self.store.read(k) or b"" for k, _ in self.store.list(layout.run_logs(run_id, i))).decode()
-
-    def until(self, cond, timeout, what):
-        def why():
-            logs = "".join((self.tmp / f).read_text(errors="replace")[-1500:] for f in sorted(os.listdir(self.tmp))
-                           if f.startswith("agent-"))
-            return f"{what}\n{logs}"
-        until(cond, timeout, why, every=0.1)
 
 
 @pytest.fixture
