@@ -98,7 +98,8 @@ class KaggleSessions:
         rec["sessions"].append({"kernel": slug, "pushed": time.time(), "state": "PUSHING"})
         runlog.save(store, run_id, rec)
         ref, version = _push_waiting(lambda: k.push_kernel(slug, title, script, shape, [rec["dataset"]],
-                                                           [previous] if previous else [], internet=True, timeout=0))
+                                                           [previous] if previous else [], internet=True, timeout=0),
+                                     lambda: self._holder.take(store, run_id) is not None)
         if ref != slug:   # Kaggle named it otherwise: its name from now on, ours kept for `down`
             rec["sessions"][-1]["asked"] = slug
         rec["sessions"][-1].update(kernel=ref, state="QUEUED", version=version)
@@ -108,6 +109,8 @@ class KaggleSessions:
         """A session Kaggle refuses (quota, phone verification) ends the run FAILED, saying why in its log."""
         try:
             self._push(k, st, store, run_id, rec)
+        except HoldLost:
+            raise   # the run is another tpuctl's now: nothing of it is written here
         except TpuctlError as e:
             self._refused(store, run_id, rec, e)
             inputs.release(store, run_id, rec, k)
@@ -326,11 +329,16 @@ def still_counted(k: Kaggle) -> str:
             "still be counted (`tpuctl status` shows it; https://www.kaggle.com/code shows what runs)")
 
 
-def _push_waiting(push: Callable[[], tuple[str, int]]) -> tuple[str, int]:
+class HoldLost(TpuctlError):
+    """Another tpuctl holds the run now (runlog.Holder): it moves it on."""
+
+
+def _push_waiting(push: Callable[[], tuple[str, int]], keep: Callable[[], bool]) -> tuple[str, int]:
     """push(), again while Kaggle refuses to attach the previous session's output: whether a just-finished session's
     output can be attached to the next kernel at once is not established (issue 39 item 5). Backs off as the client
     polls (TPUCTL_KAGGLE_POLL, x1.5, to 30 s) for TPUCTL_KAGGLE_INPUT_WAIT seconds (600), then the refusal stands,
-    with how long it was tried: the run ends with the reason (_push_or_fail)."""
+    with how long it was tried: the run ends with the reason (_push_or_fail). `keep` renews this tpuctl's hold on the
+    run between tries (runlog.Holder): a wait longer than the lease must not let a second tpuctl push it too."""
     limit = float(os.environ.get("TPUCTL_KAGGLE_INPUT_WAIT", "600"))
     pause, start = float(os.environ.get("TPUCTL_KAGGLE_POLL", "5")), time.time()
     while True:
@@ -342,6 +350,9 @@ def _push_waiting(push: Callable[[], tuple[str, int]]) -> tuple[str, int]:
                                   "submit the run again later") from None
             time.sleep(pause)
             pause = min(pause * 1.5, 30.0)
+            if not keep():
+                raise HoldLost(ErrorKind.ERROR, "another tpuctl took the run over while its next session waited "
+                                  "for its input", "it pushes the session itself") from None
 
 
 def confined(out: Path, rel: str, name: str) -> Path:
