@@ -773,7 +773,9 @@ def test_output_names_that_would_leave_the_output_directory_are_refused_with_the
     out = tmp_path / "output"
     out.mkdir()
     names = [f"{kernel.OUTPUT}/../../evil", f"{kernel.OUTPUT}//etc/passwd", f"{kernel.OUTPUT}/a/../../x"]
-    marks, code, progressed, refused = sessions._fetch_output([(n, "http://127.0.0.1:9/never") for n in names], out)
+    refused = []
+    marks, code, progressed = sessions._fetch_output([(n, "http://127.0.0.1:9/never") for n in names], out,
+                                                     refused.append)
     assert len(refused) == 3 and all(repr(n) in r for n, r in zip(names, refused)), refused
     assert not progressed and list(tmp_path.iterdir()) == [out] and list(out.iterdir()) == []
 

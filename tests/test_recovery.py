@@ -222,3 +222,80 @@ def test_a_hard_preemption_loses_no_line_printed_after_a_quiet_spell(tmp_path):
     out = []
     runs.follow(store, run_id, out.append, follow=False)
     assert b"".join(out) == b"warming up\nsaving checkpoint 7\n"
+
+
+# A job whose checkpoint takes a while: its SIGTERM handler is mid-save (mid-line) for a second.
+SLOW_SAVE = """
+import signal, sys, time
+def save(*_):
+    sys.stdout.write("saved at")
+    sys.stdout.flush()
+    time.sleep(1)
+    print(" 3", flush=True)
+    sys.exit(143)
+signal.signal(signal.SIGTERM, save)
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_stop_signals_the_jobs_main_process_once_so_its_handler_never_runs_twice(tmp_path, monkeypatch):
+    """Issue 38.10, `saved atsaved at 3`: bash -c execs the job's last command, so the job is the main process and
+    is also found in its own session; signalled twice, its SIGTERM handler ran again inside itself when the second
+    signal came after the first was taken. Forced here: each kill is followed by a pause, so the handler is always
+    mid-save when another signal could come."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    from tpuctl.host.jobprocs import JobProcesses
+    job = tmp_path / "job.py"
+    job.write_text(SLOW_SAVE)
+    proc = subprocess.Popen(["bash", "-c", f"set -e\nset +e\n{sys.executable} {job}\n"], stdout=subprocess.PIPE,
+                            env=dict(os.environ, PYTHONUNBUFFERED="1"), start_new_session=True)
+    try:
+        assert proc.stdout.readline() == b"ready\n"
+        real_kill, sent = os.kill, []
+
+        def kill_then_pause(pid, sig):
+            real_kill(pid, sig)
+            sent.append(pid)
+            time.sleep(0.3)   # the job's handler has begun its save before anything else is sent
+        monkeypatch.setattr(os, "kill", kill_then_pause)
+        JobProcesses(proc.pid, pipe_inode=os.fstat(proc.stdout.fileno()).st_ino).signal(signal.SIGTERM)
+        monkeypatch.undo()
+        assert proc.stdout.read() == b"saved at 3\n"
+        assert proc.wait(10) == 143 and sent.count(proc.pid) == 1
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_an_agent_killed_before_its_run_said_running_is_taken_over_at_once_by_its_successor(tmp_path, monkeypatch):
+    """Issue 38.11: an agent SIGKILLed right at run.started leaves the attempt `starting`, with no job pid yet, and
+    perhaps the job itself running. The next agent on the host ended only attempts with a pid, and trusted this
+    one until it went stale (TPUCTL_STALE_SECONDS): the run sat in `starting`. It is the dead agent's (this host's
+    own), so it is ended and resumed at once; the job left behind is found by its environment."""
+    import os
+    import subprocess
+    import sys
+    monkeypatch.setenv("TPUCTL_STALE_SECONDS", "600")
+    monkeypatch.setenv("TPUCTL_HOST", "t1v-same")
+    store = LocalStore(tmp_path / "store")
+    run_id = submit_to_store(store, make_job(tmp_path, RESUMABLE))
+    store.create(layout.run_claim(run_id, 0), json.dumps({"host": "t1v-same", "time": time.time()}).encode())
+    store.write(layout.run_status(run_id, 0), json.dumps(
+        {"state": "starting", "host": "t1v-same", "heartbeat": time.time(), "attempt": 1}).encode())
+    left = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True,
+                            env=dict(os.environ, TPUCTL_RUN_ID=run_id, TPUCTL_WORKER="0"))
+    a, t = _agent(tmp_path / "store", tmp_path)
+    try:
+        until(lambda: runs.status(store, run_id).state.final, 20, "the run taken over and ended")
+        assert left.wait(10) is not None                 # the job the dead agent left was ended first
+    finally:
+        a.stop.set()
+        t.join(10)
+        left.kill()
+        left.wait()
+    st = runs.status(store, run_id)
+    assert st.state is runs.RunState.SUCCEEDED and st.attempt == 2, st

@@ -1,6 +1,7 @@
 """`submit --max-restarts N`: xpk's restart contract (exit 42 or a signal tpuctl did not send), on the local
 provider with its real agent, and the rule itself (tpuctl/host/restarts.py)."""
 import json
+import time
 
 import pytest
 
@@ -25,7 +26,8 @@ sys.exit(int(code))
 
 
 @pytest.fixture
-def local(local_up):
+def local(local_up, monkeypatch):
+    monkeypatch.setenv("TPUCTL_RESTART_BACKOFF", "0.02")   # the agent inherits it at `up`: restarts in milliseconds
     return local_up("rs")
 
 
@@ -84,6 +86,41 @@ def test_a_cancelled_run_is_not_restarted(local, cli, tmp_path):
     code, out, err = cli("logs", run_id, "-c", "rs", "-f")
     row = _row(cli)
     assert row["state"] == "cancelled" and row["restarts"] == 0 and out.count("started") == 1
+
+
+@pytest.mark.parametrize("first_wait", ["0.05", "30"])
+def test_cancel_stops_a_job_that_exits_42_at_once_under_a_million_restarts(local_up, cli, tmp_path, monkeypatch,
+                                                                          first_wait):
+    """Issue 38.1: such a job restarted about 34 times a second and 8 of 8 cancels changed nothing. Restarts back off
+    (doubling from TPUCTL_RESTART_BACKOFF), and a cancel wins between restarts (0.05) and during a wait (30)."""
+    monkeypatch.setenv("TPUCTL_RESTART_BACKOFF", first_wait)
+    monkeypatch.setenv("TPUCTL_CANCEL_POLL", "0.1")
+    local_up("rs")
+    code, out, err = cli("submit", str(_job(tmp_path, ",".join(["42"] * 100))), "-c", "rs", "--max-restarts",
+                         "1000000", "--detach")
+    run_id = out.strip()
+    until(lambda: _row(cli)["restarts"] >= (3 if first_wait == "0.05" else 1), 30, "restarts", every=0.05)
+    asked = time.monotonic()
+    assert cli("cancel", run_id, "-c", "rs")[0] == 0
+    until(lambda: _row(cli)["state"] == "cancelled", 10, "the cancel taking", every=0.05)
+    assert time.monotonic() - asked < (3 if first_wait == "30" else 10)
+    row = _row(cli)
+    assert row["restarts"] < 20, row
+    log = cli("logs", run_id, "-c", "rs")[1]
+    assert len([line for line in log.splitlines() if line.startswith("start ")]) <= row["restarts"] + 1
+    assert "the wait doubles" in log and "cancelled" in log, log
+
+
+def test_the_restart_wait_doubles_to_its_cap_and_starts_over_after_a_healthy_run(monkeypatch):
+    from tpuctl.host.restarts import backoff
+    waits, w = [], 0.0
+    for _ in range(9):
+        w = backoff(w, ran=0.5)
+        waits.append(w)
+    assert waits == [1, 2, 4, 8, 16, 32, 60, 60, 60]
+    assert backoff(60, ran=600) == 1   # ten healthy minutes: back to the first step
+    monkeypatch.setenv("TPUCTL_RESTART_BACKOFF", "0.01")
+    assert backoff(0, ran=0) == 0.01
 
 
 def test_a_negative_limit_is_refused_in_one_line(local, cli, tmp_path):

@@ -121,3 +121,20 @@ def test_jobs_at_80_columns_shows_whole_ids_and_logs_download_cancel_take_the_sh
     monkeypatch.chdir(tmp_path)
     code, out, err = cli("download", "beef", "-c", "short")
     assert code == 0 and "20261124-093000-001-beef/: 1 of 1 files fetched" in err, err
+
+
+@pytest.mark.parametrize("blank", ["", "   "])
+def test_an_empty_run_id_is_a_usage_error_for_every_command_never_the_latest_run(local_up, cli, blank):
+    """`tpuctl cancel "$RUN"` with RUN unset in a script (issue 38): exit 2, and the latest run is left alone."""
+    st = local_up("blank")
+    store = LocalStore(st.spec.store)
+    plant(store, "20261126-100000-000-c0de", state=RunState.RUNNING)
+    store.write(layout.log_chunk("20261126-100000-000-c0de", 0, 1), b"log of the latest\n")
+    for args in (["cancel", blank], ["logs", blank], ["download", blank], ["tensorboard", blank]):
+        code, out, err = cli(*args, "-c", "blank")
+        assert code == 2 and "empty run id" in err and "hint:" in err and "Traceback" not in err, (args, err)
+        assert "log of the latest" not in out
+    assert store.read(layout.run_cancel("20261126-100000-000-c0de")) is None
+    with pytest.raises(TpuctlError) as e:
+        resolve_run(store, blank)
+    assert e.value.kind is ErrorKind.INPUT

@@ -58,6 +58,15 @@ def cluster_name(flag: Optional[str]) -> str:
     return check_cluster_name(cfg.setting("cluster", flag, "default"))
 
 
+def check_run_ids(*run_ids: Optional[str]) -> None:
+    """A run id given empty or blank is a usage error, never "the latest run": `tpuctl cancel "$RUN"` with RUN unset
+    in a script must not cancel whatever ran last. Checked before the cluster is looked up."""
+    for run_id in run_ids:
+        if run_id is not None and not run_id.strip():
+            raise bad_input(f"empty run id ({run_id!r})", "give a run id (`tpuctl jobs` lists them), or leave it "
+                            "out where the command takes the latest run")
+
+
 def console() -> ModuleType:
     from . import console
     return console

@@ -5,7 +5,7 @@ from typing import Any, List, Optional
 
 import typer
 
-from .common import CLUSTER, PROVIDER, app, check_worker, cluster_and_provider, console, interrupted
+from .common import CLUSTER, PROVIDER, app, check_run_ids, check_worker, cluster_and_provider, console, interrupted
 from .runs import follow_run
 from ..core.errors import ErrorKind, TpuctlError, bad_input
 
@@ -23,6 +23,7 @@ def logs(run_id: Optional[str] = typer.Argument(None, help="Run id (default: the
     """Print a run's output, raw, on stdout."""
     from ..core import hostlogs, runs
     from ..control import submission
+    check_run_ids(run_id)
     st, prov = cluster_and_provider(cluster, provider)
     check_worker(st, worker)
     slices = max(1, st.spec.slices)
@@ -52,6 +53,7 @@ def download(run_id: Optional[str] = typer.Argument(None, help="Run id (default:
 
     from ..control import download as dl, submission
     from ..core import runs
+    check_run_ids(run_id)
     con = console()
     st, prov = cluster_and_provider(cluster, provider)
     store = prov.store(st)
@@ -81,6 +83,7 @@ def tensorboard(run_ids: List[str] = typer.Argument(None, help="Run ids (default
     from . import tensorboard as board
     from ..core import runindex
     from ..control import submission
+    check_run_ids(*(run_ids or []))
     board.require_installed()
     if port is not None:
         board.check_port(port, host)
@@ -116,6 +119,7 @@ def jobs(cluster: Optional[str] = CLUSTER,
     """List the cluster's runs, newest first: id, job, state, start, duration, exit code, latest step and loss,
     loss curve, and goodput (the share of the run's time spent in training steps that were kept)."""
     from ..control import submission
+    from ..core import budget
     con = console()
     st, prov = cluster_and_provider(cluster, provider)
     submission.refresh(st, prov, prov.store(st))
@@ -133,11 +137,14 @@ def jobs(cluster: Optional[str] = CLUSTER,
         con.print_json([{**r, **spend} for r in rows])
         return
     for r in rows:
+        if r.get("state") == "cancelled" and "--budget is spent" in str(r.get("note") or ""):
+            r["state"] = "cancelled (budget)"   # the cluster's cap ended it, not a user's cancel
         if r.get("restarts"):
             r["state"] = f"{r['state']} ({r['restarts']} restart{'s' * (r['restarts'] != 1)})"
     if spend:
-        con.err.print(f"budget ${spend['budget_usd']:.2f}: ${spend['spent_usd']:.2f} spent, ${spend['left_usd']:.2f} "
-                      "left", markup=False)
+        d = budget.dollars
+        con.err.print(f"budget {d(float(str(spend['budget_usd'])))}: {d(float(str(spend['spent_usd'])))} spent, "
+                      f"{d(float(str(spend['left_usd'])))} left", markup=False)
     con.print_table(["id", "job", "state", "started", "duration", "exit", "cost", "step", "loss", "loss curve",
                      "goodput"],
                     [[r["id"], r["name"], r["state"], r["started"],

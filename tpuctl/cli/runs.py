@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, List, Optional
 
 import typer
 
-from .common import (CLUSTER, PROVIDER, app, check_worker, cluster_and_provider, cluster_name, console,
-                     interrupted)
+from .common import (CLUSTER, PROVIDER, app, check_run_ids, check_worker, cluster_and_provider, cluster_name,
+                     console, interrupted)
 from ..core.errors import ErrorKind, ExitCode, TpuctlError, bad_input
 
 if TYPE_CHECKING:
@@ -95,6 +95,7 @@ def submit(ctx: typer.Context,
     urls = check_urls(notify_to)
     job = jobspec.load(job_dir, data)          # the job's own mistakes first, before any cluster is looked for
     packaging.files(job.root, job.data)        # links out of the job are refused here too
+    jobspec.check_launchable(job.command, list(ctx.args), job.env)   # what no host could start
     if dry_run:
         _submit_preview(job, cluster, provider)
         return
@@ -126,6 +127,7 @@ def cancel(run_id: str = typer.Argument(..., help="Run id."), cluster: Optional[
            provider: Optional[str] = PROVIDER) -> None:
     """Ask the agent to stop a run (SIGTERM, then SIGKILL after a grace period)."""
     from ..control import submission
+    check_run_ids(run_id)
     st, prov = cluster_and_provider(cluster, provider)
     store = prov.store(st)
     if prov.remote_runs is not None:

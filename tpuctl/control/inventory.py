@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from ..core import state
+from ..core import budget, state
 from ..core.errors import TpuctlError
 from ..core.models import ClusterState, Phase
 from ..providers.base import Provider
@@ -58,7 +58,7 @@ def ls(providers: list[Provider], extra_project: str, warn: Callable[[str], None
 
 def _budget_cell(st: ClusterState, provider: Provider) -> str:
     b = costing(st, provider)[1] if st.phase is not Phase.CREATING else {}
-    return f"${b['spent_usd']:.2f} of ${b['budget_usd']:.2f}" if b else ""
+    return f"{budget.dollars(float(str(b['spent_usd'])))} of {budget.dollars(float(str(b['budget_usd'])))}" if b else ""
 
 
 def from_labels(name: str, project: str, provider: Provider) -> ClusterState | None:

@@ -32,10 +32,13 @@ def status(st: ClusterState, provider: Provider) -> dict[str, object]:
     record = _stopped_record(st, provider) if st.phase is Phase.READY else {}   # read once: stop and failure
     stopped = _stop_in(st, record)
     hourly, spend = costing(st, provider)
+    if hourly is not None and hourly != price.hourly and st.phase is not Phase.DOWN:
+        info["price"] = f"${hourly:.2f}/hour (as its budget and costs count it)"   # not the catalog's "free"
     info.update(_cost(st, hourly))
     info.update(spend)
     info.update(watch)
     info["orphan_data"] = orphan_data(st, provider)
+    info["notifications"] = undelivered(st, provider)
     armed = _armed(st, provider, record) if (st.spec.autostop or st.deadline) and st.phase is Phase.READY and not stopped \
         else ""
     if st.spec.autostop:
@@ -55,9 +58,15 @@ def status(st: ClusterState, provider: Provider) -> dict[str, object]:
         info["resources"] = {}
         info["problem"] = ""
         info["fix"] = f"tpuctl up -c {st.name} brings it back"
+        if stopped[0].startswith(budget.REASON) and spend:
+            # `up` alone is refused while the cap is spent: name the command that raises it
+            used, cap = float(str(spend["spent_usd"])), float(str(spend["budget_usd"]))
+            info["problem"] = f"its budget is spent: {budget.dollars(used)} of {budget.dollars(cap)}"
+            info["fix"] = f"{budget.raise_command(st.name, used)} raises the cap and brings it back"
         return info
     info["resources"] = provider.describe(st)
     found = provider.problem(st) if st.phase is Phase.READY else None
+    found = found or (_store_full(st, provider) if st.phase is Phase.READY else None)
     if found and provider.compute_lost(st) and watch.get("watcher") and "NONE" not in str(watch["watcher"]):
         found = (found[0], f"nothing: the watcher on {str(watch['watcher']).split(',')[0]} re-creates it")
     info["problem"], info["fix"] = found if found else ("", "")
@@ -112,6 +121,37 @@ def orphan_data(st: ClusterState, provider: Provider) -> str:
     return (f"{size / 1e6:.1f} MB of data ({sum(o.files for o in found)} files) of {len(found)} run"
             f"{'s' * (len(found) > 1)} never submitted ({', '.join(o.run_id for o in found[:3])}"
             f"{', ...' if len(found) > 3 else ''}: {found[0].left_by}); `tpuctl down -c {st.name}` removes it")
+
+
+def _store_full(st: ClusterState, provider: Provider) -> tuple[str, str] | None:
+    """An agent that says its store is full (host/storeguard.py, in its heartbeat): runs end, their output is
+    held in memory (up to TPUCTL_LOG_HOLD_BYTES) and lost past TPUCTL_LOG_HOLD_WAIT."""
+    try:
+        beats = runs.heartbeats(provider.store(st))
+    except Exception:  # noqa: BLE001 - a store that cannot be read: status says so elsewhere
+        return None
+    for b in beats:
+        held = int(b.get("held_bytes") or 0)
+        if held or str(b.get("problem", "")).startswith("store full"):
+            said = f"{held / 1e6:.1f} MB of ended runs' output waiting" if held else str(b["problem"])
+            return (f"the store is full: {said} (the agent on {b.get('host')}); output is lost if no room comes",
+                    f"make room where the store lives ({st.spec.store}): delete what old runs left there, or give it "
+                    "more space; held output ships by itself once there is room")
+    return None
+
+
+def undelivered(st: ClusterState, provider: Provider) -> str:
+    """The notifications the cluster's senders gave up on (core/notify.py records each), in words; "" for none."""
+    from ..core import notify
+    try:
+        left = notify.undelivered(provider.store(st))
+    except Exception:  # noqa: BLE001 - a nicety in status: a store that cannot be read shows none
+        return ""
+    if not left:
+        return ""
+    last = left[-1]
+    return (f"{len(left)} notification{'s' * (len(left) > 1)} not delivered (latest: {last.get('event')} to "
+            f"{last.get('to')}: {last.get('error')}); check the receiver: tpuctl notify test -c {st.name}")
 
 
 def _armed(st: ClusterState, provider: Provider, record: dict[str, object]) -> str:

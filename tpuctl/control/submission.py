@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ..core import datasync, goodput, interrupts, layout, metrics, notify, orphans, packaging, runindex, runs
 from ..core.errors import ErrorKind, TpuctlError, bad_input
-from ..core.jobspec import JobSpec
+from ..core.jobspec import JobSpec, check_launchable
 from ..core.models import ClusterState, Framework, Phase
 from . import armed
 from ..providers.base import Provider, Reporter
@@ -40,6 +40,7 @@ def submit(st: ClusterState, provider: Provider, job: JobSpec, args: list[str], 
     id, data sync summary). `sessions`: how many sessions a service's run may chain through (0: the default);
     `keep_inputs`: the service keeps the run's inputs once it ends; `max_restarts`: how often the host restarts a
     job that exits 42 or dies by a signal (host/restarts.py)."""
+    check_launchable(job.command, args, job.env)   # before anything is uploaded: what no host could start
     if st.phase is Phase.DOWN:
         raise TpuctlError(ErrorKind.NOT_FOUND, f"cluster {st.name} is down (its {provider.store_noun} is kept)",
                           f"`tpuctl up -c {st.name}` brings it back")
@@ -168,8 +169,11 @@ def preview(job: JobSpec, store: BlobStore | None) -> Preview:
 
 def resolve_run(store: BlobStore, run_id: str | None) -> str:
     """The run `run_id` names: a whole id (one read: its job.json), or a unique start or end of one, as git and
-    docker take short ids (runindex.matching); None: the latest run."""
-    if not run_id:
+    docker take short ids (runindex.matching); None: the latest run. An empty or blank id is refused: it is what
+    `tpuctl cancel "$RUN"` passes with RUN unset, never a way to say "the latest"."""
+    if run_id is not None and not run_id.strip():
+        raise bad_input(f"empty run id ({run_id!r})", "give a run id; `tpuctl jobs` lists them")
+    if run_id is None:
         latest = runindex.latest(store)
         if latest is None:
             raise TpuctlError(ErrorKind.NOT_FOUND, "no runs yet", "`tpuctl submit JOB_DIR` starts one")

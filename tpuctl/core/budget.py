@@ -35,17 +35,26 @@ def hourly(catalog: float | None, saved: float = 0.0) -> float | None:
 
 
 def parse_usd(text: str) -> float:
-    """`--budget 25`, `$25.50`; `off` or 0: no cap."""
+    """`--budget 25`, `$25.50`, `0.004` (kept exactly: a cap below a cent is still a cap, where rounding to the cent
+    once turned it into 0, which means off: issue 38.7); `off`, `none` and every spelling of zero (0, 0.0, 00, -0):
+    no cap."""
     t = text.strip().lower().lstrip("$")
-    if t in ("off", "none", "0"):
+    if t in ("off", "none"):
         return 0.0
     try:
         usd = float(t)
     except ValueError:
         usd = -1.0
+    if usd == 0:
+        return 0.0
     if not usd > 0 or usd != usd or usd == float("inf"):
         raise bad_input(f"--budget {text!r} is not an amount of dollars", "for example --budget 25 or --budget off")
-    return round(usd, 2)
+    return usd
+
+
+def dollars(usd: float) -> str:
+    """An amount as people read it: to the cent, finer only when the cent would change it ($0.004, not $0.00)."""
+    return f"${usd:.2f}" if abs(round(usd, 2) - usd) < 1e-9 else f"${usd:.4g}"
 
 
 def spent(periods: list[list[float]], hourly: float, now: float | None = None, extra: Sequence[Sequence[Any]] = ()) -> float:
@@ -109,11 +118,15 @@ def check_up(usd: float, hourly: float | None, periods: list[list[float]], clust
     used = spent(periods, hourly, extra=extra)
     if usd <= used:
         raise TpuctlError(ErrorKind.INPUT, f"cluster {cluster} has already spent ${used:.2f}: a budget of "
-                          f"${usd:.2f} leaves nothing", f"raise it: tpuctl up -c {cluster} --budget "
-                          f"{max(used * 2, used + 1):.0f}")
+                          f"{dollars(usd)} leaves nothing", f"raise it: {raise_command(cluster, used)}")
     if not hourly:
-        return f"budget ${usd:.2f}: the compute is free, so it never runs out"
-    return f"budget ${usd:.2f}: ${usd - used:.2f} left, {(usd - used) / hourly:.1f} hours at ${hourly:.2f}/hour"
+        return f"budget {dollars(usd)}: the compute is free, so it never runs out"
+    return f"budget {dollars(usd)}: {dollars(usd - used)} left, {(usd - used) / hourly:.1f} hours at ${hourly:.2f}/hour"
+
+
+def raise_command(cluster: str, used: float) -> str:
+    """The command that brings a cluster whose budget is spent back, with a cap above what it spent."""
+    return f"tpuctl up -c {cluster} --budget {max(used * 2, used + 1):.0f}"
 
 
 def over(doc: dict[str, Any], periods: list[list[float]] | None = None, now: float | None = None) -> tuple[float, str]:
@@ -122,7 +135,7 @@ def over(doc: dict[str, Any], periods: list[list[float]] | None = None, now: flo
     if not usd:
         return 0.0, ""
     used = spent(doc.get("periods", []) if periods is None else periods, hourly, now, doc.get("extra", []))
-    return used / usd, (f"{REASON}: ${usd:.2f} spent" if used >= usd else "")
+    return used / usd, (f"{REASON}: {dollars(usd)} spent" if used >= usd else "")
 
 
 def shown(doc: dict[str, Any], periods: list[list[float]]) -> dict[str, object]:
@@ -131,12 +144,13 @@ def shown(doc: dict[str, Any], periods: list[list[float]]) -> dict[str, object]:
     if not usd:
         return {}
     used = spent(periods, float(doc.get("hourly") or 0), extra=doc.get("extra", []))
-    out: dict[str, object] = {"budget_usd": usd, "spent_usd": round(used, 2),
-                              "left_usd": round(max(usd - used, 0.0), 2)}
+    out: dict[str, object] = {"budget_usd": usd, "spent_usd": round(used, 4),
+                              "left_usd": round(max(usd - used, 0.0), 4)}
     if used >= usd:
-        out["budget"] = f"spent: ${used:.2f} of ${usd:.2f}; raise it with `up --budget` to bring the cluster back"
+        out["budget"] = f"spent: {dollars(used)} of {dollars(usd)}; raise it with `up --budget` to bring the " \
+                        "cluster back"
     elif used >= WARN_AT * usd:
-        out["budget"] = f"WARNING: ${used:.2f} of ${usd:.2f} spent ({100 * used / usd:.0f}%)"
+        out["budget"] = f"WARNING: {dollars(used)} of {dollars(usd)} spent ({100 * used / usd:.0f}%)"
     return out
 
 

@@ -107,3 +107,32 @@ def load(job_dir: str, extra_data: Sequence[str] = ()) -> JobSpec:
     return JobSpec(root=root, command=doc["command"], name=name, data=data, data_as=data_as, requirements=req,
                    env={k: str(v) for k, v in env.items()}, framework=framework,
                    tensorflow=tensorflow if framework is Framework.TENSORFLOW else "")
+
+
+# Linux refuses, with E2BIG, any one argument or environment string longer than MAX_ARG_STRLEN, 32 pages: 131072
+# bytes with 4 KiB pages, its terminating NUL included (include/uapi/linux/binfmts.h `#define MAX_ARG_STRLEN
+# (PAGE_SIZE * 32)`; fs/exec.c copy_strings: `if (len > MAX_ARG_STRLEN) goto out` with -E2BIG). The host runs the
+# command as one `bash -c SCRIPT` argument, with up to SCRIPT_OWN bytes of the agent's own lines (host/attempt.py).
+MAX_ARG_STRLEN = 32 * 4096
+SCRIPT_OWN = 8 * 1024
+
+
+def check_launchable(command: str, args: Sequence[str], env: dict[str, str]) -> None:
+    """What the host could never start, refused at submit before anything is uploaded (issue 38.3): a NUL byte (a
+    C string ends there: Python's exec refuses it, 'embedded null byte'), or a command or [env] entry longer than
+    the kernel takes for one string. The run would otherwise wait on the host with the reason in its log only."""
+    for what, text in [("the command", command), *((f"argument {i}", a) for i, a in enumerate(args, 1)),
+                       *((f"[env] {k}", f"{k}={v}") for k, v in env.items())]:
+        if "\0" in text:
+            raise bad_input(f"{what} holds a NUL byte (\\0): no program can be given one",
+                            "remove it (a TOML \\u0000 escape, or a file pasted with one)")
+        size = len(text.encode())
+        if size + 1 > MAX_ARG_STRLEN:
+            raise bad_input(f"{what} is {size} bytes: Linux takes at most {MAX_ARG_STRLEN - 1} in one argument or "
+                            "environment entry", "put the value in a file inside the job directory and read it "
+                            "from there")
+    script = len(command.encode()) + sum(len(a.encode()) * 4 + 3 for a in args)   # shell-quoted, at worst
+    if script + SCRIPT_OWN + 1 > MAX_ARG_STRLEN:
+        raise bad_input(f"the command with its arguments is about {script} bytes: the host runs it as one bash "
+                        f"argument, at most {MAX_ARG_STRLEN - SCRIPT_OWN - 1} bytes",
+                        "put the long part in a script file inside the job directory and run that")

@@ -33,6 +33,14 @@ def agent_package(version: str) -> str:
     return f"{AGENT_PACKAGE_PREFIX}tpuctl-{version}-py3-none-any.whl"
 
 
+NOTIFY_UNSENT_PREFIX = "tpuctl/notify/unsent/"
+
+
+def notify_unsent(key: str) -> str:
+    """A notification given up on for one URL (notify.py): what, to which host, why; `status` lists them."""
+    return f"{NOTIFY_UNSENT_PREFIX}{key}.json"
+
+
 def notify_event(key: str) -> str:
     """One notification, recorded create-if-absent before it is sent (notify.py): `key` names its occurrence."""
     return f"{NOTIFY_EVENTS_PREFIX}{key}.json"
@@ -189,6 +197,7 @@ DESCRIBED = [
     (BUDGET, "written by `up`: the price per hour, the periods the compute existed, the budget (up --budget)"),
     (NOTIFY_TARGETS, "written by `up --notify`: the cluster's notification URLs (secrets)"),
     (notify_event("KEY"), "one per notification, written before it is sent (so it is sent once)"),
+    (notify_unsent("KEY-URLHASH"), "a notification given up on for one URL: event, host, error (status)"),
     (agent_package("VERSION"), "the agent package the hosts install, built from the CLI that ran `up`"),
     (watcher_package("VERSION"), "the recovery watcher VM's package (up --recover --watcher vm)"),
     (boot_log("HOST"), "each host's start-up script log"),

@@ -4,9 +4,11 @@
 Each event is recorded in the store create-if-absent BEFORE it is sent (layout.notify_event): of two watchers, or
 an agent restarted after it recorded one, only the writer that created the record sends it, so an event is sent at
 most once; a sender that dies between the record and the send loses that message rather than repeating it.
-Sending happens on one background thread per process, in order, each message retried with backoff until
-TPUCTL_NOTIFY_RETRY_FOR seconds (300) have passed, each request bounded by TPUCTL_NOTIFY_TIMEOUT (10): a receiver
-that fails or hangs never slows or fails training.
+Recording happens on one background thread per process; sending on one thread per URL (delivery.py), each message
+retried with backoff until TPUCTL_NOTIFY_RETRY_FOR seconds (300) have passed, each request bounded by
+TPUCTL_NOTIFY_TIMEOUT (10): a receiver that fails or hangs never slows or fails training, nor another URL's messages.
+A message given up on, or still unsent when the process stops, is recorded (layout.notify_unsent) and `status` says
+so.
 
 An http(s) URL receives a JSON POST in the shape Slack's incoming webhooks take (a `text` member: Slack's "Sending
 messages using incoming webhooks", `curl -X POST -H 'Content-type: application/json' -d '{"text":"Hello,
@@ -18,21 +20,21 @@ URLs are secrets: they live in the store (layout.NOTIFY_TARGETS, a run's layout.
 """
 from __future__ import annotations
 
-import importlib
+import functools
+import hashlib
 import json
 import os
 import queue
-import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
-from types import ModuleType
 from typing import Any
 from urllib.parse import urlsplit
 
 from . import layout
+from .delivery import Outbox
+# delivery's, re-exported: the CLI and the tests send through this module
+from .delivery import mask as mask, send_one as send_one, try_once as try_once
 from .errors import bad_input
 from .store import BlobStore
 
@@ -73,13 +75,6 @@ def is_off(given: list[str]) -> bool:
     if len(given) > 1:
         raise bad_input("--notify off cannot be given with URLs", "give either --notify off or the URLs to send to")
     return True
-
-
-def mask(url: str) -> str:
-    """What may be printed of a URL: its scheme and host; the path, query and credentials carry the secret."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    return f"{parts.scheme}://{host}/***" if parts.scheme else "***"
 
 
 def needs_apprise(urls: list[str]) -> bool:
@@ -135,80 +130,17 @@ def record(store: BlobStore, key: str, body: dict[str, Any]) -> bool:
     return store.create(layout.notify_event(key), json.dumps(body).encode())
 
 
-# -- sending ---------------------------------------------------------------------------------------------------
-def _post(url: str, message: dict[str, Any], timeout: float) -> None:
-    req = urllib.request.Request(url, data=json.dumps(message).encode(), method="POST",
-                                 headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=timeout) as r:   # 4xx/5xx raise HTTPError
-        r.read()
-
-
-APPRISE = "apprise>=1.6,<3"   # Apprise().add / notify(body=, title=) and its truthy result hold across these
-
-
-def apprise_dir() -> str:
-    """Where a host installs Apprise for itself when a cluster first uses an Apprise URL: beside the agent's work,
-    never into the image's or the user's environment."""
-    base = os.environ.get("TPUCTL_AGENT_HOME") or os.path.join(os.path.expanduser("~"), ".tpuctl-agent")
-    return os.environ.get("TPUCTL_APPRISE_DIR") or os.path.join(base, "apprise")
-
-
-def _load_apprise() -> ModuleType:
-    """The apprise module: installed, or in apprise_dir(), or installed there now (pip, once per process, on the
-    sending thread: a run never waits for it)."""
-    target = apprise_dir()
-    if target not in sys.path:
-        sys.path.append(target)
-    try:
-        return importlib.import_module("apprise")
-    except ImportError:
-        pass
-    r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--target",
-                        target, APPRISE], capture_output=True, text=True,
-                       timeout=float(os.environ.get("TPUCTL_APPRISE_INSTALL_WAIT", "300")))
-    if r.returncode:
-        raise RuntimeError(f"could not install {APPRISE} into {target}: {r.stderr.strip()[-300:]}")
-    importlib.invalidate_caches()
-    return importlib.import_module("apprise")
-
-
-def _apprise(url: str, message: dict[str, Any], timeout: float) -> None:
-    # Apprise's Python API: Apprise().add(url) then notify(body=..., title=...), whose result is false when it could
-    # not deliver (apprise/apprise.py `def notify(self, body, title="", ...)`, result.py `__bool__`: "True only when
-    # the overall notification succeeded"; github.com/apache/airflow airflow/providers/apprise/hooks/apprise.py
-    # calls it the same way).
-    ap = _load_apprise().Apprise()
-    if not ap.add(url):
-        raise ValueError("Apprise does not understand this URL")
-    if not ap.notify(body=message["text"], title=f"tpuctl: {message['tpuctl']['event']}"):
-        raise RuntimeError("Apprise could not deliver it")
-
-
-def send_one(url: str, message: dict[str, Any], retry_for: float | None = None) -> str:
-    """Deliver one message, retrying with backoff until `retry_for` seconds have passed; "" or the last error."""
-    retry_for = float(os.environ.get("TPUCTL_NOTIFY_RETRY_FOR", "300")) if retry_for is None else retry_for
-    timeout = float(os.environ.get("TPUCTL_NOTIFY_TIMEOUT", "10"))
-    deliver = _post if urlsplit(url).scheme in ("http", "https") else _apprise
-    give_up, delay, error = time.monotonic() + retry_for, float(os.environ.get("TPUCTL_NOTIFY_BACKOFF", "1")), ""
-    while True:
-        try:
-            deliver(url, message, min(timeout, max(give_up - time.monotonic(), 0.1)))
-            return ""
-        except Exception as e:  # noqa: BLE001 - any failure to deliver: retried, then reported
-            error = f"{type(e).__name__}: {e}".replace(url, mask(url))
-        if time.monotonic() + delay > give_up:
-            return error
-        time.sleep(delay)
-        delay = min(delay * 2, 30.0)
-
-
+# -- sending (delivery.py: one outbox per URL) -------------------------------------------------------------------
 class Sender:
-    """The process's one sending thread: events are recorded, then sent, in the order they were emitted."""
+    """The process's recording thread: each event is recorded (once, in the store), then handed to the outbox of
+    each of its URLs (delivery.Outbox), which sends it in order with that URL's own retry clock."""
 
     def __init__(self) -> None:
         self.q: queue.Queue[tuple[BlobStore, str, dict[str, Any]]] = queue.Queue()
         self.idle = threading.Event()
         self.idle.set()
+        self.outboxes: dict[str, Outbox] = {}
+        self.lock = threading.Lock()
         threading.Thread(target=self._loop, daemon=True, name="tpuctl-notify").start()
 
     def put(self, store: BlobStore, key: str, body: dict[str, Any]) -> None:
@@ -232,14 +164,60 @@ class Sender:
         fields = {k: v for k, v in body.items() if k not in ("event", "cluster", "run", "time")}
         message = {"text": text_of(body["event"], body["cluster"], body["run"], fields), "tpuctl": body}
         for url in targets(store, body["run"]):
-            error = send_one(url, message)
-            if error:
-                print(f"tpuctl: notification {body['event']} to {mask(url)} not delivered: {error}", file=sys.stderr,
-                      flush=True)
+            self._outbox(url).put(_Pending(store, key, body), message)
+
+    def _outbox(self, url: str) -> Outbox:
+        with self.lock:
+            if url not in self.outboxes:
+                self.outboxes[url] = Outbox(url, functools.partial(unsent, url))
+            return self.outboxes[url]
 
     def flush(self, timeout: float) -> bool:
-        """Wait (at most `timeout` seconds) until everything queued was sent or given up: at a process's end."""
-        return self.idle.wait(timeout)
+        """Wait (at most `timeout` seconds) until every URL's outbox is done; what is left is recorded unsent (the
+        process ends: its sending threads end with it). True when everything was sent or given up on in time."""
+        deadline = time.monotonic() + timeout
+        done = self.idle.wait(timeout)
+        with self.lock:
+            boxes = list(self.outboxes.values())
+        for box in boxes:
+            done = box.idle.wait(max(0.0, deadline - time.monotonic())) and done
+        for box in boxes:
+            if not box.idle.is_set():
+                box.abandon(f"still unsent after {timeout:g}s when the process stopped (the receiver had not "
+                            "taken it)")
+        return done
+
+
+class _Pending:
+    """One event on its way to one URL."""
+
+    def __init__(self, store: BlobStore, key: str, body: dict[str, Any]) -> None:
+        self.store, self.key, self.body = store, key, body
+
+
+def unsent(url: str, what: _Pending, error: str) -> None:
+    """A message given up on is recorded where `status` looks (layout.notify_unsent), never silently dropped; the
+    URL only masked."""
+    print(f"tpuctl: notification {what.body['event']} to {mask(url)} not delivered: {error}", file=sys.stderr,
+          flush=True)
+    doc = {"event": what.body["event"], "key": what.key, "run": what.body.get("run", ""), "to": mask(url),
+           "error": error, "time": time.time()}
+    try:
+        digest = hashlib.sha256(url.encode()).hexdigest()[:12]   # which URL, without the URL
+        what.store.write(layout.notify_unsent(f"{what.key}-{digest}"), json.dumps(doc).encode())
+    except Exception as e:  # noqa: BLE001 - the agent's log above still says it
+        print(f"tpuctl: could not record it: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+
+
+def undelivered(store: BlobStore) -> list[dict[str, Any]]:
+    """The messages given up on, oldest first (`status`)."""
+    out = []
+    for key, _ in store.list(layout.NOTIFY_UNSENT_PREFIX):
+        try:
+            out.append(dict(json.loads(store.read(key) or b"{}")))
+        except ValueError:
+            continue
+    return sorted(out, key=lambda d: float(d.get("time") or 0))
 
 
 _sender: Sender | None = None
@@ -255,7 +233,7 @@ def sender() -> Sender:
 
 
 def flush(timeout: float | None = None) -> None:
-    """At a process's end: wait for what is queued, at most TPUCTL_NOTIFY_EXIT_WAIT seconds (30), so a dead
-    receiver never holds an agent or a watcher that is done."""
+    """At a process's end: wait for what is queued, at most TPUCTL_NOTIFY_EXIT_WAIT seconds (5), so a dead
+    receiver never holds an agent, a watcher or `down`; what is left then is recorded unsent."""
     if _sender is not None:
-        _sender.flush(float(os.environ.get("TPUCTL_NOTIFY_EXIT_WAIT", "30")) if timeout is None else timeout)
+        _sender.flush(float(os.environ.get("TPUCTL_NOTIFY_EXIT_WAIT", "5")) if timeout is None else timeout)

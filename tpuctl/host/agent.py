@@ -32,6 +32,7 @@ from ..providers.stores import open_store
 from .attempt import Attempt
 from .autostop import SelfStop
 from .claims import Claims
+from .heldoutput import HeldOutput
 from .storeguard import StoreGuard
 from .supervisor import HEARTBEAT_SECONDS
 
@@ -56,6 +57,7 @@ class Agent:
         self.claims = Claims(self)
         self.selfstop = SelfStop(self)
         self.guard = StoreGuard(self.store)
+        self.held = HeldOutput(self.stop, self.beat)   # ended runs' output the full store could not take yet
 
     def read_record(self) -> dict[str, Any]:
         """The cluster record; `up` rewrites it (the legacy node's address appears once the node is READY)."""
@@ -88,6 +90,7 @@ class Agent:
             self.store.write(layout.agent_heartbeat(self.host, self.worker), json.dumps(
                 {"host": self.host, "worker": self.worker, "pid": os.getpid(), "version": __version__,
                  "time": time.time(), "running": running, "role": role, "problem": self.guard.problem,
+                 "held_bytes": self.held.waiting_bytes(),
                  "autostop_at": 0.0 if running else self.clock.autostop_at(policy),
                  "deadline": policy.deadline}).encode())
             self.guard.wrote()
@@ -166,6 +169,7 @@ class Agent:
             if time.monotonic() - self.last_beat > HEARTBEAT_SECONDS * 6:
                 self.beat()
             self.stop.wait(self.poll)
+        self.held.join(5.0)
 
     def tick(self) -> bool:
         """Claim and execute at most one run (new, or taken over from a host that went quiet). True when one ran."""

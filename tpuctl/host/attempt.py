@@ -22,15 +22,16 @@ from typing import TYPE_CHECKING, Any
 
 from ..core import layout, runs
 from ..core.jobspec import DEFAULT_TENSORFLOW
-from ..core.lifecycle import Policy
 from ..core.packaging import unpack
 from ..core.runs import RunSpec, RunState, RunStatus
 from ..runtime import prefer_legacy_keras
-from . import jobenv, megascale, podruntime, runevents
+from . import heldoutput, jobenv, megascale, podruntime, runevents
+from .halts import Halts
+from .jobprocs import start
 from .logshipper import LogShipper
 from .preamble import PreambleFilter
-from .restarts import Decision, decide
-from .rounds import Rounds
+from .restarts import Decision, backoff, decide, wait_out
+from .rounds import FINISHED, Called, Rounds
 from .supervisor import Supervisor
 from .tpuenv import tpu_environment
 
@@ -52,12 +53,15 @@ class Attempt:
         self.code_dir = self.work / "code"
         # restarts spent by the attempts before this one (a host lost and replaced does not give them back)
         self.restarts = runs.status(agent.store, run_id, agent.worker).restarts if attempt > 1 else 0
-        self.limit = ""   # the cluster's limit that ended the run while it waited for other hosts (deadline())
+        self.began = 0.0  # when the job's process last started (the restart backoff's measure of a healthy run)
+        self.halts = Halts(agent, run_id)   # a cancel, the cluster's limits, the agent's stop
 
-    def status(self, state: RunState, exit_code: int | None = None, pid: int | None = None, note: str = "") -> None:
+    def status(self, state: RunState, exit_code: int | None = None, pid: int | None = None, note: str = "",
+               ended: float | None = None) -> None:
+        """`ended`: a final status's end time, when it is written again (heldoutput.py)."""
         self.a.write_status(self.run_id, RunStatus(state=state, exit_code=exit_code, pid=pid, started=self.started,
                                                    attempt=self.attempt, note=note, restarts=self.restarts,
-                                                   ended=time.time() if state.final else None))
+                                                   ended=(ended or time.time()) if state.final else None))
 
     def run(self) -> int:
         """The job's exit code (127: the run could not be prepared; 130: cancelled before it started)."""
@@ -87,26 +91,26 @@ class Attempt:
         script, env_dir = self._script(job, tf)
         rounds = Rounds.of(self.a, self.run_id, job)
         n = rounds.join() if rounds else 1
-        if not n:
-            return self._end(shipper, RunState.SUCCEEDED, 0, False, "every host had finished the run already")
+        wait = 0.0   # the restart backoff (restarts.backoff)
         while True:
             if rounds:
-                n, why_not = rounds.assemble(n, lambda note: self.status(RunState.STARTING, note=note), self._halted)
+                n, why_not = rounds.assemble(n, lambda note: self.status(RunState.STARTING, note=note),
+                                             self.halts.halted)
                 if why_not:
                     return self._not_started(shipper, rounds, n, why_not)
                 self.restarts = rounds.restarts(n)
             env = self.environment(job, tf, env_dir)
             env["TPUCTL_RESTARTS"] = str(self.restarts)
-            proc = subprocess.Popen(["bash", "-c", script], cwd=self.code_dir, env=env, stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+            proc = self._launch(script, env, shipper)
+            if isinstance(proc, int):
+                return proc
             runevents.started(self, self.restarts, n)
             supervisor = Supervisor(self, proc, shipper, (lambda: rounds.watch(n)) if rounds else None)
             rc, cancelled = supervisor.run()
-            stopping = self.a.stop.is_set() if supervisor.superseded else self._host_stopping(rc)
-            if not cancelled and rc != 0 and stopping:
+            # a job tpuctl ended itself (a cancel, the budget) is not the host's stop: no wait for the agent's SIGTERM
+            if not cancelled and rc != 0 and self._host_stopping(rc, bool(supervisor.superseded)):
                 return self._interrupted(shipper, rc)   # the host's stop: never a restart, never the run's end
-            later = supervisor.superseded or self._lost_host(rounds, n, rc, cancelled)
-            if later:
+            if later := supervisor.superseded or self._lost_host(rounds, n, rc, cancelled):
                 n, ended = self._next_round(shipper, *later)
                 if ended is not None:
                     return ended
@@ -118,14 +122,16 @@ class Attempt:
                              f"--max-restarts {job.max_restarts})", fresh_line=True)
                 continue
             if decision is Decision.RESTART:
-                self.restarts += 1
-                shipper.note(f"the job exited {rc}; restart {self.restarts} of {job.max_restarts} "
-                             "(submit --max-restarts), from its checkpoint", fresh_line=True)
+                wait = backoff(wait, time.monotonic() - self.began)
+                ended = self._restart(shipper, rc, job.max_restarts, wait)
+                if ended is not None:
+                    return ended
                 continue
             if decision is Decision.FAIL and rounds:
                 rounds.call(n + 1, f"its job exited {rc}", end="failed", exit_code=rc)
             if decision is Decision.DONE and rounds:
-                later, why_not = rounds.finish(n, lambda note: self.status(RunState.RUNNING, note=note), self._halted)
+                later, why_not = rounds.finish(n, lambda note: self.status(RunState.RUNNING, note=note),
+                                               self.halts.halted)
                 if why_not:
                     return self._not_started(shipper, rounds, n, why_not)
                 if later:
@@ -142,9 +148,17 @@ class Attempt:
         """The run's end on this host: its output shipped, its final status, its event."""
         if why:
             shipper.note(why, fresh_line=True)
-        shipper.settle(self.a.stop, lambda note: self.status(RunState.RUNNING, note=note))
-        lost = f"{shipper.unshipped} bytes of output were not shipped ({self.a.guard.problem or 'store full'})"
-        self.status(state, exit_code=rc, note=lost if shipper.unshipped else why)
+        shipper.flush(last=True)
+        note = why or self.halts.limit   # a run the cluster's limit ended says which (the supervisor logged it)
+        if shipper.buf and not self.a.stop.is_set():
+            # the store is full: the run ends now, the queue moves on, and its held output follows (heldoutput.py)
+            end = time.time()
+            self.status(state, rc, note=heldoutput.waiting(shipper), ended=end)
+            self.a.held.drain(shipper, lambda said: self.status(state, rc, note=said or note, ended=end))
+        else:
+            shipper.settle(self.a.stop, lambda _: None)   # nothing held, or the agent stops: what is lost is marked
+            lost = f"{shipper.unshipped} bytes of output were not shipped ({self.a.guard.problem or 'store full'})"
+            self.status(state, exit_code=rc, note=lost if shipper.unshipped else note)
         runevents.ended(self, rc, cancelled)
         return rc
 
@@ -156,44 +170,55 @@ class Attempt:
         shipper.note(f"{why}: the run restarts on every host (round {called['round']})", fresh_line=True)
         return int(called["round"]), None
 
-    def _lost_host(self, rounds: Rounds | None, n: int, rc: int, cancelled: bool) -> tuple[str, dict[str, Any]] | None:
-        """A job across hosts that exited non-zero on its own: a lost host's doing (the round it asks for, not
-        counted), or None: the job's (rounds.lost_since)."""
-        if rounds is None or cancelled or rc == 0:
-            return None
-        return rounds.lost_since(n, time.time(), rc, lambda note: self.status(RunState.RUNNING, note=note),
-                                 self._halted)
+    def _lost_host(self, rounds: Rounds | None, n: int, rc: int, cancelled: bool) -> Called | None:
+        """A job across hosts that exited on its own: a lost host's doing, or None (rounds.lost_since)."""
+        return rounds.lost_since(n, rc, cancelled, lambda note: self.status(RunState.RUNNING, note=note),
+                                 self.halts.halted) if rounds else None
 
-    def deadline(self) -> str:
-        """Why the cluster's own limit ends the run now ("" while it does not): on worker 0, which enforces them, the
-        --max-duration deadline or a spent --budget; the compute ends next (the agent's enforce, next tick)."""
-        a = self.a
-        if a.worker != 0:
-            return ""
-        if a.clock.due(Policy.of(a.record), running=True):
-            return "the cluster's --max-duration deadline has come"
-        return "the cluster's --budget is spent" if a.selfstop.budget.due() else ""
+    def _launch(self, script: str, env: dict[str, str], shipper: LogShipper) -> subprocess.Popen[bytes] | int:
+        """The job's process (jobprocs.start), or the run's end (its exit code): cancelled before it (re)started, or
+        failed at once when it cannot be started (a NUL byte or an entry over the kernel's limit that an older
+        tpuctl's submit let through, or E2BIG)."""
+        if self.halts.cancel_asked():   # before the first start and before every restart: a cancel wins at once
+            return self._end(shipper, RunState.CANCELLED, 130, True, "cancelled: the job is not started again")
+        self.began = time.monotonic()
+        try:
+            return start(script, self.code_dir, env)
+        except (OSError, ValueError) as e:
+            return self._end(shipper, RunState.FAILED, 127, False, f"cannot start the job: {type(e).__name__}: {e}")
 
-    def _halted(self) -> bool:
-        """While this host waits for the others (rounds.py): its agent stopping, a cancel, or the cluster's limit
-        (a run waiting for a host that never comes back must not keep the compute past it)."""
-        self.limit = self.limit or self.deadline()
-        return self.a.stop.is_set() or bool(self.limit) or \
-            self.a.store.read(layout.run_cancel(self.run_id)) is not None
+    def _restart(self, shipper: LogShipper, rc: int, limit: int, wait: float) -> int | None:
+        """A restart on this host after `wait` seconds (restarts.backoff), said in the log: None to start the job
+        again, or the exit code when a cancel, the cluster's limit or the agent's stop came during the wait."""
+        self.restarts += 1
+        shipper.note(f"the job exited {rc}; restart {self.restarts} of {limit} (submit --max-restarts), from its "
+                     f"checkpoint, in {wait:g}s (the wait doubles while the job keeps failing, up to a minute)",
+                     fresh_line=True)
+        why = wait_out(wait, self.a.stop, self.halts.why_not_restart,
+                       lambda left: self.status(RunState.RUNNING, note=f"restart {self.restarts} in {left:.0f}s"))
+        if why and self.a.stop.is_set():
+            return self._interrupted(shipper, rc)
+        return self._end(shipper, RunState.CANCELLED, 130, True, why) if why else None
 
     def _not_started(self, shipper: LogShipper, rounds: Rounds, n: int, why: str) -> int:
         """A round that could not start on this host: the agent's stop, a cancel, or a run that ended elsewhere."""
+        if why == FINISHED:   # every host had finished it before this one's restart (rounds.assemble)
+            return self._end(shipper, RunState.SUCCEEDED, 0, False, why)
         if why != "halted":
             ended = rounds.called(n) or {}
             return self._end(shipper, RunState.FAILED, int(ended.get("exit_code") or 1), False, why)
         if self.a.stop.is_set():
             return self._interrupted(shipper, None)
+        limit = self.halts.limit
         return self._end(shipper, RunState.CANCELLED, 130, True,
-                         f"{self.limit}: ending the run" if self.limit else "cancelled while waiting for every host")
+                         f"{limit}: ending the run" if limit else "cancelled while waiting for every host")
 
-    def _host_stopping(self, rc: int) -> bool:
+    def _host_stopping(self, rc: int, superseded: bool) -> bool:
         """Whether the job's end is the host's stop: the agent is being stopped, or the job died of a signal and the
-        agent's own SIGTERM follows within SIGNAL_WAIT_SECONDS. A job that saved and exited 143 reads the same."""
+        agent's own SIGTERM follows within SIGNAL_WAIT_SECONDS. A job that saved and exited 143 reads the same. A job
+        a new round ended (rounds.py) was signalled by tpuctl: only the agent's stop counts then."""
+        if superseded:
+            return self.a.stop.is_set()
         killed = rc in (128 + signal.SIGTERM, 128 + signal.SIGKILL)
         return self.a.stop.is_set() or (killed and self.a.stop.wait(SIGNAL_WAIT_SECONDS))
 

@@ -23,7 +23,7 @@ from ..core import layout, runindex, runs
 from ..core.runs import RunSpec, RunState
 from . import podruntime
 from .hostboot import boot_id
-from .jobprocs import JobProcesses
+from .jobprocs import JobProcesses, started_for
 
 if TYPE_CHECKING:
     from .agent import Agent
@@ -62,17 +62,20 @@ class Claims:
 
     def end_orphans(self) -> None:
         """Ends the attempts a predecessor on this host left running (a job outlives an agent killed with
-        SIGKILL); their runs are then resumed at once, without waiting for them to go stale."""
+        SIGKILL); their runs are then resumed at once, without waiting for them to go stale. That includes an
+        attempt left `starting` (no job pid yet: killed while it prepared the run, or between the job's start and
+        its first `running` status, right at run.started): this agent started on this host, so the one that wrote
+        it is gone; before, such a run waited TPUCTL_STALE_SECONDS in `starting` (issue 38.11)."""
         a = self.a
         for run_id in self.queue():
             st = runs.status(a.store, run_id, a.worker)
-            if st.state.final or st.host != a.host or not st.pid:
+            if st.state.final or st.host != a.host:
                 continue
-            left = JobProcesses(st.pid, run_id=run_id)
-            if left.processes():
-                print(f"tpuctl agent: ending run {run_id}'s attempt {st.attempt} left by the previous agent",
-                      file=sys.stderr, flush=True)
-                left.end(grace=5.0)
+            for left in [JobProcesses(st.pid, run_id=run_id)] if st.pid else started_for(run_id, a.worker):
+                if left.processes():
+                    print(f"tpuctl agent: ending run {run_id}'s attempt {st.attempt} left by the previous agent",
+                          file=sys.stderr, flush=True)
+                    left.end(grace=5.0)
             self.ended_here.add(run_id)
 
     def next(self) -> tuple[str, int] | None:

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from .agent import Agent
 
 WAIT_POLL_SECONDS = 1.0
+FINISHED = "every host had finished the run already"   # assemble's why-not for a round every host finished
 # A peer whose heartbeats stopped for this long is lost (TPUCTL_PEER_LOST_SECONDS, never more than
 # TPUCTL_STALE_SECONDS). JAX's coordination service declares a silent task dead after its heartbeat timeout, 100 s by
 # default (jax/_src/distributed.py, `heartbeat_timeout_seconds`), and ends the survivors: a host must be found lost,
@@ -45,6 +46,7 @@ WAIT_POLL_SECONDS = 1.0
 # missed in a row.
 PEER_LOST_SECONDS = 30.0
 Beat = Callable[[str], None]   # a status heartbeat with the note given
+Called = tuple[str, dict[str, Any]]   # a later round asked for: (why, its record)
 
 
 class Rounds:
@@ -90,12 +92,11 @@ class Rounds:
 
     def join(self) -> int:
         """The round a new attempt on this host starts in: the current one, unless this host had already marked it
-        ready (a restarted agent, a replaced host), so it may be running without this host: then the next. 0 when
-        every host had finished the current round: the run succeeded, and only this host's final status was lost
-        (its host went down between the two)."""
+        ready (a restarted agent, a replaced host), so it may be running without this host: then the next (unless
+        every host had finished it: `assemble` says so)."""
         n = self.current()
         if not self.missing(n, True, self.keys()):
-            return 0
+            return n
         if self.a.store.read(layout.run_round_ready(self.run_id, n, self.a.worker)) is None:
             return n
         return int(self.call(n + 1, f"{self.label(self.a.worker)} took the run over "
@@ -114,7 +115,11 @@ class Rounds:
     def assemble(self, n: int, beat: Beat, halted: Callable[[], bool]) -> tuple[int, str]:
         """Marks this host ready for round n and waits for every other; a later round asked for meanwhile is
         joined instead. (round, why not): why not is "" once every host is ready, else why the run cannot start
-        (the round ends the run, a host already ended its part) or "halted" (a cancel, the agent's stop)."""
+        (the round ends the run, a host already ended its part), "halted" (a cancel, the agent's stop) or FINISHED:
+        every host had finished round n, so the run succeeded and only this host's final status was lost (its host
+        went down between its done mark and its status)."""
+        if not self.missing(n, True, self.keys()):
+            return n, FINISHED
         self.mark(n)
         while True:
             keys = self.keys()   # one listing a poll: the next round's record and every host's mark
@@ -196,12 +201,15 @@ class Rounds:
             return f"{who} went quiet on {st.host or 'its host'} ({quiet:.0f}s without a heartbeat)"
         return ""
 
-    def lost_since(self, n: int, since: float, rc: int, beat: Beat,
-                   halted: Callable[[], bool]) -> tuple[str, dict[str, Any]] | None:
-        """This host's job exited `rc` (not tpuctl's doing) at `since`, in round n: (why, round n+1's record) when
-        a lost host is the cause (another host asked for round n+1, or one is quiet or stopped: then this host asks
-        for it, not counted), None once every other host has shown itself alive after `since` (a heartbeat, or its
-        part ended): the exit is the job's own. Waits at most until a quiet host would count as lost."""
+    def lost_since(self, n: int, rc: int, cancelled: bool, beat: Beat, halted: Callable[[], bool]) -> Called | None:
+        """This host's job exited `rc` just now, in round n: (why, round n+1's record) when a lost host is the cause
+        (another host asked for round n+1, or one is quiet or stopped: then this host asks for it, not counted),
+        None once every other host has shown itself alive since (a heartbeat, or its part ended): the exit is the
+        job's own. Waits at most until a quiet host would count as lost. None at once for an exit of 0 or one
+        tpuctl caused (a cancel)."""
+        if cancelled or rc == 0:
+            return None
+        since = time.time()
         deadline = time.monotonic() + lost_seconds() + 2 * runs.heartbeat_seconds()
         others = [w for w in range(self.workers) if w != self.a.worker]
         self.last_beat = 0.0

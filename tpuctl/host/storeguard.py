@@ -62,6 +62,9 @@ class StoreGuard:
         """A write went through: the episode is over, unless the store is full and this was only a record (which
         the floor leaves room for)."""
         if self.problem and (log or not self.problem.startswith("store full")):
+            free = self.free() if self.problem.startswith("store full") else None
+            if free is not None and free < floor_bytes():
+                return   # a new run's first lines fit the allowance below the floor: the store is still full
             print("tpuctl agent: store writable again", file=sys.stderr, flush=True)
             self.problem = ""
 

@@ -94,8 +94,9 @@ class Supervisor:
         """A cancel written by `tpuctl cancel`, or the hard deadline, which ends the run like a cancel and then the
         compute (the agent's enforce, next tick)."""
         self.a.clock.busy()
-        deadline = self.at.deadline()
+        deadline = self.at.halts.deadline()
         if deadline:
+            self.at.halts.limit = deadline   # the run's status says it too (attempt.py's _end)
             self.shipper.note(f"{deadline}: ending the run", fresh_line=True)
         if deadline or self._cancel_requested():
             self._cancel(now, float(os.environ.get("TPUCTL_CANCEL_GRACE", "30")))

@@ -157,33 +157,12 @@ class Kaggle:
 
     # -- datasets -------------------------------------------------------------------------------------
     def _upload(self, name: str, data: bytes) -> str:
-        import requests
         from kagglesdk.blobs.types.blob_api_service import ApiBlobType, ApiStartBlobUploadRequest
         req = ApiStartBlobUploadRequest()
         req.type, req.name, req.content_length = ApiBlobType.DATASET, name, len(data)
         r = self._call(f"upload {name}", lambda c: c.blobs.blob_api_client.start_blob_upload(req))
-        url, start = r.create_url, 0
-        for attempt in range(1, ATTEMPTS + 1):
-            # the rest of the file from `start` (all of it at first): a cut upload resumes where it stopped, as
-            # kaggle_api_extended `upload_complete` does with `Content-Range: bytes A-B/N`
-            headers = {"Content-Range": f"bytes {start}-{len(data) - 1}/{len(data)}"} if start else {}
-            try:
-                put = requests.put(url, data=data[start:], headers=headers, timeout=600)
-                if put.status_code in (200, 201):
-                    return str(r.token)
-                if put.status_code not in (429, 500, 502, 503, 504):
-                    raise TpuctlError(ErrorKind.ERROR, f"upload of {name} failed: HTTP {put.status_code}",
-                                      "submit again")
-            except requests.RequestException:
-                pass   # a connection cut: ask what arrived, below
-            if attempt == ATTEMPTS:
-                raise TpuctlError(ErrorKind.ERROR, f"upload of {name} failed {ATTEMPTS} times", "submit again")
-            time.sleep(_backoff(attempt))
-            arrived = _arrived(url, len(data))
-            if arrived is None:
-                return str(r.token)
-            start = arrived
-        raise AssertionError("unreachable")
+        _put(name, r.create_url, data)
+        return str(r.token)
 
     def dataset_status(self, slug: str) -> str:
         """GetDatasetStatus: a DatabundleVersionStatus name (NOT_YET_PERSISTED ... READY, FAILED; datasets are
@@ -337,6 +316,33 @@ def fetch(url: str, dest: Path) -> None:
             for chunk in r.iter_content(1 << 20):
                 f.write(chunk)
         os.replace(tmp, dest)
+
+
+def _put(name: str, url: str, data: bytes) -> None:
+    """One input file's upload to the URL StartBlobUpload gave. A cut one (a 5xx or 429, a connection cut) asks what
+    arrived (_arrived) and sends the rest, up to ATTEMPTS times with the client's backoff: that file alone, never the
+    whole dataset again."""
+    import requests
+    start = 0
+    for attempt in range(1, ATTEMPTS + 1):
+        # the rest of the file from `start` (all of it at first): a cut upload resumes where it stopped, as
+        # kaggle_api_extended `upload_complete` does with `Content-Range: bytes A-B/N`
+        headers = {"Content-Range": f"bytes {start}-{len(data) - 1}/{len(data)}"} if start else {}
+        try:
+            put = requests.put(url, data=data[start:], headers=headers, timeout=600)
+            if put.status_code in (200, 201):
+                return
+            if put.status_code not in (429, 500, 502, 503, 504):
+                raise TpuctlError(ErrorKind.ERROR, f"upload of {name} failed: HTTP {put.status_code}", "submit again")
+        except requests.RequestException:
+            pass   # a connection cut: ask what arrived, below
+        if attempt == ATTEMPTS:
+            raise TpuctlError(ErrorKind.ERROR, f"upload of {name} failed {ATTEMPTS} times", "submit again")
+        time.sleep(_backoff(attempt))
+        arrived = _arrived(url, len(data))
+        if arrived is None:
+            return
+        start = arrived
 
 
 def _arrived(url: str, size: int) -> int | None:

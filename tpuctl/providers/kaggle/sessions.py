@@ -65,7 +65,7 @@ class KaggleSessions:
 
     def _inputs(self, k: Kaggle, store: BlobStore, run_id: str, progress: Callable[[str], None]) -> str:
         """The run's dataset, READY on Kaggle: reused when it is there and READY, waited for while Kaggle processes
-        it, made again when Kaggle's processing FAILED."""
+        it, made again when Kaggle's processing FAILED. Its title's slug is its slug (Kaggle derives one from it)."""
         job = runs.job(store, run_id)
         assert job is not None, "dispatch follows the run's job.json"
         from .. import agent_package
@@ -74,7 +74,6 @@ class KaggleSessions:
                                                   for key, _ in store.list(layout.run_data(run_id))}))
         dataset = f"tpuctl-{digest}"
         inputs.remember(store, dataset)
-        # a title whose slug is the slug too
         return inputs.ensure(k, dataset, f"tpuctl {digest}", files, progress, lambda d: inputs.remember(store, d))
 
     def _push(self, k: Kaggle, st: ClusterState, store: BlobStore, run_id: str, rec: dict[str, Any]) -> None:
@@ -205,9 +204,8 @@ class KaggleSessions:
         if live:
             live.stop()
         files, log = k.kernel_output(s["kernel"])
-        marks, exit_code, progressed, refused = _fetch_output(files, Path(store.local_path(layout.run_output(run_id))))
-        for why in refused:
-            runlog.chunk(store, run_id, rec, f"--- {why} ---\n")
+        marks, exit_code, progressed = _fetch_output(files, Path(store.local_path(layout.run_output(run_id))),
+                                                     lambda why: runlog.chunk(store, run_id, rec, f"--- {why} ---\n"))
         if exit_code is not None:
             s["exit_code"] = exit_code
         took = s["ended"] - s.get("started", s["pushed"])
@@ -289,11 +287,13 @@ class KaggleSessions:
         store.write(DATASETS, b"[]")
 
 
-def _fetch_output(files: list[tuple[str, str]], out: Path) -> tuple[set[str], int | None, bool, list[str]]:
+def _fetch_output(files: list[tuple[str, str]], out: Path,
+                  refused: Callable[[str], None]) -> tuple[set[str], int | None, bool]:
     """A session's output (name, url) into the run's output directory `out`: (the marks it left, the job's exit code
-    when it left one, whether any output file changed: a checkpoint to resume from, why files were refused)."""
+    when it left one, whether any output file changed: a checkpoint to resume from); `refused` is told why of each
+    file not downloaded (confined)."""
     marks: set[str] = set()
-    exit_code, progressed, refused = None, False, []
+    exit_code, progressed = None, False
     for name, url in files:
         if name in (kernel.CONTINUE_MARK, kernel.EXIT_MARK):
             marks.add(name)
@@ -306,12 +306,12 @@ def _fetch_output(files: list[tuple[str, str]], out: Path) -> tuple[set[str], in
             try:
                 dest = confined(out, name[len(kernel.OUTPUT) + 1:], name)
             except TpuctlError as e:
-                refused.append(e.message)
+                refused(e.message)
                 continue
             before = dest.read_bytes() if dest.is_file() else None
             fetch(url, dest)
             progressed = progressed or dest.read_bytes() != before
-    return marks, exit_code, progressed, refused
+    return marks, exit_code, progressed
 
 
 def still_counted(k: Kaggle) -> str:

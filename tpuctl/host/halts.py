@@ -1,0 +1,48 @@
+"""What ends a run from outside its job (attempt.py, supervisor.py): a user's `cancel`, the cluster's own limits
+(worker 0 enforces --max-duration and --budget), and the agent's stop. Asked before every start and restart,
+during the wait before a restart (restarts.wait_out), while the job runs, and while a run across hosts waits for
+the others (rounds.py)."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..core import layout
+from ..core.lifecycle import Policy
+
+if TYPE_CHECKING:
+    from .agent import Agent
+
+
+class Halts:
+    def __init__(self, agent: Agent, run_id: str) -> None:
+        self.a, self.run_id = agent, run_id
+        self.limit = ""   # the cluster's limit that ended the run (deadline()): its final status says it
+
+    def cancel_asked(self) -> bool:
+        try:
+            return self.a.store.read(layout.run_cancel(self.run_id)) is not None
+        except Exception as e:  # noqa: BLE001 - a store outage: the next check sees the cancel
+            self.a.guard.failed(e, f"run {self.run_id}'s cancel check")
+            return False
+
+    def deadline(self) -> str:
+        """Why the cluster's own limit ends the run now ("" while it does not): on worker 0, which enforces them, the
+        --max-duration deadline or a spent --budget; the compute ends next (the agent's enforce, next tick)."""
+        a = self.a
+        if a.worker != 0:
+            return ""
+        if a.clock.due(Policy.of(a.record), running=True):
+            return "the cluster's --max-duration deadline has come"
+        spent = a.selfstop.budget.due()
+        return f"the cluster's --budget is spent ({spent})" if spent else ""
+
+    def halted(self) -> bool:
+        """While this host waits for the others (rounds.py): its agent stopping, a cancel, or the cluster's limit
+        (a run waiting for a host that never comes back must not keep the compute past it)."""
+        self.limit = self.limit or self.deadline()
+        return self.a.stop.is_set() or bool(self.limit) or self.cancel_asked()
+
+    def why_not_restart(self) -> str:
+        if self.cancel_asked():
+            return "cancelled while waiting to restart: the job is not started again"
+        return f"{limit}: ending the run" if (limit := self.deadline()) else ""
