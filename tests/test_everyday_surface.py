@@ -12,6 +12,7 @@ import pytest
 
 from jobs import make_job
 from tpuctl.core.lifecycle import show_duration
+from tpuctl.core.models import ProviderName
 
 
 @pytest.mark.parametrize("port,said", [("99999", "--port 99999 is not a port"), ("0", "--port 0 is not a port"),
@@ -50,9 +51,9 @@ def test_download_of_an_unknown_run_exits_with_the_documented_not_found_code(loc
 
 def test_every_provider_is_named_in_the_help_and_in_the_hint(env, cli):
     code, out, err = cli("logs", "--help")
-    assert "gcp (default), local or kaggle" in " ".join(out.split())
+    assert "gcp (default), local, kaggle or gke" in " ".join(out.split())
     code, out, err = cli("up", "--provider", "azure", "-c", "x")
-    assert code == 2 and "--provider kaggle" in err
+    assert code == 2 and all(f"--provider {p.value}" in " ".join(err.split()) for p in ProviderName)
 
 
 def test_durations_past_an_hour_read_in_hours():

@@ -49,11 +49,17 @@ TPU_PERMISSIONS = tuple(f"tpu.{p}" for p in (
 OTHER_PERMISSIONS = ("compute.instances.create", "compute.instances.delete", "compute.instances.get",
                      "compute.projects.get", "storage.buckets.create", "storage.buckets.get",
                      "storage.buckets.setIamPolicy", "iam.serviceAccounts.actAs", "resourcemanager.projects.get",
-                     "resourcemanager.projects.getIamPolicy")
+                     "resourcemanager.projects.getIamPolicy",
+                     # GKE (kubernetes-engine/docs/how-to/iam: container.clusters.*, container.operations.*) and the
+                     # TPU7x workload policy (compute/docs/access/iam: compute.resourcePolicies.*)
+                     "container.clusters.create", "container.clusters.delete", "container.clusters.get",
+                     "container.clusters.update", "container.operations.get", "compute.resourcePolicies.create",
+                     "compute.resourcePolicies.delete")
 # Predefined roles as prefixes of the permissions they carry (a subset: what tpuctl and its hosts ask).
 ROLES = {
     "roles/owner": ("",),
-    "roles/editor": ("tpu.", "compute.", "storage.", "iam.serviceAccounts.actAs"),
+    "roles/editor": ("tpu.", "compute.", "storage.", "iam.serviceAccounts.actAs", "container."),
+    "roles/container.admin": ("container.",),
     "roles/tpu.admin": TPU_PERMISSIONS,
     "roles/tpu.editor": ("tpu.nodes.create", "tpu.nodes.delete", "tpu.nodes.get", "tpu.operations.get"),
     "roles/viewer": ("resourcemanager.projects.get", "tpu.nodes.get", "tpu.nodes.list"),

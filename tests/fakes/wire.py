@@ -16,3 +16,34 @@ def send_json(handler, code: int, doc) -> None:
 
 def send_error(handler, code: int, status: str, message: str) -> None:
     send_json(handler, code, {"error": {"code": code, "message": message, "status": status}})
+
+
+def serve_json(handle):
+    """A JSON HTTP fake on an ephemeral port: handle(method, path without query, body) -> (code, document), or
+    (code, (status, message)) for an error in Google's shape. Returns the server (its URL: url_of(server))."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *a):
+            pass
+
+        def _go(self):
+            length = int(self.headers.get("Content-Length") or 0)
+            body = json.loads(self.rfile.read(length) or b"{}") if length else {}
+            code, doc = handle(self.command, self.path.split("?")[0], body)
+            if code >= 400:
+                send_error(self, code, doc[0], doc[1])
+            else:
+                send_json(self, code, doc)
+        do_GET = do_POST = do_DELETE = do_PATCH = do_PUT = _go
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def url_of(server) -> str:
+    return f"http://127.0.0.1:{server.server_port}"

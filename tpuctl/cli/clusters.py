@@ -36,8 +36,7 @@ def up(
     vm_type: Optional[str] = typer.Option(None, "--vm-type", help="Machine type of the legacy node's VM."),
     network: Optional[str] = typer.Option(None, "--network", help="VPC network of the TPU and its VMs (default)."),
     subnetwork: Optional[str] = typer.Option(None, "--subnetwork", help="Subnetwork, in the TPU's region."),
-    create_firewall: bool = typer.Option(False, "--create-firewall",
-                                         help="With --network: make the rule that lets the hosts reach each other."),
+    create_firewall: bool = typer.Option(False, "--create-firewall", help="--network: make the hosts' firewall rule."),
     framework: Optional[str] = typer.Option(None, "--framework",
                                             help="tensorflow (default: TF runtimes), jax or pytorch (base runtimes)."),
     autostop: Optional[str] = typer.Option(None, "--autostop",
@@ -48,8 +47,13 @@ def up(
     valid_until: Optional[str] = typer.Option(None, "--valid-until",
                                               help="How long a --queued request may wait (2h, 1d) before it expires."),
     flex_start: bool = typer.Option(False, "--flex-start", help="Flex-start queued request (not available yet)."),
-    slices: Optional[int] = typer.Option(None, "--slices", help="Multislice: N slices of --type (v4 or newer) in one "
-                                         "queued request, one run across them (JAX, PyTorch)."),
+    slices: Optional[int] = typer.Option(None, "--slices", help="Multislice: N slices of --type (v4 or newer), one "
+                                         "run across them (JAX, PyTorch); GKE: one node pool each."),
+    gke_cluster: Optional[str] = typer.Option(None, "--gke-cluster", help="GKE: use this existing Standard cluster "
+                                              "(never deleted by down) instead of making tpuctl-CLUSTER."),
+    image: Optional[str] = typer.Option(None, "--image", help="GKE: the container image the run's pods start from."),
+    reservation: Optional[str] = typer.Option(None, "--reservation", help="GKE: the Compute Engine reservation (its "
+                                              "name) the TPU node pools consume."),
     recover: bool = typer.Option(False, "--recover", help="Arm recovery: `tpuctl watch` re-creates a preempted TPU."),
     max_recoveries: Optional[int] = typer.Option(None, "--max-recoveries", help="Re-creates allowed (default 5)."),
     recover_for: Optional[str] = typer.Option(None, "--recover-for", help="Stop recovering after this long (1d)."),
@@ -70,12 +74,13 @@ def up(
     flags = UpFlags(tpu_type=type_, zones=zone, project=project, arch=arch,
                     runtime=runtime, spot=spot, service_account=service_account, bucket=bucket, vm_type=vm_type,
                     framework=framework, queued=queued, valid_until=valid_until, flex_start=flex_start,
-                    slices=slices, network=network, subnetwork=subnetwork, create_firewall=create_firewall)
+                    slices=slices, network=network, subnetwork=subnetwork, gke_cluster=gke_cluster, image=image,
+                    reservation=reservation, create_firewall=create_firewall)
     if prior and prior.spec.provider is prov.name:
         flags.remember(prior.spec)
     spec = prov.make_spec(cluster_name(cluster), flags)
     _lifecycle(spec, autostop, max_duration)
-    from .recovery import ON_VM, RecoverFlags, arm as arm_recovery
+    from .recovery import ON_VM, RecoverFlags, arm as arm_recovery, plan as recovery_plan
     recovery = RecoverFlags.parse(recover, max_recoveries, recover_for, watcher)
     price = prov.price(spec)
     con.err.print(f"[bold]Plan for cluster {spec.name}[/]" + (f" (project {spec.project}):" if spec.project else ":"))
@@ -87,7 +92,6 @@ def up(
         con.err.print(f"  stop   the host ends the compute after {show_duration(spec.autostop)} with no run")
     if spec.max_duration:
         con.err.print(f"  stop   the host ends the compute {show_duration(spec.max_duration)} after it is made")
-    from .recovery import plan as recovery_plan
     for line in recovery_plan(spec, prov, recovery):
         con.err.print(f"  {line}")
     from .notices import after_up, before_up

@@ -29,7 +29,7 @@ def _cluster_names(incomplete: str) -> list[str]:
 
 CLUSTER = typer.Option(None, "--cluster", "-c", help="Cluster name (default: 'default').",
                        autocompletion=_cluster_names)
-PROVIDER = typer.Option(None, "--provider", help="gcp (default), local or kaggle; also TPUCTL_PROVIDER.")
+PROVIDER = typer.Option(None, "--provider", help="gcp (default), local, kaggle or gke; also TPUCTL_PROVIDER.")
 PROJECT = typer.Option(None, "--project", help="Google Cloud project id.")
 
 

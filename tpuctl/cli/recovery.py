@@ -54,6 +54,9 @@ def plan(spec: "ClusterSpec", prov: "Provider", flags: RecoverFlags) -> list[str
     run as may re-create the TPU: warnings come back, a certain refusal raises."""
     if not flags.recover:
         return []
+    if prov.self_recovery:
+        raise bad_input(f"--recover does not apply to --provider {prov.name.value}: {prov.self_recovery}",
+                        "leave --recover out; give `tpuctl submit --max-restarts N` instead")
     lines = [f"watch  re-created when preempted, up to {flags.max_recoveries} times, by `tpuctl watch`"]
     if flags.watcher == ON_VM:
         host = prov.watcher_host
@@ -105,6 +108,10 @@ def watch(cluster: Optional[str] = CLUSTER,
     from ..control import armed, watch as watch_flow
     con = console()
     st, prov = cluster_and_provider(cluster, None)
+    if prov.self_recovery:
+        con.err.print(f"{st.name}: nothing for a tpuctl watcher to re-create: {prov.self_recovery}")
+        if prov.remote_runs is None:
+            return
     if prov.remote_runs is not None and not detach:
         return _advance_until_done(st, prov)
     if prov.remote_runs is None and not armed.live(armed.read(prov.store(st))):

@@ -17,7 +17,8 @@ def ls(providers: list[Provider], extra_project: str, warn: Callable[[str], None
     project a cluster uses (and extra_project); those without state are orphans."""
     rows: list[dict[str, object]] = []
     local = state.all_clusters(lambda e: warn(f"{e.message}; {e.hint}"))
-    known = {(s.name, name, s.zone) for s in local for name in (*s.spec.node_names, s.spec.vm_name, s.spec.qr_name)}
+    known = {(s.name, name, s.zone) for s in local
+             for name in (*s.spec.node_names, s.spec.tpu_name, s.spec.vm_name, s.spec.qr_name)}
     known_stores = {s.spec.store for s in local}
     by_name = {p.name: p for p in providers}
     for s in local:

@@ -57,7 +57,7 @@ def provider(flag_value: str | None) -> ProviderName:
     try:
         return ProviderName(p)
     except ValueError:
-        raise bad_input(f"unknown provider {p!r}", "use --provider gcp, --provider local or --provider kaggle")
+        raise bad_input(f"unknown provider {p!r}", "use " + " or ".join(f"--provider {n.value}" for n in ProviderName))
 
 
 def _gcloud_project() -> str:

@@ -30,6 +30,7 @@ class ProviderName(str, Enum):
     GCP = "gcp"
     LOCAL = "local"
     KAGGLE = "kaggle"
+    GKE = "gke"
 
 
 class Arch(str, Enum):
@@ -149,6 +150,9 @@ class ClusterSpec(JsonRecord):
     network: str = ""               # `up --network`: the VPC network of the TPU and tpuctl's VMs; "": default
     subnetwork: str = ""            # `up --subnetwork`: its subnetwork in the TPU's region; "": Google's choice
     create_firewall: bool = False   # `up --create-firewall`: tpuctl makes the hosts' rule, down removes it
+    gke_cluster: str = ""           # `up --gke-cluster`: an existing GKE cluster adopted (never deleted by down)
+    image: str = ""                 # `up --image`: the container image a GKE run's pods start from; "": the default
+    reservation: str = ""           # `up --reservation`: the Compute Engine reservation GKE's TPU nodes consume
 
     # Fields that name what a cluster IS: `up` refuses to change them on an existing cluster.
     IDENTITY = ("provider", "tpu_type", "arch", "project", "store", "slices")
@@ -159,7 +163,10 @@ class ClusterSpec(JsonRecord):
 
     @property
     def node_names(self) -> list[str]:
-        """Every TPU node of the cluster: tpu_name, or tpu_name-0 ... tpu_name-(N-1) for N slices."""
+        """Every TPU node of the cluster: tpu_name, or tpu_name-0 ... tpu_name-(N-1) for N slices. On GKE, where
+        a slice is a node pool of the GKE cluster tpu_name: tpu_name-np-0 ... tpu_name-np-(N-1)."""
+        if self.provider is ProviderName.GKE:
+            return [f"{self.tpu_name}-np-{k}" for k in range(self.slices)]
         from .multislice import node_names
         return node_names(self.tpu_name, self.slices)
 
@@ -209,6 +216,7 @@ class ClusterState:
     created_at: float = 0.0
     periods: list[list[float]] = field(default_factory=list)   # [start, end] of each time its compute existed;
                                                                 # end 0 while it exists (cost so far)
+    record: dict[str, Any] = field(default_factory=dict)   # what the provider learned, under its name: {"gke": {...}}
 
     @property
     def compute_since(self) -> float:
@@ -237,7 +245,8 @@ class ClusterState:
     def to_json(self) -> dict[str, Any]:
         return {"spec": self.spec.to_json(), "zone": self.zone, "runtime": self.runtime,
                 "grants": [asdict(g) for g in self.grants], "host": self.host.to_json(),
-                "phase": self.phase.value, "created_at": self.created_at, "periods": self.periods}
+                "phase": self.phase.value, "created_at": self.created_at, "periods": self.periods,
+                "record": self.record}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "ClusterState":
@@ -246,7 +255,8 @@ class ClusterState:
         return cls(spec=ClusterSpec.from_json(d["spec"]), zone=d.get("zone", ""), runtime=d.get("runtime", ""),
                    grants=[Grant(**g) for g in d.get("grants", [])], host=HostFacts.from_json(d.get("host", {})),
                    phase=Phase(d.get("phase", Phase.CREATING)), created_at=float(d.get("created_at", 0.0)),
-                   periods=[[float(a), float(b)] for a, b in d.get("periods", [])])
+                   periods=[[float(a), float(b)] for a, b in d.get("periods", [])],
+                   record=dict(d.get("record") or {}))
 
 
 def _from_first_version(d: dict[str, Any]) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, NamedTuple, Protocol
 
+from ..core.errors import bad_input
 from ..core.models import ClusterSpec, ClusterState, Grant, HostFacts, ProviderName
 from ..core.store import BlobStore
 
@@ -68,6 +69,9 @@ class UpFlags:
     network: str | None = None
     subnetwork: str | None = None
     create_firewall: bool = False
+    gke_cluster: str | None = None
+    image: str | None = None
+    reservation: str | None = None
 
     def remember(self, spec: ClusterSpec) -> None:
         """`up -c NAME` on an existing cluster: each flag not given again takes the value the cluster was made
@@ -75,6 +79,23 @@ class UpFlags:
         if not spec.tpu_type:
             return
         self.tpu_type = self.tpu_type or spec.tpu_type
+        if spec.provider is ProviderName.GKE:   # GKE's own flags (providers/gke/planning.py)
+            if self.gke_cluster is not None and self.gke_cluster != spec.gke_cluster:
+                # its node pools live in the GKE cluster it was made with: another one would leave them behind
+                was = f"--gke-cluster {spec.gke_cluster}" if spec.gke_cluster else "its own GKE cluster"
+                raise bad_input(f"cluster {spec.name} was made in {was}, not --gke-cluster {self.gke_cluster}",
+                                f"leave --gke-cluster out, or `tpuctl down -c {spec.name}` first")
+            self.zones = self.zones or list(spec.zones)
+            self.project = self.project or spec.project
+            self.spot = self.spot or spec.spot
+            self.service_account = self.service_account or spec.service_account or None
+            self.bucket = self.bucket or spec.store.split("://", 1)[-1]
+            self.gke_cluster = self.gke_cluster or spec.gke_cluster or None
+            self.image = self.image or spec.image or None
+            self.reservation = self.reservation or spec.reservation or None
+            if self.slices is None and spec.slices > 1:
+                self.slices = spec.slices
+            return
         if spec.provider is not ProviderName.GCP:   # a Kaggle cluster has only --type: the rest are defaults
             return
         self.zones = self.zones or list(spec.zones)
@@ -99,7 +120,8 @@ class UpFlags:
                  "runtime": "--runtime", "spot": "--spot", "service_account": "--service-account",
                  "bucket": "--bucket", "vm_type": "--vm-type", "framework": "--framework", "queued": "--queued",
                  "valid_until": "--valid-until", "flex_start": "--flex-start", "slices": "--slices",
-                 "network": "--network", "subnetwork": "--subnetwork"}
+                 "network": "--network", "subnetwork": "--subnetwork", "gke_cluster": "--gke-cluster",
+                 "image": "--image", "reservation": "--reservation"}
         return [flag for attr, flag in names.items() if getattr(self, attr) not in (None, False, "", [])]
 
 
@@ -225,6 +247,10 @@ class Provider(Protocol):
     @property
     def watcher_host(self) -> WatcherHost | None:
         """None: the recovery watcher runs only where `tpuctl watch` is started."""
+    @property
+    def self_recovery(self) -> str:
+        """"": tpuctl's recovery watcher re-creates lost compute (`up --recover`, `watch`); else who recovers it
+        instead, in words (GKE and JobSet), and `up --recover` and `watch` say so rather than arm anything."""
 
     # -- planning (offline) ----------------------------------------------------------------------------
     def make_spec(self, name: str, flags: UpFlags) -> ClusterSpec:

@@ -60,6 +60,7 @@ class LocalProvider:
     inventory = None
     watcher_host = None
     remote_runs = None
+    self_recovery = ""
 
     @staticmethod
     def root(cluster: str) -> Path:

@@ -23,5 +23,8 @@ def get(name: ProviderName | str) -> "Provider":
     if which is ProviderName.KAGGLE:
         from .kaggle.provider import KaggleProvider
         return KaggleProvider()
+    if which is ProviderName.GKE:
+        from .gke.provider import GkeProvider
+        return GkeProvider()
     from .gcp.provider import GcpProvider
     return GcpProvider()

@@ -3,6 +3,7 @@
 TPU_EMULATOR_HOST=host:port          plaintext gRPC for tpu_v1 and tpu_v2
 COMPUTE_EMULATOR_HOST=http://host:port   Compute REST
 STORAGE_EMULATOR_HOST=http://host:port   honoured by google-cloud-storage itself
+CONTAINER_EMULATOR_HOST=http://host:port GKE (google-cloud-container), REST
 Any of them set means anonymous credentials for that API. Imports stay inside the functions: compute_v1 alone
 costs ~3 s and `tpuctl --help` must not pay it.
 """
@@ -57,11 +58,37 @@ def compute(kind: str) -> Any:
 
 
 @functools.lru_cache(maxsize=None)
+def container() -> Any:
+    """GKE's ClusterManagerClient over REST, real or emulated alike, so the fake (tests/fakes/gke_server.py) sees
+    the wire the real service does. The generated REST transport keeps an `http://` scheme given in api_endpoint
+    (google-cloud-container, cluster_manager/transports/rest_base.py: `maybe_url_match`)."""
+    from google.cloud import container_v1
+    host = os.environ.get("CONTAINER_EMULATOR_HOST")
+    if host:
+        return container_v1.ClusterManagerClient(credentials=_anonymous(), transport="rest",
+                                                 client_options={"api_endpoint": host})
+    return container_v1.ClusterManagerClient(credentials=credentials(), transport="rest")
+
+
+@functools.lru_cache(maxsize=None)
 def storage(project: str | None) -> Any:
     import google.cloud.storage as gcs
     if os.environ.get("STORAGE_EMULATOR_HOST"):
         return gcs.Client(project=project, credentials=_anonymous())
     return gcs.Client(project=project, credentials=credentials())
+
+
+def access_token() -> str:
+    """A bearer token for a GKE cluster's Kubernetes API: the user's Google credentials, refreshed (GKE accepts
+    Google OAuth2 access tokens: kubernetes-engine/docs/how-to/api-server-authentication); "" under the GKE
+    emulator, whose fake Kubernetes API takes anonymous requests."""
+    if os.environ.get("CONTAINER_EMULATOR_HOST"):
+        return ""
+    from google.auth.transport.requests import Request
+    creds = credentials()
+    if not creds.valid:
+        creds.refresh(Request())
+    return str(creds.token)
 
 
 def has_credentials() -> bool:
@@ -75,13 +102,17 @@ def has_credentials() -> bool:
     return True
 
 
-def preflight() -> None:
+TPU_APIS = ("TPU_EMULATOR_HOST", "COMPUTE_EMULATOR_HOST", "STORAGE_EMULATOR_HOST")
+GKE_APIS = ("CONTAINER_EMULATOR_HOST", "COMPUTE_EMULATOR_HOST", "STORAGE_EMULATOR_HOST")
+
+
+def preflight(apis: tuple[str, ...] = TPU_APIS) -> None:
     """Fail early, before anything is created, when an API without an emulator has no credentials."""
-    if not all(os.environ.get(v) for v in ("TPU_EMULATOR_HOST", "COMPUTE_EMULATOR_HOST", "STORAGE_EMULATOR_HOST")):
+    if not all(os.environ.get(v) for v in apis):
         credentials()
 
 
 def reset() -> None:
     """Forget cached clients (tests point the environment at new fakes)."""
-    for f in (credentials, tpu, compute, storage):
+    for f in (credentials, tpu, compute, storage, container):
         f.cache_clear()

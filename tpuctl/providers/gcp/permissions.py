@@ -32,7 +32,7 @@ def _endpoint() -> str | None:
     host = os.environ.get("RESOURCE_MANAGER_EMULATOR_HOST")
     if host:
         return host.rstrip("/")
-    if os.environ.get("TPU_EMULATOR_HOST"):
+    if os.environ.get("TPU_EMULATOR_HOST") or os.environ.get("CONTAINER_EMULATOR_HOST"):
         return None
     return "https://cloudresourcemanager.googleapis.com"
 
@@ -67,12 +67,14 @@ def _cannot_check(project: str, e: Exception) -> str:
     return f"could not check your permissions in project {project} ({type(e).__name__}: {e})"
 
 
-def check(spec: ClusterSpec) -> list[str]:
-    """Raise TpuctlError(PERMISSION) when a project-level permission `up` needs is missing; return warnings."""
+def check(spec: ClusterSpec, compute: dict[str, str] | None = None) -> list[str]:
+    """Raise TpuctlError(PERMISSION) when a project-level permission `up` needs is missing; return warnings.
+    `compute`: the permissions (-> role) another provider's compute needs instead of the TPU API's (GKE's)."""
     base = _endpoint()
     if base is None:
         return []
-    needed = {**_HARD, **(_NODE if spec.arch is Arch.NODE else {}), **_SOFT}
+    needed = {**(compute if compute is not None else {**_HARD, **(_NODE if spec.arch is Arch.NODE else {})}),
+              **_SOFT}
     try:
         held = _ask(base, spec.project, sorted(needed))
     except Exception as e:  # noqa: BLE001 - a check that cannot be made must not stop a user who may have the rights

@@ -18,6 +18,11 @@ from . import clients, project
 def make_spec(name: str, flags: UpFlags) -> ClusterSpec:
     if not flags.tpu_type:
         raise bad_input("--type is required", "for example: tpuctl up --type v3-8 --zone us-central1-b")
+    gke_only = [f for f, v in (("--gke-cluster", flags.gke_cluster), ("--image", flags.image),
+                               ("--reservation", flags.reservation)) if v]
+    if gke_only:
+        raise bad_input(f"{', '.join(gke_only)} apply to --provider gke only",
+                        "a TPU VM runs the job on its own host: drop them, or add --provider gke")
     t = tpu_type(flags.tpu_type)
     try:
         arch = Arch(flags.arch or Arch.VM.value)

@@ -7,10 +7,8 @@ cluster's label, inventory.py; the bucket, storage.py and its grants iam.py.
 """
 from __future__ import annotations
 
-import json
 import secrets
 
-from ...core import layout
 from ...core.catalog import region_of, tpu_type
 from ...core.errors import ErrorKind, Scope, TpuctlError
 from ...core.models import Arch, ClusterSpec, ClusterState, Framework, ProviderName, cluster_record
@@ -20,7 +18,6 @@ from .gcs_store import GcsStore
 from .health import Health
 from .iam import BucketIam
 from .inventory import GcpInventory
-from .operations import call
 from .topology import Topology
 from .watcher_vm import GcpWatcherHost
 from .tpu import pick_base_runtime, pick_runtime, pick_tf_base_runtime, pick_tf_version, tensorflow_from
@@ -30,6 +27,7 @@ class GcpProvider:
     name = ProviderName.GCP
     store_noun = "bucket"
     remote_runs = None
+    self_recovery = ""
 
     def __init__(self) -> None:
         self.grants = BucketIam()
@@ -106,20 +104,14 @@ class GcpProvider:
     def write_cluster_record(self, st: ClusterState, confirmed: bool) -> None:
         """What the agent on the host needs (the node VM reads the TPU's address, and waits while it is empty),
         and, ahead of creation (the hosts install it at boot), the agent package."""
-        from .. import agent_package
         if st.spec.arch is Arch.VM:
             address = "local"   # the job runs on the TPU host itself
         else:
             address = f"grpc://{st.host.ip}:8470" if st.host.ip and confirmed else ""
-        b = clients.storage(st.spec.project).bucket(planning.bucket_of(st.spec))
         record = cluster_record(st, address, teardown="gcp", delete=teardown.targets(st))
         if st.spec.arch is Arch.VM and st.spec.framework is Framework.TENSORFLOW:
             record["tensorflow_from"] = tensorflow_from(st.runtime)
-        call(b.blob(layout.CLUSTER_RECORD).upload_from_string, json.dumps(record, indent=2),
-             content_type="application/json", what="write cluster record")
-        if not confirmed:
-            call(b.blob(agent_package.key()).upload_from_string, agent_package.build(),
-                 content_type="application/gzip", what="upload the agent package")
+        storage.write_record(st.spec.project, planning.bucket_of(st.spec), record, with_agent=not confirmed)
 
     # -- using -------------------------------------------------------------------------------------------
     def store(self, st: ClusterState) -> GcsStore:

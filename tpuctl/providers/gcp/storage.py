@@ -1,8 +1,10 @@
 """The cluster's bucket: in the TPU's region, uniform bucket-level access, public access prevention enforced."""
 from __future__ import annotations
 
+import json
 from typing import Any
 
+from ...core import layout
 from ...core.errors import ErrorKind, Scope, TpuctlError
 from ...core.models import LABEL, ClusterSpec, require_owned
 from ..base import Progress
@@ -65,6 +67,18 @@ def ensure(project: str, spec: ClusterSpec, name: str, region: str, nonce: str, 
             return False
     progress("ready")
     return True
+
+
+def write_record(project: str, name: str, record: dict[str, Any], with_agent: bool) -> None:
+    """`tpuctl/cluster.json` for the hosts, and with it (ahead of creation: hosts install it at boot) the agent
+    package."""
+    from .. import agent_package
+    b = clients.storage(project).bucket(name)
+    call(b.blob(layout.CLUSTER_RECORD).upload_from_string, json.dumps(record, indent=2),
+         content_type="application/json", what="write cluster record")
+    if with_agent:
+        call(b.blob(agent_package.key()).upload_from_string, agent_package.build(),
+             content_type="application/gzip", what="upload the agent package")
 
 
 def delete(project: str, name: str, cluster: str, progress: Progress) -> None:

@@ -30,6 +30,7 @@ class KaggleProvider:
     grants = None
     inventory = None
     watcher_host = None
+    self_recovery = ""
 
     def __init__(self) -> None:
         self.remote_runs = KaggleSessions(lambda st: TYPES[st.spec.tpu_type][0], lambda st: TYPES[st.spec.tpu_type][1])

@@ -1,0 +1,203 @@
+"""The GKE API calls (google-cloud-container's ClusterManagerClient, built in providers/gcp/clients.py): the cluster
+tpuctl makes or adopts, its TPU node pools, and the long-running operations both return.
+
+Facts relied on, with sources:
+- Clusters and node pools are addressed `projects/P/locations/L/clusters/C[/nodePools/NP]`; L = "-" lists clusters
+  in every location (container_v1 ClusterManagerClient.list_clusters: "Specify "-" for all zones").
+- create/delete return an Operation (`status` PENDING, RUNNING, DONE, ABORTING; `error` a google.rpc.Status once
+  DONE with a failure) read by get_operation(name=projects/P/locations/L/operations/OP) (container_v1 types
+  `Operation`).
+- A cluster carries `resource_labels` (GCE labels: proof of ownership, as elsewhere); a node pool has no labels of
+  its own, its nodes' `config.resource_labels` carry ours (container_v1 `NodeConfig.resource_labels`).
+- get_server_config(name=projects/P/locations/L) lists `valid_master_versions` and, per release channel,
+  `channels[].valid_versions` / `default_version` (container_v1 `ServerConfig`).
+- TPU node pools as xpk 1.16 makes them (core/nodepool.py): `--num-nodes` = hosts per slice, `--node-locations`
+  the zone, `--scopes=storage-full,gke-default,cloud-platform`, and only for multi-host slices `--placement-type=
+  COMPACT --tpu-topology=T`, except TPU7x, which takes `--placement-policy=WORKLOAD_POLICY` instead (GKE's
+  tpu-ironwood page: it "replaces the --tpu-topology flag"); single-host slices get neither.
+"""
+from __future__ import annotations
+
+import os
+import re
+from typing import Any, Callable
+
+from ...core.errors import ErrorKind, TpuctlError
+from ...core.models import LABEL, require_owned
+from ..base import Progress
+from ..gcp import clients
+from ..gcp.errors import classify_text
+from ..gcp.operations import call, get_or_none, wait
+from .tputypes import SliceShape
+
+CLOUD_PLATFORM = "https://www.googleapis.com/auth/cloud-platform"
+_VERSION_RE = re.compile(r"^(\d+)\.(\d+)\.(\d+)(?:-gke\.(\d+))?")
+
+
+def deadline() -> float:
+    """Seconds a cluster or node pool operation may take (a cluster: minutes; TPU node pools: longer)."""
+    return float(os.environ.get("TPUCTL_GKE_DEADLINE", "1800"))
+
+
+def version_key(version: str) -> tuple[int, ...]:
+    """GKE's versions sort as major.minor.patch, then the -gke.N build (1.34.0-gke.2201000)."""
+    m = _VERSION_RE.match(version or "")
+    return tuple(int(g or 0) for g in m.groups()) if m else (0,)
+
+
+def _parent(project: str, location: str) -> str:
+    return f"projects/{project}/locations/{location}"
+
+
+def list_clusters(project: str) -> list[Any]:
+    got = call(clients.container().list_clusters, parent=_parent(project, "-"), what="list GKE clusters")
+    return list(got.clusters)
+
+
+def find_cluster(project: str, name: str) -> Any:
+    """The cluster of that name in any location of the project, or None."""
+    return next((c for c in list_clusters(project) if c.name == name), None)
+
+
+def pick_version(project: str, location: str, at_least: str) -> str:
+    """The RAPID channel's default version (xpk makes its clusters on `--release-channel=rapid`), or its newest
+    valid version when the default is older than `at_least`; "" to take GKE's default when nothing is required."""
+    from google.cloud import container_v1 as c
+    cfg = call(clients.container().get_server_config, name=_parent(project, location),
+               what=f"read GKE versions in {location}")
+    rapid = next((ch for ch in cfg.channels if ch.channel == c.ReleaseChannel.Channel.RAPID), None)
+    default = rapid.default_version if rapid else cfg.default_cluster_version
+    if not at_least or version_key(default) >= version_key(at_least):
+        return default
+    offered = sorted(list(rapid.valid_versions if rapid else []) + list(cfg.valid_master_versions), key=version_key)
+    if not offered or version_key(offered[-1]) < version_key(at_least):
+        raise TpuctlError(ErrorKind.INPUT, f"GKE in {location} offers no version >= {at_least} (newest: "
+                          f"{offered[-1] if offered else 'none'})", "pick a zone where TPU7x is offered")
+    return offered[-1]
+
+
+def _wait(project: str, location: str, op: Any, what: str, progress: Progress) -> None:
+    client = clients.container()
+    name = f"{_parent(project, location)}/operations/{op.name}"
+
+    def poll() -> tuple[bool, str]:
+        cur = call(client.get_operation, name=name, what=what)
+        return cur.status == type(cur).Status.DONE, "working"
+    wait(poll, what, deadline(), progress=None)
+    done = call(client.get_operation, name=name, what=what)
+    if done.error and done.error.code:
+        raise classify_text(done.error.code, done.error.message, what)
+
+
+def wait_ready(what: str, read: Callable[[], Any], progress: Progress) -> Any:
+    """A cluster or node pool found while being made (an `up` cut off, another machine's `up`) is waited for until
+    RUNNING; one in ERROR is refused (container_v1 Cluster.Status / NodePool.Status: PROVISIONING, RUNNING,
+    RUNNING_WITH_ERROR, RECONCILING, STOPPING, ERROR, DEGRADED). Returns it as last read."""
+    got: list[Any] = []
+
+    def poll() -> tuple[bool, str]:
+        cur = read()
+        if cur is None:
+            raise TpuctlError(ErrorKind.NOT_FOUND, f"{what} disappeared while being made", "run `tpuctl up` again")
+        got[:] = [cur]
+        status = type(cur).Status(cur.status).name
+        if status in ("ERROR", "STOPPING"):
+            raise TpuctlError(ErrorKind.ERROR, f"{what} is {status}", "`tpuctl down` removes it; then up again")
+        return status in ("RUNNING", "RECONCILING", "RUNNING_WITH_ERROR", "DEGRADED"), status
+    wait(poll, what, deadline(), progress)
+    return got[0]
+
+
+def build_cluster(name: str, labels: dict[str, str], version: str, system_machine: str, system_pool: str) -> Any:
+    from google.cloud import container_v1 as c
+    return c.Cluster(
+        name=name, resource_labels=labels, initial_cluster_version=version,
+        release_channel=c.ReleaseChannel(channel=c.ReleaseChannel.Channel.RAPID),
+        ip_allocation_policy=c.IPAllocationPolicy(use_ip_aliases=True),
+        node_pools=[c.NodePool(name=system_pool, initial_node_count=1, config=c.NodeConfig(
+            machine_type=system_machine, resource_labels=labels, oauth_scopes=[CLOUD_PLATFORM]))])
+
+
+def create_cluster(project: str, zone: str, cluster: Any, progress: Progress) -> None:
+    what = f"create GKE cluster {cluster.name}"
+    progress("creating")
+    op = call(clients.container().create_cluster, parent=_parent(project, zone), cluster=cluster, what=what)
+    _wait(project, zone, op, what, progress)
+    progress("RUNNING")
+
+
+def delete_cluster(project: str, name: str, cluster_label: str, progress: Progress) -> None:
+    c = find_cluster(project, name)
+    if c is None:
+        return
+    require_owned(c.resource_labels, cluster_label, f"GKE cluster {name}")
+    progress("deleting")
+    what = f"delete GKE cluster {name}"
+    try:
+        op = call(clients.container().delete_cluster, name=f"{_parent(project, c.location)}/clusters/{name}",
+                  what=what)
+        _wait(project, c.location, op, what, progress)
+    except TpuctlError as e:
+        if e.kind is not ErrorKind.NOT_FOUND:
+            raise
+    progress("deleted")
+
+
+def build_node_pool(name: str, s: SliceShape, zone: str, labels: dict[str, str], service_account: str, spot: bool,
+                    policy: str, reservation: str = "") -> Any:
+    """`reservation`: consumed by name (container_v1 ReservationAffinity: SPECIFIC_RESERVATION with key
+    "compute.googleapis.com/reservation-name" and the name as its value; gcloud's --reservation-affinity=specific
+    --reservation=NAME, as xpk passes it)."""
+    from google.cloud import container_v1 as c
+    affinity = None
+    if reservation:
+        affinity = c.ReservationAffinity(consume_reservation_type=c.ReservationAffinity.Type.SPECIFIC_RESERVATION,
+                                         key="compute.googleapis.com/reservation-name", values=[reservation])
+    placement = None
+    if s.multi_host:
+        placement = (c.NodePool.PlacementPolicy(policy_name=policy) if s.needs_workload_policy else
+                     c.NodePool.PlacementPolicy(type_=c.NodePool.PlacementPolicy.Type.COMPACT, tpu_topology=s.topology))
+    return c.NodePool(
+        name=name, initial_node_count=s.hosts, locations=[zone], placement_policy=placement,
+        management=c.NodeManagement(auto_repair=True, auto_upgrade=True),
+        config=c.NodeConfig(machine_type=s.machine_type, resource_labels=labels, spot=spot,
+                            service_account=service_account, oauth_scopes=[CLOUD_PLATFORM],
+                            reservation_affinity=affinity))
+
+
+def find_pool(project: str, location: str, cluster: str, name: str) -> Any:
+    return get_or_none(clients.container().get_node_pool,
+                       name=f"{_parent(project, location)}/clusters/{cluster}/nodePools/{name}",
+                       what=f"get node pool {name}")
+
+
+def list_pools(project: str, location: str, cluster: str) -> list[Any]:
+    got = call(clients.container().list_node_pools, parent=f"{_parent(project, location)}/clusters/{cluster}",
+               what=f"list node pools of {cluster}")
+    return list(got.node_pools)
+
+
+def create_pool(project: str, location: str, cluster: str, pool: Any, progress: Progress) -> None:
+    what = f"create node pool {pool.name}"
+    progress("creating")
+    op = call(clients.container().create_node_pool, parent=f"{_parent(project, location)}/clusters/{cluster}",
+              node_pool=pool, what=what)
+    _wait(project, location, op, what, progress)
+    progress("RUNNING")
+
+
+def delete_pool(project: str, location: str, cluster: str, name: str, cluster_label: str, progress: Progress) -> None:
+    pool = find_pool(project, location, cluster, name)
+    if pool is None:
+        return
+    require_owned(pool.config.resource_labels, cluster_label, f"node pool {name} of {cluster}")
+    progress("deleting")
+    what = f"delete node pool {name}"
+    try:
+        op = call(clients.container().delete_node_pool,
+                  name=f"{_parent(project, location)}/clusters/{cluster}/nodePools/{name}", what=what)
+        _wait(project, location, op, what, progress)
+    except TpuctlError as e:
+        if e.kind is not ErrorKind.NOT_FOUND:
+            raise
+    progress("deleted")

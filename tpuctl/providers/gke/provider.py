@@ -1,0 +1,173 @@
+"""GkeProvider: the Provider contract (../base.py) over GKE (issue 37). TPU slices are node pools of a GKE Standard
+cluster (compute.py), planned offline (planning.py, tputypes.py); the store is the same GCS bucket as for
+--provider gcp, with grants on the bucket only for the node pools' service account (TPU pods use the host network,
+and Workload Identity does not serve host-network pods: GCS FUSE CSI driver docs/authentication.md; GKE_FACTS.md),
+so the gcp provider's storage and IAM code serves as it is. Each run is a JobSet (the JobSet half of issue 37:
+manifest.py, runs.py); recovery from a lost node is GKE's (it recreates a repaired multi-host node pool whole:
+kubernetes-engine/docs/concepts/tpus) and JobSet's (it restarts the run, up to `submit --max-restarts`)."""
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+from ...core.catalog import region_of
+from ...core.errors import ErrorKind, TpuctlError, bad_input
+from ...core.models import ClusterSpec, ClusterState, ProviderName, cluster_record
+from ..base import Compute, Enforcement, Placement, PlanRow, Price, Progress, Reporter, UpFlags
+from ..gcp import clients, permissions, storage
+from ..gcp.gcs_store import GcsStore
+from ..gcp.iam import BucketIam
+from . import container, planning
+from .compute import GkeCompute, record_of
+from .inventory import GkeInventory
+
+SELF_RECOVERY = ("on GKE, GKE recreates a preempted or repaired TPU node pool and JobSet restarts the run from its "
+                 "checkpoint, up to `submit --max-restarts N` times")
+
+
+def install_jobset(rec: dict[str, Any]) -> str:
+    """JobSet into the cluster, through the JobSet half of issue 37 (jobset_install.ensure_jobset on a client from
+    kube.connect: "installed v0.10.1", "found v0.10.1"; an older JobSet is refused, and this `up` undone); where
+    this build lacks it, said instead of pretended."""
+    try:
+        from .jobset_install import ensure_jobset   # the JobSet half of issue 37 (branch i37-k8s)
+        from .kube import connect   # the JobSet half of issue 37 (branch i37-k8s)
+    except ImportError:
+        return "NOT INSTALLED: this tpuctl build has no JobSet installer yet (issue 37)"
+    return str(ensure_jobset(connect(rec["endpoint"], rec["ca_certificate"], clients.access_token())))
+
+
+class GkeProvider:
+    name = ProviderName.GKE
+    store_noun = "bucket"
+    remote_runs = None   # runs.py of the JobSet half wires JobSet runs here
+    watcher_host = None
+    self_recovery = SELF_RECOVERY
+
+    def __init__(self) -> None:
+        self.grants = BucketIam()
+        self.nonce = secrets.token_hex(4)
+        self.compute = GkeCompute(self.grants.default_service_account, install_jobset)
+        self.inventory = GkeInventory()
+        self._checked: set[str] = set()
+
+    # -- planning (offline) ------------------------------------------------------------------------------
+    def make_spec(self, name: str, flags: UpFlags) -> ClusterSpec:
+        return planning.make_spec(name, flags)
+
+    def plan(self, spec: ClusterSpec) -> list[PlanRow]:
+        if spec.autostop or spec.max_duration:
+            # Nothing on a GKE node ends its node pool (no host agent holds a grant to): refused, not shown armed.
+            raise bad_input("--autostop and --max-duration are not enforced on GKE",
+                            "leave them out (and autostop/max_duration in the config); `tpuctl down` ends the "
+                            "node pools")
+        return planning.plan(spec)
+
+    def price(self, spec: ClusterSpec) -> Price:
+        return planning.price(spec)
+
+    def placements(self, spec: ClusterSpec) -> list[Placement]:
+        return [Placement(z, region_of(z)) for z in spec.zones]
+
+    # -- making and removing -----------------------------------------------------------------------------
+    def preflight(self, spec: ClusterSpec) -> list[str]:
+        """Credentials, then the project-level permissions `up` needs (Resource Manager's testIamPermissions, as for
+        --provider gcp), asked once per process."""
+        clients.preflight(clients.GKE_APIS)
+        if spec.project in self._checked:
+            return []
+        self._checked.add(spec.project)
+        return permissions.check(spec, planning.permissions_needed(spec))
+
+    def ensure_store(self, spec: ClusterSpec, region: str, progress: Progress) -> bool:
+        return storage.ensure(spec.project, spec, planning.bucket_of(spec), region, self.nonce, progress)
+
+    def delete_store(self, st: ClusterState, progress: Progress) -> None:
+        storage.delete(st.spec.project, planning.bucket_of(st.spec), st.name, progress)
+
+    def choose_runtime(self, spec: ClusterSpec, placement: Placement) -> str:
+        return ""   # GKE picks the node image; the run's container image is the spec's
+
+    def ensure_compute(self, st: ClusterState, reporter: Reporter) -> Compute:
+        return self.compute.ensure(st, reporter)
+
+    def delete_compute(self, st: ClusterState, reporter: Reporter) -> None:
+        self.compute.delete(st, reporter)
+
+    def write_cluster_record(self, st: ClusterState, confirmed: bool) -> None:
+        """cluster.json for the pods' agents (the job runs in the pod: tpu_address "local"), with the GKE record
+        under "gke"; ahead of creation, the agent package the pods install."""
+        record = cluster_record(st, "local")
+        record["gke"] = record_of(st)
+        storage.write_record(st.spec.project, planning.bucket_of(st.spec), record, with_agent=not confirmed)
+
+    # -- using -------------------------------------------------------------------------------------------
+    def store(self, st: ClusterState) -> GcsStore:
+        return GcsStore(st.spec.store, st.spec.project)
+
+    def revive(self, st: ClusterState, reporter: Reporter) -> ClusterState:
+        return st   # GKE restarts what fails on its nodes
+
+    def _missing(self, st: ClusterState) -> list[str]:
+        name = planning.cluster_name(st.spec)
+        c = container.find_cluster(st.spec.project, name)
+        if c is None:
+            return [f"GKE cluster {name}"]
+        have = {p.name for p in container.list_pools(st.spec.project, c.location, name)}
+        return [f"node pool {p}" for p in planning.pool_names(st.spec) if p not in have]
+
+    def check_ready(self, st: ClusterState) -> None:
+        missing = self._missing(st)
+        if missing:
+            raise TpuctlError(ErrorKind.NOT_FOUND, f"cluster {st.name} lacks {', '.join(missing)}",
+                              f"`tpuctl up -c {st.name}` makes them again")
+
+    def host_state(self, st: ClusterState) -> tuple[bool, str]:
+        return True, "GKE runs the pods; JobSet restarts them"
+
+    def problem(self, st: ClusterState) -> tuple[str, str] | None:
+        missing = self._missing(st)
+        return (f"missing: {', '.join(missing)}", f"tpuctl up -c {st.name}") if missing else None
+
+    def compute_lost(self, st: ClusterState) -> str | None:
+        missing = self._missing(st)
+        return f"{', '.join(missing)} deleted" if missing else None
+
+    def enforcement(self, st: ClusterState) -> Enforcement:
+        return Enforcement(False, "nothing on a GKE node ends its node pools", "`tpuctl down` ends them")
+
+    def ssh_argv(self, st: ClusterState, worker: int, command: str) -> list[str]:
+        rec = record_of(st)
+        raise bad_input(f"cluster {st.name} runs in GKE pods: there is no host tpuctl opens a shell on",
+                        f"gcloud container clusters get-credentials {rec.get('cluster', st.spec.tpu_name)} "
+                        f"--location {rec.get('location', st.zone)}, then kubectl exec -it POD -- bash")
+
+    def location(self, st: ClusterState) -> str:
+        return f"{st.spec.tpu_type} x {st.spec.slices} on GKE cluster {planning.cluster_name(st.spec)} in {st.zone}"
+
+    def summary(self, st: ClusterState) -> dict[str, object]:
+        s = st.spec
+        return {"project": s.project, "type": s.tpu_type, "zone": st.zone, "gke_cluster": planning.cluster_name(s),
+                "adopted": bool(s.gke_cluster), "node_pools": ", ".join(planning.pool_names(s)), "slices": s.slices,
+                "spot": s.spot, "image": s.image or "the default"}
+
+    def describe(self, st: ClusterState) -> dict[str, dict[str, object]]:
+        name = planning.cluster_name(st.spec)
+        c = container.find_cluster(st.spec.project, name)
+        if c is None:
+            return {"gke": {"name": name, "state": "MISSING"}}
+        out: dict[str, dict[str, object]] = {"gke": {"name": name, "state": type(c).Status(c.status).name,
+                                                     "version": c.current_master_version, "location": c.location}}
+        pools = {p.name: p for p in container.list_pools(st.spec.project, c.location, name)}
+        for pool in planning.pool_names(st.spec):
+            p = pools.get(pool)
+            out[f"pool {pool}"] = {"state": type(p).Status(p.status).name if p else "MISSING",
+                                   "nodes": p.initial_node_count if p else 0}
+        return out
+
+    def teardown_list(self, st: ClusterState) -> list[str]:
+        s = st.spec
+        items = [f"node pool {p}" for p in planning.pool_names(s)] if s.gke_cluster else \
+            [f"GKE cluster {planning.cluster_name(s)} and its node pools"]
+        wp = planning.policy_name(s)
+        return items + ([f"workload policy {wp}"] if wp else [])
