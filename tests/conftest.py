@@ -240,3 +240,18 @@ def cli(capsys):
         out, err = capsys.readouterr()
         return code, out, err
     return run
+
+
+@pytest.fixture(scope="session")
+def jax_python(tmp_path_factory):
+    """An interpreter with Keras 3 and JAX and NO TensorFlow, made once per test session: this environment's packages
+    less its TensorFlow stack, Keras and tpuctl (fakes/kaggle.py image_python), then `pip install keras jax
+    tokenizers` from pip's cache / the package index. tpuctl comes from the checkout (PYTHONPATH) where a test runs it
+    there; its site-packages also stands for the JAX and Keras of Kaggle's TPU image (FakeKaggle.tpu_jax_site)."""
+    import subprocess
+    import sys
+    from fakes.kaggle import image_python
+    python = image_python(tmp_path_factory.mktemp("jax-env"), "jax-env", tensorflow_cpu=False)
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q",
+                    "--disable-pip-version-check", "keras>=3", "jax", "tokenizers>=0.15"], check=True)
+    return python

@@ -82,15 +82,16 @@ def make_wheel(dest: Path, name: str, version: str, module_src: str) -> Path:
     return build_wheel(dest, name, version, {f"{name}.py": module_src})
 
 
-def build_wheel(dest: Path, dist_name: str, version: str, files: dict, requires=()) -> Path:
-    """A pure-Python wheel of distribution `dist_name` holding `files` (path -> text), with Requires-Dist lines."""
+def build_wheel(dest: Path, dist_name: str, version: str, files: dict, requires=(), extras=()) -> Path:
+    """A pure-Python wheel of distribution `dist_name` holding `files` (path -> text), with Requires-Dist lines (and
+    the Provides-Extra lines that name the extras they use)."""
     import base64
     import hashlib
     import zipfile
     stem = dist_name.replace("-", "_")
     dist = f"{stem}-{version}.dist-info"
     metadata = f"Metadata-Version: 2.1\nName: {dist_name}\nVersion: {version}\n" + "".join(
-        f"Requires-Dist: {r}\n" for r in requires)
+        f"Requires-Dist: {r}\n" for r in requires) + "".join(f"Provides-Extra: {e}\n" for e in extras)
     files = {**files, f"{dist}/METADATA": metadata,
              f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
     path = dest / f"{stem}-{version}-py3-none-any.whl"

@@ -1,12 +1,10 @@
 """`up --provider gke` -> `down` through the real CLI against wire fakes: the GKE API (fakes/gke_server.py), Compute
 with resource policies, and the GCS emulator; the JobSet installer of the JobSet half is stood in for by fake
-`kube`/`jobset_install` modules (its contract: kube.connect(endpoint, ca_b64, token) -> api,
-jobset_install.ensure_jobset(api))."""
+and the Kubernetes API fake (fakes/k8s_server.py) behind each cluster's endpoint, where the real jobset_install.py
+installs JobSet."""
 from __future__ import annotations
 
 import json
-import sys
-import types
 
 import pytest
 
@@ -56,13 +54,17 @@ def gke(request, cloud, _gke_servers, monkeypatch):
     pol.calls.clear()
     monkeypatch.setenv("CONTAINER_EMULATOR_HOST", gurl)
     monkeypatch.setenv("COMPUTE_EMULATOR_HOST", purl)
+    # The clusters' Kubernetes API: the JobSet half's fake (fakes/k8s_server.py), reached through the real kube.py and
+    # jobset_install.py; each connection is recorded as {"endpoint", "ca", "token"}.
+    from tpuctl.providers.gke import kube
+    from fakes.k8s_server import FakeKube
+    api_server = FakeKube()
+    request.addfinalizer(api_server.stop)
+    g.kube_endpoint = api_server.url
     installed = []
-    kube = types.ModuleType("tpuctl.providers.gke.kube")
-    kube.connect = lambda endpoint, ca_b64, token: {"endpoint": endpoint, "ca": ca_b64, "token": token}
-    jobset = types.ModuleType("tpuctl.providers.gke.jobset_install")
-    jobset.ensure_jobset = lambda api: installed.append(api) or "installed v0.10.1"
-    monkeypatch.setitem(sys.modules, "tpuctl.providers.gke.kube", kube)
-    monkeypatch.setitem(sys.modules, "tpuctl.providers.gke.jobset_install", jobset)
+    connect = kube.connect
+    monkeypatch.setattr(kube, "connect", lambda endpoint, ca_b64, token: installed.append(
+        {"endpoint": endpoint, "ca": ca_b64, "token": token}) or connect(endpoint, ca_b64, token))
     return Gke(g, pol, cloud, installed)
 
 
@@ -80,13 +82,14 @@ def test_one_slice_up_then_down_leaves_nothing(gke, cli):
     assert pool["placementPolicy"]["tpuTopology"] == "4x4"
     assert pool["config"]["serviceAccount"] == SA and pool["locations"] == ["us-east5-b"]
     assert "https://www.googleapis.com/auth/cloud-platform" in pool["config"]["oauthScopes"]
-    assert gke.installed == [{"endpoint": "127.0.0.1", "ca": c["masterAuth"]["clusterCaCertificate"], "token": ""}]
+    assert gke.installed[0] == {"endpoint": gke.fake.kube_endpoint, "ca": c["masterAuth"]["clusterCaCertificate"],
+                                "token": ""}
     st = state.load("one")
     rec = st.record["gke"]
     assert rec["cluster"] == "tpuctl-one" and rec["adopted"] is False and rec["node_pools"] == ["tpuctl-one-np-0"]
     assert rec["service_account"] == SA and rec["location"] == "us-east5-b" and rec["workload_policy"] == ""
     record = json.loads(_storage().bucket("test-proj-tpuctl-one").blob("tpuctl/cluster.json").download_as_bytes())
-    assert record["gke"]["endpoint"] == "127.0.0.1" and record["hosts"] == 4
+    assert record["gke"]["endpoint"] == gke.fake.kube_endpoint and record["hosts"] == 4
     assert {(g.member, g.role) for g in st.grants} == {(f"serviceAccount:{SA}", "roles/storage.objectAdmin"),
                                                        (f"serviceAccount:{SA}", "roles/storage.legacyBucketReader")}
     code, out, err = cli("ls", "--json")
@@ -170,7 +173,7 @@ def _their_cluster(gke, name="team", version="1.34.1-gke.1829001", autopilot=Fal
     """A Standard cluster someone else made (no tpuctl label), as GKE reports it."""
     gke.fake.clusters[(PROJ, "us-east5", name)] = {
         "name": name, "location": "us-east5", "status": "RUNNING", "currentMasterVersion": version,
-        "endpoint": "10.0.0.2", "masterAuth": {"clusterCaCertificate": "Q0E="}, "autopilot": {"enabled": autopilot},
+        "endpoint": gke.fake.kube_endpoint, "masterAuth": {"clusterCaCertificate": "Q0E="}, "autopilot": {"enabled": autopilot},
         "nodePools": [{"name": "default-pool", "config": {"machineType": "e2-standard-8"}, "status": "RUNNING"}]}
 
 
@@ -222,7 +225,7 @@ def test_adopted_cluster_keeps_living_after_down(gke, cli):
     pool = gke.pool("tpuctl-ad-np-0")
     assert pool["config"]["spot"] is True and pool["locations"] == ["us-east5-b"]
     rec = state.load("ad").record["gke"]
-    assert rec["adopted"] is True and rec["endpoint"] == "10.0.0.2" and rec["cluster"] == "team"
+    assert rec["adopted"] is True and rec["endpoint"] == gke.fake.kube_endpoint and rec["cluster"] == "team"
     code, out, err = cli("down", "-c", "ad", "--yes")
     assert code == 0, err
     assert gke.leaks() == []
@@ -280,7 +283,8 @@ def test_an_older_jobset_refused_by_the_installer_undoes_the_up(gke, cli, monkey
     def refuse(api):
         raise TpuctlError(ErrorKind.INPUT, "the cluster runs JobSet v0.5.2; tpuctl's runs need v0.10.1 or later",
                           "upgrade it")
-    monkeypatch.setattr(sys.modules["tpuctl.providers.gke.jobset_install"], "ensure_jobset", refuse)
+    from tpuctl.providers.gke import jobset_install
+    monkeypatch.setattr(jobset_install, "ensure_jobset", refuse)
     code, out, err = _up(cli, "old", "--type", "v6e-16", "--zone", "us-east5-b")
     assert code == 2, err
     assert "JobSet v0.5.2" in " ".join(err.split())

@@ -146,6 +146,18 @@ def test_one_jax_run_on_every_host_of_two_slices_with_megascale(cloud, cli, tmp_
     assert code == 2 and "has 2 slices" in err
     rows = json.loads(cli("jobs", "-c", "ms", "--json")[1])
     assert [r["state"] for r in rows] == ["succeeded"]                 # one run across the four hosts
+
+    # a Keras 3 job runs on JAX here, on every host (issue 36); forcing TensorFlow is refused before anything
+    forced = make_job(tmp_path, MEGASCALE_JOB, 'framework = "keras"\nkeras_backend = "tensorflow"\n', name="kf")
+    code, out, err = cli("submit", str(forced), "-c", "ms")
+    assert code == 2 and "TPUStrategy does not span slices" in err and "Traceback" not in err, err
+    keras_job = make_job(tmp_path, MEGASCALE_JOB + "print('KERAS_BACKEND', os.environ['KERAS_BACKEND'])\n",
+                         'framework = "keras"\n', name="kj")
+    code, out, err = cli("submit", str(keras_job), "-c", "ms")
+    assert code == 0, err
+    code, out, err = cli("logs", "-c", "ms", "--slice", "1", "--worker", "1", "-f")
+    assert out.startswith("tpuctl: keras backend jax (a Multislice cluster: TPUStrategy does not span slices)\n"), out
+    assert "TPUCTL_WORKER=3 " in out and "KERAS_BACKEND jax" in out, out
     assert cli("down", "-c", "ms", "--yes")[0] == 0
     assert not cloud.hosts.hosts
 

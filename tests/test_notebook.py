@@ -5,6 +5,7 @@ inside it, outputs persist in the kept folder, and a run longer than a session r
 notebook is run again."""
 import json
 import re
+from pathlib import Path
 
 import pytest
 
@@ -104,12 +105,19 @@ for _ in range(50 if start < 10 else 0):          # written in this session: onl
 """
 
 
-@pytest.fixture
-def colab(tmp_path, monkeypatch, wheel_index):
+@pytest.fixture(params=["", "0.0.17"], ids=["no-libtpu", "libtpu-0.0.17"])
+def colab(tmp_path, monkeypatch, wheel_index, request):
     """A Colab TPU runtime: an interpreter without TensorFlow (kernelspec `colab`), google.colab's drive module,
-    one simulated TPU chip, and the package index standing in for the internet."""
+    one simulated TPU chip, and the package index standing in for the internet. Colab's TPU runtimes ship JAX
+    (colabtools#5164, #5174), so very likely a libtpu outside any environment a notebook makes, at a version no
+    source states: run without one and with one that satisfies tensorflow-tpu's libtpu~=0.0.14 (issue 36)."""
+    return _colab(tmp_path, monkeypatch, wheel_index, request.param)
+
+
+def _colab(tmp_path, monkeypatch, wheel_index, libtpu="", jax_site=None):
     from fakes.kaggle import image_python
-    python = image_python(tmp_path, "colab-image", tensorflow_cpu=False)
+    name = "colab-image" + (f"-libtpu-{libtpu}" if libtpu else "") + ("-jax" if jax_site else "")
+    python = image_python(tmp_path, name, tensorflow_cpu=False, libtpu=libtpu, jax_site=jax_site)
     assert "No module named 'tensorflow'" in __import__("subprocess").run(
         [str(python), "-c", "import tensorflow"], capture_output=True, text=True).stderr
     spec = tmp_path / "jupyter" / "kernels" / "colab"
@@ -144,11 +152,28 @@ def test_on_colab_the_notebook_installs_tensorflow_and_keeps_checkpoints_in_driv
     assert len(texts) >= 2 and "run this notebook again" in texts[0], texts[0]
     assert "installing tensorflow-tpu~=2.20.0" in texts[0] and "TensorFlow 2.20.0 sees 1 TPU core(s)" in texts[0]
     assert "tensorflow 2.20.0 from tensorflow-tpu tpu cores 1 accelerator v5litepod-1" in texts[0]
+    assert "tpuctl: TensorFlow's TPU library: " in texts[0]
     assert "one v5e chip (v5e-1)" in texts[0] and "Drive flushed and unmounted" in texts[0]
     kept = colab / "tpuctl" / "job"
     assert (kept / "output" / "step").read_text() == "10" and "step 10" in texts[-1]
     assert int((colab / ".flushed").read_text()) == len(texts)      # every session ends with Drive flushed
     assert all("resuming at 0" not in t for t in texts[1:])
+
+
+def test_on_colab_a_keras_job_runs_on_the_runtimes_jax_with_nothing_installed(env, cli, tmp_path, monkeypatch,
+                                                                            wheel_index, jax_python):
+    """Issue 36: Colab's TPU runtimes have JAX and no TensorFlow (colabtools#5174): a Keras 3 job runs there on JAX,
+    the backend said before the job starts, nothing installed."""
+    site = next(jax_python.parent.parent.glob("lib/python*/site-packages"))
+    _colab(tmp_path, monkeypatch, wheel_index, "0.0.17", jax_site=site)
+    monkeypatch.setenv("TPUCTL_KAGGLE_GRACE_SECONDS", "0.2")
+    keras_job = Path(__file__).parent / "keras_job"
+    assert cli("notebook", str(keras_job), "-o", str(tmp_path / "k.ipynb"))[0] == 0
+    content = tmp_path / "content"
+    content.mkdir()
+    text = _run(tmp_path / "k.ipynb", content, "colab", DRIVE=str(content / "drive"))
+    assert "tpuctl: keras backend jax (Colab's TPU runtimes have JAX and no TensorFlow)" in text, text
+    assert "backend jax KERAS_BACKEND jax" in text and "loss fell" in text and "install" not in text, text
 
 
 def test_data_past_the_limit_is_read_from_where_the_user_put_it(env, cli, tmp_path, monkeypatch):

@@ -119,6 +119,18 @@ def test_a_slice_run_leaves_the_queue_only_when_every_worker_that_runs_it_is_fin
     assert runindex.settle(store, jax) and runindex.queued(store) == []
 
 
+@pytest.mark.parametrize("record, workers_that_run_it", [
+    ({"hosts": 2, "arch": "vm", "runtime": "tpu-vm-tf-2.18.0-pod-pjrt"}, 1),   # Keras on TensorFlow: worker 0
+    ({"hosts": 2, "arch": "vm", "runtime": "v2-alpha-tpuv5"}, 2)])             # Keras on JAX: every host
+def test_a_keras_run_leaves_the_queue_as_its_backend_runs_it(tmp_path, record, workers_that_run_it):
+    store = LocalStore(tmp_path / "s")
+    store.write(layout.CLUSTER_RECORD, json.dumps(record).encode())
+    rid = "20261101-120000-000-cccc"
+    _plant(store, rid, framework="keras", worker_states=[RunState.QUEUED])
+    runindex.register(store, rid)
+    assert runindex.settle(store, rid) is (workers_that_run_it == 1)
+
+
 def test_the_local_store_lists_the_first_keys_in_key_order_without_the_rest(tmp_path):
     store = LocalStore(tmp_path / "s")
     # "ad-x" sorts before "ad/b" ('-' < '/') though the name "ad" sorts before "ad-x": a walk by names is wrong

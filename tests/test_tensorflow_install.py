@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 import time
+import zipfile
 from pathlib import Path
 
 import pip
@@ -26,20 +27,24 @@ print("libtpu", os.environ.get("TF_PLUGGABLE_DEVICE_LIBRARY_PATH", "").endswith(
 """
 
 
-def _bare_host(tmp_path) -> Path:
+def _bare_host(tmp_path, libtpu: str = "") -> Path:
     """A base runtime's interpreter: a venv with no site-packages of ours but tpuctl (a .pth to the checkout) and pip
-    (the image's pip), so no TensorFlow, tf-keras or keras is importable."""
-    venv = tmp_path / "host-venv"
+    (the image's pip), so no TensorFlow, tf-keras, keras or JAX is importable; `libtpu`: that libtpu installed in it
+    (an image that ships one outside the job's environment, as Kaggle's does)."""
+    venv = tmp_path / ("host-venv" + (f"-libtpu-{libtpu}" if libtpu else ""))
     if (venv / "bin" / "python").exists():
         return venv / "bin" / "python"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     site = next(venv.glob("lib/python*/site-packages"))
     (site / "tpuctl-checkout.pth").write_text(str(ROOT) + "\n")
     shutil.copytree(Path(pip.__file__).parent, site / "pip")
+    if libtpu:
+        from fakes import pyindex
+        zipfile.ZipFile(pyindex.libtpu_wheel(tmp_path / "host-wheels", libtpu)).extractall(site)
     return venv / "bin" / "python"
 
 
-def _run(tmp_path, wheel_index, toml_extra, extra_record=None, runtime="v2-alpha-tpuv5", job=None):
+def _run(tmp_path, wheel_index, toml_extra, extra_record=None, runtime="v2-alpha-tpuv5", job=None, host_libtpu=""):
     store = LocalStore(tmp_path / "store")
     store.write(layout.CLUSTER_RECORD, json.dumps({"arch": "vm", "framework": "tensorflow", "runtime": runtime,
                                                    "tensorflow_from": "pip", "hosts": 1, **(extra_record or {})}).encode())
@@ -47,12 +52,14 @@ def _run(tmp_path, wheel_index, toml_extra, extra_record=None, runtime="v2-alpha
     spec = jobspec.load(str(job))
     run_id = submit_to_store(store, job)
     raw = json.loads(store.read(layout.run_job(run_id)))
-    store.write(layout.run_job(run_id), json.dumps({**raw, "tensorflow": spec.tensorflow,
-                                                         "requirements": spec.requirements}).encode())
+    store.write(layout.run_job(run_id), json.dumps({
+        **raw, "tensorflow": spec.tensorflow, "env": spec.env, "requirements": spec.requirements,
+        "framework": spec.framework.value, "keras_backend": spec.keras_backend}).encode())
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path / "home"), "PIP_NO_INDEX": "1",
            "PIP_FIND_LINKS": wheel_index.url, "TPUCTL_TF_FIND_LINKS": wheel_index.url,
            "PIP_DISABLE_PIP_VERSION_CHECK": "1", "TPUCTL_AGENT_HOME": str(tmp_path / "agent")}
-    agent = subprocess.Popen([str(_bare_host(tmp_path)), "-m", "tpuctl.agent", "--store", str(tmp_path / "store"),
+    host = _bare_host(tmp_path, host_libtpu)
+    agent = subprocess.Popen([str(host), "-m", "tpuctl.agent", "--store", str(tmp_path / "store"),
                               "--accelerator", "v3-8", "--tpu", "local", "--poll", "0.1"], env=env,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
@@ -109,3 +116,16 @@ def test_a_tensorflow_key_that_is_not_a_version_is_refused(tmp_path, value):
     with pytest.raises(TpuctlError) as e:
         jobspec.load(str(job))
     assert e.value.exit_code == 2 and "'tensorflow'" in e.value.message
+
+
+def test_tensorflow_loads_the_libtpu_python_finds_even_one_outside_the_jobs_environment(tmp_path, wheel_index):
+    """Issue 36 item 3: tensorflow-tpu requires libtpu~=0.0.14 (fakes/pyindex.py); an image that ships libtpu 0.0.17
+    outside the job's environment (Kaggle's) satisfies it, so pip installs none into the environment. PJRT is pointed
+    at the libtpu Python finds, not at a path in the environment that does not exist (there `import tensorflow`
+    raises FileNotFoundError and the job never starts)."""
+    st, log, home = _run(tmp_path, wheel_index, 'tensorflow = "2.20"\n', host_libtpu="0.0.17")
+    assert st.state is runs.RunState.SUCCEEDED, log
+    host_site = next((tmp_path / "host-venv-libtpu-0.0.17").glob("lib/python*/site-packages"))
+    assert f"tpuctl: TensorFlow's TPU library: {host_site / 'libtpu' / 'libtpu.so'}" in log, log
+    assert "version 2.20.0 from tensorflow-tpu" in log and "libtpu True" in log
+    assert not list((home / "envs").glob("*/lib/python*/site-packages/libtpu")), "pip installed a second libtpu"

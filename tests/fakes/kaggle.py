@@ -30,6 +30,10 @@ is what Kaggle's is reported to be, each undecided detail a switch the tests run
   docker-python tpu/requirements.in: "re-enable tensorflow-tpu when a compatible libtpu can be found"); its
   simulated TPU (FAKE_TPU_CORES, read by the TensorFlow stand-ins of fakes/pyindex.py) is driven only by a
   tensorflow-tpu loaded through PJRT. Other sessions run on this test environment's interpreter (its TensorFlow).
+  The TPU image has libtpu 0.0.17 installed system-wide, outside any environment a session makes (issue 36; the
+  image's `jax[tpu]` brings it: Kaggle/docker-python tpu/requirements.in at 0898ca4), and, where `tpu_jax_site`
+  names a folder holding a real JAX and Keras 3 (the tests' jax_site fixture), those as the image's too
+  (tpu/requirements.in: `jax[tpu]`, `keras>3`); without it, no JAX (the tests that do not need it stay fast).
 """
 from __future__ import annotations
 
@@ -123,6 +127,7 @@ class FakeKaggle:
             self.calls.clear()
         self.session_limit, self.tpu_allowed, self.tpu_used, self.phone_verified = 3600.0, 20 * 3600.0, 0.0, True
         self.mount_layout, self.unpack_archives = "datasets", True
+        self.tpu_jax_site: Path | None = None
 
     def kill_all(self) -> None:
         for k in list(self.kernels.values()) + [{"versions": self.detached}]:
@@ -427,11 +432,12 @@ class FakeKaggle:
                    KAGGLE_ACCELERATOR=req.machine_shape or "None", **self.session_env)
         python = sys.executable
         if req.machine_shape in TPU_SHAPES:
-            python = str(tpu_image(self.root))
+            python = str(tpu_image(self.root, self.tpu_jax_site))
             env["FAKE_TPU_CORES"] = "8"
         proc = subprocess.Popen([python, "-u", str(where / "script.py")], cwd=work, env=env, stdout=log,
                                 stderr=subprocess.STDOUT, start_new_session=True)
-        session = {"dir": where, "proc": proc, "started": time.monotonic(), "status": "RUNNING", "failure": "",
+        session = {"dir": where, "proc": proc, "started": time.monotonic(), "started_at": time.time(),
+                   "status": "RUNNING", "failure": "",
                    "shape": req.machine_shape, "id": next(self._ids)}
         threading.Thread(target=self._supervise, args=(session,), daemon=True).start()
         return session
@@ -606,10 +612,11 @@ _IMAGES: dict[str, Path] = {}
 _NOT_IN_IMAGES = ("tensorflow", "tf_keras", "tf-keras", "keras", "tpuctl", "_editable_impl_tpuctl")
 
 
-def image_python(root: Path, name: str, tensorflow_cpu: bool) -> Path:
+def image_python(root: Path, name: str, tensorflow_cpu: bool, libtpu: str = "", jax_site: Path | None = None) -> Path:
     """An image's python, made once per test session: an interpreter whose own site-packages hold this
     environment's packages but its TensorFlow stack (and tpuctl, which no such image has), with the tensorflow-cpu
-    stand-in in their place where `tensorflow_cpu` (Kaggle's TPU image; Colab's TPU runtime has no TensorFlow)."""
+    stand-in in their place where `tensorflow_cpu` (Kaggle's TPU image; Colab's TPU runtime has no TensorFlow), the
+    libtpu stand-in of version `libtpu` installed in it, and `jax_site`'s packages (JAX, Keras 3) after its own."""
     if name not in _IMAGES:
         from fakes import pyindex
         image = root / name
@@ -621,9 +628,19 @@ def image_python(root: Path, name: str, tensorflow_cpu: bool) -> Path:
         if tensorflow_cpu:
             wheels = pyindex.build(root / f"{name}-wheels")
             zipfile.ZipFile(wheels / f"tensorflow_cpu-{pyindex.KAGGLE_TPU_TF}-py3-none-any.whl").extractall(site)
+        if libtpu:
+            zipfile.ZipFile(pyindex.libtpu_wheel(root / f"{name}-wheels", libtpu)).extractall(site)
+        if jax_site is not None:
+            (site / "zz_image_jax.pth").write_text(str(jax_site) + "\n")
         _IMAGES[name] = image / "bin" / "python"
     return _IMAGES[name]
 
 
-def tpu_image(root: Path) -> Path:
-    return image_python(root, "tpu-image", tensorflow_cpu=True)
+def tpu_image(root: Path, jax_site: Path | None = None) -> Path:
+    return image_python(root, "tpu-image-jax" if jax_site else "tpu-image", tensorflow_cpu=True,
+                        libtpu=pyindex_libtpu(), jax_site=jax_site)
+
+
+def pyindex_libtpu() -> str:
+    from fakes import pyindex
+    return pyindex.KAGGLE_LIBTPU

@@ -6,6 +6,16 @@ hosts and agents go through a real pip against a real HTTP index with no network
   (GoogleCloudPlatform/ml-auto-solutions, configs/tensorflow/common.py install_tf: `pip install tensorflow-tpu==X -f
   https://storage.googleapis.com/libtpu-tf-releases/index.html`). Its `tf.keras` is tf_keras when
   TF_USE_LEGACY_KERAS=1, as in TensorFlow >= 2.16.
+- tensorflow-tpu also requires `libtpu~=0.0.14`, as the real 2.20.0 wheel declares (PyPI METADATA of
+  tensorflow-tpu 2.20.0, ../shared/KAGGLE_FACTS.md; the 2.19 stand-in is given the same requirement, unchecked), so a
+  libtpu installed outside the job's environment (Kaggle's TPU image's 0.0.17) satisfies it and pip installs none.
+- libtpu X: a `libtpu` package as the real wheels lay it out (libtpu 0.0.42.1's libtpu/__init__.py:
+  `get_library_path()` is `libtpu.so` beside the module, and importing it sets TPU_LIBRARY_PATH unless set), with a
+  `libtpu.so` file. 0.0.14 (what tensorflow-tpu resolves to alone), 0.0.17 (Kaggle's TPU image), 0.0.42.1 (what
+  jax[tpu] 0.10.2 pins).
+- jax 0.10.2: its `tpu` extra requires `libtpu==0.0.42.*`, as jax 0.10.2's METADATA declares
+  (`Requires-Dist: libtpu==0.0.42.*; extra == "tpu"`); `jax.devices()` lists the simulated TPU's cores when a libtpu
+  imports, else one CPU. No real computation: it stands in where a test asks what was installed.
 - tf-keras X: requires `tensorflow` by that name, as the real wheels do (tf_keras 2.20.1 METADATA:
   `Requires-Dist: tensorflow<2.21,>=2.20`).
 - tensorflow X: PyPI's TensorFlow. An install that pulls it beside tensorflow-tpu leaves two distributions of
@@ -17,7 +27,9 @@ hosts and agents go through a real pip against a real HTTP index with no network
 Each stand-in answers the calls a TPU check makes (TPUClusterResolver(tpu="local"), initialize_tpu_system,
 config.list_logical_devices): a simulated TPU (FAKE_TPU_CORES, set by the fake Kaggle's TPU sessions) shows only to
 tensorflow-tpu loaded through PJRT (TF_PLUGGABLE_DEVICE_LIBRARY_PATH set, as Google's harness sets it for a
-pip-installed tensorflow-tpu); tensorflow-cpu and PyPI's tensorflow see the CPU alone, as they do on a TPU VM
+pip-installed tensorflow-tpu); a path set there that names no file fails `import tensorflow` with FileNotFoundError,
+as TensorFlow's `load_pluggable_device_library` does at import (KAGGLE_FACTS.md, reproduced with TF 2.21);
+tensorflow-cpu and PyPI's tensorflow see the CPU alone, as they do on a TPU VM
 (Kaggle/docker-python PR #1499: "No TPU platform found").
 """
 from __future__ import annotations
@@ -31,6 +43,10 @@ from fakes.tpu_server import TF_VERSIONS
 from jobs import build_wheel
 
 KAGGLE_TPU_TF = "2.20.0"
+KAGGLE_LIBTPU = "0.0.17"                   # Kaggle's TPU image (issue 36; Kaggle/docker-python tpu/Dockerfile)
+TPU_TF_LIBTPU = "libtpu~=0.0.14"           # tensorflow-tpu 2.20.0's Requires-Dist
+LIBTPU_VERSIONS = ("0.0.14", KAGGLE_LIBTPU, "0.0.42.1")
+JAX, JAX_LIBTPU = "0.10.2", "0.0.42.*"     # jax 0.10.2 METADATA: Requires-Dist: libtpu==0.0.42.*; extra == "tpu"
 LINES = {"2.19": ("2.19.1", "2.19.0"), "2.20": ("2.20.0", "2.20.1")}   # line -> (tensorflow[-tpu], tf-keras)
 
 
@@ -39,6 +55,9 @@ from types import SimpleNamespace as _NS
 
 __version__ = "{version}"
 __distribution__ = "{dist}"
+if _os.environ.get("TF_PLUGGABLE_DEVICE_LIBRARY_PATH") and \
+        not _os.path.exists(_os.environ["TF_PLUGGABLE_DEVICE_LIBRARY_PATH"]):
+    raise FileNotFoundError(2, "No such file or directory", _os.environ["TF_PLUGGABLE_DEVICE_LIBRARY_PATH"])
 
 
 def _tpu_cores():
@@ -74,18 +93,56 @@ def __getattr__(name):
 '''
 
 
+_LIBTPU = '''import os
+
+__version__ = "{version}"
+
+
+def get_library_path():
+    return os.path.join(os.path.dirname(__file__), "libtpu.so")
+
+
+if not os.environ.get("TPU_LIBRARY_PATH"):
+    os.environ["TPU_LIBRARY_PATH"] = get_library_path()
+'''
+
+_JAX = '''import importlib.util as _u
+import os as _os
+from types import SimpleNamespace as _NS
+
+__version__ = "{version}"
+
+
+def devices():
+    if _u.find_spec("libtpu") and _os.environ.get("FAKE_TPU_CORES"):
+        return [_NS(platform="tpu", id=i) for i in range(int(_os.environ["FAKE_TPU_CORES"]))]
+    return [_NS(platform="cpu", id=0)]
+'''
+
+
 def build(dest: Path) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
     for line, (tf, keras) in LINES.items():
         nxt = f"{line.split('.')[0]}.{int(line.split('.')[1]) + 1}"
         for dist in ("tensorflow-tpu", "tensorflow"):
-            build_wheel(dest, dist, tf, {"tensorflow/__init__.py": _TF.format(version=tf, dist=dist)})
+            build_wheel(dest, dist, tf, {"tensorflow/__init__.py": _TF.format(version=tf, dist=dist)},
+                        requires=[TPU_TF_LIBTPU] if dist == "tensorflow-tpu" else [])
         build_wheel(dest, "tf-keras", keras, {"tf_keras/__init__.py": f'__version__ = "{keras}"\n'},
                     requires=[f"tensorflow<{nxt},>={line}"])
     for version in TF_VERSIONS + [KAGGLE_TPU_TF]:
         build_wheel(dest, "tensorflow-cpu", version,
                     {"tensorflow/__init__.py": _TF.format(version=version, dist="tensorflow-cpu")})
+    for version in LIBTPU_VERSIONS:
+        libtpu_wheel(dest, version)
+    build_wheel(dest, "jax", JAX, {"jax/__init__.py": _JAX.format(version=JAX)},
+                requires=[f'libtpu=={JAX_LIBTPU}; extra == "tpu"'], extras=["tpu"])
     return dest
+
+
+def libtpu_wheel(dest: Path, version: str) -> Path:
+    dest.mkdir(parents=True, exist_ok=True)
+    return build_wheel(dest, "libtpu", version, {"libtpu/__init__.py": _LIBTPU.format(version=version),
+                                                 "libtpu/libtpu.so": f"stand-in libtpu {version}\n"})
 
 
 class WheelIndex:

@@ -21,7 +21,7 @@ def logs(run_id: Optional[str] = typer.Argument(None, help="Run id (default: the
          give_up_after: float = typer.Option(900.0, "--give-up-after", help="Seconds to follow a silent host."),
          provider: Optional[str] = PROVIDER) -> None:
     """Print a run's output, raw, on stdout."""
-    from ..core import hostlogs, runs
+    from ..core import backends, hostlogs, runs
     from ..control import submission
     check_run_ids(run_id)
     st, prov = cluster_and_provider(cluster, provider)
@@ -35,8 +35,10 @@ def logs(run_id: Optional[str] = typer.Argument(None, help="Run id (default: the
     store = prov.store(st)
     rid = submission.resolve_run(store, run_id)
     job = runs.job(store, rid)
-    who = hostlogs.hosts(slices, max(1, st.host.hosts), job.framework if job else "tensorflow") if all_hosts else None
-    if worker > 0 and job is not None and job.framework == "tensorflow":
+    record = {"arch": st.spec.arch.value, "runtime": st.runtime, "slices": st.spec.slices}   # as in the cluster record
+    framework = backends.program_framework(job.framework, job.env, job.keras_backend, record) if job else "tensorflow"
+    who = hostlogs.hosts(slices, max(1, st.host.hosts), framework) if all_hosts else None
+    if worker > 0 and job is not None and framework == "tensorflow":
         console().err.print(f"run {rid} is a TensorFlow program: it runs on worker 0 (`tpuctl logs {rid}`); "
                              f"worker {worker} serves the TPU runtime")
         return

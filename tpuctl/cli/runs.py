@@ -82,9 +82,14 @@ def submit(ctx: typer.Context,
                                             "(`down` deletes it)."),
            max_restarts: int = typer.Option(0, "--max-restarts", help="Restart the job up to N times when it exits "
                                             "42 (tpuctl.runtime.RESTART_CODE) or dies by a signal tpuctl did not "
-                                            "send, as xpk does."),
+                                            "send, as xpk does (GKE: the JobSet's maxRestarts)."),
            notify_to: List[str] = typer.Option([], "--notify", help="Send this run's events to a webhook or "
                                                "Apprise URL (repeatable), besides the cluster's."),
+           tpu_type: Optional[str] = typer.Option(None, "--type", help="GKE dry run without a cluster: the TPU type "
+                                                  "of the manifest (--provider gke --manifest FILE)."),
+           slices: Optional[int] = typer.Option(None, "--slices", help="GKE dry run: slices of the manifest."),
+           manifest_file: Optional[str] = typer.Option(None, "--manifest", help="GKE, with --dry-run: write the "
+                                                       "Kubernetes objects the run would create to FILE (YAML)."),
            provider: Optional[str] = PROVIDER) -> None:
     """Package JOB_DIR, sync its data, run it on the cluster and follow its logs; exits with the job's code.
     Arguments after `--` are appended to the job's command."""
@@ -96,6 +101,8 @@ def submit(ctx: typer.Context,
     job = jobspec.load(job_dir, data)          # the job's own mistakes first, before any cluster is looked for
     packaging.files(job.root, job.data)        # links out of the job are refused here too
     jobspec.check_launchable(job.command, list(ctx.args), job.env)   # what no host could start
+    if manifest_file is not None or tpu_type is not None or slices is not None:
+        _gke_manifest(cluster, provider, tpu_type, slices, max_restarts, manifest_file, dry_run)
     if dry_run:
         _submit_preview(job, cluster, provider)
         return
@@ -142,9 +149,22 @@ def _check_max_restarts(n: int, st: "ClusterState", prov: "Provider") -> None:
     """--max-restarts is the host agent's to honour: a service's sessions (Kaggle) chain by CONTINUE_CODE instead."""
     if n < 0:
         raise bad_input(f"--max-restarts {n} must be 0 or more", "e.g. --max-restarts 3")
-    if n and prov.remote_runs is not None:
+    if n and prov.remote_runs is not None and not prov.remote_runs.restarts:
         raise bad_input(f"--max-restarts: cluster {st.name}'s runs run in a service's sessions, not under tpuctl's "
                         "agent", "a job there continues in the next session by exiting tpuctl.runtime.CONTINUE_CODE")
+
+
+def _gke_manifest(cluster: Optional[str], provider: Optional[str], tpu_type: Optional[str], slices: Optional[int],
+                  max_restarts: int, path: Optional[str], dry_run: bool) -> None:
+    """`--manifest FILE` (with --type/--slices when no GKE cluster is named): the run's JobSet, written offline."""
+    from ..core import state
+    if path is None or not dry_run:
+        raise bad_input("--type, --slices and --manifest belong to a GKE dry run",
+                        "tpuctl submit JOB --dry-run --provider gke --type v6e-16 --manifest run.yaml")
+    name = cluster_name(cluster)
+    from ..providers.gke import dryrun
+    n = dryrun.write(path, name, state.load(name), cluster is not None, provider, tpu_type, slices, max_restarts)
+    console().err.print(f"wrote {n} Kubernetes object{'s' * (n > 1)} to {path}")
 
 
 def _submit_preview(job: "JobSpec", cluster: Optional[str], provider: Optional[str]) -> None:

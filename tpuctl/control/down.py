@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 
-from ..core import budget, layout, orphans, runindex, runs, state
+from ..core import backends, budget, layout, orphans, runindex, runs, state
 from ..core.errors import TpuctlError
 from ..core.models import ClusterState, HostFacts, Phase
 from ..providers.base import Provider, Reporter, progress_of
@@ -51,10 +51,13 @@ def end_runs(store: BlobStore, why: str) -> list[str]:
     for good, so its duration and cost stop and nothing resumes it on a later `up`. Each worker that runs it gets
     the final status its agent can no longer write. Returns the runs ended."""
     ended = runindex.unfinished(store)
-    hosts = int(runs.read_object(store, layout.CLUSTER_RECORD).get("hosts") or 1)
+    record = runs.read_object(store, layout.CLUSTER_RECORD)
+    hosts = int(record.get("hosts") or 1)
     for run_id in ended:
         job = runs.job(store, run_id)
-        for w in range(1 if job is None or job.framework == "tensorflow" else hosts):
+        one = job is None or \
+            backends.program_framework(job.framework, job.env, job.keras_backend, record) == "tensorflow"
+        for w in range(1 if one else hosts):
             st = runs.status(store, run_id, w)
             if st.state.final:
                 continue

@@ -22,7 +22,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from ..core import datasync, packaging
+from ..core import backends, datasync, packaging
 from ..core.errors import bad_input
 from ..core.jobspec import DEFAULT_TENSORFLOW, JobSpec
 from ..providers import agent_package
@@ -52,8 +52,9 @@ def build(job: JobSpec, args: list[str], data_uri: str = "", embed_limit_mb: flo
     config = kernel.config({"run_id": f"notebook-{job.name}", "digest": digest, "previous": False, "session": 1,
                             "command": job.command, "args": args, "env": job.env, "requirements": job.requirements,
                             "framework": job.framework.value, "accelerator": "",
-                            "tensorflow": (job.tensorflow or DEFAULT_TENSORFLOW) if job.framework == "tensorflow"
-                            else "", "deadline": seconds, "grace": grace_seconds()})
+                            "tensorflow": (job.tensorflow or DEFAULT_TENSORFLOW) if _installs_tensorflow(job)
+                            else "", "deadline": seconds, "grace": grace_seconds(),
+                            "keras_backend": job.keras_backend, "platform": "notebook"})
     cells = [_cell("markdown", _intro(job)),
              _cell("code", _parameters({"SESSION_HOURS": round(seconds / 3600, 4), "KEEP": "", "DATA": data_uri,
                                         "SYNC_MINUTES": 10, "DRIVE": "/content/drive", "JOB": job.name})),
@@ -65,6 +66,13 @@ def build(job: JobSpec, args: list[str], data_uri: str = "", embed_limit_mb: flo
                          "language_info": {"name": "python"}, "accelerator": "TPU",
                          "colab": {"gpuType": "V5E1", "provenance": []}},
             "cells": [dict(c, id=f"tpuctl-{n}") for n, c in enumerate(cells, 1)]}
+
+
+def _installs_tensorflow(job: JobSpec) -> bool:
+    """Whether the notebook installs TensorFlow on a TPU (Colab's have none: colabtools#5164): for a TensorFlow job,
+    and a Keras 3 job that forces its TensorFlow backend (else Keras runs on the runtime's JAX: core/backends.py)."""
+    return job.framework.value == "tensorflow" or \
+        (job.framework.value == "keras" and backends.forced(job.env, job.keras_backend)[0] == "tensorflow")
 
 
 def _cell(kind: str, text: str, hidden: bool = False) -> dict[str, Any]:

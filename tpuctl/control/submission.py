@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core import datasync, goodput, interrupts, layout, metrics, notify, orphans, packaging, runindex, runs
+from ..core import backends, datasync, goodput, interrupts, layout, metrics, notify, orphans, packaging, runindex, runs
 from ..core.errors import ErrorKind, TpuctlError, bad_input
 from ..core.jobspec import JobSpec, check_launchable
 from ..core.models import ClusterState, Framework, Phase
@@ -52,9 +52,14 @@ def submit(st: ClusterState, provider: Provider, job: JobSpec, args: list[str], 
                         f"slices, and cluster {st.name} has {st.spec.slices}",
                         'use one larger slice (`tpuctl up --type ...` without --slices), or a JAX or PyTorch job '
                         '(framework = "jax")')
+    if st.spec.slices > 1 and job.framework is Framework.KERAS and \
+            backends.forced(job.env, job.keras_backend)[0] == "tensorflow":
+        raise bad_input(f"job {job.name} forces Keras's TensorFlow backend: TPUStrategy does not span slices, and "
+                        f"cluster {st.name} has {st.spec.slices}",
+                        "let tpuctl pick the backend (JAX on Multislice): remove keras_backend / [env] KERAS_BACKEND")
     st = provider.revive(st, reporter)
     provider.check_ready(st)
-    if st.runtime and job.framework is not st.spec.framework:
+    if st.runtime and job.framework not in (st.spec.framework, Framework.KERAS):   # Keras 3 follows the runtime
         reporter.warn(f"job {job.name} is a {job.framework.value} job, but cluster {st.name} runs a "
                       f"{st.spec.framework.value} image ({st.runtime}); "
                       f"`tpuctl up --framework {job.framework.value}` on a new cluster matches them")
@@ -113,7 +118,7 @@ def _write_run(store: BlobStore, st: ClusterState, job: JobSpec, args: list[str]
         spec = RunSpec(id=run_id, name=job.name, command=job.command, args=list(args), env=job.env, package=sha,
                        requirements=job.requirements, submitted=time.time(), cluster=st.name,
                        framework=job.framework.value, down_after=down_after, tensorflow=job.tensorflow,
-                       max_restarts=max_restarts)
+                       max_restarts=max_restarts, keras_backend=job.keras_backend)
         with interrupts.held() as interrupted:
             notify.save_run_urls(store, run_id, notify_urls)   # before the run exists: its host reads them
             if not store.create(layout.run_job(run_id), json.dumps(spec.to_json(), indent=2).encode()):

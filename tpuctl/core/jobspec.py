@@ -7,13 +7,13 @@ from pathlib import Path
 from typing import Sequence
 
 from .config import tomllib
-from . import packaging
+from . import backends, packaging
 from .errors import bad_input
 from .models import Framework
 
 FILE = "tpuctl.toml"
 _TYPES = {"command": str, "name": str, "data": list, "requirements": str, "env": dict, "framework": str,
-          "tensorflow": str}
+          "tensorflow": str, "keras_backend": str}
 # The TensorFlow a job gets on a TPU VM made on a base runtime (the host installs tensorflow-tpu of this version, as
 # Google's own TF release tests do): the newest line Google publishes as tensorflow-tpu (its libtpu TF release index
 # and PyPI list 2.16.1 to 2.20.0). The local extra's TensorFlow is tested on its newest release, 2.21: no
@@ -35,6 +35,7 @@ class JobSpec:
     env: dict = field(default_factory=dict)
     framework: Framework = Framework.TENSORFLOW
     tensorflow: str = DEFAULT_TENSORFLOW          # major.minor or an exact version; "" for other frameworks
+    keras_backend: str = ""                       # framework = "keras": the backend forced ("" lets tpuctl pick)
 
 
 def load(job_dir: str, extra_data: Sequence[str] = ()) -> JobSpec:
@@ -97,16 +98,36 @@ def load(job_dir: str, extra_data: Sequence[str] = ()) -> JobSpec:
         framework = Framework(doc.get("framework", Framework.TENSORFLOW.value))
     except ValueError:
         raise bad_input(f"{f}: 'framework' must be one of " + ", ".join(x.value for x in Framework),
-                        'e.g. framework = "jax" (every worker runs the command; tensorflow: worker 0 only)')
+                        'e.g. framework = "jax" (every worker runs the command; tensorflow: worker 0 only; '
+                        'keras: Keras 3, its backend picked by tpuctl)')
     tensorflow = doc.get("tensorflow", DEFAULT_TENSORFLOW)
     if not _TF_RE.match(tensorflow):
         raise bad_input(f"{f}: 'tensorflow' {tensorflow!r} is not a TensorFlow version",
                         'a major.minor line or an exact release: tensorflow = "2.20" or "2.19.1"')
-    if "tensorflow" in doc and framework is not Framework.TENSORFLOW:
+    uses_tf = framework in (Framework.TENSORFLOW, Framework.KERAS)   # a Keras job may run on TensorFlow
+    if "tensorflow" in doc and not uses_tf:
         raise bad_input(f"{f}: 'tensorflow' is for TensorFlow jobs, not {framework.value} ones", "remove the key")
+    keras_backend = _keras_backend(f, doc, framework, env)
     return JobSpec(root=root, command=doc["command"], name=name, data=data, data_as=data_as, requirements=req,
                    env={k: str(v) for k, v in env.items()}, framework=framework,
-                   tensorflow=tensorflow if framework is Framework.TENSORFLOW else "")
+                   tensorflow=tensorflow if uses_tf else "", keras_backend=keras_backend)
+
+
+def _keras_backend(f: Path, doc: dict, framework: Framework, env: dict) -> str:
+    """tpuctl.toml's `keras_backend`: one of backends.BACKENDS, for a Keras job, agreeing with [env] KERAS_BACKEND."""
+    value = doc.get("keras_backend", "")
+    if not value:
+        return ""
+    if framework is not Framework.KERAS:
+        raise bad_input(f"{f}: 'keras_backend' is for Keras 3 jobs, not {framework.value} ones",
+                        'add framework = "keras", or remove the key')
+    if value not in backends.BACKENDS:
+        raise bad_input(f"{f}: 'keras_backend' {value!r} is not a backend tpuctl runs",
+                        'keras_backend = "jax" or "tensorflow" (or remove it: tpuctl picks from the target)')
+    if str(env.get(backends.ENV, value)) != value:
+        raise bad_input(f"{f}: 'keras_backend' {value!r} and [env] {backends.ENV} {env[backends.ENV]!r} disagree",
+                        "keep one of them")
+    return str(value)
 
 
 # Linux refuses, with E2BIG, any one argument or environment string longer than MAX_ARG_STRLEN, 32 pages: 131072

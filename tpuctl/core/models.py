@@ -44,6 +44,9 @@ class Framework(str, Enum):
     TENSORFLOW = "tensorflow"
     JAX = "jax"
     PYTORCH = "pytorch"
+    # A job's only (tpuctl.toml `framework = "keras"`): Keras 3, whose backend tpuctl picks from the target
+    # (core/backends.py); never a cluster's `--framework`, which picks a runtime image.
+    KERAS = "keras"
 
 
 class Phase(str, Enum):

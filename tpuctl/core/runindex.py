@@ -22,7 +22,7 @@ from __future__ import annotations
 import sys
 from typing import Callable
 
-from . import layout, runs
+from . import backends, layout, runs
 from .store import BlobStore
 
 Report = Callable[[str], None]
@@ -175,11 +175,12 @@ def settle(store: BlobStore, run_id: str, workers: int | None = None) -> bool:
     one that runs it), every worker of the slice otherwise (`workers`, else the cluster record's `hosts`).
     Returns whether it is off the queue."""
     job = runs.job(store, run_id)
-    if job is None or job.framework == "tensorflow":
+    record = runs.read_object(store, layout.CLUSTER_RECORD) if workers is None or \
+        (job is not None and job.framework == "keras") else {}
+    if job is None or backends.program_framework(job.framework, job.env, job.keras_backend, record) == "tensorflow":
         workers = 1
     elif workers is None:
         try:
-            record = runs.read_object(store, layout.CLUSTER_RECORD)
             workers = int(record.get("hosts") or 1) * int(record.get("slices") or 1)   # every host of every slice
         except (TypeError, ValueError):
             workers = 1

@@ -52,6 +52,7 @@ class RunSpec(JsonRecord):
     down_after: bool = False          # `submit --down`: the host ends the compute once this run is final
     tensorflow: str = ""              # tpuctl.toml's `tensorflow`: what a host on a base runtime installs for it
     max_restarts: int = 0             # `submit --max-restarts`: restarts after exit 42 or a signal (host/restarts.py)
+    keras_backend: str = ""           # tpuctl.toml's `keras_backend` (framework "keras"): "" lets the host pick
 
 
 @dataclass

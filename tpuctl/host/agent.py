@@ -57,6 +57,7 @@ class Agent:
         self.claims = Claims(self)
         self.selfstop = SelfStop(self)
         self.guard = StoreGuard(self.store)
+        self.external_restarts = False   # `--run`: the JobSet restarts the run, not this agent (run_one)
         self.held = HeldOutput(self.stop, self.beat)   # ended runs' output the full store could not take yet
 
     def read_record(self) -> dict[str, Any]:
@@ -188,6 +189,25 @@ class Agent:
     def execute(self, run_id: str, attempt: int = 1) -> int:
         return Attempt(self, run_id, attempt).run()
 
+    def run_one(self, run_id: str, attempt: int) -> int:
+        """`--run ID`: a pod of the run's JobSet (providers/gke/manifest.py) runs this one run and exits with its
+        job's code, which the Job's pod failure policy reads; restarts are the JobSet's (`attempt` = its restart
+        attempt + 1), so the agent never restarts the job itself. A worker that only follows a run (TensorFlow's
+        workers N > 0) waits for its end and exits 0."""
+        self.external_restarts = True
+        self.start()
+        job = runs.job(self.store, run_id)
+        if job is None:
+            print(f"tpuctl agent: run {run_id} has no job.json in {self.store.uri}", file=sys.stderr, flush=True)
+            return 127
+        self.claims.specs[run_id] = job
+        if not self.claims.runs_here(job):
+            while not self.stop.is_set() and not runs.status(self.store, run_id, 0).state.final:
+                self.beat(run_id)
+                self.stop.wait(self.poll)
+            return 0
+        return self.execute(run_id, attempt)
+
     def after_run(self, job: RunSpec) -> None:
         self.clock.busy()
         self.beat()   # with the new autostop time, for `status`
@@ -203,9 +223,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--accelerator", default=None)
     ap.add_argument("--tpu", default=None)
     ap.add_argument("--poll", type=float, default=1.0)
+    ap.add_argument("--run", default=None, help="run this one run and exit with its code (a GKE pod)")
+    ap.add_argument("--attempt", type=int, default=1, help="with --run: the JobSet's restart attempt + 1")
     a = ap.parse_args(argv)
     os.umask(0o077)   # unpacked jobs and their files may hold [env] secrets
     agent = Agent(a.store, a.worker, a.accelerator or "", a.tpu, poll=a.poll, slice_id=a.slice)
     signal.signal(signal.SIGTERM, lambda *_: agent.stop.set())
+    if a.run:
+        code = agent.run_one(a.run, a.attempt)
+        notify.flush()
+        sys.exit(code)
     agent.run_forever()
     notify.flush()   # what it has to tell (the stop it made) leaves before it exits, within the retry bound

@@ -25,7 +25,7 @@ from ..core.jobspec import DEFAULT_TENSORFLOW
 from ..core.packaging import unpack
 from ..core.runs import RunSpec, RunState, RunStatus
 from ..runtime import prefer_legacy_keras
-from . import heldoutput, jobenv, megascale, podruntime, runevents
+from . import heldoutput, jobenv, kerasbackend, megascale, podruntime, runevents
 from .halts import Halts
 from .jobprocs import start
 from .logshipper import LogShipper
@@ -33,7 +33,7 @@ from .preamble import PreambleFilter
 from .restarts import Decision, backoff, decide, wait_out
 from .rounds import FINISHED, Called, Rounds
 from .supervisor import Supervisor
-from .tpuenv import tpu_environment
+from .tpuenv import pjrt_from_python, tpu_environment
 
 if TYPE_CHECKING:
     from .agent import Agent
@@ -52,7 +52,8 @@ class Attempt:
         self.work = agent.home / "runs" / run_id / f"w{agent.worker}"
         self.code_dir = self.work / "code"
         # restarts spent by the attempts before this one (a host lost and replaced does not give them back)
-        self.restarts = runs.status(agent.store, run_id, agent.worker).restarts if attempt > 1 else 0
+        self.restarts = attempt - 1 if agent.external_restarts else \
+            runs.status(agent.store, run_id, agent.worker).restarts if attempt > 1 else 0   # GKE: the JobSet's
         self.began = 0.0  # when the job's process last started (the restart backoff's measure of a healthy run)
         self.halts = Halts(agent, run_id)   # a cancel, the cluster's limits, the agent's stop
 
@@ -219,6 +220,9 @@ class Attempt:
         a new round ended (rounds.py) was signalled by tpuctl: only the agent's stop counts then."""
         if superseded:
             return self.a.stop.is_set()
+        if self.a.external_restarts and self.job is not None and \
+                decide(rc, False, self.restarts, self.job.max_restarts) is Decision.RESTART:
+            return True   # a GKE pod: the JobSet restarts every pod on this code (the Job's pod failure policy)
         killed = rc in (128 + signal.SIGTERM, 128 + signal.SIGKILL)
         return self.a.stop.is_set() or (killed and self.a.stop.wait(SIGNAL_WAIT_SECONDS))
 
@@ -226,6 +230,8 @@ class Attempt:
         """The agent is being stopped: not the run's end. Recorded `interrupted` (with what the job exited with), so
         the next agent on this host or on its replacement resumes it at once (claims.py)."""
         why = f"the agent was stopped on {self.a.host} (the host shutting down, maintenance or a preemption)"
+        if self.a.external_restarts and not self.a.stop.is_set():   # a GKE pod's job exited for a JobSet restart
+            why = f"the job exited {rc}: the JobSet restarts the run"
         shipper.note(f"{why}; the run resumes when an agent starts again", fresh_line=True)
         shipper.flush(last=True)
         self.status(RunState.INTERRUPTED, exit_code=rc, note=why)
@@ -251,19 +257,21 @@ class Attempt:
     def tensorflow(self, job: RunSpec) -> str:
         """The TensorFlow this host installs for the job: on a TPU VM whose runtime has none (the cluster record's
         `tensorflow_from` is "pip"), the version the job's tpuctl.toml asked for; else "" (the image's)."""
-        if job.framework != "tensorflow" or self.a.record.get("tensorflow_from") != "pip":
-            return ""
-        return job.tensorflow or DEFAULT_TENSORFLOW
+        on_tf = kerasbackend.framework(job, self.a.record, self.a.accelerator) == "tensorflow"   # Keras: its backend
+        return (job.tensorflow or DEFAULT_TENSORFLOW) if on_tf and self.a.record.get("tensorflow_from") == "pip" else ""
 
     def _script(self, job: RunSpec, tf: str) -> tuple[str, Path | None]:
-        """The job's bash script, and its own environment when it needs one (requirements, or TensorFlow `tf`)."""
-        script = "set -e\n"
+        """The job's bash script, and its own environment when it needs one (requirements, TensorFlow `tf`, or
+        JAX for a Keras job where the image has none); a Keras job's backend said first."""
+        a = self.a
+        script = "set -e\n" + kerasbackend.said(job, a.record, a.accelerator)
+        jax = kerasbackend.jax_to_install(job, a.record, a.accelerator)
         env_dir = None
-        if job.requirements or tf:
-            env_dir, make = jobenv.plan(self.a.home, self.code_dir, job.requirements, self.work, tf)
+        if job.requirements or tf or jax:
+            env_dir, make = jobenv.plan(a.home, self.code_dir, job.requirements, self.work, tf, jax,
+                                        pjrt_from_python(tf, a.record, job.env))
             script += make
-        if tf and env_dir and podruntime.applies(self.a.record, job.framework):
-            a = self.a
+        if tf and env_dir and podruntime.applies(a.record, kerasbackend.framework(job, a.record, a.accelerator)):
             script += shlex.join(podruntime.command(a.store.uri, self.run_id, self.attempt, a.workers, a.host,
                                                     str(env_dir / "bin" / "python"))) + "\n"
         # As written, through bash: `prepare && train`, `cd sub && ...`, `VAR=1 python ...` all work; arguments
@@ -279,8 +287,12 @@ class Attempt:
         if not out.startswith("gs://"):
             Path(out).mkdir(parents=True, exist_ok=True)
             Path(data).mkdir(parents=True, exist_ok=True)   # there even when the run has no data
+        # where libtpu comes with the TensorFlow installed for the job; the script then points at the libtpu Python
+        # actually finds (jobenv.pjrt_library: the image's, when one outside the environment satisfied pip)
         libtpu = str(jobenv.purelib(env_dir) / "libtpu" / "libtpu.so") if tf and env_dir else ""
-        framework_env = tpu_environment(job.framework, a.record, a.accelerator, libtpu)
+        framework_env = tpu_environment(kerasbackend.framework(job, a.record, a.accelerator), a.record, a.accelerator,
+                                        libtpu)
+        framework_env.update(kerasbackend.environment(job, a.record, a.accelerator))
         framework_env.update(megascale.environment(a.record, a.slice, megascale.read(a.record)))
         env.update(TPUCTL_RUN_ID=run_id, TPUCTL_STORE=a.store.uri, TPUCTL_DATA_DIR=data, TPUCTL_OUTPUT_DIR=out,
                    TPUCTL_ACCELERATOR=a.accelerator, TPUCTL_TPU=framework_env.get("TPU_NAME", a.tpu_address()),
@@ -288,9 +300,10 @@ class Attempt:
         for k, v in framework_env.items():
             if k not in job.env:   # a job's own value wins
                 env[k] = v
-        if tf:
-            env.setdefault("TF_USE_LEGACY_KERAS", "1")   # tf-keras was installed beside it (Google's harness sets it too)
-        prefer_legacy_keras(env)
+        if job.framework != "keras":   # a Keras 3 job: tf.keras left as TensorFlow makes it
+            if tf:
+                env.setdefault("TF_USE_LEGACY_KERAS", "1")   # tf-keras was installed beside it (as Google's harness)
+            prefer_legacy_keras(env)
         # `python` in a job's command means the agent's own interpreter (its venv has the agent's packages).
         env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
         return env

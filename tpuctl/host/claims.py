@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from ..core import layout, runindex, runs
 from ..core.runs import RunSpec, RunState
-from . import podruntime
+from . import kerasbackend, podruntime
 from .hostboot import boot_id
 from .jobprocs import JobProcesses, started_for
 
@@ -43,15 +43,15 @@ class Claims:
 
     def runs_here(self, job: RunSpec) -> bool:
         """TensorFlow on a slice runs ONE program, on worker 0; JAX and PyTorch run on every worker (GCP_FACTS §6;
-        ml-auto-solutions runs TF pod tests with all_workers=not is_pod)."""
-        return job.framework != "tensorflow" or self.a.worker == 0
+        ml-auto-solutions runs TF pod tests with all_workers=not is_pod). A Keras job: as its backend."""
+        return kerasbackend.framework(job, self.a.record, self.a.accelerator) != "tensorflow" or self.a.worker == 0
 
     def follows_done(self, run_id: str, job: RunSpec) -> bool:
         """A run that runs on worker 0 alone: True once this worker has nothing more to do for it. On a
         multi-host base-runtime slice a TensorFlow run asks every worker to serve its TensorFlow first
         (podruntime.py): followed here for each attempt, until the run is final."""
         a = self.a
-        if not podruntime.applies(a.record, job.framework):
+        if not podruntime.applies(a.record, kerasbackend.framework(job, a.record, a.accelerator)):
             return True
         request = podruntime.read(a.store, layout.run_tpu_runtime(run_id))
         if request and self.followed.get(run_id) != request.get("for"):

@@ -12,9 +12,14 @@ https://storage.googleapis.com/libtpu-tf-releases/index.html` (install_tf) and t
 (set_up_tensorflow_models). --no-deps matters: tf-keras requires `tensorflow` by that name (2.20.1: tensorflow>=2.20,
 <2.21), and beside a tensorflow-tpu distribution pip would fetch PyPI's `tensorflow` as a second copy.
 
-Environments are cached by a hash of the interpreter, the requirements, the constraints and the TensorFlow asked
-for, and marked complete only after pip succeeded, so a re-run (and a rebooted host: the cache is on its disk)
-installs nothing and an install cut short is redone."""
+Where a Keras 3 job runs on JAX on a TPU VM whose image has no JAX (a base runtime), the environment first gets
+`jax[tpu]`, as JAX's own install instructions put it for Google TPUs (`pip install -U "jax[tpu]"`: the jax README's
+"Installation" table, in jax 0.10.2's PyPI METADATA; its `tpu` extra requires `libtpu==0.0.42.*` from PyPI, so no
+find-links page is needed any more).
+
+Environments are cached by a hash of the interpreter, the requirements, the constraints (the TensorFlow asked
+for) and the JAX asked for, and marked complete only after pip succeeded, so a re-run (and a rebooted host: the
+cache is on its disk) installs nothing and an install cut short is redone."""
 from __future__ import annotations
 
 import hashlib
@@ -28,6 +33,23 @@ READY = ".tpuctl-ready"
 PINNED = ("tensorflow", "tensorflow-cpu", "tensorflow-tpu", "tf-keras", "keras", "libtpu", "libtpu-nightly",
           "tensorboard", "tf-nightly")
 FIND_LINKS = "https://storage.googleapis.com/libtpu-tf-releases/index.html"
+JAX_TPU = "jax[tpu]"
+# The library of the libtpu Python finds, whichever distribution provided it: the job's environment's, or one the
+# image installed outside it (Kaggle's TPU image: libtpu 0.0.17 system-wide, which satisfies tensorflow-tpu's
+# `libtpu~=0.0.14`, so pip installs none into the environment). libtpu's own answer first (libtpu/__init__.py:
+# `get_library_path()` is `os.path.join(os.path.dirname(__file__), 'libtpu.so')`, libtpu 0.0.42.1), else the same
+# path beside the module found. Prints nothing and exits 1 when no libtpu is importable.
+FIND_LIBTPU = """import importlib.util, os, sys
+spec = importlib.util.find_spec("libtpu")
+if spec is None or not spec.origin:
+    sys.exit(1)
+try:
+    import libtpu
+    path = libtpu.get_library_path()
+except Exception:
+    path = os.path.join(os.path.dirname(spec.origin), "libtpu.so")
+print(path)
+"""
 
 
 def find_links() -> str:
@@ -69,10 +91,12 @@ def without_provided(requirements: Path, dest: Path) -> list[str]:
     return dropped
 
 
-def plan(home: Path, code: Path, requirements: str, work: Path, tensorflow: str = "") -> tuple[Path, str]:
+def plan(home: Path, code: Path, requirements: str, work: Path, tensorflow: str = "", jax: str = "",
+         libtpu: bool = False) -> tuple[Path, str]:
     """(the job's environment, the bash that makes it and puts it first on PATH): TensorFlow `tensorflow` first
-    where asked (then the requirements less its stack: without_provided), the requirements constrained (`work`
-    holds the constraints and the filtered requirements)."""
+    where asked (then the requirements less its stack: without_provided), or JAX `jax` (JAX_TPU), the requirements
+    constrained (`work` holds the constraints and the filtered requirements). `libtpu`: then point TensorFlow's
+    pluggable device at the libtpu that Python finds there (FIND_LIBTPU)."""
     cons = write_constraints(work / "constraints.txt", tensorflow)
     req = code / requirements if requirements else None
     note = ""
@@ -83,8 +107,18 @@ def plan(home: Path, code: Path, requirements: str, work: Path, tensorflow: str 
             said = f"tpuctl: {requirements}: {', '.join(dropped)} come with the TensorFlow installed for the job"
             note = f"echo {shlex.quote(said)}\n"
     # a missing file hashes as empty; pip then says in the run's log that it is missing
-    env = env_dir(home, req.read_bytes() if req and req.is_file() else b"", cons.read_bytes())
-    return env, note + script(env, str(req) if req else "", cons, tensorflow)
+    env = env_dir(home, req.read_bytes() if req and req.is_file() else b"", cons.read_bytes() + jax.encode())
+    made = script(env, str(req) if req else "", cons, tensorflow, jax)
+    return env, note + made + (pjrt_library() if libtpu else "")
+
+
+def pjrt_library() -> str:
+    """bash: TF_PLUGGABLE_DEVICE_LIBRARY_PATH set to the importable libtpu's library (FIND_LIBTPU), said in the log;
+    left as it was when no libtpu is importable."""
+    return (f"if _libtpu=$(python -c {shlex.quote(FIND_LIBTPU)}); then\n"
+            f"  export TF_PLUGGABLE_DEVICE_LIBRARY_PATH=\"$_libtpu\"\n"
+            f"  echo \"tpuctl: TensorFlow's TPU library: $_libtpu\"\n"
+            f"fi\n")
 
 
 def purelib(env: Path) -> Path:
@@ -103,9 +137,10 @@ def env_dir(home: Path, requirements: bytes, constraints: bytes) -> Path:
     return home / "envs" / h.hexdigest()[:16]
 
 
-def script(env: Path, requirements: str, constraints: Path, tensorflow: str = "") -> str:
+def script(env: Path, requirements: str, constraints: Path, tensorflow: str = "", jax: str = "") -> str:
     """bash that makes (unless made) the environment, then puts its `python` first on PATH. Run in the job's
-    script, so pip's output lands in the run's log. `tensorflow`: the version to install first (base runtimes)."""
+    script, so pip's output lands in the run's log. `tensorflow`: the version to install first (base runtimes);
+    `jax`: the JAX requirement to install first (JAX_TPU, a base runtime with a Keras job on JAX)."""
     q = shlex.quote
     pth = "".join(f"import site; site.addsitedir({d!r})\n" for d in _site_dirs())
     pip = f"{q(str(env / 'bin' / 'python'))} -m pip install -q --disable-pip-version-check"
@@ -116,9 +151,12 @@ def script(env: Path, requirements: str, constraints: Path, tensorflow: str = ""
                   f"runtimes'\n"
                   f"  {pip} {q(tf)} -f {q(find_links())}\n"
                   f"  {pip} --no-deps {q(keras)}\n")
+    if jax:
+        steps += (f"  echo 'tpuctl: installing {jax}, as JAX installs on Google TPUs (no JAX in this image)'\n"
+                  f"  {pip} {q(jax)}\n")
     if requirements:
         steps += f"  {pip} -r {q(requirements)} -c {q(str(constraints))}\n"
-    what = "requirements" if requirements else "TensorFlow"
+    what = "requirements" if requirements else "TensorFlow" if tensorflow else "JAX"
     return (f"if [ ! -f {q(str(env / READY))} ]; then\n"
             f"  rm -rf {q(str(env))}\n"
             f"  {q(sys.executable)} -m venv --without-pip {q(str(env))}\n"

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from ..core import layout, runs
 from ..core.runs import RunSpec, RunState, RunStatus
+from . import kerasbackend
 
 if TYPE_CHECKING:
     from .agent import Agent
@@ -60,7 +61,8 @@ class Rounds:
     @staticmethod
     def of(agent: Agent, run_id: str, job: RunSpec) -> Rounds | None:
         """The run's rounds when it runs on more than one host, else None."""
-        return Rounds(agent, run_id) if job.framework != "tensorflow" and agent.workers > 1 else None
+        one_program = kerasbackend.framework(job, agent.record, agent.accelerator) == "tensorflow"
+        return Rounds(agent, run_id) if not one_program and agent.workers > 1 else None
 
     def label(self, worker: int) -> str:
         """`sK/wW` on a Multislice cluster, `wW` on one slice (as `logs --all-hosts` prefixes them)."""

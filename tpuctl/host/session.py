@@ -42,10 +42,12 @@ MAGIC = b"tpuctl payload 1\n"   # what each uploaded input begins with: no archi
 
 TPU_PROBE = r'''
 import sys
+JAX_WORKS = ('JAX drives this TPU: run the job as Keras 3 (framework = "keras" in tpuctl.toml) on its JAX backend '
+             '(docs/backends.md)')
 try:
     import tensorflow as tf
 except Exception as e:
-    sys.exit(f"tpuctl: TensorFlow does not import in this session ({type(e).__name__}: {e}); the job needs it")
+    sys.exit(f"tpuctl: TensorFlow does not import in this session ({type(e).__name__}: {e}); {JAX_WORKS}")
 why = ""
 try:   # tpu="local": Colab's v5e answers "Please provide a TPU Name" to the resolver without one (colabtools#5717)
     tf.tpu.experimental.initialize_tpu_system(tf.distribute.cluster_resolver.TPUClusterResolver(tpu="local"))
@@ -55,7 +57,7 @@ except Exception as e:
 if not cores:
     kinds = sorted({d.device_type for d in tf.config.list_logical_devices()})
     sys.exit(f"tpuctl: TensorFlow {tf.__version__} from {tf.__file__} sees no TPU, only {', '.join(kinds) or 'nothing'}"
-             f"{why}")
+             f"{why}; {JAX_WORKS}")
 print(f"tpuctl: TensorFlow {tf.__version__} sees {len(cores)} TPU core(s)", flush=True)
 '''
 
@@ -174,6 +176,7 @@ def copy_tree(src: Path, dest: Path) -> None:
 
 
 def environment(cfg: dict[str, Any], dirs: dict[str, Path], deadline_at: float) -> dict[str, str]:
+    from tpuctl.core import backends
     from tpuctl.runtime import prefer_legacy_keras
     env = dict(os.environ, **cfg["env"])
     wheel = str(dirs["wheel"])
@@ -182,9 +185,22 @@ def environment(cfg: dict[str, Any], dirs: dict[str, Path], deadline_at: float) 
                TPUCTL_WORKER="0", TPUCTL_NUM_WORKERS="1", PYTHONUNBUFFERED="1", TPUCTL_SESSION_DEADLINE=str(deadline_at),
                PYTHONPATH=os.pathsep.join([wheel] + [p for p in [os.environ.get("PYTHONPATH", "")] if p]))
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")   # `python`: this interpreter
-    if not cfg["tensorflow"]:
+    if cfg.get("framework") == "keras":   # Keras 3 itself: tf.keras left as TensorFlow has it
+        env[backends.ENV] = keras_backend(cfg)[0]   # the job's [env] value, else tpuctl's pick over the image's
+    elif not cfg["tensorflow"]:
         prefer_legacy_keras(env)
     return env
+
+
+def keras_backend(cfg: dict[str, Any]) -> tuple[str, str]:
+    """(backend, why) for a Keras job here (core/backends.py): as forced, else JAX on Kaggle and Colab."""
+    import importlib.util
+    from tpuctl.core import backends
+    name, where = backends.forced(cfg["env"], cfg.get("keras_backend", ""))
+    if name:
+        return name, f"forced by {where}"
+    return backends.for_session(cfg.get("platform", ""), cfg["accelerator"],
+                                importlib.util.find_spec("tensorflow") is not None)
 
 
 def install(cfg: dict[str, Any], code: Path, temp: Path, env: dict[str, str], show: Callable[[bytes], None]) -> int:
@@ -199,11 +215,18 @@ def install(cfg: dict[str, Any], code: Path, temp: Path, env: dict[str, str], sh
     rc = stream(["bash", "-c", "set -e\n" + make], code, env, show)
     env["PATH"] = str(env_dir / "bin") + os.pathsep + env["PATH"]
     if tf:
-        env.setdefault("TF_USE_LEGACY_KERAS", "1")   # tf-keras was installed beside it, as the agent sets it
-        libtpu = str(jobenv.purelib(env_dir) / "libtpu" / "libtpu.so")
+        if cfg.get("framework") != "keras":
+            env.setdefault("TF_USE_LEGACY_KERAS", "1")   # tf-keras was installed beside it, as the agent sets it
+        # the libtpu Python finds there, whichever distribution brought it (jobenv.FIND_LIBTPU): Kaggle's image has
+        # libtpu 0.0.17 outside the environment, which satisfies tensorflow-tpu's libtpu~=0.0.14, so pip puts none in
+        found = subprocess.run([str(env_dir / "bin" / "python"), "-c", jobenv.FIND_LIBTPU], env=env, text=True,
+                               capture_output=True).stdout.strip()
+        libtpu = found or str(jobenv.purelib(env_dir) / "libtpu" / "libtpu.so")
         # a single-host TPU VM, TensorFlow pip-installed: the PJRT pair Google's harness sets (tpuenv.py)
         for k, v in tpu_environment("tensorflow", {"arch": "vm", "hosts": 1}, "v", libtpu).items():
             env.setdefault(k, v)
+        if found and env.get("TF_PLUGGABLE_DEVICE_LIBRARY_PATH") == found:
+            say(f"TensorFlow's TPU library: {found}")
     return rc
 
 
@@ -292,6 +315,9 @@ def main(cfg: dict[str, Any]) -> int:
     dirs = prepare(cfg, inputs, previous, work, temp)
     deadline_at = time.time() + cfg["deadline"] - (time.monotonic() - started)   # tpuctl.runtime.session_ending()
     env = environment(cfg, dirs, deadline_at)
+    if cfg.get("framework") == "keras":
+        from tpuctl.core import backends
+        print(backends.line(*keras_backend(cfg)), flush=True)
     show, end = output_filter(cfg)
     if install(cfg, dirs["code"], temp, env, show) != 0:
         end()

@@ -4,6 +4,13 @@ from __future__ import annotations
 from typing import Any
 
 
+def pjrt_from_python(tensorflow: str, record: dict[str, Any], job_env: dict[str, str]) -> bool:
+    """Whether the host points TF_PLUGGABLE_DEVICE_LIBRARY_PATH at the libtpu Python finds in the job's environment
+    (jobenv.pjrt_library): where it installed TensorFlow (`tensorflow`) on one host (a slice's TensorFlow leaves
+    libtpu to the TPU runtime service), unless the job sets the path itself."""
+    return bool(tensorflow) and int(record.get("hosts") or 1) == 1 and "TF_PLUGGABLE_DEVICE_LIBRARY_PATH" not in job_env
+
+
 def tpu_environment(framework: str, record: dict[str, Any], accelerator: str, libtpu: str = "") -> dict[str, str]:
     """What a framework needs on a TPU VM, as Google's TPU harness exports it (GoogleCloudPlatform/ml-auto-solutions,
     dags/solutions_team/configs/tensorflow/common.py `export_env_variables`). TensorFlow, always:

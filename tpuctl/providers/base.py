@@ -217,6 +217,10 @@ class RemoteRuns(Protocol):
     store's run records (status, log chunks, outputs) as an agent would, so logs, jobs and download read them as
     for every provider."""
 
+    # `submit --max-restarts` honoured: the service restarts a run on exit 42 or a signal (GKE's JobSet), where
+    # False: refused (a Kaggle session continues by CONTINUE_CODE instead)
+    restarts: bool
+
     def dispatch(self, st: ClusterState, store: BlobStore, run_id: str, sessions: int,
                  progress: Callable[[str], None], keep_inputs: bool = False) -> None:
         """Start the run whose job.json is written; `sessions`: how many sessions it may chain through;

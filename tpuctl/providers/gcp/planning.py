@@ -32,8 +32,11 @@ def make_spec(name: str, flags: UpFlags) -> ClusterSpec:
         raise bad_input(f"TPU Nodes (--arch node) were never offered for {t.family}", "use --arch vm")
     try:
         framework = Framework(flags.framework or Framework.TENSORFLOW.value)
+        if framework is Framework.KERAS:
+            raise ValueError(framework)
     except ValueError:
-        raise bad_input(f"unknown --framework {flags.framework!r}", "use tensorflow (default), jax or pytorch")
+        raise bad_input(f"unknown --framework {flags.framework!r}", "use tensorflow (default), jax or pytorch "
+                        "(a Keras 3 job runs on either image: its backend follows the runtime)")
     if arch is Arch.NODE and framework is not Framework.TENSORFLOW:
         raise bad_input("a TPU Node (--arch node) runs TensorFlow only", "use --arch vm for jax or pytorch")
     zones = [z.strip() for item in flags.zones for z in item.split(",") if z.strip()]

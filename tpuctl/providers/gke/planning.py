@@ -98,8 +98,11 @@ def make_spec(name: str, flags: UpFlags) -> ClusterSpec:
         raise bad_input(f"invalid --image {flags.image!r}", "for example us-docker.pkg.dev/PROJECT/REPO/IMAGE:TAG")
     try:
         framework = Framework(flags.framework or Framework.TENSORFLOW.value)
+        if framework is Framework.KERAS:   # a job's framework, never a cluster's (core/backends.py)
+            raise ValueError(framework)
     except ValueError:
-        raise bad_input(f"unknown --framework {flags.framework!r}", "use tensorflow (default), jax or pytorch")
+        raise bad_input(f"unknown --framework {flags.framework!r}", "use tensorflow (default), jax or pytorch "
+                        "(a Keras 3 job runs on either: its backend follows the cluster)")
     return ClusterSpec(
         name=name, provider=ProviderName.GKE, project=proj, tpu_type=s.tpu_type, zones=[zone], spot=flags.spot,
         store="gs://" + check_bucket_name(flags.bucket or default_bucket(proj, name)), slices=slices,

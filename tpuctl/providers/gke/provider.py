@@ -13,13 +13,15 @@ from typing import Any
 from ...core.catalog import region_of
 from ...core.errors import ErrorKind, TpuctlError, bad_input
 from ...core.models import ClusterSpec, ClusterState, ProviderName, cluster_record
-from ..base import Compute, Enforcement, Placement, PlanRow, Price, Progress, Reporter, UpFlags
+from ..base import Compute, Enforcement, Placement, PlanRow, Price, Progress, Reporter, UpFlags, progress_of
 from ..gcp import clients, permissions, storage
 from ..gcp.gcs_store import GcsStore
 from ..gcp.iam import BucketIam
 from . import container, planning
 from .compute import GkeCompute, record_of
 from .inventory import GkeInventory
+from .kube import KubeError
+from .runs import GkeRuns
 
 SELF_RECOVERY = ("on GKE, GKE recreates a preempted or repaired TPU node pool and JobSet restarts the run from its "
                  "checkpoint, up to `submit --max-restarts N` times")
@@ -40,7 +42,6 @@ def install_jobset(rec: dict[str, Any]) -> str:
 class GkeProvider:
     name = ProviderName.GKE
     store_noun = "bucket"
-    remote_runs = None   # runs.py of the JobSet half wires JobSet runs here
     watcher_host = None
     self_recovery = SELF_RECOVERY
 
@@ -49,6 +50,7 @@ class GkeProvider:
         self.nonce = secrets.token_hex(4)
         self.compute = GkeCompute(self.grants.default_service_account, install_jobset)
         self.inventory = GkeInventory()
+        self.remote_runs = GkeRuns()   # each run is a JobSet (runs.py)
         self._checked: set[str] = set()
 
     # -- planning (offline) ------------------------------------------------------------------------------
@@ -92,6 +94,8 @@ class GkeProvider:
         return self.compute.ensure(st, reporter)
 
     def delete_compute(self, st: ClusterState, reporter: Reporter) -> None:
+        if record_of(st).get("endpoint"):   # the runs' JobSets first: an adopted cluster outlives down
+            self.remote_runs.delete_all(st, progress_of(reporter, "jobsets", st.name))
         self.compute.delete(st, reporter)
 
     def write_cluster_record(self, st: ClusterState, confirmed: bool) -> None:
@@ -163,6 +167,11 @@ class GkeProvider:
             p = pools.get(pool)
             out[f"pool {pool}"] = {"state": type(p).Status(p.status).name if p else "MISSING",
                                    "nodes": p.initial_node_count if p else 0}
+        if record_of(st).get("endpoint"):   # the runs: JobSet conditions, restarts, each pod's phase and node
+            try:
+                out.update(self.remote_runs.describe(st))
+            except (TpuctlError, KubeError) as e:   # status shows the rest all the same
+                out["jobsets"] = {"state": f"unknown: {e}"}
         return out
 
     def teardown_list(self, st: ClusterState) -> list[str]:

@@ -16,6 +16,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ...core import backends
 from ...core.jobspec import DEFAULT_TENSORFLOW
 from ...core.runs import RunSpec
 
@@ -89,7 +90,9 @@ def grace_seconds() -> float:
 def tensorflow_for(job: RunSpec, shape: str) -> str:
     """The TensorFlow a session installs for the job: on a TPU, a TensorFlow job's own (Kaggle's TPU image has only
     tensorflow-cpu: Kaggle/docker-python tpu/requirements.in, "re-enable tensorflow-tpu when a compatible libtpu can
-    be found"); elsewhere "" (the image's: Kaggle's GPU and CPU images ship TensorFlow)."""
-    if job.framework != "tensorflow" or not shape.startswith("Tpu"):
+    be found"); elsewhere "" (the image's: Kaggle's GPU and CPU images ship TensorFlow). A Keras 3 job runs on
+    the image's JAX (core/backends.py) unless it forces the TensorFlow backend."""
+    keras_on_tf = job.framework == "keras" and backends.forced(job.env, job.keras_backend)[0] == "tensorflow"
+    if (job.framework != "tensorflow" and not keras_on_tf) or not shape.startswith("Tpu"):
         return ""
     return job.tensorflow or DEFAULT_TENSORFLOW

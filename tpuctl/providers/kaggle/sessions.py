@@ -37,6 +37,7 @@ ORPHAN_SECONDS = 600        # a submit writes the run's record within moments of
 
 class KaggleSessions:
     """providers/base.py RemoteRuns for Kaggle."""
+    restarts = False   # a session continues by CONTINUE_CODE, not by restarts (cli/runs.py refuses --max-restarts)
 
     def __init__(self, shape: Callable[[ClusterState], str], accelerator: Callable[[ClusterState], str]) -> None:
         self.shape, self.accelerator = shape, accelerator
@@ -91,6 +92,7 @@ class KaggleSessions:
         script = kernel.render(rec["script"], {"run_id": run_id, "digest": digest,
                                 "previous": bool(previous), "session": n, "command": job.command, "args": job.args,
                                 "env": job.env, "requirements": job.requirements, "framework": job.framework,
+                                "keras_backend": job.keras_backend, "platform": "kaggle",
                                 "tensorflow": kernel.tensorflow_for(job, shape), "accelerator": self.accelerator(st),
                                 "deadline": kernel.session_seconds(shape), "grace": kernel.grace_seconds()})
         # recorded before the push: `down` deletes it even if the answer is lost

@@ -1,0 +1,268 @@
+"""The controllers and kubelet behind the Kubernetes API fake (k8s_server.py): a JobSet controller, the Job
+controller and a kubelet that runs each pod's container command as a local process, the way tpu_host.py runs a
+simulated TPU host's start-up script. One loop, every `tick` seconds.
+
+Modelled, with sources:
+- JobSet v0.10.1 (pkg/controllers/jobset_controller.go, failure_policy.go, pkg/constants): for each replicated job,
+  `replicas` Jobs named `<jobset>-<rjob>-<index>`, labelled and annotated jobset.sigs.k8s.io/jobset-name,
+  replicatedjob-name, job-index and restart-attempt (= status.restarts), owned by the JobSet, their pod template
+  carrying the same; a failed Job is matched against failurePolicy.rules in order (onJobFailureReasons), first match
+  wins: FailJobSet -> condition Failed, reason FailJobSetFailurePolicyAction; no match -> RestartJobSet: restarts+1
+  while restarts < maxRestarts (the old attempt's Jobs deleted, new ones made), else Failed, reason
+  ReachedMaxRestarts; every Job complete -> condition Completed, reason AllJobsCompleted;
+- the Job controller (Kubernetes docs, "Jobs": Indexed completion mode, pod failure policy, backoffLimit): Indexed
+  Jobs make one pod per completion index named `<job>-<index>-<5 chars>`, with the annotation
+  batch.kubernetes.io/job-completion-index and the env JOB_COMPLETION_INDEX; with backoffLimit 0 the first failed
+  pod fails the Job: reason PodFailurePolicy when a FailJob rule matches its exit code (onExitCodes NotIn/In),
+  BackoffLimitExceeded otherwise; Complete once `completions` pods succeeded;
+- the scheduler: a pod is bound to a Ready node whose labels hold every nodeSelector entry and that no other pod
+  of another Job holds (the exclusive-topology annotation: one slice per node pool is what the test's node pools
+  give; a pod that fits no node stays Pending with condition PodScheduled False, reason Unschedulable);
+- the kubelet: the container's command run with its env (value, and fieldRef metadata.name / labels['k'] /
+  annotations['k'] resolved by the downward API), plus the `image` environment the test gives (PATH, ...); phase
+  Pending -> Running -> Succeeded/Failed with containerStatuses[].state.terminated.exitCode; its output is the
+  pod's log; a deleted pod's process gets SIGTERM, then SIGKILL after terminationGracePeriodSeconds.
+Not modelled: node failures and GKE's node-pool repair (a test deletes pods or nodes itself), DNS, networking.
+"""
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import subprocess
+import threading
+import time
+from typing import Any, Callable
+
+from fakes.k8s_server import FakeKube
+
+JS = "/apis/jobset.x-k8s.io/v1alpha2/namespaces/"
+L_JOBSET, L_RJOB, L_INDEX, L_RESTART = ("jobset.sigs.k8s.io/jobset-name", "jobset.sigs.k8s.io/replicatedjob-name",
+                                        "jobset.sigs.k8s.io/job-index", "jobset.sigs.k8s.io/restart-attempt")
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+
+
+def _cond(obj: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    return next((c for c in obj.get("status", {}).get("conditions", []) if c["type"] == kind
+                 and c["status"] == "True"), None)
+
+
+class FakeCluster:
+    def __init__(self, kube: FakeKube, image_env: dict[str, str], tick: float = 0.05,
+                 image: Callable[[str], dict[str, str]] | None = None) -> None:
+        """`image_env`: what every container's environment starts from (its image's PATH, ...); `image(pod)`: more
+        of it made for each pod, as each container gets its own copy of the image's filesystem."""
+        self.kube, self.image_env, self.tick, self.image = kube, image_env, tick, image
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}   # pod path -> its container's process
+        self.stopping = threading.Event()
+        kube.on_delete.append(self._deleted)
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+        self.thread.start()
+
+    def add_node_pool(self, name: str, nodes: int, labels: dict[str, str]) -> None:
+        for i in range(nodes):
+            node = f"gke-{name}-{i}"
+            self.kube.put(f"/api/v1/nodes/{node}", {
+                "apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": node, "labels": {**labels, "cloud.google.com/gke-nodepool": name}},
+                "status": {"conditions": [{"type": "Ready", "status": "True"}]}})
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.thread.join(5)
+        for proc in list(self.procs.values()):
+            _kill(proc, 0)
+
+    # -- the loop ------------------------------------------------------------------------------------------
+    def _loop(self) -> None:
+        while not self.stopping.wait(self.tick):
+            try:
+                for path in [p for p in list(self.kube.objects) if p.startswith(JS) and "/jobsets/" in p]:
+                    self._jobset(path)
+                self._kubelet()
+            except Exception as e:  # noqa: BLE001 - a fake's bug must show, not hang the test silently
+                print(f"fake cluster: {type(e).__name__}: {e}", flush=True)
+
+    def _jobset(self, path: str) -> None:
+        js = self.kube.objects.get(path)
+        if js is None or _cond(js, "Completed") or _cond(js, "Failed"):
+            return
+        status = js.setdefault("status", {"restarts": 0, "conditions": []})
+        ns, name = js["metadata"]["namespace"], js["metadata"]["name"]
+        attempt = int(status.get("restarts", 0))
+        jobs = []
+        for rj in js["spec"]["replicatedJobs"]:
+            for i in range(int(rj.get("replicas", 1))):
+                jobs.append(self._ensure_job(js, ns, rj, i, attempt))
+        failed = [j for j in jobs if _cond(j, "Failed")]
+        if failed:
+            reason = _cond(failed[0], "Failed")["reason"]   # type: ignore[index]
+            fp = js["spec"].get("failurePolicy", {})
+            rule = next((r for r in fp.get("rules", []) if not r.get("onJobFailureReasons")
+                         or reason in r["onJobFailureReasons"]), None)
+            if rule is not None and rule["action"] == "FailJobSet":
+                return self._end(js, "Failed", "FailJobSetFailurePolicyAction")
+            if attempt >= int(fp.get("maxRestarts", 0)):
+                return self._end(js, "Failed", "ReachedMaxRestarts")
+            status["restarts"] = attempt + 1
+            status["restartsCountTowardsMax"] = attempt + 1
+            for j in jobs:   # the old attempt's Jobs go; the next tick makes the new ones
+                self.kube.remove(f"/apis/batch/v1/namespaces/{ns}/jobs/{j['metadata']['name']}")
+            return
+        if jobs and all(_cond(j, "Complete") for j in jobs):
+            self._end(js, "Completed", "AllJobsCompleted")
+
+    def _end(self, js: dict[str, Any], kind: str, reason: str) -> None:
+        js["status"]["conditions"].append({"type": kind, "status": "True", "reason": reason,
+                                           "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+
+    def _ensure_job(self, js: dict[str, Any], ns: str, rj: dict[str, Any], i: int, attempt: int) -> dict[str, Any]:
+        name = f"{js['metadata']['name']}-{rj['name']}-{i}"
+        path = f"/apis/batch/v1/namespaces/{ns}/jobs/{name}"
+        job = self.kube.objects.get(path)
+        if job is None:
+            marks = {L_JOBSET: js["metadata"]["name"], L_RJOB: rj["name"], L_INDEX: str(i), L_RESTART: str(attempt)}
+            spec = _copy(rj["template"]["spec"])
+            meta = spec["template"].setdefault("metadata", {})
+            meta["labels"] = {**meta.get("labels", {}), **marks}
+            meta["annotations"] = {**meta.get("annotations", {}), **marks}
+            job = self.kube.put(path, {"apiVersion": "batch/v1", "kind": "Job", "spec": spec, "metadata": {
+                "name": name, "namespace": ns, "labels": {**rj["template"].get("metadata", {}).get("labels", {}),
+                                                          **marks}, "annotations": dict(marks),
+                "ownerReferences": [{"kind": "JobSet", "name": js["metadata"]["name"],
+                                     "uid": js["metadata"]["uid"]}]}, "status": {"conditions": []}})
+            for k in range(int(spec.get("completions", 1))):
+                self._make_pod(job, ns, k)
+        self._job_status(job, ns)
+        return job
+
+    def _make_pod(self, job: dict[str, Any], ns: str, index: int) -> None:
+        tmpl = _copy(job["spec"]["template"])
+        name = f"{job['metadata']['name']}-{index}-{secrets.token_hex(3)[:5]}"
+        meta = tmpl.setdefault("metadata", {})
+        meta.update(name=name, namespace=ns, ownerReferences=[{"kind": "Job", "name": job["metadata"]["name"],
+                                                              "uid": job["metadata"]["uid"]}])
+        meta["annotations"] = {**meta.get("annotations", {}), COMPLETION_INDEX: str(index)}
+        for c in tmpl["spec"]["containers"]:
+            c.setdefault("env", []).append({"name": "JOB_COMPLETION_INDEX", "value": str(index)})
+        self.kube.put(f"/api/v1/namespaces/{ns}/pods/{name}", {"apiVersion": "v1", "kind": "Pod", **tmpl,
+                                                               "status": {"phase": "Pending"}})
+
+    def _job_status(self, job: dict[str, Any], ns: str) -> None:
+        if _cond(job, "Failed") or _cond(job, "Complete"):
+            return
+        pods = self.kube.list(f"/api/v1/namespaces/{ns}/pods/", {L_JOBSET: job["metadata"]["labels"][L_JOBSET]})
+        pods = [p for p in pods if p["metadata"]["ownerReferences"][0]["uid"] == job["metadata"]["uid"]]
+        for p in pods:
+            if p["status"]["phase"] == "Failed":
+                code = p["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"]
+                reason = "PodFailurePolicy" if _fail_job(job["spec"], code) else "BackoffLimitExceeded"
+                job["status"]["conditions"].append({"type": "Failed", "status": "True", "reason": reason})
+                for q in pods:   # a failed Job's running pods are deleted (Kubernetes docs, "Jobs")
+                    if q["status"]["phase"] in ("Pending", "Running"):
+                        self.kube.remove(f"/api/v1/namespaces/{ns}/pods/{q['metadata']['name']}")
+                return
+        if sum(p["status"]["phase"] == "Succeeded" for p in pods) >= int(job["spec"].get("completions", 1)):
+            job["status"]["conditions"].append({"type": "Complete", "status": "True"})
+
+    # -- scheduler and kubelet -------------------------------------------------------------------------------
+    def _kubelet(self) -> None:
+        pods = [(p, o) for p, o in list(self.kube.objects.items()) if "/pods/" in p]
+        for path, pod in pods:
+            phase = pod["status"]["phase"]
+            if phase == "Pending" and path not in self.procs:
+                node = pod["spec"].get("nodeName") or self._schedule(pod, pods)
+                if node:
+                    pod["spec"]["nodeName"] = node
+                    self._start(path, pod)
+            elif phase == "Running" and path in self.procs and "deletionTimestamp" not in pod["metadata"]:
+                rc = self.procs[path].poll()
+                if rc is not None:
+                    pod["status"]["phase"] = "Succeeded" if rc == 0 else "Failed"
+                    pod["status"]["containerStatuses"] = [{"name": pod["spec"]["containers"][0]["name"], "state": {
+                        "terminated": {"exitCode": rc, "reason": "Completed" if rc == 0 else "Error"}}}]
+
+    def _schedule(self, pod: dict[str, Any], pods: list[tuple[str, dict[str, Any]]]) -> str:
+        want = pod["spec"].get("nodeSelector", {})
+        busy = {o["spec"].get("nodeName") for _, o in pods if o["status"]["phase"] in ("Pending", "Running")}
+        for node in self.kube.list("/api/v1/nodes/"):
+            labels = node["metadata"]["labels"]
+            if all(labels.get(k) == v for k, v in want.items()) and node["metadata"]["name"] not in busy:
+                return str(node["metadata"]["name"])
+        pod["status"]["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]
+        return ""
+
+    def _start(self, path: str, pod: dict[str, Any]) -> None:
+        c = pod["spec"]["containers"][0]
+        env = dict(self.image_env)
+        if self.image is not None:
+            env.update(self.image(pod["metadata"]["name"]))
+        for e in c.get("env", []):
+            env[e["name"]] = e["value"] if "value" in e else _field(pod, e["valueFrom"]["fieldRef"]["fieldPath"])
+        log = open(self._log_file(path), "wb")
+        proc = subprocess.Popen(c["command"] + c.get("args", []), env=env, stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+        self.procs[path] = proc
+        pod["status"] = {"phase": "Running", "hostIP": "127.0.0.1",
+                         "conditions": [{"type": "PodScheduled", "status": "True"}]}
+        threading.Thread(target=self._relay_log, args=(path, proc), daemon=True).start()
+
+    def _log_file(self, path: str) -> str:
+        return os.path.join(self.image_env["TMPDIR"], path.strip("/").replace("/", "_") + ".log")
+
+    def _relay_log(self, path: str, proc: subprocess.Popen[bytes]) -> None:
+        while True:   # the pod's log as the API serves it: what the container wrote so far
+            done = proc.poll() is not None
+            with open(self._log_file(path), "rb") as f:
+                self.kube.logs[path] = f.read()
+            if done:
+                return
+            time.sleep(self.tick)
+
+    def _deleted(self, path: str, obj: dict[str, Any]) -> None:
+        proc = self.procs.get(path)
+        if proc is not None and proc.poll() is None:
+            grace = float(obj["spec"].get("terminationGracePeriodSeconds", 30))
+            threading.Thread(target=self._terminate, args=(path, proc, grace), daemon=True).start()
+        elif "deletionTimestamp" in obj["metadata"]:
+            self.kube.objects.pop(path, None)
+
+    def _terminate(self, path: str, proc: subprocess.Popen[bytes], grace: float) -> None:
+        _kill(proc, grace)
+        self.kube.objects.pop(path, None)   # the container stopped: the Terminating pod goes
+
+
+def _kill(proc: subprocess.Popen[bytes], grace: float) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    except ProcessLookupError:
+        pass
+
+
+def _fail_job(job_spec: dict[str, Any], code: int) -> bool:
+    for rule in job_spec.get("podFailurePolicy", {}).get("rules", []):
+        on = rule.get("onExitCodes")
+        if on and rule["action"] == "FailJob" and (code in on["values"]) == (on["operator"] == "In"):
+            return True
+    return False
+
+
+def _field(pod: dict[str, Any], path: str) -> str:
+    """The downward API's metadata.name, metadata.labels['k'], metadata.annotations['k']."""
+    meta = pod["metadata"]
+    if path == "metadata.name":
+        return str(meta["name"])
+    for kind in ("labels", "annotations"):
+        prefix = f"metadata.{kind}['"
+        if path.startswith(prefix):
+            return str(meta.get(kind, {}).get(path[len(prefix):-2], ""))
+    raise ValueError(f"fieldRef {path} not modelled")
+
+
+def _copy(obj: Any) -> Any:
+    import copy
+    return copy.deepcopy(obj)

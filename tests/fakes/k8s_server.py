@@ -1,0 +1,226 @@
+"""A small HTTP fake of the Kubernetes API server: what tpuctl's GKE provider calls through the official
+`kubernetes` client (providers/gke/kube.py). Plain http on an ephemeral port, one instance per test.
+
+Modelled, with sources:
+- objects stored by REST path: /api/v1/... (core group) and /apis/GROUP/VERSION/... (Kubernetes docs, "API
+  Concepts": resource URIs); GET of a missing object answers 404 with a metav1.Status, reason NotFound;
+- server-side apply: PATCH with Content-Type application/apply-patch+yaml creates the object when absent and
+  otherwise sets the fields the applier gives (Kubernetes docs, "Server-Side Apply"); the request needs
+  `fieldManager` (the API server answers 400 "PATCH requests with apply content type must have a field manager",
+  staging/src/k8s.io/apiserver/pkg/endpoints/handlers/patch.go); any other PATCH content type is refused here
+  (tpuctl sends none);
+- a custom resource is served only once its CustomResourceDefinition exists: without the JobSet CRD,
+  /apis/jobset.x-k8s.io/... answers 404 (the group/version is not registered);
+- a JobSet is validated as the API server validates a CR: against the CRD's openAPIV3Schema after pruning
+  (schema.prune), 422 Invalid when it does not validate;
+- list with `labelSelector=k=v[,k=v]` (equality selectors only: all tpuctl sends);
+- DELETE answers the Status; with propagationPolicy Foreground or Background the owned objects (ownerReferences)
+  go too (Kubernetes docs, "Garbage Collection"); the kubelet is told, to stop the pods' processes;
+- pods/log: the container's output as text (`GET .../pods/NAME/log`, `tailLines` honoured); 400 while the pod has
+  not started ("container ... is waiting to start", what the API server relays from the kubelet);
+- status subresources are written only by the fake controllers (cluster.py), as by real controllers.
+Not modelled: authentication (any bearer token), watches, resourceVersion conflicts, admission webhooks other than
+the JobSet defaults the controller applies.
+"""
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable
+from urllib.parse import parse_qs, urlparse
+
+import yaml
+
+from tpuctl.providers.gke import schema
+
+JOBSET_CRD = "jobsets.jobset.x-k8s.io"
+CRD_PREFIX = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"
+
+
+def status(code: int, reason: str, message: str) -> dict[str, Any]:
+    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message,
+            "reason": reason, "code": code}
+
+
+class FakeKube:
+    def __init__(self) -> None:
+        self.objects: dict[str, dict[str, Any]] = {}
+        self.lock = threading.RLock()
+        self.logs: dict[str, bytes] = {}                 # pod path -> its container's output so far
+        self.requests: list[tuple[str, str]] = []       # (method, path) as received
+        self.on_delete: list[Callable[[str, dict[str, Any]], None]] = []
+        self.faults: list[tuple[str, str, int]] = []     # (method, path prefix, status): the next such call fails
+        handler = type("H", (_Handler,), {"kube": self})
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    # -- what the handler and the fake controllers use -----------------------------------------------------
+    def put(self, path: str, obj: dict[str, Any]) -> dict[str, Any]:
+        with self.lock:
+            meta = obj.setdefault("metadata", {})
+            old = self.objects.get(path)
+            meta.setdefault("uid", old["metadata"]["uid"] if old else str(uuid.uuid4()))
+            meta.setdefault("creationTimestamp", "2026-01-01T00:00:00Z")
+            self.objects[path] = obj
+            return obj
+
+    def list(self, prefix: str, selector: dict[str, str] | None = None) -> list[dict[str, Any]]:
+        with self.lock:
+            found = [o for p, o in self.objects.items() if p.startswith(prefix) and p[len(prefix):].count("/") == 0]
+        return [o for o in found if all(o["metadata"].get("labels", {}).get(k) == v
+                                        for k, v in (selector or {}).items())]
+
+    def remove(self, path: str) -> dict[str, Any] | None:
+        with self.lock:
+            gone = self.objects.get(path)
+            if gone is None:
+                return None
+            if "/pods/" in path and gone.get("status", {}).get("phase") == "Running" and self.on_delete:
+                # a running pod is Terminating (deletionTimestamp set) until its container has stopped; the
+                # kubelet removes it then (Kubernetes docs, "Pod Lifecycle: Termination of Pods")
+                gone["metadata"].setdefault("deletionTimestamp", "2026-01-01T00:00:00Z")
+            else:
+                del self.objects[path]
+            uid = gone["metadata"]["uid"]
+            owned = [p for p, o in self.objects.items()
+                     if any(r.get("uid") == uid for r in o["metadata"].get("ownerReferences", []))]
+        for fn in self.on_delete:
+            fn(path, gone)
+        for p in owned:
+            self.remove(p)
+        return gone
+
+    def served(self, path: str) -> bool:
+        """A custom resource's path is served only once its CRD exists."""
+        if not path.startswith("/apis/jobset.x-k8s.io/"):
+            return True
+        return CRD_PREFIX + JOBSET_CRD in self.objects
+
+    def jobset_schema(self) -> dict[str, Any] | None:
+        crd = self.objects.get(CRD_PREFIX + JOBSET_CRD)
+        return schema.version_schema(crd, "v1alpha2") if crd else None
+
+
+class _Handler(BaseHTTPRequestHandler):
+    kube: FakeKube
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def _send(self, code: int, doc: Any, text: bool = False) -> None:
+        data = doc if text else json.dumps(doc).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "text/plain" if text else "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _start(self, method: str) -> tuple[str, dict[str, list[str]]] | None:
+        u = urlparse(self.path)
+        self.kube.requests.append((method, u.path))
+        for i, (m, prefix, code) in enumerate(self.kube.faults):
+            if m == method and u.path.startswith(prefix):
+                del self.kube.faults[i]
+                self._send(code, status(code, "InternalError" if code >= 500 else "Forbidden", "injected fault"))
+                return None
+        if not self.kube.served(u.path):
+            self._send(404, status(404, "NotFound", "the server could not find the requested resource"))
+            return None
+        return u.path, parse_qs(u.query)
+
+    def _body(self) -> Any:
+        n = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(n) if n else b""
+        return yaml.safe_load(raw) if raw else None   # JSON is YAML: apply bodies may be either
+
+    def do_GET(self) -> None:
+        got = self._start("GET")
+        if got is None:
+            return
+        path, q = got
+        if path.endswith("/log"):
+            return self._log(path[:-len("/log")], q)
+        obj = self.kube.objects.get(path)
+        if obj is not None:
+            return self._send(200, obj)
+        items = self.kube.list(path + "/", _selector(q))
+        if items or _is_collection(path):
+            return self._send(200, {"kind": "List", "apiVersion": "v1", "metadata": {}, "items": items})
+        self._send(404, status(404, "NotFound", f'"{path.rsplit("/", 1)[-1]}" not found'))
+
+    def _log(self, pod_path: str, q: dict[str, list[str]]) -> None:
+        pod = self.kube.objects.get(pod_path)
+        if pod is None:
+            return self._send(404, status(404, "NotFound", f'pods "{pod_path.rsplit("/", 1)[-1]}" not found'))
+        if pod.get("status", {}).get("phase", "Pending") == "Pending":
+            name = pod["spec"]["containers"][0]["name"]
+            return self._send(400, status(400, "BadRequest", f'container "{name}" in pod '
+                                          f'"{pod["metadata"]["name"]}" is waiting to start: ContainerCreating'))
+        data = self.kube.logs.get(pod_path, b"")
+        if "tailLines" in q:
+            data = b"".join(data.splitlines(keepends=True)[-int(q["tailLines"][0]):])
+        self._send(200, data, text=True)
+
+    def do_PATCH(self) -> None:
+        got = self._start("PATCH")
+        if got is None:
+            return
+        path, q = got
+        if self.headers.get("Content-Type") != "application/apply-patch+yaml":
+            return self._send(415, status(415, "UnsupportedMediaType", "the fake serves server-side apply only"))
+        if not q.get("fieldManager"):
+            return self._send(400, status(400, "BadRequest",
+                                          "PATCH requests with apply content type must have a field manager"))
+        obj = self._body()
+        if path.startswith("/apis/jobset.x-k8s.io/"):
+            problem = self._invalid_jobset(obj)
+            if problem:
+                return self._send(422, status(422, "Invalid", problem))
+        old = self.kube.objects.get(path)
+        if old is not None:   # the applier's fields win; what others set (status) stays
+            merged = dict(old)
+            merged.update({k: v for k, v in obj.items() if k != "status"})
+            obj = merged
+        self._send(200 if old else 201, self.kube.put(path, obj))
+
+    def _invalid_jobset(self, obj: dict[str, Any]) -> str:
+        import jsonschema
+        crd_schema = self.kube.jobset_schema()
+        assert crd_schema is not None
+        try:
+            jsonschema.Draft7Validator(crd_schema).validate(schema.prune(obj, crd_schema))
+        except jsonschema.ValidationError as e:
+            return f"JobSet.jobset.x-k8s.io \"{obj['metadata']['name']}\" is invalid: {e.message}"
+        return ""
+
+    def do_DELETE(self) -> None:
+        got = self._start("DELETE")
+        if got is None:
+            return
+        path, _ = got
+        gone = self.kube.remove(path)
+        if gone is None:
+            return self._send(404, status(404, "NotFound", f'"{path.rsplit("/", 1)[-1]}" not found'))
+        self._send(200, {"kind": "Status", "apiVersion": "v1", "status": "Success",
+                         "details": {"name": gone["metadata"]["name"], "uid": gone["metadata"]["uid"]}})
+
+
+def _selector(q: dict[str, list[str]]) -> dict[str, str]:
+    raw = q.get("labelSelector", [""])[0]
+    return dict(part.split("=", 1) for part in raw.split(",") if "=" in part)
+
+
+def _is_collection(path: str) -> bool:
+    """/api/v1/nodes, /api/v1/namespaces/NS/pods, /apis/G/V/namespaces/NS/jobsets: an even number of segments after
+    the group/version names a collection."""
+    parts = path.strip("/").split("/")
+    rest = parts[2:] if parts[0] == "api" else parts[3:]
+    return len(rest) % 2 == 1

@@ -1,0 +1,261 @@
+"""GKE runs end to end against fakes: the CLI's submit -> logs -> succeeded -> download on a GKE cluster whose
+record (the gke-contract's `gke` dict) is written straight into local state, the JobSet made through the official
+`kubernetes` client on the Kubernetes API fake, its pods run by the fake kubelet as local processes, each running the
+pod's real command: tpuctl's agent wheel fetched from the bucket (the fake GCS) and pip-installed into the pod's own
+image, then `python -m tpuctl.agent --run`. Also: a restart on exit 42, a failure on exit 1, cancel deleting the
+JobSet, and a pod whose agent never started read through pods/log."""
+import os
+import sys
+import sysconfig
+import time
+import venv
+
+import pytest
+
+from tpuctl import __version__
+from tpuctl.core import layout, runs, state
+from tpuctl.core.models import ClusterSpec, ClusterState, Framework, HostFacts, Phase, ProviderName, cluster_record
+from tpuctl.providers import agent_package
+from tpuctl.providers.gke import jobset_install, kube, tputypes
+
+from conftest import until
+from fakes.k8s_cluster import FakeCluster
+from fakes.k8s_server import FakeKube
+from jobs import make_job
+
+BUCKET = "tpuctl-gke-test"
+
+JOB = """
+import os, sys
+print("hello from slice", os.environ.get("MEGASCALE_SLICE_ID", "?"), "worker", os.environ.get("TPUCTL_WORKER", "?"))
+out = os.environ["TPUCTL_OUTPUT_DIR"]
+print("restarts so far:", os.environ.get("TPUCTL_RESTARTS"))
+if os.environ.get("WRITE"):   # the output dir is gs://: written as a job's checkpoint would be
+    from google.cloud import storage
+    bucket, _, prefix = out[len("gs://"):].partition("/")
+    storage.Client().bucket(bucket).blob(prefix.rstrip("/") + "/model.txt").upload_from_string("weights")
+want = os.environ.get("EXIT", "0")
+if want == "42-once" and os.environ.get("TPUCTL_RESTARTS") == "0":
+    print("asking for a restart"); sys.exit(42)
+sys.exit(0 if want == "42-once" else int(want))
+"""
+
+
+def _image(root):
+    """A pod's image: a python with pip (this environment's packages visible through a .pth, as an image's own
+    site-packages would hold them), but tpuctl only as the pod installs it from the bucket."""
+    venv.EnvBuilder(with_pip=False, system_site_packages=False).create(root)
+    site = next((root / "lib").glob("python3*/site-packages"))
+    (site / "_image.pth").write_text(f"import site; site.addsitedir({sysconfig.get_paths()['purelib']!r})\n")
+    return str(root / "bin" / "python")
+
+
+@pytest.fixture
+def gke(cloud, env, tmp_path, monkeypatch):
+    from google.cloud import storage
+    storage.Client(project="test-proj").create_bucket(BUCKET)
+    store_uri = f"gs://{BUCKET}"
+    fake = FakeKube()
+    image_env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path / "podhome"), "TMPDIR": str(tmp_path / "podtmp"),
+                 "STORAGE_EMULATOR_HOST": os.environ["STORAGE_EMULATOR_HOST"], "PIP_NO_INDEX": "1",
+                 "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+                 "TPUCTL_LOG_FLUSH_SECONDS": "0.1", "TPUCTL_STOP_GRACE": "2", "GOOGLE_CLOUD_PROJECT": "test-proj"}
+    os.makedirs(image_env["TMPDIR"])
+    cluster = FakeCluster(fake, image_env, image=lambda pod: {"TPUCTL_PYTHON": _image(tmp_path / "images" / pod)})
+    monkeypatch.setenv("CONTAINER_EMULATOR_HOST", "fake")   # anonymous to the Kubernetes API (clients.access_token)
+    monkeypatch.setenv("TPUCTL_GKE_POLL_SECONDS", "0")
+    monkeypatch.setenv("TPUCTL_GKE_CANCEL_GRACE", "3")
+    monkeypatch.setenv("TPUCTL_LOG_POLL_MAX", "0.2")
+    # The GKE API's side (clusters, node pools) is the other issue-37 half's fake (gke_server.py): here the node
+    # pools are the Kubernetes fake's nodes, and the provider's look at the GKE API is answered "all present".
+    from tpuctl.providers.gke.provider import GkeProvider
+    monkeypatch.setattr(GkeProvider, "_missing", lambda self, st: [])
+
+    def make(name, tpu_type, slices=1):
+        shape = tputypes.shape(tpu_type)
+        for k in range(slices):
+            cluster.add_node_pool(f"tpuctl-{name}-np-{k}", shape.hosts, {
+                "cloud.google.com/gke-tpu-accelerator": shape.accelerator,
+                "cloud.google.com/gke-tpu-topology": shape.topology})
+        jobset_install.ensure_jobset(kube.connect(fake.url, "", ""))
+        spec = ClusterSpec(name=name, provider=ProviderName.GKE, tpu_type=tpu_type, store=store_uri,
+                           slices=slices, framework=Framework.JAX, project="test-proj", zones=["us-central1-a"])
+        st = ClusterState(spec=spec, zone="us-central1-a", phase=Phase.READY, host=HostFacts(hosts=shape.hosts),
+                          record={"gke": {"project": "test-proj", "location": "us-central1", "cluster": f"tpuctl-{name}",
+                                          "adopted": False, "endpoint": fake.url, "ca_certificate": "",
+                                          "node_pools": [f"tpuctl-{name}-np-{k}" for k in range(slices)],
+                                          "workload_policy": "", "service_account": "", "image": "",
+                                          "slices": slices, "tpu_type": tpu_type}})
+        st.compute_started(time.time())
+        state.save(st)
+        b = storage.Client(project="test-proj").bucket(BUCKET)
+        b.blob(agent_package.key()).upload_from_string(agent_package.build())
+        b.blob(layout.CLUSTER_RECORD).upload_from_string(__import__("json").dumps(cluster_record(st, "")))
+        return st
+    yield fake, cluster, make
+    cluster.stop()
+    fake.stop()
+
+
+def _jobsets(fake):
+    return [p for p in fake.objects if "/jobsets/" in p]
+
+
+def _run_ids(fake):
+    return [p.rsplit("/", 1)[1][len("tpuctl-"):] for p in _jobsets(fake)]
+
+
+def _jobset(fake, run_id):
+    return fake.objects.get(f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/default/jobsets/tpuctl-{run_id}")
+
+
+def _ended(fake, run_id, kind):
+    return until(lambda: any(c["type"] == kind for c in (_jobset(fake, run_id) or {}).get("status", {})
+                             .get("conditions", [])), 30, f"JobSet {kind}")
+
+
+def _pod_logs(fake):
+    return "".join(f"--- {p}\n{b.decode(errors='replace')}" for p, b in fake.logs.items())
+
+
+def test_one_slice_runs_to_success_and_downloads(gke, cli, tmp_path):
+    fake, cluster, make = gke
+    make("g1", "v6e-1")
+    job = make_job(tmp_path, JOB, 'framework = "jax"\n[env]\nWRITE = "1"\n')
+    code, out, err = cli("submit", str(job), "-c", "g1")
+    assert code == 0, err + _pod_logs(fake)
+    assert "hello from slice" in out
+    (run_id,) = _run_ids(fake)
+    _ended(fake, run_id, "Completed")
+    js = _jobset(fake, run_id)
+    pod = next(o for p, o in fake.objects.items() if "/pods/" in p)
+    assert pod["spec"]["nodeName"] == "gke-tpuctl-g1-np-0-0"    # scheduled by the node selectors
+    assert runs.status(cluster_store(), run_id).state is runs.RunState.SUCCEEDED
+    code, out, err = cli("download", run_id, "-c", "g1", "-o", str(tmp_path / "dl"))
+    assert code == 0, err
+    assert (tmp_path / "dl" / "model.txt").exists(), (out, err, list((tmp_path / "dl").rglob("*")))
+    assert (tmp_path / "dl" / "model.txt").read_text() == "weights"
+    assert js["spec"]["failurePolicy"]["maxRestarts"] == 0
+    # `status` shows the cluster's JobSets; `down` deletes them (an adopted cluster outlives down)
+    from tpuctl.providers.gke.runs import GkeRuns
+    st = state.load("g1")
+    (row,) = GkeRuns().describe(st).values()
+    assert row["state"] == "Completed" and row["restarts"] == 0
+    assert row["pods"].endswith("Succeeded@gke-tpuctl-g1-np-0-0"), row
+    said = []
+    GkeRuns().delete_all(st, said.append)
+    assert _jobsets(fake) == [] and said == [f"JobSet tpuctl-{run_id} deleted"]
+    assert GkeRuns().describe(st) == {}
+
+
+def cluster_store():
+    from tpuctl.providers.gcp.gcs_store import GcsStore
+    return GcsStore(f"gs://{BUCKET}", "test-proj")
+
+
+def test_two_slices_run_on_every_host_of_both(gke, cli, tmp_path):
+    fake, cluster, make = gke
+    make("g2", "v6e-8", slices=2)   # two hosts a slice: 4 pods, one per node of two node pools
+    job = make_job(tmp_path, JOB, 'framework = "jax"\n')
+    code, out, err = cli("submit", str(job), "-c", "g2")
+    assert code == 0, err + _pod_logs(fake)
+    (run_id,) = _run_ids(fake)
+    _ended(fake, run_id, "Completed")
+    pods = [o for p, o in fake.objects.items() if "/pods/" in p]
+    assert len(pods) == 4 and {p["spec"]["nodeName"] for p in pods} == {
+        f"gke-tpuctl-g2-np-{k}-{i}" for k in (0, 1) for i in (0, 1)}
+    store = cluster_store()
+    assert all(runs.status(store, run_id, w).state is runs.RunState.SUCCEEDED for w in range(4))
+
+
+def test_exit_42_restarts_the_jobset_and_exit_1_fails_it(gke, cli, tmp_path):
+    fake, cluster, make = gke
+    make("g3", "v6e-1")
+    job = make_job(tmp_path, JOB, 'framework = "jax"\n[env]\nEXIT = "42-once"\n', name="again")
+    code, out, err = cli("submit", str(job), "-c", "g3", "--max-restarts", "2")
+    assert code == 0, err + _pod_logs(fake)
+    (run_id,) = _run_ids(fake)
+    _ended(fake, run_id, "Completed")
+    assert _jobset(fake, run_id)["status"]["restarts"] == 1
+    assert "asking for a restart" in out and "the JobSet restarts the run" in out
+    assert "restarts so far: 1" in out
+    job = make_job(tmp_path, JOB, 'framework = "jax"\n[env]\nEXIT = "1"\n', name="fails")
+    code, out, err = cli("submit", str(job), "-c", "g3", "--max-restarts", "2")
+    assert code == 1, err
+    (failed,) = [r for r in _run_ids(fake) if r != run_id]
+    _ended(fake, failed, "Failed")
+    js = _jobset(fake, failed)
+    assert js["status"]["restarts"] == 0
+    assert js["status"]["conditions"][-1]["reason"] == "FailJobSetFailurePolicyAction"
+
+
+def test_cancel_deletes_the_jobset_after_the_agents_grace(gke, cli, tmp_path):
+    fake, cluster, make = gke
+    make("g4", "v6e-1")
+    job = make_job(tmp_path, "import time\nprint('started', flush=True)\ntime.sleep(300)\n", 'framework = "jax"\n')
+    code, out, err = cli("submit", str(job), "-c", "g4", "--detach")
+    assert code == 0, err
+    run_id = out.strip()
+    until(lambda: b"started" in b"".join(fake.logs.values()) or
+          runs.status(cluster_store(), run_id).state is runs.RunState.RUNNING, 120, "the job running")
+    code, out, err = cli("cancel", run_id, "-c", "g4")
+    assert code == 0, err
+    assert _jobset(fake, run_id) is None
+    assert not [p for p in fake.objects if "/pods/" in p or "/jobs/" in p]
+    st = runs.status(cluster_store(), run_id)
+    assert st.state is runs.RunState.CANCELLED and st.host != "gke", st   # the agent ended it, in its grace
+
+
+def test_a_pod_whose_agent_never_started_shows_its_own_log(gke, cli, tmp_path):
+    fake, cluster, make = gke
+    make("g5", "v6e-1")
+    cluster.image = lambda pod: {"TPUCTL_PYTHON": "/nonexistent/python3"}   # an image without the python it needs
+    job = make_job(tmp_path, JOB, 'framework = "jax"\n')
+    code, out, err = cli("submit", str(job), "-c", "g5")
+    assert code != 0
+    (run_id,) = _run_ids(fake)
+    assert _jobset(fake, run_id)["status"]["conditions"][-1]["type"] == "Failed"
+    assert "without the agent reporting the run's end" in out and "/nonexistent/python3" in out, out + err
+    code, out, err = cli("logs", run_id, "-c", "g5")
+    assert "pod tpuctl-" in out
+
+
+def test_the_run_in_words_names_conditions_restarts_phases_and_nodes():
+    from tpuctl.providers.gke.runs import words
+    js = {"metadata": {"name": "tpuctl-x"}, "spec": {"failurePolicy": {"maxRestarts": 3}},
+          "status": {"restarts": 1, "conditions": [{"type": "Failed", "status": "True", "reason": "ReachedMaxRestarts"}]}}
+    pods = [{"spec": {"nodeName": f"gke-np-{i}"}, "status": {"phase": ph}} for i, ph in enumerate(["Failed", "Running"])]
+    assert words(js, pods) == ("JobSet tpuctl-x failed (ReachedMaxRestarts), restarts 1 of 3; "
+                               "pods: 1 Failed, 1 Running on gke-np-0, gke-np-1")
+    assert words({"metadata": {"name": "tpuctl-y"}, "spec": {}}, []) == \
+        "JobSet tpuctl-y running, restarts 0 of 0; pods: none yet"
+
+
+def test_a_kubeconfig_context_reaches_the_cluster(tmp_path, monkeypatch):
+    fake = FakeKube()
+    try:
+        cfg = tmp_path / "kubeconfig"
+        cfg.write_text(f"""apiVersion: v1
+kind: Config
+clusters: [{{name: c, cluster: {{server: "{fake.url}"}}}}]
+users: [{{name: u, user: {{token: t0k}}}}]
+contexts: [{{name: mine, context: {{cluster: c, user: u}}}}]
+current-context: mine
+""")
+        monkeypatch.setenv("KUBECONFIG", str(cfg))
+        api = kube.connect_context("mine")
+        assert kube.get(api, jobset_install.CRD_PATH) is None and fake.requests[-1] == ("GET", jobset_install.CRD_PATH)
+        from tpuctl.core.errors import TpuctlError
+        with pytest.raises(TpuctlError, match="kubeconfig context 'nosuch'"):
+            kube.connect_context("nosuch")
+    finally:
+        fake.stop()
+
+
+def test_max_restarts_is_refused_where_the_service_does_not_restart(env, cli, tmp_path):
+    # RemoteRuns.restarts: GKE's JobSet restarts (the tests above); a Kaggle session chains by CONTINUE_CODE instead
+    st = ClusterState(spec=ClusterSpec(name="kg", provider=ProviderName.KAGGLE, tpu_type="v5e-8",
+                                       store=str(tmp_path / "kstore")), phase=Phase.READY)
+    state.save(st)
+    code, out, err = cli("submit", str(make_job(tmp_path, JOB)), "-c", "kg", "--max-restarts", "1")
+    assert code == 2 and "service's sessions" in err, err

@@ -1,0 +1,77 @@
+"""Which backend a Keras 3 job (`framework = "keras"`) runs on, picked from where it runs; docs/backends.md.
+
+TensorFlow only where TensorFlow drives the TPU: a TPU VM made on a TensorFlow runtime (tpu-vm-tf-*: TensorFlow
+and libtpu matched by Google) and the VM beside a legacy TPU Node. JAX everywhere the image's own stack is JAX:
+Kaggle's TPU image ships JAX with libtpu and only tensorflow-cpu (Kaggle/docker-python tpu/requirements.in:
+`jax[tpu]`, `keras>3`, "TODO: b/447621961 - re-enable tensorflow-tpu when a compatible libtpu can be found"),
+Colab's TPU runtimes have no TensorFlow (googlecolab/colabtools#5174), base runtimes (every v5e/v5p/v6e, and each
+`up --framework jax`) have no framework at all and Google installs JAX on them (`pip install -U "jax[tpu]"`),
+Multislice is a JAX-first design (TPUStrategy does not span slices), and GPUs. On this machine (the local
+provider): TensorFlow when it imports, else JAX. A job or user forces it: `[env] KERAS_BACKEND` or tpuctl.toml's
+`keras_backend`."""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+BACKENDS = ("jax", "tensorflow")
+ENV = "KERAS_BACKEND"   # what Keras 3 reads at import (keras/src/backend/config.py: os.environ["KERAS_BACKEND"])
+
+
+def forced(env: Mapping[str, str], keras_backend: str) -> tuple[str, str]:
+    """(the backend the job or user asked for, where it was asked), or ("", "") when tpuctl picks."""
+    if env.get(ENV):
+        return env[ENV], f"[env] {ENV}"
+    if keras_backend:
+        return keras_backend, "keras_backend in tpuctl.toml"
+    return "", ""
+
+
+def tensorflow_runtime(record: Mapping[str, Any]) -> bool:
+    """Whether a TPU VM was made on a runtime that carries TensorFlow (providers/gcp/tpu.py tensorflow_from)."""
+    return record.get("tensorflow_from") == "image" or str(record.get("runtime") or "").startswith("tpu-vm-tf")
+
+
+def for_host(record: Mapping[str, Any], accelerator: str, tensorflow_imports: bool) -> tuple[str, str]:
+    """(backend, why) for an agent's host: a TPU VM or a legacy Node's VM (the cluster record says which), GPUs,
+    or this machine (`tensorflow_imports`: whether the agent's interpreter finds TensorFlow)."""
+    runtime = str(record.get("runtime") or "")
+    if record.get("arch") == "node":
+        return "tensorflow", "beside a legacy TPU Node, TensorFlow drives the TPU"
+    if accelerator.startswith("gpu"):
+        return "jax", "on GPUs, Keras 3's JAX backend"
+    if record.get("arch") == "vm" and accelerator.startswith("v"):
+        if int(record.get("slices") or 1) > 1:
+            return "jax", "a Multislice cluster: TPUStrategy does not span slices"
+        if tensorflow_runtime(record):
+            return "tensorflow", f"a TPU VM on the TensorFlow runtime {runtime}"
+        return "jax", f"a TPU VM on the base runtime {runtime or '(unknown)'}, which carries no TensorFlow"
+    if tensorflow_imports:
+        return "tensorflow", "TensorFlow is installed on this machine"
+    return "jax", "no TensorFlow on this machine"
+
+
+def for_session(platform: str, accelerator: str, tensorflow_imports: bool) -> tuple[str, str]:
+    """(backend, why) in a Kaggle session (`platform` "kaggle") or a notebook (host/session.py): JAX, the images'
+    own stack, on Kaggle and on Colab's TPU; a plain Jupyter with no TPU is this machine."""
+    if platform == "kaggle" and accelerator.startswith("kaggle:Tpu"):
+        return "jax", "Kaggle's TPU image drives the TPU with JAX and libtpu, and has no TPU TensorFlow"
+    if platform == "kaggle":   # its GPU and CPU images: JAX as on its TPU, one job the same everywhere on Kaggle
+        return "jax", "on GPUs, Keras 3's JAX backend" if accelerator.startswith("gpu") else "on Kaggle, as on its TPU"
+    if accelerator.startswith("v"):
+        return "jax", "Colab's TPU runtimes have JAX and no TensorFlow"
+    return for_host({}, accelerator, tensorflow_imports)
+
+
+def program_framework(framework: str, env: Mapping[str, str], keras_backend: str, record: Mapping[str, Any]) -> str:
+    """The framework whose slice rules a run keeps (TensorFlow: worker 0 runs it; any other: every host), as the
+    control side works it out from the cluster record: a Keras job's backend's on a TPU slice, as its hosts pick it
+    from the same record (host/kerasbackend.py). Only a TPU slice has more than one host."""
+    if framework != "keras":
+        return framework
+    name = forced(env, keras_backend)[0] or for_host(record, "v", False)[0]
+    return "tensorflow" if name == "tensorflow" else "jax"
+
+
+def line(backend: str, why: str) -> str:
+    """The log's line that says which backend runs the job, and why (among its first lines)."""
+    return f"tpuctl: keras backend {backend} ({why})"

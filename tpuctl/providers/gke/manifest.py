@@ -1,0 +1,199 @@
+"""The Kubernetes objects of one run on GKE: one JobSet, built as Python data and dumped to YAML.
+
+Shaped as xpk 1.16.0 shapes a TPU workload (`commands/workload.py` WORKLOAD_CREATE_YAML, `core/scheduling.py`),
+field by field; where tpuctl differs, the difference and its reason are listed in tests/test_gke_xpk.py, which
+compares the two manifests. The fields and their JobSet meaning are from kubernetes-sigs/jobset v0.10.1
+(`api/jobset/v1alpha2/jobset_types.go`, `pkg/webhooks/jobset_webhook.go`); tests validate every manifest against
+that release's CRD schema and the pod template against Kubernetes' own (kubernetes-validate).
+
+Each pod runs tpuctl's agent for this one run, installed from the cluster's store as a TPU VM host installs it
+(templates/startup.sh: the agent wheel at layout.agent_package, pip-installed with --no-deps, then the store client),
+so logs, metrics, outputs and restarts go through the store as on a TPU VM.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from ...core import layout
+from ...core.errors import bad_input
+
+JOBSET_API = "jobset.x-k8s.io/v1alpha2"
+REPLICATED_JOB = "slice"        # xpk names it slice-job; shorter leaves room for the run id in pod names
+CONTAINER = "tpuctl"            # the container the pod failure policy's exit codes refer to
+DEFAULT_IMAGE = "python:3.12-slim-bookworm"   # pip and python3, nothing else: the agent installs each job's stack
+DEFAULT_NAMESPACE = "default"
+LABEL_CLUSTER = "tpuctl-cluster"
+LABEL_RUN = "tpuctl-run"
+
+# xpk `get_restart_exit_codes`: 42 (a job that asks to be restarted, tpuctl's own convention too) and 127..255
+# (killed by a signal: 128 + N; 127 a command not found) restart; every other non-zero code fails the JobSet.
+RESTART_EXIT_CODES = [42, *range(127, 256)]
+
+# JobSet v0.10.1 `api/jobset/v1alpha2/jobset_types.go`: ExclusiveKey; xpk core/scheduling.py
+# ONE_TO_ONE_REPLICA_NODE_POOL_ASSIGNMENT_ANNOTATION: each Job (slice) takes a node pool of its own.
+EXCLUSIVE_TOPOLOGY = {"alpha.jobset.sigs.k8s.io/exclusive-topology": "cloud.google.com/gke-nodepool"}
+# JobSet sets these on every pod (jobset_types.go JobIndexKey, pkg/constants RestartsKey); read by the downward API.
+JOB_INDEX = "jobset.sigs.k8s.io/job-index"
+RESTART_ATTEMPT = "jobset.sigs.k8s.io/restart-attempt"
+# GKE TPU node labels (xpk core/system_characteristics.py create_accelerator_label / create_machine_label;
+# TPU7x multi-host: core/scheduling.py create_placement_policy_label).
+ACCELERATOR_LABEL = "cloud.google.com/gke-tpu-accelerator"
+TOPOLOGY_LABEL = "cloud.google.com/gke-tpu-topology"
+PLACEMENT_LABEL = "cloud.google.com/placement-policy-name"
+TPU_RESOURCE = "google.com/tpu"
+# The agent's grace between SIGTERM and SIGKILL (host/agent.py passes SIGTERM to the job, which checkpoints);
+# cancel waits this long before deleting the JobSet, and the pod is given as long.
+GRACE_SECONDS = 30
+
+
+class Shape(Protocol):
+    """What the manifest uses of providers/gke/tputypes.SliceShape (a frozen dataclass: read-only here too)."""
+    @property
+    def tpu_type(self) -> str: ...
+    @property
+    def accelerator(self) -> str: ...
+    @property
+    def topology(self) -> str: ...
+    @property
+    def chips_per_host(self) -> int: ...
+    @property
+    def hosts(self) -> int: ...
+    @property
+    def needs_workload_policy(self) -> bool: ...
+
+
+@dataclass(frozen=True)
+class RunObjects:
+    """What one run's JobSet is made from."""
+    cluster: str
+    run_id: str
+    shape: Shape
+    slices: int
+    max_restarts: int
+    image: str
+    store_uri: str          # gs://bucket (a directory under the fake kubelet)
+    agent_version: str
+    workload_policy: str = ""   # TPU7x multi-host: the node pools' workload policy (placement-policy-name)
+    namespace: str = DEFAULT_NAMESPACE
+
+
+def jobset_name(run_id: str) -> str:
+    """DNS-1035 (a letter first; JobSet's webhook checks the pod names it derives fit 63 characters)."""
+    return "tpuctl-" + run_id.lower()
+
+
+def check(slices: int, max_restarts: int, shape: Shape) -> None:
+    if slices < 1:
+        raise bad_input(f"--slices {slices}: a run needs at least one slice", "--slices 1 or more")
+    if slices > 1 and not shape.hosts > 1:
+        # GKE Multislice needs multi-host node pools (kubernetes-engine/docs/how-to/tpu-multislice).
+        raise bad_input(f"{shape.tpu_type} is a single-host slice: GKE Multislice takes multi-host slices only",
+                        "a type of more than one host, e.g. v6e-16, or --slices 1")
+    if max_restarts < 0:
+        raise bad_input(f"--max-restarts {max_restarts} is negative", "--max-restarts 0 or more")
+
+
+def build_jobset(r: RunObjects) -> dict[str, Any]:
+    check(r.slices, r.max_restarts, r.shape)
+    labels = {LABEL_CLUSTER: r.cluster, LABEL_RUN: r.run_id.lower()}
+    return {
+        "apiVersion": JOBSET_API,
+        "kind": "JobSet",
+        "metadata": {"name": jobset_name(r.run_id), "namespace": r.namespace, "labels": labels,
+                     "annotations": dict(EXCLUSIVE_TOPOLOGY)},
+        "spec": {
+            # xpk: rules [FailJobSet on PodFailurePolicy]: a Job failed by its pod failure policy (a code not in
+            # RESTART_EXIT_CODES) fails the JobSet at once; any other Job failure restarts it, counted against
+            # maxRestarts (jobset_types.go FailurePolicy; no matching rule = RestartJobSet).
+            "failurePolicy": {"maxRestarts": r.max_restarts,
+                              "rules": [{"name": "fail-on-exit-code", "action": "FailJobSet",
+                                         "onJobFailureReasons": ["PodFailurePolicy"]}]},
+            "replicatedJobs": [{"name": REPLICATED_JOB, "replicas": r.slices,
+                                "template": {"metadata": {"labels": dict(labels)}, "spec": _job_spec(r, labels)}}],
+        },
+    }
+
+
+def _job_spec(r: RunObjects, labels: dict[str, str]) -> dict[str, Any]:
+    hosts = r.shape.hosts
+    return {
+        "parallelism": hosts, "completions": hosts,   # every host of the slice at once, one pod each
+        "completionMode": "Indexed",   # JobSet's webhook defaults it; written so JOB_COMPLETION_INDEX is explicit
+        "backoffLimit": 0,             # a failed pod fails its Job; the JobSet restarts the whole run
+        "podFailurePolicy": {"rules": [{"action": "FailJob", "onExitCodes": {
+            "containerName": CONTAINER, "operator": "NotIn", "values": RESTART_EXIT_CODES}}]},
+        "template": {"metadata": {"labels": dict(labels)}, "spec": _pod_spec(r)},
+    }
+
+
+def _node_selector(r: RunObjects) -> dict[str, str]:
+    sel = {ACCELERATOR_LABEL: r.shape.accelerator, TOPOLOGY_LABEL: r.shape.topology}
+    if r.shape.needs_workload_policy:
+        if not r.workload_policy:
+            raise bad_input(f"{r.shape.tpu_type} is multi-host TPU7x: its pods select the workload policy",
+                            "the cluster record names it (up makes it)")
+        sel[PLACEMENT_LABEL] = r.workload_policy
+    return sel
+
+
+def _pod_spec(r: RunObjects) -> dict[str, Any]:
+    return {
+        "restartPolicy": "Never",   # the Job's pod failure policy needs it (Kubernetes Job docs)
+        "hostNetwork": True, "dnsPolicy": "ClusterFirstWithHostNet",   # xpk: TPU hosts talk over the host network
+        "terminationGracePeriodSeconds": GRACE_SECONDS,
+        "nodeSelector": _node_selector(r),
+        "tolerations": [{"key": TPU_RESOURCE, "operator": "Exists"}],   # any effect, as xpk,
+        "containers": [_container(r)],
+        "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}}],
+    }
+
+
+def _container(r: RunObjects) -> dict[str, Any]:
+    chips = str(r.shape.chips_per_host)
+    return {
+        "name": CONTAINER, "image": r.image,
+        "command": ["/bin/sh", "-c", AGENT_SCRIPT],
+        "env": [
+            {"name": "TPUCTL_STORE", "value": r.store_uri},
+            {"name": "TPUCTL_AGENT_PACKAGE", "value": layout.agent_package(r.agent_version)},
+            {"name": "TPUCTL_RUN", "value": r.run_id},
+            {"name": "TPUCTL_ACCELERATOR", "value": r.shape.tpu_type},
+            {"name": "TPUCTL_SLICE", "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{JOB_INDEX}']"}}},
+            {"name": "TPUCTL_RESTART", "valueFrom": {"fieldRef": {
+                "fieldPath": f"metadata.labels['{RESTART_ATTEMPT}']"}}},
+        ],
+        "resources": {"limits": {TPU_RESOURCE: chips}},
+        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
+    }
+
+
+# The pod's program: the agent wheel from the store (gs:// through google-cloud-storage, in the range the agent
+# needs; a directory under the fake kubelet), then the agent for this run alone; its exit code is the job's, which
+# the pod failure policy reads. JOB_COMPLETION_INDEX is set by Kubernetes for an Indexed Job (Job docs,
+# "Completion mode"): the host's worker number in its slice.
+AGENT_SCRIPT = r"""set -eu
+PY="${TPUCTL_PYTHON:-python3}"
+WHEEL="${TMPDIR:-/tmp}/$(basename "$TPUCTL_AGENT_PACKAGE")"
+case "$TPUCTL_STORE" in
+  gs://*) "$PY" -m pip install -q --no-cache-dir "google-cloud-storage>=3.0,<4" ;;
+esac
+"$PY" - "$TPUCTL_STORE" "$TPUCTL_AGENT_PACKAGE" "$WHEEL" <<'EOF'
+import shutil, sys
+store, key, dest = sys.argv[1:]
+if store.startswith("gs://"):
+    from google.cloud import storage
+    storage.Client().bucket(store[5:]).blob(key).download_to_filename(dest)
+else:
+    shutil.copyfile(store.rstrip("/") + "/" + key, dest)
+EOF
+"$PY" -m pip install -q --no-cache-dir --force-reinstall --no-deps "$WHEEL"
+exec "$PY" -m tpuctl.agent --store "$TPUCTL_STORE" --run "$TPUCTL_RUN" --slice "${TPUCTL_SLICE:-0}" \
+  --worker "${JOB_COMPLETION_INDEX:-0}" --accelerator "$TPUCTL_ACCELERATOR" --attempt "$((${TPUCTL_RESTART:-0} + 1))"
+"""
+
+
+def dump(objects: list[dict[str, Any]]) -> str:
+    """YAML, one document per object, keys in the order built (kubectl's order is not required)."""
+    import yaml
+    return "---\n".join(yaml.safe_dump(o, sort_keys=False, default_flow_style=False) for o in objects)

@@ -1,0 +1,211 @@
+"""GKE runs: providers/base.py's RemoteRuns over JobSets. `submit` has written job.json; `dispatch` creates the run's
+JobSet, whose pods each run tpuctl's agent for the run (manifest.py), so the run's status, logs and outputs reach the
+store as on a TPU VM. `advance` reads the JobSet's conditions and pods for `status`/`logs` and, when the JobSet
+ended but no agent ever wrote the run's end (an image that cannot be pulled, an agent that could not install), ends
+the run in the store with each pod's own log read through the Kubernetes API. `cancel` leaves the agents their grace
+(the cancel marker, written by control/submission.cancel, is what they act on), then deletes the JobSet.
+
+JobSet semantics relied on (kubernetes-sigs/jobset v0.10.1, api/jobset/v1alpha2/jobset_types.go and
+pkg/constants): conditions Completed / Failed, `status.restarts` (every restart, counted against maxRestarts by the
+failure policy), pods labelled jobset.sigs.k8s.io/restart-attempt."""
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any, Callable
+
+from ... import __version__
+from ...core import layout, runindex, runs
+from ...core.models import ClusterState
+from ...core.runs import RunState, RunStatus
+from ...core.store import BlobStore
+from . import kube, manifest, tputypes
+
+Connect = Callable[[dict[str, Any]], Any]
+
+
+def poll_seconds() -> float:
+    """Least time between two looks at one run's JobSet (TPUCTL_GKE_POLL_SECONDS, 5 s)."""
+    return float(os.environ.get("TPUCTL_GKE_POLL_SECONDS", "5"))
+
+
+def cancel_grace() -> float:
+    """How long cancel waits for the agents to end the run before deleting its JobSet (TPUCTL_GKE_CANCEL_GRACE,
+    the pods' own termination grace by default)."""
+    return float(os.environ.get("TPUCTL_GKE_CANCEL_GRACE", str(manifest.GRACE_SECONDS)))
+
+
+def _connect(rec: dict[str, Any]) -> Any:
+    from ..gcp import clients
+    if rec.get("context"):   # a kubeconfig context the user named
+        return kube.connect_context(str(rec["context"]))
+    return kube.connect(str(rec["endpoint"]), str(rec.get("ca_certificate") or ""), clients.access_token())
+
+
+def jobset_path(namespace: str, run_id: str) -> str:
+    return f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{namespace}/jobsets/{manifest.jobset_name(run_id)}"
+
+
+def run_objects(st: ClusterState, run_id: str, max_restarts: int) -> manifest.RunObjects:
+    rec = dict(st.record.get("gke") or {})
+    return manifest.RunObjects(
+        cluster=st.name, run_id=run_id, shape=tputypes.shape(str(rec.get("tpu_type") or st.spec.tpu_type)),
+        slices=int(rec.get("slices") or st.spec.slices or 1), max_restarts=max_restarts,
+        image=str(rec.get("image") or manifest.DEFAULT_IMAGE), store_uri=st.spec.store, agent_version=__version__,
+        workload_policy=str(rec.get("workload_policy") or ""))
+
+
+class GkeRuns:
+    restarts = True   # the JobSet's failurePolicy.maxRestarts = submit --max-restarts (manifest.py)
+
+    def __init__(self, connect: Connect = _connect) -> None:
+        self.connect = connect
+        self.looked: dict[str, float] = {}     # run -> when its JobSet was last read
+        self.said: dict[str, str] = {}
+
+    def _api(self, st: ClusterState) -> Any:
+        return self.connect(dict(st.record.get("gke") or {}))
+
+    def dispatch(self, st: ClusterState, store: BlobStore, run_id: str, sessions: int,
+                 progress: Callable[[str], None], keep_inputs: bool = False) -> None:
+        job = runs.job(store, run_id)
+        js = manifest.build_jobset(run_objects(st, run_id, job.max_restarts if job else 0))
+        kube.apply(self._api(st), jobset_path(manifest.DEFAULT_NAMESPACE, run_id), js)
+        progress(f"JobSet {js['metadata']['name']} created")
+
+    def advance(self, st: ClusterState, store: BlobStore, run_id: str, follow: bool = False) -> str:
+        now = time.monotonic()
+        if run_id in self.said and now - self.looked.get(run_id, 0.0) < poll_seconds():
+            return self.said[run_id]
+        self.looked[run_id] = now
+        api = self._api(st)
+        js = kube.get(api, jobset_path(manifest.DEFAULT_NAMESPACE, run_id))
+        if js is None:
+            self.said[run_id] = "" if runs.status(store, run_id).state.final else "no JobSet (deleted)"
+            return self.said[run_id]
+        pods = pods_of(api, run_id)
+        ended = condition(js)
+        if ended and not runs.status(store, run_id).state.final:
+            self._end_unreported(api, store, run_id, js, pods, ended)
+        self.said[run_id] = words(js, pods)
+        return self.said[run_id]
+
+    def _end_unreported(self, api: Any, store: BlobStore, run_id: str, js: dict[str, Any],
+                        pods: list[dict[str, Any]], ended: str) -> None:
+        """The JobSet ended and no agent wrote the run's end: the pods' own logs and exit code, in the store."""
+        code = next((c for c in map(exit_code, pods) if c not in (None, 0)), 0 if ended == "Completed" else 1)
+        chunks = store.list(layout.run_logs(run_id, 0))
+        text = [f"tpuctl: JobSet {js['metadata']['name']} {ended.lower()} without the agent reporting the run's "
+                "end; the pods' own logs follow\n"]
+        for pod in pods:
+            name = pod["metadata"]["name"]
+            try:
+                log = kube.request(api, "GET", f"/api/v1/namespaces/{manifest.DEFAULT_NAMESPACE}/pods/{name}/log",
+                                   query=[("tailLines", "200")], content_type="application/json")
+            except kube.KubeError as e:
+                log = f"(no log: {e.message})"
+            text.append(f"--- pod {name} ({pod.get('status', {}).get('phase', '?')}) ---\n{_text(log)}")
+        store.create(layout.log_chunk(run_id, 0, len(chunks) + 1), "".join(text).encode())
+        state = RunState.SUCCEEDED if ended == "Completed" else RunState.FAILED
+        store.write(layout.run_status(run_id, 0), json.dumps(RunStatus(
+            state=state, exit_code=code, ended=time.time(), heartbeat=time.time(), host="gke",
+            restarts=int(js.get("status", {}).get("restarts", 0)), note=f"JobSet {ended}").to_json()).encode())
+        runindex.settle(store, run_id, 1)
+
+    def cancel(self, st: ClusterState, store: BlobStore, run_id: str) -> None:
+        """The cancel marker first (the agents end the job: SIGTERM, its grace, SIGKILL; host/supervisor.py), then
+        the JobSet deleted once the run is final or the grace is over; a run no agent ended is ended here once its
+        pods are gone (so a dying agent's last word cannot follow)."""
+        store.write(layout.run_cancel(run_id), json.dumps({"time": time.time()}).encode())
+        step = min(1.0, max(0.05, cancel_grace() / 20))
+        deadline = time.monotonic() + cancel_grace()
+        while time.monotonic() < deadline and not runs.status(store, run_id).state.final:
+            time.sleep(step)
+        api = self._api(st)
+        kube.delete(api, jobset_path(manifest.DEFAULT_NAMESPACE, run_id))
+        deadline = time.monotonic() + manifest.GRACE_SECONDS + cancel_grace()
+        while pods_of(api, run_id) and time.monotonic() < deadline:   # Terminating until their processes end
+            time.sleep(step)
+        if not runs.status(store, run_id).state.final:
+            store.write(layout.run_status(run_id, 0), json.dumps(RunStatus(
+                state=RunState.CANCELLED, ended=time.time(), heartbeat=time.time(), host="gke",
+                note="JobSet deleted by cancel").to_json()).encode())
+            runindex.settle(store, run_id, 1)
+
+    def describe(self, st: ClusterState) -> dict[str, dict[str, object]]:
+        """`status`: each of the cluster's JobSets (labelled tpuctl-cluster=NAME): its state, restarts, pods."""
+        api = self._api(st)
+        out: dict[str, dict[str, object]] = {}
+        for js in jobsets_of(api, st.name):
+            run_id = str(js["metadata"].get("labels", {}).get(manifest.LABEL_RUN, ""))
+            pods = pods_of(api, run_id) if run_id else []
+            out[f"jobset {js['metadata']['name']}"] = {
+                "state": condition(js) or "Running", "restarts": int(js.get("status", {}).get("restarts", 0)),
+                "pods": ", ".join(f"{p['metadata']['name']} {p.get('status', {}).get('phase', 'Pending')}"
+                                  f"@{p.get('spec', {}).get('nodeName') or '-'}" for p in pods) or "none"}
+        return out
+
+    def delete_all(self, st: ClusterState, progress: Callable[[str], None]) -> None:
+        """`down`: every JobSet of the cluster (an adopted cluster keeps none of tpuctl's); their pods go with them."""
+        api = self._api(st)
+        for js in jobsets_of(api, st.name):
+            kube.delete(api, jobset_path(str(js["metadata"].get("namespace") or manifest.DEFAULT_NAMESPACE),
+                                         str(js["metadata"]["name"])[len("tpuctl-"):]))
+            progress(f"JobSet {js['metadata']['name']} deleted")
+
+    def let_go(self, run_id: str) -> None:
+        self.said.pop(run_id, None)
+
+
+def pods_of(api: Any, run_id: str) -> list[dict[str, Any]]:
+    found = kube.request(api, "GET", f"/api/v1/namespaces/{manifest.DEFAULT_NAMESPACE}/pods",
+                         query=[("labelSelector", f"{manifest.LABEL_RUN}={run_id.lower()}")])
+    items: list[dict[str, Any]] = found.get("items", []) if found else []
+    return sorted(items, key=lambda p: str(p["metadata"]["name"]))
+
+
+def jobsets_of(api: Any, cluster: str) -> list[dict[str, Any]]:
+    found = kube.get(api, f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{manifest.DEFAULT_NAMESPACE}/jobsets",
+                     [("labelSelector", f"{manifest.LABEL_CLUSTER}={cluster}")])
+    return list(found.get("items", [])) if found else []
+
+
+def condition(js: dict[str, Any]) -> str:
+    """"Completed", "Failed", or "" while it runs."""
+    for c in js.get("status", {}).get("conditions", []):
+        if c.get("type") in ("Completed", "Failed") and c.get("status") == "True":
+            return str(c["type"])
+    return ""
+
+
+def exit_code(pod: dict[str, Any]) -> int | None:
+    for cs in pod.get("status", {}).get("containerStatuses", []):
+        term = cs.get("state", {}).get("terminated")
+        if term is not None:
+            return int(term.get("exitCode", 0))
+    return None
+
+
+def words(js: dict[str, Any], pods: list[dict[str, Any]]) -> str:
+    """`JobSet tpuctl-ID running, restarts 1 of 3; pods: 4 Running on gke-...-0, ...`: what `submit`, `logs -f`
+    and `jobs` show of the run beside its log."""
+    st = js.get("status", {})
+    state = condition(js).lower() or "running"
+    reason = next((c.get("reason", "") for c in st.get("conditions", []) if c.get("type") == condition(js)), "")
+    phases: dict[str, int] = {}
+    for p in pods:
+        phase = p.get("status", {}).get("phase", "Pending")
+        phases[phase] = phases.get(phase, 0) + 1
+    nodes = sorted({str(p["spec"].get("nodeName")) for p in pods if p.get("spec", {}).get("nodeName")})
+    pods_text = (", ".join(f"{n} {ph}" for ph, n in sorted(phases.items())) or "none yet") + \
+        (f" on {', '.join(nodes[:4])}" + (f" and {len(nodes) - 4} more nodes" if len(nodes) > 4 else "")
+         if nodes else "")
+    return (f"JobSet {js['metadata']['name']} {state}" + (f" ({reason})" if reason else "") +
+            f", restarts {st.get('restarts', 0)} of {js['spec'].get('failurePolicy', {}).get('maxRestarts', 0)}"
+            f"; pods: {pods_text}")
+
+
+def _text(log: Any) -> str:
+    s = log if isinstance(log, str) else json.dumps(log) if log is not None else ""
+    return s if s.endswith("\n") or not s else s + "\n"
