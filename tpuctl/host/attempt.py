@@ -111,7 +111,7 @@ class Attempt:
             # a job tpuctl ended itself (a cancel, the budget) is not the host's stop: no wait for the agent's SIGTERM
             if not cancelled and rc != 0 and self._host_stopping(rc, bool(supervisor.superseded)):
                 return self._interrupted(shipper, rc)   # the host's stop: never a restart, never the run's end
-            if later := supervisor.superseded or self._lost_host(rounds, n, rc, cancelled):
+            if later := supervisor.superseded or lost_host(self, rounds, n, rc, cancelled):
                 n, ended = self._next_round(shipper, *later)
                 if ended is not None:
                     return ended
@@ -171,11 +171,6 @@ class Attempt:
         shipper.note(f"{why}: the run restarts on every host (round {called['round']})", fresh_line=True)
         return int(called["round"]), None
 
-    def _lost_host(self, rounds: Rounds | None, n: int, rc: int, cancelled: bool) -> Called | None:
-        """A job across hosts that exited on its own: a lost host's doing, or None (rounds.lost_since)."""
-        return rounds.lost_since(n, rc, cancelled, lambda note: self.status(RunState.RUNNING, note=note),
-                                 self.halts.halted) if rounds else None
-
     def _launch(self, script: str, env: dict[str, str], shipper: LogShipper) -> subprocess.Popen[bytes] | int:
         """The job's process (jobprocs.start), or the run's end (its exit code): cancelled before it (re)started, or
         failed at once when it cannot be started (a NUL byte or an entry over the kernel's limit that an older
@@ -203,11 +198,9 @@ class Attempt:
 
     def _not_started(self, shipper: LogShipper, rounds: Rounds, n: int, why: str) -> int:
         """A round that could not start on this host: the agent's stop, a cancel, or a run that ended elsewhere."""
-        if why == FINISHED:   # every host had finished it before this one's restart (rounds.assemble)
-            return self._end(shipper, RunState.SUCCEEDED, 0, False, why)
-        if why != "halted":
-            ended = rounds.called(n) or {}
-            return self._end(shipper, RunState.FAILED, int(ended.get("exit_code") or 1), False, why)
+        if why != "halted":   # FINISHED: every host had finished the run before this one's restart (rounds.assemble)
+            code = 0 if why == FINISHED else int((rounds.called(n) or {}).get("exit_code") or 1)
+            return self._end(shipper, RunState.SUCCEEDED if why == FINISHED else RunState.FAILED, code, False, why)
         if self.a.stop.is_set():
             return self._interrupted(shipper, None)
         limit = self.halts.limit
@@ -307,3 +300,9 @@ class Attempt:
         # `python` in a job's command means the agent's own interpreter (its venv has the agent's packages).
         env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
         return env
+
+
+def lost_host(at: Attempt, rounds: Rounds | None, n: int, rc: int, cancelled: bool) -> Called | None:
+    """A job across hosts that exited on its own: a lost host's doing, or None (rounds.lost_since)."""
+    return rounds.lost_since(n, rc, cancelled, lambda note: at.status(RunState.RUNNING, note=note),
+                             at.halts.halted) if rounds else None

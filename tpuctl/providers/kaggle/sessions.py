@@ -88,8 +88,7 @@ class KaggleSessions:
         shape = self.shape(st)
         # the script of the tpuctl that made the dataset, whichever tpuctl pushes this session: its wheel is there
         rec.setdefault("script", kernel.source())
-        digest = rec["dataset"].removeprefix("tpuctl-").split("-")[0]   # a fresh slug's suffix follows (inputs.py)
-        script = kernel.render(rec["script"], {"run_id": run_id, "digest": digest,
+        script = kernel.render(rec["script"], {"run_id": run_id, "digest": _digest(rec["dataset"]),
                                 "previous": bool(previous), "session": n, "command": job.command, "args": job.args,
                                 "env": job.env, "requirements": job.requirements, "framework": job.framework,
                                 "keras_backend": job.keras_backend, "platform": "kaggle",
@@ -262,8 +261,7 @@ class KaggleSessions:
             rec["sessions"][-1]["state"] = "CANCEL_ACKNOWLEDGED"
         runlog.chunk(store, run_id, rec, "--- cancelled" + (": the session's kernel was deleted" if rec["sessions"]
                                                            else " before it reached Kaggle") + " ---\n")
-        if rec["sessions"] and self.shape(st).startswith("Tpu"):
-            runlog.chunk(store, run_id, rec, f"--- {still_counted(k)} ---\n")
+        _say_counted(store, run_id, rec, self.shape(st))
         runlog.status(store, run_id, rec, RunState.CANCELLED)
         inputs.release(store, run_id, rec)
 
@@ -314,6 +312,17 @@ def _fetch_output(files: list[tuple[str, str]], out: Path,
             fetch(url, dest)
             progressed = progressed or dest.read_bytes() != before
     return marks, exit_code, progressed
+
+
+def _digest(dataset: str) -> str:
+    """The inputs' digest in the run's dataset slug, `tpuctl-<digest>[-<suffix>]` (a fresh slug's suffix: inputs.py)."""
+    return dataset.removeprefix("tpuctl-").split("-")[0]
+
+
+def _say_counted(store: BlobStore, run_id: str, rec: dict[str, Any], shape: str) -> None:
+    """After a cancel of a TPU session, the run's log says whether Kaggle still counts it (still_counted)."""
+    if rec["sessions"] and shape.startswith("Tpu"):
+        runlog.chunk(store, run_id, rec, f"--- {still_counted(Kaggle())} ---\n")
 
 
 def still_counted(k: Kaggle) -> str:
