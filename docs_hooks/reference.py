@@ -7,7 +7,6 @@ its help text, its usage line and each parameter's help record: the very strings
 """
 from __future__ import annotations
 
-import re
 from typing import Any, Iterator
 
 MARKER = "<!-- generated: the command reference -->"
@@ -49,10 +48,9 @@ def _params(cmd: Any, ctx: Any) -> list[str]:
 
 
 def markdown() -> str:
-    import typer.main   # imported here, so that loading the hook costs nothing until a build
-
-    from tpuctl.cli import app   # the entry point's module registers every command
-    root = typer.main.get_command(app)
+    from tpuctl.cli import clusters   # noqa: F401  (the entry point's module registers every command)
+    from tpuctl.cli.common import command
+    root = command()   # what `tpuctl --help` prints from
     ctx = root.context_class(root, info_name="tpuctl", **root.context_settings)
     out = ["# Command reference", "",
            "Generated from the CLI itself (`docs_hooks/reference.py` walks the commands `tpuctl --help` lists), "
@@ -69,10 +67,9 @@ def markdown() -> str:
 
 
 def on_page_markdown(text: str, page: Any, **_: Any) -> str:
-    """MkDocs hook: the reference page's marker becomes the generated reference."""
-    if MARKER in text:
-        return text.replace(MARKER, re.sub(r"^# Command reference\n", "", markdown()))
-    return text
+    """MkDocs hook: the reference page (the one holding the marker) becomes the generated reference; its note for
+    readers on GitHub, where nothing is generated, goes."""
+    return markdown() if MARKER in text else text
 
 
 if __name__ == "__main__":

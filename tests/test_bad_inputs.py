@@ -67,8 +67,8 @@ def test_spot_price_in_plan(cloud, cli):
 
 
 def test_status_of_unknown_cluster(env, cli):
-    code, out, err = cli("status", "-c", "nope")
-    assert code == 3 and "tpuctl ls" in err
+    code, out, err = cli("status", "-c", "nope")   # the clusters there are, inline (none), and how to make one
+    assert code == 3 and "none made yet" in err and "tpuctl up --provider local -c nope" in err
 
 
 def test_a_zone_missing_from_the_table_is_asked_once_read_only(cloud, cli):

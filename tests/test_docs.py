@@ -10,6 +10,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "docs_hooks"))
 import reference  # noqa: E402  (docs_hooks/reference.py: the generator the site's build runs)
+from tests.helptext import command_paths, help_of, options_of  # noqa: E402
 
 PAGES = sorted((ROOT / "docs").glob("*.md"))
 
@@ -52,43 +53,16 @@ def test_a_broken_link_fails_the_strict_build(tmp_path):
     assert r.returncode != 0 and "no-such-page.md" in r.stdout + r.stderr
 
 
-def _help(cli, *path: str) -> str:
-    code, out, err = cli(*path, "--help")
-    assert code == 0, err
-    return out
-
-
-def _commands(cli, *path: str) -> list[tuple[str, ...]]:
-    """Every command path `--help` lists, read from the help text itself (not from the generator's walk)."""
-    text = _help(cli, *path)
-    if "Commands:" not in text:
-        return []
-    names = re.findall(r"^  ([a-z][\w-]*)\s", text.split("Commands:", 1)[1], re.M)
-    found = []
-    for name in names:
-        found.append((*path, name))
-        found += _commands(cli, *path, name)
-    return found
-
-
-def _options(help_text: str) -> set[str]:
-    section = help_text.split("Options:", 1)[1] if "Options:" in help_text else ""
-    section = section.split("Commands:", 1)[0]
-    return set(re.findall(r"(?<![\w-])(--?[a-zA-Z][\w-]*)", "\n".join(
-        line.split("  ", 2)[1] if line.startswith("  ") and len(line.split("  ", 2)) > 1 else ""
-        for line in section.splitlines())))
-
-
 def test_the_reference_has_every_command_and_option_help_shows(env, cli):
     doc = reference.markdown()
     sections = dict(re.findall(r"^## (tpuctl[^\n]*)\n(.*?)(?=^## |\Z)", doc, re.M | re.S))
-    commands = _commands(cli)
+    commands = command_paths(cli)
     assert ("submit",) in commands and ("notify", "test") in commands and ("watch",) in commands
     for path in [(), *commands]:
         heading = " ".join(("tpuctl", *path))
         assert heading in sections, f"{heading} is missing from the reference"
-        options = _options(_help(cli, *path))
-        if path and "Commands:" not in _help(cli, *path):
+        options = options_of(help_of(cli, *path))
+        if path and "Commands:" not in help_of(cli, *path):
             assert "--help" in options   # the parse found the options section
         for option in options:
             assert f"{option}," in sections[heading] or f"{option} " in sections[heading] \
@@ -110,8 +84,8 @@ def test_the_readme_is_short_and_lists_every_command(env, cli):
     text = (ROOT / "README.md").read_text()
     assert len(text.splitlines()) <= 200
     table = text.split("## Every command", 1)[1].split("\n## ", 1)[0]
-    for path in _commands(cli):
-        if len(path) == 1 and "Commands:" in _help(cli, *path):
+    for path in command_paths(cli):
+        if len(path) == 1 and "Commands:" in help_of(cli, *path):
             continue   # a group: its commands are listed
         assert f"`tpuctl {' '.join(path)}" in table, f"tpuctl {' '.join(path)} is missing from the README's table"
 

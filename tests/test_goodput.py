@@ -111,3 +111,13 @@ def test_a_keras_save_inside_a_batch_is_checkpoint_time_not_step_time(tmp_path, 
     [a] = MetricsLog.from_json(json.loads((tmp_path / "metrics.json").read_text())).attempts
     assert a["calls"] == 4 and 0.5 <= a["checkpoint_seconds"] < 1.5
     assert a["step_seconds"] - a["first_seconds"] < 0.5, a      # the save is not in the steps after the first
+
+
+def test_a_run_that_made_no_step_has_no_goodput():
+    """Issue 40: 7.9 s reported as step time, step 0, goodput 39%. No step kept, nothing productive; a later attempt
+    that does step still counts its own steps."""
+    none = {"start": 0, "from": 0, "step": 0, "last": 8, "step_seconds": 7.9, "calls": 1, "first_seconds": 7.9}
+    g = goodput.breakdown([none], 0, 20)
+    assert g["goodput_pct"] == 0 and g["productive_seconds"] == 0 and g["other_seconds"] == 20
+    then = {"start": 30, "from": 0, "step": 10, "last": 40, "step_seconds": 10}
+    assert goodput.breakdown([none, then], 0, 40)["productive_seconds"] == 10

@@ -191,3 +191,30 @@ def test_data_past_the_limit_is_read_from_where_the_user_put_it(env, cli, tmp_pa
     work = tmp_path / "jupyter"
     work.mkdir()
     assert "data says hello from Drive" in _run(tmp_path / "j.ipynb", work, DATA=str(drive))
+
+
+def test_the_session_cell_opens_with_sentences_for_a_person_and_no_developer_notes(env, cli, tmp_path):
+    """Issue 40: the 306-line session cell opened with a docstring citing repository paths and issue numbers."""
+    job = make_job(tmp_path, "print('hi')\n")
+    assert cli("notebook", str(job), "-o", str(tmp_path / "j.ipynb"))[0] == 0
+    cells = json.loads((tmp_path / "j.ipynb").read_text())["cells"]
+    session = next(c["source"] for c in cells if "def main(" in c["source"])
+    head = session.split("\n\n", 1)[0]
+    assert head.startswith("# tpuctl's session script") and 2 <= len(head.splitlines()) <= 4
+    assert "Nothing here needs changing" in head
+    assert '"""The script a Kaggle session runs' not in session
+    assert not re.search(r"issue|#\d|KAGGLE_FACTS|colabtools|kaggle-cli", session.split("from __future__", 1)[0])
+
+
+def test_the_job_s_lines_are_whole_outputs_never_empty_ones(env, cli, tmp_path):
+    """Issue 40: each job line was followed by an empty output. An unbuffered job writes `print("step", n)` in four
+    pieces; the notebook shows whole lines."""
+    job = make_job(tmp_path, "for n in range(3):\n    print('step', n)\n", '[env]\nPYTHONUNBUFFERED = "1"\n')
+    assert cli("notebook", str(job), "-o", str(tmp_path / "j.ipynb"))[0] == 0
+    nbformat = pytest.importorskip("nbformat")
+    from nbclient import NotebookClient
+    nb = nbformat.read(str(tmp_path / "j.ipynb"), as_version=4)
+    NotebookClient(nb, timeout=180, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    texts = [o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+    assert all(t.strip() for t in texts), texts
+    assert any(t.startswith("step 0\n") for t in texts), texts

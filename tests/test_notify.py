@@ -520,3 +520,10 @@ def test_down_is_not_held_by_a_dead_receiver_and_what_it_never_took_is_recorded(
     assert time.monotonic() - t0 < 12
     left = notify.undelivered(LocalStore(st.spec.store))
     assert {d["event"] for d in left} == {"run.started", "run.finished"}, left
+
+
+def test_the_text_rounds_its_figures_and_the_object_keeps_them():
+    """Issue 40: the text carried the loss as 7.509448051452637."""
+    from tpuctl.core.notify import text_of
+    text = text_of("run.finished", "bert", "r1", {"exit_code": 0, "loss": 7.509448051452637, "duration_s": 5400.3})
+    assert "loss 7.5094" in text and "7.50944805" not in text and "duration_s 5400.3" in text and "exit_code 0" in text

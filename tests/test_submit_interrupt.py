@@ -160,7 +160,7 @@ def test_run_data_an_earlier_release_left_without_a_run_is_found_once_and_remove
     plant()
     store.write(layout.run_output(orphan) + "/data/not-run-data.txt", b"an output")   # outputs are no run data
     said = json.loads(cli("status", "-c", "legacy", "--json")[1])["orphan_data"]
-    assert said.startswith(f"0.0 MB of data (1 files) of 1 run never submitted ({orphan}: a submit of an earlier")
+    assert said.startswith(f"1.0 kB of data (1 files) of 1 run never submitted ({orphan}: a submit of an earlier")
     assert store.read(layout.ORPHANS_CHECKED) is not None   # listed once; from now on the marks say it
     code, out, err = cli("down", "-c", "legacy", "--yes")
     assert code == 0 and "of 1 run never submitted" in err, err
@@ -207,7 +207,7 @@ def test_ctrl_c_while_a_large_upload_to_a_bucket_is_half_sent_leaves_no_object_a
     finally:
         cloud.gcs.forward = original
     assert proc.returncode == 130 and "Traceback" not in err, err
-    assert "was never submitted and keeps no data; 0 of 1 new data contents (0.0 MB)" in err
+    assert "was never submitted and keeps no data; 0 of 1 new data contents (0 B)" in err
     time.sleep(1)   # whatever the abandoned upload would still do
     names = [b.name for b in storage.Client(project=PROJECT).list_blobs(f"{PROJECT}-tpuctl-gi")]
     assert not [n for n in names if n.startswith(("tpuctl/blobs/", "runs/", "tpuctl/runs/", "tpuctl/submitting/",

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any, List, Optional
 import typer
 
 from .. import __version__
-from .common import (CLUSTER, PROJECT, PROVIDER, app, cluster_and_provider, cluster_name, console, declined,
-                     interactive, settings, interrupt_answered)
+from .common import (CLUSTER, PROJECT, PROVIDER, app, cluster_and_provider, cluster_name, command, console, declined,
+                     forget_said, interactive, settings, interrupt_answered)
 from ..core.errors import ErrorKind, ExitCode, TpuctlError, bad_input
 
 if TYPE_CHECKING:
@@ -69,7 +69,7 @@ def up(
     from ..providers.base import UpFlags
     from ..core import state
     con = console()
-    prior = state.load(cluster_name(cluster))   # `up -c NAME` again: the provider it was made with, unless given
+    prior = state.load(cluster_name(cluster, pick=False))   # `up -c NAME` again: its provider, unless given
     prov = registry.get(settings().provider(provider or (prior.spec.provider.value if prior else None)))
     flags = UpFlags(tpu_type=type_, zones=zone, project=project, arch=arch,
                     runtime=runtime, spot=spot, service_account=service_account, bucket=bucket, vm_type=vm_type,
@@ -78,7 +78,7 @@ def up(
                     reservation=reservation, create_firewall=create_firewall)
     if prior and prior.spec.provider is prov.name:
         flags.remember(prior.spec)
-    spec = prov.make_spec(cluster_name(cluster), flags)
+    spec = prov.make_spec(cluster_name(cluster, pick=False), flags)
     _lifecycle(spec, autostop, max_duration)
     from .recovery import ON_VM, RecoverFlags, arm as arm_recovery, plan as recovery_plan
     recovery = RecoverFlags.parse(recover, max_recoveries, recover_for, watcher)
@@ -137,15 +137,17 @@ def status(cluster: Optional[str] = CLUSTER,
     if as_json:
         con.print_json(info)
         return
+    # `v is False`, not `v in (False, ...)`: 0.0 == False, and $0.00 spent is a figure to show (issue 40)
     rows = [[k, "yes" if v is True else str(v)] for k, v in info.items()
-            if k not in ("grants", "resources", "problem", "fix", "recoveries") and v not in ("", None, False)]
+            if k not in ("grants", "resources", "problem", "fix", "recoveries") and v is not False
+            and v not in ("", None)]
     rows += [[f"recovery {i}", r] for i, r in enumerate(info.get("recoveries", []), 1)]
     for kind, res in info["resources"].items():
         if kind in ("boot_logs", "workers"):
             for host, line in res.items():
                 rows.append([f"{'boot' if kind == 'boot_logs' else 'agent'} {host}", line])
             continue
-        rows.append([kind, " ".join(f"{k}={v}" for k, v in res.items() if v not in ("", None))])
+        _resource_row(rows, kind, res)
     for g in info["grants"]:
         rows.append(["grant", g])
     con.print_table(["field", "value"], rows)
@@ -153,6 +155,17 @@ def status(cluster: Optional[str] = CLUSTER,
         con.err.print(f"[bold red]! {info['problem']}[/]")
     if info["fix"]:
         con.err.print(f"[dim]fix:[/] {info['fix']}" if info["problem"] else f"[dim]{info['fix']}[/]")
+
+
+def _resource_row(rows: list[list[str]], kind: str, res: dict[str, Any]) -> None:
+    """A resource's row, or, when a row of that name is there already (the local store: its path, then its
+    state), what the resource adds to that row: one row per name."""
+    mine = next((r for r in rows if r[0] == kind), None)
+    fields = [f"{k}={v}" for k, v in res.items() if v not in ("", None) and (mine is None or str(v) != mine[1])]
+    if mine is None:
+        rows.append([kind, " ".join(fields)])
+    elif fields:
+        mine[1] += f" ({' '.join(fields)})"
 
 
 @app.command("ls")
@@ -302,8 +315,11 @@ def _usage_error(e: BaseException) -> None:
         sys.exit(ExitCode.OK)
     ctx = getattr(e, "ctx", None)
     where = getattr(ctx, "command_path", "") or "tpuctl"
-    console().print_error(message.strip().splitlines()[0] if message.strip() else "bad usage",
-                           f"`{where} --help` lists {'its options' if ' ' in where else 'the commands'}")
+    from .parsing import PassOnCommand, pass_on_hint
+    command = getattr(ctx, "command", None)
+    hint = (pass_on_hint(command, where) if isinstance(command, PassOnCommand) else
+            f"`{where} --help` lists {'its options' if ' ' in where else 'the commands'}")
+    console().print_error(message.strip().splitlines()[0] if message.strip() else "bad usage", hint)
     sys.exit(int(getattr(e, "exit_code")))
 
 
@@ -311,8 +327,9 @@ def main(argv: Optional[List[str]] = None) -> None:
     # State, the debug log, the local store and what the local agent unpacks may hold a job's [env] secrets:
     # everything tpuctl creates is private to its user (dirs 0700, files 0600).
     os.umask(0o077)
+    forget_said()
     try:
-        rc = app(args=argv, standalone_mode=False, prog_name="tpuctl")  # a typer.Exit comes back as its code
+        rc = command().main(args=argv, standalone_mode=False, prog_name="tpuctl")  # a typer.Exit comes back as its code
         if not interrupt_answered() and rc == ExitCode.INTERRUPTED:   # typer's answer to Ctrl-C: Exit(130), silent
             console().print_error("interrupted", "what the command was doing stopped part way; run it again to "
                                   "finish (tpuctl's commands converge)")

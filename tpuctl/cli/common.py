@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 from types import ModuleType
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 
@@ -16,9 +16,21 @@ if TYPE_CHECKING:
     from ..core.models import ClusterState
     from ..providers.base import Provider
 
+# `tpuctl --help`'s summary: every provider and framework (issue 40: it named TensorFlow and Cloud TPUs alone).
+SUMMARY = ("Train TensorFlow, JAX or PyTorch jobs on TPUs: Google Cloud (gcp), GKE (gke), Kaggle (kaggle), Colab "
+           "(`tpuctl notebook`) or this machine (local). Start with up, submit, logs, down.")
 app = typer.Typer(add_completion=True, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
-                  help="Train TensorFlow jobs on Cloud TPUs (or this machine): up, submit, logs, down.",
+                  help=SUMMARY,
                   context_settings={"help_option_names": ["-h", "--help"]})
+
+
+def command() -> Any:
+    """The command tree typer builds from `app` (what `--help` prints from), with plain metavars."""
+    import typer.main
+    from .parsing import plain_metavars
+    root = typer.main.get_command(app)
+    plain_metavars(root)
+    return root
 
 
 def _cluster_names(incomplete: str) -> list[str]:
@@ -27,7 +39,8 @@ def _cluster_names(incomplete: str) -> list[str]:
     return [n for n in cluster_names() if n.startswith(incomplete)]
 
 
-CLUSTER = typer.Option(None, "--cluster", "-c", help="Cluster name (default: 'default').",
+CLUSTER = typer.Option(None, "--cluster", "-c", help="Cluster name (default: the config's, else 'default' or the "
+                       "only one there is).",
                        autocompletion=_cluster_names)
 PROVIDER = typer.Option(None, "--provider", help="gcp (default), local, kaggle or gke; also TPUCTL_PROVIDER.")
 PROJECT = typer.Option(None, "--project", help="Google Cloud project id.")
@@ -42,7 +55,8 @@ def _print_version(value: bool) -> None:
 @app.callback()
 def _main(version: bool = typer.Option(False, "--version", "-V", is_eager=True, callback=_print_version,
                                        help="Print tpuctl's version and exit.")) -> None:
-    """Train TensorFlow jobs on Cloud TPUs (or this machine): up, submit, logs, down."""
+    """Train TensorFlow, JAX or PyTorch jobs on TPUs: Google Cloud (gcp), GKE (gke), Kaggle (kaggle), Colab
+    (`tpuctl notebook`) or this machine (local). Start with up, submit, logs, down."""
 
 
 def settings() -> ModuleType:
@@ -50,12 +64,39 @@ def settings() -> ModuleType:
     return config
 
 
-def cluster_name(flag: Optional[str]) -> str:
+def cluster_name(flag: Optional[str], pick: bool = True) -> str:
+    """-c, else the `cluster` setting (TPUCTL_CLUSTER, the config file), else, when `pick`, the cluster there is:
+    `default` if it exists, else the only one (said on stderr, once), else the one line listing them. `up` does not
+    pick: without -c it makes (or re-makes) `default`."""
     from ..core.models import check_cluster_name
     if flag == "":
         raise bad_input("empty cluster name (-c \"\")", "drop -c to use the cluster 'default', or name one: -c bert")
-    cfg = settings()
-    return check_cluster_name(cfg.setting("cluster", flag, "default"))
+    name = settings().setting("cluster", flag, None)
+    return check_cluster_name(name if name is not None else _the_cluster() if pick else "default")
+
+
+_said: set[str] = set()
+
+
+def _the_cluster() -> str:
+    from ..core.state import cluster_names
+    names = cluster_names()
+    if not names or "default" in names:
+        return "default"   # none: `no cluster named 'default'`, whose hint says how to make one
+    if len(names) > 1:
+        raise bad_input(f"no -c, and {len(names)} clusters here: {', '.join(names)}",
+                        f"name one (-c {names[0]}), or set one for every command: TPUCTL_CLUSTER={names[0]} or "
+                        "`cluster = \"NAME\"` in ~/.config/tpuctl/config.toml")
+    if names[0] not in _said:
+        _said.add(names[0])
+        console().err.print(f"using cluster {names[0]}, the only one here (-c NAME picks another)", style="dim",
+                            markup=False)
+    return names[0]
+
+
+def forget_said() -> None:
+    """A new command in the same process (the tests' in-process CLI) says which cluster it uses again."""
+    _said.clear()
 
 
 def check_run_ids(*run_ids: Optional[str]) -> None:

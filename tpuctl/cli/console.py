@@ -17,6 +17,8 @@ from rich.cells import cell_len
 from rich.markup import escape
 from rich.table import Table
 
+from ..core import sizes
+
 if TYPE_CHECKING:
     from rich.progress import Progress   # imported when a transfer starts: it is slow to import
 
@@ -27,12 +29,7 @@ out = Console(highlight=False, soft_wrap=True)
 _FINAL = {"READY", "RUNNING", "GRANTED", "REVOKED", "DELETED", "ADOPTED"}
 
 
-def human_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} GiB"
+human_bytes = sizes.human_bytes   # decimal units, as the transfer bars below (rich's DownloadColumn) show them
 
 
 class Reporter:
@@ -84,13 +81,14 @@ class Reporter:
         if not self.live:
             self.c.print(f"  {kind:<6} {name}  {state}  ({now - start:.0f}s)")
 
-    def transfer(self, total: int, verb: str = "upload") -> Callable[[int], None]:
-        """A byte progress bar (size, speed, time left) for a transfer of `total` bytes; returns advance(n)."""
+    def transfer(self, total: int, verb: str = "upload", what: str = "data") -> Callable[[int], None]:
+        """A byte progress bar (size, speed, time left) for a transfer of `total` bytes of `what` (the run's data,
+        a run's outputs); returns advance(n)."""
         if not self.live:
-            self.c.print(f"  data   {verb}ing {human_bytes(total)}")
+            self.c.print(f"  {what}: {verb}ing {human_bytes(total)}")
             return lambda n: None
         from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
-        bar = Progress(f"  {verb}", BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn(),
+        bar = Progress(f"  {verb} {what}", BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn(),
                        console=self.c, auto_refresh=False)
         task = bar.add_task(verb, total=total)
         lock = threading.Lock()

@@ -65,7 +65,7 @@ def download(run_id: Optional[str] = typer.Argument(None, help="Run id (default:
     if target.exists() and not target.is_dir():
         raise bad_input(f"{target} exists and is not a directory", "pass -o DIR")
     with con.Reporter() as rep:
-        got = dl.outputs(store, rid, target, lambda total: rep.transfer(total, "download"))
+        got = dl.outputs(store, rid, target, lambda total: rep.transfer(total, "download", f"run {rid}'s outputs"))
     if got.files == 0:
         con.err.print(f"run {rid} has no outputs yet (a job writes them under $TPUCTL_OUTPUT_DIR)")
         return

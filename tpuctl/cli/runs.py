@@ -10,6 +10,7 @@ import typer
 
 from .common import (CLUSTER, PROVIDER, app, check_run_ids, check_worker, cluster_and_provider, cluster_name,
                      console, interrupted)
+from .parsing import PassOnCommand, ShellCommand
 from ..core.errors import ErrorKind, ExitCode, TpuctlError, bad_input
 
 if TYPE_CHECKING:
@@ -65,7 +66,7 @@ def follow_run(store: "BlobStore", run_id: str, st0: "ClusterState", prov: "Prov
     return int(ExitCode.OK)
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+@app.command(cls=PassOnCommand)
 def submit(ctx: typer.Context,
            job_dir: str = typer.Argument(..., help="Directory holding tpuctl.toml."),
            cluster: Optional[str] = CLUSTER,
@@ -171,14 +172,19 @@ def _submit_preview(job: "JobSpec", cluster: Optional[str], provider: Optional[s
     from ..core import state
     from ..control import submission
     con = console()
-    st = state.load(cluster_name(cluster))
+    try:
+        name: Optional[str] = cluster_name(cluster)
+    except TpuctlError:   # several clusters and none named: a dry run needs none (everything is counted)
+        name = None
+    st = state.load(name) if name else None
     store = None
     if st is not None:
         try:
             store = cluster_and_provider(cluster, provider)[1].store(st)
         except TpuctlError as e:   # no credentials, say: still show what is known offline
             con.err.print(f"[yellow]! cannot compare with cluster {st.name}'s store: {e.message}[/]")
-    p = submission.preview(job, store)
+    with con.Reporter() as rep:
+        p = submission.preview(job, store, lambda total: rep.transfer(total, "hash"))
     human = con.human_bytes
     print(f"job      {job.name}: {job.command}")
     if job.tensorflow:
@@ -200,7 +206,7 @@ def _submit_preview(job: "JobSpec", cluster: Optional[str], provider: Optional[s
     con.err.print("dry run: nothing was uploaded or run")
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+@app.command(cls=ShellCommand)
 def ssh(ctx: typer.Context, cluster: Optional[str] = CLUSTER,
         worker: int = typer.Option(0, "--worker", help="Worker of a multi-host slice."),
         provider: Optional[str] = PROVIDER) -> None:
@@ -221,7 +227,7 @@ def ssh(ctx: typer.Context, cluster: Optional[str] = CLUSTER,
     raise typer.Exit(subprocess.call(argv))
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+@app.command(cls=PassOnCommand)
 def notebook(ctx: typer.Context, job_dir: str = typer.Argument(..., help="Directory holding tpuctl.toml."),
              output: Optional[str] = typer.Option(None, "--output", "-o", help="Notebook file (default: JOB.ipynb)."),
              data: List[str] = typer.Option([], "--data", help="Extra data path to carry (repeatable)."),

@@ -7,6 +7,7 @@ import time
 
 from ..core import backends, budget, layout, orphans, runindex, runs, state
 from ..core.errors import TpuctlError
+from ..core.sizes import human_bytes
 from ..core.models import ClusterState, HostFacts, Phase
 from ..providers.base import Provider, Reporter, progress_of
 from ..core.runs import RunState
@@ -26,7 +27,7 @@ def remove_orphans(st: ClusterState, provider: Provider, reporter: Reporter) -> 
         return
     if runs_:
         reporter.resource("data", f"of {runs_} run{'s' * (runs_ > 1)} never submitted",
-                          f"deleted ({files} files, {size / 1e6:.1f} MB)", final=True)
+                          f"deleted ({files} files, {human_bytes(size)})", final=True)
 
 
 def _disarm(st: ClusterState, provider: Provider) -> tuple[list[str], str]:

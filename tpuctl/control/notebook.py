@@ -14,6 +14,7 @@ notebook again resumes the job from what is in Drive. Off Colab (no `google.cola
 """
 from __future__ import annotations
 
+import ast
 import base64
 import json
 import os
@@ -59,7 +60,7 @@ def build(job: JobSpec, args: list[str], data_uri: str = "", embed_limit_mb: flo
              _cell("code", _parameters({"SESSION_HOURS": round(seconds / 3600, 4), "KEEP": "", "DATA": data_uri,
                                         "SYNC_MINUTES": 10, "DRIVE": "/content/drive", "JOB": job.name})),
              _cell("code", _payload(files), hidden=True),
-             _cell("code", kernel.source()),
+             _cell("code", _session_cell()),
              _cell("code", "CONFIG = " + json.dumps(config, indent=1) + "\n" + _RUN)]
     return {"nbformat": 4, "nbformat_minor": 5,
             "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
@@ -91,6 +92,24 @@ def _payload(files: dict[str, bytes]) -> str:
         text = base64.b64encode(data).decode()
         out.append(f"    {name!r}: \"\"\"\n" + "\n".join(textwrap.wrap(text, _LINE)) + "\n\"\"\",")
     return "\n".join(out) + "\n}\n"
+
+
+SESSION_INTRO = """\
+# tpuctl's session script: it unpacks the job and its data from the cell above, installs what the job needs
+# (TensorFlow for the TPU where the runtime has none), checks that the TPU is seen, then runs the job.
+# Nothing here needs changing: the parameters are in the first code cell, and the last cell starts the run.
+
+"""
+
+
+def _session_cell() -> str:
+    """The session script as a person running the notebook meets it: what it does and what to change first; its
+    module docstring, a developer's notes citing repository paths and issue threads, stays in the repository."""
+    source = kernel.source()
+    first = ast.parse(source).body[0]
+    if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+        source = "\n".join(source.splitlines()[first.end_lineno:]).lstrip("\n") + "\n"
+    return SESSION_INTRO + source
 
 
 def _intro(job: JobSpec) -> str:

@@ -7,16 +7,19 @@ import time
 from ..core import budget, layout, runs, state
 from ..core.errors import ErrorKind, TpuctlError
 from ..core.lifecycle import show_duration
+from ..core.sizes import human_bytes
 from ..core.models import ClusterState, Phase
-from ..core.store import BlobStore
+from ..core.store import BlobStore, LocalStore
 from ..providers.base import Provider
 
 
 def load(name: str) -> ClusterState:
     st = state.load(name)
     if st is None:
-        raise TpuctlError(ErrorKind.NOT_FOUND, f"no cluster named {name!r}",
-                          "`tpuctl ls` lists clusters; `tpuctl up -c NAME ...` makes one")
+        names = state.cluster_names()
+        raise TpuctlError(ErrorKind.NOT_FOUND, f"no cluster named {name!r} " + (
+            f"(clusters here: {', '.join(names)})" if names else "(none made yet on this machine)"),
+            (f"-c {names[0]} to use it; " if len(names) == 1 else "") + state.how_to_make(name))
     return st
 
 
@@ -118,7 +121,7 @@ def orphan_data(st: ClusterState, provider: Provider) -> str:
     if not found:
         return ""
     size = sum(o.bytes for o in found)
-    return (f"{size / 1e6:.1f} MB of data ({sum(o.files for o in found)} files) of {len(found)} run"
+    return (f"{human_bytes(size)} of data ({sum(o.files for o in found)} files) of {len(found)} run"
             f"{'s' * (len(found) > 1)} never submitted ({', '.join(o.run_id for o in found[:3])}"
             f"{', ...' if len(found) > 3 else ''}: {found[0].left_by}); `tpuctl down -c {st.name}` removes it")
 
@@ -221,8 +224,12 @@ def stopped_by_host(st: ClusterState, provider: Provider) -> tuple[str, float] |
 
 
 def store_bytes(st: ClusterState, provider: Provider) -> int | None:
-    """What a kept store holds, in bytes (None when it cannot be listed)."""
+    """What a kept store holds, in bytes (None when it cannot be listed): on disk, a file linked into several runs
+    once; in a bucket, every object (a server-side copy is an object of its own, billed as one)."""
     try:
-        return sum(size for _, size in provider.store(st).list(""))
+        store = provider.store(st)
+        if isinstance(store, LocalStore):
+            return store.disk_bytes()
+        return sum(size for _, size in store.list(""))
     except Exception:  # noqa: BLE001 - a size is a nicety in `ls`: a store that cannot be listed shows none
         return None

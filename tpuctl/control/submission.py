@@ -13,6 +13,7 @@ from pathlib import Path
 from ..core import backends, datasync, goodput, interrupts, layout, metrics, notify, orphans, packaging, runindex, runs
 from ..core.errors import ErrorKind, TpuctlError, bad_input
 from ..core.jobspec import JobSpec, check_launchable
+from ..core.sizes import human_bytes
 from ..core.models import ClusterState, Framework, Phase
 from . import armed
 from ..providers.base import Provider, Reporter
@@ -66,7 +67,7 @@ def submit(st: ClusterState, provider: Provider, job: JobSpec, args: list[str], 
     store = provider.store(st)
     unpacked = packaging.size(job.root, job.data)
     if unpacked > warn_package_bytes():
-        reporter.warn(f"the job directory holds {unpacked / 1e6:.0f} MB besides its data: it is packed and uploaded "
+        reporter.warn(f"the job directory holds {human_bytes(unpacked)} besides its data: it is packed and uploaded "
                       "as code; list large inputs under `data` in tpuctl.toml (synced once, skipped when unchanged)")
     with tempfile.TemporaryDirectory() as tmp:
         pkg = Path(tmp) / "job.tar.gz"
@@ -74,7 +75,7 @@ def submit(st: ClusterState, provider: Provider, job: JobSpec, args: list[str], 
         pkg_key = layout.job_package(sha)
         if pkg_key not in store.stats(pkg_key):
             store.upload_file(str(pkg), pkg_key, lambda n: None)   # content-addressed: a rewrite is harmless
-            reporter.resource("package", sha[:12], f"uploaded {pkg.stat().st_size / 1024:.1f} KiB", final=True)
+            reporter.resource("package", sha[:12], f"uploaded {human_bytes(pkg.stat().st_size)}", final=True)
         else:
             reporter.resource("package", sha[:12], "unchanged", final=True)
     run_id = runs.new_id()
@@ -84,7 +85,7 @@ def submit(st: ClusterState, provider: Provider, job: JobSpec, args: list[str], 
     except datasync.Interrupted as e:
         raise TpuctlError(ErrorKind.INTERRUPTED, f"submit stopped while sending data: run {run_id} was never "
                           f"submitted and keeps no data; {e.stored} of {e.missing} new data contents "
-                          f"({e.bytes_sent / 1e6:.1f} MB) reached the store and stay there (no submit sends them "
+                          f"({human_bytes(e.bytes_sent)}) reached the store and stay there (no submit sends them "
                           "again)", "submit again to send the rest and run it") from None
     except KeyboardInterrupt:
         raise TpuctlError(ErrorKind.INTERRUPTED, f"submit stopped before run {run_id} was written: nothing of it is "
@@ -110,10 +111,11 @@ def _write_run(store: BlobStore, st: ClusterState, job: JobSpec, args: list[str]
     if job.data:
         orphans.begin(store, run_id)
     try:
-        synced = datasync.sync(store, job.data, job.data_as, run_id, transfer) if job.data else {}
+        synced = datasync.sync(store, job.data, job.data_as, run_id, transfer,
+                                lambda total: reporter.transfer(total, "hash")) if job.data else {}
         if synced:
             reporter.resource("data", layout.run_data(run_id), f"{synced['uploaded']} of {synced['files']} files "
-                              f"sent ({synced['bytes_sent'] / 1e6:.1f} MB; {synced['bytes_skipped'] / 1e6:.1f} MB "
+                              f"sent ({human_bytes(synced['bytes_sent'])}; {human_bytes(synced['bytes_skipped'])} "
                               "unchanged)", final=True)
         spec = RunSpec(id=run_id, name=job.name, command=job.command, args=list(args), env=job.env, package=sha,
                        requirements=job.requirements, submitted=time.time(), cluster=st.name,
@@ -155,7 +157,7 @@ class Preview:
         return sum(size for _, _, size in self.data)
 
 
-def preview(job: JobSpec, store: BlobStore | None) -> Preview:
+def preview(job: JobSpec, store: BlobStore | None, hashing: datasync.Transfer | None = None) -> Preview:
     """What `submit` would send, without a run: the package (built here, so its size and hash are exact) and each
     data file with where the job sees it; with a store, what of it the store already holds."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -163,7 +165,7 @@ def preview(job: JobSpec, store: BlobStore | None) -> Preview:
         sha = packaging.build_file(job.root, job.data, pkg)
         packed = pkg.stat().st_size
     files = datasync.plan(job.data, job.data_as)
-    by_md5 = datasync.contents(files)
+    by_md5 = datasync.contents(files, hashing)
     have = datasync.stored(store) if store is not None else set()
     pkg_new = store is None or layout.job_package(sha) not in store.stats(layout.job_package(sha))
     new = [md5 for md5 in by_md5 if md5 not in have]
@@ -292,5 +294,5 @@ def cancel(store: BlobStore, run_id: str) -> str:
     st = runs.status(store, run_id)
     if st.state.final:
         raise TpuctlError(ErrorKind.INPUT, f"run {run_id} already {st.state.value}", "nothing to cancel")
-    store.write(layout.run_cancel(run_id), json.dumps({"time": time.time()}).encode())
+    store.write(layout.run_cancel(run_id), runs.cancel_request(time.time()))
     return run_id

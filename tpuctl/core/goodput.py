@@ -37,8 +37,10 @@ def breakdown(attempts: list[dict[str, float]], started: float, ended: float) ->
     redone = 0
     for i, a in enumerate(attempts):
         steps = max(a["step"] - a["from"], 0.0)
-        extra = first_step_extra(a)
-        kept = a["step_seconds"] - extra
+        # an attempt that made no step kept nothing: its time is not productive (issue 40: `jobs` showed 39% for a
+        # run at step 0 whose job had reported 7.9 s of "step" time before its first step ended)
+        extra = first_step_extra(a) if steps else 0.0
+        kept = a["step_seconds"] - extra if steps else 0.0
         per_step = kept / steps if steps else 0.0
         nxt = attempts[i + 1] if i + 1 < len(attempts) else None
         lost_steps = max(a["step"] - nxt["from"], 0.0) if nxt else 0.0

@@ -7,11 +7,12 @@ import json
 import os
 import threading
 from pathlib import Path
+from typing import Callable
 
 from . import state
 
 
-def file_md5(path: str, chunk: int = 1 << 20) -> str:
+def file_md5(path: str, chunk: int = 1 << 20, progress: Callable[[int], None] = lambda n: None) -> str:
     h = hashlib.md5()
     with open(path, "rb") as f:
         while True:
@@ -19,6 +20,7 @@ def file_md5(path: str, chunk: int = 1 << 20) -> str:
             if not b:
                 return h.hexdigest()
             h.update(b)
+            progress(len(b))
 
 
 class Md5Cache:
@@ -31,14 +33,20 @@ class Md5Cache:
         self.lock = threading.Lock()
         self.dirty = False
 
-    def md5(self, path: Path) -> str:
+    def known(self, path: Path) -> bool:
+        """Whether md5(path) answers from the cache (the file unchanged since it was hashed)."""
+        st = path.stat()
+        hit = self.data.get(str(path.resolve()))
+        return hit is not None and hit[0] == st.st_size and hit[1] == st.st_mtime_ns
+
+    def md5(self, path: Path, progress: Callable[[int], None] = lambda n: None) -> str:
         st = path.stat()
         k = str(path.resolve())
         with self.lock:
             hit = self.data.get(k)
         if hit and hit[0] == st.st_size and hit[1] == st.st_mtime_ns:
             return str(hit[2])
-        digest = file_md5(str(path))
+        digest = file_md5(str(path), progress=progress)
         with self.lock:
             self.data[k] = [st.st_size, st.st_mtime_ns, digest]
             self.dirty = True

@@ -157,6 +157,30 @@ def read_object(store: BlobStore, key: str) -> dict[str, Any]:
     return doc if isinstance(doc, dict) else {}
 
 
+def cancel_request(now: float) -> bytes:
+    """What `tpuctl cancel` writes: when, and who (the user and machine the CLI ran as), for the run's log."""
+    import getpass
+    import socket
+    try:
+        who = f"{getpass.getuser()}@{socket.gethostname()}"
+    except Exception:  # noqa: BLE001 - no user name (a container without one): the machine alone
+        who = socket.gethostname()
+    return json.dumps({"time": now, "by": who}).encode()
+
+
+def cancelled_by(store: BlobStore, run_id: str) -> str:
+    """The line a cancelled run's log ends with: who cancelled it, and when (UTC); "" without a cancel request
+    (the run's deadline ended it: its own line says so) or when the store cannot say (the run ends all the same)."""
+    try:
+        doc = read_object(store, layout.run_cancel(run_id))
+    except Exception:  # noqa: BLE001 - a store outage must not keep a run from ending
+        return ""
+    if not doc:
+        return ""
+    at = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(float(doc.get("time") or 0)))
+    return f"cancelled by {doc.get('by') or 'tpuctl cancel'} at {at}"
+
+
 def job(store: BlobStore, run_id: str) -> RunSpec | None:
     d = read_json(store, layout.run_job(run_id))
     return RunSpec.from_json(d) if d is not None else None

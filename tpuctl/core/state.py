@@ -88,3 +88,18 @@ def all_clusters(unreadable: Callable[[TpuctlError], None] = lambda e: None) -> 
         if st:
             out.append(st)
     return out
+
+
+def how_to_make(name: str) -> str:
+    """The `up` command that makes cluster NAME, for the provider the user works with: the one their clusters use
+    (all local: `--provider local`), else each provider's. A hint with Google Cloud flags for someone who has only
+    ever made local clusters sent them the wrong way (issue 40)."""
+    used = {st.spec.provider.value for st in all_clusters()}
+    ways = {"local": f"tpuctl up --provider local -c {name}",
+            "kaggle": f"tpuctl up --provider kaggle --type v5e-8 -c {name}",
+            "gcp": f"tpuctl up --type v5litepod-8 --zone us-west4-a -c {name}",
+            "gke": f"tpuctl up --provider gke --type v6e-16 --zone us-east5-b -c {name}"}
+    if len(used) == 1 and used <= ways.keys():
+        return f"`{ways[used.pop()]}` makes it"
+    return ("make it: `" + ways["local"] + "` (this machine), `" + ways["gcp"] + "` (Google Cloud) or `"
+            + ways["kaggle"] + "` (Kaggle)")

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..core import layout, runs
-from ..core.jobspec import DEFAULT_TENSORFLOW
 from ..core.packaging import unpack
 from ..core.runs import RunSpec, RunState, RunStatus
 from ..runtime import prefer_legacy_keras
@@ -88,7 +87,7 @@ class Attempt:
             return 127
         if self.a.stop.is_set():
             return self._interrupted(shipper, None)
-        tf = self.tensorflow(job)
+        tf = kerasbackend.tensorflow_to_install(job, self.a.record, self.a.accelerator)
         script, env_dir = self._script(job, tf)
         rounds = Rounds.of(self.a, self.run_id, job)
         n = rounds.join() if rounds else 1
@@ -143,7 +142,7 @@ class Attempt:
             break
         # RESUME: tpuctl itself ended the job (a cancel, the deadline): cancelled. The agent's own stop returned above
         state = {Decision.DONE: RunState.SUCCEEDED, Decision.FAIL: RunState.FAILED}.get(decision, RunState.CANCELLED)
-        return self._end(shipper, state, rc, cancelled)
+        return self._end(shipper, state, rc, cancelled, runs.cancelled_by(self.a.store, self.run_id) * cancelled)
 
     def _end(self, shipper: LogShipper, state: RunState, rc: int, cancelled: bool, why: str = "") -> int:
         """The run's end on this host: its output shipped, its final status, its event."""
@@ -246,12 +245,6 @@ class Attempt:
             if not a.wait_tpu_address(lambda: self.status(RunState.STARTING)):
                 raise RuntimeError("the TPU node's address never appeared in the cluster record")
         return job
-
-    def tensorflow(self, job: RunSpec) -> str:
-        """The TensorFlow this host installs for the job: on a TPU VM whose runtime has none (the cluster record's
-        `tensorflow_from` is "pip"), the version the job's tpuctl.toml asked for; else "" (the image's)."""
-        on_tf = kerasbackend.framework(job, self.a.record, self.a.accelerator) == "tensorflow"   # Keras: its backend
-        return (job.tensorflow or DEFAULT_TENSORFLOW) if on_tf and self.a.record.get("tensorflow_from") == "pip" else ""
 
     def _script(self, job: RunSpec, tf: str) -> tuple[str, Path | None]:
         """The job's bash script, and its own environment when it needs one (requirements, TensorFlow `tf`, or

@@ -8,6 +8,7 @@ import shlex
 from typing import Any, Mapping
 
 from ..core import backends
+from ..core.jobspec import DEFAULT_TENSORFLOW
 from ..core.runs import RunSpec
 
 
@@ -27,6 +28,14 @@ def framework(job: RunSpec, record: Mapping[str, Any], accelerator: str) -> str:
     if job.framework != "keras":
         return job.framework
     return "tensorflow" if pick(job, record, accelerator)[0] == "tensorflow" else "jax"
+
+
+def tensorflow_to_install(job: RunSpec, record: Mapping[str, Any], accelerator: str) -> str:
+    """The TensorFlow this host installs for the job: on a TPU VM whose runtime has none (the cluster record's
+    `tensorflow_from` is "pip"), the version the job's tpuctl.toml asked for; else "" (the image's). A Keras job
+    counts by its backend."""
+    on_tf = framework(job, record, accelerator) == "tensorflow"
+    return (job.tensorflow or DEFAULT_TENSORFLOW) if on_tf and record.get("tensorflow_from") == "pip" else ""
 
 
 def jax_to_install(job: RunSpec, record: Mapping[str, Any], accelerator: str) -> str:

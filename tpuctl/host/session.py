@@ -278,14 +278,24 @@ def output_filter(cfg: dict[str, Any]) -> tuple[Callable[[bytes], None], Callabl
     quiet = None if cfg["env"].get("TPUCTL_TF_PREAMBLE") == "1" else \
         PreambleFilter(gpu=cfg["accelerator"].startswith("gpu"))
     text = codecs.getincrementaldecoder("utf-8")(errors="replace")   # a notebook's stdout takes text
+    # Whole lines only (a `\r` ends one too, for progress bars): a notebook makes each write an output of its own,
+    # and an unbuffered job writes `print("loss", x)` as four ("loss", " ", x, "\n": issue 40's empty outputs).
+    held = [""]
 
     def show(data: bytes) -> None:
-        sys.stdout.write(text.decode(quiet.feed(data) if quiet else data))
-        sys.stdout.flush()
+        s = held[0] + text.decode(quiet.feed(data) if quiet else data)
+        cut = max(s.rfind("\n"), s.rfind("\r")) + 1
+        held[0] = s[cut:]
+        if cut:
+            sys.stdout.write(s[:cut])
+            sys.stdout.flush()
 
     def end() -> None:
-        sys.stdout.write(text.decode(quiet.end() if quiet else b"", final=True))
-        sys.stdout.flush()
+        s = held[0] + text.decode(quiet.end() if quiet else b"", final=True)
+        held[0] = ""
+        if s:
+            sys.stdout.write(s)
+            sys.stdout.flush()
     return show, end
 
 

@@ -17,7 +17,8 @@ from . import clients, project
 
 def make_spec(name: str, flags: UpFlags) -> ClusterSpec:
     if not flags.tpu_type:
-        raise bad_input("--type is required", "for example: tpuctl up --type v3-8 --zone us-central1-b")
+        from ...core.state import how_to_make
+        raise bad_input(f"--type is required for a Google Cloud TPU (cluster {name})", how_to_make(name))
     gke_only = [f for f, v in (("--gke-cluster", flags.gke_cluster), ("--image", flags.image),
                                ("--reservation", flags.reservation)) if v]
     if gke_only:

@@ -21,6 +21,7 @@ from typing import Any, Callable
 from ...core import layout, runindex
 from ...core.errors import ErrorKind, TpuctlError
 from ...core.store import BlobStore
+from ...core.sizes import human_bytes
 from .client import Kaggle
 
 DATASETS = layout.REMOTE_DATASETS
@@ -48,7 +49,7 @@ def ensure(k: Kaggle, slug: str, title: str, files: dict[str, bytes], progress: 
             return slug
         if not state:
             size = sum(len(b) for b in files.values())
-            progress(f"uploading dataset {slug} ({size / 1e6:.1f} MB, private)")
+            progress(f"uploading dataset {slug} ({human_bytes(size)}, private)")
             try:
                 k.create_dataset(slug, title, files)
             except TpuctlError as e:
