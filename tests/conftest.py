@@ -1,6 +1,22 @@
+"""Fixtures every test file shares: the Google fakes (one set per test process), an isolated tpuctl home, the CLI.
+
+The suite runs side by side (pytest-xdist workers, `-n` in pyproject's addopts), and two checkouts may run it at once
+on one machine. So a test must:
+- bind every server it starts to port 0 (an ephemeral port) and hand its address on through the environment or an
+  argument: never a fixed port (the Kaggle fake too: fakes/kaggle.py `env()`);
+- write only under tmp_path / tmp_path_factory (or TPUCTL_HOME, which the `env` fixture points there): never a fixed
+  path, the home directory, or a name in /tmp two runs would share;
+- set environment variables with monkeypatch, and make every wait short through its environment variable;
+- build what many tests share once per process (a session fixture: the fakes, the wheel index), never rely on
+  another test having run first or in the same process (a module fixture is made once per worker that runs one
+  of its tests; mark tests with pytest.mark.xdist_group only where they must share one process).
+"""
+import atexit
 import logging
 import os
+import shutil
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 
@@ -32,6 +48,12 @@ def _never_reap_orphans() -> None:
 
 
 _never_reap_orphans()
+
+# tpuctl's state home where a test forgot TPUCTL_HOME (core/state.py home(): XDG_STATE_HOME, else ~/.local/state):
+# one of this process's own, so no test writes the user's, nor another suite's.
+_STATE_HOME = tempfile.mkdtemp(prefix="tpuctl-test-state-")
+os.environ["XDG_STATE_HOME"] = _STATE_HOME
+atexit.register(shutil.rmtree, _STATE_HOME, ignore_errors=True)   # every test process, xdist's controller too
 
 
 def until(cond, timeout=60.0, what="", every=0.05):
@@ -76,7 +98,22 @@ class Cloud:
 
 
 TEST_DEADLINE = float(os.environ.get("TPUCTL_TEST_DEADLINE", "600"))   # the longest test takes about 90 s
-HANG_LOG = os.path.join(os.environ.get("TMPDIR", "/tmp"), "tpuctl-test-hang.log")   # .ci/run prints it on failure
+# One hang log per test process: pytest-xdist's workers, and two suites run at once on one machine, each write their
+# own (one shared name had one process truncate the stacks another was writing). .ci/run names the directory
+# (TPUCTL_TEST_HANG_DIR) and prints every log left in it; a log that stayed empty is removed when its process ends.
+HANG_LOG = os.path.join(os.environ.get("TPUCTL_TEST_HANG_DIR") or os.environ.get("TMPDIR", "/tmp"),
+                        f"tpuctl-test-hang-{os.getpid()}.log")
+
+
+def _hang_log_removed_if_empty() -> None:
+    try:
+        if os.path.getsize(HANG_LOG) == 0:
+            os.remove(HANG_LOG)
+    except OSError:
+        pass
+
+
+atexit.register(_hang_log_removed_if_empty)
 
 
 @pytest.fixture(autouse=True)

@@ -46,7 +46,8 @@ def kaggle(_fake_kaggle, env, monkeypatch, tmp_path, wheel_index):
     _fake_kaggle.reset()
     _fake_kaggle.session_env = {"TPUCTL_TF_FIND_LINKS": wheel_index.url, "PIP_FIND_LINKS": wheel_index.url,
                                 "PIP_NO_INDEX": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
-    monkeypatch.setenv("KAGGLE_API_ENVIRONMENT", "TEST")
+    for k, v in _fake_kaggle.env().items():   # kagglesdk's TEST endpoint, through the fake on its own port
+        monkeypatch.setenv(k, v)
     monkeypatch.setenv("KAGGLE_CONFIG_DIR", str(tmp_path / "kaggle-config"))
     monkeypatch.setenv("KAGGLE_USERNAME", "alice")
     monkeypatch.setenv("KAGGLE_KEY", KEY)

@@ -38,9 +38,20 @@ def _stop(p):
     p.terminate()
     p.wait(20)
     assert p.returncode == 143
-    tb = [pid for pid in os.listdir("/proc") if pid.isdigit() and _cmd(pid).startswith(sys.executable)
-          and "tensorboard.main" in _cmd(pid) and f"{RUN}:" in _cmd(pid)]
+    # Only a TensorBoard of this test's CLI: orphaned when the CLI died, it is this process's child now (conftest
+    # makes every test process a subreaper). Another test's, on another pytest-xdist worker or in another suite,
+    # serves the same RUN: matched by its command line alone, it failed this test when the two ran side by side.
+    tb = [pid for pid in os.listdir("/proc") if pid.isdigit() and _ppid(pid) == os.getpid()
+          and _cmd(pid).startswith(sys.executable) and "tensorboard.main" in _cmd(pid) and f"{RUN}:" in _cmd(pid)]
     assert not tb, "TensorBoard outlived the CLI"
+
+
+def _ppid(pid):
+    """The parent's pid (/proc/PID/stat: the fourth field, after the command name in parentheses), or 0."""
+    try:
+        return int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
 
 
 def _cmd(pid):

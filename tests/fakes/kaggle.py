@@ -1,7 +1,13 @@
 """A wire-level fake of Kaggle's public API for the official client (kagglesdk, as the `kaggle` package uses it).
 
 The client picks its endpoint from KAGGLE_API_ENVIRONMENT (kagglesdk/kaggle_env.py): TEST is http://localhost:7777,
-and every call is `POST {endpoint}/api/v1/{service}/{method}` with the request object's JSON (camelCase field
+a fixed port, so two test runs (or two pytest-xdist workers) could not each have a fake there. The fake listens on
+an ephemeral port instead and is reached as the HTTP proxy of that endpoint: kagglesdk sends every call through a
+requests session with the environment's settings merged in (kaggle_http_client.py `call`: "Merge environment
+settings into session", `merge_environment_settings`), and requests takes its proxy from http_proxy/HTTP_PROXY,
+skipping the hosts in no_proxy (requests.readthedocs.io/en/latest/user/advanced/#proxies). `env()` names them; a
+proxied request arrives with the absolute URL (http://localhost:7777/api/v1/...), which the fake accepts for that
+endpoint only. Every call is `POST {endpoint}/api/v1/{service}/{method}` with the request object's JSON (camelCase field
 names, KaggleObject.to_dict), answered with the response object's JSON; an error is a JSON body whose `code` is
 >= 400 (kaggle_http_client.py `_prepare_response`). Requests and responses here are built and parsed with
 kagglesdk's own types, so a field the real client would not send or read fails here too. Auth is an API token as
@@ -69,7 +75,7 @@ from kagglesdk.datasets.types.dataset_enums import DatabundleVersionStatus
 from kagglesdk.kernels.types.kernels_enums import KernelWorkerStatus
 from kagglesdk.security.types.oauth_service import IntrospectTokenRequest, IntrospectTokenResponse
 
-PORT = 7777
+ENDPOINT = "localhost:7777"   # kagglesdk's TEST endpoint: what the client asks for, and the fake's URLs name
 TOKEN = "KGAT_" + "a1" * 16   # an API token the fake knows (for alice)
 TPU_SHAPES = {"TpuV5E8"}
 
@@ -108,8 +114,17 @@ class FakeKaggle:
 
             do_PUT = do_GET = do_POST
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", PORT), Handler)
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def env(self) -> dict[str, str]:
+        """What points kagglesdk at this fake (module docstring): its TEST endpoint, through this fake as its proxy.
+        Both spellings of each variable, as urllib reads the lowercase one first; no_proxy keeps every other fake
+        (all on 127.0.0.1, never "localhost") and the tests' package index off the proxy."""
+        assert self.httpd is not None, "start() first"
+        proxy = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        return {"KAGGLE_API_ENVIRONMENT": "TEST", "http_proxy": proxy, "HTTP_PROXY": proxy,
+                "no_proxy": "127.0.0.1", "NO_PROXY": "127.0.0.1"}
 
     def stop(self) -> None:
         self.kill_all()
@@ -210,6 +225,11 @@ class FakeKaggle:
         n = int(h.headers.get("Content-Length") or 0)
         body = h.rfile.read(n) if n else b""
         path = h.path.split("?", 1)[0]
+        if path.startswith("http://"):   # through the proxy (env()): the endpoint's own URL
+            host, _, rest = path[len("http://"):].partition("/")
+            if host != ENDPOINT:
+                return self._error(h, 404, f"this fake serves only http://{ENDPOINT}, not {host}")
+            path = "/" + rest
         with self.lock:
             self.calls.append(f"{h.command} {path}")
         if h.command == "PUT" and path.startswith("/upload/"):
@@ -309,7 +329,7 @@ class FakeKaggle:
         req = ApiStartBlobUploadRequest.from_dict(body)
         token = f"blob-{next(self._ids)}-{req.name}"
         resp = ApiStartBlobUploadResponse()
-        resp.token, resp.create_url = token, f"http://localhost:{PORT}/upload/{token}"
+        resp.token, resp.create_url = token, f"http://{ENDPOINT}/upload/{token}"
         return 200, resp
 
     # -- datasets -------------------------------------------------------------------------------------
@@ -483,7 +503,7 @@ class FakeKaggle:
             if p.is_file():
                 f = ApiKernelSessionOutputFile()
                 f.file_name = p.relative_to(work).as_posix()
-                f.url = f"http://localhost:{PORT}/output/{req.user_name}/{req.kernel_slug}/{len(k['versions'])}/" \
+                f.url = f"http://{ENDPOINT}/output/{req.user_name}/{req.kernel_slug}/{len(k['versions'])}/" \
                         f"{f.file_name}"
                 files.append(f)
         resp.files = files

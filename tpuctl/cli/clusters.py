@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import sys
-import traceback
 from typing import TYPE_CHECKING, Any, List, Optional
 
 import typer
@@ -80,7 +79,7 @@ def up(
         flags.remember(prior.spec)
     spec = prov.make_spec(cluster_name(cluster, pick=False), flags)
     _lifecycle(spec, autostop, max_duration)
-    from .recovery import ON_VM, RecoverFlags, arm as arm_recovery, plan as recovery_plan
+    from .recovery import RecoverFlags, arm as arm_recovery, plan as recovery_plan
     recovery = RecoverFlags.parse(recover, max_recoveries, recover_for, watcher)
     price = prov.price(spec)
     con.err.print(f"[bold]Plan for cluster {spec.name}[/]" + (f" (project {spec.project}):" if spec.project else ":"))
@@ -100,7 +99,7 @@ def up(
         con.err.print("dry run: nothing was created")
         return
     warnings = prov.preflight(spec)   # no credentials or permissions: say so now, not after a yes
-    if recovery.watcher == ON_VM and prov.watcher_host is not None:
+    if recovery.on_vm and prov.watcher_host is not None:
         warnings += prov.watcher_host.check(spec)
     for warning in warnings:
         con.err.print(f"! {warning}", style="yellow", markup=False)
@@ -291,6 +290,7 @@ def version() -> None:
 
 
 def _debug_log(exc: BaseException) -> str:
+    import traceback   # here, not at module level: it brings linecache and tokenize, which help does not need
     from ..core.state import home
     path = home() / "debug.log"
     try:
@@ -349,6 +349,7 @@ def main(argv: Optional[List[str]] = None) -> None:
             _usage_error(e)
         path = _debug_log(e)
         if os.environ.get("TPUCTL_DEBUG"):
+            import traceback
             traceback.print_exc()
         console().print_error(f"internal error: {type(e).__name__}: {e}",
                                f"details in {path}; please report it" if path else "please report it")

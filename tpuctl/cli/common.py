@@ -8,6 +8,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, Optional
 
 import typer
+from typer.core import TyperGroup
 
 from .. import __version__
 from ..core.errors import ExitCode, bad_input
@@ -16,11 +17,31 @@ if TYPE_CHECKING:
     from ..core.models import ClusterState
     from ..providers.base import Provider
 
+
+class Group(TyperGroup):
+    """A typer group whose own flags that were not given read False without typer's parameter coercion.
+
+    typer 0.29 coerces every parameter value through a pydantic TypeAdapter (typer/core.py
+    _TyperParameter.process_value, typer/_coercion.py build_runtime_param, which imports typer/_adapters.py and so
+    pydantic), skipping only "bool flags that already yield bools". A group's --help, --install-completion and
+    --show-completion have no default (None), so `tpuctl COMMAND --help` imported pydantic for the group's unset
+    flags: ~120 ms of CPU, double the cost of `tpuctl --help`. False is what an unset flag means to their callbacks
+    (each returns at once on a false value), and a bool skips the coercion. `cls=` is typer's documented way to give
+    an app its own group class (typer/main.py, Typer's `cls` parameter: "should be a subtype of TyperGroup")."""
+
+    def get_params(self, ctx: Any) -> list[Any]:   # typer's own copy of click's Context and Parameter
+        params = super().get_params(ctx)
+        for p in params:
+            if getattr(p, "is_flag", False) and p.default is None:
+                p.default = False
+        return params
+
+
 # `tpuctl --help`'s summary: every provider and framework (issue 40: it named TensorFlow and Cloud TPUs alone).
 SUMMARY = ("Train TensorFlow, JAX or PyTorch jobs on TPUs: Google Cloud (gcp), GKE (gke), Kaggle (kaggle), Colab "
            "(`tpuctl notebook`) or this machine (local). Start with up, submit, logs, down.")
-app = typer.Typer(add_completion=True, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
-                  help=SUMMARY,
+app = typer.Typer(cls=Group, add_completion=True, no_args_is_help=True, pretty_exceptions_enable=False,
+                  rich_markup_mode=None, help=SUMMARY,
                   context_settings={"help_option_names": ["-h", "--help"]})
 
 

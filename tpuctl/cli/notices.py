@@ -7,15 +7,14 @@ from typing import TYPE_CHECKING, Any, List, Optional
 
 import typer
 
-from .common import CLUSTER, app, cluster_and_provider, console, settings
-from ..core import budget, notify
+from .common import CLUSTER, Group, app, cluster_and_provider, console, settings
 from ..core.errors import ErrorKind, TpuctlError, bad_input
 
 if TYPE_CHECKING:
     from ..core.models import ClusterSpec, ClusterState
     from ..providers.base import Provider
 
-notify_app = typer.Typer(no_args_is_help=True, help="Notifications: `tpuctl notify test -c NAME` sends one.")
+notify_app = typer.Typer(cls=Group, no_args_is_help=True, help="Notifications: `tpuctl notify test -c NAME` sends one.")
 app.add_typer(notify_app, name="notify")
 
 
@@ -31,6 +30,7 @@ def before_up(spec: ClusterSpec, prov: Provider, prior: ClusterState | None, usd
               notify_flags: List[str]) -> Notices:
     """--notify and --budget (or the config's `notify` and `budget`; on a re-run without them, what the cluster
     had), checked before anything is made: a budget no more than already spent is refused."""
+    from ..core import budget, notify   # here: notify brings urllib.request and http.client, which help does not need
     cfg = settings()
     given = notify_flags or cfg.setting("notify", None, None)
     asked = [given] if isinstance(given, str) else list(given or [])
@@ -60,6 +60,7 @@ def _prior_budget(prior: ClusterState | None, prov: Provider) -> dict[str, Any]:
         return {}
     from ..control import armed
     from ..control.status import stopped_by_host
+    from ..core import budget
     try:
         store = prov.store(prior)
         armed.sync(prior, store)
@@ -70,6 +71,7 @@ def _prior_budget(prior: ClusterState | None, prov: Provider) -> dict[str, Any]:
 
 
 def after_up(st: ClusterState, prov: Provider, n: Notices) -> None:
+    from ..core import budget, notify
     store = prov.store(st)
     if not n.keep_urls:
         notify.save_cluster_urls(store, n.urls)
@@ -81,6 +83,7 @@ def test(cluster: Optional[str] = CLUSTER,
          url: List[str] = typer.Option([], "--notify", help="Send to this URL instead of the cluster's.")) -> None:
     """Send one notification (event `test`) to the cluster's URLs and wait for the answer."""
     import time
+    from ..core import notify
     st, prov = cluster_and_provider(cluster, None)
     store = prov.store(st)
     urls = notify.check_urls(url) or notify.cluster_urls(store)

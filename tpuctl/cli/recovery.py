@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Optional
 import typer
 
 from .common import CLUSTER, app, cluster_and_provider, console, interrupted
-from ..control.armed import ON_MACHINE, ON_VM, WATCHERS
 from ..core.errors import bad_input
 
 if TYPE_CHECKING:
@@ -26,12 +25,19 @@ class RecoverFlags:
     recover: bool = False
     max_recoveries: int = 0
     recover_for: int = 0
-    watcher: str = ON_MACHINE
+    # armed.WATCHERS once parse() has seen --recover; "" without it. control.armed is imported by the commands that
+    # use it, not at module level: it brings the store and the run records, which `tpuctl --help` does not need.
+    watcher: str = ""
+
+    @property
+    def on_vm(self) -> bool:
+        from ..control.armed import ON_VM
+        return self.watcher == ON_VM
 
     @classmethod
     def parse(cls, recover: bool, max_recoveries: Optional[int], recover_for: Optional[str],
               watcher: Optional[str]) -> "RecoverFlags":
-        from ..control.armed import DEFAULT_MAX_RECOVERIES
+        from ..control.armed import DEFAULT_MAX_RECOVERIES, ON_MACHINE, WATCHERS
         from ..core.lifecycle import parse_duration
         if not recover:
             given = [f for f, v in (("--max-recoveries", max_recoveries), ("--recover-for", recover_for),
@@ -58,7 +64,7 @@ def plan(spec: "ClusterSpec", prov: "Provider", flags: RecoverFlags) -> list[str
         raise bad_input(f"--recover does not apply to --provider {prov.name.value}: {prov.self_recovery}",
                         "leave --recover out; give `tpuctl submit --max-restarts N` instead")
     lines = [f"watch  re-created when preempted, up to {flags.max_recoveries} times, by `tpuctl watch`"]
-    if flags.watcher == ON_VM:
+    if flags.on_vm:
         host = prov.watcher_host
         if host is None:
             raise bad_input(f"--watcher vm: the {prov.name.value} provider has no VM to run the watcher on",
@@ -80,7 +86,7 @@ def arm(st: "ClusterState", prov: "Provider", flags: RecoverFlags) -> None:
     con.err.print(f"armed for recovery: up to {flags.max_recoveries} re-creates"
                   + (f" within {show_duration(flags.recover_for)}" if flags.recover_for else "")
                   + (f", for run {doc['run']}" if doc["run"] else ", for the next run submitted"))
-    if flags.watcher != ON_VM or prov.watcher_host is None:
+    if not flags.on_vm or prov.watcher_host is None:
         con.err.print(f"start its watcher on a machine that stays on: tpuctl watch -c {st.name} --detach")
         return
     from ..control.watch import start_watcher_vm

@@ -1,7 +1,7 @@
 """Kaggle's public API through its official client, kagglesdk (what the `kaggle` package calls), imported lazily.
 Every call is `POST {endpoint}/api/v1/{service}/{method}` with the request's JSON; the endpoint comes from
 KAGGLE_API_ENVIRONMENT (kagglesdk/kaggle_env.py: unset is api.kaggle.com, TEST is localhost:7777, which the tests'
-fake serves). Credentials: auth.py.
+fake serves as that endpoint's HTTP proxy, from a port of its own: tests/fakes/kaggle.py). Credentials: auth.py.
 
 Every call is retried as kaggle_api_extended's `with_retry` does (up to 10 attempts; a 429 waits its `Retry-After`,
 seconds or an HTTP date; a connection error backs off 0.5 s x 1.7^n). A call that makes something (a kernel
