@@ -201,6 +201,7 @@ def cloud(env, _servers, monkeypatch, tmp_path, request, wheel_index):
     tpu.runtimes.clear()
     tpu.accelerator_types.clear()
     compute.instances.clear()
+    compute.firewalls.clear()
     gcs.faults.clear()
     gcs.calls.clear()
     gcs.bytes_in.clear()

@@ -1,4 +1,5 @@
-"""A wire-level fake of the Compute Engine REST API: projects.get, zonal instances and zone operations.
+"""A wire-level fake of the Compute Engine REST API: projects.get, zonal instances and zone operations, firewall
+rules and global operations.
 
 The real google-cloud-compute clients talk to it (COMPUTE_EMULATOR_HOST=http://127.0.0.1:PORT). Operations finish
 `delay` seconds after they start. Faults:
@@ -18,7 +19,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-MUTATING = {"insert", "delete"}
+MUTATING = {"insert", "delete", "fw_insert", "fw_delete"}
 _ROUTES = [
     ("GET", r"^/compute/v1/projects/(?P<project>[^/]+)$", "project"),
     ("POST", r"^/compute/v1/projects/(?P<project>[^/]+)/zones/(?P<zone>[^/]+)/instances$", "insert"),
@@ -29,7 +30,15 @@ _ROUTES = [
     ("GET", r"^/compute/v1/projects/(?P<project>[^/]+)/zones/(?P<zone>[^/]+)/operations/(?P<op>[^/]+)$", "operation"),
     ("POST", r"^/compute/v1/projects/(?P<project>[^/]+)/zones/(?P<zone>[^/]+)/operations/(?P<op>[^/]+)/wait$",
      "operation"),
+    # firewalls.list / get / insert / delete and globalOperations.get
+    # (cloud.google.com/compute/docs/reference/rest/v1/firewalls, .../globalOperations/get)
+    ("GET", r"^/compute/v1/projects/(?P<project>[^/]+)/global/firewalls$", "fw_list"),
+    ("POST", r"^/compute/v1/projects/(?P<project>[^/]+)/global/firewalls$", "fw_insert"),
+    ("GET", r"^/compute/v1/projects/(?P<project>[^/]+)/global/firewalls/(?P<name>[^/]+)$", "fw_get"),
+    ("DELETE", r"^/compute/v1/projects/(?P<project>[^/]+)/global/firewalls/(?P<name>[^/]+)$", "fw_delete"),
+    ("GET", r"^/compute/v1/projects/(?P<project>[^/]+)/global/operations/(?P<op>[^/]+)$", "global_operation"),
 ]
+NETWORK_URL = "https://www.googleapis.com/compute/v1/projects/{project}/global/networks/{network}"
 
 
 class FakeCompute:
@@ -37,6 +46,7 @@ class FakeCompute:
         self.delay = delay
         self.project_number = project_number
         self.instances = {}
+        self.firewalls = {}   # (project, name) -> Firewall as the API returns it
         self.hosts = None   # SimulatedHosts: boots the VM's start-up script while it is created
         self.ops = {}
         self.faults = collections.defaultdict(list)
@@ -199,3 +209,53 @@ class FakeCompute:
         if o is None:
             return self._error(404, "notFound", f"operation {op} not found")
         return 200, {k: v for k, v in o.items() if k not in ("at", "finish")}
+
+    # -- firewall rules ---------------------------------------------------------------------------------------
+    def add_network(self, project, network, default_allow_internal=False):
+        """A VPC network as Google makes it: only the implied rules, which deny all ingress and are not listed
+        (cloud.google.com/vpc/docs/firewalls, "Implied rules"); the default network comes with
+        default-allow-internal: "allows ingress connections for all protocols and ports among instances in the
+        network", source 10.128.0.0/9 ("Pre-populated rules in the default network")."""
+        if default_allow_internal:
+            self.firewalls[(project, f"{network}-allow-internal")] = {
+                "kind": "compute#firewall", "name": f"{network}-allow-internal", "direction": "INGRESS",
+                "priority": 65534, "network": NETWORK_URL.format(project=project, network=network),
+                "sourceRanges": ["10.128.0.0/9"], "disabled": False,
+                "allowed": [{"IPProtocol": "tcp", "ports": ["0-65535"]}, {"IPProtocol": "udp", "ports": ["0-65535"]},
+                            {"IPProtocol": "icmp"}]}
+
+    def do_fw_list(self, body, project):
+        return 200, {"kind": "compute#firewallList",
+                     "items": [f for (p, _), f in self.firewalls.items() if p == project]}
+
+    def do_fw_get(self, body, project, name):
+        fw = self.firewalls.get((project, name))
+        if fw is None:
+            return self._error(404, "notFound", f"The resource 'projects/{project}/global/firewalls/{name}' was "
+                                                "not found")
+        return 200, fw
+
+    def do_fw_insert(self, body, project):
+        if (project, body["name"]) in self.firewalls:
+            return self._error(409, "alreadyExists", f"The resource 'projects/{project}/global/firewalls/"
+                                                     f"{body['name']}' already exists")
+        # the network as sent ("projects/P/global/networks/N") comes back as its full URL, as for every reference
+        network = body.get("network", "global/networks/default").rsplit("/", 1)[-1]
+        fw = dict(body, kind="compute#firewall", id=str(next(self._ids)), direction=body.get("direction", "INGRESS"),
+                  network=NETWORK_URL.format(project=project, network=network), disabled=body.get("disabled", False))
+        self.firewalls[(project, body["name"])] = fw
+        return self._global_op(project, "insert", body["name"], lambda: None)
+
+    def do_fw_delete(self, body, project, name):
+        if (project, name) not in self.firewalls:
+            return self.do_fw_get(body, project, name)
+        return self._global_op(project, "delete", name, lambda: self.firewalls.pop((project, name), None))
+
+    def _global_op(self, project, kind, target, finish):
+        code, op = self._op(project, "-", kind, target, finish)
+        op.pop("zone", None)
+        self.ops[op["name"]].pop("zone", None)
+        return code, op
+
+    def do_global_operation(self, body, project, op):
+        return self.do_operation(body, project, "-", op)

@@ -145,7 +145,7 @@ class FakeKaggle:
         self.tpu_jax_site: Path | None = None
 
     def kill_all(self) -> None:
-        for k in list(self.kernels.values()):
+        for k in list(self.kernels.values()) + [{"versions": self.detached}]:
             for s in k["versions"]:
                 if s["proc"] and s["proc"].poll() is None:
                     s["proc"].kill()
@@ -172,9 +172,24 @@ class FakeKaggle:
         - the live log (`LOG_STREAM`, kaggle_api_extended `kernels_logs_stream`): Server-Sent Events while the
           session runs, one `data: {"stream_name", "time", "data"}` per line, ending `data: END_OF_LOG`; after it
           ended, the stored log as JSON (application/json).
+        - a deleted dataset's slug and title (`deleted_slugs`; not established, issue 39 item 5): "free" to be made
+          again; "taken": CreateDataset refuses it as in use while GetDatasetStatus finds nothing (one report says a
+          deleted title stayed taken); "DELETED": GetDatasetStatus answers DELETED (a DatabundleVersionStatus of
+          kagglesdk datasets/types/dataset_enums.py) and CreateDataset refuses it.
+        - the next session's input (`output_attach_delay`; not established, issue 39 item 5): a kernel whose last
+          session ended less than this many seconds ago comes back in SaveKernel's `invalid_kernel_sources`
+          (0: attachable at once; float("inf"): never).
+        - DeleteKernel of a kernel whose session runs (`delete_stops_session`; not established, KAGGLE_FACTS.md
+          "Whether DeleteKernel stops a running session and its quota clock: unverified"): True, the session stops;
+          False, it runs on to its end without its kernel, its time still reserved (time_reserved).
         - `latency`: seconds each API call takes before it is answered. Kaggle answers over the internet, in tenths
           of a second; answered at once, two clients of one run would hardly ever overlap."""
         self.latency = 0.0
+        self.deleted_slugs, self.deleted = "free", set()
+        self.output_attach_delay = 0.0
+        self.delete_stops_session, self.detached = True, []
+        self.cut_uploads, self.partial = 0, {}   # uploads cut mid-file (_put), and what arrived of them
+        self.resumable_uploads = True
         self.ref_style = "code"
         self.dataset_processing = 0.3
         self.fail_datasets = 0
@@ -218,8 +233,7 @@ class FakeKaggle:
         with self.lock:
             self.calls.append(f"{h.command} {path}")
         if h.command == "PUT" and path.startswith("/upload/"):
-            self.blobs[path[len("/upload/"):]] = body   # a single-request upload (upload_complete without resume)
-            return self._send(h, 200, b"{}")
+            return self._put(h, path[len("/upload/"):], body)
         if h.command == "GET" and path.startswith("/output/"):
             data = self._output_file(path[len("/output/"):])
             return self._send(h, 200 if data is not None else 404, data or b"", "application/octet-stream")
@@ -266,6 +280,39 @@ class FakeKaggle:
         name, _, key = base64.b64decode(auth[6:]).decode().partition(":")
         return name if self.users.get(name) == key else None
 
+    def _put(self, h: BaseHTTPRequestHandler, token: str, body: bytes) -> None:
+        """The upload URL StartBlobUpload gave, as the kaggle client uses it: a whole PUT, or Google's resumable
+        upload protocol, which kaggle_api_extended `upload_complete`/`_resume_upload` speak to it ("Documentation:
+        https://developers.google.com/drive/api/guides/manage-uploads#resume-upload"): `Content-Range: bytes */N`
+        asks what arrived (200/201: all of it; 308 Resume Incomplete with `Range: bytes=0-K`, no Range when nothing
+        did), and `Content-Range: bytes A-B/N` sends the rest from A. `cut_uploads`: the next N uploads that carry
+        more than 1 byte keep their first half and answer 503 (a connection cut mid-file). Whether Kaggle's upload URL
+        keeps a cut upload's bytes is not established (`resumable_uploads`: True keeps them, False starts over)."""
+        rng = h.headers.get("Content-Range", "")
+        have = self.partial.get(token, b"")
+        if rng.startswith("bytes */"):
+            if token in self.blobs:
+                return self._send(h, 200, b"{}")
+            h.send_response(308)
+            if have:
+                h.send_header("Range", f"bytes=0-{len(have) - 1}")
+            h.send_header("Content-Length", "0")
+            h.end_headers()
+            return None
+        start, total = (int(rng.split()[1].split("-")[0]), int(rng.rsplit("/", 1)[1])) if rng else (0, len(body))
+        if start != len(have):
+            return self._error(h, 400, f"upload resumed at {start}, {len(have)} bytes are here")
+        if self.cut_uploads and len(body) > 1:
+            self.cut_uploads -= 1
+            self.partial[token] = have + body[:len(body) // 2] if self.resumable_uploads else b""
+            return self._error(h, 503, "Service Unavailable")
+        if len(have) + len(body) < total:
+            self.partial[token] = have + body
+            return self._error(h, 400, "upload incomplete")
+        self.blobs[token] = have + body
+        self.partial.pop(token, None)
+        return self._send(h, 200, b"{}")
+
     @staticmethod
     def _send(h, status, data, ctype="application/json"):
         h.send_response(status)
@@ -294,7 +341,7 @@ class FakeKaggle:
             resp.error = f"You do not have permission to create datasets for {req.owner_slug}"
             return 200, resp
         with self.lock:
-            if ref in self.datasets:
+            if ref in self.datasets or (ref in self.deleted and self.deleted_slugs != "free"):
                 resp.error = f"The requested title or slug {req.slug!r} is already in use by a dataset"
                 return 200, resp
             files = {}
@@ -311,9 +358,12 @@ class FakeKaggle:
     def _GetDatasetStatus(self, user, body):
         req = ApiGetDatasetStatusRequest.from_dict(body)
         ref = f"{req.owner_slug}/{req.dataset_slug}"
+        resp = ApiGetDatasetStatusResponse()
+        if ref not in self.datasets and ref in self.deleted and self.deleted_slugs == "DELETED":
+            resp.status = DatabundleVersionStatus.DELETED
+            return 200, resp
         if ref not in self.datasets:
             return self.missing_status, f"Dataset {ref} not found"
-        resp = ApiGetDatasetStatusResponse()
         resp.status = DatabundleVersionStatus[self._dataset_state(ref)]
         return 200, resp
 
@@ -331,6 +381,7 @@ class FakeKaggle:
         with self.lock:
             if self.datasets.pop(ref, None) is None:
                 return self.missing_status, f"Dataset {ref} not found"
+            self.deleted.add(ref)
         from kagglesdk.datasets.types.dataset_api_service import ApiDeleteDatasetResponse
         return 200, ApiDeleteDatasetResponse()
 
@@ -351,7 +402,8 @@ class FakeKaggle:
             resp.error = "You have exceeded your weekly TPU quota"
             return 200, resp
         missing = [d for d in req.dataset_data_sources if d not in self.datasets
-                   or self._dataset_state(d) != "READY"] + [k for k in req.kernel_data_sources if k not in self.kernels]
+                   or self._dataset_state(d) != "READY"] + [k for k in req.kernel_data_sources if k not in self.kernels
+                                                            or not self._attachable(self.kernels[k])]
         if missing:
             resp.invalid_dataset_sources = [d for d in missing if d in req.dataset_data_sources]
             resp.invalid_kernel_sources = [k for k in missing if k in req.kernel_data_sources]
@@ -368,6 +420,13 @@ class FakeKaggle:
         resp.url = f"https://www.kaggle.com/code/{full}"
         resp.version_number, resp.kernel_id = len(k["versions"]), k["id"]
         return 200, resp
+
+    def _attachable(self, k: dict) -> bool:
+        """Whether a kernel's last output may be attached yet (`output_attach_delay`)."""
+        s = k["versions"][-1] if k["versions"] else None
+        if s is None or "ended_at" not in s:
+            return True   # a running session's kernel gives its previous output: tpuctl never asks for that
+        return time.monotonic() - s["ended_at"] >= self.output_attach_delay
 
     def _start(self, req, version: int) -> dict:
         where = self.root / req.slug.replace("/", "__") / f"v{version}"
@@ -416,6 +475,7 @@ class FakeKaggle:
             s["proc"].kill()
             s["proc"].wait()
             s["status"], s["failure"] = "ERROR", "Your notebook was stopped because it exceeded the session time limit"
+        s["ended_at"] = time.monotonic()
         if s["shape"] in TPU_SHAPES:
             self.tpu_used += time.monotonic() - s["started"]
 
@@ -464,8 +524,10 @@ class FakeKaggle:
         with self.lock:
             k = self.kernels.pop(f"{req.user_name}/{req.kernel_slug}")   # KeyError: answered missing_status
         for s in k["versions"]:
-            if s["proc"].poll() is None:
+            if s["proc"].poll() is None and self.delete_stops_session:
                 s["proc"].kill()
+            elif s["proc"].poll() is None:
+                self.detached.append(s)
         from kagglesdk.kernels.types.kernels_api_service import ApiDeleteKernelResponse
         return 200, ApiDeleteKernelResponse()
 
@@ -477,8 +539,8 @@ class FakeKaggle:
         q.minimum_time_allowed = datetime.timedelta(seconds=int(min(self.tpu_allowed, 20 * 3600)))
         # time_reserved: "Quota reserved by currently-running sessions" (ApiAcceleratorQuota)
         q.time_reserved = datetime.timedelta(seconds=int(sum(
-            time.monotonic() - s["started"] for k in list(self.kernels.values()) for s in k["versions"]
-            if s["shape"] in TPU_SHAPES and s["status"] == "RUNNING")))
+            time.monotonic() - s["started"] for k in list(self.kernels.values()) + [{"versions": self.detached}]
+            for s in k["versions"] if s["shape"] in TPU_SHAPES and s["status"] == "RUNNING")))
         resp.tpu_quota = q
         resp.quota_refresh_time = datetime.datetime(2026, 11, 30)
         return 200, resp

@@ -42,6 +42,7 @@ import sys
 import sysconfig
 import threading
 import time
+import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -220,6 +221,9 @@ class Host:
             "PIP_NO_INDEX": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1",
             "TPUCTL_AGENT_DIR": str(root / "opt/tpuctl"), "TPUCTL_BOOT_LOG": str(root / "var/log/tpuctl-boot.log"),
             "TPUCTL_UNIT_DIR": str(root / "etc/systemd/system"), "TPUCTL_AGENT_HOME": str(root / "home/agent"),
+            # each boot draws a new /proc/sys/kernel/random/boot_id (proc_sys_kernel(5)); the simulated hosts share
+            # this kernel's, so each gets its own here (tpuctl/host/hostboot.py reads this first)
+            "TPUCTL_BOOT_ID": uuid.uuid4().hex,
             **env,
         }
         self.script = subprocess.Popen(["bash", str(root / "startup.sh")], env=self.env, cwd=root,
@@ -249,18 +253,24 @@ class Host:
                 os.killpg(pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
-        marker = f"TPUCTL_AGENT_HOME={self.env['TPUCTL_AGENT_HOME']}".encode()
-        for proc in Path("/proc").iterdir():
-            try:
-                if proc.name.isdigit() and marker in (proc / "environ").read_bytes().split(b"\0"):
-                    os.kill(int(proc.name), signal.SIGKILL)
-            except (OSError, ValueError):
-                pass
+        kill_agent_home(self.env["TPUCTL_AGENT_HOME"])
         self.script.wait(10)
         # Nothing of the running system outlives the power: systemd keeps a unit's main PID in memory and its runtime
         # files on /run, a tmpfs. A PID left on the simulated disk would name another process after PIDs wrap.
         pid_file.unlink(missing_ok=True)
         self.metadata.stop()
+
+
+def kill_agent_home(home) -> None:
+    """SIGKILL to every process of a host's agent and jobs, found by the TPUCTL_AGENT_HOME in their environment (its
+    jobs run in sessions of their own, so no process group holds them all): what a power-off does to them."""
+    marker = f"TPUCTL_AGENT_HOME={home}".encode()
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and marker in (proc / "environ").read_bytes().split(b"\0"):
+                os.kill(int(proc.name), signal.SIGKILL)
+        except (OSError, ValueError):
+            pass
 
 
 class SimulatedHosts:

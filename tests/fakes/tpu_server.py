@@ -80,6 +80,7 @@ class FakeTpu:
         self.qr_plan = list(QR_PLAN)  # the states each new request goes through (end with FAILED to refuse it)
         self.qr_plans = {}            # zone -> its own plan
         self.qr_step = 0.0            # seconds in each state before the next
+        self.repairs = 0              # slices Google repaired (repair()), for fresh addresses
         self.iam = None               # FakeResourceManager: who may delete over the REST front
         self.rest_calls = []          # (method, path, member) of every REST call
         # How the TPU API answers a DELETE of a node already DELETING (for one, under its queued request's forced
@@ -406,14 +407,22 @@ class FakeTpu:
         if self.hosts is None:
             return
         from tpuctl.core.catalog import tpu_type
-        # A Multislice node's tpu-env carries its slice as `MEGASCALE_SLICE_ID: 'K'` lines beside WORKER_ID and
-        # NODE_ID (MaxText multihost_job.py greps them; a Julia TPU reader parses "MEGASCALE_NUM_SLICES: '2'"). The
-        # coordinator's value there is not established, so it is not served.
+        # A Multislice node's tpu-env carries `MEGASCALE_SLICE_ID: 'K'` lines beside WORKER_ID and NODE_ID (MaxText
+        # multihost_job.py greps them; JAX's cloud_tpu_cluster.py `get_tpu_env_value` parses "Typical line is
+        # MEGASCALE_NUM_SLICES: '2'"), and MEGASCALE_COORDINATOR_ADDRESS, "set as the host with process id = 0"
+        # on "GCE via QueuedResources" (JAX cloud_tpu_cluster.py `get_coordinator_address`, which keeps what is
+        # before a ':'; "the MXLA coordinator ... is set to 8080 in multislice GCE": served as ip:8080).
         tpu_env = {"NODE_ID": node.name.rsplit("/", 1)[-1]}
         if node.multislice_node:
-            tpu_env.update(MEGASCALE_SLICE_ID=str(k), MEGASCALE_NUM_SLICES=str(slices))
+            tpu_env.update(MEGASCALE_SLICE_ID=str(k), MEGASCALE_NUM_SLICES=str(slices),
+                           MEGASCALE_COORDINATOR_ADDRESS=f"{self._coordinator(node)}:8080")
         self.hosts.boot(node.name, node.metadata.get("startup-script", ""), tpu_type(node.accelerator_type).hosts,
                         node.service_account.email, node.accelerator_type, tpu_env=tpu_env, same_disk=same_disk)
+
+    def _coordinator(self, node) -> str:
+        """Slice 0's worker 0, as its node reports it now (a slice Google re-made may have new addresses)."""
+        first = self._qr_nodes(self.queued[node.queued_resource]["qr"])[0]
+        return self.nodes[2][first].network_endpoints[0].ip_address
 
     def _step_qr(self, name, q, now):
         state = tpu_v2.QueuedResourceState.State(q["qr"].state.state).name
@@ -473,12 +482,15 @@ class FakeTpu:
                     self.hosts.power_off(node)
             self._set_qr(name, "SUSPENDED")
 
-    def repair(self, name: str, fresh_disk: bool, seconds: float = 1.0):
+    def repair(self, name: str, fresh_disk: bool, seconds: float = 1.0, new_address: bool = False):
         """Google repairing one slice of a request that stays ACTIVE: "Compute Engine automatically recovers TPU
         instances and slices by restarting them on healthy hardware", every host of the slice together ("you can't
         reschedule individual instances within a slice"; cloud.google.com/tpu/docs/failure-recovery). The node is
-        REPAIRING meanwhile (tpu_v2 Node.State: "being repaired and may be unusable"). Whether a host comes back
-        with its boot disk is not documented: `fresh_disk` picks."""
+        REPAIRING meanwhile (tpu_v2 Node.State: "being repaired and may be unusable"). On a Multislice, once the
+        slice is back Cloud TPU restarts every other slice too (cloud.google.com/tpu/docs/multislice-introduction,
+        "Autorepair", as issue 39 quotes it): their hosts reboot from their own disks. Whether a repaired host comes
+        back with its boot disk is not documented (`fresh_disk` picks), nor whether with its address (`new_address`
+        gives the slice new ones: on healthy hardware elsewhere)."""
         with self.lock:
             node = self.nodes[2][name]
             node.state = tpu_v2.Node.State.REPAIRING
@@ -487,8 +499,17 @@ class FakeTpu:
                 self.hosts.power_off(name)
         time.sleep(seconds)
         with self.lock:
+            self.repairs += 1
+            if new_address:
+                node.network_endpoints = [tpu_v2.NetworkEndpoint(ip_address=f"10.{100 + self.repairs}.{k}.{w + 1}",
+                                                                 port=8470)
+                                          for k in [nodes.index(name)] for w in range(len(node.network_endpoints))]
             node.state = tpu_v2.Node.State.READY
             self._boot_slice(node, nodes.index(name), len(nodes), same_disk=not fresh_disk)
+            for other in nodes:
+                if other != name and other in self.nodes[2] and self.hosts is not None:
+                    self.hosts.power_off(other)
+                    self._boot_slice(self.nodes[2][other], nodes.index(other), len(nodes), same_disk=True)
 
     def set_health(self, name: str, health: str):
         """Node.health as Google's health monitor reports it (tpu_v2 Node.Health)."""

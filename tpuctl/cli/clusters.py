@@ -35,6 +35,7 @@ def up(
     vm_type: Optional[str] = typer.Option(None, "--vm-type", help="Machine type of the legacy node's VM."),
     network: Optional[str] = typer.Option(None, "--network", help="VPC network of the TPU and its VMs (default)."),
     subnetwork: Optional[str] = typer.Option(None, "--subnetwork", help="Subnetwork, in the TPU's region."),
+    create_firewall: bool = typer.Option(False, "--create-firewall", help="--network: make the hosts' firewall rule."),
     framework: Optional[str] = typer.Option(None, "--framework",
                                             help="tensorflow (default: TF runtimes), jax or pytorch (base runtimes)."),
     autostop: Optional[str] = typer.Option(None, "--autostop",
@@ -73,12 +74,12 @@ def up(
                     runtime=runtime, spot=spot, service_account=service_account, bucket=bucket, vm_type=vm_type,
                     framework=framework, queued=queued, valid_until=valid_until, flex_start=flex_start,
                     slices=slices, network=network, subnetwork=subnetwork, gke_cluster=gke_cluster, image=image,
-                    reservation=reservation)
+                    reservation=reservation, create_firewall=create_firewall)
     if prior and prior.spec.provider is prov.name:
         flags.remember(prior.spec)
     spec = prov.make_spec(cluster_name(cluster, pick=False), flags)
     _lifecycle(spec, autostop, max_duration)
-    from .recovery import RecoverFlags, arm as arm_recovery
+    from .recovery import RecoverFlags, arm as arm_recovery, plan as recovery_plan
     recovery = RecoverFlags.parse(recover, max_recoveries, recover_for, watcher)
     price = prov.price(spec)
     con.err.print(f"[bold]Plan for cluster {spec.name}[/]" + (f" (project {spec.project}):" if spec.project else ":"))
@@ -90,7 +91,6 @@ def up(
         con.err.print(f"  stop   the host ends the compute after {show_duration(spec.autostop)} with no run")
     if spec.max_duration:
         con.err.print(f"  stop   the host ends the compute {show_duration(spec.max_duration)} after it is made")
-    from .recovery import plan as recovery_plan
     for line in recovery_plan(spec, prov, recovery):
         con.err.print(f"  {line}")
     from .notices import after_up, before_up

@@ -152,6 +152,7 @@ class ClusterSpec(JsonRecord):
     slices: int = 1                 # `up --slices N`: N slices of tpu_type in one queued request (core/multislice.py)
     network: str = ""               # `up --network`: the VPC network of the TPU and tpuctl's VMs; "": default
     subnetwork: str = ""            # `up --subnetwork`: its subnetwork in the TPU's region; "": Google's choice
+    create_firewall: bool = False   # `up --create-firewall`: tpuctl makes the hosts' rule, down removes it
     gke_cluster: str = ""           # `up --gke-cluster`: an existing GKE cluster adopted (never deleted by down)
     image: str = ""                 # `up --image`: the container image a GKE run's pods start from; "": the default
     reservation: str = ""           # `up --reservation`: the Compute Engine reservation GKE's TPU nodes consume

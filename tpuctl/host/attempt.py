@@ -20,17 +20,17 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..core import layout, multislice, runs
+from ..core import layout, runs
 from ..core.packaging import unpack
 from ..core.runs import RunSpec, RunState, RunStatus
 from ..runtime import prefer_legacy_keras
-from . import heldoutput, jobenv, kerasbackend, podruntime, runevents
+from . import heldoutput, jobenv, kerasbackend, megascale, podruntime, runevents
 from .halts import Halts
 from .jobprocs import start
 from .logshipper import LogShipper
 from .preamble import PreambleFilter
 from .restarts import Decision, backoff, decide, wait_out
-from .rounds import Rounds
+from .rounds import FINISHED, Called, Rounds
 from .supervisor import Supervisor
 from .tpuenv import pjrt_from_python, tpu_environment
 
@@ -110,8 +110,8 @@ class Attempt:
             # a job tpuctl ended itself (a cancel, the budget) is not the host's stop: no wait for the agent's SIGTERM
             if not cancelled and rc != 0 and self._host_stopping(rc, bool(supervisor.superseded)):
                 return self._interrupted(shipper, rc)   # the host's stop: never a restart, never the run's end
-            if supervisor.superseded:
-                n, ended = self._next_round(shipper, *supervisor.superseded)
+            if later := supervisor.superseded or lost_host(self, rounds, n, rc, cancelled):
+                n, ended = self._next_round(shipper, *later)
                 if ended is not None:
                     return ended
                 continue
@@ -197,9 +197,9 @@ class Attempt:
 
     def _not_started(self, shipper: LogShipper, rounds: Rounds, n: int, why: str) -> int:
         """A round that could not start on this host: the agent's stop, a cancel, or a run that ended elsewhere."""
-        if why != "halted":
-            ended = rounds.called(n) or {}
-            return self._end(shipper, RunState.FAILED, int(ended.get("exit_code") or 1), False, why)
+        if why != "halted":   # FINISHED: every host had finished the run before this one's restart (rounds.assemble)
+            code = 0 if why == FINISHED else int((rounds.called(n) or {}).get("exit_code") or 1)
+            return self._end(shipper, RunState.SUCCEEDED if why == FINISHED else RunState.FAILED, code, False, why)
         if self.a.stop.is_set():
             return self._interrupted(shipper, None)
         limit = self.halts.limit
@@ -239,6 +239,7 @@ class Attempt:
         if hashlib.sha256(pkg).hexdigest() != job.package:
             raise RuntimeError(f"package {job.package} does not match its sha256 name")
         unpack(pkg, self.code_dir, *a.package_limits())
+        megascale.check(megascale.read(a.record), a.slice)
         if a.record.get("arch") == "node" and not a.tpu_address():
             shipper.note("waiting for the TPU node's address (tpuctl up writes it once the node is READY)")
             if not a.wait_tpu_address(lambda: self.status(RunState.STARTING)):
@@ -278,7 +279,7 @@ class Attempt:
         framework_env = tpu_environment(kerasbackend.framework(job, a.record, a.accelerator), a.record, a.accelerator,
                                         libtpu)
         framework_env.update(kerasbackend.environment(job, a.record, a.accelerator))
-        framework_env.update(multislice.environment(a.record, a.slice))
+        framework_env.update(megascale.environment(a.record, a.slice, megascale.read(a.record)))
         env.update(TPUCTL_RUN_ID=run_id, TPUCTL_STORE=a.store.uri, TPUCTL_DATA_DIR=data, TPUCTL_OUTPUT_DIR=out,
                    TPUCTL_ACCELERATOR=a.accelerator, TPUCTL_TPU=framework_env.get("TPU_NAME", a.tpu_address()),
                    TPUCTL_WORKER=str(a.worker), TPUCTL_NUM_WORKERS=str(a.workers), PYTHONUNBUFFERED="1")
@@ -292,3 +293,9 @@ class Attempt:
         # `python` in a job's command means the agent's own interpreter (its venv has the agent's packages).
         env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
         return env
+
+
+def lost_host(at: Attempt, rounds: Rounds | None, n: int, rc: int, cancelled: bool) -> Called | None:
+    """A job across hosts that exited on its own: a lost host's doing, or None (rounds.lost_since)."""
+    return rounds.lost_since(n, rc, cancelled, lambda note: at.status(RunState.RUNNING, note=note),
+                             at.halts.halted) if rounds else None

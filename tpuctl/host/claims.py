@@ -2,8 +2,16 @@
 agents never run it both. A run whose host stopped heartbeating (a preempted or deleted TPU VM: `tpuctl up`
 recreates it) is taken over by the next attempt's claim, same run id and output dir, so a job that checkpoints
 continues; a run whose attempt its host's stop interrupted (attempt.py) is taken over at once. After MAX_ATTEMPTS
-(more on a cluster armed for recovery) it is LOST. A restarted agent first ends what its predecessor on this host left
-running, so one run never has two attempts at once."""
+charged attempts (more on a cluster armed for recovery) it is LOST. A restarted agent first ends what its predecessor
+on this host left running, so one run never has two attempts at once.
+
+An attempt is charged unless Google, not tpuctl, brought its host back: the same host in a new boot (hostboot.py) is
+a TPU VM that Google restarted beneath the run. Google repairs a slice "by restarting [it] on healthy hardware" and
+recovers "host maintenance events" the same way (cloud.google.com/tpu/docs/failure-recovery, "Failure recovery in
+managed capacity mode"), and on a Multislice a repaired slice restarts every other slice too (Multislice docs,
+"Autorepair"; issue 39): each is a new attempt on every host, and a long run sees many. An agent restarted on a live
+host (same boot: a crash, an OOM kill, a job that takes its agent down) and a host `up` or the recovery watcher made
+anew (another name) are charged, so a run that keeps breaking its host still ends."""
 from __future__ import annotations
 
 import json
@@ -14,6 +22,7 @@ from typing import TYPE_CHECKING
 from ..core import layout, runindex, runs
 from ..core.runs import RunSpec, RunState
 from . import kerasbackend, podruntime
+from .hostboot import boot_id
 from .jobprocs import JobProcesses, started_for
 
 if TYPE_CHECKING:
@@ -104,12 +113,13 @@ class Claims:
             if not stale and run_id not in self.ended_here:
                 continue
             attempt = st.attempt + 1
-            if attempt > self.max_attempts():
+            charged = self.charged(run_id, st.attempt)
+            if charged > self.max_attempts():
                 st.state, st.ended = RunState.LOST, time.time()
                 a.write_status(run_id, st)
                 self.done.add(run_id)
                 continue
-            if a.store.create(layout.run_claim(run_id, a.worker, attempt), self._record(attempt)):
+            if a.store.create(layout.run_claim(run_id, a.worker, attempt), self._record(attempt, charged)):
                 self.done.add(run_id)
                 self.interrupted[run_id] = interrupted
                 return run_id, attempt
@@ -129,6 +139,20 @@ class Claims:
         except (ValueError, TypeError, AttributeError):
             return MAX_ATTEMPTS
 
-    def _record(self, attempt: int) -> bytes:
+    def charged(self, run_id: str, last: int) -> int:
+        """The charged attempts once this host takes attempt last+1 of the run: the last attempt's claim's count,
+        plus one unless this is the host that ran it, restarted beneath it (another boot: Google's doing). A
+        claim written before this rule, or unreadable, counts every attempt."""
+        a = self.a
+        try:
+            prev = json.loads(a.store.read(layout.run_claim(run_id, a.worker, last)) or b"{}")
+            before = int(prev.get("charged", last))
+        except (ValueError, TypeError, AttributeError):
+            prev, before = {}, last
+        mine = boot_id()
+        google = bool(mine) and prev.get("host") == a.host and bool(prev.get("boot")) and prev.get("boot") != mine
+        return before + (0 if google else 1)
+
+    def _record(self, attempt: int, charged: int = 1) -> bytes:
         return json.dumps({"host": self.a.host, "worker": self.a.worker, "time": time.time(),
-                           "attempt": attempt}).encode()
+                           "attempt": attempt, "charged": charged, "boot": boot_id()}).encode()

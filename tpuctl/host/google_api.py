@@ -47,6 +47,11 @@ def identity() -> str:
     return _metadata("instance/service-accounts/default/email").strip()
 
 
+def attribute(name: str) -> str:
+    """One of the instance's metadata attributes (`instance/attributes/<name>`), as the metadata server serves it."""
+    return _metadata(f"instance/attributes/{name}")
+
+
 def _token() -> str:
     return str(json.loads(_metadata("instance/service-accounts/default/token"))["access_token"])
 

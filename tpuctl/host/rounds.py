@@ -14,7 +14,11 @@ round n+1, once, by create-if-absent (the first caller wins, the others read its
   read one status per heartbeat however many there are;
 - it took the run over (a restarted agent, a replaced host) after it had already marked the current round ready,
   so that round may be running without it: not counted;
-- its job failed past its restarts: the round ends the run (`end`), and every host stops its job.
+- its job failed past its restarts: the round ends the run (`end`), and every host stops its job;
+- its job exited non-zero (1: an exception, 134: an abort, a signal) while another host was lost: a JAX process
+  whose peer died ends within seconds, long before that peer's heartbeats go stale, so before such an exit is the
+  job's, every other host must show itself alive after it (`lost_since`): one that does not is the cause, and the
+  round is not counted.
 Every host that sees a new round stops its job (SIGTERM, TPUCTL_STOP_GRACE to checkpoint) and marks itself ready
 for it (layout.run_round_ready); the round starts on a host once every worker's mark is there, that is once the
 cluster is whole again (Google repaired the slice, `up` or the recovery watcher made it anew). Single-host runs and
@@ -23,18 +27,27 @@ TensorFlow runs (one program on worker 0) have no rounds.
 from __future__ import annotations
 
 import json
+import os
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..core import layout, runs
-from ..core.runs import RunSpec, RunState
+from ..core.runs import RunSpec, RunState, RunStatus
 from . import kerasbackend
 
 if TYPE_CHECKING:
     from .agent import Agent
 
 WAIT_POLL_SECONDS = 1.0
+FINISHED = "every host had finished the run already"   # assemble's why-not for a round every host finished
+# A peer whose heartbeats stopped for this long is lost (TPUCTL_PEER_LOST_SECONDS, never more than
+# TPUCTL_STALE_SECONDS). JAX's coordination service declares a silent task dead after its heartbeat timeout, 100 s by
+# default (jax/_src/distributed.py, `heartbeat_timeout_seconds`), and ends the survivors: a host must be found lost,
+# and the round asked for, before they give up. Heartbeats come every 5 s (runs.heartbeat_seconds), so 30 s is six
+# missed in a row.
+PEER_LOST_SECONDS = 30.0
 Beat = Callable[[str], None]   # a status heartbeat with the note given
+Called = tuple[str, dict[str, Any]]   # a later round asked for: (why, its record)
 
 
 class Rounds:
@@ -81,8 +94,11 @@ class Rounds:
 
     def join(self) -> int:
         """The round a new attempt on this host starts in: the current one, unless this host had already marked it
-        ready (a restarted agent, a replaced host), so it may be running without this host: then the next."""
+        ready (a restarted agent, a replaced host), so it may be running without this host: then the next (unless
+        every host had finished it: `assemble` says so)."""
         n = self.current()
+        if not self.missing(n, True, self.keys()):
+            return n
         if self.a.store.read(layout.run_round_ready(self.run_id, n, self.a.worker)) is None:
             return n
         return int(self.call(n + 1, f"{self.label(self.a.worker)} took the run over "
@@ -101,7 +117,11 @@ class Rounds:
     def assemble(self, n: int, beat: Beat, halted: Callable[[], bool]) -> tuple[int, str]:
         """Marks this host ready for round n and waits for every other; a later round asked for meanwhile is
         joined instead. (round, why not): why not is "" once every host is ready, else why the run cannot start
-        (the round ends the run, a host already ended its part) or "halted" (a cancel, the agent's stop)."""
+        (the round ends the run, a host already ended its part), "halted" (a cancel, the agent's stop) or FINISHED:
+        every host had finished round n, so the run succeeded and only this host's final status was lost (its host
+        went down between its done mark and its status)."""
+        if not self.missing(n, True, self.keys()):
+            return n, FINISHED
         self.mark(n)
         while True:
             keys = self.keys()   # one listing a poll: the next round's record and every host's mark
@@ -167,16 +187,58 @@ class Rounds:
             return None
         return (self.ended(later) if later.get("end") else str(later.get("why", ""))), later
 
-    def lost_peer(self) -> str:
-        """Why the host this one watches is lost ("" while it is not): its agent stopped, or its status went quiet
-        for TPUCTL_STALE_SECONDS. A peer that has not started yet, or has ended its part, is not lost."""
-        st = runs.status(self.a.store, self.run_id, self.peer)
-        who = self.label(self.peer)
+    def lost_peer(self, worker: int | None = None, st: RunStatus | None = None) -> str:
+        """Why the host this one watches (or `worker`, whose status is `st`) is lost ("" while it is not): its agent
+        stopped, or its status went quiet for lost_seconds(). A peer that has not started yet, or has ended its
+        part, is not lost."""
+        worker = self.peer if worker is None else worker
+        st = st or runs.status(self.a.store, self.run_id, worker)
+        who = self.label(worker)
         if st.state in (RunState.INTERRUPTED, RunState.LOST):
             return f"{who}'s agent was stopped on {st.host or 'its host'}"
         if st.state.final or not st.heartbeat:
             return ""
         quiet = time.time() - st.heartbeat
-        if quiet >= runs.stale_seconds():
+        if quiet >= lost_seconds():
             return f"{who} went quiet on {st.host or 'its host'} ({quiet:.0f}s without a heartbeat)"
         return ""
+
+    def lost_since(self, n: int, rc: int, cancelled: bool, beat: Beat, halted: Callable[[], bool]) -> Called | None:
+        """This host's job exited `rc` just now, in round n: (why, round n+1's record) when a lost host is the cause
+        (another host asked for round n+1, or one is quiet or stopped: then this host asks for it, not counted),
+        None once every other host has shown itself alive since (a heartbeat, or its part ended): the exit is the
+        job's own. Waits at most until a quiet host would count as lost. None at once for an exit of 0 or one
+        tpuctl caused (a cancel)."""
+        if cancelled or rc == 0:
+            return None
+        since = time.time()
+        deadline = time.monotonic() + lost_seconds() + 2 * runs.heartbeat_seconds()
+        others = [w for w in range(self.workers) if w != self.a.worker]
+        self.last_beat = 0.0
+        while True:
+            keys = self.keys()
+            if layout.run_round(self.run_id, n + 1) in keys:
+                return self.watch(n, keys)
+            lost, alive = "", 0
+            for w in others:
+                st = runs.status(self.a.store, self.run_id, w)
+                lost = self.lost_peer(w, st)
+                if lost:
+                    break
+                alive += st.state.final or (st.heartbeat or 0) > since or \
+                    layout.run_round_ready(self.run_id, n, w, True) in keys
+            if lost:
+                doc = self.call(n + 1, f"{lost}, and {self.label(self.a.worker)}'s job exited {rc} after it")
+                return (self.ended(doc) if doc.get("end") else str(doc.get("why", ""))), doc
+            if alive == len(others) or halted() or time.monotonic() >= deadline:
+                return None
+            if time.monotonic() - self.last_beat >= runs.heartbeat_seconds():
+                self.last_beat = time.monotonic()
+                beat(f"round {n}: the job exited {rc}; checking that every host is still there "
+                     f"({alive + 1} of {self.workers} are)")
+            self.a.stop.wait(min(WAIT_POLL_SECONDS, runs.heartbeat_seconds()))
+
+
+def lost_seconds() -> float:
+    """How long a peer may be quiet before it is lost (PEER_LOST_SECONDS)."""
+    return min(runs.stale_seconds(), float(os.environ.get("TPUCTL_PEER_LOST_SECONDS") or PEER_LOST_SECONDS))

@@ -68,6 +68,7 @@ class UpFlags:
     slices: int | None = None
     network: str | None = None
     subnetwork: str | None = None
+    create_firewall: bool = False
     gke_cluster: str | None = None
     image: str | None = None
     reservation: str | None = None
@@ -102,6 +103,7 @@ class UpFlags:
         self.arch = self.arch or spec.arch.value
         self.runtime = self.runtime or spec.runtime or None
         self.spot = self.spot or spec.spot
+        self.create_firewall = self.create_firewall or spec.create_firewall
         self.service_account = self.service_account or spec.service_account or None
         self.bucket = self.bucket or spec.store.split("://", 1)[-1]
         self.vm_type = self.vm_type or spec.vm_type or None

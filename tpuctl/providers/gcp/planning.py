@@ -60,7 +60,7 @@ def make_spec(name: str, flags: UpFlags) -> ClusterSpec:
         framework=framework, queued=queued, valid_until=valid_until, slices=flags.slices or 1,
         vm_type=check_vm_type(flags.vm_type or DEFAULT_VM_TYPE) if arch is Arch.NODE else "",
         network=check_gce_name(flags.network, "--network") if flags.network else "",
-        subnetwork=_subnetwork(flags, zones))
+        subnetwork=_subnetwork(flags, zones), create_firewall=flags.create_firewall)
 
 
 def _subnetwork(flags: UpFlags, zones: list[str]) -> str:

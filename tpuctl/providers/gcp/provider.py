@@ -12,8 +12,8 @@ import secrets
 from ...core.catalog import region_of, tpu_type
 from ...core.errors import ErrorKind, Scope, TpuctlError
 from ...core.models import Arch, ClusterSpec, ClusterState, Framework, ProviderName, cluster_record
-from ..base import Compute, Enforcement, Placement, PlanRow, Price, Progress, Reporter, UpFlags
-from . import clients, permissions, planning, storage, teardown
+from ..base import Compute, Enforcement, Placement, PlanRow, Price, Progress, Reporter, UpFlags, progress_of
+from . import clients, firewall, permissions, planning, storage, teardown
 from .gcs_store import GcsStore
 from .health import Health
 from .iam import BucketIam
@@ -54,6 +54,7 @@ class GcpProvider:
     # -- making and removing -----------------------------------------------------------------------------
     def preflight(self, spec: ClusterSpec) -> list[str]:
         clients.preflight()
+        firewall.check(spec, tpu_type(spec.tpu_type).hosts)   # read-only; refused before anything is made
         if spec.project not in self._checked:   # the CLI asks before its prompt, `up` again: ask Google once
             warnings = permissions.check(spec)
             if spec.autostop or spec.max_duration:   # refused now rather than found out after the TPU exists
@@ -93,10 +94,12 @@ class GcpProvider:
         return chosen
 
     def ensure_compute(self, st: ClusterState, reporter: Reporter) -> Compute:
+        firewall.ensure(st.spec, tpu_type(st.spec.tpu_type).hosts, progress_of(reporter, "firewall", firewall.rule_name(st.spec)))
         return self.topology.ensure(st, reporter)
 
     def delete_compute(self, st: ClusterState, reporter: Reporter) -> None:
         self.topology.delete(st, reporter)
+        firewall.delete(st.spec, progress_of(reporter, "firewall", firewall.rule_name(st.spec)))
 
     def write_cluster_record(self, st: ClusterState, confirmed: bool) -> None:
         """What the agent on the host needs (the node VM reads the TPU's address, and waits while it is empty),

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
@@ -57,6 +58,10 @@ def _unsent(e: Exception) -> bool:
         "Connection refused" in str(e)
 
 
+class SourceRefused(TpuctlError):
+    """SaveKernel answered the previous session's kernel in `invalid_kernel_sources`: its output not attachable (yet)."""
+
+
 class Unanswered(TpuctlError):
     """A call that makes something was sent and its answer lost: it may have been done."""
 
@@ -77,8 +82,7 @@ class Kaggle:
         try:
             from kagglesdk import KaggleClient
         except ImportError:
-            raise TpuctlError(ErrorKind.INPUT, "the kaggle package is not installed",
-                              "pip install 'tpuctl[kaggle]' (or pip install kaggle)") from None
+            raise missing_client(sys.version_info[:2]) from None
         if self._token:
             return KaggleClient(api_token=self._token)
         return KaggleClient(username=self.user, password=self.creds.key)
@@ -153,14 +157,11 @@ class Kaggle:
 
     # -- datasets -------------------------------------------------------------------------------------
     def _upload(self, name: str, data: bytes) -> str:
-        import requests
         from kagglesdk.blobs.types.blob_api_service import ApiBlobType, ApiStartBlobUploadRequest
         req = ApiStartBlobUploadRequest()
         req.type, req.name, req.content_length = ApiBlobType.DATASET, name, len(data)
         r = self._call(f"upload {name}", lambda c: c.blobs.blob_api_client.start_blob_upload(req))
-        put = requests.put(r.create_url, data=data, timeout=600)
-        if put.status_code not in (200, 201):
-            raise TpuctlError(ErrorKind.ERROR, f"upload of {name} failed: HTTP {put.status_code}", "submit again")
+        _put(name, r.create_url, data)
         return str(r.token)
 
     def dataset_status(self, slug: str) -> str:
@@ -246,7 +247,7 @@ class Kaggle:
             raise TpuctlError(ErrorKind.REFUSED, f"Kaggle cannot attach dataset {', '.join(r.invalid_dataset_sources)}"
                               f" to {slug} (not there, or not processed yet)", "submit again in a minute")
         if r.invalid_kernel_sources:
-            raise TpuctlError(ErrorKind.REFUSED, f"Kaggle cannot attach the previous session "
+            raise SourceRefused(ErrorKind.REFUSED, f"Kaggle cannot attach the previous session "
                               f"{', '.join(r.invalid_kernel_sources)} to {slug}", "its kernel may have been deleted")
         return ref_slug(str(r.ref or ""), slug), int(r.version_number or 0)
 
@@ -315,6 +316,62 @@ def fetch(url: str, dest: Path) -> None:
             for chunk in r.iter_content(1 << 20):
                 f.write(chunk)
         os.replace(tmp, dest)
+
+
+def _put(name: str, url: str, data: bytes) -> None:
+    """One input file's upload to the URL StartBlobUpload gave. A cut one (a 5xx or 429, a connection cut) asks what
+    arrived (_arrived) and sends the rest, up to ATTEMPTS times with the client's backoff: that file alone, never the
+    whole dataset again."""
+    import requests
+    start = 0
+    for attempt in range(1, ATTEMPTS + 1):
+        # the rest of the file from `start` (all of it at first): a cut upload resumes where it stopped, as
+        # kaggle_api_extended `upload_complete` does with `Content-Range: bytes A-B/N`
+        headers = {"Content-Range": f"bytes {start}-{len(data) - 1}/{len(data)}"} if start else {}
+        try:
+            put = requests.put(url, data=data[start:], headers=headers, timeout=600)
+            if put.status_code in (200, 201):
+                return
+            if put.status_code not in (429, 500, 502, 503, 504):
+                raise TpuctlError(ErrorKind.ERROR, f"upload of {name} failed: HTTP {put.status_code}", "submit again")
+        except requests.RequestException:
+            pass   # a connection cut: ask what arrived, below
+        if attempt == ATTEMPTS:
+            raise TpuctlError(ErrorKind.ERROR, f"upload of {name} failed {ATTEMPTS} times", "submit again")
+        time.sleep(_backoff(attempt))
+        arrived = _arrived(url, len(data))
+        if arrived is None:
+            return
+        start = arrived
+
+
+def _arrived(url: str, size: int) -> int | None:
+    """How much of an upload of `size` bytes reached `url` (kaggle_api_extended `_resume_upload`, Google's resumable
+    upload protocol): None when all of it (200/201); else the offset to resume from (308 with `Range: bytes=0-K`:
+    K+1; no Range, an expired upload (404) or any other answer: 0, from the start)."""
+    import requests
+    try:
+        r = requests.put(url, headers={"Content-Length": "0", "Content-Range": f"bytes */{size}"}, timeout=60)
+    except requests.RequestException:
+        return 0
+    if r.status_code in (200, 201):
+        return None
+    rng = r.headers.get("Range", "") if r.status_code == 308 else ""
+    try:
+        return int(rng.rsplit("-", 1)[1]) + 1 if rng.startswith("bytes=0-") else 0
+    except ValueError:
+        return 0
+
+
+def missing_client(python: tuple[int, ...]) -> TpuctlError:
+    """The kaggle package is not there: on Python 3.10 because it cannot be (kaggle 2.2.5 requires Python >= 3.11,
+    PyPI metadata; the `kaggle` extra installs nothing there, pyproject.toml)."""
+    if python < (3, 11):
+        return TpuctlError(ErrorKind.INPUT, f"--provider kaggle needs Python 3.11 or newer (the kaggle client requires "
+                           f"it); this is Python {'.'.join(map(str, python))}",
+                           "install tpuctl[kaggle] under Python 3.11 or newer")
+    return TpuctlError(ErrorKind.INPUT, "the kaggle package is not installed",
+                       "pip install 'tpuctl[kaggle]' (or pip install kaggle)")
 
 
 def http_error(what: str, status: int, e: Exception, source: str) -> TpuctlError:

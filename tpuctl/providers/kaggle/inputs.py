@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import secrets
 import tarfile
 import time
 from typing import Any, Callable
@@ -26,11 +27,19 @@ from .client import Kaggle
 DATASETS = layout.REMOTE_DATASETS
 
 
-def ensure(k: Kaggle, slug: str, title: str, files: dict[str, bytes], progress: Callable[[str], None]) -> str:
+def ensure(k: Kaggle, slug: str, title: str, files: dict[str, bytes], progress: Callable[[str], None],
+           remember: Callable[[str], None] = lambda slug: None) -> str:
     """The dataset `slug` holding `files`, READY on Kaggle: reused when READY, waited for while Kaggle processes
-    it, made again when Kaggle's processing FAILED (twice: an error)."""
+    it, made again when Kaggle's processing FAILED (twice: an error). A slug Kaggle still holds after its deletion
+    (issue 39 item 5: whether a deleted dataset's slug and title are free again is not established; one report says
+    a deleted title stayed taken, and GetDatasetStatus may answer DELETED, a DatabundleVersionStatus of kagglesdk
+    datasets/types/dataset_enums.py) gets a fresh slug and title at once, never the 30-minute wait for READY.
+    Returns the slug used; `remember` records a fresh one before it is made (`down` deletes it)."""
     for _ in range(2):
         state = k.dataset_status(slug)
+        if state == "DELETED":
+            slug, title = _fresh(slug, title, progress, remember)
+            state = ""
         if state == "FAILED":
             progress(f"dataset {slug}: Kaggle failed to process it; deleting it and uploading it again")
             k.delete_dataset(slug)
@@ -41,11 +50,29 @@ def ensure(k: Kaggle, slug: str, title: str, files: dict[str, bytes], progress: 
         if not state:
             size = sum(len(b) for b in files.values())
             progress(f"uploading dataset {slug} ({human_bytes(size)}, private)")
-            k.create_dataset(slug, title, files)
+            try:
+                k.create_dataset(slug, title, files)
+            except TpuctlError as e:
+                # refused while GetDatasetStatus says it is not there (or DELETED): the slug or title is still
+                # held by a deleted dataset; any other refusal stands
+                if e.kind is not ErrorKind.REFUSED or k.dataset_status(slug) not in ("", "DELETED"):
+                    raise
+                slug, title = _fresh(slug, title, progress, remember)
+                k.create_dataset(slug, title, files)
         if wait_ready(k, slug, progress):
             return slug
     raise TpuctlError(ErrorKind.ERROR, f"Kaggle failed to process dataset {slug} twice",
                       "submit again later; `tpuctl down` deletes what is left of it")
+
+
+def _fresh(slug: str, title: str, progress: Callable[[str], None],
+           remember: Callable[[str], None]) -> tuple[str, str]:
+    """A slug and title of the same contents that no deleted dataset holds: a random suffix on both (the title's slug
+    is the slug, as Kaggle derives one from the other; 6-50 characters, kaggle_api_extended dataset create)."""
+    suffix = secrets.token_hex(3)
+    progress(f"dataset {slug}: Kaggle still holds the name of a deleted one; using {slug}-{suffix}")
+    remember(f"{slug}-{suffix}")
+    return f"{slug}-{suffix}", f"{title} {suffix}"
 
 
 def wait_ready(k: Kaggle, dataset: str, progress: Callable[[str], None]) -> bool:

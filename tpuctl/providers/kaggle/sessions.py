@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Callable
 
 from ...core import layout, runindex, runs
@@ -28,7 +28,7 @@ from ...core.models import ClusterState
 from ...core.runs import RunState, RunStatus
 from ...core.store import BlobStore
 from . import inputs, kernel, runlog
-from .client import Kaggle, fetch, slugify
+from .client import Kaggle, SourceRefused, fetch, slugify
 from .livelog import LiveLog
 
 DATASETS = inputs.DATASETS
@@ -66,7 +66,7 @@ class KaggleSessions:
 
     def _inputs(self, k: Kaggle, store: BlobStore, run_id: str, progress: Callable[[str], None]) -> str:
         """The run's dataset, READY on Kaggle: reused when it is there and READY, waited for while Kaggle processes
-        it, made again when Kaggle's processing FAILED."""
+        it, made again when Kaggle's processing FAILED. Its title's slug is its slug (Kaggle derives one from it)."""
         job = runs.job(store, run_id)
         assert job is not None, "dispatch follows the run's job.json"
         from .. import agent_package
@@ -75,7 +75,7 @@ class KaggleSessions:
                                                   for key, _ in store.list(layout.run_data(run_id))}))
         dataset = f"tpuctl-{digest}"
         inputs.remember(store, dataset)
-        return inputs.ensure(k, dataset, f"tpuctl {digest}", files, progress)   # a title whose slug is the slug too
+        return inputs.ensure(k, dataset, f"tpuctl {digest}", files, progress, lambda d: inputs.remember(store, d))
 
     def _push(self, k: Kaggle, st: ClusterState, store: BlobStore, run_id: str, rec: dict[str, Any]) -> None:
         job = runs.job(store, run_id)
@@ -88,7 +88,7 @@ class KaggleSessions:
         shape = self.shape(st)
         # the script of the tpuctl that made the dataset, whichever tpuctl pushes this session: its wheel is there
         rec.setdefault("script", kernel.source())
-        script = kernel.render(rec["script"], {"run_id": run_id, "digest": rec["dataset"].removeprefix("tpuctl-"),
+        script = kernel.render(rec["script"], {"run_id": run_id, "digest": _digest(rec["dataset"]),
                                 "previous": bool(previous), "session": n, "command": job.command, "args": job.args,
                                 "env": job.env, "requirements": job.requirements, "framework": job.framework,
                                 "keras_backend": job.keras_backend, "platform": "kaggle",
@@ -97,8 +97,9 @@ class KaggleSessions:
         # recorded before the push: `down` deletes it even if the answer is lost
         rec["sessions"].append({"kernel": slug, "pushed": time.time(), "state": "PUSHING"})
         runlog.save(store, run_id, rec)
-        ref, version = k.push_kernel(slug, title, script, shape, [rec["dataset"]],
-                                     [previous] if previous else [], internet=True, timeout=0)
+        ref, version = _push_waiting(lambda: k.push_kernel(slug, title, script, shape, [rec["dataset"]],
+                                                           [previous] if previous else [], internet=True, timeout=0),
+                                     lambda: self._holder.take(store, run_id) is not None)
         if ref != slug:   # Kaggle named it otherwise: its name from now on, ours kept for `down`
             rec["sessions"][-1]["asked"] = slug
         rec["sessions"][-1].update(kernel=ref, state="QUEUED", version=version)
@@ -108,6 +109,8 @@ class KaggleSessions:
         """A session Kaggle refuses (quota, phone verification) ends the run FAILED, saying why in its log."""
         try:
             self._push(k, st, store, run_id, rec)
+        except HoldLost:
+            raise   # the run is another tpuctl's now: nothing of it is written here
         except TpuctlError as e:
             self._refused(store, run_id, rec, e)
             inputs.release(store, run_id, rec, k)
@@ -202,7 +205,8 @@ class KaggleSessions:
         if live:
             live.stop()
         files, log = k.kernel_output(s["kernel"])
-        marks, exit_code, progressed = _fetch_output(files, Path(store.local_path(layout.run_output(run_id))))
+        marks, exit_code, progressed = _fetch_output(files, Path(store.local_path(layout.run_output(run_id))),
+                                                     lambda why: runlog.chunk(store, run_id, rec, f"--- {why} ---\n"))
         if exit_code is not None:
             s["exit_code"] = exit_code
         took = s["ended"] - s.get("started", s["pushed"])
@@ -257,6 +261,7 @@ class KaggleSessions:
             rec["sessions"][-1]["state"] = "CANCEL_ACKNOWLEDGED"
         runlog.chunk(store, run_id, rec, "--- cancelled" + (": the session's kernel was deleted" if rec["sessions"]
                                                            else " before it reached Kaggle") + " ---\n")
+        _say_counted(store, run_id, rec, self.shape(st))
         runlog.status(store, run_id, rec, RunState.CANCELLED)
         inputs.release(store, run_id, rec)
 
@@ -282,9 +287,11 @@ class KaggleSessions:
         store.write(DATASETS, b"[]")
 
 
-def _fetch_output(files: list[tuple[str, str]], out: Path) -> tuple[set[str], int | None, bool]:
+def _fetch_output(files: list[tuple[str, str]], out: Path,
+                  refused: Callable[[str], None]) -> tuple[set[str], int | None, bool]:
     """A session's output (name, url) into the run's output directory `out`: (the marks it left, the job's exit code
-    when it left one, whether any output file changed: a checkpoint to resume from)."""
+    when it left one, whether any output file changed: a checkpoint to resume from); `refused` is told why of each
+    file not downloaded (confined)."""
     marks: set[str] = set()
     exit_code, progressed = None, False
     for name, url in files:
@@ -296,11 +303,81 @@ def _fetch_output(files: list[tuple[str, str]], out: Path) -> tuple[set[str], in
                 exit_code = int(tmp.read_text() or 1)
                 tmp.unlink()
         elif name.startswith(kernel.OUTPUT + "/"):
-            dest = out / name[len(kernel.OUTPUT) + 1:]
+            try:
+                dest = confined(out, name[len(kernel.OUTPUT) + 1:], name)
+            except TpuctlError as e:
+                refused(e.message)
+                continue
             before = dest.read_bytes() if dest.is_file() else None
             fetch(url, dest)
             progressed = progressed or dest.read_bytes() != before
     return marks, exit_code, progressed
+
+
+def _digest(dataset: str) -> str:
+    """The inputs' digest in the run's dataset slug, `tpuctl-<digest>[-<suffix>]` (a fresh slug's suffix: inputs.py)."""
+    return dataset.removeprefix("tpuctl-").split("-")[0]
+
+
+def _say_counted(store: BlobStore, run_id: str, rec: dict[str, Any], shape: str) -> None:
+    """After a cancel of a TPU session, the run's log says whether Kaggle still counts it (still_counted)."""
+    if rec["sessions"] and shape.startswith("Tpu"):
+        runlog.chunk(store, run_id, rec, f"--- {still_counted(Kaggle())} ---\n")
+
+
+def still_counted(k: Kaggle) -> str:
+    """After a cancel, whether Kaggle still counts running sessions against the TPU quota. Whether deleting a kernel
+    stops its session and quota clock is not established, and CancelKernelSession takes a session id that no response
+    tpuctl sees carries (kagglesdk ApiCancelKernelSessionRequest.kernel_session_id): the quota's time_reserved
+    ("reserved by currently-running sessions", ApiAcceleratorQuota) is what can be read."""
+    try:
+        reserved = float(k.tpu_quota()["reserved"])
+    except TpuctlError as e:
+        return f"whether Kaggle still counts the session is unknown ({e.message})"
+    if reserved <= 0:
+        return "Kaggle's TPU quota counts no running session now"
+    return (f"Kaggle's TPU quota still counts {reserved:.0f}s for running sessions: the deleted kernel's session may "
+            "still be counted (`tpuctl status` shows it; https://www.kaggle.com/code shows what runs)")
+
+
+class HoldLost(TpuctlError):
+    """Another tpuctl holds the run now (runlog.Holder): it moves it on."""
+
+
+def _push_waiting(push: Callable[[], tuple[str, int]], keep: Callable[[], bool]) -> tuple[str, int]:
+    """push(), again while Kaggle refuses to attach the previous session's output: whether a just-finished session's
+    output can be attached to the next kernel at once is not established (issue 39 item 5). Backs off as the client
+    polls (TPUCTL_KAGGLE_POLL, x1.5, to 30 s) for TPUCTL_KAGGLE_INPUT_WAIT seconds (600), then the refusal stands,
+    with how long it was tried: the run ends with the reason (_push_or_fail). `keep` renews this tpuctl's hold on the
+    run between tries (runlog.Holder): a wait longer than the lease must not let a second tpuctl push it too."""
+    limit = float(os.environ.get("TPUCTL_KAGGLE_INPUT_WAIT", "600"))
+    pause, start = float(os.environ.get("TPUCTL_KAGGLE_POLL", "5")), time.time()
+    while True:
+        try:
+            return push()
+        except SourceRefused as e:
+            if time.time() - start + pause > limit:
+                raise TpuctlError(ErrorKind.REFUSED, f"{e.message}, still after {time.time() - start:.0f}s",
+                                  "submit the run again later") from None
+            time.sleep(pause)
+            pause = min(pause * 1.5, 30.0)
+            if not keep():
+                raise HoldLost(ErrorKind.ERROR, "another tpuctl took the run over while its next session waited "
+                                  "for its input", "it pushes the session itself") from None
+
+
+def confined(out: Path, rel: str, name: str) -> Path:
+    """Where output file `rel` goes under `out`: a name Kaggle lists that would land outside it (absolute, or with
+    `..`) is refused with the name. A session's names are the job's own files, which it could name at will, and
+    nothing the API documents says the names are checked (ApiKernelSessionOutputFile.file_name is a plain string)."""
+    parts = PurePosixPath(rel).parts
+    if not rel or rel.startswith("/") or ".." in parts or "\\" in rel:
+        raise TpuctlError(ErrorKind.REFUSED, f"Kaggle's output of the session names {name!r}, outside the run's "
+                          "output directory: not downloaded", "the job should write under its output directory only")
+    dest = out / rel
+    if not dest.resolve().is_relative_to(out.resolve()):   # a link already there that points out
+        raise TpuctlError(ErrorKind.REFUSED, f"output file {name!r} would be written outside {out}", "")
+    return dest
 
 
 def poll_seconds(s: dict[str, Any]) -> float:
