@@ -340,3 +340,28 @@ def test_an_adopted_cluster_needs_no_right_to_make_or_delete_clusters(gke, cli):
     code, out, err = _up(cli, "adp", "--type", "v6e-16", "--zone", "us-east5-b", "--gke-cluster", "team")
     assert code == 0, err
     assert cli("down", "-c", "adp", "--yes")[0] == 0
+
+
+def test_a_kubeconfig_context_given_to_up_is_how_tpuctl_reaches_kubernetes(gke, cli, tmp_path, monkeypatch):
+    """`up --kube-context NAME` (issue 37 item 6): the JobSet install goes through that context, not through GKE's
+    endpoint and a Google token, and the record keeps it for submit, status and down; a context the kubeconfig lacks
+    is refused in one line before anything is made."""
+    cfg = tmp_path / "kubeconfig"
+    cfg.write_text(f"""apiVersion: v1
+kind: Config
+clusters: [{{name: c, cluster: {{server: "{gke.fake.kube_endpoint}"}}}}]
+users: [{{name: u, user: {{token: t0k}}}}]
+contexts: [{{name: mine, context: {{cluster: c, user: u}}}}]
+current-context: mine
+""")
+    monkeypatch.setenv("KUBECONFIG", str(cfg))
+    code, out, err = _up(cli, "ctx", "--type", "v6e-16", "--zone", "us-east5-b", "--kube-context", "nosuch")
+    assert code == 2 and "--kube-context 'nosuch' is not in your kubeconfig" in err, err
+    assert gke.leaks() == [] and gke.fake.mutating_calls() == []
+    code, out, err = _up(cli, "ctx", "--type", "v6e-16", "--zone", "us-east5-b", "--kube-context", "mine")
+    assert code == 0, err
+    assert gke.installed == []   # never through kube.connect: the context reached the API server
+    assert state.load("ctx").record["gke"]["context"] == "mine"
+    code, out, err = cli("down", "-c", "ctx", "--yes")
+    assert code == 0, err
+    assert gke.leaks() == []

@@ -156,6 +156,7 @@ class ClusterSpec(JsonRecord):
     gke_cluster: str = ""           # `up --gke-cluster`: an existing GKE cluster adopted (never deleted by down)
     image: str = ""                 # `up --image`: the container image a GKE run's pods start from; "": the default
     reservation: str = ""           # `up --reservation`: the Compute Engine reservation GKE's TPU nodes consume
+    kube_context: str = ""          # `up --kube-context`: reach GKE's Kubernetes API through this kubeconfig context
 
     # Fields that name what a cluster IS: `up` refuses to change them on an existing cluster.
     IDENTITY = ("provider", "tpu_type", "arch", "project", "store", "slices")

@@ -72,6 +72,7 @@ class UpFlags:
     gke_cluster: str | None = None
     image: str | None = None
     reservation: str | None = None
+    kube_context: str | None = None
 
     def remember(self, spec: ClusterSpec) -> None:
         """`up -c NAME` on an existing cluster: each flag not given again takes the value the cluster was made
@@ -93,6 +94,7 @@ class UpFlags:
             self.gke_cluster = self.gke_cluster or spec.gke_cluster or None
             self.image = self.image or spec.image or None
             self.reservation = self.reservation or spec.reservation or None
+            self.kube_context = self.kube_context or spec.kube_context or None
             if self.slices is None and spec.slices > 1:
                 self.slices = spec.slices
             return
@@ -121,7 +123,7 @@ class UpFlags:
                  "bucket": "--bucket", "vm_type": "--vm-type", "framework": "--framework", "queued": "--queued",
                  "valid_until": "--valid-until", "flex_start": "--flex-start", "slices": "--slices",
                  "network": "--network", "subnetwork": "--subnetwork", "gke_cluster": "--gke-cluster",
-                 "image": "--image", "reservation": "--reservation"}
+                 "image": "--image", "reservation": "--reservation", "kube_context": "--kube-context"}
         return [flag for attr, flag in names.items() if getattr(self, attr) not in (None, False, "", [])]
 
 

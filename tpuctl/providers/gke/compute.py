@@ -82,7 +82,7 @@ class GkeCompute:
         rec = {"project": spec.project, "location": c.location, "cluster": name, "adopted": bool(spec.gke_cluster),
                "endpoint": c.endpoint, "ca_certificate": c.master_auth.cluster_ca_certificate,
                "node_pools": pool_names(spec), "workload_policy": wp, "service_account": account,
-               "image": spec.image, "slices": spec.slices, "tpu_type": spec.tpu_type}
+               "image": spec.image, "slices": spec.slices, "tpu_type": spec.tpu_type, "context": spec.kube_context}
         st.record["gke"] = rec
         for pool in rec["node_pools"]:
             self._ensure_pool(st, c.location, name, pool, account, reporter, made)

@@ -11,7 +11,7 @@ import base64
 import json
 import os
 import tempfile
-from typing import Any
+from typing import Any, Callable
 
 from ...core.errors import ErrorKind, TpuctlError
 
@@ -50,6 +50,27 @@ def connect_context(name: str) -> Any:
     except (config.ConfigException, OSError) as e:
         raise TpuctlError(ErrorKind.INPUT, f"kubeconfig context {name!r}: {e}",
                           "`kubectl config get-contexts` lists them") from None
+
+
+def check_context(name: str) -> None:
+    """`up --kube-context NAME`, checked offline before anything is made: the context is in the user's kubeconfig."""
+    from kubernetes import config
+    hint = "`kubectl config get-contexts` lists them; leave --kube-context out to use GKE's endpoint"
+    try:
+        contexts, _ = config.list_kube_config_contexts(config_file=os.environ.get("KUBECONFIG") or None)
+    except (config.ConfigException, OSError) as e:
+        raise TpuctlError(ErrorKind.INPUT, f"--kube-context {name!r}: no kubeconfig to read it from ({e})",
+                          hint) from None
+    if name not in {c.get("name") for c in contexts or []}:
+        raise TpuctlError(ErrorKind.INPUT, f"--kube-context {name!r} is not in your kubeconfig", hint)
+
+
+def for_record(rec: dict[str, Any], token: Callable[[], str]) -> Any:
+    """An ApiClient for the cluster a `gke` record names: through the kubeconfig context `up --kube-context` saved,
+    else GKE's endpoint and CA with a Google token (`token()`, asked for only then)."""
+    if rec.get("context"):
+        return connect_context(str(rec["context"]))
+    return connect(str(rec["endpoint"]), str(rec.get("ca_certificate") or ""), token())
 
 
 def request(api: Any, method: str, path: str, body: Any = None, query: list[tuple[str, str]] | None = None,

@@ -86,6 +86,9 @@ def make_spec(name: str, flags: UpFlags) -> ClusterSpec:
     zone = _zone(s, flags.zones)
     slices = _slices(s, flags.slices)
     proj = check_project(project.resolve(flags.project))
+    if flags.kube_context:
+        from .kube import check_context
+        check_context(flags.kube_context)
     if flags.gke_cluster and not _GKE_NAME_RE.match(flags.gke_cluster):
         raise bad_input(f"invalid --gke-cluster {flags.gke_cluster!r}",
                         "a GKE cluster name is 1-40 lowercase letters, digits or hyphens, starting with a letter")
@@ -108,7 +111,7 @@ def make_spec(name: str, flags: UpFlags) -> ClusterSpec:
         store="gs://" + check_bucket_name(flags.bucket or default_bucket(proj, name)), slices=slices,
         service_account=check_service_account(flags.service_account) if flags.service_account else "",
         framework=framework, gke_cluster=flags.gke_cluster or "", image=flags.image or "",
-        reservation=flags.reservation or "")
+        reservation=flags.reservation or "", kube_context=flags.kube_context or "")
 
 
 def _zone(s: SliceShape, zones: list[str]) -> str:

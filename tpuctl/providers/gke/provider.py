@@ -28,15 +28,11 @@ SELF_RECOVERY = ("on GKE, GKE recreates a preempted or repaired TPU node pool an
 
 
 def install_jobset(rec: dict[str, Any]) -> str:
-    """JobSet into the cluster, through the JobSet half of issue 37 (jobset_install.ensure_jobset on a client from
-    kube.connect: "installed v0.10.1", "found v0.10.1"; an older JobSet is refused, and this `up` undone); where
-    this build lacks it, said instead of pretended."""
-    try:
-        from .jobset_install import ensure_jobset   # the JobSet half of issue 37 (branch i37-k8s)
-        from .kube import connect   # the JobSet half of issue 37 (branch i37-k8s)
-    except ImportError:
-        return "NOT INSTALLED: this tpuctl build has no JobSet installer yet (issue 37)"
-    return str(ensure_jobset(connect(rec["endpoint"], rec["ca_certificate"], clients.access_token())))
+    """JobSet into the cluster (jobset_install.ensure_jobset: "installed v0.10.1", "found v0.10.1"; an older JobSet
+    is refused, and this `up` undone), through the record's kubeconfig context or GKE's endpoint and a token."""
+    from . import kube
+    from .jobset_install import ensure_jobset
+    return str(ensure_jobset(kube.for_record(rec, clients.access_token)))
 
 
 class GkeProvider:

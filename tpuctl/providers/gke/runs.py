@@ -38,9 +38,7 @@ def cancel_grace() -> float:
 
 def _connect(rec: dict[str, Any]) -> Any:
     from ..gcp import clients
-    if rec.get("context"):   # a kubeconfig context the user named
-        return kube.connect_context(str(rec["context"]))
-    return kube.connect(str(rec["endpoint"]), str(rec.get("ca_certificate") or ""), clients.access_token())
+    return kube.for_record(rec, clients.access_token)
 
 
 def jobset_path(namespace: str, run_id: str) -> str:
