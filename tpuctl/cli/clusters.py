@@ -20,6 +20,14 @@ if TYPE_CHECKING:
     from ..core.models import ClusterSpec, ClusterState
     from ..providers.base import Provider
 
+# GKE's own options of `up` (providers/gke/planning.py)
+GKE_CLUSTER = typer.Option(None, "--gke-cluster", help="GKE: use this existing Standard cluster (never deleted by "
+                           "down) instead of making tpuctl-CLUSTER.")
+RESERVATION = typer.Option(None, "--reservation", help="GKE: the Compute Engine reservation (its name) the TPU node "
+                           "pools consume.")
+KUBE_CONTEXT = typer.Option(None, "--kube-context", help="GKE: reach the cluster's Kubernetes API through this "
+                            "kubeconfig context (default: GKE's endpoint and your Google credentials).")
+
 
 @app.command()
 def up(
@@ -48,14 +56,10 @@ def up(
     flex_start: bool = typer.Option(False, "--flex-start", help="Flex-start queued request (not available yet)."),
     slices: Optional[int] = typer.Option(None, "--slices", help="Multislice: N slices of --type (v4 or newer), one "
                                          "run across them (JAX, PyTorch); GKE: one node pool each."),
-    gke_cluster: Optional[str] = typer.Option(None, "--gke-cluster", help="GKE: use this existing Standard cluster "
-                                              "(never deleted by down) instead of making tpuctl-CLUSTER."),
+    gke_cluster: Optional[str] = GKE_CLUSTER,
     image: Optional[str] = typer.Option(None, "--image", help="GKE: the container image the run's pods start from."),
-    reservation: Optional[str] = typer.Option(None, "--reservation", help="GKE: the Compute Engine reservation (its "
-                                              "name) the TPU node pools consume."),
-    kube_context: Optional[str] = typer.Option(None, "--kube-context", help="GKE: reach the cluster's Kubernetes API "
-                                               "through this kubeconfig context (default: GKE's endpoint and your "
-                                               "Google credentials)."),
+    reservation: Optional[str] = RESERVATION,
+    kube_context: Optional[str] = KUBE_CONTEXT,
     recover: bool = typer.Option(False, "--recover", help="Arm recovery: `tpuctl watch` re-creates a preempted TPU."),
     max_recoveries: Optional[int] = typer.Option(None, "--max-recoveries", help="Re-creates allowed (default 5)."),
     recover_for: Optional[str] = typer.Option(None, "--recover-for", help="Stop recovering after this long (1d)."),
