@@ -529,13 +529,21 @@ def test_bert_cut_by_the_session_limit_ends_as_the_uninterrupted_run(kaggle, cli
     tpuctl.runtime.session_ending() says so, at a log line), chained into one run, end at the step and loss of an
     uninterrupted run on the same prepared data (prepared once, in the run's store, kept across its sessions: the
     tokenizer's training is not reproducible to the bit, so a second preparation would differ)."""
+    import shutil
     import subprocess
     import sys
     _up(cli, "--type", "t4x2")   # Kaggle's GPU image has its TensorFlow (here this environment's, on the CPU)
+    # The job forced onto the TensorFlow backend (its own tpuctl.toml key; tpuctl's pick on a GPU is JAX) so that the
+    # uninterrupted reference below runs the same backend: the two must agree to the last digit. The JAX path on
+    # Kaggle has its own test (test_the_bert_job_runs_on_the_images_jax_with_nothing_installed).
+    job = shutil.copytree(JOB, tmp_path / "bert_pretrain", ignore=shutil.ignore_patterns("__pycache__"))
+    toml = (job / "tpuctl.toml").read_text()
+    (job / "tpuctl.toml").write_text(toml.replace("\n[env]", '\nkeras_backend = "tensorflow"\n\n[env]', 1))
     steps = ["--preset", "tiny", "--steps", "300", "--deterministic", "--log-every", "20", "--checkpoint-every", "100"]
-    monkeypatch.setenv("TPUCTL_KAGGLE_SESSION_SECONDS", "40")   # past the job's environment and TensorFlow start-up
+    # past the job's environment and TensorFlow start-up even with the suite's other workers on the same cores
+    monkeypatch.setenv("TPUCTL_KAGGLE_SESSION_SECONDS", "60")
     monkeypatch.setenv("TPUCTL_KAGGLE_GRACE_SECONDS", "60")
-    code, cut, err = cli("submit", str(JOB), "-c", "kg", "--chain", "16", "--", *steps)
+    code, cut, err = cli("submit", str(job), "-c", "kg", "--chain", "16", "--", *steps)
     assert code == 0, cut[-3000:] + err[-2000:]
     sessions = cut.count("--- Kaggle session ")
     assert sessions >= 2 and "bert: the session ends: checkpoint at step" in cut and "bert: resumed from step" in cut

@@ -80,6 +80,9 @@ def _devices(kind=None):
 config = _NS(list_logical_devices=_devices)
 distribute = _NS(cluster_resolver=_NS(TPUClusterResolver=lambda tpu=None: _NS(tpu=tpu)))
 tpu = _NS(experimental=_NS(initialize_tpu_system=_initialize_tpu_system))
+# Keras 3's keras.utils.set_random_seed calls tf.random.set_seed whenever TensorFlow imports, whatever the backend
+# (keras/src/utils/rng_utils.py `set_random_seed`): Kaggle's TPU image has tensorflow-cpu, so a JAX job there calls it
+random = _NS(set_seed=lambda seed: None)
 
 
 def __getattr__(name):
@@ -89,6 +92,10 @@ def __getattr__(name):
         if os.environ.get("TF_USE_LEGACY_KERAS") == "1":
             return importlib.import_module("tf_keras")
         raise AttributeError("this stand-in has no Keras 3: set TF_USE_LEGACY_KERAS=1 and install tf-keras")
+    if name == "io":   # TensorBoard's writer files events through tf.io.gfile wherever TensorFlow imports (a JAX job on
+        # Kaggle's TPU image, which has tensorflow-cpu): TensorBoard's own copy of that API stands in for it
+        from tensorboard.compat.tensorflow_stub import io
+        return io
     raise AttributeError(name)
 '''
 

@@ -11,10 +11,19 @@ provider): TensorFlow when it imports, else JAX. A job or user forces it: `[env]
 `keras_backend`."""
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, MutableMapping
 
 BACKENDS = ("jax", "tensorflow")
 ENV = "KERAS_BACKEND"   # what Keras 3 reads at import (keras/src/backend/config.py: os.environ["KERAS_BACKEND"])
+
+
+def keep_keras_3(env: MutableMapping[str, str], job_env: Mapping[str, str]) -> None:
+    """A Keras 3 job's environment holds no TF_USE_LEGACY_KERAS it did not ask for: one inherited from the shell, the
+    image or the agent's own process (TPU VM images and tf-keras setups export it) turns `tf.keras` into tf-keras, and
+    tpuctl.runtime then builds the job's schedule from tf-keras's classes, which Keras 3's optimizer calls wrongly
+    (`WarmupDecay.__call__() missing 1 required positional argument: 'step'`, as a suite run showed)."""
+    if "TF_USE_LEGACY_KERAS" not in job_env:
+        env.pop("TF_USE_LEGACY_KERAS", None)
 
 
 def forced(env: Mapping[str, str], keras_backend: str) -> tuple[str, str]:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..core import layout, runs
+from ..core.backends import keep_keras_3
 from ..core.packaging import unpack
 from ..core.runs import RunSpec, RunState, RunStatus
 from ..runtime import prefer_legacy_keras
@@ -286,7 +287,9 @@ class Attempt:
         for k, v in framework_env.items():
             if k not in job.env:   # a job's own value wins
                 env[k] = v
-        if job.framework != "keras":   # a Keras 3 job: tf.keras left as TensorFlow makes it
+        if job.framework == "keras":   # a Keras 3 job: tf.keras left as TensorFlow makes it
+            keep_keras_3(env, job.env)
+        else:
             if tf:
                 env.setdefault("TF_USE_LEGACY_KERAS", "1")   # tf-keras was installed beside it (as Google's harness)
             prefer_legacy_keras(env)

@@ -187,6 +187,7 @@ def environment(cfg: dict[str, Any], dirs: dict[str, Path], deadline_at: float) 
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")   # `python`: this interpreter
     if cfg.get("framework") == "keras":   # Keras 3 itself: tf.keras left as TensorFlow has it
         env[backends.ENV] = keras_backend(cfg)[0]   # the job's [env] value, else tpuctl's pick over the image's
+        backends.keep_keras_3(env, cfg["env"])
     elif not cfg["tensorflow"]:
         prefer_legacy_keras(env)
     return env
