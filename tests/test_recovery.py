@@ -160,8 +160,9 @@ def test_a_host_stopping_its_agent_interrupts_the_run_and_the_next_agent_resumes
     if kill_mode == "mixed":
         os.kill(first.pid, signal.SIGTERM)
     else:
+        # the job's pid read first: once signalled, the agent may record the attempt interrupted (no pid) at once
+        job = until(lambda: runs.status(store, run_id).pid, 30, "the job's pid in its status")
         os.killpg(first.pid, signal.SIGTERM)   # the agent's session...
-        job = runs.status(store, run_id).pid
         os.killpg(job, signal.SIGTERM)          # ...and the job's, started as a session of its own
     assert first.wait(30) == 0
     st = runs.status(store, run_id)

@@ -16,8 +16,9 @@ BUCKET = f"{PROJECT}-tpuctl-sim"
 @pytest.fixture
 def hosts(cloud, monkeypatch):
     cloud.hosts.enabled = True
-    cloud.gcs.iam_delay = 8.0            # grants take effect 8 s after they are written (minutes on Google): longer
-    # than a loaded machine takes to reach the first download, so every boot meets the 403s first
+    cloud.gcs.iam_delay = 20.0           # grants take effect 20 s after they are written (minutes on Google): longer
+    # than a loaded machine takes to reach the first download (8 s was not, with four test workers on two cores), so
+    # every boot meets the 403s first
     cloud.hosts.env.update(TPUCTL_BOOT_RETRY_SECONDS="90", TPUCTL_FORBIDDEN_GRACE="60", TPUCTL_LOG_POLL_MAX="0.2")
     monkeypatch.setenv("TPUCTL_LOG_POLL_MAX", "0.2")
     return cloud.hosts

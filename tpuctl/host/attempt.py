@@ -287,12 +287,7 @@ class Attempt:
         for k, v in framework_env.items():
             if k not in job.env:   # a job's own value wins
                 env[k] = v
-        if job.framework == "keras":   # a Keras 3 job: tf.keras left as TensorFlow makes it
-            keep_keras_3(env, job.env)
-        else:
-            if tf:
-                env.setdefault("TF_USE_LEGACY_KERAS", "1")   # tf-keras was installed beside it (as Google's harness)
-            prefer_legacy_keras(env)
+        _which_keras(env, job, tf)
         # `python` in a job's command means the agent's own interpreter (its venv has the agent's packages).
         env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
         return env
@@ -302,3 +297,14 @@ def lost_host(at: Attempt, rounds: Rounds | None, n: int, rc: int, cancelled: bo
     """A job across hosts that exited on its own: a lost host's doing, or None (rounds.lost_since)."""
     return rounds.lost_since(n, rc, cancelled, lambda note: at.status(RunState.RUNNING, note=note),
                              at.halts.halted) if rounds else None
+
+
+def _which_keras(env: dict[str, str], job: RunSpec, tf: str) -> None:
+    """tf.keras as the job needs it: a Keras 3 job gets Keras 3 (no inherited TF_USE_LEGACY_KERAS); a TensorFlow job
+    gets tf-keras where it is installed (beside a TensorFlow installed for it, as Google's harness does)."""
+    if job.framework == "keras":
+        keep_keras_3(env, job.env)
+        return
+    if tf:
+        env.setdefault("TF_USE_LEGACY_KERAS", "1")
+    prefer_legacy_keras(env)

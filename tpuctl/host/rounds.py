@@ -157,6 +157,8 @@ class Rounds:
         if not missing:
             return ""
         ended = [w for w in missing if runs.status(self.a.store, self.run_id, w).state.final]
+        if ended:   # a host marks its round before it writes its final status: a mark after `keys` was listed counts
+            ended = [w for w in ended if w in self.missing(n, done, self.keys())]
         if ended:
             return f"{', '.join(map(self.label, ended))} had already ended its part of the run, which runs on every host"
         if halted():
