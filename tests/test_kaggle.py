@@ -375,6 +375,7 @@ def test_a_submit_kaggle_refuses_fails_the_run_with_the_reason(kaggle, cli, tmp_
     _down(cli, kaggle)
 
 
+@pytest.mark.slow(50)
 def test_a_run_longer_than_a_session_chains_through_sessions_and_down_leaves_nothing(kaggle, cli, tmp_path,
                                                                                       monkeypatch):
     err = _up(cli, "--type", "v5e-8")
@@ -410,6 +411,7 @@ def test_a_run_longer_than_a_session_chains_through_sessions_and_down_leaves_not
     _down(cli, kaggle)
 
 
+@pytest.mark.slow(40)
 def test_a_detached_chain_is_moved_on_by_tpuctl_watch(kaggle, cli, tmp_path, monkeypatch):
     _up(cli, "--type", "v5e-8")
     monkeypatch.setenv("TPUCTL_KAGGLE_SESSION_SECONDS", "1.2")
@@ -423,6 +425,7 @@ def test_a_detached_chain_is_moved_on_by_tpuctl_watch(kaggle, cli, tmp_path, mon
     _down(cli, kaggle)
 
 
+@pytest.mark.slow(45)
 def test_a_watch_and_a_follower_of_one_chain_push_each_session_once_and_write_each_line_once(kaggle, cli, tmp_path,
                                                                                              monkeypatch):
     """`tpuctl watch` and `tpuctl logs -f` of the same run (two processes, as a user leaves them): one moves it on at
@@ -524,6 +527,7 @@ def _final(out):
     return int(last[1]), float(last[3])
 
 
+@pytest.mark.slow(380)
 def test_bert_cut_by_the_session_limit_ends_as_the_uninterrupted_run(kaggle, cli, monkeypatch, tmp_path):
     """The flagship job on Kaggle: sessions cut at their limit (the job saves and exits 85 when
     tpuctl.runtime.session_ending() says so, at a log line), chained into one run, end at the step and loss of an
@@ -668,6 +672,7 @@ def test_a_tensorflow_job_on_the_tpu_gets_a_tensorflow_that_drives_it(kaggle, cl
     _down(cli, kaggle)
 
 
+@pytest.mark.slow(40)
 def test_a_keras_job_runs_on_the_images_jax_with_nothing_installed(kaggle, cli, tmp_path, jax_python, capsys):
     """Issue 36: a Keras 3 job on Kaggle's TPU runs on the image's JAX (tpu/requirements.in: jax[tpu], keras>3), the
     backend said among the log's first lines; the session installs nothing (no requirements, no TensorFlow)."""
@@ -689,6 +694,7 @@ def test_a_keras_job_runs_on_the_images_jax_with_nothing_installed(kaggle, cli, 
 
 @pytest.mark.skipif("tf-keras" in (JOB / "requirements.txt").read_text(),
                     reason="needs i36-job's Keras 3 jobs/bert_pretrain")
+@pytest.mark.slow(75)
 def test_the_bert_job_runs_on_the_images_jax_with_nothing_installed(kaggle, cli, tmp_path, jax_python):
     kaggle.tpu_jax_site = next(jax_python.parent.parent.glob("lib/python*/site-packages"))
     _up(cli, "--type", "v5e-8")

@@ -130,6 +130,7 @@ def test_without_tensorflow_a_keras_job_runs_on_jax(jax_machine):
 
 
 @needs_keras3_bert
+@pytest.mark.slow(75)
 def test_without_tensorflow_the_bert_job_trains_on_jax(jax_machine):
     code, out, err = _tpuctl(jax_machine, "submit", str(BERT), "-c", "kj", "--", "--preset", "tiny", "--steps", "30",
                              timeout=580)
