@@ -50,6 +50,10 @@ def test_a_runtime_whose_tensorflow_predates_keras_3_says_so():
         {**TF_VM, "runtime": "tpu-vm-tf-2.15.0-pjrt"}, "v3-8", False)[1]
     assert backends.too_old_for_keras_3({"arch": "node", "runtime": "2.12.0"}) == "2.12.0"
     assert backends.too_old_for_keras_3({"arch": "vm", "runtime": "1.34.0-gke.2201000"}) == ""   # not TensorFlow's
+    old_vm = {"arch": "vm", "runtime": "tpu-vm-tf-2.15.0-pjrt"}
+    assert "forces Keras's TensorFlow backend" in backends.old_tensorflow_refusal(old_vm, "tensorflow")[0]
+    assert backends.old_tensorflow_refusal(old_vm, "") is None                 # tpuctl picks JAX there
+    assert backends.old_tensorflow_refusal({**old_vm, "runtime": "tpu-vm-tf-2.18.0-pjrt"}, "tensorflow") is None
 
 
 @pytest.mark.parametrize("platform, accelerator, want", [

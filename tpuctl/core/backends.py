@@ -50,6 +50,20 @@ def too_old_for_keras_3(record: Mapping[str, Any]) -> str:
     return ".".join(map(str, version)) if version and version < KERAS_MIN_TENSORFLOW else ""
 
 
+def old_tensorflow_refusal(record: Mapping[str, Any], forced_backend: str) -> Optional[tuple[str, str]]:
+    """(why, hint) when a Keras 3 job would run on a TensorFlow older than Keras 3 supports: beside a Node (which runs
+    nothing but TensorFlow), or forced onto TensorFlow on an older tpu-vm-tf runtime; else None."""
+    old = too_old_for_keras_3(record)
+    if old and record.get("arch") == "node":
+        return (f"a Keras 3 job (framework = \"keras\") needs TensorFlow 2.16.1 or later, and the TPU Node runs "
+                f"TensorFlow {old}", "use a TPU VM cluster (`tpuctl up` without --arch node): it runs the job on JAX")
+    if old and forced_backend == "tensorflow":
+        return (f"the job forces Keras's TensorFlow backend, and the runtime {record.get('runtime')} carries "
+                f"TensorFlow {old}: Keras 3 needs 2.16.1 or later",
+                "let tpuctl pick the backend (JAX there): remove keras_backend / [env] KERAS_BACKEND")
+    return None
+
+
 def forced(env: Mapping[str, str], keras_backend: str) -> tuple[str, str]:
     """(the backend the job or user asked for, where it was asked), or ("", "") when tpuctl picks."""
     if env.get(ENV):
