@@ -9,7 +9,8 @@ on one machine. So a test must:
 - set environment variables with monkeypatch, and make every wait short through its environment variable;
 - build what many tests share once per process (a session fixture: the fakes, the wheel index), never rely on
   another test having run first or in the same process (a module fixture is made once per worker that runs one
-  of its tests; mark tests with pytest.mark.xdist_group only where they must share one process).
+  of its tests; mark tests with pytest.mark.xdist_group only where they must share one process);
+- carry `@pytest.mark.slow(SECONDS)` when it takes a minute or so: the slowest start first (below).
 """
 import atexit
 import logging
@@ -103,6 +104,16 @@ TEST_DEADLINE = float(os.environ.get("TPUCTL_TEST_DEADLINE", "600"))   # the lon
 # (TPUCTL_TEST_HANG_DIR) and prints every log left in it; a log that stayed empty is removed when its process ends.
 HANG_LOG = os.path.join(os.environ.get("TPUCTL_TEST_HANG_DIR") or os.environ.get("TMPDIR", "/tmp"),
                         f"tpuctl-test-hang-{os.getpid()}.log")
+
+
+def pytest_collection_modifyitems(items):
+    """The slowest tests first, longest first, the rest in their order: pytest-xdist's loadgroup scheduler hands tests
+    out in collection order, one to each worker as it frees up, so a five-minute test collected late ran on while
+    the other workers sat idle at the end (longest processing time first: the suite's tail is its shortest)."""
+    def seconds(item):
+        mark = item.get_closest_marker("slow")
+        return -float(mark.args[0]) if mark else 0.0
+    items.sort(key=seconds)
 
 
 def _hang_log_removed_if_empty() -> None:

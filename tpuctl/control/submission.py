@@ -14,7 +14,7 @@ from ..core import backends, datasync, goodput, interrupts, layout, metrics, not
 from ..core.errors import ErrorKind, TpuctlError, bad_input
 from ..core.jobspec import JobSpec, check_launchable
 from ..core.sizes import human_bytes
-from ..core.models import ClusterState, Framework, Phase
+from ..core.models import Arch, ClusterState, Framework, Phase
 from . import armed
 from ..providers.base import Provider, Reporter
 from ..core.runs import RunSpec
@@ -31,6 +31,22 @@ DEFAULT_SESSIONS = 10   # a service's run chains through at most this many sessi
 def warn_package_bytes() -> int:
     """A job directory larger than this (100 MB, TPUCTL_PACKAGE_WARN_BYTES) gets a warning that suggests `data`."""
     return int(os.environ.get("TPUCTL_PACKAGE_WARN_BYTES", 100 << 20))
+
+
+def _check_keras_tensorflow(st: ClusterState, job: JobSpec) -> None:
+    """A Keras 3 job that would run on a TensorFlow older than Keras 3 supports (core/backends.py): beside a Node,
+    which runs nothing but TensorFlow, or forced onto TensorFlow on an older tpu-vm-tf runtime."""
+    if job.framework is not Framework.KERAS or not st.runtime:
+        return
+    old = backends.too_old_for_keras_3({"arch": st.spec.arch.value, "runtime": st.runtime})
+    if old and st.spec.arch is Arch.NODE:
+        raise bad_input(f"job {job.name} is Keras 3 (framework = \"keras\"), which needs TensorFlow 2.16.1 or later, "
+                        f"and the TPU Node of cluster {st.name} runs TensorFlow {old}",
+                        "use a TPU VM cluster (`tpuctl up` without --arch node): it runs the job on JAX")
+    if old and backends.forced(job.env, job.keras_backend)[0] == "tensorflow":
+        raise bad_input(f"job {job.name} forces Keras's TensorFlow backend, and cluster {st.name}'s runtime "
+                        f"{st.runtime} carries TensorFlow {old}: Keras 3 needs 2.16.1 or later",
+                        "let tpuctl pick the backend (JAX there): remove keras_backend / [env] KERAS_BACKEND")
 
 
 def submit(st: ClusterState, provider: Provider, job: JobSpec, args: list[str], transfer: datasync.Transfer,
@@ -58,6 +74,7 @@ def submit(st: ClusterState, provider: Provider, job: JobSpec, args: list[str], 
         raise bad_input(f"job {job.name} forces Keras's TensorFlow backend: TPUStrategy does not span slices, and "
                         f"cluster {st.name} has {st.spec.slices}",
                         "let tpuctl pick the backend (JAX on Multislice): remove keras_backend / [env] KERAS_BACKEND")
+    _check_keras_tensorflow(st, job)
     st = provider.revive(st, reporter)
     provider.check_ready(st)
     if st.runtime and job.framework not in (st.spec.framework, Framework.KERAS):   # Keras 3 follows the runtime
