@@ -388,6 +388,42 @@ def test_deterministic_resume_after_sigkill_repeats_the_uninterrupted_run(prepar
     assert line(again.stdout, 20) == line(whole.stdout, 20)      # every metric, to the printed digit
 
 
+SEED_WITHOUT_TF = """
+import sys, numpy as np
+sys.path[:0] = sys.argv[1:3]
+import train
+from tpuctl import runtime
+from model import BertConfig, BertPretrainer, example_inputs
+train.main(sys.argv[3:])
+untouched = "tensorflow" not in sys.modules
+
+def weights():
+    m = BertPretrainer(BertConfig.preset("tiny", 100))
+    m(example_inputs(8, 2), training=True)
+    return [np.asarray(v) for v in m.weights]
+runtime.seed(5)
+ours = weights()
+import keras
+keras.utils.set_random_seed(5)   # Keras's own: it imports TensorFlow (installed here) to seed it too
+print(untouched, "tensorflow" in sys.modules, all((a == b).all() for a, b in zip(ours, weights())))
+"""
+
+
+def test_a_jax_run_imports_no_tensorflow_where_it_is_installed_and_seeds_as_keras_does(prepared, tmp_path):
+    """On JAX, runtime.seed (train.py's) and the TensorBoard writer leave TensorFlow unimported though it is installed
+    (about 5 s of start-up); runtime.seed gives the initial weights keras.utils.set_random_seed gives. Exact resume
+    with it: test_deterministic_resume_after_sigkill_repeats_the_uninterrupted_run[jax]."""
+    out, summary = prepared
+    args = ["--data", f"{out}/part-*.tfrecord", "--vocab-size", str(summary["vocab_size"]), "--preset", "tiny",
+            "--seq-length", "64", "--max-predictions-per-seq", "10", "--batch-size", "4", "--steps", "4",
+            "--log-every", "2", "--output", str(tmp_path / "out")]
+    r = subprocess.run([sys.executable, "-c", SEED_WITHOUT_TF, str(JOB), str(JOB.parent.parent), *args],
+                       capture_output=True, text=True, env=_train_env("jax"), timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.splitlines()[-1] == "True True True", r.stdout
+    assert list((tmp_path / "out" / "tensorboard").rglob("*tfevents*"))
+
+
 def test_a_checkpoint_resumes_on_the_other_backend(prepared, tmp_path):
     """JAX to step 4, TensorFlow on to 8, JAX on to 12: each resumes the other's .weights.h5 (weights, optimizer
     state and step), and the loss keeps falling."""
