@@ -9,7 +9,8 @@ on one machine. So a test must:
 - set environment variables with monkeypatch, and make every wait short through its environment variable;
 - build what many tests share once per process (a session fixture: the fakes, the wheel index), never rely on
   another test having run first or in the same process (a module fixture is made once per worker that runs one
-  of its tests; mark tests with pytest.mark.xdist_group only where they must share one process).
+  of its tests; mark tests with pytest.mark.xdist_group only where they must share one process);
+- carry `@pytest.mark.slow(SECONDS)` when it takes a minute or so: the slowest start first (below).
 """
 import atexit
 import logging
@@ -97,12 +98,22 @@ class Cloud:
         return [f for f in found if f not in self.foreign]
 
 
-TEST_DEADLINE = float(os.environ.get("TPUCTL_TEST_DEADLINE", "600"))   # the longest test takes about 90 s
+TEST_DEADLINE = float(os.environ.get("TPUCTL_TEST_DEADLINE", "600"))   # all but the slow(SECONDS) tests take < 90 s
 # One hang log per test process: pytest-xdist's workers, and two suites run at once on one machine, each write their
 # own (one shared name had one process truncate the stacks another was writing). .ci/run names the directory
 # (TPUCTL_TEST_HANG_DIR) and prints every log left in it; a log that stayed empty is removed when its process ends.
 HANG_LOG = os.path.join(os.environ.get("TPUCTL_TEST_HANG_DIR") or os.environ.get("TMPDIR", "/tmp"),
                         f"tpuctl-test-hang-{os.getpid()}.log")
+
+
+def pytest_collection_modifyitems(items):
+    """The slowest tests first, longest first, the rest in their order: pytest-xdist's loadgroup scheduler hands tests
+    out in collection order, one to each worker as it frees up, so a five-minute test collected late ran on while
+    the other workers sat idle at the end (longest processing time first: the suite's tail is its shortest)."""
+    def seconds(item):
+        mark = item.get_closest_marker("slow")
+        return -float(mark.args[0]) if mark else 0.0
+    items.sort(key=seconds)
 
 
 def _hang_log_removed_if_empty() -> None:
@@ -122,10 +133,14 @@ def _no_test_hangs_the_suite(request):
     instead of holding CI until its 90-minute limit says nothing about where (a follower once hung under heavy load
     here and could not be reproduced). pytest captures stderr, so the stacks go to a file."""
     import faulthandler
+    # a test known to take minutes (slow(SECONDS)) gets four times that: two suites at once on 2 cores, each with
+    # four workers, stretch it about so far
+    slow = request.node.get_closest_marker("slow")
+    deadline = max(TEST_DEADLINE, 4 * float(slow.args[0])) if slow else TEST_DEADLINE
     with open(HANG_LOG, "w") as log:
-        log.write(f"{request.node.nodeid} ran past {TEST_DEADLINE:g} s; the run was ended. Its threads:\n")
+        log.write(f"{request.node.nodeid} ran past {deadline:g} s; the run was ended. Its threads:\n")
         log.flush()
-        faulthandler.dump_traceback_later(TEST_DEADLINE, exit=True, file=log)
+        faulthandler.dump_traceback_later(deadline, exit=True, file=log)
         yield
         faulthandler.cancel_dump_traceback_later()
         log.seek(0)

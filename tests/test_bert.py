@@ -146,6 +146,7 @@ def _train_env(backend="tensorflow", **extra):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.slow(55)
 def test_tiny_model_learns_on_two_cpu_devices(prepared, tmp_path, backend):
     """TensorFlow: MirroredStrategy over two logical CPUs; JAX: runtime.strategy()'s DataParallel over the two CPU
     devices XLA's flag makes (--xla_force_host_platform_device_count)."""
@@ -175,6 +176,7 @@ def test_tiny_model_learns_on_two_cpu_devices(prepared, tmp_path, backend):
     assert list((tmp_path / "out" / "tensorboard").rglob("*tfevents*"))
 
 
+@pytest.mark.slow(55)
 def test_kill_and_resume_continues_from_the_saved_step(prepared, tmp_path):
     out, summary = prepared
     args = [sys.executable, str(JOB / "train.py"), "--data", f"{out}/part-*.tfrecord", "--vocab-size",
@@ -271,6 +273,7 @@ def test_the_masked_lm_loss_averages_over_the_real_masked_tokens_only():
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.slow(40)
 def test_checkpoints_and_lines_fall_on_their_own_steps_and_never_past_the_end(prepared, tmp_path, backend):
     out, summary = prepared
     args = [sys.executable, str(JOB / "train.py"), "--data", f"{out}/part-*.tfrecord", "--vocab-size",
@@ -328,6 +331,7 @@ def test_the_encoder_stands_alone_is_initialised_as_bert_and_exports_load_back(t
     assert not [n for n in decayed if "norm" in n or "bias" in n]       # as BERT: no decay on biases, layer norms
 
 
+@pytest.mark.slow(60)
 def test_phase_two_at_a_longer_sequence_starts_from_phase_one(text, tmp_path):
     long = tmp_path / "prep128"
     summary = prepare.main(["--input", str(text), "--output", str(long), "--workers", "1", "--vocab-size", "2000",
@@ -354,6 +358,7 @@ def test_phase_two_at_a_longer_sequence_starts_from_phase_one(text, tmp_path):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.slow(100)
 def test_deterministic_resume_after_sigkill_repeats_the_uninterrupted_run(prepared, tmp_path, backend):
     out, summary = prepared
     base = [sys.executable, str(JOB / "train.py"), "--data", f"{out}/part-*.tfrecord", "--vocab-size",
@@ -409,6 +414,7 @@ print(untouched, "tensorflow" in sys.modules, all((a == b).all() for a, b in zip
 """
 
 
+@pytest.mark.slow(30)
 def test_a_jax_run_imports_no_tensorflow_where_it_is_installed_and_seeds_as_keras_does(prepared, tmp_path):
     """On JAX, runtime.seed (train.py's) and the TensorBoard writer leave TensorFlow unimported though it is installed
     (about 5 s of start-up); runtime.seed gives the initial weights keras.utils.set_random_seed gives. Exact resume
@@ -424,6 +430,7 @@ def test_a_jax_run_imports_no_tensorflow_where_it_is_installed_and_seeds_as_kera
     assert list((tmp_path / "out" / "tensorboard").rglob("*tfevents*"))
 
 
+@pytest.mark.slow(120)
 def test_a_checkpoint_resumes_on_the_other_backend(prepared, tmp_path):
     """JAX to step 4, TensorFlow on to 8, JAX on to 12: each resumes the other's .weights.h5 (weights, optimizer
     state and step), and the loss keeps falling."""
@@ -485,6 +492,7 @@ print(keras.backend.backend())
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.slow(45)
 def test_the_hugging_face_export_loads_in_transformers_with_equal_outputs(tmp_path, backend):
     """An encoder made, run and exported on each backend (export.py --hf in a process on that backend) loads in
     transformers' TFBertModel with the same outputs."""
@@ -527,6 +535,7 @@ print(keras.backend.backend(), ours.count_params(), theirs, d["mlm"], d["nsp"], 
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.slow(45)
 def test_tf_models_officials_bert_and_ours_agree_for_the_same_weights(tmp_path, backend):
     """tf-models-official's BertEncoder + BertPretrainerV2 (tf-keras) and the job's Keras 3 pretrainer on each
     backend, the reference's weights copied into ours (bench/tfm_reference.py's mapping): the same parameter count
@@ -618,6 +627,7 @@ def test_the_same_weights_give_the_same_forward_pass_on_both_backends(tmp_path):
     assert float(seq_diff) < 1e-5 and float(pooled_diff) < 1e-5, r.stdout
 
 
+@pytest.mark.slow(280)
 def test_the_pretrained_encoder_beats_a_random_one_at_fine_tuning(tmp_path):
     """The pipeline a researcher uses: pretrain, export, fine-tune, against the same classifier from a random encoder
     for the same steps. The task is a few-shot one (40 sentences, 4 topics of the corpus's language, 1000 held out):

@@ -225,7 +225,12 @@ def test_submit_refuses_what_would_not_reach_the_host(quick_local, cli, tmp_path
     (tmp_path / "req.txt").write_text("six\n")
     job = make_job(tmp_path, "print('x')\n", name="refused")
     setup(job, tmp_path)
-    before = sorted(Path(quick_local.spec.store).rglob("*"))
+    store = Path(quick_local.spec.store)
+    # the agent's own first writes (its heartbeat, the run index it ensures) land whenever its first tick runs: after
+    # them, anything new is the submit's
+    until(lambda: (store / layout.RUN_INDEX_COMPLETE).exists() and list(store.glob(layout.AGENTS_PREFIX + "*")),
+          what="the local agent's first tick")
+    before = sorted(store.rglob("*"))
     code, out, err = cli("submit", str(job), "-c", "faults")
     assert code == 2 and expect in err, err
     assert sorted(Path(quick_local.spec.store).rglob("*")) == before          # nothing uploaded

@@ -30,6 +30,8 @@ BASE_VM = {"arch": "vm", "hosts": 1, "framework": "jax", "runtime": "v2-alpha-tp
 @pytest.mark.parametrize("record, accelerator, tf_imports, want", [
     (TF_VM, "v4-8", False, "tensorflow"),                                    # a TensorFlow runtime
     ({"arch": "node", "runtime": "2.12.0"}, "v3-8", False, "tensorflow"),     # beside a legacy Node
+    ({**TF_VM, "runtime": "tpu-vm-tf-2.16.1-pjrt"}, "v3-8", False, "tensorflow"),   # Keras 3's oldest TensorFlow
+    ({**TF_VM, "runtime": "tpu-vm-tf-2.15.0-pjrt"}, "v3-8", False, "jax"),   # older: keras#19448's failure
     (BASE_VM, "v5litepod-8", True, "jax"),                                   # a base runtime
     ({**TF_VM, "runtime": "v2-alpha-tpuv5", "tensorflow_from": "pip"}, "v5p-8", False, "jax"),   # TF cluster, base
     ({**BASE_VM, "slices": 2, "hosts": 2}, "v5litepod-16", False, "jax"),    # Multislice
@@ -41,6 +43,17 @@ BASE_VM = {"arch": "vm", "hosts": 1, "framework": "jax", "runtime": "v2-alpha-tp
 def test_the_backend_follows_the_target(record, accelerator, tf_imports, want):
     name, why = backends.for_host(record, accelerator, tf_imports)
     assert name == want and why
+
+
+def test_a_runtime_whose_tensorflow_predates_keras_3_says_so():
+    assert "TensorFlow 2.15.0 predates Keras 3" in backends.for_host(
+        {**TF_VM, "runtime": "tpu-vm-tf-2.15.0-pjrt"}, "v3-8", False)[1]
+    assert backends.too_old_for_keras_3({"arch": "node", "runtime": "2.12.0"}) == "2.12.0"
+    assert backends.too_old_for_keras_3({"arch": "vm", "runtime": "1.34.0-gke.2201000"}) == ""   # not TensorFlow's
+    old_vm = {"arch": "vm", "runtime": "tpu-vm-tf-2.15.0-pjrt"}
+    assert "forces Keras's TensorFlow backend" in backends.old_tensorflow_refusal(old_vm, "tensorflow")[0]
+    assert backends.old_tensorflow_refusal(old_vm, "") is None                 # tpuctl picks JAX there
+    assert backends.old_tensorflow_refusal({**old_vm, "runtime": "tpu-vm-tf-2.18.0-pjrt"}, "tensorflow") is None
 
 
 @pytest.mark.parametrize("platform, accelerator, want", [
@@ -121,6 +134,7 @@ def test_without_tensorflow_a_keras_job_runs_on_jax(jax_machine):
 
 
 @needs_keras3_bert
+@pytest.mark.slow(75)
 def test_without_tensorflow_the_bert_job_trains_on_jax(jax_machine):
     code, out, err = _tpuctl(jax_machine, "submit", str(BERT), "-c", "kj", "--", "--preset", "tiny", "--steps", "30",
                              timeout=580)
@@ -189,3 +203,14 @@ def test_a_sessions_backend_is_tpuctls_pick_over_the_images_unless_the_job_force
     dirs = {k: tmp_path / k for k in ("wheel", "out", "data", "store")}
     assert session.environment(cfg, dirs, 0.0)["KERAS_BACKEND"] == want
     assert session.keras_backend(cfg)[0] == want
+
+
+@pytest.mark.tpu_nodes
+def test_a_keras_3_job_beside_a_node_older_than_keras_3_is_refused_before_any_upload(cloud, cli, tmp_path):
+    """A Node runs TensorFlow only (no JAX), and the fake's, as Google's, is older than Keras 3's 2.16.1."""
+    assert cli("up", "--type", "v2-8", "--zone", "us-central1-b", "-c", "nd", "--arch", "node")[0] == 0
+    job = make_job(tmp_path, "print(1)\n", 'framework = "keras"\n')
+    cloud.gcs.calls.clear()
+    code, out, err = cli("submit", str(job), "-c", "nd")
+    assert code == 2 and "needs TensorFlow 2.16.1 or later" in err and "TensorFlow 2.12.0" in err, err
+    assert "Traceback" not in err and not [c for c in cloud.gcs.calls if c.startswith(("POST", "PUT"))]

@@ -197,6 +197,7 @@ def legacy_keras_shell(monkeypatch):
     monkeypatch.setenv("TF_USE_LEGACY_KERAS", "1")
 
 
+@pytest.mark.slow(85)
 def test_bert_quick_start_on_the_local_provider(legacy_keras_shell, local, cli):
     """The README's first command, through the CLI: the real job, generated corpus, a loss that falls by over a
     nat between the first and the last line (issue 13)."""

@@ -195,6 +195,7 @@ def _run_on_four_hosts(cloud, cli, monkeypatch, name, job, *flags):
     return store, run_id, log
 
 
+@pytest.mark.slow(70)
 def test_one_slice_preempted_under_recover_restarts_the_run_on_every_host(cloud, cli, tmp_path, monkeypatch):
     """A slice lost mid-run: the watcher asks for the whole request again (core/multislice.py: a lost slice stops
     the run everywhere), and once all slices are back every host takes the run over, same run, attempt 2."""
@@ -234,6 +235,7 @@ print("done", flush=True)
 
 
 @pytest.mark.parametrize("repaired, fresh_disk", [(0, True), (1, False)], ids=["slice-0-elsewhere", "same-disk"])
+@pytest.mark.slow(60)
 def test_a_slice_google_repairs_restarts_the_run_on_every_host(cloud, cli, tmp_path, monkeypatch, repaired,
                                                               fresh_disk):
     """Google restarts slice 1 on healthy hardware while the request stays ACTIVE (no --recover, no watcher), then

@@ -447,6 +447,7 @@ def test_a_preempted_run_is_heard_of_once_each_start_preemption_recovery_finish(
     assert all(p["tpuctl"]["cluster"] == "pn" for p in hook.posts)
 
 
+@pytest.mark.slow(65)
 def test_a_budget_spent_over_three_periods_stops_the_cluster_for_good(watched, cloud, cli, tmp_path, receiver,
                                                                       monkeypatch, no_leak):
     from tpuctl.core import state

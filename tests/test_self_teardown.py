@@ -78,6 +78,7 @@ def _rest_delete(cloud, name, email):
         return e.code
 
 
+@pytest.mark.slow(40)
 def test_an_identity_without_tpu_delete_is_refused_never_shown_armed(live_hosts, cloud, cli):
     # The narrow grant one would want: roles/tpu.admin on this TPU only. The TPU API knows no resource attributes
     # (iam/docs/conditions-resource-attributes), so it grants nothing, and the host must say so.

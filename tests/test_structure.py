@@ -28,9 +28,7 @@ def _graph() -> dict[str, set[str]]:
             for m, p in files.items()}
 
 
-def test_no_import_cycle_inside_tpuctl():
-    graph = _graph()
-    # Package __init__ modules are implied by importing their children; the edges that matter are module -> module.
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     seen, stack, cycles = set(), [], []
 
     def visit(m):
@@ -41,12 +39,58 @@ def test_no_import_cycle_inside_tpuctl():
             return
         seen.add(m)
         stack.append(m)
-        for n in sorted(graph[m]):
+        for n in sorted(graph.get(m, ())):
             visit(n)
         stack.pop()
     for m in sorted(graph):
         visit(m)
+    return cycles
+
+
+def test_no_import_cycle_inside_tpuctl():
+    # Package __init__ modules are implied by importing their children; the edges that matter are module -> module.
+    cycles = _cycles(_graph())
     assert not cycles, "import cycles: " + "; ".join(" -> ".join(c) for c in cycles)
+
+
+def _host_graph() -> dict[str, set[str]]:
+    """host/'s modules and what each imports from host/, type-only imports included: a part that names the agent
+    even for its types is tied to the agent's fields (issue 41)."""
+    files = agent_package.modules(PKG)
+    host = {m: p for m, p in files.items() if m.startswith("tpuctl.host.")}
+    return {m: {i for i in agent_package.imports_of(p, m, set(files), typing_too=True) if i in host and i != m}
+            for m, p in host.items()}
+
+
+# Only the agent builds an attempt; every other part takes a context of its own (host/contexts.py), never these.
+_HOST_TOP = {"tpuctl.host.agent": set(), "tpuctl.host.attempt": {"tpuctl.host.agent"}}
+
+
+def _host_violations(graph: dict[str, set[str]]) -> list[str]:
+    bad = [" -> ".join(c) for c in _cycles(graph)]
+    for m, imported in sorted(graph.items()):
+        for top, allowed in _HOST_TOP.items():
+            if top in imported and m not in allowed:
+                bad.append(f"{m} imports {top}")
+    return bad
+
+
+def test_host_parts_import_neither_the_agent_nor_the_attempt_and_form_no_circle():
+    assert _host_violations(_host_graph()) == []
+
+
+def test_the_host_check_sees_a_type_only_import(tmp_path):
+    part = tmp_path / "rounds.py"
+    part.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .agent import Agent\n")
+    known = set(agent_package.modules(PKG))
+    assert "tpuctl.host.agent" in agent_package.imports_of(part, "tpuctl.host.rounds", known, typing_too=True)
+    assert "tpuctl.host.agent" not in agent_package.imports_of(part, "tpuctl.host.rounds", known)
+    graph = _host_graph()
+    graph["tpuctl.host.rounds"] = graph["tpuctl.host.rounds"] | {"tpuctl.host.agent"}
+    graph["tpuctl.host.halts"] = graph["tpuctl.host.halts"] | {"tpuctl.host.attempt"}
+    assert "tpuctl.host.rounds imports tpuctl.host.agent" in _host_violations(graph)
+    assert "tpuctl.host.halts imports tpuctl.host.attempt" in _host_violations(graph)
+    assert any(v.startswith("tpuctl.host.agent -> ") for v in _host_violations(graph))   # agent -> ... -> agent
 
 
 def test_cycle_detector_sees_a_cycle():

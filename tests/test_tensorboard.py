@@ -90,15 +90,19 @@ def _scalars(url, run, tag="epoch_loss", want=1, timeout=60):
     raise AssertionError(f"{run}: {len(got)} points after {timeout}s")
 
 
-def test_tensorboard_serves_a_local_runs_scalars(local_up):
+def _local_run(local_up, name, steps):
     from tpuctl.providers.local import LocalProvider
-    st = local_up("tb")
+    st = local_up(name)
     store = LocalProvider().store(st)
     store.write(layout.run_job(RUN), _job_json())
     runindex.register(store, RUN)                # as submit writes it: `tensorboard` with no id finds it there
     out_dir = os.path.join(st.spec.store, layout.run_output(RUN), "tensorboard", "train")
     os.makedirs(out_dir)
-    _events(out_dir, 5)
+    _events(out_dir, steps)
+
+
+def test_tensorboard_serves_a_local_runs_scalars(local_up):
+    _local_run(local_up, "tb", 5)
     p = None
     try:
         p, url = _serve(["-c", "tb"])
@@ -106,6 +110,25 @@ def test_tensorboard_serves_a_local_runs_scalars(local_up):
         assert points == [(s, 8.0 - s / 10) for s in range(5)]
     finally:
         if p:
+            _stop(p)
+
+
+def test_two_tensorboards_started_at_once_each_serve_their_own_runs(local_up):
+    """Started together, each on the first free port: they once both probed the same free port, one TensorBoard
+    lost it and exited, and its CLI announced the other's URL as its own (then exited 1)."""
+    _local_run(local_up, "tb-a", 3)
+    _local_run(local_up, "tb-b", 6)
+    started = []
+    try:
+        for name in ("tb-a", "tb-b"):      # both CLIs start before either TensorBoard has bound a port
+            started.append(subprocess.Popen([sys.executable, "-m", "tpuctl", "tensorboard", "-c", name],
+                                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        urls = [p.stdout.readline().strip() for p in started]
+        assert all(u.startswith("http://") for u in urls) and urls[0] != urls[1], urls
+        assert len(_scalars(urls[0], f"{RUN}/tensorboard/train", want=3)) == 3
+        assert len(_scalars(urls[1], f"{RUN}/tensorboard/train", want=6)) == 6
+    finally:
+        for p in started:
             _stop(p)
 
 

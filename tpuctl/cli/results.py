@@ -105,7 +105,7 @@ def tensorboard(run_ids: List[str] = typer.Argument(None, help="Run ids (default
         con.err.print(f"[green]TensorBoard[/] for {len(ids)} run(s): {url}   (Ctrl-C stops it)")
         print(url, flush=True)
     try:
-        code = board.serve(sources, port or board.free_port(), host, ready)
+        code = board.serve(sources, port, host, ready)
     except KeyboardInterrupt:
         raise interrupted("TensorBoard stopped; the runs it showed are untouched") from None
     raise typer.Exit(code)

@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Optional
 
 from ..control import download
 from ..core import layout, state
@@ -81,43 +83,42 @@ def check_port(port: int, host: str) -> int:
     return port
 
 
-def free_port(start: int = 6006) -> int:
-    for port in range(start, start + 100):
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-                return port
-            except OSError:
-                continue
-    raise TpuctlError(ErrorKind.ERROR, f"no free port in {start}-{start + 99}", "pass --port P")
+# TensorBoard's line once it has bound its port (tensorboard/program.py, TensorBoardServer.print_serving_message):
+# "TensorBoard 2.20.0 at http://localhost:6006/ (Press CTRL+C to quit)".
+_SERVING = re.compile(rb"TensorBoard \S+ at \S+?:(\d+)/? \(Press CTRL\+C")
 
 
-def serve(sources: Sources, port: int, host: str, ready: Callable[[str], None],
+def serve(sources: Sources, port: Optional[int], host: str, ready: Callable[[str], None],
           stopped: Callable[[], bool] = lambda: False) -> int:
-    """Run TensorBoard until it exits or the user interrupts; syncs cached runs meanwhile. Returns its exit code."""
+    """Run TensorBoard until it exits or the user interrupts; syncs cached runs meanwhile. Returns its exit code.
+    Without a port, TensorBoard takes the first free one from 6006 itself (program.py: with no --port it tries 100
+    in turn, binding each): a port tpuctl probed and released could be taken by another TensorBoard before this one
+    bound it, and the other's would then be announced as this one's."""
     log = state.home() / "tensorboard.log"
     log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "ab") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "tensorboard.main", "--logdir_spec", sources.logdir_spec(),
-                                 "--port", str(port), "--host", host, "--reload_interval", "5"],
-                                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen([sys.executable, "-m", "tensorboard.main", "--logdir_spec", sources.logdir_spec(),
+                             *(["--port", str(port)] if port is not None else []), "--host", host,
+                             "--reload_interval", "5"],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    output = _Output(proc, log)
     def terminated(signum: int, frame: object) -> None:
         raise SystemExit(128 + signum)   # through the `finally` below: TensorBoard never outlives the CLI
     previous = signal.signal(signal.SIGTERM, terminated)
     try:
-        url = f"http://{'localhost' if host in ('127.0.0.1', 'localhost') else host}:{port}/"
         announced = False
         next_sync = 0.0
         while proc.poll() is None and not stopped():
             if time.monotonic() >= next_sync:
                 sources.sync()
                 next_sync = time.monotonic() + sync_seconds()
-            if not announced and _listening(host, port):
-                ready(url)
+            bound = None if announced else output.port
+            if bound is not None and _listening(host, bound):
+                ready(f"http://{'localhost' if host in ('127.0.0.1', 'localhost') else host}:{bound}/")
                 announced = True
             time.sleep(0.2)
         if proc.poll() is not None and proc.returncode != 0:
-            tail = log.read_text(errors="replace").strip().splitlines()[-3:]
+            output.thread.join(5)
+            tail = output.tail[-3:]
             raise TpuctlError(ErrorKind.ERROR, f"TensorBoard exited with code {proc.returncode}: "
                               + " / ".join(tail), f"its whole output is in {log}")
         return 0
@@ -129,6 +130,28 @@ def serve(sources: Sources, port: int, host: str, ready: Callable[[str], None],
                 proc.wait(10)
             except subprocess.TimeoutExpired:
                 proc.kill()
+
+
+class _Output:
+    """TensorBoard's output, copied line by line into the log (which other `tpuctl tensorboard` commands of this
+    home append to as well), and the port it says it bound, read from its own lines only."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], log: Path) -> None:
+        self.port: Optional[int] = None
+        self.tail: list[str] = []
+        self.thread = threading.Thread(target=self._copy, args=(proc, log), daemon=True)
+        self.thread.start()
+
+    def _copy(self, proc: subprocess.Popen[bytes], log: Path) -> None:
+        assert proc.stdout is not None
+        with open(log, "ab") as out:
+            for line in proc.stdout:
+                out.write(line)
+                out.flush()
+                self.tail = (self.tail + [line.decode(errors="replace").strip()])[-3:]
+                m = _SERVING.search(line)
+                if m and self.port is None:
+                    self.port = int(m.group(1))
 
 
 def _listening(host: str, port: int) -> bool:

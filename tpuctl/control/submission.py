@@ -33,6 +33,17 @@ def warn_package_bytes() -> int:
     return int(os.environ.get("TPUCTL_PACKAGE_WARN_BYTES", 100 << 20))
 
 
+def _check_keras_tensorflow(st: ClusterState, job: JobSpec) -> None:
+    """A Keras 3 job that would run on a TensorFlow older than Keras 3 supports (core/backends.py)."""
+    if job.framework is not Framework.KERAS or not st.runtime:
+        return
+    refusal = backends.old_tensorflow_refusal({"arch": st.spec.arch.value, "runtime": st.runtime},
+                                              backends.forced(job.env, job.keras_backend)[0])
+    if refusal:
+        why, hint = refusal
+        raise bad_input(f"job {job.name} on cluster {st.name}: {why}", hint)
+
+
 def submit(st: ClusterState, provider: Provider, job: JobSpec, args: list[str], transfer: datasync.Transfer,
            reporter: Reporter, down_after: bool = False, sessions: int = 0,
            keep_inputs: bool = False, max_restarts: int = 0,
@@ -58,6 +69,7 @@ def submit(st: ClusterState, provider: Provider, job: JobSpec, args: list[str], 
         raise bad_input(f"job {job.name} forces Keras's TensorFlow backend: TPUStrategy does not span slices, and "
                         f"cluster {st.name} has {st.spec.slices}",
                         "let tpuctl pick the backend (JAX on Multislice): remove keras_backend / [env] KERAS_BACKEND")
+    _check_keras_tensorflow(st, job)
     st = provider.revive(st, reporter)
     provider.check_ready(st)
     if st.runtime and job.framework not in (st.spec.framework, Framework.KERAS):   # Keras 3 follows the runtime

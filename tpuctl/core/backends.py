@@ -8,10 +8,18 @@ Colab's TPU runtimes have no TensorFlow (googlecolab/colabtools#5174), base runt
 `up --framework jax`) have no framework at all and Google installs JAX on them (`pip install -U "jax[tpu]"`),
 Multislice is a JAX-first design (TPUStrategy does not span slices), and GPUs. On this machine (the local
 provider): TensorFlow when it imports, else JAX. A job or user forces it: `[env] KERAS_BACKEND` or tpuctl.toml's
-`keras_backend`."""
+`keras_backend`.
+
+Keras 3 runs on TensorFlow 2.16.1 and later only (keras-team/keras README, "Backend Compatibility Table"). The reports
+of Keras 3 under TPUStrategy failing on TPU VMs are below that or on a misplaced libtpu: keras-team/keras#19448 and
+Kaggle/docker-python#1370 are TensorFlow 2.15 with Keras 3.0.5, and Kaggle's own TPU VM image then ran Keras 3 on
+TensorFlow 2.16 once its libtpu path was right (Kaggle/docker-python#1390: "The libtpu location changed in tf2.16,
+that's what was missing"; host/tpuenv.py finds the libtpu Python imports). So an older TensorFlow runtime runs a
+Keras 3 job on JAX, and a Node (which cannot run JAX) with an older TensorFlow is refused at submit."""
 from __future__ import annotations
 
-from typing import Any, Mapping, MutableMapping
+import re
+from typing import Any, Mapping, MutableMapping, Optional
 
 BACKENDS = ("jax", "tensorflow")
 ENV = "KERAS_BACKEND"   # what Keras 3 reads at import (keras/src/backend/config.py: os.environ["KERAS_BACKEND"])
@@ -24,6 +32,36 @@ def keep_keras_3(env: MutableMapping[str, str], job_env: Mapping[str, str]) -> N
     (`WarmupDecay.__call__() missing 1 required positional argument: 'step'`, as a suite run showed)."""
     if "TF_USE_LEGACY_KERAS" not in job_env:
         env.pop("TF_USE_LEGACY_KERAS", None)
+
+
+KERAS_MIN_TENSORFLOW = (2, 16, 1)
+
+
+def runtime_tensorflow(record: Mapping[str, Any]) -> Optional[tuple[int, int, int]]:
+    """The TensorFlow a TPU VM's tpu-vm-tf-X.Y.Z runtime or a legacy Node's version (X.Y.Z) carries, if it names one."""
+    prefix = "" if record.get("arch") == "node" else "tpu-vm-tf-"   # a Node's version is TensorFlow's own
+    m = re.match(rf"^{prefix}(\d+)\.(\d+)\.(\d+)", str(record.get("runtime") or ""))
+    return (int(m.group(1)), int(m.group(2)), int(m.group(3))) if m else None
+
+
+def too_old_for_keras_3(record: Mapping[str, Any]) -> str:
+    """The TensorFlow version ("2.15.0") of a runtime or Node below Keras 3's minimum, else ""."""
+    version = runtime_tensorflow(record)
+    return ".".join(map(str, version)) if version and version < KERAS_MIN_TENSORFLOW else ""
+
+
+def old_tensorflow_refusal(record: Mapping[str, Any], forced_backend: str) -> Optional[tuple[str, str]]:
+    """(why, hint) when a Keras 3 job would run on a TensorFlow older than Keras 3 supports: beside a Node (which runs
+    nothing but TensorFlow), or forced onto TensorFlow on an older tpu-vm-tf runtime; else None."""
+    old = too_old_for_keras_3(record)
+    if old and record.get("arch") == "node":
+        return (f"a Keras 3 job (framework = \"keras\") needs TensorFlow 2.16.1 or later, and the TPU Node runs "
+                f"TensorFlow {old}", "use a TPU VM cluster (`tpuctl up` without --arch node): it runs the job on JAX")
+    if old and forced_backend == "tensorflow":
+        return (f"the job forces Keras's TensorFlow backend, and the runtime {record.get('runtime')} carries "
+                f"TensorFlow {old}: Keras 3 needs 2.16.1 or later",
+                "let tpuctl pick the backend (JAX there): remove keras_backend / [env] KERAS_BACKEND")
+    return None
 
 
 def forced(env: Mapping[str, str], keras_backend: str) -> tuple[str, str]:
@@ -51,6 +89,9 @@ def for_host(record: Mapping[str, Any], accelerator: str, tensorflow_imports: bo
     if record.get("arch") == "vm" and accelerator.startswith("v"):
         if int(record.get("slices") or 1) > 1:
             return "jax", "a Multislice cluster: TPUStrategy does not span slices"
+        if tensorflow_runtime(record) and too_old_for_keras_3(record):
+            return "jax", (f"the runtime {runtime}'s TensorFlow {too_old_for_keras_3(record)} predates Keras 3, which "
+                           "needs 2.16.1")
         if tensorflow_runtime(record):
             return "tensorflow", f"a TPU VM on the TensorFlow runtime {runtime}"
         return "jax", f"a TPU VM on the base runtime {runtime or '(unknown)'}, which carries no TensorFlow"

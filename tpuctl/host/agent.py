@@ -54,8 +54,8 @@ class Agent:
         self.last_beat = 0.0
         self.record: dict[str, Any] = {}
         self.clock = Clock()                 # idleness, for autostop (core/lifecycle.py)
-        self.claims = Claims(self)
-        self.selfstop = SelfStop(self)
+        self.claims = Claims(self, self.write_status)
+        self.selfstop = SelfStop(self, self.stop, self.clock)
         self.guard = StoreGuard(self.store)
         self.external_restarts = False   # `--run`: the JobSet restarts the run, not this agent (run_one)
         self.held = HeldOutput(self.stop, self.beat)   # ended runs' output the full store could not take yet
@@ -97,6 +97,11 @@ class Agent:
             self.guard.wrote()
         except Exception as e:  # noqa: BLE001 - a store that refuses a heartbeat must not end the agent
             self.guard.failed(e, "the heartbeat")
+
+    def beat_if_quiet(self, running: str = "") -> None:
+        """The heartbeat, when none went out for HEARTBEAT_SECONDS x 6 (a long tick, a job supervised long)."""
+        if time.monotonic() - self.last_beat > HEARTBEAT_SECONDS * 6:
+            self.beat(running)
 
     def write_status(self, run_id: str, st: RunStatus) -> None:
         """A run's status. One the store refuses is reported and left to the next heartbeat, except a final one,
@@ -167,8 +172,7 @@ class Agent:
                 self.selfstop.enforce()
             except Exception as e:  # noqa: BLE001 - a store hiccup must not kill the agent; log and go on
                 print(f"tpuctl agent: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
-            if time.monotonic() - self.last_beat > HEARTBEAT_SECONDS * 6:
-                self.beat()
+            self.beat_if_quiet()
             self.stop.wait(self.poll)
         self.held.join(5.0)
 
@@ -187,7 +191,9 @@ class Agent:
         return True
 
     def execute(self, run_id: str, attempt: int = 1) -> int:
-        return Attempt(self, run_id, attempt).run()
+        # the spec claims read, and whether the attempt before was its host's stop (claims.py), go to the attempt
+        return Attempt(self, run_id, attempt, self.claims.specs.get(run_id), self.claims.interrupted.pop(run_id, False),
+                       self.selfstop.run_limit).run()
 
     def run_one(self, run_id: str, attempt: int) -> int:
         """`--run ID`: a pod of the run's JobSet (providers/gke/manifest.py) runs this one run and exits with its

@@ -16,27 +16,30 @@ import shlex
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Callable, Protocol
 
 from ..core import layout, runs
 from ..core.backends import keep_keras_3
+from ..core.lifecycle import Clock
 from ..core.packaging import unpack
 from ..core.runs import RunSpec, RunState, RunStatus
 from ..runtime import prefer_legacy_keras
-from . import heldoutput, jobenv, kerasbackend, megascale, podruntime, runevents
+from . import heldoutput, jobenv, kerasbackend, megascale, podruntime
+from .contexts import Seat
 from .halts import Halts
+from .heldoutput import HeldOutput
 from .jobprocs import start
 from .logshipper import LogShipper
 from .preamble import PreambleFilter
 from .restarts import Decision, backoff, decide, wait_out
 from .rounds import FINISHED, Called, Rounds
-from .supervisor import Supervisor
+from .runevents import RunEvents
+from .storeguard import StoreGuard
+from .supervisor import Supervisor, Watch
 from .tpuenv import pjrt_from_python, tpu_environment
-
-if TYPE_CHECKING:
-    from .agent import Agent
 
 # A job that died of SIGTERM or SIGKILL while the agent was not (yet) told to stop: how long to wait for the agent's
 # own SIGTERM before calling it the job's failure. A host shutting down signals every process at once (systemd's
@@ -44,10 +47,35 @@ if TYPE_CHECKING:
 SIGNAL_WAIT_SECONDS = 2.0
 
 
+class AttemptHost(Seat, Protocol):
+    """What an attempt reads and calls of the agent that runs it (agent.py), beyond the host's seat."""
+    home: Path                 # the agent's working directory: runs' code and environments
+    slice: int                 # this host's slice of a Multislice cluster
+    stop: threading.Event      # the agent is being stopped
+    external_restarts: bool    # a GKE pod: the JobSet restarts the run, not this agent
+    guard: StoreGuard          # the store's trouble, reported once and said in statuses
+    held: HeldOutput           # ended runs' output the full store could not take yet
+    clock: Clock               # the cluster's idleness, for autostop
+
+    def write_status(self, run_id: str, st: RunStatus) -> None: ...
+
+    def beat_if_quiet(self, running: str = "") -> None: ...
+
+    def package_limits(self) -> tuple[int, int]: ...
+
+    def tpu_address(self) -> str: ...
+
+    def wait_tpu_address(self, heartbeat: Callable[[], None]) -> str: ...
+
+
 class Attempt:
-    def __init__(self, agent: Agent, run_id: str, attempt: int) -> None:
-        self.a, self.run_id, self.attempt = agent, run_id, attempt
-        self.job = agent.claims.specs.get(run_id) or runs.job(agent.store, run_id)
+    def __init__(self, agent: AttemptHost, run_id: str, attempt: int, job: RunSpec | None,
+                 resumed_after_stop: bool, limit: Callable[[], str]) -> None:
+        """`job`: the run's spec when the agent has read it; `resumed_after_stop`: the previous attempt was
+        interrupted by its host's stop (claims.py); `limit`: why the cluster's own limit ends a running run now
+        (autostop.py's run_limit)."""
+        self.a, self.run_id, self.attempt, self.resumed_after_stop = agent, run_id, attempt, resumed_after_stop
+        self.job = job or runs.job(agent.store, run_id)
         self.started = time.time()
         self.work = agent.home / "runs" / run_id / f"w{agent.worker}"
         self.code_dir = self.work / "code"
@@ -55,7 +83,9 @@ class Attempt:
         self.restarts = attempt - 1 if agent.external_restarts else \
             runs.status(agent.store, run_id, agent.worker).restarts if attempt > 1 else 0   # GKE: the JobSet's
         self.began = 0.0  # when the job's process last started (the restart backoff's measure of a healthy run)
-        self.halts = Halts(agent, run_id)   # a cancel, the cluster's limits, the agent's stop
+        self.halts = Halts(agent.store, run_id, agent.stop, agent.guard.failed, limit)   # what ends it from outside
+        self.events = RunEvents(agent.store, str(agent.record.get("cluster", "")), run_id, attempt, agent.worker,
+                                agent.host, self.started)
 
     def status(self, state: RunState, exit_code: int | None = None, pid: int | None = None, note: str = "",
                ended: float | None = None) -> None:
@@ -74,7 +104,7 @@ class Attempt:
             PreambleFilter(gpu=self.a.accelerator.startswith("gpu"))
         shipper = LogShipper(self.a.store, self.run_id, self.a.worker, quiet, self.a.guard)
         if self.attempt > 1:
-            why = "the previous attempt's host stopped" if self.a.claims.interrupted.pop(self.run_id, False) \
+            why = "the previous attempt's host stopped" if self.resumed_after_stop \
                 else "the previous host stopped heartbeating"
             shipper.note(f"{why}; run resumed on {self.a.host} (attempt {self.attempt})", fresh_line=True)
         try:
@@ -84,13 +114,13 @@ class Attempt:
                 return self._interrupted(shipper, None)
             shipper.note(f"cannot prepare the run: {e}")
             self.status(RunState.FAILED, exit_code=127)
-            runevents.ended(self, 127, False)
+            self.events.ended(127, False)
             return 127
         if self.a.stop.is_set():
             return self._interrupted(shipper, None)
         tf = kerasbackend.tensorflow_to_install(job, self.a.record, self.a.accelerator)
         script, env_dir = self._script(job, tf)
-        rounds = Rounds.of(self.a, self.run_id, job)
+        rounds = Rounds.of(self.a, self.a.stop, self.run_id, job)
         n = rounds.join() if rounds else 1
         wait = 0.0   # the restart backoff (restarts.backoff)
         while True:
@@ -100,13 +130,13 @@ class Attempt:
                 if why_not:
                     return self._not_started(shipper, rounds, n, why_not)
                 self.restarts = rounds.restarts(n)
-            env = self.environment(job, tf, env_dir)
+            env = environment(self.a, self.run_id, job, tf, env_dir)
             env["TPUCTL_RESTARTS"] = str(self.restarts)
             proc = self._launch(script, env, shipper)
             if isinstance(proc, int):
                 return proc
-            runevents.started(self, self.restarts, n)
-            supervisor = Supervisor(self, proc, shipper, (lambda: rounds.watch(n)) if rounds else None)
+            self.events.started(self.restarts, n)
+            supervisor = Supervisor(self._watch(), proc, shipper, (lambda: rounds.watch(n)) if rounds else None)
             rc, cancelled = supervisor.run()
             # a job tpuctl ended itself (a cancel, the budget) is not the host's stop: no wait for the agent's SIGTERM
             if not cancelled and rc != 0 and self._host_stopping(rc, bool(supervisor.superseded)):
@@ -160,8 +190,14 @@ class Attempt:
             shipper.settle(self.a.stop, lambda _: None)   # nothing held, or the agent stops: what is lost is marked
             lost = f"{shipper.unshipped} bytes of output were not shipped ({self.a.guard.problem or 'store full'})"
             self.status(state, exit_code=rc, note=lost if shipper.unshipped else note)
-        runevents.ended(self, rc, cancelled)
+        self.events.ended(rc, cancelled)
         return rc
+
+    def _watch(self) -> Watch:
+        """What the supervisor of this attempt's job reads and calls (supervisor.py)."""
+        a = self.a
+        return Watch(self.run_id, a.stop, self.halts, lambda pid: self.status(RunState.RUNNING, pid=pid),
+                     a.clock.busy, a.beat_if_quiet, a.guard.failed)
 
     def _next_round(self, shipper: LogShipper, why: str, called: dict[str, Any]) -> tuple[int, int | None]:
         """A later round another host (or this one's watch) asked for: (the round, None) to start it, or (0, the
@@ -265,33 +301,34 @@ class Attempt:
         # after `--` are appended shell-quoted (to the last command of a list).
         return script + "set +e\n" + job.command + "".join(" " + shlex.quote(x) for x in job.args) + "\n", env_dir
 
-    def environment(self, job: RunSpec, tf: str = "", env_dir: Path | None = None) -> dict[str, str]:
-        a, run_id = self.a, self.run_id
-        env = dict(os.environ)
-        env.update(job.env)
-        out = a.store.local_path(layout.run_output(run_id))
-        data = a.store.local_path(layout.run_data(run_id).rstrip("/"))
-        if not out.startswith("gs://"):
-            Path(out).mkdir(parents=True, exist_ok=True)
-            Path(data).mkdir(parents=True, exist_ok=True)   # there even when the run has no data
-        # where libtpu comes with the TensorFlow installed for the job; the script then points at the libtpu Python
-        # actually finds (jobenv.pjrt_library: the image's, when one outside the environment satisfied pip)
-        libtpu = str(jobenv.purelib(env_dir) / "libtpu" / "libtpu.so") if tf and env_dir else ""
-        framework_env = tpu_environment(kerasbackend.framework(job, a.record, a.accelerator), a.record, a.accelerator,
-                                        libtpu)
-        framework_env.update(kerasbackend.environment(job, a.record, a.accelerator))
-        framework_env.update(megascale.environment(a.record, a.slice, megascale.read(a.record)))
-        env.update(TPUCTL_RUN_ID=run_id, TPUCTL_STORE=a.store.uri, TPUCTL_DATA_DIR=data, TPUCTL_OUTPUT_DIR=out,
-                   TPUCTL_ACCELERATOR=a.accelerator, TPUCTL_TPU=framework_env.get("TPU_NAME", a.tpu_address()),
-                   TPUCTL_WORKER=str(a.worker), TPUCTL_NUM_WORKERS=str(a.workers), PYTHONUNBUFFERED="1")
-        for k, v in framework_env.items():
-            if k not in job.env:   # a job's own value wins
-                env[k] = v
-        _which_keras(env, job, tf)
-        # `python` in a job's command means the agent's own interpreter (its venv has the agent's packages).
-        env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
-        return env
 
+
+def environment(a: AttemptHost, run_id: str, job: RunSpec, tf: str = "", env_dir: Path | None = None) -> dict[str, str]:
+    """The job's environment: the agent's, the job's own, the TPUCTL_* variables and its framework's."""
+    env = dict(os.environ)
+    env.update(job.env)
+    out = a.store.local_path(layout.run_output(run_id))
+    data = a.store.local_path(layout.run_data(run_id).rstrip("/"))
+    if not out.startswith("gs://"):
+        Path(out).mkdir(parents=True, exist_ok=True)
+        Path(data).mkdir(parents=True, exist_ok=True)   # there even when the run has no data
+    # where libtpu comes with the TensorFlow installed for the job; the script then points at the libtpu Python
+    # actually finds (jobenv.pjrt_library: the image's, when one outside the environment satisfied pip)
+    libtpu = str(jobenv.purelib(env_dir) / "libtpu" / "libtpu.so") if tf and env_dir else ""
+    framework_env = tpu_environment(kerasbackend.framework(job, a.record, a.accelerator), a.record, a.accelerator,
+                                    libtpu)
+    framework_env.update(kerasbackend.environment(job, a.record, a.accelerator))
+    framework_env.update(megascale.environment(a.record, a.slice, megascale.read(a.record)))
+    env.update(TPUCTL_RUN_ID=run_id, TPUCTL_STORE=a.store.uri, TPUCTL_DATA_DIR=data, TPUCTL_OUTPUT_DIR=out,
+               TPUCTL_ACCELERATOR=a.accelerator, TPUCTL_TPU=framework_env.get("TPU_NAME", a.tpu_address()),
+               TPUCTL_WORKER=str(a.worker), TPUCTL_NUM_WORKERS=str(a.workers), PYTHONUNBUFFERED="1")
+    for k, v in framework_env.items():
+        if k not in job.env:   # a job's own value wins
+            env[k] = v
+    _which_keras(env, job, tf)
+    # `python` in a job's command means the agent's own interpreter (its venv has the agent's packages).
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    return env
 
 def lost_host(at: Attempt, rounds: Rounds | None, n: int, rc: int, cancelled: bool) -> Called | None:
     """A job across hosts that exited on its own: a lost host's doing, or None (rounds.lost_since)."""

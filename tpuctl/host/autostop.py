@@ -9,37 +9,47 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..core import budget, layout, notify
-from ..core.lifecycle import Policy
+from ..core.lifecycle import Clock, Policy
 from . import google_api
-
-if TYPE_CHECKING:
-    from .agent import Agent
+from .contexts import Seat
 
 STOP_NOTICE_WAIT = 10.0   # seconds the stop's notification may hold the deletion (a receiver that hangs)
 
 
 class SelfStop:
-    def __init__(self, agent: Agent) -> None:
-        self.a = agent
+    def __init__(self, seat: Seat, stop: threading.Event, clock: Clock) -> None:
+        """`stop`: the agent's, set to end a local agent ("exit" teardown); `clock`: the cluster's idleness."""
+        self.seat, self.stop, self.clock = seat, stop, clock
         self.ending = False                  # this host asked for its own deletion
         self._retry_at = 0.0                 # when a refused self-deletion may be tried again
         self._checked_for: object = None     # the `up` (record's `written`) the teardown check answered
-        self.budget = budget.Guard(agent.store, lambda: str(agent.record.get("cluster", "")))
+        self.budget = budget.Guard(seat.store, lambda: str(seat.record.get("cluster", "")))
 
     def enforce(self) -> None:
         """Ends the compute when the cluster's policy says it is time (idle past autostop, past the deadline)."""
-        if self.a.worker != 0 or self.ending:
+        if self.seat.worker != 0 or self.ending:
             return
-        reason = self.a.clock.due(Policy.of(self.a.record), False) or self.budget.due()
+        reason = self.clock.due(Policy.of(self.seat.record), False) or self.budget.due()
         if reason:
             self.end_compute(reason)
 
+    def run_limit(self) -> str:
+        """Why the cluster's own limit ends a running run now ("" while it does not): on worker 0, which enforces
+        them, the --max-duration deadline or a spent --budget (halts.py asks)."""
+        if self.seat.worker != 0:
+            return ""
+        if self.clock.due(Policy.of(self.seat.record), running=True):
+            return "the cluster's --max-duration deadline has come"
+        spent = self.budget.due()
+        return f"the cluster's --budget is spent ({spent})" if spent else ""
+
     def end_compute(self, reason: str) -> None:
-        a = self.a
+        a = self.seat
         if time.monotonic() < self._retry_at:
             return
         how = a.record.get("teardown")
@@ -50,7 +60,7 @@ class SelfStop:
                     str(a.record.get("cluster", "")), reason=notify.stop_kind(reason), why=reason)
         notify.flush(STOP_NOTICE_WAIT)   # the deletion ends this host, and with it the sending thread
         if how == "exit":
-            a.stop.set()
+            self.stop.set()
         elif how == "gcp":
             try:
                 google_api.delete_all(google_api.targets(a.record))
@@ -67,7 +77,7 @@ class SelfStop:
         identity holds what deleting the compute needs: `up --autostop` waits for this report, and `status`
         shows autostop as enforced only on its word. testIamPermissions sees project-level grants, the only ones
         that can carry tpu.nodes.delete."""
-        a = self.a
+        a = self.seat
         written = a.record.get("written")
         if a.worker != 0 or a.record.get("teardown") != "gcp" or written == self._checked_for:
             return

@@ -17,23 +17,22 @@ from __future__ import annotations
 import json
 import sys
 import time
-from typing import TYPE_CHECKING
+from typing import Callable
 
 from ..core import layout, runindex, runs
-from ..core.runs import RunSpec, RunState
+from ..core.runs import RunSpec, RunState, RunStatus
 from . import kerasbackend, podruntime
+from .contexts import Seat
 from .hostboot import boot_id
 from .jobprocs import JobProcesses, started_for
-
-if TYPE_CHECKING:
-    from .agent import Agent
 
 MAX_ATTEMPTS = 3
 
 
 class Claims:
-    def __init__(self, agent: Agent) -> None:
-        self.a = agent
+    def __init__(self, seat: Seat, write_status: Callable[[str, RunStatus], None]) -> None:
+        """`write_status`: a run's status for this worker, as the agent writes it (a LOST run's)."""
+        self.seat, self.write_status = seat, write_status
         self.done: set[str] = set()          # runs this agent ran, or will never run
         self.specs: dict[str, RunSpec] = {}  # job.json is written once: read it once per run
         self.ended_here: set[str] = set()    # runs whose attempt on this host a predecessor left running, now ended
@@ -44,13 +43,14 @@ class Claims:
     def runs_here(self, job: RunSpec) -> bool:
         """TensorFlow on a slice runs ONE program, on worker 0; JAX and PyTorch run on every worker (GCP_FACTS §6;
         ml-auto-solutions runs TF pod tests with all_workers=not is_pod). A Keras job: as its backend."""
-        return kerasbackend.framework(job, self.a.record, self.a.accelerator) != "tensorflow" or self.a.worker == 0
+        seat = self.seat
+        return kerasbackend.framework(job, seat.record, seat.accelerator) != "tensorflow" or seat.worker == 0
 
     def follows_done(self, run_id: str, job: RunSpec) -> bool:
         """A run that runs on worker 0 alone: True once this worker has nothing more to do for it. On a
         multi-host base-runtime slice a TensorFlow run asks every worker to serve its TensorFlow first
         (podruntime.py): followed here for each attempt, until the run is final."""
-        a = self.a
+        a = self.seat
         if not podruntime.applies(a.record, kerasbackend.framework(job, a.record, a.accelerator)):
             return True
         request = podruntime.read(a.store, layout.run_tpu_runtime(run_id))
@@ -66,7 +66,7 @@ class Claims:
         attempt left `starting` (no job pid yet: killed while it prepared the run, or between the job's start and
         its first `running` status, right at run.started): this agent started on this host, so the one that wrote
         it is gone; before, such a run waited TPUCTL_STALE_SECONDS in `starting` (issue 38.11)."""
-        a = self.a
+        a = self.seat
         for run_id in self.queue():
             st = runs.status(a.store, run_id, a.worker)
             if st.state.final or st.host != a.host:
@@ -80,7 +80,7 @@ class Claims:
 
     def next(self) -> tuple[str, int] | None:
         """Claims the first run this host may take now, oldest first: (run id, attempt), or None."""
-        a = self.a
+        a = self.seat
         for run_id in self.queue():
             if run_id in self.done:
                 continue
@@ -116,7 +116,7 @@ class Claims:
             charged = self.charged(run_id, st.attempt)
             if charged > self.max_attempts():
                 st.state, st.ended = RunState.LOST, time.time()
-                a.write_status(run_id, st)
+                self.write_status(run_id, st)
                 self.done.add(run_id)
                 continue
             if a.store.create(layout.run_claim(run_id, a.worker, attempt), self._record(attempt, charged)):
@@ -126,7 +126,7 @@ class Claims:
         return None
 
     def queue(self) -> list[str]:
-        ids = runindex.queued(self.a.store, ensured=self.indexed)
+        ids = runindex.queued(self.seat.store, ensured=self.indexed)
         self.indexed = True
         return ids
 
@@ -134,7 +134,7 @@ class Claims:
         """MAX_ATTEMPTS, plus one per re-create a recovery watcher may make (`up --recover --max-recoveries`): a
         run on spot capacity may be preempted more often than a run whose host fails."""
         try:
-            doc = json.loads(self.a.store.read(layout.WATCH_ARMED) or b"{}")
+            doc = json.loads(self.seat.store.read(layout.WATCH_ARMED) or b"{}")
             return MAX_ATTEMPTS + (int(doc.get("max_recoveries", 0)) if doc.get("armed") else 0)
         except (ValueError, TypeError, AttributeError):
             return MAX_ATTEMPTS
@@ -143,7 +143,7 @@ class Claims:
         """The charged attempts once this host takes attempt last+1 of the run: the last attempt's claim's count,
         plus one unless this is the host that ran it, restarted beneath it (another boot: Google's doing). A
         claim written before this rule, or unreadable, counts every attempt."""
-        a = self.a
+        a = self.seat
         try:
             prev = json.loads(a.store.read(layout.run_claim(run_id, a.worker, last)) or b"{}")
             before = int(prev.get("charged", last))
@@ -154,5 +154,5 @@ class Claims:
         return before + (0 if google else 1)
 
     def _record(self, attempt: int, charged: int = 1) -> bytes:
-        return json.dumps({"host": self.a.host, "worker": self.a.worker, "time": time.time(),
+        return json.dumps({"host": self.seat.host, "worker": self.seat.worker, "time": time.time(),
                            "attempt": attempt, "charged": charged, "boot": boot_id()}).encode()

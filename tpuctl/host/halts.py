@@ -4,43 +4,39 @@ during the wait before a restart (restarts.wait_out), while the job runs, and wh
 the others (rounds.py)."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import threading
+from typing import Callable
 
 from ..core import layout
-from ..core.lifecycle import Policy
-
-if TYPE_CHECKING:
-    from .agent import Agent
+from ..core.store import BlobStore
+from .contexts import Failed
 
 
 class Halts:
-    def __init__(self, agent: Agent, run_id: str) -> None:
-        self.a, self.run_id = agent, run_id
+    def __init__(self, store: BlobStore, run_id: str, stop: threading.Event, failed: Failed,
+                 limit: Callable[[], str]) -> None:
+        """`stop`: the agent's; `limit`: why the cluster's own limit ends a running run now, "" while it does not
+        (autostop.py's run_limit)."""
+        self.store, self.run_id, self.stop, self.failed, self._limit = store, run_id, stop, failed, limit
         self.limit = ""   # the cluster's limit that ended the run (deadline()): its final status says it
 
     def cancel_asked(self) -> bool:
         try:
-            return self.a.store.read(layout.run_cancel(self.run_id)) is not None
+            return self.store.read(layout.run_cancel(self.run_id)) is not None
         except Exception as e:  # noqa: BLE001 - a store outage: the next check sees the cancel
-            self.a.guard.failed(e, f"run {self.run_id}'s cancel check")
+            self.failed(e, f"run {self.run_id}'s cancel check")
             return False
 
     def deadline(self) -> str:
-        """Why the cluster's own limit ends the run now ("" while it does not): on worker 0, which enforces them, the
-        --max-duration deadline or a spent --budget; the compute ends next (the agent's enforce, next tick)."""
-        a = self.a
-        if a.worker != 0:
-            return ""
-        if a.clock.due(Policy.of(a.record), running=True):
-            return "the cluster's --max-duration deadline has come"
-        spent = a.selfstop.budget.due()
-        return f"the cluster's --budget is spent ({spent})" if spent else ""
+        """Why the cluster's own limit ends the run now ("" while it does not); the compute ends next (the agent's
+        enforce, next tick)."""
+        return self._limit()
 
     def halted(self) -> bool:
         """While this host waits for the others (rounds.py): its agent stopping, a cancel, or the cluster's limit
         (a run waiting for a host that never comes back must not keep the compute past it)."""
         self.limit = self.limit or self.deadline()
-        return self.a.stop.is_set() or bool(self.limit) or self.cancel_asked()
+        return self.stop.is_set() or bool(self.limit) or self.cancel_asked()
 
     def why_not_restart(self) -> str:
         if self.cancel_asked():

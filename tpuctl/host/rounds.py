@@ -28,15 +28,14 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 from ..core import layout, runs
 from ..core.runs import RunSpec, RunState, RunStatus
 from . import kerasbackend
-
-if TYPE_CHECKING:
-    from .agent import Agent
+from .contexts import Seat
 
 WAIT_POLL_SECONDS = 1.0
 FINISHED = "every host had finished the run already"   # assemble's why-not for a round every host finished
@@ -51,30 +50,31 @@ Called = tuple[str, dict[str, Any]]   # a later round asked for: (why, its recor
 
 
 class Rounds:
-    def __init__(self, agent: Agent, run_id: str) -> None:
-        self.a, self.run_id = agent, run_id
-        self.workers = agent.workers
-        self.peer = (agent.worker + 1) % self.workers
+    def __init__(self, seat: Seat, stop: threading.Event, run_id: str) -> None:
+        """`stop`: the agent's, which every wait here ends at."""
+        self.seat, self.stop, self.run_id = seat, stop, run_id
+        self.workers = seat.workers
+        self.peer = (seat.worker + 1) % self.workers
         self.last_peer_check = time.monotonic()
         self.last_beat = 0.0
 
     @staticmethod
-    def of(agent: Agent, run_id: str, job: RunSpec) -> Rounds | None:
+    def of(seat: Seat, stop: threading.Event, run_id: str, job: RunSpec) -> Rounds | None:
         """The run's rounds when it runs on more than one host, else None."""
-        one_program = kerasbackend.framework(job, agent.record, agent.accelerator) == "tensorflow"
-        return Rounds(agent, run_id) if not one_program and agent.workers > 1 else None
+        one_program = kerasbackend.framework(job, seat.record, seat.accelerator) == "tensorflow"
+        return Rounds(seat, stop, run_id) if not one_program and seat.workers > 1 else None
 
     def label(self, worker: int) -> str:
         """`sK/wW` on a Multislice cluster, `wW` on one slice (as `logs --all-hosts` prefixes them)."""
-        hosts = int(self.a.record.get("hosts") or 1)
-        return f"s{worker // hosts}/w{worker % hosts}" if int(self.a.record.get("slices") or 1) > 1 else f"w{worker}"
+        hosts = int(self.seat.record.get("hosts") or 1)
+        return f"s{worker // hosts}/w{worker % hosts}" if int(self.seat.record.get("slices") or 1) > 1 else f"w{worker}"
 
     def called(self, n: int) -> dict[str, Any] | None:
-        return runs.read_json(self.a.store, layout.run_round(self.run_id, n))
+        return runs.read_json(self.seat.store, layout.run_round(self.run_id, n))
 
     def keys(self) -> set[str]:
         """The run's round records and marks, in one listing."""
-        return {k for k, _ in self.a.store.list(layout.run_rounds(self.run_id))}
+        return {k for k, _ in self.seat.store.list(layout.run_rounds(self.run_id))}
 
     def current(self) -> int:
         """The newest round asked for (1: none after the first start)."""
@@ -86,9 +86,9 @@ class Rounds:
 
     def call(self, n: int, why: str, counts: bool = False, end: str = "", exit_code: int | None = None) -> dict[str, Any]:
         """Asks for round n (once: the first caller's reason stands). The round's record, ours or the winner's."""
-        doc = {"round": n, "worker": self.a.worker, "host": self.a.host, "why": why, "counts": counts, "end": end,
+        doc = {"round": n, "worker": self.seat.worker, "host": self.seat.host, "why": why, "counts": counts, "end": end,
                "exit_code": exit_code, "time": time.time()}
-        if self.a.store.create(layout.run_round(self.run_id, n), json.dumps(doc).encode()):
+        if self.seat.store.create(layout.run_round(self.run_id, n), json.dumps(doc).encode()):
             return doc
         return self.called(n) or doc
 
@@ -99,10 +99,10 @@ class Rounds:
         n = self.current()
         if not self.missing(n, True, self.keys()):
             return n
-        if self.a.store.read(layout.run_round_ready(self.run_id, n, self.a.worker)) is None:
+        if self.seat.store.read(layout.run_round_ready(self.run_id, n, self.seat.worker)) is None:
             return n
-        return int(self.call(n + 1, f"{self.label(self.a.worker)} took the run over "
-                                    f"(attempt on {self.a.host})")["round"])
+        return int(self.call(n + 1, f"{self.label(self.seat.worker)} took the run over "
+                                    f"(attempt on {self.seat.host})")["round"])
 
     def restarts(self, n: int) -> int:
         """Rounds up to n that `submit --max-restarts` counts."""
@@ -112,7 +112,7 @@ class Rounds:
         return [w for w in range(self.workers) if layout.run_round_ready(self.run_id, n, w, done) not in keys]
 
     def mark(self, n: int, done: bool = False) -> None:
-        self.a.store.write(layout.run_round_ready(self.run_id, n, self.a.worker, done), b"")
+        self.seat.store.write(layout.run_round_ready(self.run_id, n, self.seat.worker, done), b"")
 
     def assemble(self, n: int, beat: Beat, halted: Callable[[], bool]) -> tuple[int, str]:
         """Marks this host ready for round n and waits for every other; a later round asked for meanwhile is
@@ -156,7 +156,7 @@ class Rounds:
         missing = self.missing(n, done, keys)
         if not missing:
             return ""
-        ended = [w for w in missing if runs.status(self.a.store, self.run_id, w).state.final]
+        ended = [w for w in missing if runs.status(self.seat.store, self.run_id, w).state.final]
         if ended:   # a host marks its round before it writes its final status: a mark after `keys` was listed counts
             ended = [w for w in ended if w in self.missing(n, done, self.keys())]
         if ended:
@@ -168,7 +168,7 @@ class Rounds:
             what = "finish" if done else "be ready"
             beat(f"round {n}: waiting for {', '.join(map(self.label, missing))} to {what} "
                  f"({self.workers - len(missing)} of {self.workers} hosts are)")
-        self.a.stop.wait(WAIT_POLL_SECONDS)
+        self.stop.wait(WAIT_POLL_SECONDS)
         return None
 
     def ended(self, doc: dict[str, Any]) -> str:
@@ -194,7 +194,7 @@ class Rounds:
         stopped, or its status went quiet for lost_seconds(). A peer that has not started yet, or has ended its
         part, is not lost."""
         worker = self.peer if worker is None else worker
-        st = st or runs.status(self.a.store, self.run_id, worker)
+        st = st or runs.status(self.seat.store, self.run_id, worker)
         who = self.label(worker)
         if st.state in (RunState.INTERRUPTED, RunState.LOST):
             return f"{who}'s agent was stopped on {st.host or 'its host'}"
@@ -215,7 +215,7 @@ class Rounds:
             return None
         since = time.time()
         deadline = time.monotonic() + lost_seconds() + 2 * runs.heartbeat_seconds()
-        others = [w for w in range(self.workers) if w != self.a.worker]
+        others = [w for w in range(self.workers) if w != self.seat.worker]
         self.last_beat = 0.0
         while True:
             keys = self.keys()
@@ -223,14 +223,14 @@ class Rounds:
                 return self.watch(n, keys)
             lost, alive = "", 0
             for w in others:
-                st = runs.status(self.a.store, self.run_id, w)
+                st = runs.status(self.seat.store, self.run_id, w)
                 lost = self.lost_peer(w, st)
                 if lost:
                     break
                 alive += st.state.final or (st.heartbeat or 0) > since or \
                     layout.run_round_ready(self.run_id, n, w, True) in keys
             if lost:
-                doc = self.call(n + 1, f"{lost}, and {self.label(self.a.worker)}'s job exited {rc} after it")
+                doc = self.call(n + 1, f"{lost}, and {self.label(self.seat.worker)}'s job exited {rc} after it")
                 return (self.ended(doc) if doc.get("end") else str(doc.get("why", ""))), doc
             if alive == len(others) or halted() or time.monotonic() >= deadline:
                 return None
@@ -238,7 +238,7 @@ class Rounds:
                 self.last_beat = time.monotonic()
                 beat(f"round {n}: the job exited {rc}; checking that every host is still there "
                      f"({alive + 1} of {self.workers} are)")
-            self.a.stop.wait(min(WAIT_POLL_SECONDS, runs.heartbeat_seconds()))
+            self.stop.wait(min(WAIT_POLL_SECONDS, runs.heartbeat_seconds()))
 
 
 def lost_seconds() -> float:

@@ -8,18 +8,30 @@ import signal
 import subprocess
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, TypeVar
+from dataclasses import dataclass
+from typing import Any, Callable, TypeVar
 
-from ..core import layout, runs
-from ..core.runs import RunState, stop_grace
+from ..core import runs
+from ..core.runs import stop_grace
+from .contexts import Failed
+from .halts import Halts
 from .jobprocs import JobProcesses
 from .logshipper import LogShipper
 
-if TYPE_CHECKING:
-    from .attempt import Attempt
-
 HEARTBEAT_SECONDS = 5.0
 T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Watch:
+    """What a supervisor reads and calls of its attempt and agent (attempt.py builds it)."""
+    run_id: str
+    stop: threading.Event              # the agent's: it is being stopped
+    halts: Halts                       # a cancel, the cluster's limits
+    running: Callable[[int], None]     # the run's status: running, as the job's pid
+    busy: Callable[[], None]           # a run is active: autostop's idle clock starts again (core/lifecycle.py)
+    agent_beat: Callable[[str], None]  # the agent's own heartbeat, when one is due, naming the run
+    failed: Failed                     # a store error reported (storeguard.py)
 
 
 class Supervisor:
@@ -28,9 +40,9 @@ class Supervisor:
     seconds to finish writing, then it is ended too, so one job can never keep the agent, its heartbeats and the
     next runs waiting."""
 
-    def __init__(self, attempt: Attempt, proc: subprocess.Popen[bytes], shipper: LogShipper,
+    def __init__(self, watch: Watch, proc: subprocess.Popen[bytes], shipper: LogShipper,
                  rounds: Callable[[], tuple[str, dict[str, Any]] | None] | None = None) -> None:
-        self.at, self.a, self.proc, self.shipper = attempt, attempt.a, proc, shipper
+        self.at, self.proc, self.shipper = watch, proc, shipper
         self.rounds = rounds   # a run across hosts: a new round asked for (rounds.py) stops the job here too
         self.superseded: tuple[str, dict[str, Any]] | None = None
         stdout = proc.stdout
@@ -50,7 +62,7 @@ class Supervisor:
     def run(self) -> tuple[int, bool]:
         """(exit code, cancelled)"""
         self.pump.start()
-        self.at.status(RunState.RUNNING, pid=self.proc.pid)
+        self.at.running(self.proc.pid)
         self.last_beat = self.last_cancel_check = time.monotonic()
         while self.pump.is_alive() or self.proc.poll() is None:
             self.pump.join(0.1)
@@ -64,7 +76,7 @@ class Supervisor:
         return (rc if rc >= 0 else 128 - rc), self.cancelled
 
     def _step(self, now: float) -> None:
-        if not self.stopping and self.a.stop.is_set():
+        if not self.stopping and self.at.stop.is_set():
             # The agent itself is being stopped: the job gets its SIGTERM and the grace to checkpoint (never
             # orphaned); a cancel already under way keeps its own, shorter or not, deadline.
             self.stopping = True
@@ -86,19 +98,18 @@ class Supervisor:
                 self.stop_pump.set()   # nothing of the job is left to write; stop reading whatever holds the pipe
         if now - self.last_beat >= runs.heartbeat_seconds():
             self.last_beat = now
-            self.at.status(RunState.RUNNING, pid=self.proc.pid)
-            if now - self.a.last_beat > HEARTBEAT_SECONDS * 6:
-                self.a.beat(self.at.run_id)
+            self.at.running(self.proc.pid)
+            self.at.agent_beat(self.at.run_id)
 
     def _check_cancel(self, now: float) -> None:
         """A cancel written by `tpuctl cancel`, or the hard deadline, which ends the run like a cancel and then the
         compute (the agent's enforce, next tick)."""
-        self.a.clock.busy()
+        self.at.busy()
         deadline = self.at.halts.deadline()
         if deadline:
             self.at.halts.limit = deadline   # the run's status says it too (attempt.py's _end)
             self.shipper.note(f"{deadline}: ending the run", fresh_line=True)
-        if deadline or self._cancel_requested():
+        if deadline or self.at.halts.cancel_asked():   # a store outage reported there, read as no cancel
             self._cancel(now, float(os.environ.get("TPUCTL_CANCEL_GRACE", "30")))
         elif self.rounds and not self.stopping and not self.superseded:
             self.superseded = self._guarded(self.rounds, "rounds")
@@ -106,15 +117,11 @@ class Supervisor:
                 self.procs.signal(signal.SIGTERM)   # the job checkpoints in its grace, as when its host stops
                 self.kill_at = now + stop_grace()
 
-    def _cancel_requested(self) -> bool:
-        return bool(self._guarded(lambda: self.a.store.read(layout.run_cancel(self.at.run_id)) is not None,
-                                  "cancel"))
-
     def _guarded(self, check: Callable[[], T], what: str) -> T | None:
         try:
             return check()
         except Exception as e:  # noqa: BLE001 - a store outage must not end the supervision of a running job
-            self.a.guard.failed(e, f"run {self.at.run_id}'s {what} check")
+            self.at.failed(e, f"run {self.at.run_id}'s {what} check")
             return None
 
     def _cancel(self, now: float, grace: float) -> None:

@@ -44,14 +44,17 @@ def _is_type_checking(test: ast.expr) -> bool:
         (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
-def imports_of(path: Path, module: str, known: set[str] | frozenset[str] = frozenset()) -> set[str]:
+def imports_of(path: Path, module: str, known: set[str] | frozenset[str] = frozenset(),
+               typing_too: bool = False) -> set[str]:
     """Every module the file imports when it runs, anywhere in it (function-level imports too; not those under `if
-    TYPE_CHECKING:`), as absolute names. `from P import m` of a module m in `known` imports m (P's __init__ is
-    implied); of anything else, it imports P."""
+    TYPE_CHECKING:` unless `typing_too`: a type-only import still ties the modules together, tests/test_structure.py),
+    as absolute names. `from P import m` of a module m in `known` imports m (P's __init__ is implied); of anything
+    else, it imports P."""
     package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
     tree = ast.parse(path.read_text())
-    typing_only = {id(n) for block in ast.walk(tree) if isinstance(block, ast.If) and _is_type_checking(block.test)
-                   for stmt in block.body for n in ast.walk(stmt)}   # never imported at run time
+    typing_only = set() if typing_too else \
+        {id(n) for block in ast.walk(tree) if isinstance(block, ast.If) and _is_type_checking(block.test)
+         for stmt in block.body for n in ast.walk(stmt)}   # never imported at run time
     out = set()
     for node in ast.walk(tree):
         if id(node) in typing_only:
