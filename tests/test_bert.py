@@ -393,6 +393,43 @@ def test_deterministic_resume_after_sigkill_repeats_the_uninterrupted_run(prepar
     assert line(again.stdout, 20) == line(whole.stdout, 20)      # every metric, to the printed digit
 
 
+SEED_WITHOUT_TF = """
+import sys, numpy as np
+sys.path[:0] = sys.argv[1:3]
+import train
+from tpuctl import runtime
+from model import BertConfig, BertPretrainer, example_inputs
+train.main(sys.argv[3:])
+untouched = "tensorflow" not in sys.modules
+
+def weights():
+    m = BertPretrainer(BertConfig.preset("tiny", 100))
+    m(example_inputs(8, 2), training=True)
+    return [np.asarray(v) for v in m.weights]
+runtime.seed(5)
+ours = weights()
+import keras
+keras.utils.set_random_seed(5)   # Keras's own: it imports TensorFlow (installed here) to seed it too
+print(untouched, "tensorflow" in sys.modules, all((a == b).all() for a, b in zip(ours, weights())))
+"""
+
+
+@pytest.mark.slow(30)
+def test_a_jax_run_imports_no_tensorflow_where_it_is_installed_and_seeds_as_keras_does(prepared, tmp_path):
+    """On JAX, runtime.seed (train.py's) and the TensorBoard writer leave TensorFlow unimported though it is installed
+    (about 5 s of start-up); runtime.seed gives the initial weights keras.utils.set_random_seed gives. Exact resume
+    with it: test_deterministic_resume_after_sigkill_repeats_the_uninterrupted_run[jax]."""
+    out, summary = prepared
+    args = ["--data", f"{out}/part-*.tfrecord", "--vocab-size", str(summary["vocab_size"]), "--preset", "tiny",
+            "--seq-length", "64", "--max-predictions-per-seq", "10", "--batch-size", "4", "--steps", "4",
+            "--log-every", "2", "--output", str(tmp_path / "out")]
+    r = subprocess.run([sys.executable, "-c", SEED_WITHOUT_TF, str(JOB), str(JOB.parent.parent), *args],
+                       capture_output=True, text=True, env=_train_env("jax"), timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.splitlines()[-1] == "True True True", r.stdout
+    assert list((tmp_path / "out" / "tensorboard").rglob("*tfevents*"))
+
+
 @pytest.mark.slow(120)
 def test_a_checkpoint_resumes_on_the_other_backend(prepared, tmp_path):
     """JAX to step 4, TensorFlow on to 8, JAX on to 12: each resumes the other's .weights.h5 (weights, optimizer
@@ -439,27 +476,86 @@ def test_the_tf_free_reader_gives_tf_datas_examples(prepared):
     assert not (first[0] == ours[0][0]["input_ids"]).all()     # shuffled
 
 
-def test_the_hugging_face_export_loads_in_transformers_with_equal_outputs(tmp_path):
+HF_EXPORT = """
+import sys, numpy as np
+sys.path.insert(0, sys.argv[1])
+import keras, export
+from model import BertConfig, BertPretrainer
+model = BertPretrainer(BertConfig.preset("tiny", 400))
+z = dict(np.load(sys.argv[2]))
+model({**z, "masked_lm_positions": np.zeros([2, 3], np.int32)})
+ours = model.encoder(z)
+np.savez(sys.argv[3], sequence_output=np.asarray(ours["sequence_output"]), pooled_output=np.asarray(ours["pooled_output"]))
+export.export_hf(model.encoder, sys.argv[4])
+print(keras.backend.backend())
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.slow(45)
+def test_the_hugging_face_export_loads_in_transformers_with_equal_outputs(tmp_path, backend):
+    """An encoder made, run and exported on each backend (export.py --hf in a process on that backend) loads in
+    transformers' TFBertModel with the same outputs."""
     transformers = pytest.importorskip("transformers")
     assert transformers.__version__.startswith("4.57.")
-    sys.path.insert(0, str(JOB))
-    import tensorflow as tf
-    import export
-    from model import BertConfig, BertPretrainer
-    model = BertPretrainer(BertConfig.preset("tiny", 400))
     rng = np.random.default_rng(1)
     mask = np.ones((2, 20), np.int32)
     mask[1, 14:] = 0                                                   # a padded row
-    x = {"input_ids": tf.constant(rng.integers(5, 400, (2, 20)), tf.int32), "input_mask": tf.constant(mask),
-         "segment_ids": tf.constant(np.r_[[0] * 10 + [1] * 10, [0] * 20].reshape(2, 20).astype(np.int32))}
-    model({**x, "masked_lm_positions": tf.zeros([2, 3], tf.int32)})
-    ours = model.encoder(x)
-    path = export.export_hf(model.encoder, str(tmp_path / "hf"))
-    hf = transformers.TFBertModel.from_pretrained(path)
+    x = {"input_ids": rng.integers(5, 400, (2, 20)).astype(np.int32), "input_mask": mask,
+         "segment_ids": np.r_[[0] * 10 + [1] * 10, [0] * 20].reshape(2, 20).astype(np.int32)}
+    np.savez(tmp_path / "x.npz", **x)
+    r = subprocess.run([sys.executable, "-c", HF_EXPORT, str(JOB), str(tmp_path / "x.npz"), str(tmp_path / "ours.npz"),
+                        str(tmp_path / "hf")], capture_output=True, text=True, env=_train_env(backend), timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.split()[-1] == backend
+    ours = np.load(tmp_path / "ours.npz")
+    hf = transformers.TFBertModel.from_pretrained(str(tmp_path / "hf"))
     theirs = hf(input_ids=x["input_ids"], attention_mask=x["input_mask"], token_type_ids=x["segment_ids"])
     real = mask.astype(bool)
-    assert np.abs(theirs.last_hidden_state.numpy()[real] - ours["sequence_output"].numpy()[real]).max() < 1e-4
-    assert np.abs(theirs.pooler_output.numpy() - ours["pooled_output"].numpy()).max() < 1e-4
+    assert np.abs(theirs.last_hidden_state.numpy()[real] - ours["sequence_output"][real]).max() < 1e-4
+    assert np.abs(theirs.pooler_output.numpy() - ours["pooled_output"]).max() < 1e-4
+
+
+TFM_FORWARD = """
+import sys, warnings, numpy as np
+sys.path[:0] = sys.argv[1:3]
+import keras, tfm_reference as tfm
+from model import BertConfig, BertPretrainer, example_inputs
+warnings.filterwarnings("ignore", "Input dict contained keys")
+config = BertConfig.preset("tiny", 400)
+ours, ref = BertPretrainer(config), tfm.reference(config)
+for m in (ours, ref):
+    m(example_inputs(8, 2))
+tfm.copy_weights(ours, ref)
+x = {k: v for k, v in np.load(sys.argv[3]).items()}
+d = tfm.differences(tfm.forward(ours, x), tfm.forward(ref, x), x["input_mask"])
+theirs = int(sum(np.prod(v.shape) for v in ref.trainable_weights)) - tfm.unread_params(ref)
+print(keras.backend.backend(), ours.count_params(), theirs, d["mlm"], d["nsp"], d["sequence_output"])
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.slow(45)
+def test_tf_models_officials_bert_and_ours_agree_for_the_same_weights(tmp_path, backend):
+    """tf-models-official's BertEncoder + BertPretrainerV2 (tf-keras) and the job's Keras 3 pretrainer on each
+    backend, the reference's weights copied into ours (bench/tfm_reference.py's mapping): the same parameter count
+    (apart from the reference encoder's pooler, which no loss reads) and the same MLM and NSP logits. Skipped where
+    tf-models-official is not installed (it pins TensorFlow, so it is not in the test extra:
+    bench/bench_bert_parity.py says how to install it)."""
+    pytest.importorskip("official.nlp.modeling")
+    rng = np.random.default_rng(3)
+    mask = np.ones((3, 24), np.int32)
+    mask[1, 15:] = 0
+    x = {"input_ids": rng.integers(5, 400, (3, 24)).astype(np.int32), "input_mask": mask,
+         "segment_ids": (np.arange(24) >= 12).astype(np.int32)[None].repeat(3, 0),
+         "masked_lm_positions": rng.integers(1, 14, (3, 4)).astype(np.int32)}
+    np.savez(tmp_path / "x.npz", **x)
+    r = subprocess.run([sys.executable, "-c", TFM_FORWARD, str(JOB), str(JOB.parent.parent / "bench"),
+                        str(tmp_path / "x.npz")], capture_output=True, text=True, env=_train_env(backend), timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    ran, ours, theirs, *diffs = r.stdout.split()
+    assert ran == backend and int(ours) == int(theirs), r.stdout
+    assert all(float(d) < 1e-4 for d in diffs), r.stdout
 
 
 @pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])

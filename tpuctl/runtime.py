@@ -4,6 +4,7 @@ backend the job runs on (Keras's own KERAS_BACKEND, which tpuctl sets: tensorflo
     from tpuctl import runtime
     strategy = runtime.strategy()                 # TF: TPUStrategy, MirroredStrategy or the default;
                                                   # JAX: keras.distribution.DataParallel over every local device
+    runtime.seed(0)                               # keras.utils.set_random_seed, without TensorFlow on JAX
     batch = runtime.global_batch(32, strategy)    # per-replica batch x replicas
     lr = runtime.schedule(1e-4, batch, 256, warmup_steps=1000, total_steps=100000)
     runtime.output_dir(), runtime.data_dir()      # from TPUCTL_* with local fallbacks
@@ -21,6 +22,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import sys
 import time
 from contextlib import contextmanager
 from typing import Any, Iterator, Mapping, MutableMapping
@@ -163,6 +165,24 @@ def kind(strategy_: Any) -> str:
 
 def global_batch(per_replica: int, strategy_: Any) -> int:
     return per_replica * strategy_.num_replicas_in_sync
+
+
+def seed(value: int) -> None:
+    """keras.utils.set_random_seed(value) without its TensorFlow import on JAX: Keras's function also calls
+    tf.random.set_seed wherever TensorFlow is installed (keras/src/utils/rng_utils.py: "the TensorFlow seed is set
+    even if you're not using TensorFlow as your backend"), about 5 s of start-up. On JAX what it seeds that matters
+    is Python's random and numpy's: every unseeded Keras initializer and SeedGenerator (dropout) draws its seed from
+    Python's random (keras/src/random/seed_generator.py make_default_seed). Not done here: keras.utils.get_random_seed
+    stays None, and a global SeedGenerator made before this call (keras.random.* called without a seed) is not
+    reset. Keras's own function where TensorFlow is the backend or already imported, or on any other backend."""
+    if backend() != "jax" or "tensorflow" in sys.modules:
+        _keras().utils.set_random_seed(value)
+        return
+    import random
+
+    import numpy as np
+    random.seed(value)
+    np.random.seed(value)
 
 
 def scaled_lr(base_lr: float, batch: int, base_batch: int, rule: str = "linear") -> float:

@@ -2,7 +2,9 @@
 --checkpoint-every, on the optimizer's step whatever the epoch, on either backend."""
 from __future__ import annotations
 
+import sys
 import time
+import types
 
 import checkpoints
 import keras
@@ -24,6 +26,12 @@ class Board:
             from tensorboard.summary import Writer
         except ImportError:
             return
+        if "://" not in logdir:
+            # TensorBoard's writer reaches files through `tensorboard.compat.tf`, which is TensorFlow wherever it is
+            # installed (about 5 s to import) unless a module `tensorboard.compat.notf` exists, TensorBoard's own
+            # switch to its TensorFlow-free stub (tensorboard/compat/__init__.py). The stub writes local files; a
+            # gs:// log directory keeps TensorFlow's file system where TensorFlow is installed.
+            sys.modules.setdefault("tensorboard.compat.notf", types.ModuleType("tensorboard.compat.notf"))
         self.writer = Writer(logdir)
 
     def write(self, values: dict, step: int) -> None:

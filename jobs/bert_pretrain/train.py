@@ -118,7 +118,7 @@ def main(argv=None, strategy=None) -> dict:
     from model import BertConfig, BertPretrainer, example_inputs
     from tpuctl import runtime
     backend = keras.backend.backend()
-    keras.utils.set_random_seed(a.seed)
+    runtime.seed(a.seed)   # on JAX without importing TensorFlow
     if a.deterministic and backend == "tensorflow":
         import tensorflow as tf
         tf.config.experimental.enable_op_determinism()
