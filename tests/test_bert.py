@@ -627,7 +627,7 @@ def test_the_same_weights_give_the_same_forward_pass_on_both_backends(tmp_path):
     assert float(seq_diff) < 1e-5 and float(pooled_diff) < 1e-5, r.stdout
 
 
-@pytest.mark.slow(280)
+@pytest.mark.slow(200)
 def test_the_pretrained_encoder_beats_a_random_one_at_fine_tuning(tmp_path):
     """The pipeline a researcher uses: pretrain, export, fine-tune, against the same classifier from a random encoder
     for the same steps. The task is a few-shot one (40 sentences, 4 topics of the corpus's language, 1000 held out):
@@ -637,8 +637,8 @@ def test_the_pretrained_encoder_beats_a_random_one_at_fine_tuning(tmp_path):
                             "8000", "--max-seq-length", "64", "--max-predictions-per-seq", "10"])
     pre = subprocess.run([sys.executable, str(JOB / "train.py"), "--data", f"{tmp_path / 'prep'}/part-*.tfrecord",
                           "--vocab-size", str(summary["vocab_size"]), "--seq-length", "64",
-                          "--max-predictions-per-seq", "10", "--steps", "600", "--log-every", "100",
-                          "--checkpoint-every", "600", "--output", str(tmp_path / "pre")],
+                          "--max-predictions-per-seq", "10", "--steps", "600", "--batch-size", "16",
+                          "--log-every", "100", "--checkpoint-every", "600", "--output", str(tmp_path / "pre")],
                          capture_output=True, text=True, env=_train_env(), timeout=900)
     assert pre.returncode == 0, pre.stderr[-3000:]
     # the size and the vocabulary come from the run's own output: nothing to repeat
