@@ -14,9 +14,15 @@ from tpuctl.providers.local import LocalProvider
 
 @pytest.fixture
 def quick_local(local_up, monkeypatch):
-    """A local cluster whose agent drains a finished job's output for 1 s (TPUCTL_DRAIN_SECONDS)."""
+    """A local cluster whose agent drains a finished job's output for 1 s (TPUCTL_DRAIN_SECONDS), once the agent's
+    own first writes (its heartbeat, the run index it ensures) have landed: after them, whatever appears in the
+    store is the test's doing (under load they once landed inside a test's "nothing was written" window)."""
     monkeypatch.setenv("TPUCTL_DRAIN_SECONDS", "1")
-    return local_up("faults")
+    st = local_up("faults")
+    store = Path(st.spec.store)
+    until(lambda: (store / layout.RUN_INDEX_COMPLETE).exists() and list(store.glob(layout.AGENTS_PREFIX + "*")),
+          what="the local agent's first tick")
+    return st
 
 
 def test_command_runs_as_a_shell_writes_it(quick_local, cli, tmp_path):
@@ -225,12 +231,7 @@ def test_submit_refuses_what_would_not_reach_the_host(quick_local, cli, tmp_path
     (tmp_path / "req.txt").write_text("six\n")
     job = make_job(tmp_path, "print('x')\n", name="refused")
     setup(job, tmp_path)
-    store = Path(quick_local.spec.store)
-    # the agent's own first writes (its heartbeat, the run index it ensures) land whenever its first tick runs: after
-    # them, anything new is the submit's
-    until(lambda: (store / layout.RUN_INDEX_COMPLETE).exists() and list(store.glob(layout.AGENTS_PREFIX + "*")),
-          what="the local agent's first tick")
-    before = sorted(store.rglob("*"))
+    before = sorted(Path(quick_local.spec.store).rglob("*"))
     code, out, err = cli("submit", str(job), "-c", "faults")
     assert code == 2 and expect in err, err
     assert sorted(Path(quick_local.spec.store).rglob("*")) == before          # nothing uploaded
