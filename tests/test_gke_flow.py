@@ -9,6 +9,7 @@ import json
 import pytest
 
 from fakes.gke_server import FakeGke, FakePolicies
+from fakes.k8s_server import write_kubeconfig
 from tpuctl.core import state
 from tpuctl.core.models import LABEL
 
@@ -347,13 +348,7 @@ def test_a_kubeconfig_context_given_to_up_is_how_tpuctl_reaches_kubernetes(gke, 
     endpoint and a Google token, and the record keeps it for submit, status and down; a context the kubeconfig lacks
     is refused in one line before anything is made."""
     cfg = tmp_path / "kubeconfig"
-    cfg.write_text(f"""apiVersion: v1
-kind: Config
-clusters: [{{name: c, cluster: {{server: "{gke.fake.kube_endpoint}"}}}}]
-users: [{{name: u, user: {{token: t0k}}}}]
-contexts: [{{name: mine, context: {{cluster: c, user: u}}}}]
-current-context: mine
-""")
+    write_kubeconfig(cfg, gke.fake.kube_endpoint)
     monkeypatch.setenv("KUBECONFIG", str(cfg))
     code, out, err = _up(cli, "ctx", "--type", "v6e-16", "--zone", "us-east5-b", "--kube-context", "nosuch")
     assert code == 2 and "--kube-context 'nosuch' is not in your kubeconfig" in err, err

@@ -20,7 +20,7 @@ from tpuctl.providers.gke import jobset_install, kube, tputypes
 
 from conftest import until
 from fakes.k8s_cluster import FakeCluster
-from fakes.k8s_server import FakeKube
+from fakes.k8s_server import FakeKube, write_kubeconfig
 from jobs import make_job
 
 BUCKET = "tpuctl-gke-test"
@@ -235,13 +235,7 @@ def test_a_kubeconfig_context_reaches_the_cluster(tmp_path, monkeypatch):
     fake = FakeKube()
     try:
         cfg = tmp_path / "kubeconfig"
-        cfg.write_text(f"""apiVersion: v1
-kind: Config
-clusters: [{{name: c, cluster: {{server: "{fake.url}"}}}}]
-users: [{{name: u, user: {{token: t0k}}}}]
-contexts: [{{name: mine, context: {{cluster: c, user: u}}}}]
-current-context: mine
-""")
+        write_kubeconfig(cfg, fake.url)
         monkeypatch.setenv("KUBECONFIG", str(cfg))
         api = kube.connect_context("mine")
         assert kube.get(api, jobset_install.CRD_PATH) is None and fake.requests[-1] == ("GET", jobset_install.CRD_PATH)

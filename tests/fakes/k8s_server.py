@@ -39,6 +39,18 @@ JOBSET_CRD = "jobsets.jobset.x-k8s.io"
 CRD_PREFIX = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"
 
 
+def write_kubeconfig(path: Any, server: str) -> None:
+    """A kubeconfig whose one context, `mine` (the current one), reaches `server` with a static token: how a user
+    points tpuctl at a cluster with `up --kube-context` (kubernetes' config/kube_config.py reads these fields)."""
+    path.write_text(f"""apiVersion: v1
+kind: Config
+clusters: [{{name: c, cluster: {{server: "{server}"}}}}]
+users: [{{name: u, user: {{token: t0k}}}}]
+contexts: [{{name: mine, context: {{cluster: c, user: u}}}}]
+current-context: mine
+""")
+
+
 def status(code: int, reason: str, message: str) -> dict[str, Any]:
     return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message,
             "reason": reason, "code": code}
