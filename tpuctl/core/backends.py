@@ -35,18 +35,15 @@ def keep_keras_3(env: MutableMapping[str, str], job_env: Mapping[str, str]) -> N
 
 
 KERAS_MIN_TENSORFLOW = (2, 16, 1)
-
-
-def runtime_tensorflow(record: Mapping[str, Any]) -> Optional[tuple[int, int, int]]:
-    """The TensorFlow a TPU VM's tpu-vm-tf-X.Y.Z runtime or a legacy Node's version (X.Y.Z) carries, if it names one."""
-    prefix = "" if record.get("arch") == "node" else "tpu-vm-tf-"   # a Node's version is TensorFlow's own
-    m = re.match(rf"^{prefix}(\d+)\.(\d+)\.(\d+)", str(record.get("runtime") or ""))
-    return (int(m.group(1)), int(m.group(2)), int(m.group(3))) if m else None
+_MIN = ".".join(map(str, KERAS_MIN_TENSORFLOW))
 
 
 def too_old_for_keras_3(record: Mapping[str, Any]) -> str:
-    """The TensorFlow version ("2.15.0") of a runtime or Node below Keras 3's minimum, else ""."""
-    version = runtime_tensorflow(record)
+    """The TensorFlow version ("2.15.0") a TPU VM's tpu-vm-tf-X.Y.Z runtime or a legacy Node's version (X.Y.Z)
+    carries, when it is below Keras 3's minimum; else "" (a newer one, or a runtime that names none)."""
+    prefix = "" if record.get("arch") == "node" else "tpu-vm-tf-"   # a Node's version is TensorFlow's own
+    m = re.match(rf"^{prefix}(\d+)\.(\d+)\.(\d+)", str(record.get("runtime") or ""))
+    version = tuple(int(g) for g in m.groups()) if m else None
     return ".".join(map(str, version)) if version and version < KERAS_MIN_TENSORFLOW else ""
 
 
@@ -55,11 +52,11 @@ def old_tensorflow_refusal(record: Mapping[str, Any], forced_backend: str) -> Op
     nothing but TensorFlow), or forced onto TensorFlow on an older tpu-vm-tf runtime; else None."""
     old = too_old_for_keras_3(record)
     if old and record.get("arch") == "node":
-        return (f"a Keras 3 job (framework = \"keras\") needs TensorFlow 2.16.1 or later, and the TPU Node runs "
+        return (f"a Keras 3 job (framework = \"keras\") needs TensorFlow {_MIN} or later, and the TPU Node runs "
                 f"TensorFlow {old}", "use a TPU VM cluster (`tpuctl up` without --arch node): it runs the job on JAX")
     if old and forced_backend == "tensorflow":
         return (f"the job forces Keras's TensorFlow backend, and the runtime {record.get('runtime')} carries "
-                f"TensorFlow {old}: Keras 3 needs 2.16.1 or later",
+                f"TensorFlow {old}: Keras 3 needs {_MIN} or later",
                 "let tpuctl pick the backend (JAX there): remove keras_backend / [env] KERAS_BACKEND")
     return None
 
@@ -89,10 +86,10 @@ def for_host(record: Mapping[str, Any], accelerator: str, tensorflow_imports: bo
     if record.get("arch") == "vm" and accelerator.startswith("v"):
         if int(record.get("slices") or 1) > 1:
             return "jax", "a Multislice cluster: TPUStrategy does not span slices"
-        if tensorflow_runtime(record) and too_old_for_keras_3(record):
-            return "jax", (f"the runtime {runtime}'s TensorFlow {too_old_for_keras_3(record)} predates Keras 3, which "
-                           "needs 2.16.1")
         if tensorflow_runtime(record):
+            old = too_old_for_keras_3(record)
+            if old:
+                return "jax", f"the runtime {runtime}'s TensorFlow {old} predates Keras 3, which needs {_MIN}"
             return "tensorflow", f"a TPU VM on the TensorFlow runtime {runtime}"
         return "jax", f"a TPU VM on the base runtime {runtime or '(unknown)'}, which carries no TensorFlow"
     if tensorflow_imports:
