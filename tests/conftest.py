@@ -106,14 +106,17 @@ HANG_LOG = os.path.join(os.environ.get("TPUCTL_TEST_HANG_DIR") or os.environ.get
                         f"tpuctl-test-hang-{os.getpid()}.log")
 
 
+def _slow_seconds(item) -> float:
+    """About how long a test marked slow(SECONDS) takes; 0 for any other."""
+    mark = item.get_closest_marker("slow")
+    return float(mark.args[0]) if mark else 0.0
+
+
 def pytest_collection_modifyitems(items):
     """The slowest tests first, longest first, the rest in their order: pytest-xdist's loadgroup scheduler hands tests
     out in collection order, one to each worker as it frees up, so a five-minute test collected late ran on while
     the other workers sat idle at the end (longest processing time first: the suite's tail is its shortest)."""
-    def seconds(item):
-        mark = item.get_closest_marker("slow")
-        return -float(mark.args[0]) if mark else 0.0
-    items.sort(key=seconds)
+    items.sort(key=lambda item: -_slow_seconds(item))
 
 
 def _hang_log_removed_if_empty() -> None:
@@ -135,8 +138,7 @@ def _no_test_hangs_the_suite(request):
     import faulthandler
     # a test known to take minutes (slow(SECONDS)) gets four times that: two suites at once on 2 cores, each with
     # four workers, stretch it about so far
-    slow = request.node.get_closest_marker("slow")
-    deadline = max(TEST_DEADLINE, 4 * float(slow.args[0])) if slow else TEST_DEADLINE
+    deadline = max(TEST_DEADLINE, 4 * _slow_seconds(request.node))
     with open(HANG_LOG, "w") as log:
         log.write(f"{request.node.nodeid} ran past {deadline:g} s; the run was ended. Its threads:\n")
         log.flush()
