@@ -57,6 +57,27 @@ os.environ["XDG_STATE_HOME"] = _STATE_HOME
 atexit.register(shutil.rmtree, _STATE_HOME, ignore_errors=True)   # every test process, xdist's controller too
 
 
+def _one_jax_compilation_cache() -> None:
+    """Every JAX program the suite's processes compile (the BERT job on JAX, in test_bert's processes, the local
+    agent's, a Kaggle session's, a simulated host's: all inherit the environment) goes into one cache for the run,
+    and a process that compiles the same program again loads it: a BERT process on JAX compiles about 140 programs,
+    16 CPU-seconds of its 17 here, 4 with the cache warm. JAX's persistent cache (jax/_src/config.py:
+    jax_compilation_cache_dir; min_compile_time 0 so the many small programs are kept too; a max size turns on
+    jax/_src/lru_cache.py's file lock, so a process never reads an entry another is still writing). The xdist
+    controller makes it and its workers inherit it (PYTEST_XDIST_WORKER is set in a worker); a run of its own
+    (-n 0) makes its own. Behaviour is unchanged: an entry is the executable a compilation of the same program
+    gives."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    path = tempfile.mkdtemp(prefix="tpuctl-test-jax-cache-")
+    os.environ.update(JAX_COMPILATION_CACHE_DIR=path, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+                      JAX_COMPILATION_CACHE_MAX_SIZE=str(2 << 30))
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+
+
+_one_jax_compilation_cache()
+
+
 def until(cond, timeout=60.0, what="", every=0.05):
     """Polls cond until it answers something true and returns that answer; past timeout seconds the test fails
     naming what it waited for. what may be a callable, called at the failure, to show the state then."""
