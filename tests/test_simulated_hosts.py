@@ -3,7 +3,6 @@ start-up script while the TPU is CREATING, installs the agent from the bucket on
 the agent runs what `submit` sends. No package is placed by hand and no agent is started by the test."""
 import json
 import subprocess
-import time
 
 import pytest
 from conftest import PROJECT, until
@@ -154,9 +153,9 @@ def test_the_legacy_nodes_vm_boots_and_waits_for_the_tpu_address(hosts, cloud, c
     code, out, err = cli("submit", str(job), "-c", "legacy", "--detach")
     assert code == 0, err
     run_id = out.strip()
-    time.sleep(1.5)
-    code, out, err = cli("logs", run_id, "-c", "legacy")
-    assert "waiting for the TPU node's address" in out
+    # the agent says so in the run's log once it has taken the run (a loaded machine takes it seconds later)
+    until(lambda: "waiting for the TPU node's address" in cli("logs", run_id, "-c", "legacy")[1], 60,
+          "the agent's waiting line", every=0.5)
     store.write(layout.CLUSTER_RECORD, json.dumps(record).encode())   # what `up` writes once the node is READY
     code, out, err = cli("logs", run_id, "-c", "legacy", "-f")
     assert code == 0, err + vm.agent_out()

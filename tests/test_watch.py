@@ -273,9 +273,13 @@ def test_down_while_a_watcher_recreates_leaves_nothing(cloud, cli, fast, no_leak
 
 
 @pytest.mark.parametrize("how", ["garbled", "deleted", "expired"])
-def test_a_damaged_lease_mid_recreate_is_taken_over_without_a_second_recreate(cloud, cli, fast, no_leak, how):
+def test_a_damaged_lease_mid_recreate_is_taken_over_without_a_second_recreate(cloud, cli, fast, no_leak, how,
+                                                                              monkeypatch):
     """The standing-by watcher takes a damaged lease (one writer wins it), sees the re-create in flight and leaves
     it alone: one create, one recovery counted against --max-recoveries, and the watch goes on."""
+    # the re-creating watcher's mark is renewed every third of a lease (recovering.py); two suites at once on 2 cores
+    # held that thread past a 2-s lease, and the standing-by watcher rightly took the mark for a dead watcher's
+    monkeypatch.setenv("TPUCTL_LEASE_SECONDS", "6")
     _up(cli)
     created = len(_creates(cloud))
     a, b = Running(where="one"), Running(where="two")
