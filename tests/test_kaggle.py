@@ -183,13 +183,13 @@ def test_a_follower_stopped_with_ctrl_c_lets_go_of_the_run_at_once(kaggle, cli, 
     follower = subprocess.Popen([sys.executable, "-m", "tpuctl", "logs", run_id, "-c", "kg", "-f"],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    home = Path(os.environ["TPUCTL_HOME"])
 
     def holding():
         if follower.poll() is not None:
             raise AssertionError(f"the follower ended first ({follower.returncode}): {follower.stderr.read()!r}")
-        return [p for p in Path(os.environ["TPUCTL_HOME"]).rglob("remote.lease")
+        return [p for p in home.rglob("remote.lease")
                 if json.loads(p.read_text() or "{}").get("expires", 0) > time.time()]
-    home = Path(os.environ["TPUCTL_HOME"])
     held = until(holding, 120, lambda: f"the follower's lease: {[p.read_text() for p in home.rglob('*.lease')]}")
     follower.send_signal(signal.SIGINT)
     out, err = follower.communicate(timeout=30)

@@ -9,7 +9,7 @@ import pytest
 
 from conftest import until
 from jobs import make_job
-from tpuctl.core import budget, layout, notify
+from tpuctl.core import budget, layout, notify, runs
 from tpuctl.core.store import LocalStore
 
 
@@ -408,7 +408,6 @@ def _watcher(name):
 
 
 def _running(store, run_id, attempt):
-    from tpuctl.core import runs
     st = runs.status(store, run_id, 0)
     return st.state is runs.RunState.RUNNING and st.attempt == attempt
 
@@ -479,7 +478,6 @@ def test_a_budget_spent_over_three_periods_stops_the_cluster_for_good(watched, c
     cap_at = periods[2][0] + 60 - sum(end - start for start, end in periods[:2])   # $1 a second
     # stopped within a few checks of the cap, or, where a loaded machine brought the cap first, of the host running
     # the run with the third period in the budget it reads
-    from tpuctl.core import runs
     began = runs.status(store, run_id, 0).started or 0.0
     assert stopped["time"] - max(cap_at, third_counted, began) < 10, (periods, stopped, third_counted, began)
     events = hook.events()
