@@ -96,6 +96,7 @@ def main(argv=None) -> dict:
     import keras
     import numpy as np
 
+    import losses
     import model as bert
     from prepare import build_tokenizer, read_vocab
     tok = build_tokenizer(a.vocab, lower_case=False)
@@ -111,6 +112,7 @@ def main(argv=None) -> dict:
         net = classifier(encoder, classes, pooling=a.pooling)
         net.compile(optimizer=keras.optimizers.Adam(a.learning_rate),
                     loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
+        losses.build(net, {k: v[:1] for k, v in x.items()}, y[:1])
         net.fit(batches(x, y, a.batch_size, seed), steps_per_epoch=a.steps, epochs=1, verbose=0)
         runs.append(net.evaluate(*held, verbose=0))
     loss, acc = (float(v) for v in np.mean(runs, axis=0))

@@ -33,3 +33,29 @@ class PretrainingModel(keras.Model):
 
     def compile(self, optimizer="adam", **kw):   # noqa: A003 (Keras's name)
         super().compile(optimizer=optimizer, **objective(), **kw)
+
+
+def build(model, x, y, sample_weight=None) -> None:
+    """The compiled losses', metrics' and optimizer's variables, made from one example batch before fit(), where
+    Keras would make them inside its first train step: on TensorFlow with no tf.distribute strategy (one device),
+    fit() leaves them to the trace (keras/src/backend/tensorflow/trainer.py _maybe_symbolic_build), and a
+    tf.function that makes variables is traced twice (tensorflow/.../polymorphic_function.py: the trace that made
+    them, then one that may not): ~2 CPU-seconds more for each start. Under a strategy, and on JAX, Keras builds
+    them before its first trace itself, so this leaves them to it."""
+    if keras.backend.backend() != "tensorflow":
+        return
+    import tensorflow as tf
+    if tf.distribute.has_strategy():
+        return
+    y_pred = model(x, training=False)
+    model.compute_loss(x, y, y_pred, sample_weight, training=False)
+    model.compute_metrics(x, y, y_pred, sample_weight)
+    model.reset_metrics()   # the example's values are not the first step's (fit() resets them too, each epoch)
+    model.optimizer.build(model.trainable_variables)
+
+
+def example_targets(max_pred: int) -> tuple[dict, dict]:
+    """(y, sample weights) of one sequence, shaped as data.split gives them: what builds the objective's variables."""
+    import numpy as np
+    return ({"mlm": np.zeros([1, max_pred], np.int32), "nsp": np.zeros([1, 1], np.int32)},
+            {"mlm": np.ones([1, max_pred], np.float32), "nsp": np.ones([1, 1], np.float32)})

@@ -113,6 +113,7 @@ def main(argv=None, strategy=None) -> dict:
     a = parse(argv)
     import keras
 
+    import losses
     from callbacks import Board, Progress, Saver
     from data import dataset
     from model import BertConfig, BertPretrainer, example_inputs
@@ -148,7 +149,9 @@ def main(argv=None, strategy=None) -> dict:
                       jit_compile=True if backend != "tensorflow" else bool(a.jit or kind == "tpu"))
         # build the variables before restoring, from a made-up sequence (in training mode: each dropout's seed
         # generator exists from its first draw)
-        model(example_inputs(a.seq_length, a.max_predictions_per_seq), training=True)
+        example = example_inputs(a.seq_length, a.max_predictions_per_seq)
+        model(example, training=True)
+        losses.build(model, example, *losses.example_targets(a.max_predictions_per_seq))
         restore(a, model, model.optimizer, f"{out}/checkpoints")
     start = int(model.optimizer.iterations.numpy())
     if start >= a.steps:
