@@ -244,6 +244,7 @@ def cloud(env, _servers, monkeypatch, tmp_path, request, wheel_index):
     gcs.calls.clear()
     gcs.bytes_in.clear()
     gcs.iam_delay = 0.0
+    gcs.iam_after_a_refused_read = False
     gcs.after_iam_set = None
     gcs.lost.clear()
     gcs.wipe()

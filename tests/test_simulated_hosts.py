@@ -15,9 +15,9 @@ BUCKET = f"{PROJECT}-tpuctl-sim"
 @pytest.fixture
 def hosts(cloud, monkeypatch):
     cloud.hosts.enabled = True
-    cloud.gcs.iam_delay = 20.0           # grants take effect 20 s after they are written (minutes on Google): longer
-    # than a loaded machine takes to reach the first download (8 s was not, with four test workers on two cores), so
-    # every boot meets the 403s first
+    # a grant takes effect (minutes on Google) only once its host has been refused a download: every boot meets the
+    # 403s first, however loaded the machine (a 20-s clock was needed for that, 8 s was not), and waits for no more
+    cloud.gcs.iam_after_a_refused_read = True
     cloud.hosts.env.update(TPUCTL_BOOT_RETRY_SECONDS="90", TPUCTL_FORBIDDEN_GRACE="60", TPUCTL_LOG_POLL_MAX="0.2")
     monkeypatch.setenv("TPUCTL_LOG_POLL_MAX", "0.2")
     return cloud.hosts

@@ -23,6 +23,9 @@
   docs/access-change-propagation): before that, 403 with Cloud Storage's wording. Object access needs
   roles/storage.objectAdmin; reading the bucket's metadata needs roles/storage.legacyBucketReader (objectAdmin
   lacks storage.buckets.get, GCP_FACTS §4). The main port is the project owner: never refused.
+  How long propagation takes is the test's choice: `iam_delay` by the clock, and with `iam_after_a_refused_read`
+  also not before the member has been refused an object read since the grant (Google gives no bound to hold the
+  code to, so a test that needs the refusal seen first gets it however loaded the machine is, and waits no longer).
 The real google-cloud-storage client talks to the proxy (STORAGE_EMULATOR_HOST=http://127.0.0.1:PORT).
 """
 from __future__ import annotations
@@ -63,6 +66,8 @@ class FakeGcs:
         self.httpd = None
         self.upstream = None
         self.iam_delay = 0.0
+        self.iam_after_a_refused_read = False
+        self.refused_reads = {}    # bucket -> {member: time of its latest refused object read}
         self.granted = {}          # bucket -> {(role, member): time the grant was written}
         self.after_iam_set = None  # called once a setIamPolicy has been applied, before its answer goes back
         self.lost = collections.Counter()   # text -> the next N requests whose recorded call contains it are
@@ -132,6 +137,7 @@ class FakeGcs:
         self.emulator.wipe()
         self.meta.clear()
         self.granted.clear()
+        self.refused_reads.clear()
 
     def _upstream(self, method, path, headers, body):
         conn = http.client.HTTPConnection(*self.upstream, timeout=30)
@@ -148,7 +154,8 @@ class FakeGcs:
             {"error": {"code": code, "message": message or reason, "errors": [{"reason": reason}]}}).encode()
 
     def _refusal(self, identity, method, url):
-        """403 unless `identity` holds the role this request needs, granted at least iam_delay seconds ago."""
+        """403 unless `identity` holds the role this request needs, granted at least iam_delay seconds ago (and,
+        with iam_after_a_refused_read, before a read of an object was refused to it)."""
         m = re.match(r"^(?:/upload|/download)?/storage/v1/b/([^/]+)(/.*)?$", url.path)
         if not m:
             return None
@@ -157,8 +164,13 @@ class FakeGcs:
                             if rest.startswith("/o") else (_BUCKET_READER_ROLE, "storage.buckets.get"))
         with self.lock:
             since = self.granted.get(bucket, {}).get((role, identity))
-        if since is not None and time.monotonic() - since >= self.iam_delay:
+            refused = self.refused_reads.get(bucket, {}).get(identity)
+        if since is not None and time.monotonic() - since >= self.iam_delay and (
+                not self.iam_after_a_refused_read or (refused is not None and refused >= since)):
             return None
+        if rest.startswith("/o") and method == "GET":
+            with self.lock:
+                self.refused_reads.setdefault(bucket, {})[identity] = time.monotonic()
         email = identity.split(":", 1)[1]
         return self._json_error(403, "forbidden", f"{email} does not have {permission} access to the Google Cloud "
                                 f"Storage {'object' if rest else 'bucket'}. Permission '{permission}' denied on "
