@@ -121,6 +121,19 @@ else:
     sys.exit(1)' "$@@"
 }
 
+# satisfied REQUIREMENT: an installed distribution meets it (PEP 508, read by packaging, or by pip's own copy of
+# it where packaging is not installed); anything unreadable counts as not met, and pip is asked.
+satisfied() {
+  "$PY" -c 'import sys
+from importlib.metadata import version
+try:
+    from packaging.requirements import Requirement
+except ImportError:
+    from pip._vendor.packaging.requirements import Requirement
+req = Requirement(sys.argv[1])
+sys.exit(not req.specifier.contains(version(req.name), prereleases=True))' "$1" 2>/dev/null
+}
+
 if [ "$ROLE" = "node-vm" ] && [ -n "$TF_VERSION" ] && ! dist_version tensorflow tensorflow-cpu >/dev/null; then
   log "installing tensorflow-cpu==$TF_VERSION to match the TPU Node"
   retry "pip install tensorflow-cpu==$TF_VERSION" "$PY" -m pip install -q "tensorflow-cpu==$TF_VERSION" \
@@ -157,9 +170,14 @@ else
     retry "pip install of the watcher's dependencies" "$PY" -m pip install -q "$WHEEL" \
       || fail "pip install the watcher's dependencies"
   fi
-  # the store client in the range the agent relies on (its retries of conditional uploads): pip keeps an image's
-  # copy that satisfies it and installs one into the venv over an older one
-  retry "pip install $STORAGE_REQ" "$PY" -m pip install -q "$STORAGE_REQ" || fail "pip install $STORAGE_REQ"
+  # the store client in the range the agent relies on (its retries of conditional uploads): a copy the image or the
+  # venv already has is kept when it satisfies it (pip would keep it too, after a second or two of resolving at
+  # every boot); else pip installs one into the venv, over an older one
+  if satisfied "$STORAGE_REQ"; then
+    log "$STORAGE_REQ: google-cloud-storage $(dist_version google-cloud-storage) already there"
+  else
+    retry "pip install $STORAGE_REQ" "$PY" -m pip install -q "$STORAGE_REQ" || fail "pip install $STORAGE_REQ"
+  fi
 fi
 
 # service NAME DESCRIPTION RESTART EXEC [ENV=VALUE...]: a systemd unit, (re)started now and at every boot.

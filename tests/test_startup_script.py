@@ -5,6 +5,7 @@ from conftest import PROJECT, until
 from fakes.tpu_host import Host
 from tpuctl.providers import agent_package
 from tpuctl.core.models import OBJECT_ROLES
+from tpuctl.providers.gcp.gcs_store import STORAGE
 from tpuctl.providers.gcp.startup import render
 
 BUCKET = "boot-test"
@@ -25,8 +26,9 @@ def _bucket(with_package: bool):
     return b
 
 
-def _boot(cloud, tmp_path, name="w0", image="ubuntu", role="tpu-vm", dpkg_busy=2.0, **env):
-    script = render(f"gs://{BUCKET}", "boot", role, "v3-8", "local")
+def _boot(cloud, tmp_path, name="w0", image="ubuntu", role="tpu-vm", dpkg_busy=2.0, storage_req=STORAGE, **env):
+    script = render(f"gs://{BUCKET}", "boot", role, "v3-8", "local").replace(f'STORAGE_REQ="{STORAGE}"',
+                                                                           f'STORAGE_REQ="{storage_req}"')
     return Host(tmp_path / name, "t1v-n-boot-w-0", 0, script, SA, "v3-8", cloud.gcs,
                 {"TPUCTL_BOOT_RETRY_SECONDS": "60", **env}, image=image, dpkg_busy=dpkg_busy)
 
@@ -55,6 +57,8 @@ def test_a_second_boot_keeps_what_is_in_place(cloud, tmp_path):
     host = _boot(cloud, tmp_path)
     try:
         _wait(host, "agent running")
+        # the image's google-cloud-storage is in the agent's range: kept, pip not asked
+        assert f"{STORAGE}: google-cloud-storage 3." in host.boot_log() and "pip install google" not in host.boot_log()
         pid = (host.root / "etc/systemd/system/agent.pid").read_text()
         again = _boot(cloud, tmp_path)          # the same disk boots again
         assert again.script.wait(60) == 0
@@ -63,6 +67,19 @@ def test_a_second_boot_keeps_what_is_in_place(cloud, tmp_path):
         assert "agent 0.1.0 already installed" in second and "fetching" not in second
         assert (host.root / "etc/systemd/system/agent.pid").read_text() == pid   # still the one agent
         again.metadata.stop()
+    finally:
+        host.stop()
+
+
+def test_a_store_client_out_of_the_agents_range_is_asked_of_pip(cloud, tmp_path):
+    """A range the image's copy does not meet goes to pip (which has none to give here: the boot fails, saying so)."""
+    _bucket(with_package=True)
+    host = _boot(cloud, tmp_path, storage_req="google-cloud-storage>=99", TPUCTL_BOOT_RETRY_SECONDS="3")
+    try:
+        assert host.script.wait(60) == 1
+        log = host.boot_log()
+        assert "waiting for pip install google-cloud-storage>=99" in log, log
+        assert log.rstrip().endswith("FAILED: pip install google-cloud-storage>=99"), log
     finally:
         host.stop()
 
