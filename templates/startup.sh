@@ -42,8 +42,26 @@ SLICE="${SLICE:-0}"
 HOST="$(hostname)"
 mkdir -p "$AGENT_DIR" "$(dirname "$BOOT_LOG")"
 
-enc() { python3 -c 'import sys, urllib.parse; print(urllib.parse.quote(sys.argv[1], safe=""))' "$1"; }
-token() { meta instance/service-accounts/default/token | python3 -c 'import json, sys; print(json.load(sys.stdin)["access_token"])'; }
+# An object name URL-encoded, and the access token out of the metadata server's JSON ({"access_token": "...",
+# "expires_in": N, "token_type": "Bearer"}, Compute Engine's "Authenticate workloads" page), in bash: a python3 start
+# for each, two for every boot-log line, cost more than the request. Bytes, not characters (LC_ALL=C), and only
+# letters, digits and ._~- kept: what urllib.parse.quote(name, safe="") gives.
+enc() {
+  local LC_ALL=C s="$1" out="" c i
+  for (( i = 0; i < ${#s}; i++ )); do
+    c="${s:i:1}"
+    case "$c" in
+      [a-zA-Z0-9._~-]) out+="$c" ;;
+      *) printf -v c '%%%02X' "'$c"; out+="$c" ;;
+    esac
+  done
+  printf '%s\n' "$out"
+}
+token() {
+  local json
+  json=$(meta instance/service-accounts/default/token) || return 1
+  [[ $json =~ \"access_token\"[[:space:]]*:[[:space:]]*\"([^\"]+)\" ]] && printf '%s\n' "${BASH_REMATCH[1]}"
+}
 # Cloud Storage JSON API: objects.get with alt=media, objects.insert with uploadType=media.
 fetch() { curl -sSf -H "Authorization: Bearer $(token)" -o "$2" "$GCS/storage/v1/b/$BUCKET/o/$(enc "$1")?alt=media"; }
 put() {

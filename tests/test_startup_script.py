@@ -103,3 +103,20 @@ def test_a_debian_image_without_pip_gets_python3_venv_from_apt(cloud, tmp_path):
         again.metadata.stop()
     finally:
         host.stop()
+
+
+def test_the_scripts_url_encoding_and_token_reading_match_pythons():
+    """enc and token are bash (a python3 start each cost more than the request): enc gives what
+    urllib.parse.quote(name, safe="") gives, UTF-8 bytes included; token reads the metadata server's JSON."""
+    import subprocess
+    import urllib.parse
+    script = render("gs://b", "c", "tpu-vm", "v3-8", "local")
+    functions = script[script.index("\nenc() {"):script.index("\n# Cloud Storage JSON API")]
+    names = ["tpuctl/boot/t1v-n-1234-w-0.log", "a b+c&d=é/ü?#%", "x~y_z.Q-1", "漢字 $x \\ '\"", ""]
+    meta = 'meta() { echo \'{"access_token": "token-of-a@b.iam", "expires_in": 3599, "token_type": "Bearer"}\'; }'
+    program = (f"set -euo pipefail\n{meta}\n{functions}\n" + "".join(f'enc "${i + 1}"\n' for i in range(len(names)))
+               + "token\n")
+    r = subprocess.run(["bash", "-c", program, "bash", *names], capture_output=True, text=True,
+                       env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split("\n")[:-1] == [urllib.parse.quote(n, safe="") for n in names] + ["token-of-a@b.iam"]
