@@ -78,6 +78,18 @@ def _one_jax_compilation_cache() -> None:
 _one_jax_compilation_cache()
 
 
+def tpuctl_at_a_terminal(*args: str) -> list[str]:
+    """argv of `python -m tpuctl ARGS` that SIGINT interrupts as a terminal's Ctrl-C does, even where this suite runs
+    with SIGINT ignored (a background job of a non-interactive shell: children inherit SIG_IGN, and Python then
+    installs no KeyboardInterrupt). Set by the new interpreter, not by Popen's preexec_fn, which runs in a fork of
+    this many-threaded worker before exec (Python's docs: not safe with threads): a worker with gRPC loaded had such a
+    child die of SIGABRT before exec, "Epoll1Poller ... epoll_wait error: Bad file descriptor" (its poller's descriptor
+    closed by subprocess's fd cleanup; the follower itself imports no gRPC), seen with two suites at once."""
+    code = ("import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+            "sys.argv[0] = 'tpuctl'; runpy.run_module('tpuctl', run_name='__main__')")
+    return [sys.executable, "-c", code, *args]
+
+
 def until(cond, timeout=60.0, what="", every=0.05):
     """Polls cond until it answers something true and returns that answer; past timeout seconds the test fails
     naming what it waited for. what may be a callable, called at the failure, to show the state then."""

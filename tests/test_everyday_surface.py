@@ -5,11 +5,11 @@ import json
 import signal
 import socket
 import subprocess
-import sys
 import time
 
 import pytest
 
+from conftest import tpuctl_at_a_terminal
 from jobs import make_job
 from tpuctl.core.lifecycle import show_duration
 from tpuctl.core.models import ProviderName
@@ -64,9 +64,8 @@ def test_durations_past_an_hour_read_in_hours():
 def test_ctrl_c_of_watch_says_what_keeps_running_and_gives_the_lease_up(local_up, cli):
     code, out, err = cli("up", "--provider", "local", "-c", "lw", "--recover")
     assert code == 0, err
-    p = subprocess.Popen([sys.executable, "-m", "tpuctl", "watch", "-c", "lw"], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True,
-                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))   # as at a terminal
+    p = subprocess.Popen(tpuctl_at_a_terminal("watch", "-c", "lw"), stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
     assert "holding its lease" in p.stderr.readline()
     p.send_signal(signal.SIGINT)
     out, err = p.communicate(timeout=30)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import until
+from conftest import tpuctl_at_a_terminal, until
 from jobs import make_job
 
 KEY = "k" * 32
@@ -175,14 +175,11 @@ def test_a_follower_stopped_with_ctrl_c_lets_go_of_the_run_at_once(kaggle, cli, 
     """The lease a `logs -f` holds on the run it follows is given back when it stops, not left to lapse."""
     import signal
     import subprocess
-    import sys
     _up(cli, "--type", "t4x2")
     monkeypatch.setenv("LIVE_FLAG", str(tmp_path / "flag"))
     run_id = cli("submit", str(make_job(tmp_path, LIVE)), "-c", "kg", "--detach")[1].strip()
-    # SIGINT as at a terminal (under a non-interactive shell's `&`, as CI may run, a child inherits SIG_IGN)
-    follower = subprocess.Popen([sys.executable, "-m", "tpuctl", "logs", run_id, "-c", "kg", "-f"],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    follower = subprocess.Popen(tpuctl_at_a_terminal("logs", run_id, "-c", "kg", "-f"),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     home = Path(os.environ["TPUCTL_HOME"])
 
     def holding():

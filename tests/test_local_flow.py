@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import until
+from conftest import tpuctl_at_a_terminal, until
 from jobs import ENV_JOB, FIDELITY_JOB, SLEEP_JOB, fidelity_expected, make_job, make_wheel
 from tpuctl.core import state
 from tpuctl.core.models import ProviderName
@@ -219,13 +219,9 @@ def test_bert_quick_start_on_the_local_provider(legacy_keras_shell, local, cli):
 
 def test_ctrl_c_stops_following_not_the_run(local, cli, tmp_path):
     import subprocess
-    import sys
     job = make_job(tmp_path, SLEEP_JOB)
-    # SIGINT as a terminal's Ctrl-C delivers it, even where this suite runs with SIGINT ignored (a background job of
-    # a non-interactive shell: its children inherit SIG_IGN, and Python then installs no KeyboardInterrupt)
-    p = subprocess.Popen([sys.executable, "-m", "tpuctl", "submit", str(job), "-c", "loc"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    p = subprocess.Popen(tpuctl_at_a_terminal("submit", str(job), "-c", "loc"),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert p.stdout.readline() == "started\n"
     p.send_signal(signal.SIGINT)
     out, err = p.communicate(timeout=30)

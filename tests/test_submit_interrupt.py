@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import until
+from conftest import tpuctl_at_a_terminal, until
 
 from tpuctl.core import layout, orphans
 from tpuctl.core.store import LocalStore
@@ -188,9 +188,8 @@ def test_ctrl_c_while_a_large_upload_to_a_bucket_is_half_sent_leaves_no_object_a
     (job / "tpuctl.toml").write_text('command = "python main.py"\ndata = ["corpus"]\n')
     (job / "main.py").write_text("print('never')\n")
     (job / "corpus" / "big.bin").write_bytes(os.urandom(40 << 20))
-    proc = subprocess.Popen([sys.executable, "-m", "tpuctl", "submit", str(job), "-c", "gi"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))   # as at a terminal
+    proc = subprocess.Popen(tpuctl_at_a_terminal("submit", str(job), "-c", "gi"), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
     original = cloud.gcs.forward
     chunks = []
 
