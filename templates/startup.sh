@@ -140,7 +140,7 @@ else:
 }
 
 # satisfied REQUIREMENT: an installed distribution meets it (PEP 508, read by packaging, or by pip's own copy of
-# it where packaging is not installed); anything unreadable counts as not met, and pip is asked.
+# it where packaging is not installed), and its version is printed; anything unreadable counts as not met.
 satisfied() {
   "$PY" -c 'import sys
 from importlib.metadata import version
@@ -149,7 +149,9 @@ try:
 except ImportError:
     from pip._vendor.packaging.requirements import Requirement
 req = Requirement(sys.argv[1])
-sys.exit(not req.specifier.contains(version(req.name), prereleases=True))' "$1" 2>/dev/null
+have = version(req.name)
+print(have)
+sys.exit(not req.specifier.contains(have, prereleases=True))' "$1" 2>/dev/null
 }
 
 if [ "$ROLE" = "node-vm" ] && [ -n "$TF_VERSION" ] && ! dist_version tensorflow tensorflow-cpu >/dev/null; then
@@ -191,8 +193,8 @@ else
   # the store client in the range the agent relies on (its retries of conditional uploads): a copy the image or the
   # venv already has is kept when it satisfies it (pip would keep it too, after a second or two of resolving at
   # every boot); else pip installs one into the venv, over an older one
-  if satisfied "$STORAGE_REQ"; then
-    log "$STORAGE_REQ: google-cloud-storage $(dist_version google-cloud-storage) already there"
+  if have=$(satisfied "$STORAGE_REQ"); then
+    log "$STORAGE_REQ: google-cloud-storage $have already there"
   else
     retry "pip install $STORAGE_REQ" "$PY" -m pip install -q "$STORAGE_REQ" || fail "pip install $STORAGE_REQ"
   fi
