@@ -264,8 +264,8 @@ def test_every_tpu_state_has_one_meaning():
 
 
 def test_one_store_client_range_for_cli_agent_and_host_script():
-    """The CLI, the agent's wheel and the host's start-up script ask for the same google-cloud-storage range, the
-    one whose retries of conditional uploads gcs_store relies on (gcs_store.STORAGE)."""
+    """The CLI, the agent's wheel, the host's start-up script and a GKE pod's script ask for the same
+    google-cloud-storage range, the one whose retries of conditional uploads gcs_store relies on (gcs_store.STORAGE)."""
     import tomllib
     from pathlib import Path
     from tpuctl.providers import agent_package
@@ -274,6 +274,8 @@ def test_one_store_client_range_for_cli_agent_and_host_script():
     deps = tomllib.loads(Path("pyproject.toml").read_text())["project"]["dependencies"]
     assert [d for d in deps if d.startswith("google-cloud-storage")] == [STORAGE] == agent_package.REQUIRES
     assert f'STORAGE_REQ="{STORAGE}"' in render("gs://b", "c", "tpu-vm", "v3-8", "local")
+    from tpuctl.providers.gke.manifest import AGENT_SCRIPT
+    assert f'pip install -q --no-cache-dir "{STORAGE}"' in AGENT_SCRIPT and "@{" not in AGENT_SCRIPT
     from google.cloud import storage
     major = int(storage.__version__.split(".")[0])
     assert major == 3, "the installed client is outside the range tpuctl is tested with"

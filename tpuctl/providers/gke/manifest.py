@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from ...core import layout
 from ...core.errors import bad_input
+from ..gcp.gcs_store import STORAGE
 
 JOBSET_API = "jobset.x-k8s.io/v1alpha2"
 REPLICATED_JOB = "slice"        # xpk names it slice-job; shorter leaves room for the run id in pod names
@@ -176,7 +177,7 @@ AGENT_SCRIPT = r"""set -eu
 PY="${TPUCTL_PYTHON:-python3}"
 WHEEL="${TMPDIR:-/tmp}/$(basename "$TPUCTL_AGENT_PACKAGE")"
 case "$TPUCTL_STORE" in
-  gs://*) "$PY" -m pip install -q --no-cache-dir "google-cloud-storage>=3.0,<4" ;;
+  gs://*) "$PY" -m pip install -q --no-cache-dir "@{storage_req}" ;;
 esac
 "$PY" - "$TPUCTL_STORE" "$TPUCTL_AGENT_PACKAGE" "$WHEEL" <<'EOF'
 import shutil, sys
@@ -190,7 +191,7 @@ EOF
 "$PY" -m pip install -q --no-cache-dir --force-reinstall --no-deps "$WHEEL"
 exec "$PY" -m tpuctl.agent --store "$TPUCTL_STORE" --run "$TPUCTL_RUN" --slice "${TPUCTL_SLICE:-0}" \
   --worker "${JOB_COMPLETION_INDEX:-0}" --accelerator "$TPUCTL_ACCELERATOR" --attempt "$((${TPUCTL_RESTART:-0} + 1))"
-"""
+""".replace("@{storage_req}", STORAGE)   # the range gcs_store relies on, as the start-up script's STORAGE_REQ
 
 
 def dump(objects: list[dict[str, Any]]) -> str:
