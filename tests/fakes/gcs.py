@@ -168,7 +168,7 @@ class FakeGcs:
         if since is not None and time.monotonic() - since >= self.iam_delay and (
                 not self.iam_after_a_refused_read or (refused is not None and refused >= since)):
             return None
-        if rest.startswith("/o") and method == "GET":
+        if self.iam_after_a_refused_read and rest.startswith("/o") and method == "GET":
             with self.lock:
                 self.refused_reads.setdefault(bucket, {})[identity] = time.monotonic()
         email = identity.split(":", 1)[1]
