@@ -132,9 +132,9 @@ class Watcher:
         doing = "watching" if alive else f"watching; needs you: {what}"
         if doing != self.doing:
             self.doing = doing
+            self.lease.renew(looked=time.time(), doing=doing)   # first: once said, `status` shows it too
             if not alive:
                 self.r.warn(f"cluster {self.st.name}: {what}; not lost, so not re-created: watching on")
-            self.lease.renew(looked=time.time(), doing=doing)
 
     def _ended(self, doc: dict[str, Any]) -> str:
         """Why the watch is over, or ""."""
