@@ -26,7 +26,8 @@ start = int(open(ck).read()) if os.path.exists(ck) else 0
 print("resuming at", start, "on", os.environ["TPUCTL_ACCELERATOR"], flush=True)
 for step in range(start + 1, 17):
     time.sleep(0.25)
-    open(ck, "w").write(str(step))
+    open(ck + ".new", "w").write(str(step))   # then renamed: a kill at any moment leaves a whole checkpoint
+    os.replace(ck + ".new", ck)
     print("step", step, flush=True)
 print("done", flush=True)
 """
@@ -467,6 +468,23 @@ def test_a_session_kaggle_stops_at_its_hard_limit_is_continued(kaggle, cli, tmp_
     assert "exceeded the session time limit" in out and "resuming at 0" in out and \
         ("step 16\n" in out or "resuming at 16" in out)
     assert out.count("resuming at") >= 2
+    _down(cli, kaggle)
+
+
+def test_a_session_stopped_at_its_limit_takes_the_job_with_it(kaggle, cli, tmp_path):
+    """The fake's claim: Kaggle ending a session ends every process in it (a stopped container), so the job, which
+    tpuctl starts in a session of its own and which here neither prints nor watches the deadline, is gone once
+    the session reads ERROR; left running, it would write into the output the next session is given."""
+    _up(cli, "--type", "t4x2")
+    kaggle.session_limit = 1.5
+    pids = tmp_path / "pids"
+    job = make_job(tmp_path, f"import os, time\nopen({str(pids)!r}, 'a').write(f'{{os.getpid()}}\\n')\n"
+                             "while True:\n    time.sleep(0.1)\n")
+    code, out, err = cli("submit", str(job), "-c", "kg")
+    assert "exceeded the session time limit" in out, out + err
+    [pid] = [int(p) for p in pids.read_text().split()]
+    state = Path(f"/proc/{pid}/stat")
+    assert not state.exists() or state.read_text().rsplit(")", 1)[1].split()[0] in "ZX", "the job outlived its session"
     _down(cli, kaggle)
 
 

@@ -35,11 +35,18 @@ import time
 from typing import Any, Callable
 
 from fakes.k8s_server import FakeKube
+from fakes.procs import kill_marked
 
 JS = "/apis/jobset.x-k8s.io/v1alpha2/namespaces/"
 L_JOBSET, L_RJOB, L_INDEX, L_RESTART = ("jobset.sigs.k8s.io/jobset-name", "jobset.sigs.k8s.io/replicatedjob-name",
                                         "jobset.sigs.k8s.io/job-index", "jobset.sigs.k8s.io/restart-attempt")
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+# In each container process's environment: its pod's path. When a container's main process ends, whether by itself
+# or stopped, nothing in the container outlives it: the main process is the init of the container's PID namespace,
+# and "if the init process of a PID namespace terminates, the kernel terminates all of the processes in the namespace
+# via a SIGKILL signal" (pid_namespaces(7)). The agent starts jobs in sessions of their own, so no process group
+# holds them all.
+POD_MARK = "FAKE_K8S_POD"
 
 
 def _cond(obj: dict[str, Any], kind: str) -> dict[str, Any] | None:
@@ -70,8 +77,9 @@ class FakeCluster:
     def stop(self) -> None:
         self.stopping.set()
         self.thread.join(5)
-        for proc in list(self.procs.values()):
+        for path, proc in list(self.procs.items()):
             _kill(proc, 0)
+            kill_marked(POD_MARK, path)
 
     # -- the loop ------------------------------------------------------------------------------------------
     def _loop(self) -> None:
@@ -178,6 +186,7 @@ class FakeCluster:
             elif phase == "Running" and path in self.procs and "deletionTimestamp" not in pod["metadata"]:
                 rc = self.procs[path].poll()
                 if rc is not None:
+                    kill_marked(POD_MARK, path, wait=10)   # the container is over before its pod says so
                     pod["status"]["phase"] = "Succeeded" if rc == 0 else "Failed"
                     pod["status"]["containerStatuses"] = [{"name": pod["spec"]["containers"][0]["name"], "state": {
                         "terminated": {"exitCode": rc, "reason": "Completed" if rc == 0 else "Error"}}}]
@@ -199,6 +208,7 @@ class FakeCluster:
             env.update(self.image(pod["metadata"]["name"]))
         for e in c.get("env", []):
             env[e["name"]] = e["value"] if "value" in e else _field(pod, e["valueFrom"]["fieldRef"]["fieldPath"])
+        env[POD_MARK] = path
         log = open(self._log_file(path), "wb")
         proc = subprocess.Popen(c["command"] + c.get("args", []), env=env, stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
@@ -229,6 +239,7 @@ class FakeCluster:
 
     def _terminate(self, path: str, proc: subprocess.Popen[bytes], grace: float) -> None:
         _kill(proc, grace)
+        kill_marked(POD_MARK, path, wait=10)
         self.kube.objects.pop(path, None)   # the container stopped: the Terminating pod goes
 
 

@@ -60,6 +60,7 @@ import zipfile
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from fakes.procs import kill_marked
 from kagglesdk.blobs.types.blob_api_service import ApiStartBlobUploadRequest, ApiStartBlobUploadResponse
 from kagglesdk.datasets.types.dataset_api_service import (ApiCreateDatasetRequest, ApiCreateDatasetResponse,
                                                           ApiDeleteDatasetRequest, ApiGetDatasetStatusRequest,
@@ -78,6 +79,7 @@ from kagglesdk.security.types.oauth_service import IntrospectTokenRequest, Intro
 ENDPOINT = "localhost:7777"   # kagglesdk's TEST endpoint: what the client asks for, and the fake's URLs name
 TOKEN = "KGAT_" + "a1" * 16   # an API token the fake knows (for alice)
 TPU_SHAPES = {"TpuV5E8"}
+SESSION_MARK = "FAKE_KAGGLE_SESSION"   # in each session process's environment: its directory
 
 
 class FakeKaggle:
@@ -148,7 +150,7 @@ class FakeKaggle:
         for k in list(self.kernels.values()) + [{"versions": self.detached}]:
             for s in k["versions"]:
                 if s["proc"] and s["proc"].poll() is None:
-                    s["proc"].kill()
+                    self._end(s)
 
     def _api_switches(self) -> None:
         """How the API behaves where the real service was read from its client (each with its source), and a switch
@@ -450,6 +452,7 @@ class FakeKaggle:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("KAGGLE_", "TPUCTL_", "FAKE_TPU"))}
         env.update(TPUCTL_KAGGLE_ROOT=str(where / "kaggle"), KAGGLE_KERNEL_RUN_TYPE="Batch",
                    KAGGLE_ACCELERATOR=req.machine_shape or "None", **self.session_env)
+        env[SESSION_MARK] = str(where)   # what _end finds the session's processes by
         python = sys.executable
         if req.machine_shape in TPU_SHAPES:
             python = str(tpu_image(self.root, self.tpu_jax_site))
@@ -467,13 +470,21 @@ class FakeKaggle:
         d.mkdir(parents=True)
         return d
 
+    @staticmethod
+    def _end(s: dict) -> None:
+        """A session stopped: every process in it goes at once, the job too, though tpuctl runs it in a session of
+        its own. A Kaggle session runs in a Docker container (Kaggle/docker-python's README: the image Kaggle runs
+        scripts and notebooks in), and stopping a container ends all of its processes. Before the output is read: a job left
+        running would write into it while the next session's copy of it is made."""
+        kill_marked(SESSION_MARK, str(s["dir"]), wait=10)
+        s["proc"].wait()
+
     def _supervise(self, s: dict) -> None:
         try:
             code = s["proc"].wait(timeout=self.session_limit)
             s["status"], s["failure"] = ("COMPLETE", "") if code == 0 else ("ERROR", f"exit code {code}")
         except subprocess.TimeoutExpired:
-            s["proc"].kill()
-            s["proc"].wait()
+            self._end(s)
             s["status"], s["failure"] = "ERROR", "Your notebook was stopped because it exceeded the session time limit"
         s["ended_at"] = time.monotonic()
         if s["shape"] in TPU_SHAPES:
@@ -525,7 +536,7 @@ class FakeKaggle:
             k = self.kernels.pop(f"{req.user_name}/{req.kernel_slug}")   # KeyError: answered missing_status
         for s in k["versions"]:
             if s["proc"].poll() is None and self.delete_stops_session:
-                s["proc"].kill()
+                self._end(s)
             elif s["proc"].poll() is None:
                 self.detached.append(s)
         from kagglesdk.kernels.types.kernels_api_service import ApiDeleteKernelResponse

@@ -46,6 +46,8 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from fakes.procs import kill_marked
+
 SYSTEMCTL = """#!/bin/bash
 # systemctl daemon-reload | enable --now UNIT | is-active UNIT: run the unit's ExecStart detached, with Environment=
 # A process that exited is not running, even unreaped: `kill -0` succeeds on a zombie, and an init that does not
@@ -264,13 +266,7 @@ class Host:
 def kill_agent_home(home) -> None:
     """SIGKILL to every process of a host's agent and jobs, found by the TPUCTL_AGENT_HOME in their environment (its
     jobs run in sessions of their own, so no process group holds them all): what a power-off does to them."""
-    marker = f"TPUCTL_AGENT_HOME={home}".encode()
-    for proc in Path("/proc").iterdir():
-        try:
-            if proc.name.isdigit() and marker in (proc / "environ").read_bytes().split(b"\0"):
-                os.kill(int(proc.name), signal.SIGKILL)
-        except (OSError, ValueError):
-            pass
+    kill_marked("TPUCTL_AGENT_HOME", str(home))
 
 
 class SimulatedHosts:
