@@ -46,7 +46,7 @@ COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 # and "if the init process of a PID namespace terminates, the kernel terminates all of the processes in the namespace
 # via a SIGKILL signal" (pid_namespaces(7)). The agent starts jobs in sessions of their own, so no process group
 # holds them all.
-POD_MARK = "FAKE_K8S_POD"
+POD_MARK = "FAKE_K8S_POD"   # its value: the cluster's id and the pod's path (two suites may name pods alike)
 
 
 def _cond(obj: dict[str, Any], kind: str) -> dict[str, Any] | None:
@@ -61,6 +61,7 @@ class FakeCluster:
         of it made for each pod, as each container gets its own copy of the image's filesystem."""
         self.kube, self.image_env, self.tick, self.image = kube, image_env, tick, image
         self.procs: dict[str, subprocess.Popen[bytes]] = {}   # pod path -> its container's process
+        self.uid = secrets.token_hex(8)
         self.stopping = threading.Event()
         kube.on_delete.append(self._deleted)
         self.thread = threading.Thread(target=self._loop, daemon=True)
@@ -79,7 +80,7 @@ class FakeCluster:
         self.thread.join(5)
         for path, proc in list(self.procs.items()):
             _kill(proc, 0)
-            kill_marked(POD_MARK, path)
+            kill_marked(POD_MARK, self.uid + path)
 
     # -- the loop ------------------------------------------------------------------------------------------
     def _loop(self) -> None:
@@ -186,7 +187,7 @@ class FakeCluster:
             elif phase == "Running" and path in self.procs and "deletionTimestamp" not in pod["metadata"]:
                 rc = self.procs[path].poll()
                 if rc is not None:
-                    kill_marked(POD_MARK, path, wait=10)   # the container is over before its pod says so
+                    kill_marked(POD_MARK, self.uid + path, wait=10)   # the container is over before its pod says so
                     pod["status"]["phase"] = "Succeeded" if rc == 0 else "Failed"
                     pod["status"]["containerStatuses"] = [{"name": pod["spec"]["containers"][0]["name"], "state": {
                         "terminated": {"exitCode": rc, "reason": "Completed" if rc == 0 else "Error"}}}]
@@ -208,7 +209,7 @@ class FakeCluster:
             env.update(self.image(pod["metadata"]["name"]))
         for e in c.get("env", []):
             env[e["name"]] = e["value"] if "value" in e else _field(pod, e["valueFrom"]["fieldRef"]["fieldPath"])
-        env[POD_MARK] = path
+        env[POD_MARK] = self.uid + path
         log = open(self._log_file(path), "wb")
         proc = subprocess.Popen(c["command"] + c.get("args", []), env=env, stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
@@ -239,7 +240,7 @@ class FakeCluster:
 
     def _terminate(self, path: str, proc: subprocess.Popen[bytes], grace: float) -> None:
         _kill(proc, grace)
-        kill_marked(POD_MARK, path, wait=10)
+        kill_marked(POD_MARK, self.uid + path, wait=10)
         self.kube.objects.pop(path, None)   # the container stopped: the Terminating pod goes
 
 
