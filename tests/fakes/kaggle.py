@@ -474,8 +474,8 @@ class FakeKaggle:
     def _end(s: dict) -> None:
         """A session stopped: every process in it goes at once, the job too, though tpuctl runs it in a session of
         its own. A Kaggle session runs in a Docker container (Kaggle/docker-python's README: the image Kaggle runs
-        scripts and notebooks in), and stopping a container ends all of its processes. Before the output is read: a job left
-        running would write into it while the next session's copy of it is made."""
+        scripts and notebooks in), and stopping a container ends all of its processes. Before the output is read:
+        a job left running would write into it while the next session's copy of it is made."""
         kill_marked(SESSION_MARK, str(s["dir"]), wait=10)
         s["proc"].wait()
 
