@@ -80,3 +80,85 @@ def test_an_object_name_that_climbs_out_is_refused(env, tmp_path):
     with pytest.raises(TpuctlError, match="leaves the destination"):
         outputs(_OddNames(), "20261122-120000-abcd", tmp_path / "d", lambda total: (lambda n: None))
     assert not (tmp_path / "escaped").exists()
+
+
+LISTING_JOB = """
+import os, sys
+out = os.environ["TPUCTL_OUTPUT_DIR"]
+os.makedirs(out + "/ckpt", exist_ok=True)
+open(out + "/ckpt/weights.bin", "wb").write(os.urandom(300_000))
+print("here:", sorted(os.listdir(".")))
+sys.exit(int(sys.argv[1]) if sys.argv[1:] else 0)
+"""
+
+
+def test_outputs_downloaded_into_the_job_directory_are_never_packed(local, cli, tmp_path, monkeypatch):
+    """Issue 52: `download` run in the job directory writes ./RUN_ID/ there, and the next `submit` shipped it back
+    (a checkpoint directory on every submit; the job found its old outputs in its working directory)."""
+    from tpuctl.core import packaging
+    job = make_job(tmp_path, LISTING_JOB)
+    code, out, err = cli("submit", str(job), "-c", "dl")
+    assert code == 0 and "here: ['main.py', 'tpuctl.toml']" in out, err
+    run_id = json.loads(cli("jobs", "-c", "dl", "--json")[1])[0]["id"]
+    monkeypatch.chdir(job)
+    assert cli("download", "-c", "dl")[0] == 0
+    assert (job / run_id / "ckpt" / "weights.bin").stat().st_size == 300_000
+    (job / "notes.txt").write_text("mine")                           # the user's own new file is still packed
+    assert packaging.files(job) == ["main.py", "notes.txt", "tpuctl.toml"]
+    code, out, err = cli("submit", str(job), "-c", "dl")
+    assert code == 0 and "here: ['main.py', 'notes.txt', 'tpuctl.toml']" in out, err
+    said = [line for line in err.splitlines() if "left out of the package" in line]
+    assert len(said) == 1 and f"1 file (300.0 kB) in {run_id}/" in said[0] and ".tpuctlignore" in said[0], err
+    code, out, err = cli("submit", str(job), "-c", "dl", "--dry-run")   # the dry run says it too, and counts it out
+    assert "left out of the package" in err and "package  " in out and "kB of files" not in out, out
+    (job / ".tpuctlignore").write_text(f"{run_id}/\n")                 # listed by the user: left out, silently
+    code, out, err = cli("submit", str(job), "-c", "dl", "--dry-run")
+    assert code == 0 and "left out" not in err, err
+    (job / ".tpuctlignore").unlink()
+    assert cli("download", run_id, "-c", "dl", "-o", ".")[0] == 0        # into the job directory itself
+    assert packaging.files(job) == ["main.py", "notes.txt", "tpuctl.toml"]   # the job's own files still packed
+    assert [(d.directory, d.files) for d in packaging.left_out(job)] == [(".", 1), (run_id, 1)]
+
+
+def test_a_download_stopped_half_way_is_recognised_too(tmp_path):
+    """The marker is written before the first byte: a Ctrl-C mid-download leaves files a submit must not pack."""
+    from tpuctl.core import packaging
+    from tpuctl.core.store import LocalStore, partial_name
+
+    store = LocalStore(str(tmp_path / "store"))
+    run_id = "20261122-120000-abcd"
+    for name in ("a.bin", "sub/b.bin"):
+        store.write(f"{layout.run_output(run_id)}/{name}", b"x" * 1000)
+
+    class Stops:
+        def __getattr__(self, name):
+            return getattr(store, name)
+
+        def download_file(self, key, path, progress):
+            open(os.path.join(os.path.dirname(path), partial_name()), "wb").write(b"half")
+            raise KeyboardInterrupt
+
+    job = make_job(tmp_path, "print(1)")
+    with pytest.raises(KeyboardInterrupt):
+        outputs(Stops(), run_id, job / "out", lambda total: (lambda n: None))
+    assert packaging.files(job) == ["main.py", "tpuctl.toml"]
+    (job / "out" / "sub").mkdir(exist_ok=True)
+    (job / "out" / "sub" / "b.bin").write_bytes(b"y")                 # listed: left out wherever it is written
+    (job / "out" / "mine.py").write_text("")                           # not a download's: packed
+    assert packaging.files(job) == ["main.py", "out/mine.py", "tpuctl.toml"]
+    (job / "out" / ".tpuctl-downloaded.json").write_text("{not json")   # a broken marker lists nothing
+    assert "out/sub/b.bin" in packaging.files(job)
+
+
+def test_the_last_line_says_whose_exit_code_it_is(local, cli, tmp_path):
+    """Issue 52: the job's own 2 read as tpuctl's "bad input". The job's code is kept, the last line names it; a
+    run that wrote no outputs is not offered a download."""
+    code, out, err = cli("submit", str(make_job(tmp_path, "import sys; sys.exit(2)", name="argv")), "-c", "dl")
+    last = err.strip().splitlines()[-1]
+    assert code == 2 and last.startswith("run ") and last.endswith(" failed (job exit code 2)"), err
+    assert "tpuctl download" not in err and "outputs:" not in err
+    code, out, err = cli("submit", str(make_job(tmp_path, LISTING_JOB, name="wrote")), "-c", "dl", "--", "3")
+    assert code == 3 and err.strip().splitlines()[-1].endswith(" failed (job exit code 3)"), err
+    assert "fetch them: tpuctl download" in err                       # a failed run with outputs still offers it
+    rows = json.loads(cli("jobs", "-c", "dl", "--json")[1])           # what a script reads: the run's state
+    assert [(r["state"], r["exit_code"]) for r in rows[:2]] == [("failed", 3), ("failed", 2)]

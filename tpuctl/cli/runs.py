@@ -58,10 +58,15 @@ def follow_run(store: "BlobStore", run_id: str, st0: "ClusterState", prov: "Prov
     if follow:
         code = st.exit_code
         con = console()
-        con.err.print(f"run {run_id} {st.state.value}" + (f" (exit code {code})" if code is not None else "")
+        if store.list(layout.run_output(run_id) + "/", limit=1):   # a run that wrote nothing has nothing to fetch
+            con.err.print(f"outputs: {store.local_path(layout.run_output(run_id))}/  "
+                          f"fetch them: tpuctl download {run_id} -c {cluster}")
+        # last, and saying whose code it is: the job's own 2 is not tpuctl's "bad input" (issue 52; a script tells
+        # them apart by the run's state: docs/troubleshooting.md)
+        con.err.print(f"run {run_id} {st.state.value}"
+                      + (f" (job exit code {code})" if code is not None else
+                         f" (no job exit code: tpuctl exits {int(ExitCode.ERROR)})")
                       + (f": {st.note}" if st.state is runs.RunState.ENDED and st.note else ""))
-        con.err.print(f"outputs: {store.local_path(layout.run_output(run_id))}/  "
-                      f"fetch them: tpuctl download {run_id} -c {cluster}")
         return code if code is not None else int(ExitCode.ERROR)
     return int(ExitCode.OK)
 
@@ -94,13 +99,13 @@ def submit(ctx: typer.Context,
            provider: Optional[str] = PROVIDER) -> None:
     """Package JOB_DIR, sync its data, run it on the cluster and follow its logs; exits with the job's code.
     Arguments after `--` are appended to the job's command."""
-    from ..core import jobspec, packaging
+    from ..core import jobspec
     from ..control import submission
     from ..core.notify import check_urls
     con = console()
     urls = check_urls(notify_to)
     job = jobspec.load(job_dir, data)          # the job's own mistakes first, before any cluster is looked for
-    packaging.files(job.root, job.data)        # links out of the job are refused here too
+    say_left_out(job)                          # links out of the job are refused here too
     jobspec.check_launchable(job.command, list(ctx.args), job.env)   # what no host could start
     if manifest_file is not None or tpu_type is not None or slices is not None:
         _gke_manifest(cluster, provider, tpu_type, slices, max_restarts, manifest_file, dry_run)
@@ -144,6 +149,19 @@ def cancel(run_id: str = typer.Argument(..., help="Run id."), cluster: Optional[
         console().err.print(f"run {rid} cancelled")
         return
     console().err.print(f"cancel of run {submission.cancel(store, run_id)} requested")
+
+
+def say_left_out(job: "JobSpec") -> None:
+    """What the package leaves out because `tpuctl download` wrote it (core/downloaded.py), said before anything is
+    sent: outputs fetched into the job directory are never shipped back with it (issue 52)."""
+    from ..core import packaging
+    from ..core.sizes import human_bytes
+    for d in packaging.left_out(job.root, job.data):
+        where = "the job directory" if d.directory == "." else f"{d.directory}/"
+        console().err.print(f"! left out of the package: {d.files} file{'s' * (d.files != 1)} "
+                            f"({human_bytes(d.bytes)}) in {where} that `tpuctl download` wrote; list "
+                            f"{'them' if d.directory == '.' else d.directory + '/'} in {job.root.name}/.tpuctlignore "
+                            "to leave them out without this note", style="yellow", markup=False)
 
 
 def _check_max_restarts(n: int, st: "ClusterState", prov: "Provider") -> None:
@@ -242,6 +260,7 @@ def notebook(ctx: typer.Context, job_dir: str = typer.Argument(..., help="Direct
     from ..control import notebook as nb
     from ..core import jobspec
     job = jobspec.load(job_dir, data)
+    say_left_out(job)
     doc = nb.build(job, list(ctx.args), data_uri, embed_limit_mb)
     target = Path(output or f"{job.name}.ipynb")
     target.write_text(json.dumps(doc, indent=1))

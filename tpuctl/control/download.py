@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Callable
 
-from ..core import layout
+from ..core import downloaded, layout
 from ..core.datasync import WORKERS, Transfer
 from ..core.errors import ErrorKind, TpuctlError
 from ..core.md5cache import Md5Cache
@@ -71,6 +71,9 @@ def outputs(store: BlobStore, run_id: str, dest: Path, transfer: Transfer,
             continue
         todo.append((key, target, size))
     cache.save()
+    # before anything is fetched: a download stopped half way is still never packed by a `submit` (downloaded.py)
+    if remote:
+        downloaded.record(dest, run_id, [key[len(prefix):] for key in remote])
     total = sum(size for _, _, size in todo)
     advance = transfer(total) if todo else (lambda n: None)
     if todo:

@@ -16,8 +16,10 @@ import tarfile
 import tempfile
 from pathlib import Path, PurePosixPath
 
+from dataclasses import dataclass
 from typing import Sequence
 
+from . import downloaded
 from .errors import ErrorKind, TpuctlError, bad_input
 
 ALWAYS_EXCLUDED = [".git", ".hg", ".svn", "__pycache__", "*.pyc", ".venv", "venv", ".ipynb_checkpoints",
@@ -37,16 +39,39 @@ def _excluded(rel: str, patterns: list[str]) -> bool:
     return any(fnmatch.fnmatch(name, p) or fnmatch.fnmatch(rel, p) for p in patterns)
 
 
+@dataclass
+class LeftOut:
+    """Files of the job directory a `tpuctl download` wrote (core/downloaded.py): never packed."""
+    directory: str          # relative to the job directory ("." for the job directory itself)
+    files: int
+    bytes: int
+
+
 def files(root: Path, exclude_paths: Sequence[Path] = ()) -> list[str]:
     """The job's entries, relative to root: files, and links as links (a linked directory is not descended: the
     link is packed and what it points to is packed where it lives). A link that resolves outside the job directory
-    is refused, never silently dropped: the host would not have what it points to."""
+    is refused, never silently dropped: the host would not have what it points to. What `tpuctl download` wrote is
+    left out (`left_out` says what)."""
+    return _walk(root, exclude_paths)[0]
+
+
+def left_out(root: Path, exclude_paths: Sequence[Path] = ()) -> list[LeftOut]:
+    """What `files` leaves out because `tpuctl download` wrote it, by directory; what the job's .tpuctlignore (or
+    ALWAYS_EXCLUDED) leaves out anyway is not counted: the user has said so already."""
+    return _walk(root, exclude_paths)[1]
+
+
+def _walk(root: Path, exclude_paths: Sequence[Path]) -> tuple[list[str], list[LeftOut]]:
     root = Path(os.path.realpath(root))
     patterns = ALWAYS_EXCLUDED + _ignore_patterns(root)
     skip = {Path(os.path.realpath(p)) for p in exclude_paths}
     out = []
+    fetched: dict[str, LeftOut] = {}
+    marked: list[tuple[Path, set[str]]] = []    # directories holding a download marker, and the files it lists
     for dirpath, dirnames, filenames in os.walk(root):
         d = Path(dirpath)
+        if downloaded.MARKER in filenames:
+            marked.append((d, downloaded.listed(d)))
         links = [n for n in dirnames if (d / n).is_symlink()]
         dirnames[:] = sorted(n for n in dirnames if n not in links and (d / n).resolve() not in skip
                              and not _excluded((d / n).relative_to(root).as_posix(), patterns))
@@ -54,13 +79,30 @@ def files(root: Path, exclude_paths: Sequence[Path] = ()) -> list[str]:
             rel = (d / n).relative_to(root).as_posix()
             if _excluded(rel, patterns) or _real(d / n, rel) in skip:
                 continue
+            by = _downloaded(d / n, marked)
+            if by is not None:
+                where = by.relative_to(root).as_posix()
+                got = fetched.setdefault(where, LeftOut(where, 0, 0))
+                if not n.startswith(downloaded.MARKER):   # the outputs are counted, not tpuctl's own note of them
+                    got.files += 1
+                    got.bytes += 0 if (d / n).is_symlink() else (d / n).stat().st_size
+                continue
             if (d / n).is_symlink():
                 target = os.path.realpath(d / n)
                 if target != str(root) and not target.startswith(str(root) + os.sep):
                     raise bad_input(f"{rel} links to {target}, outside the job directory",
                                     "copy what it points to into the job, or list it under `data` in tpuctl.toml")
             out.append(rel)
-    return sorted(out)
+    return sorted(out), [fetched[k] for k in sorted(fetched)]
+
+
+def _downloaded(path: Path, marked: list[tuple[Path, set[str]]]) -> Path | None:
+    """The marked directory whose download wrote `path`, or None. os.walk goes top-down, so every marker above
+    `path` is known by the time `path` is reached."""
+    for d, names in marked:
+        if d in path.parents and downloaded.written(path.relative_to(d).as_posix(), names):
+            return d
+    return None
 
 
 def size(root: Path, exclude_paths: Sequence[Path] = ()) -> int:

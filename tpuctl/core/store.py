@@ -238,6 +238,11 @@ def partial_name() -> str:
     return f"{_PARTIAL}{os.getpid()}.{secrets.token_hex(6)}"
 
 
+def is_partial(name: str) -> bool:
+    """Whether a file's name is partial_name()'s: a fetch that has not finished (or was stopped)."""
+    return name.startswith(_PARTIAL)
+
+
 def _copy_file(src: Path, dst: Path, progress: Callable[[int], None]) -> None:
     """Copy through a temporary file beside dst, then rename: dst is the old file or the whole new one."""
     dst.parent.mkdir(parents=True, exist_ok=True)
