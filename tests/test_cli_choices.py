@@ -87,8 +87,8 @@ def test_the_hint_names_the_provider_the_user_works_with(local_up, cli, tmp_path
     code, out, err = cli("submit", str(make_job(tmp_path, ENV_JOB)), "-c", "fresh")
     assert code == 3 and "clusters here: mine" in err and "tpuctl up --provider local -c fresh" in err
     assert "--zone" not in err
-    code, out, err = cli("up", "-c", "fresh")
-    assert code == 2 and "tpuctl up --provider local -c fresh" in err and "v3-8" not in err
+    code, out, err = cli("up", "-c", "fresh")   # making a Google Cloud TPU: its next step (issue 52)
+    assert code == 2 and "--type v5litepod-8 --zone us-west4-a -c fresh" in err and "--provider local" not in err
 
 
 def test_a_dry_run_needs_no_cluster_even_among_several(local_up, cli, tmp_path):

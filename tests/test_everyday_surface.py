@@ -109,3 +109,28 @@ def test_a_ctrl_c_inside_the_local_stores_lock_does_not_leave_it_held(tmp_path, 
     t.start()
     t.join(5)
     assert done == [(None, 0)], "the store's lock is still held by the interrupted call"
+
+
+def _hint(err):
+    return " ".join(line for line in err.splitlines() if line.startswith("hint:"))
+
+
+def test_each_hint_names_the_next_step_for_what_the_user_was_doing(local_up, cli):
+    """Issue 52: bare `up` on Google Cloud suggested --provider local; `down` of an unknown cluster suggested making
+    it; `ls` with nothing, after only local clusters were used, suggested a Google Cloud TPU."""
+    code, out, err = cli("up")
+    assert code == 2 and "--type is required for a Google Cloud TPU" in err
+    assert "`tpuctl up --type v5litepod-8 --zone us-west4-a -c default`" in _hint(err) and "--provider" not in err
+    code, out, err = cli("down", "-c", "nosuch", "--yes")
+    assert code == 3 and "nothing here to take down" in _hint(err) and "--project PROJECT" in _hint(err)
+    assert "tpuctl up" not in err and "make" not in _hint(err)
+    code, out, err = cli("ls")
+    assert code == 0 and all(f"--provider {p}" in err for p in ("local", "kaggle", "gke")) and "--zone" in err
+    local_up("demo")   # the quick start: a local cluster, then gone with its store
+    assert cli("down", "-c", "demo", "--yes", "--delete-bucket")[0] == 0
+    code, out, err = cli("ls")
+    assert code == 0 and "`tpuctl up --provider local -c NAME` makes one" in err and "--zone" not in err, err
+    local_up("kept")
+    code, out, err = cli("down", "-c", "nosuch", "--yes")
+    assert code == 3 and "`tpuctl ls` lists the clusters here" in _hint(err) and "tpuctl up" not in err
+    assert "--project" not in err   # only local clusters here: no project holds one

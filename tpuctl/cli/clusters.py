@@ -187,8 +187,9 @@ def ls_(as_json: bool = typer.Option(False, "--json", help="Machine-readable out
     if as_json:
         con.print_json(rows)
         return
-    if not rows:
-        con.err.print("no clusters; make one with `tpuctl up --type v3-8 --zone us-central1-b`")
+    if not rows:   # the way the user makes clusters, not always Google Cloud's (issue 52)
+        from ..core.state import how_to_make
+        con.err.print(f"no clusters here; {how_to_make('NAME', 'one')}", markup=False)
         return
     def note(r: dict[str, object]) -> str:
         if r["orphan"]:
@@ -221,7 +222,8 @@ def down(cluster: Optional[str] = CLUSTER,
     except TpuctlError as e:
         if e.kind is not ErrorKind.NOT_FOUND:
             raise
-        st, prov = _from_labels(cluster_name(cluster), project, provider, e)
+        name = cluster_name(cluster)
+        st, prov = _from_labels(name, project, provider, TpuctlError(e.kind, e.message, _not_here(name, project)))
     already = st.phase is Phase.DOWN
     if already and not delete_bucket:
         from ..control.down import remove_orphans
@@ -247,6 +249,18 @@ def down(cluster: Optional[str] = CLUSTER,
         # as it is now (an `up` may have just run), or as found by its labels when there is no state
         down_flow.down(state.load(st.name) or st, prov, rep, delete_bucket)
     con.err.print(f"[green]cluster {st.name} is down[/]")
+
+
+def _not_here(name: str, project: Optional[str]) -> str:
+    """`down -c NAME` of a cluster this machine does not know: what to check, never how to make it (issue 52)."""
+    from ..core.state import cluster_names, providers_used
+    names = [n for n in cluster_names() if n != name]
+    said = "check the name: `tpuctl ls` lists the clusters here" if names else "nothing here to take down"
+    used = providers_used()
+    if used and not used & {"gcp", "gke"}:   # only this machine's or Kaggle's: no project holds one
+        return said
+    return said + ("; one made on another machine: `tpuctl down -c " + name + " --project PROJECT` finds it by its "
+                   "labels" if not project else f"; `tpuctl ls --project {project}` lists what carries tpuctl's label")
 
 
 def _from_labels(name: str, project: Optional[str], provider: Optional[str],

@@ -43,6 +43,32 @@ def save(st: ClusterState) -> None:
     tmp = p.with_suffix(f".tmp{os.getpid()}")
     tmp.write_text(json.dumps(st.to_json(), indent=2, sort_keys=True))
     os.replace(tmp, p)  # atomic: a crash never leaves half a state file
+    _remember_provider(st.spec.provider.value)
+
+
+def _used_path() -> Path:
+    return home() / "providers-used"
+
+
+def _remember_provider(provider: str) -> None:
+    """Note that a cluster of `provider` was made here: the hints that say how to make one follow the providers the
+    user works with even once every cluster is gone (`down --delete-bucket` removes a cluster's state)."""
+    try:
+        have = set(_used_path().read_text().split())
+    except OSError:
+        have = set()
+    if provider not in have:
+        with open(_used_path(), "a") as f:
+            f.write(provider + "\n")
+
+
+def providers_used() -> set[str]:
+    """The providers of the clusters made on this machine, those since removed included."""
+    try:
+        remembered = set(_used_path().read_text().split())
+    except OSError:
+        remembered = set()
+    return remembered | {st.spec.provider.value for st in all_clusters()}
 
 
 def next_stamp(ms: int) -> int:
@@ -90,16 +116,17 @@ def all_clusters(unreadable: Callable[[TpuctlError], None] = lambda e: None) -> 
     return out
 
 
-def how_to_make(name: str) -> str:
-    """The `up` command that makes cluster NAME, for the provider the user works with: the one their clusters use
-    (all local: `--provider local`), else each provider's. A hint with Google Cloud flags for someone who has only
-    ever made local clusters sent them the wrong way (issue 40)."""
-    used = {st.spec.provider.value for st in all_clusters()}
+def how_to_make(name: str, what: str = "it") -> str:
+    """The `up` command that makes cluster NAME, for the provider the user works with: the one their clusters use,
+    or used (all local: `--provider local`), else each provider's. A hint with Google Cloud flags for someone who has
+    only ever made local clusters sent them the wrong way (issue 40), also after those clusters were removed (issue
+    52). `what`: what the command makes ("it", "one")."""
+    used = providers_used()
     ways = {"local": f"tpuctl up --provider local -c {name}",
             "kaggle": f"tpuctl up --provider kaggle --type v5e-8 -c {name}",
             "gcp": f"tpuctl up --type v5litepod-8 --zone us-west4-a -c {name}",
             "gke": f"tpuctl up --provider gke --type v6e-16 --zone us-east5-b -c {name}"}
     if len(used) == 1 and used <= ways.keys():
-        return f"`{ways[used.pop()]}` makes it"
-    return ("make it: `" + ways["local"] + "` (this machine), `" + ways["gcp"] + "` (Google Cloud) or `"
-            + ways["kaggle"] + "` (Kaggle)")
+        return f"`{ways[used.pop()]}` makes {what}"
+    return (f"make {what}: `{ways['local']}` (this machine), `{ways['gcp']}` (Google Cloud), `{ways['kaggle']}` "
+            f"(Kaggle) or `{ways['gke']}` (GKE)")

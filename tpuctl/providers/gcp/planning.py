@@ -16,9 +16,10 @@ from . import clients, project
 
 
 def make_spec(name: str, flags: UpFlags) -> ClusterSpec:
-    if not flags.tpu_type:
-        from ...core.state import how_to_make
-        raise bad_input(f"--type is required for a Google Cloud TPU (cluster {name})", how_to_make(name))
+    if not flags.tpu_type:   # the next step on Google Cloud, not another provider (issue 52)
+        raise bad_input(f"--type is required for a Google Cloud TPU (cluster {name})",
+                        f"name a type and a zone: `tpuctl up --type v5litepod-8 --zone us-west4-a -c {name}` "
+                        "(add --dry-run to see the plan and its price first)")
     gke_only = [f for f, v in (("--gke-cluster", flags.gke_cluster), ("--image", flags.image),
                                ("--reservation", flags.reservation), ("--kube-context", flags.kube_context)) if v]
     if gke_only:
