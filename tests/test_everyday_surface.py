@@ -134,3 +134,22 @@ def test_each_hint_names_the_next_step_for_what_the_user_was_doing(local_up, cli
     code, out, err = cli("down", "-c", "nosuch", "--yes")
     assert code == 3 and "`tpuctl ls` lists the clusters here" in _hint(err) and "tpuctl up" not in err
     assert "--project" not in err   # only local clusters here: no project holds one
+
+
+@pytest.mark.parametrize("spelling", ["v5e-8", "v5litepod-8"])
+def test_one_tpu_two_names_each_provider_takes_both(env, cli, spelling):
+    """Issue 52: Kaggle took v5e-8 and Google Cloud v5litepod-8, each refusing the other's name for the same chips."""
+    code, out, err = cli("up", "--type", spelling, "--zone", "us-west4-a", "--project", "my-proj", "--dry-run")
+    assert code == 0 and "v5litepod-8 (8 chips, 1 host" in err, err
+    code, out, err = cli("up", "--provider", "kaggle", "--type", spelling, "-c", "kg", "--dry-run")
+    assert code == 0 and "TpuV5E8" in err, err
+    gke = spelling.replace("-8", "-16")
+    code, out, err = cli("up", "--provider", "gke", "--type", gke, "--zone", "us-west4-a", "--project", "my-proj",
+                         "--dry-run", "-c", "g")
+    assert code == 0 and "(v5litepod-16, 16 chips" in err, err
+
+
+def test_a_v5e_kaggle_does_not_have_says_which_it_has(env, cli):
+    code, out, err = cli("up", "--provider", "kaggle", "--type", "v5litepod-4", "-c", "kg", "--dry-run")
+    assert code == 2 and "Kaggle's TPU is v5e-8 (v5litepod-8 on Google Cloud)" in err
+    assert "hint: did you mean --type v5e-8?" in err

@@ -60,8 +60,25 @@ class TpuType:
         return self.hosts > 1
 
 
+# One TPU, two names (issue 52): Google Cloud's TPU API and GKE call a v5e slice `v5litepod-N` (its accelerator type:
+# cloud.google.com/tpu/docs/v5e, "Configurations"; GKE's plan-tpus table), Kaggle calls its 8-chip v5e `v5e-8`
+# (kaggle.com/docs/tpu; its client's machine shape "TpuV5E8"). Each provider takes the other's spelling.
+_V5E_RE = re.compile(r"^v5e-(\d+)$")
+
+
+def google_name(name: str) -> str:
+    """`name` as Google Cloud spells it: v5e-N is v5litepod-N; anything else as given."""
+    m = _V5E_RE.match(name or "")
+    return f"v5litepod-{m.group(1)}" if m else name
+
+
+def v5e_name(name: str) -> str:
+    """`name` as Kaggle spells it: v5litepod-N is v5e-N; anything else as given."""
+    return f"v5e-{name[len('v5litepod-'):]}" if (name or "").startswith("v5litepod-") else name
+
+
 def tpu_type(name: str) -> TpuType:
-    m = _TYPE_RE.match(name or "")
+    m = _TYPE_RE.match(google_name(name))
     if not m:
         raise bad_input(f"unknown TPU type {name!r}",
                         "use FAMILY-SIZE, for example v3-8, v5litepod-8, v6e-4; families: " + ", ".join(_FAMILIES))

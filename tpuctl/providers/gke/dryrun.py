@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from ... import __version__
+from ...core.catalog import google_name
 from ...core.errors import bad_input
 from ...core.models import ClusterState, ProviderName
 from . import manifest, tputypes
@@ -23,7 +24,7 @@ def objects(cluster: str, tpu_type: str | None, slices: int | None, max_restarts
             record: Mapping[str, Any] | None = None, store_uri: str = "") -> list[dict[str, Any]]:
     """The run's objects; `record`: the cluster's `gke` record (contract in providers/gke), None without one."""
     rec = record or {}
-    if rec and tpu_type and tpu_type != rec.get("tpu_type"):
+    if rec and tpu_type and google_name(tpu_type) != rec.get("tpu_type"):
         raise bad_input(f"--type {tpu_type}: cluster {cluster} runs {rec.get('tpu_type')}",
                         "leave --type out to use the cluster's, or name another cluster")
     tpu_type = tpu_type or str(rec.get("tpu_type") or "")

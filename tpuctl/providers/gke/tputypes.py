@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from functools import reduce
 from operator import mul
 
+from ...core.catalog import google_name
 from ...core.errors import bad_input
 
 # TPU7x needs a GKE Standard cluster at this version or later (kubernetes-engine/docs/concepts/tpu-ironwood).
@@ -77,6 +78,7 @@ def families() -> list[str]:
 
 def shape(tpu_type: str) -> SliceShape:
     """The slice shape of `tpu_type`; TpuctlError(INPUT) with the valid sizes for a type GKE (or tpuctl) lacks."""
+    tpu_type = google_name(tpu_type)   # v5e-16 is v5litepod-16 (core/catalog.py)
     m = _TYPE_RE.match(tpu_type or "")
     family = _FAMILIES.get(m.group(1)) if m else None
     if not m or family is None:

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from ...core import layout
+from ...core.catalog import v5e_name
 from ...core.errors import ErrorKind, TpuctlError, bad_input
 from ...core.lifecycle import show_duration
 from ...core.models import ClusterSpec, ClusterState, HostFacts, ProviderName, cluster_record
@@ -45,12 +46,15 @@ class KaggleProvider:
         if given:
             raise bad_input(f"{', '.join(given)} do not apply to --provider kaggle",
                             "Kaggle picks where a session runs: `tpuctl up --provider kaggle --type v5e-8`")
-        t = (flags.tpu_type or "v5e-8").lower()
+        t = v5e_name((flags.tpu_type or "v5e-8").lower())   # Google Cloud's v5litepod-8 is Kaggle's v5e-8
         if t in RETIRED:
             raise bad_input(f"--type {t} is retired on Kaggle (its sessions run on other hardware)",
                             f"use --type {RETIRED[t]}")
         if t not in TYPES:
-            raise bad_input(f"--type {t!r} is not a Kaggle accelerator", f"use one of {', '.join(TYPES)}")
+            tpu = t.startswith("v5e-")   # a v5e of another size: Kaggle's TPU is the one v5e-8
+            raise bad_input(f"--type {flags.tpu_type!r} is not a Kaggle accelerator" +
+                            (": Kaggle's TPU is v5e-8 (v5litepod-8 on Google Cloud)" if tpu else ""),
+                            "did you mean --type v5e-8?" if tpu else f"use one of {', '.join(TYPES)}")
         return ClusterSpec(name=name, provider=self.name, store=str(self.root(name)), tpu_type=t)
 
     def plan(self, spec: ClusterSpec) -> list[PlanRow]:
