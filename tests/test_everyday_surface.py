@@ -153,3 +153,19 @@ def test_a_v5e_kaggle_does_not_have_says_which_it_has(env, cli):
     code, out, err = cli("up", "--provider", "kaggle", "--type", "v5litepod-4", "-c", "kg", "--dry-run")
     assert code == 2 and "Kaggle's TPU is v5e-8 (v5litepod-8 on Google Cloud)" in err
     assert "hint: did you mean --type v5e-8?" in err
+
+
+def test_a_file_given_as_the_job_folder_is_called_a_file(env, cli, tmp_path, monkeypatch):
+    """Issue 52: `submit train.py` said "does not exist" of a file that plainly does."""
+    job = make_job(tmp_path, "print(1)")
+    for given, hint in ((job / "main.py", f"pass the folder instead: {job}"),
+                        (job / "tpuctl.toml", f"pass the folder holding it: {job}")):
+        code, out, err = cli("submit", str(given))
+        assert code == 2 and f"{given} is a file, and JOB_DIR is the job's folder" in err and hint in err, err
+        assert "does not exist" not in err
+    monkeypatch.chdir(job)
+    code, out, err = cli("notebook", "main.py")
+    assert code == 2 and "main.py is a file" in err and "pass the folder instead: ." in err, err
+    (tmp_path / "alone.py").write_text("print(1)")
+    code, out, err = cli("submit", str(tmp_path / "alone.py"))
+    assert code == 2 and 'tpuctl.toml saying command = "python alone.py"' in err, err

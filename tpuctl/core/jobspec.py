@@ -8,7 +8,7 @@ from typing import Sequence
 
 from .config import tomllib
 from . import backends, packaging
-from .errors import bad_input
+from .errors import TpuctlError, bad_input
 from .models import Framework
 
 FILE = "tpuctl.toml"
@@ -38,8 +38,25 @@ class JobSpec:
     keras_backend: str = ""                       # framework = "keras": the backend forced ("" lets tpuctl pick)
 
 
+def _a_file(job_dir: str, path: Path) -> TpuctlError:
+    """A file given where the job's directory goes (`submit train.py`, `submit job/tpuctl.toml`): what it is and
+    what is wanted, with the command that works when the folder beside it is a job (issue 52)."""
+    folder = path.parent
+    shown = str(folder) if str(folder) != "." else "."
+    if (folder / FILE).is_file():
+        hint = f"pass the folder holding it: {shown}" if path.name == FILE else \
+            f"pass the folder instead: {shown} (its {FILE} says what runs)"
+    elif path.suffix == ".py":
+        hint = f'put {path.name} in a folder with a {FILE} saying command = "python {path.name}", and pass the folder'
+    else:
+        hint = f"pass a directory holding {FILE}"
+    return bad_input(f"{job_dir} is a file, and JOB_DIR is the job's folder: the directory holding {FILE}", hint)
+
+
 def load(job_dir: str, extra_data: Sequence[str] = ()) -> JobSpec:
     root = Path(job_dir)
+    if root.exists() and not root.is_dir():
+        raise _a_file(job_dir, root)
     if not root.is_dir():
         raise bad_input(f"job directory {job_dir} does not exist", "pass a directory holding tpuctl.toml")
     root = root.resolve()
