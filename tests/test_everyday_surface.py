@@ -169,3 +169,14 @@ def test_a_file_given_as_the_job_folder_is_called_a_file(env, cli, tmp_path, mon
     (tmp_path / "alone.py").write_text("print(1)")
     code, out, err = cli("submit", str(tmp_path / "alone.py"))
     assert code == 2 and 'tpuctl.toml saying command = "python alone.py"' in err, err
+
+
+@pytest.mark.parametrize("args,said", [
+    (("--provider", "local", "--type", "v3-8"), "--type does not apply to --provider local"),
+    (("--provider", "local", "--type", "v3-8", "--zone", "us-central1-b"), "--type, --zone do not apply to"),
+    (("--provider", "kaggle", "--zone", "us-central1-b"), "--zone does not apply to --provider kaggle"),
+    (("--type", "v3-8", "--zone", "us-central1-b", "--image", "x"), "--image applies to --provider gke only")])
+def test_a_refused_flag_is_named_in_plain_grammar(env, cli, args, said):
+    """Issue 52: "--type do not apply" for one flag."""
+    code, out, err = cli("up", "-c", "g", *args)
+    assert code == 2 and said in err, err

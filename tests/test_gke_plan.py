@@ -69,8 +69,8 @@ def test_adopted_cluster_is_planned_as_kept_and_without_the_fee(env, cli):
     (("--type", "tpu7x-16", "--zone", "central"), "malformed zone"),
     (("--type", "v6e-4", "--zone", "us-east5-b", "--slices", "2"), "needs multi-host slices"),
     (("--type", "v6e-16", "--zone", "us-east5-b", "--slices", "0"), "--slices 0 is out of range"),
-    (("--type", "v6e-16", "--zone", "us-east5-b", "--runtime", "tpu-vm-base"), "--runtime do not apply to"),
-    (("--type", "v6e-16", "--zone", "us-east5-b", "--queued"), "--queued do not apply"),
+    (("--type", "v6e-16", "--zone", "us-east5-b", "--runtime", "tpu-vm-base"), "--runtime does not apply to"),
+    (("--type", "v6e-16", "--zone", "us-east5-b", "--queued"), "--queued does not apply"),
     (("--type", "v6e-16", "--zone", "us-east5-b", "--gke-cluster", "Bad_Name"), "invalid --gke-cluster"),
     (("--type", "v6e-16", "--zone", "us-east5-b", "--image", "no spaces allowed"), "invalid --image"),
     (("--type", "v6e-16", "--zone", "us-east5-b", "--recover"), "--recover does not apply to --provider gke"),
@@ -90,4 +90,4 @@ def test_gke_flags_are_refused_by_the_gcp_provider(env, cli):
     code, out, err = cli("up", "--provider", "gcp", "-c", "g", "--dry-run", *PROJ, "--type", "v6e-4",
                          "--zone", "us-east5-b", "--gke-cluster", "team-a")
     assert code == 2
-    assert "--gke-cluster apply to --provider gke only" in err
+    assert "--gke-cluster applies to --provider gke only" in err

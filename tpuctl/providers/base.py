@@ -127,6 +127,12 @@ class UpFlags:
         return [flag for attr, flag in names.items() if getattr(self, attr) not in (None, False, "", [])]
 
 
+def do_not_apply(flags: list[str], where: str) -> str:
+    """"--type does not apply to WHERE", "--type, --zone do not apply to WHERE": the verb agrees with how many flags
+    were refused (issue 52 found "--type do not apply")."""
+    return f"{', '.join(flags)} {'does' if len(flags) == 1 else 'do'} not apply to {where}"
+
+
 class PlanRow(NamedTuple):
     kind: str     # tpu, vm, bucket, grant, store, agent
     name: str

@@ -18,7 +18,8 @@ from ..core.errors import ErrorKind, TpuctlError, bad_input
 from ..core.models import ClusterSpec, ClusterState, HostFacts, Phase, ProviderName, cluster_record
 from ..core.processes import running
 from ..core.store import LocalStore
-from .base import Compute, Created, Enforcement, Placement, PlanRow, Price, Progress, Reporter, UpFlags, progress_of
+from .base import (Compute, Created, Enforcement, Placement, PlanRow, Price, Progress, Reporter, UpFlags, do_not_apply,
+                   progress_of)
 
 
 def data_home() -> Path:
@@ -70,7 +71,7 @@ class LocalProvider:
     def make_spec(self, name: str, flags: UpFlags) -> ClusterSpec:
         given = flags.given()
         if given:
-            raise bad_input(f"{', '.join(given)} do not apply to --provider local",
+            raise bad_input(do_not_apply(given, "--provider local"),
                             "the local provider runs on this machine: `tpuctl up --provider local -c NAME`")
         return ClusterSpec(name=name, provider=self.name, store=str(self.root(name)))
 

@@ -23,8 +23,9 @@ def make_spec(name: str, flags: UpFlags) -> ClusterSpec:
     gke_only = [f for f, v in (("--gke-cluster", flags.gke_cluster), ("--image", flags.image),
                                ("--reservation", flags.reservation), ("--kube-context", flags.kube_context)) if v]
     if gke_only:
-        raise bad_input(f"{', '.join(gke_only)} apply to --provider gke only",
-                        "a TPU VM runs the job on its own host: drop them, or add --provider gke")
+        raise bad_input(f"{', '.join(gke_only)} appl{'ies' if len(gke_only) == 1 else 'y'} to --provider gke only",
+                        f"a TPU VM runs the job on its own host: drop {'it' if len(gke_only) == 1 else 'them'}, or add "
+                        "--provider gke")
     t = tpu_type(flags.tpu_type)
     try:
         arch = Arch(flags.arch or Arch.VM.value)

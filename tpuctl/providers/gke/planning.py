@@ -16,7 +16,7 @@ from ...core.config import setting
 from ...core.errors import TpuctlError, bad_input
 from ...core.models import (ClusterSpec, Framework, ProviderName, check_bucket_name, check_gce_name, check_project,
                             check_service_account, default_bucket)
-from ..base import PlanRow, Price, UpFlags
+from ..base import PlanRow, Price, UpFlags, do_not_apply
 from ..gcp import project
 from .tputypes import TPU7X_MIN_GKE_VERSION, SliceShape, shape
 
@@ -78,7 +78,7 @@ def bucket_of(spec: ClusterSpec) -> str:
 def make_spec(name: str, flags: UpFlags) -> ClusterSpec:
     given = [flag for attr, flag in _NOT_ON_GKE.items() if getattr(flags, attr) not in (None, False, "", [])]
     if given:
-        raise bad_input(f"{', '.join(given)} do not apply to --provider gke",
+        raise bad_input(do_not_apply(given, "--provider gke"),
                         "GKE picks the node image; give --type, --zone, [--slices, --spot, --gke-cluster, --image]")
     if not flags.tpu_type:
         raise bad_input("--type is required", "for example: tpuctl up --provider gke --type v6e-16 --zone us-east5-b")

@@ -13,7 +13,8 @@ from ...core.errors import ErrorKind, TpuctlError, bad_input
 from ...core.lifecycle import show_duration
 from ...core.models import ClusterSpec, ClusterState, HostFacts, ProviderName, cluster_record
 from ...core.store import LocalStore
-from ..base import Compute, Enforcement, Placement, PlanRow, Price, Progress, Reporter, UpFlags, progress_of
+from ..base import (Compute, Enforcement, Placement, PlanRow, Price, Progress, Reporter, UpFlags, do_not_apply,
+                    progress_of)
 from ..local import data_home, delete_dir_store, ensure_dir_store
 from .kernel import session_seconds
 from .sessions import KaggleSessions
@@ -44,7 +45,7 @@ class KaggleProvider:
     def make_spec(self, name: str, flags: UpFlags) -> ClusterSpec:
         given = [f for f in flags.given() if f != "--type"]
         if given:
-            raise bad_input(f"{', '.join(given)} do not apply to --provider kaggle",
+            raise bad_input(do_not_apply(given, "--provider kaggle"),
                             "Kaggle picks where a session runs: `tpuctl up --provider kaggle --type v5e-8`")
         t = v5e_name((flags.tpu_type or "v5e-8").lower())   # Google Cloud's v5litepod-8 is Kaggle's v5e-8
         if t in RETIRED:
