@@ -180,3 +180,9 @@ def test_a_refused_flag_is_named_in_plain_grammar(env, cli, args, said):
     """Issue 52: "--type do not apply" for one flag."""
     code, out, err = cli("up", "-c", "g", *args)
     assert code == 2 and said in err, err
+
+
+def test_the_how_to_make_hint_follows_the_provider_the_user_set(env, cli, monkeypatch):
+    monkeypatch.setenv("TPUCTL_PROVIDER", "kaggle")
+    code, out, err = cli("ls")
+    assert code == 0 and "`tpuctl up --provider kaggle --type v5e-8 -c NAME` makes one" in err, err

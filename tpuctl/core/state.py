@@ -120,8 +120,10 @@ def how_to_make(name: str, what: str = "it") -> str:
     """The `up` command that makes cluster NAME, for the provider the user works with: the one their clusters use,
     or used (all local: `--provider local`), else each provider's. A hint with Google Cloud flags for someone who has
     only ever made local clusters sent them the wrong way (issue 40), also after those clusters were removed (issue
-    52). `what`: what the command makes ("it", "one")."""
-    used = providers_used()
+    52); a provider set in the config file or TPUCTL_PROVIDER first. `what`: what the command makes ("it", "one")."""
+    from .config import setting   # the provider the user set (config file, TPUCTL_PROVIDER) says it all
+    configured = setting("provider", None, None)
+    used = {str(configured)} if configured else providers_used()
     ways = {"local": f"tpuctl up --provider local -c {name}",
             "kaggle": f"tpuctl up --provider kaggle --type v5e-8 -c {name}",
             "gcp": f"tpuctl up --type v5litepod-8 --zone us-west4-a -c {name}",
