@@ -169,9 +169,10 @@ def test_the_site_wraps_code_blocks_instead_of_cutting_them():
 def test_the_home_page_and_first_run_name_every_place_a_job_runs():
     from tpuctl.core.models import ProviderName
     home = (ROOT / "docs" / "index.md").read_text()
-    intro = home.split("\n```", 1)[0]
-    for place in ("Google Cloud TPU", "GKE", "Kaggle", "Colab", "this machine"):
-        assert place in intro, f"index.md's first paragraph does not name {place}"
+    for path in (ROOT / "docs" / "index.md", ROOT / "README.md"):
+        intro = path.read_text().split("\n\n", 2)[1]
+        for place in ("Google Cloud TPU", "GKE", "Kaggle", "Colab", "this machine"):
+            assert place in intro, f"{path.name}'s first paragraph does not name {place}"
     assert "TensorFlow 2 Keras by default" not in home
     first_run = (ROOT / "docs" / "first-run.md").read_text()
     line = next(line for line in first_run.splitlines() if line.startswith("provider = "))
