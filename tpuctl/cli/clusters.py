@@ -31,7 +31,8 @@ KUBE_CONTEXT = typer.Option(None, "--kube-context", help="GKE: reach the cluster
 
 @app.command()
 def up(
-    type_: Optional[str] = typer.Option(None, "--type", "-t", help="TPU type, e.g. v3-8, v5litepod-8 (or v5e-8: the same chips), v6e-4."),
+    type_: Optional[str] = typer.Option(None, "--type", "-t", help="TPU type, e.g. v3-8, v5litepod-8 (or v5e-8: the "
+                                        "same chips), v6e-4."),
     zone: List[str] = typer.Option([], "--zone", "-z", help="Zone; repeat or comma-separate to fail over on stockouts."),
     cluster: Optional[str] = CLUSTER,
     project: Optional[str] = PROJECT,

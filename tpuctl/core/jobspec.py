@@ -40,9 +40,9 @@ class JobSpec:
 
 def _a_file(job_dir: str, path: Path) -> TpuctlError:
     """A file given where the job's directory goes (`submit train.py`, `submit job/tpuctl.toml`): what it is and
-    what is wanted, with the command that works when the folder beside it is a job (issue 52)."""
+    what is wanted, naming the folder beside it when that folder is a job (issue 52)."""
     folder = path.parent
-    shown = str(folder) if str(folder) != "." else "."
+    shown = str(folder)
     if (folder / FILE).is_file():
         hint = f"pass the folder holding it: {shown}" if path.name == FILE else \
             f"pass the folder instead: {shown} (its {FILE} says what runs)"

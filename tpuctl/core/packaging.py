@@ -14,9 +14,8 @@ import os
 import shutil
 import tarfile
 import tempfile
-from pathlib import Path, PurePosixPath
-
 from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
 from typing import Sequence
 
 from . import downloaded

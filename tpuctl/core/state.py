@@ -50,25 +50,25 @@ def _used_path() -> Path:
     return home() / "providers-used"
 
 
+def _remembered() -> set[str]:
+    try:
+        return set(_used_path().read_text().split())
+    except OSError:
+        return set()
+
+
 def _remember_provider(provider: str) -> None:
     """Note that a cluster of `provider` was made here: the hints that say how to make one follow the providers the
-    user works with even once every cluster is gone (`down --delete-bucket` removes a cluster's state)."""
-    try:
-        have = set(_used_path().read_text().split())
-    except OSError:
-        have = set()
-    if provider not in have:
+    user works with even once every cluster is gone (`down --delete-bucket` removes a cluster's state). Appended, one
+    name a line: two processes noting the same provider at once write it twice, which reads the same."""
+    if provider not in _remembered():
         with open(_used_path(), "a") as f:
             f.write(provider + "\n")
 
 
 def providers_used() -> set[str]:
     """The providers of the clusters made on this machine, those since removed included."""
-    try:
-        remembered = set(_used_path().read_text().split())
-    except OSError:
-        remembered = set()
-    return remembered | {st.spec.provider.value for st in all_clusters()}
+    return _remembered() | {st.spec.provider.value for st in all_clusters()}
 
 
 def next_stamp(ms: int) -> int:
