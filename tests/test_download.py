@@ -162,3 +162,38 @@ def test_the_last_line_says_whose_exit_code_it_is(local, cli, tmp_path):
     assert "fetch them: tpuctl download" in err                       # a failed run with outputs still offers it
     rows = json.loads(cli("jobs", "-c", "dl", "--json")[1])           # what a script reads: the run's state
     assert [(r["state"], r["exit_code"]) for r in rows[:2]] == [("failed", 3), ("failed", 2)]
+
+
+def test_a_store_that_cannot_list_the_outputs_still_ends_with_the_jobs_code(local, cli, tmp_path, monkeypatch):
+    """The outputs check is one more request after the run ended: its failure costs the hint, never the code."""
+    from tpuctl.core.errors import ErrorKind
+    from tpuctl.core.store import LocalStore
+    listing = LocalStore.list
+
+    def flaky(self, prefix, limit=None):
+        if prefix.endswith("/output/"):
+            raise TpuctlError(ErrorKind.ERROR, "503 from the store", "")
+        return listing(self, prefix, limit)
+    monkeypatch.setattr(LocalStore, "list", flaky)
+    code, out, err = cli("submit", str(make_job(tmp_path, "import sys; sys.exit(4)")), "-c", "dl")
+    assert code == 4 and err.strip().splitlines()[-1].endswith(" failed (job exit code 4)"), err
+    assert "internal error" not in err and "503" not in err
+
+
+def test_downloads_into_one_directory_at_once_keep_each_others_files(tmp_path):
+    """Two downloads into one directory at once (two runs, or a download beside a tensorboard sync): each adds its
+    files to the marker under a lock, and neither's are lost to the other's rewrite."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tpuctl.core import downloaded, packaging
+
+    def fetch(i):
+        for j in range(20):
+            downloaded.record(tmp_path, f"run{i}", [f"r{i}/f{j}"])
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(fetch, range(4)))
+    assert downloaded.listed(tmp_path) == {f"r{i}/f{j}" for i in range(4) for j in range(20)}
+    (tmp_path / "r0").mkdir()
+    (tmp_path / "r0" / "f3").write_text("x")
+    (tmp_path / "code.py").write_text("")
+    assert packaging.files(tmp_path) == ["code.py"]   # neither the outputs nor the marker and its lock are packed

@@ -58,7 +58,7 @@ def follow_run(store: "BlobStore", run_id: str, st0: "ClusterState", prov: "Prov
     if follow:
         code = st.exit_code
         con = console()
-        if store.list(layout.run_output(run_id) + "/", limit=1):   # a run that wrote nothing has nothing to fetch
+        if _has_outputs(store, run_id):   # a run that wrote nothing has nothing to fetch
             con.err.print(f"outputs: {store.local_path(layout.run_output(run_id))}/  "
                           f"fetch them: tpuctl download {run_id} -c {cluster}")
         # last, and saying whose code it is: the job's own 2 is not tpuctl's "bad input" (issue 52; a script tells
@@ -69,6 +69,16 @@ def follow_run(store: "BlobStore", run_id: str, st0: "ClusterState", prov: "Prov
                       + (f": {st.note}" if st.state is runs.RunState.ENDED and st.note else ""))
         return code if code is not None else int(ExitCode.ERROR)
     return int(ExitCode.OK)
+
+
+def _has_outputs(store: "BlobStore", run_id: str) -> bool:
+    """Whether the run wrote any output; True when the store cannot say (the run's end and its code matter more
+    than a hint, and the download may still work)."""
+    from ..core import layout
+    try:
+        return bool(store.list(layout.run_output(run_id) + "/", limit=1))
+    except (TpuctlError, OSError):
+        return True
 
 
 @app.command(cls=PassOnCommand)

@@ -9,10 +9,12 @@ files packed. A marker that cannot be read lists nothing (it is written whole, b
 break it)."""
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import threading
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable
 
 from .store import is_partial
 
@@ -37,19 +39,24 @@ def written(rel: str, names: set[str]) -> bool:
 
 def record(directory: Path, run_id: str, files: Iterable[str]) -> None:
     """Add `files` (relative to `directory`) of run `run_id` to the directory's marker; written before the files
-    themselves, so that a download stopped half way is recognised too. Rewritten only when something is new."""
-    have = listed(directory)
-    new = set(files) - have
-    if not new and (directory / MARKER).is_file():
+    themselves, so that a download stopped half way is recognised too. Rewritten only when something is new, under
+    a lock: two downloads into one directory at once (two runs, or `download` beside a `tensorboard` sync) each
+    add theirs, and neither's list is lost."""
+    files = set(files)
+    if files <= listed(directory):
         return
-    runs: list[str] = []
-    try:
-        runs = [str(r) for r in json.loads((directory / MARKER).read_bytes()).get("runs", [])]
-    except (OSError, ValueError, AttributeError):
-        pass
-    doc = {"about": "files `tpuctl download` wrote here: `tpuctl submit` never packs them",
-           "runs": sorted(set(runs) | {run_id}), "files": sorted(have | new)}
     directory.mkdir(parents=True, exist_ok=True)
-    tmp = directory / f"{MARKER}.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps(doc, indent=1))
-    os.replace(tmp, directory / MARKER)
+    with open(directory / f"{MARKER}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)   # released when the file closes
+        doc: dict[str, Any] = {}
+        try:
+            doc = json.loads((directory / MARKER).read_bytes())
+        except (OSError, ValueError):
+            pass
+        doc = doc if isinstance(doc, dict) else {}
+        doc = {"about": "files `tpuctl download` wrote here: `tpuctl submit` never packs them",
+               "runs": sorted({str(r) for r in doc.get("runs", []) if isinstance(r, str)} | {run_id}),
+               "files": sorted(listed(directory) | files)}
+        tmp = directory / f"{MARKER}.{os.getpid()}.{threading.get_ident()}.tmp"
+        tmp.write_text(json.dumps(doc, indent=1))
+        os.replace(tmp, directory / MARKER)
