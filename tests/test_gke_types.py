@@ -35,7 +35,7 @@ def test_shape_rows(tpu_type: str, row: tuple[str, str, str, int, int, bool]) ->
 
 
 @pytest.mark.parametrize("bad, says", [
-    ("v3-8", "unknown TPU type"), ("v5e-8", "unknown TPU type"), ("", "unknown TPU type"),
+    ("v3-8", "unknown TPU type"), ("v5e-3", "valid: v5litepod-1"), ("", "unknown TPU type"),
     ("v6e-2", "valid: v6e-1, v6e-4"), ("tpu7x-4", "valid: tpu7x-2, tpu7x-8"), ("v4-08", "valid:"),
     ("V6E-4", "unknown TPU type"),
 ])
@@ -45,3 +45,8 @@ def test_unknown_types_are_one_line_input_errors(bad: str, says: str) -> None:
     assert e.value.kind is ErrorKind.INPUT
     assert says in e.value.message + " " + e.value.hint
     assert "\n" not in e.value.message + e.value.hint
+
+
+def test_v5e_is_v5litepods_other_name() -> None:
+    """Issue 52: Kaggle's spelling of the chips Google Cloud calls v5litepod is taken too, as the same slice."""
+    assert shape("v5e-16") == shape("v5litepod-16") and shape("v5e-16").tpu_type == "v5litepod-16"
