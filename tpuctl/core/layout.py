@@ -168,6 +168,11 @@ def run_metrics(run_id: str) -> str:
     return f"{run_output(run_id)}/metrics.json"
 
 
+def run_chips(run_id: str, worker: int) -> str:
+    """Worker N's TPU (or GPU) duty cycle and HBM use while the run ran (utilisation.py), beside metrics.json."""
+    return f"{run_output(run_id)}/tpu-metrics{_worker(worker)}.json"
+
+
 def blob(md5: str) -> str:
     """A data file's content, stored once whatever its name (content-addressed by md5)."""
     return f"{BLOBS_PREFIX}{md5}"
@@ -232,6 +237,8 @@ DESCRIBED = [
     (run_data("ID") + "...", "the run's own data ($TPUCTL_DATA_DIR): copies of blobs, frozen at submit"),
     (run_output("ID") + "/", "the job's outputs: checkpoints, TensorBoard events ($TPUCTL_OUTPUT_DIR)"),
     (run_metrics("ID"), "latest step, metrics and their history, for `tpuctl jobs` (tpuctl.runtime writes it)"),
+    (run_chips("ID", 0).replace("metrics.json", "metrics[-wN].json"), "each chip's duty cycle and HBM use on worker "
+                                                                      "N, sampled by its agent (or why none)"),
 ]
 
 
