@@ -1,0 +1,82 @@
+"""What the pages show, as plain data, read through control/ and core/ (the same functions `status`, `ls` and `jobs`
+call; nothing here computes a figure of its own): the clusters, a page of runs, the leftovers. Cloud calls go
+through Figures (figures.py), so a slow cloud never holds a page; what only reads the store is read at once."""
+from __future__ import annotations
+
+import functools
+import time
+from typing import Any
+
+from ..control import inventory, status as status_flow, submission
+from ..core import runindex, state
+from ..core.errors import TpuctlError
+from ..core.models import ClusterState
+from ..providers import registry
+from ..providers.base import Provider
+from .figures import Figures
+
+PAGE = 50   # runs a page of runs shows
+
+
+def cluster(name: str) -> tuple[ClusterState, Provider]:
+    st = status_flow.load(name)
+    return st, registry.get(st.spec.provider)
+
+
+def clusters(figures: Figures) -> list[dict[str, Any]]:
+    """Each cluster in local state as recorded, with `status`'s view of it (asked in the background) and its age."""
+    now = time.time()
+    out = []
+    for st in state.all_clusters(lambda e: None):
+        prov = registry.get(st.spec.provider)
+        fig = figures.get(f"status:{st.name}", functools.partial(status_flow.status, st, prov))
+        out.append({"name": st.name, "provider": st.spec.provider.value, "type": st.spec.tpu_type, "zone": st.zone,
+                    "phase": st.phase.value, "status": fig.value or {}, "age": fig.age(now), "error": fig.error})
+    return out
+
+
+def _costed(st: ClusterState, prov: Provider, rows: list[dict[str, Any]]) -> None:
+    """Each row's cost at the price `jobs` counts it at (status.costing)."""
+    hourly, _ = status_flow.costing(st, prov)
+    for r in rows:
+        d = r["duration"]
+        r["cost_usd"] = round(d / 3600 * hourly, 4) if isinstance(d, float) and hourly is not None else None
+        r["cluster"] = st.name
+
+
+def runs(name: str | None, page: int) -> dict[str, Any]:
+    """A page of runs, newest first: one cluster's, or every cluster's merged by id (ids sort by submission time).
+    Only the index entries up to this page are listed, and only this page's runs are read (runindex.newest), so a
+    store with 20,000 runs opens its first page as fast as one with 20."""
+    names = [name] if name else state.cluster_names()
+    rows: list[dict[str, Any]] = []
+    problems: list[str] = []
+    more = False
+    for n in names:
+        try:
+            st, prov = cluster(n)
+            store = prov.store(st)
+            ids = runindex.newest(store, (page + 1) * PAGE + 1, report=lambda m: None)
+        except TpuctlError as e:
+            problems.append(f"{n}: {e.message}")
+            continue
+        more = more or len(ids) > (page + 1) * PAGE
+        mine = submission.table(store, ids=ids[page * PAGE:(page + 1) * PAGE] if name else ids[:(page + 1) * PAGE])
+        _costed(st, prov, mine)
+        rows += mine
+    rows.sort(key=lambda r: str(r["id"]), reverse=True)
+    if not name:   # every cluster: this page of the merged order
+        more = more or len(rows) > (page + 1) * PAGE
+        rows = rows[page * PAGE:(page + 1) * PAGE]
+    return {"cluster": name or "", "page": page, "more": more, "rows": rows, "problems": problems}
+
+
+def leftovers(figures: Figures) -> dict[str, Any]:
+    """What `ls` finds that no cluster in local state accounts for (resources and data no cluster holds), each with
+    the command that removes it; the providers' inventories are asked in the background, as `ls` asks them."""
+    from ..core import config
+    from ..core.models import ProviderName
+    fig = figures.get("ls", lambda: inventory.ls([registry.get(p) for p in ProviderName], config.project(None),
+                                                 lambda m: None))
+    rows = [r for r in (fig.value or []) if r.get("orphan") or r.get("orphan_data")]
+    return {"rows": rows, "age": fig.age(time.time()), "error": fig.error}
