@@ -1,0 +1,276 @@
+"""`tpuctl ui` against one local cluster with real runs (one succeeded with a falling loss, one failed, one running
+and printing), made once for the module: the real command in its own process, its pages in Debian's chromium
+driven by Playwright (skipped, with the reason, only where no Chromium can be had)."""
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from conftest import until
+from jobs import make_job
+
+pytestmark = pytest.mark.xdist_group("ui")   # one cluster, one server, one browser for the module
+
+GOOD = """
+import time
+from tpuctl import runtime
+p = runtime.Progress()
+for s in range(1, 61):
+    time.sleep(0.005)
+    p.step(s, 0.005, loss=10.0 / s, accuracy=s / 60)
+    print(f"step {s} loss {10.0 / s:.3f}", flush=True)
+p.flush()
+"""
+BAD = """
+print("about to fail", flush=True)
+raise SystemExit(3)
+"""
+LIVE = """
+import itertools, time
+for i in itertools.count():
+    print(f"tick {i}", flush=True)
+    time.sleep(0.2)
+"""
+WORKER_1 = b"worker one says hello\n"
+
+
+def _cli(env, *args, timeout=120):
+    r = subprocess.run([sys.executable, "-m", "tpuctl", *args], env=env, capture_output=True, text=True,
+                       timeout=timeout)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return r.stdout
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    """The cluster `uitest` with its three runs, and `tpuctl ui --no-browser` serving it."""
+    tmp = tmp_path_factory.mktemp("ui")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TPUCTL_", "GOOGLE_", "CLOUDSDK_"))
+           and not k.endswith("_EMULATOR_HOST")}
+    env.update(TPUCTL_HOME=str(tmp / "home"), TPUCTL_CONFIG=str(tmp / "config.toml"), CLOUDSDK_CONFIG=str(tmp / "g"),
+               GOOGLE_APPLICATION_CREDENTIALS=str(tmp / "missing.json"), TPUCTL_TPU_METRICS_SECONDS="0.5",
+               TPUCTL_UI_POLL_SECONDS="0.3", TPUCTL_LOG_POLL_MAX="0.2")
+    with pytest.MonkeyPatch.context() as mp:
+        for k, v in env.items():
+            mp.setenv(k, v)
+        _cli(env, "up", "--provider", "local", "-c", "uitest")
+        try:
+            yield from _serve(tmp, env)
+        finally:
+            subprocess.run([sys.executable, "-m", "tpuctl", "down", "-c", "uitest", "--yes"], env=env,
+                           capture_output=True, timeout=120)
+
+
+def _serve(tmp, env):
+    from tpuctl.core import state
+    good = _cli(env, "submit", str(make_job(tmp, GOOD, name="good")), "-c", "uitest", "--detach").strip()
+    bad = _cli(env, "submit", str(make_job(tmp, BAD, name="bad")), "-c", "uitest", "--detach").strip()
+    live = _cli(env, "submit", str(make_job(tmp, LIVE, 'framework = "jax"\n', name="live")), "-c", "uitest",
+                "--detach").strip()
+    st = state.load("uitest")
+    from tpuctl.core import layout, runs
+    from tpuctl.core.store import LocalStore
+    store = LocalStore(st.spec.store)
+    until(lambda: runs.status(store, live).state is runs.RunState.RUNNING
+          and store.read(layout.log_chunk(live, 0, 1)) is not None, 120, "the live run printing")
+    # a second host of the live run, as a multi-host slice's worker 1 ships its log (the store is the control plane)
+    st.host.hosts = 2
+    state.save(st)
+    store.write(layout.log_chunk(live, 1, 1), WORKER_1)
+    proc = subprocess.Popen([sys.executable, "-m", "tpuctl", "ui", "--no-browser"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    url = proc.stdout.readline().strip()
+    assert url.startswith("http://127.0.0.1:") and "/?token=" in url, proc.stderr.read()
+    base, token = url.split("/?token=")
+    try:
+        yield {"url": url, "base": base, "token": token, "proc": proc, "store": store, "env": env,
+               "runs": {"good": good, "bad": bad, "live": live}}
+    finally:
+        proc.send_signal(signal.SIGINT)   # Ctrl-C
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            pytest.fail("tpuctl ui did not end on Ctrl-C")
+        _cli(env, "cancel", live, "-c", "uitest")
+
+
+@pytest.fixture(scope="module")
+def browser():
+    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    if exe is None:
+        pytest.skip("no Chromium here (apt-get install -y chromium; .ci/run installs it)")
+    from playwright.sync_api import sync_playwright
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=exe, args=["--no-sandbox"])
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(site, browser):
+    """A page of a browser that has opened the printed URL (so it holds the token's cookie)."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    p = context.new_page()
+    p.goto(site["url"])
+    yield p
+    context.close()
+
+
+def _get(url, headers=None, method="GET"):
+    req = urllib.request.Request(url, headers=headers or {}, method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, r.read(), r.headers
+    except urllib.error.HTTPError as e:
+        return e.code, e.read(), e.headers
+
+
+def _listening(port):
+    """Every listening socket on `port`, as /proc/net/tcp and tcp6 show them (local address, hex)."""
+    found = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            local, st = line.split()[1], line.split()[3]
+            addr, hexport = local.split(":")
+            if st == "0A" and int(hexport, 16) == port:
+                found.append(addr)
+    return found
+
+
+def test_the_token_is_required_nothing_binds_beyond_loopback_and_nothing_is_written(site):
+    base, token = site["base"], site["token"]
+    assert _get(base + "/")[0] == 403
+    assert _get(base + "/api/runs?cluster=uitest")[0] == 403
+    assert _get(base + "/static/app.js")[0] == 403
+    assert _get(base + "/?token=" + "x" * len(token))[0] == 403
+    code, body, headers = _get(site["url"])
+    assert code == 200 and b"uitest" in body
+    cookie = headers["set-cookie"].split(";")[0]
+    assert _get(base + "/api/runs?cluster=uitest", {"Cookie": cookie})[0] == 200   # the cookie the token set
+    assert _get(base + "/api/runs?cluster=uitest&token=" + token, method="POST")[0] == 405
+    port = int(base.rsplit(":", 1)[1])
+    assert _listening(port) == ["0100007F"]   # 127.0.0.1 alone (little-endian hex)
+    assert "HttpOnly" in headers["set-cookie"] and "samesite=strict" in headers["set-cookie"].lower()
+
+
+def test_jobs_shows_why_the_chips_have_no_figures(site):
+    rows = json.loads(_cli(site["env"], "jobs", "-c", "uitest", "--json"))
+    assert {r["tpu"] for r in rows} == {"n/a (no TPU chip on this host)"}   # a CPU: said, never an error
+
+
+def _shot(page, name):
+    """docs/ui.md's screenshots, taken when TPUCTL_UI_SCREENSHOTS names a directory (docs/img when refreshing them)."""
+    where = os.environ.get("TPUCTL_UI_SCREENSHOTS")
+    if where:
+        page.screenshot(path=str(Path(where) / f"ui-{name}.png"), full_page=True)
+
+
+def test_the_pages_in_a_browser(site, page):
+    good, bad, live = (site["runs"][k] for k in ("good", "bad", "live"))
+    page.wait_for_selector("table.clusters td[data-label=state]:has-text('ready')", timeout=30000)
+    assert "uitest" in page.inner_text("table.clusters")
+    _shot(page, "clusters")
+
+    page.click("text=uitest")
+    page.wait_for_selector("table.runs")
+    text = page.inner_text("table.runs")
+    for rid, state in ((good, "succeeded"), (bad, "failed"), (live, "running")):
+        row = page.inner_text(f"tr:has(a:text-is('{rid}'))")
+        assert state in row, (rid, row)
+    assert text.index(live) < text.index(bad) < text.index(good)   # newest first
+    _shot(page, "runs")
+
+    page.click(f"a:text-is('{good}')")
+    page.wait_for_selector("#metric-loss canvas")
+    history = json.loads(Path(site["store"].local_path(f"runs/{good}/output/metrics.json")).read_text())["history"]
+    assert page.get_attribute("#metric-loss", "data-points") == str(len(history["loss"])) == "60"
+    assert page.eval_on_selector("#charts", "c => c.querySelector('figure').id") == "metric-loss"   # loss first
+    assert page.get_attribute("#metric-accuracy", "data-points") == "60"
+    events = page.inner_text("#events")
+    assert events.index("submitted") < events.index("claimed") < events.index("succeeded (exit code 0)")
+    assert "metrics.json" in page.inner_text("#outputs")
+    assert f"tpuctl logs {good} -c uitest -f" in page.inner_text("#commands")
+    assert "n/a (no TPU chip on this host)" in page.inner_text("#chips-shown")
+    assert "step 60 loss 0.167" in page.inner_text("#log-text")
+    _shot(page, "run")
+
+    page.goto(f"{site['base']}/run/uitest/{bad}")
+    page.wait_for_selector("#events li:has-text('failed (exit code 3)')")
+    assert "about to fail" in page.inner_text("#log-text")
+
+
+def _ticks(text):
+    return [int(line.split()[1]) for line in text.splitlines() if line.startswith("tick ")]
+
+
+def test_a_running_runs_log_follows_without_reload_and_its_hosts_switch(site, page):
+    page.goto(f"{site['base']}/run/uitest/{site['runs']['live']}")
+    page.wait_for_selector("#log-text:has-text('tick')")
+    first = max(_ticks(page.inner_text("#log-text")))
+    newest = [first]
+    page.on("framenavigated", lambda f: newest.append(-1))   # a reload would show here
+    until(lambda: max(_ticks(page.inner_text("#log-text"))) >= first + 5, 30, "newer lines without a reload")
+    assert -1 not in newest
+    assert page.eval_on_selector_all("#host option", "os => os.map(o => o.textContent)") == ["s0/w0", "s0/w1"]
+    page.select_option("#host", "1")
+    page.wait_for_selector("#log-text:has-text('worker one says hello')")
+    assert "tick" not in page.inner_text("#log-text")
+    page.select_option("#host", "0")
+    page.wait_for_selector("#log-text:has-text('tick')")
+    _shot(page, "live")
+    page.set_viewport_size({"width": 400, "height": 800})   # a phone: everything within the width
+    page.goto(f"{site['base']}/runs?cluster=uitest")
+    page.wait_for_selector("table.runs")
+    assert page.evaluate("document.documentElement.scrollWidth") <= 400
+    _shot(page, "runs-400")
+
+
+def test_a_slow_cloud_does_not_delay_a_page(site, monkeypatch):
+    """The cluster's `status` made to take 5 s (a cloud that answers slowly): the page comes at once, saying the
+    figure is being asked, and says its age once it comes."""
+    import uvicorn
+
+    from tpuctl.control import status as status_flow
+    from tpuctl.ui import server
+    from tpuctl.ui.figures import Figures
+    real = status_flow.status
+    monkeypatch.setattr(status_flow, "status", lambda st, prov: (time.sleep(5), real(st, prov))[1])
+    sock = server.bind(None)
+    srv = uvicorn.Server(uvicorn.Config(server.build("t", Figures()), log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=srv.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    base = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    try:
+        until(lambda: _can_connect(sock.getsockname()[1]), 10, "the server")
+        started = time.monotonic()
+        code, body, _ = _get(base + "/?token=t")
+        took = time.monotonic() - started
+        assert code == 200 and took < 1.0, took
+        assert b'"age": "asking (0s)"' in body and b'"status": {}' in body
+        for path in ("/runs?cluster=uitest", f"/run/uitest/{site['runs']['good']}"):
+            started = time.monotonic()
+            assert _get(base + path + ("&" if "?" in path else "?") + "token=t")[0] == 200
+            assert time.monotonic() - started < 1.0, path
+    finally:
+        srv.should_exit = True
+        thread.join(10)
+        sock.close()
+
+
+def _can_connect(port):
+    try:
+        socket.create_connection(("127.0.0.1", port), 0.5).close()
+        return True
+    except OSError:
+        return False
