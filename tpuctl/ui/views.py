@@ -4,6 +4,7 @@ through Figures (figures.py), so a slow cloud never holds a page; what only read
 from __future__ import annotations
 
 import functools
+import os
 import time
 from typing import Any
 
@@ -15,7 +16,9 @@ from ..providers import registry
 from ..providers.base import Provider
 from .figures import Figures
 
-PAGE = 50   # runs a page of runs shows
+def page_size() -> int:
+    """Runs a page of runs shows (TPUCTL_UI_PAGE, 50)."""
+    return max(1, int(os.environ.get("TPUCTL_UI_PAGE", "50")))
 
 
 def cluster(name: str) -> tuple[ClusterState, Provider]:
@@ -52,22 +55,23 @@ def runs(name: str | None, page: int) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     problems: list[str] = []
     more = False
+    size = page_size()
     for n in names:
         try:
             st, prov = cluster(n)
             store = prov.store(st)
-            ids = runindex.newest(store, (page + 1) * PAGE + 1, report=lambda m: None)
+            ids = runindex.newest(store, (page + 1) * size + 1, report=lambda m: None)
         except TpuctlError as e:
             problems.append(f"{n}: {e.message}")
             continue
-        more = more or len(ids) > (page + 1) * PAGE
-        mine = submission.table(store, ids=ids[page * PAGE:(page + 1) * PAGE] if name else ids[:(page + 1) * PAGE])
+        more = more or len(ids) > (page + 1) * size
+        mine = submission.table(store, ids=ids[page * size:(page + 1) * size] if name else ids[:(page + 1) * size])
         _costed(st, prov, mine)
         rows += mine
     rows.sort(key=lambda r: str(r["id"]), reverse=True)
     if not name:   # every cluster: this page of the merged order
-        more = more or len(rows) > (page + 1) * PAGE
-        rows = rows[page * PAGE:(page + 1) * PAGE]
+        more = more or len(rows) > (page + 1) * size
+        rows = rows[page * size:(page + 1) * size]
     return {"cluster": name or "", "page": page, "more": more, "rows": rows, "problems": problems}
 
 
