@@ -51,8 +51,8 @@ def test_each_chip_is_sampled_and_jobs_shows_the_mean_of_the_last_samples(tmp_pa
     assert [v for _, v in doc["history"]["duty_cycle_pct"]] == [50.0, 90.0]
     assert [v for _, v in doc["history"]["hbm_used_gib"]] == [32.0, 48.0]   # the host's chips summed
     assert utilisation.shown(doc) == "70%"
-    assert store.list(layout.run_output(RUN) + "/") == [(layout.run_chips(RUN, 1), len(store.read(
-        layout.run_chips(RUN, 1))))]   # beside metrics.json, one file per worker
+    assert [k for k, _ in store.list("")] == ["tpuctl/runs/20261128-101010-123-abcd/tpu-metrics-w1.json"]
+    assert store.list(layout.run_output(RUN)) == []   # in the run's record: the job's outputs hold only its own
     assert set(libtpu.calls) == {"tpu.runtime.tensorcore.dutycycle.percent", "tpu.runtime.hbm.memory.usage.bytes",
                                  "tpu.runtime.hbm.memory.total.bytes"}
 

@@ -165,7 +165,7 @@ def jobs(cluster: Optional[str] = CLUSTER,
 
 
 # What `jobs` goes without in a narrow terminal, first first: never the id (what logs, download and cancel take).
-JOBS_DROPPED_FIRST = ("tpu", "loss curve", "cost", "goodput", "exit", "started", "duration", "step", "loss", "job")
+JOBS_DROPPED_FIRST = ("loss curve", "tpu", "cost", "goodput", "exit", "started", "duration", "step", "loss", "job")
 
 
 def _resumes(row: dict[str, Any]) -> str:

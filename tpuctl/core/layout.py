@@ -169,8 +169,9 @@ def run_metrics(run_id: str) -> str:
 
 
 def run_chips(run_id: str, worker: int) -> str:
-    """Worker N's TPU (or GPU) duty cycle and HBM use while the run ran (utilisation.py), beside metrics.json."""
-    return f"{run_output(run_id)}/tpu-metrics{_worker(worker)}.json"
+    """Worker N's TPU (or GPU) duty cycle and HBM use while the run ran (utilisation.py): in the run's record, beside
+    its status, so the job's outputs (what `download` fetches, what the job lists) hold only what the job wrote."""
+    return f"{run_prefix(run_id)}tpu-metrics{_worker(worker)}.json"
 
 
 def blob(md5: str) -> str:
@@ -222,6 +223,8 @@ DESCRIBED = [
     (run_claim("ID", 0) + "[-wN][-aK]", "written once by the agent that takes the run (worker N, attempt K)"),
     (run_status("ID", 0).replace("status.json", "status[-wN].json"), "state, exit code, heartbeat, host"),
     (log_chunk("ID", 0, 1).replace("logs/", "logs[-wN]/"), "ordered log chunks, each written once"),
+    (run_chips("ID", 0).replace("metrics.json", "metrics[-wN].json"), "each chip's duty cycle and HBM use on worker "
+                                                                      "N, sampled by its agent (or why none)"),
     (run_cancel("ID"), "written by `tpuctl cancel`"),
     (run_round("ID", 2).replace("0002", "NNNN"), "a run across many hosts: written once by the host that restarts "
                                                  "it on every host (a lost host, exit 42), or ends it (a failure)"),
@@ -237,8 +240,6 @@ DESCRIBED = [
     (run_data("ID") + "...", "the run's own data ($TPUCTL_DATA_DIR): copies of blobs, frozen at submit"),
     (run_output("ID") + "/", "the job's outputs: checkpoints, TensorBoard events ($TPUCTL_OUTPUT_DIR)"),
     (run_metrics("ID"), "latest step, metrics and their history, for `tpuctl jobs` (tpuctl.runtime writes it)"),
-    (run_chips("ID", 0).replace("metrics.json", "metrics[-wN].json"), "each chip's duty cycle and HBM use on worker "
-                                                                      "N, sampled by its agent (or why none)"),
 ]
 
 

@@ -1,5 +1,5 @@
-"""`tpu-metrics[-wN].json` beside a run's metrics.json (layout.run_chips): how busy worker N's accelerator chips
-were while the run ran, sampled by its agent (host/chipsampler.py) every TPUCTL_TPU_METRICS_SECONDS and rewritten
+"""`tpu-metrics[-wN].json` in a run's record, beside its status (layout.run_chips): how busy worker N's accelerator
+chips were while the run ran, sampled by its agent (host/chipsampler.py) every TPUCTL_TPU_METRICS_SECONDS and rewritten
 whole each time (object stores cannot append), its history capped as metrics.json's is (metrics.thin):
 
     {"source": "tpu-info", "why": "", "every": 30.0, "time": T,

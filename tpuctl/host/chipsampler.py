@@ -1,6 +1,6 @@
 """While a run runs, each host's agent samples its accelerator chips every TPUCTL_TPU_METRICS_SECONDS (30 s) into
-the run's tpu-metrics[-wN].json (core/utilisation.py): the TensorCore duty cycle and HBM use of each TPU chip,
-through tpu-info's library (PyPI `tpu-info`, Google's `nvidia-smi` for TPUs), or a GPU's utilisation and memory
+the run's tpu-metrics[-wN].json in the store (core/utilisation.py): the TensorCore duty cycle and HBM use of each TPU
+chip, through tpu-info's library (PyPI `tpu-info`, Google's `nvidia-smi` for TPUs), or a GPU's utilisation and memory
 through `nvidia-smi`. Where neither answers it writes why, once, and keeps trying quietly (libtpu's metrics service
 only answers once a program holds the TPU).
 
