@@ -42,6 +42,8 @@ for i in itertools.count():
     time.sleep(0.2)
 """
 WORKER_1 = b"worker one says hello\n"
+SECRET = "SECRETTOKEN42"
+ORPHAN = "20261127-120000-000-beef"
 
 
 def _cli(env, *args, timeout=120):
@@ -59,11 +61,13 @@ def site(tmp_path_factory):
            and not k.endswith("_EMULATOR_HOST")}
     env.update(TPUCTL_HOME=str(tmp / "home"), TPUCTL_CONFIG=str(tmp / "config.toml"), CLOUDSDK_CONFIG=str(tmp / "g"),
                GOOGLE_APPLICATION_CREDENTIALS=str(tmp / "missing.json"), TPUCTL_TPU_METRICS_SECONDS="0.5",
-               TPUCTL_UI_POLL_SECONDS="0.3", TPUCTL_LOG_POLL_MAX="0.2")
+               TPUCTL_UI_POLL_SECONDS="0.3", TPUCTL_LOG_POLL_MAX="0.2", TPUCTL_NOTIFY_RETRY_FOR="0.3",
+               TPUCTL_NOTIFY_BACKOFF="0.1")
     with pytest.MonkeyPatch.context() as mp:
         for k, v in env.items():
             mp.setenv(k, v)
-        _cli(env, "up", "--provider", "local", "-c", "uitest")
+        # a webhook nothing answers, its path the secret: its notifications are given up on, shown masked
+        _cli(env, "up", "--provider", "local", "-c", "uitest", "--notify", f"http://127.0.0.1:1/{SECRET}")
         try:
             yield from _serve(tmp, env)
         finally:
@@ -87,6 +91,9 @@ def _serve(tmp, env):
     st.host.hosts = 2
     state.save(st)
     store.write(layout.log_chunk(live, 1, 1), WORKER_1)
+    # data a killed submit left (core/orphans.py): what the leftovers page must name, with the command removing it
+    store.write(layout.submitting(ORPHAN), json.dumps({"left_by": "a submit killed before its job.json"}).encode())
+    store.write(layout.run_data(ORPHAN) + "corpus.txt", b"x" * 1000)
     proc = subprocess.Popen([sys.executable, "-m", "tpuctl", "ui", "--no-browser"], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     url = proc.stdout.readline().strip()
@@ -180,6 +187,9 @@ def test_the_pages_in_a_browser(site, page):
     good, bad, live = (site["runs"][k] for k in ("good", "bad", "live"))
     page.wait_for_selector("table.clusters td[data-label=state]:has-text('ready')", timeout=30000)
     assert "uitest" in page.inner_text("table.clusters")
+
+    page.wait_for_selector("table.clusters td[data-label=notifications]:has-text('not delivered')", timeout=30000)
+    assert "http://127.0.0.1/***" in page.inner_text("table.clusters")
     _shot(page, "clusters")
 
     page.click("text=uitest")
@@ -208,6 +218,14 @@ def test_the_pages_in_a_browser(site, page):
     page.goto(f"{site['base']}/run/uitest/{bad}")
     page.wait_for_selector("#events li:has-text('failed (exit code 3)')")
     assert "about to fail" in page.inner_text("#log-text")
+    page.wait_for_selector("#events li:has-text('to http://127.0.0.1/*** given up')")
+
+    page.click("nav >> text=Leftovers")
+    page.wait_for_selector(f"#leftovers td:has-text('{ORPHAN}')", timeout=30000)
+    assert "tpuctl down -c uitest" in page.inner_text("#leftovers")
+    _shot(page, "leftovers")
+    for path in ("/", "/runs", f"/run/uitest/{bad}", "/leftovers", "/api/clusters", "/api/leftovers"):
+        assert SECRET not in _get(site["base"] + path + "?token=" + site["token"])[1].decode(), path
 
 
 def _ticks(text):
@@ -274,3 +292,30 @@ def _can_connect(port):
         return True
     except OSError:
         return False
+
+
+def test_console_and_logging_links_on_google_cloud_in_xpks_shapes():
+    """xpk's "Follow your workload here" link and its Logs Explorer query (src/xpk/commands/workload.py); none where
+    the cluster has no console (local) or no project."""
+    import urllib.parse
+
+    from tpuctl.core.models import ClusterSpec, ClusterState, ProviderName
+    from tpuctl.ui import links
+    run = "20261128-101010-123-abcd"
+    gke = ClusterState(spec=ClusterSpec(name="big", provider=ProviderName.GKE, project="p1", tpu_type="v6e-16",
+                                        slices=2), zone="us-east5")
+    got = {l["title"]: l["url"] for l in links.for_run(gke, run)}
+    js = f"tpuctl-{run}"
+    assert got[f"JobSet {js} (Cloud Console)"] == \
+        f"https://console.cloud.google.com/kubernetes/service/us-east5/tpuctl-big/default/{js}/details?project=p1"
+    query = urllib.parse.unquote(got[f"logs of {js}'s pods (Cloud Logging)"].split("query;query=")[1].split("?")[0])
+    assert query.splitlines() == ['resource.type="k8s_container"', 'resource.labels.project_id="p1"',
+                                  'resource.labels.location="us-east5"', 'resource.labels.cluster_name="tpuctl-big"',
+                                  f'resource.labels.pod_name:"{js}-"', "severity>=DEFAULT"]
+    assert [t for t in got if t.startswith("node pool")] == ["node pool tpuctl-big-np-0 (Cloud Console)",
+                                                             "node pool tpuctl-big-np-1 (Cloud Console)"]
+    vm = ClusterState(spec=ClusterSpec(name="one", provider=ProviderName.GCP, project="p1", tpu_type="v5litepod-8"),
+                      zone="us-west4-a")
+    assert links.for_run(vm, run)[0]["url"] == \
+        "https://console.cloud.google.com/compute/tpus/details/us-west4-a/tpuctl-one?project=p1"
+    assert links.for_run(ClusterState(spec=ClusterSpec(name="here", provider=ProviderName.LOCAL)), run) == []

@@ -133,9 +133,7 @@ def jobs(cluster: Optional[str] = CLUSTER,
                       style="dim")
     from ..control.status import costing
     hourly, spend = costing(st, prov)   # the budget: each row carries it in --json, a line says it otherwise
-    for r in rows:   # what the compute cost while the run ran, at the price every cost is counted at
-        d = r["duration"]
-        r["cost_usd"] = round(d / 3600 * hourly, 4) if isinstance(d, float) and hourly is not None else None
+    submission.costed(rows, hourly)
     if as_json:
         con.print_json([{**r, **spend} for r in rows])
         return

@@ -280,6 +280,14 @@ def table(store: BlobStore, limit: int | None = None, ids: list[str] | None = No
     return rows
 
 
+def costed(rows: list[dict[str, object]], hourly: float | None) -> None:
+    """Each row's `cost_usd`: what the compute cost while the run ran, at the price every cost is counted at
+    (status.costing's hourly); None without a price or a duration. `jobs` and `tpuctl ui` show it."""
+    for r in rows:
+        d = r["duration"]
+        r["cost_usd"] = round(d / 3600 * hourly, 4) if isinstance(d, float) and hourly is not None else None
+
+
 def _recoveries_during(store: BlobStore, rows: list[dict[str, object]]) -> None:
     """Each run's `recoveries`: the recovery watcher's re-creates while it ran (one listing for all runs)."""
     done = [float(r.get("detected_at", 0)) for r in armed.recoveries(store)] if rows else []

@@ -13,7 +13,7 @@ from ..core import backends, hostlogs, layout, metrics, notify, runs, utilisatio
 from ..core.errors import ErrorKind, TpuctlError
 from ..core.store import BlobStore
 from . import links
-from .views import _costed, cluster
+from .views import cluster, costed
 
 
 def tail_bytes() -> int:
@@ -38,7 +38,7 @@ def run(name: str, run_id: str) -> dict[str, Any]:
     if not runs.is_id(run_id) or (job := runs.job(store, run_id)) is None:
         raise TpuctlError(ErrorKind.NOT_FOUND, f"no run {run_id} on cluster {name}", "the runs page lists them")
     rows = submission.table(store, ids=[run_id])
-    _costed(st, prov, rows)
+    costed(st, prov, rows)
     m = metrics.parse(store.read(layout.run_metrics(run_id)))
     who = hosts(st, job)
     chips = {h["label"]: utilisation.parse(store.read(layout.run_chips(run_id, h["index"]))) for h in who}

@@ -38,12 +38,10 @@ def clusters(figures: Figures) -> list[dict[str, Any]]:
     return out
 
 
-def _costed(st: ClusterState, prov: Provider, rows: list[dict[str, Any]]) -> None:
-    """Each row's cost at the price `jobs` counts it at (status.costing)."""
-    hourly, _ = status_flow.costing(st, prov)
+def costed(st: ClusterState, prov: Provider, rows: list[dict[str, Any]]) -> None:
+    """Each row's cost as `jobs` counts it, and its cluster (the page of every cluster's runs links by it)."""
+    submission.costed(rows, status_flow.costing(st, prov)[0])
     for r in rows:
-        d = r["duration"]
-        r["cost_usd"] = round(d / 3600 * hourly, 4) if isinstance(d, float) and hourly is not None else None
         r["cluster"] = st.name
 
 
@@ -66,7 +64,7 @@ def runs(name: str | None, page: int) -> dict[str, Any]:
             continue
         more = more or len(ids) > (page + 1) * size
         mine = submission.table(store, ids=ids[page * size:(page + 1) * size] if name else ids[:(page + 1) * size])
-        _costed(st, prov, mine)
+        costed(st, prov, mine)
         rows += mine
     rows.sort(key=lambda r: str(r["id"]), reverse=True)
     if not name:   # every cluster: this page of the merged order
