@@ -2,6 +2,7 @@
 tpu-info's own proto, and a fake nvidia-smi: what lands in the run's tpu-metrics.json, and what `jobs` shows."""
 import json
 import os
+import sys
 import time
 
 import pytest
@@ -123,3 +124,28 @@ def test_sampling_runs_beside_the_run_and_stops_with_it(tmp_path, monkeypatch, l
     n = samples()
     time.sleep(0.2)
     assert samples() == n   # stopped with the run
+
+
+def test_a_tpu_host_without_tpu_info_installs_it_once_for_the_agent_and_says_why_it_could_not(tmp_path, monkeypatch):
+    pci = tmp_path / "pci" / "0000:00:04.0"
+    pci.mkdir(parents=True)
+    (pci / "vendor").write_text("0x1ae0\n")   # Google's PCI vendor id: a TPU chip (tpu_info/device.py)
+    monkeypatch.setattr(chipsampler, "PCI_DEVICES", str(tmp_path / "pci"))
+    monkeypatch.setattr(chipsampler, "_install", [])
+    monkeypatch.setattr(chipsampler, "TPU_INFO", str(tmp_path / "no-such-tpu_info.whl"))   # pip fails, offline
+    monkeypatch.setenv("TPUCTL_AGENT_HOME", str(tmp_path / "agent"))
+    monkeypatch.delenv("TPUCTL_TPU_METRICS_ADDR", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))   # no nvidia-smi
+    monkeypatch.setattr(sys, "path", list(sys.path))   # the agent's directory joins it: gone after the test
+
+    def missing():
+        raise ImportError("No module named 'tpu_info'")
+    monkeypatch.setattr(chipsampler, "_import_tpu_info", missing)
+    store = LocalStore(str(tmp_path / "s"))
+    sampler = ChipSampler(store, RUN, 0)
+    sampler.sample()
+    sampler.sample()
+    why = _doc(store)["why"]
+    assert why.startswith("tpu-info is not installed on this host and could not be (") and "pip install" in why
+    assert len(chipsampler._install) == 1   # pip ran once, not at every sample
+    assert str(tmp_path / "agent" / "tpu-info") in sys.path   # where the agent installs it for itself

@@ -13,15 +13,20 @@ where TPUCTL_TPU_METRICS_ADDR names the service (the tests' fake: no chip on the
 from __future__ import annotations
 
 import contextlib
+import glob
+import importlib
 import json
 import os
 import shutil
 import subprocess
+import sys
 import threading
 import time
+from types import ModuleType
 from typing import Any, Callable, Iterator
 
 from ..core import layout, utilisation
+from ..core.delivery import agent_home
 from ..core.store import BlobStore
 
 DEFAULT_ADDR = "localhost:8431"   # tpu_info/metrics.py get_chip_usage's default
@@ -35,11 +40,52 @@ def every() -> float:
     return float(os.environ.get("TPUCTL_TPU_METRICS_SECONDS", "30"))
 
 
-def _tpu_info() -> tuple[str, list[dict[str, float]]]:
+TPU_INFO = "tpu-info>=0.14"   # get_chip_usage(chip_type, addr) and get_chip_usage_new, as read above
+PCI_DEVICES = "/sys/bus/pci/devices"
+GOOGLE_PCI_VENDOR = "0x1ae0"   # tpu_info/device.py GOOGLE_PCI_VENDOR_ID: what get_local_chips looks for
+_install: list[str] = []       # this process's one try at installing tpu-info: "" when it worked, else why not
+
+
+def _has_tpu_chips() -> bool:
+    for vendor in glob.glob(os.path.join(PCI_DEVICES, "*", "vendor")):
+        with contextlib.suppress(OSError):
+            if open(vendor).read().strip() == GOOGLE_PCI_VENDOR:
+                return True
+    return False
+
+
+def _import_tpu_info() -> tuple[ModuleType, ModuleType]:
+    return importlib.import_module("tpu_info.device"), importlib.import_module("tpu_info.metrics")
+
+
+def _load_tpu_info() -> tuple[ModuleType, ModuleType]:
+    """tpu-info's modules: installed, or in the agent's own directory, or installed there now (pip, once per
+    process, on the sampler's thread: a run never waits for it), as delivery.py does for Apprise. A TPU VM's image
+    need not ship tpu-info (Google's docs say `pip install tpu-info`), and the agent itself installs with --no-deps."""
+    target = os.path.join(agent_home(), "tpu-info")
+    if target not in sys.path:
+        sys.path.append(target)
     try:
-        from tpu_info import device, metrics
+        return _import_tpu_info()
     except ImportError:
-        raise Unavailable("tpu-info is not installed on this host: pip install tpu-info") from None
+        pass
+    if not os.environ.get("TPUCTL_TPU_METRICS_ADDR") and not _has_tpu_chips():
+        raise Unavailable("no TPU chip on this host")
+    if not _install:
+        r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--target",
+                            target, TPU_INFO], capture_output=True, text=True, timeout=600)
+        _install.append(r.stderr.strip().splitlines()[-1][:200] if r.returncode and r.stderr.strip() else
+                        f"pip exited {r.returncode}" if r.returncode else "")
+        importlib.invalidate_caches()
+    try:
+        return _import_tpu_info()
+    except ImportError:
+        raise Unavailable(f"tpu-info is not installed on this host and could not be ({_install[0] or 'no module'}): "
+                          f"pip install '{TPU_INFO}'") from None
+
+
+def _tpu_info() -> tuple[str, list[dict[str, float]]]:
+    device, metrics = _load_tpu_info()
     addr = os.environ.get("TPUCTL_TPU_METRICS_ADDR", "")
     chip_type = None
     if not addr:
