@@ -319,3 +319,20 @@ def test_console_and_logging_links_on_google_cloud_in_xpks_shapes():
     assert links.for_run(vm, run)[0]["url"] == \
         "https://console.cloud.google.com/compute/tpus/details/us-west4-a/tpuctl-one?project=p1"
     assert links.for_run(ClusterState(spec=ClusterSpec(name="here", provider=ProviderName.LOCAL)), run) == []
+
+
+def test_a_character_split_between_two_chunks_is_shown_whole(tmp_path):
+    """The agent ships at 64 KiB or each second, not at character boundaries: a page that decoded each read alone
+    would show the halves of a split character as two replacement marks."""
+    from tpuctl.core import layout
+    from tpuctl.core.store import LocalStore
+    from tpuctl.ui.runview import read_from
+    store, run = LocalStore(str(tmp_path)), "20261128-101010-123-abcd"
+    text = "loss 0.5 한국어\n".encode()
+    store.write(layout.log_chunk(run, 0, 1), text[:11])   # ends inside 한
+    got = read_from(store, run, 0, 1, 0, final=False)
+    assert got["text"] == "loss 0.5 " and (got["next"], got["skip"]) == (1, 9)
+    store.write(layout.log_chunk(run, 0, 2), text[11:])
+    got = read_from(store, run, 0, got["next"], got["skip"], final=False)
+    assert got["text"] == "한국어\n" and (got["next"], got["skip"]) == (3, 0)
+    assert read_from(store, run, 0, 3, 0, final=True) == {"text": "", "next": 3, "skip": 0, "final": True}

@@ -120,10 +120,43 @@ def _chunk_number(key: str) -> int:
     return int(key.rsplit("/", 1)[1].split(".")[0])
 
 
-def log(name: str, run_id: str, worker: int, after: int | None) -> dict[str, Any]:
+def _whole_characters(data: bytes) -> int:
+    """How much of `data` ends on a whole UTF-8 character: a chunk may end inside one (the agent ships at 64 KiB
+    or each second, not at character boundaries), and its rest comes with the next chunk."""
+    for back in range(1, min(4, len(data)) + 1):
+        b = data[-back]
+        if b & 0xC0 == 0x80:
+            continue   # a continuation byte: look further back for its lead
+        needed = 1 if b < 0x80 else 2 if b < 0xE0 else 3 if b < 0xF0 else 4
+        return len(data) if needed <= back else len(data) - back
+    return len(data)
+
+
+def read_from(store: BlobStore, run_id: str, worker: int, after: int, skip: int, final: bool) -> dict[str, Any]:
+    """The chunks from number `after` on, less the `skip` bytes of it already shown, up to POLL_BYTES, cut at the
+    last whole character unless the host's output is `final`; `next` and `skip` say where the next read starts."""
+    chunks: list[bytes] = []
+    n = after
+    while sum(map(len, chunks)) < POLL_BYTES and \
+            (chunk := store.read(layout.log_chunk(run_id, worker, n))) is not None:
+        chunks.append(chunk)
+        n += 1
+    data = b"".join(chunks)[skip:]
+    done = final and sum(map(len, chunks)) < POLL_BYTES
+    cut = len(data) if done else _whole_characters(data)
+    pos, nxt = skip + cut, after
+    for chunk in chunks:
+        if pos < len(chunk):
+            break
+        pos, nxt = pos - len(chunk), nxt + 1
+    return {"text": data[:cut].decode(errors="replace"), "next": nxt, "skip": pos, "final": done}
+
+
+def log(name: str, run_id: str, worker: int, after: int | None, skip: int = 0) -> dict[str, Any]:
     """Worker `worker`'s log: with `after` None, its tail (the last chunks up to tail_bytes(), listed once, with how
-    many bytes came before them); else the chunks from number `after` on, as `logs -f` reads them. `next` is the
-    chunk to ask for next; `final` whether the run has ended on that host (no chunk follows its final status)."""
+    many bytes came before them); else from chunk `after` (less `skip` bytes of it) on, as `logs -f` reads it.
+    `next`/`skip` say where to read next; `final` whether the run has ended on that host (no chunk follows its final
+    status)."""
     st, prov = cluster(name)
     store = prov.store(st)
     skipped = 0
@@ -138,10 +171,9 @@ def log(name: str, run_id: str, worker: int, after: int | None) -> dict[str, Any
             size += n
         skipped = sum(n for _, n in listed) - size
         after = _chunk_number(kept[0]) if kept else 1
+        first = (store.read(kept[0]) or b"") if kept and skipped else b""
+        # a tail that starts inside a character starts at the next one
+        skip = next((i for i, b in enumerate(first[:4]) if b & 0xC0 != 0x80), 0)
     status = runs.status(store, run_id, worker)   # before the chunks: a final status means every chunk is out
-    data, n = bytearray(), after
-    while len(data) < POLL_BYTES and (chunk := store.read(layout.log_chunk(run_id, worker, n))) is not None:
-        data += chunk
-        n += 1
-    return {"text": data.decode(errors="replace"), "next": n, "skipped": skipped, "state": status.state.value,
-            "final": status.state.final and len(data) < POLL_BYTES}
+    got = read_from(store, run_id, worker, after, skip, status.state.final)
+    return {**got, "skipped": skipped + skip, "state": status.state.value}

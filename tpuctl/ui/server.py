@@ -114,11 +114,9 @@ def build(token: str, figures: Figures) -> Starlette:
             if what == "run":
                 return JSON(runview.run(q.get("cluster", ""), q.get("id", "")))
             if what == "log":
-                after = q.get("after", "")
-                worker = q.get("worker", "0")
-                return JSON(runview.log(q.get("cluster", ""), q.get("id", ""),
-                                                int(worker) if worker.isdigit() else 0,
-                                                int(after) if after.isdigit() else None))
+                after, worker, skip = q.get("after", ""), q.get("worker", "0"), q.get("skip", "0")
+                return JSON(runview.log(q.get("cluster", ""), q.get("id", ""), int(worker) if worker.isdigit() else 0,
+                                        int(after) if after.isdigit() else None, int(skip) if skip.isdigit() else 0))
         except TpuctlError as e:
             return _problem(e)
         return JSON({"error": f"no /api/{what}"}, status_code=404)

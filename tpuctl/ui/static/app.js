@@ -150,10 +150,10 @@
   }
 
   // The log: its tail first, then each new chunk; a host selector where the run runs on several hosts.
-  const log = {worker: 0, next: null, timer: null, final: false};
+  const log = {worker: 0, next: null, skip: 0, timer: null, final: false};
   function logUrl() {
     return "/api/log?cluster=" + encodeURIComponent(app.dataset.cluster) + "&id=" + encodeURIComponent(app.dataset.id) +
-      "&worker=" + log.worker + (log.next === null ? "" : "&after=" + log.next);
+      "&worker=" + log.worker + (log.next === null ? "" : "&after=" + log.next + "&skip=" + log.skip);
   }
   function drawLogBox(d) {
     const pick = d.hosts.length > 1 ? h("label", {}, "host ", h("select", {id: "host"},
@@ -162,6 +162,7 @@
     if (pick) document.getElementById("host").addEventListener("change", (e) => {
       log.worker = parseInt(e.target.value, 10);
       log.next = null;
+      log.skip = 0;
       log.final = false;
       document.getElementById("log-text").textContent = "";
       clearTimeout(log.timer);
@@ -180,6 +181,7 @@
       pre.append(d.text);
       if (atEnd) pre.scrollTop = pre.scrollHeight;
       log.next = d.next;
+      log.skip = d.skip;
       log.final = d.final;
       pre.dataset.state = d.state;
     }).catch(() => {}).finally(() => {
