@@ -62,12 +62,13 @@ def site(tmp_path_factory):
     env.update(TPUCTL_HOME=str(tmp / "home"), TPUCTL_CONFIG=str(tmp / "config.toml"), CLOUDSDK_CONFIG=str(tmp / "g"),
                GOOGLE_APPLICATION_CREDENTIALS=str(tmp / "missing.json"), TPUCTL_TPU_METRICS_SECONDS="0.5",
                TPUCTL_UI_POLL_SECONDS="0.3", TPUCTL_LOG_POLL_MAX="0.2", TPUCTL_NOTIFY_RETRY_FOR="0.3",
-               TPUCTL_NOTIFY_BACKOFF="0.1")
+               TPUCTL_NOTIFY_BACKOFF="0.1", TPUCTL_PRICE_PER_HOUR="2")
     with pytest.MonkeyPatch.context() as mp:
         for k, v in env.items():
             mp.setenv(k, v)
         # a webhook nothing answers, its path the secret: its notifications are given up on, shown masked
-        _cli(env, "up", "--provider", "local", "-c", "uitest", "--notify", f"http://127.0.0.1:1/{SECRET}")
+        _cli(env, "up", "--provider", "local", "-c", "uitest", "--notify", f"http://127.0.0.1:1/{SECRET}",
+             "--budget", "5")
         try:
             yield from _serve(tmp, env)
         finally:
@@ -190,6 +191,7 @@ def test_the_pages_in_a_browser(site, page):
 
     page.wait_for_selector("table.clusters td[data-label=notifications]:has-text('not delivered')", timeout=30000)
     assert "http://127.0.0.1/***" in page.inner_text("table.clusters")
+    assert " of $5.00 ($" in page.inner_text("table.clusters td[data-label=budget]")   # spent of the cap, and left
     _shot(page, "clusters")
 
     page.click("text=uitest")
@@ -219,6 +221,9 @@ def test_the_pages_in_a_browser(site, page):
     page.wait_for_selector("#events li:has-text('failed (exit code 3)')")
     assert "about to fail" in page.inner_text("#log-text")
     page.wait_for_selector("#events li:has-text('to http://127.0.0.1/*** given up')")
+
+    page.click("nav >> text=Runs")   # every cluster's runs: the cluster named in each row
+    page.wait_for_selector(f"table.runs tr:has(a:text-is('{good}')) td[data-label=cluster]:text-is('uitest')")
 
     page.click("nav >> text=Leftovers")
     page.wait_for_selector(f"#leftovers td:has-text('{ORPHAN}')", timeout=30000)
@@ -336,3 +341,17 @@ def test_a_character_split_between_two_chunks_is_shown_whole(tmp_path):
     got = read_from(store, run, 0, got["next"], got["skip"], final=False)
     assert got["text"] == "한국어\n" and (got["next"], got["skip"]) == (3, 0)
     assert read_from(store, run, 0, 3, 0, final=True) == {"text": "", "next": 3, "skip": 0, "final": True}
+
+
+def test_the_command_refuses_a_taken_port_and_a_missing_extra_in_one_line(env, cli, monkeypatch):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        port = taken.getsockname()[1]
+        code, out, err = cli("ui", "--port", str(port), "--no-browser")
+    assert code == 2 and f"error: --port {port} cannot be used on 127.0.0.1" in err and "hint:" in err, err
+    import importlib.util
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "uvicorn" else real(name, *a))
+    code, out, err = cli("ui", "--no-browser")
+    assert code == 2 and "tpuctl ui needs uvicorn, not installed" in err and "pip install 'tpuctl[ui]'" in err, err
+    assert "Traceback" not in err and out == ""
