@@ -106,11 +106,13 @@ def _serve(tmp, env):
     finally:
         proc.send_signal(signal.SIGINT)   # Ctrl-C
         try:
-            proc.wait(20)
+            code = proc.wait(20)
         except subprocess.TimeoutExpired:
             proc.kill()
             pytest.fail("tpuctl ui did not end on Ctrl-C")
         _cli(env, "cancel", live, "-c", "uitest")
+        assert code == 130 and "tpuctl ui stopped" in proc.stderr.read()   # Ctrl-C's exit, said in one line
+        assert not _can_connect(int(base.rsplit(":", 1)[1]))   # nothing left listening
 
 
 @pytest.fixture(scope="module")
