@@ -17,8 +17,9 @@ from .views import cluster, costed
 
 
 def tail_bytes() -> int:
-    """How much of a log the page loads first (TPUCTL_UI_LOG_TAIL_BYTES, 256 KiB); older output is a command away."""
-    return int(os.environ.get("TPUCTL_UI_LOG_TAIL_BYTES", str(256 * 1024)))
+    """How much of a log the page loads first (TPUCTL_UI_LOG_TAIL_BYTES, 128 KiB: some 2,000 lines); older output is
+    a command away."""
+    return int(os.environ.get("TPUCTL_UI_LOG_TAIL_BYTES", str(128 * 1024)))
 
 
 POLL_BYTES = 4 * 2 ** 20   # what one poll of a following page may bring at most (a burst waits for the next poll)
