@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from conftest import until
+from fakes.libtpu_metrics import FakeLibtpuMetrics
 from jobs import make_job
 
 pytestmark = pytest.mark.xdist_group("ui")   # one cluster, one server, one browser for the module
@@ -57,12 +58,16 @@ def _cli(env, *args, timeout=120):
 def site(tmp_path_factory):
     """The cluster `uitest` with its three runs, and `tpuctl ui --no-browser` serving it."""
     tmp = tmp_path_factory.mktemp("ui")
+    with socket.socket() as probe:   # libtpu's metrics service answers only from the live run on (see _serve)
+        probe.bind(("127.0.0.1", 0))
+        libtpu_port = probe.getsockname()[1]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TPUCTL_", "GOOGLE_", "CLOUDSDK_"))
            and not k.endswith("_EMULATOR_HOST")}
     env.update(TPUCTL_HOME=str(tmp / "home"), TPUCTL_CONFIG=str(tmp / "config.toml"), CLOUDSDK_CONFIG=str(tmp / "g"),
                GOOGLE_APPLICATION_CREDENTIALS=str(tmp / "missing.json"), TPUCTL_TPU_METRICS_SECONDS="0.5",
                TPUCTL_UI_POLL_SECONDS="0.3", TPUCTL_LOG_POLL_MAX="0.2", TPUCTL_NOTIFY_RETRY_FOR="0.3",
-               TPUCTL_NOTIFY_BACKOFF="0.1", TPUCTL_PRICE_PER_HOUR="2")
+               TPUCTL_NOTIFY_BACKOFF="0.1", TPUCTL_PRICE_PER_HOUR="2",
+               TPUCTL_TPU_METRICS_ADDR=f"localhost:{libtpu_port}")
     with pytest.MonkeyPatch.context() as mp:
         for k, v in env.items():
             mp.setenv(k, v)
@@ -70,24 +75,28 @@ def site(tmp_path_factory):
         _cli(env, "up", "--provider", "local", "-c", "uitest", "--notify", f"http://127.0.0.1:1/{SECRET}",
              "--budget", "5")
         try:
-            yield from _serve(tmp, env)
+            yield from _serve(tmp, env, libtpu_port)
         finally:
             subprocess.run([sys.executable, "-m", "tpuctl", "down", "-c", "uitest", "--yes"], env=env,
                            capture_output=True, timeout=120)
 
 
-def _serve(tmp, env):
-    from tpuctl.core import state
+def _serve(tmp, env, libtpu_port):
+    from tpuctl.core import layout, runs, state, utilisation
+    from tpuctl.core.store import LocalStore
+    st = state.load("uitest")
+    store = LocalStore(st.spec.store)
     good = _cli(env, "submit", str(make_job(tmp, GOOD, name="good")), "-c", "uitest", "--detach").strip()
     bad = _cli(env, "submit", str(make_job(tmp, BAD, name="bad")), "-c", "uitest", "--detach").strip()
+    until(lambda: runs.status(store, good).state.final and runs.status(store, bad).state.final, 120, "two runs")
+    # from here libtpu's metrics service answers the agent (the first two runs found it silent)
+    libtpu = FakeLibtpuMetrics(chips=4, port=libtpu_port)
     live = _cli(env, "submit", str(make_job(tmp, LIVE, 'framework = "jax"\n', name="live")), "-c", "uitest",
                 "--detach").strip()
-    st = state.load("uitest")
-    from tpuctl.core import layout, runs
-    from tpuctl.core.store import LocalStore
-    store = LocalStore(st.spec.store)
     until(lambda: runs.status(store, live).state is runs.RunState.RUNNING
           and store.read(layout.log_chunk(live, 0, 1)) is not None, 120, "the live run printing")
+    until(lambda: len(((utilisation.parse(store.read(layout.run_chips(live, 0))) or {}).get("history") or {})
+                      .get("duty_cycle_pct", [])) >= 3, 60, "three samples of the live run's chips")
     # a second host of the live run, as a multi-host slice's worker 1 ships its log (the store is the control plane)
     st.host.hosts = 2
     state.save(st)
@@ -102,8 +111,9 @@ def _serve(tmp, env):
     base, token = url.split("/?token=")
     try:
         yield {"url": url, "base": base, "token": token, "proc": proc, "store": store, "env": env,
-               "runs": {"good": good, "bad": bad, "live": live}}
+               "runs": {"good": good, "bad": bad, "live": live}, "libtpu_port": libtpu_port}
     finally:
+        libtpu.stop()
         proc.send_signal(signal.SIGINT)   # Ctrl-C
         try:
             code = proc.wait(20)
@@ -174,9 +184,13 @@ def test_the_token_is_required_nothing_binds_beyond_loopback_and_nothing_is_writ
     assert "HttpOnly" in headers["set-cookie"] and "samesite=strict" in headers["set-cookie"].lower()
 
 
-def test_jobs_shows_why_the_chips_have_no_figures(site):
-    rows = json.loads(_cli(site["env"], "jobs", "-c", "uitest", "--json"))
-    assert {r["tpu"] for r in rows} == {"n/a (no TPU chip on this host)"}   # a CPU: said, never an error
+def test_jobs_shows_the_chips_duty_cycle_or_why_there_is_none(site):
+    rows = {r["id"]: r for r in json.loads(_cli(site["env"], "jobs", "-c", "uitest", "--json"))}
+    for name in ("good", "bad"):   # the service was silent: said, never an error
+        assert rows[site["runs"][name]]["tpu"].startswith(f"n/a (libtpu's runtime metrics service on localhost:"
+                                                          f"{site['libtpu_port']} did not answer (UNAVAILABLE)")
+    live = rows[site["runs"]["live"]]
+    assert live["tpu"] == "50%" and live["tpu_duty_pct"] == 50.0   # the fake's four chips at 50%
 
 
 def _shot(page, name):
@@ -215,7 +229,7 @@ def test_the_pages_in_a_browser(site, page):
     assert events.index("submitted") < events.index("claimed") < events.index("succeeded (exit code 0)")
     assert "metrics.json" in page.inner_text("#outputs")
     assert f"tpuctl logs {good} -c uitest -f" in page.inner_text("#commands")
-    assert "n/a (no TPU chip on this host)" in page.inner_text("#chips-shown")
+    assert "s0/w0: n/a (libtpu's runtime metrics service" in page.inner_text("#chips-shown")
     assert "step 60 loss 0.167" in page.inner_text("#log-text")
     _shot(page, "run")
 
@@ -253,6 +267,11 @@ def test_a_running_runs_log_follows_without_reload_and_its_hosts_switch(site, pa
     assert "tick" not in page.inner_text("#log-text")
     page.select_option("#host", "0")
     page.wait_for_selector("#log-text:has-text('tick')")
+    assert "s0/w0: 50%" in page.inner_text("#chips-shown")   # the chips' duty cycle, and its chart over time
+    history = json.loads(site["store"].read(f"tpuctl/runs/{site['runs']['live']}/tpu-metrics.json"))["history"]
+    drawn = int(page.get_attribute("[id='chips-s0/w0'] ", "data-points"))
+    assert drawn >= 3 and drawn <= len(history["duty_cycle_pct"]) + 10   # the page polls as samples come
+    assert page.query_selector("[id='hbm-s0/w0'] canvas") is not None
     _shot(page, "live")
     page.set_viewport_size({"width": 400, "height": 800})   # a phone: everything within the width
     page.goto(f"{site['base']}/runs?cluster=uitest")

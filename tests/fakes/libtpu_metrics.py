@@ -9,7 +9,8 @@ What it answers, and why:
 - An unknown metric name: NOT_FOUND (tpu_info/cli_helper.py treats NOT_FOUND and UNAVAILABLE alike as "metrics
   unavailable", so either is a plausible answer for a name this libtpu does not export).
 - It listens with grpc.local_server_credentials, as the client dials with grpc.local_channel_credentials
-  (metrics.py: `grpc.secure_channel(addr, grpc.local_channel_credentials())`), on an ephemeral port.
+  (metrics.py: `grpc.secure_channel(addr, grpc.local_channel_credentials())`), on an ephemeral port (or the one
+  a test reserved for it, to start it after an agent that was told the address).
 """
 from __future__ import annotations
 
@@ -25,14 +26,14 @@ TOTAL = "tpu.runtime.hbm.memory.total.bytes"
 
 
 class FakeLibtpuMetrics(pb_grpc.RuntimeMetricServiceServicer):
-    def __init__(self, chips: int = 4) -> None:
+    def __init__(self, chips: int = 4, port: int = 0) -> None:
         self.duty = [50.0] * chips
         self.used = [8 * 2 ** 30] * chips
         self.total = [16 * 2 ** 30] * chips
         self.calls: list[str] = []
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
         pb_grpc.add_RuntimeMetricServiceServicer_to_server(self, self.server)
-        self.port = self.server.add_secure_port("localhost:0", grpc.local_server_credentials())
+        self.port = self.server.add_secure_port(f"localhost:{port}", grpc.local_server_credentials())
         self.server.start()
 
     @property
