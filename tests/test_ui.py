@@ -20,7 +20,8 @@ from conftest import until
 from fakes.libtpu_metrics import FakeLibtpuMetrics
 from jobs import make_job
 
-pytestmark = pytest.mark.xdist_group("ui")   # one cluster, one server, one browser for the module
+# one cluster, one server, one browser for the module (about 40 s here: started early, beside the others)
+pytestmark = [pytest.mark.xdist_group("ui"), pytest.mark.slow(40)]
 
 GOOD = """
 import time
