@@ -282,15 +282,19 @@ def test_a_running_runs_log_follows_without_reload_and_its_hosts_switch(site, pa
 
 
 def test_a_slow_cloud_does_not_delay_a_page(site, monkeypatch):
-    """The cluster's `status` made to take 5 s (a cloud that answers slowly): the page comes at once, saying the
-    figure is being asked, and says its age once it comes."""
+    """The cluster's `status` and every read of its store made to take 5 s (a cloud, a bucket that answer slowly):
+    each page comes within a second, saying what is being asked and for how long."""
     import uvicorn
 
     from tpuctl.control import status as status_flow
-    from tpuctl.ui import server
+    from tpuctl.ui import runview, server, views
     from tpuctl.ui.figures import Figures
-    real = status_flow.status
-    monkeypatch.setattr(status_flow, "status", lambda st, prov: (time.sleep(5), real(st, prov))[1])
+
+    def slow(real):
+        return lambda *a: (time.sleep(5), real(*a))[1]
+    monkeypatch.setattr(status_flow, "status", slow(status_flow.status))
+    monkeypatch.setattr(views, "_rows", slow(views._rows))
+    monkeypatch.setattr(runview, "run", slow(runview.run))
     sock = server.bind(None)
     srv = uvicorn.Server(uvicorn.Config(server.build("t", Figures()), log_level="warning", lifespan="off"))
     thread = threading.Thread(target=srv.run, kwargs={"sockets": [sock]}, daemon=True)
@@ -303,9 +307,11 @@ def test_a_slow_cloud_does_not_delay_a_page(site, monkeypatch):
         took = time.monotonic() - started
         assert code == 200 and took < 1.0, took
         assert b'"age": "asking (0s)"' in body and b'"status": {}' in body
-        for path in ("/runs?cluster=uitest", f"/run/uitest/{site['runs']['good']}"):
+        for path, said in (("/runs?cluster=uitest", b"uitest: its store has not answered (asking (0s))"),
+                           (f"/run/uitest/{site['runs']['good']}", b'"pending": "its store has not answered (asking')):
             started = time.monotonic()
-            assert _get(base + path + ("&" if "?" in path else "?") + "token=t")[0] == 200
+            code, body, _ = _get(base + path + ("&" if "?" in path else "?") + "token=t")
+            assert code == 200 and said in body, body[-500:]
             assert time.monotonic() - started < 1.0, path
     finally:
         srv.should_exit = True

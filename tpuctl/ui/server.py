@@ -7,11 +7,13 @@ shows) and app.js, which draws it and then asks the same data again every TPUCTL
 is answered 403. Only GET and HEAD exist: no page changes anything."""
 from __future__ import annotations
 
+import functools
 import html
 import json
 import os
 import secrets
 import socket
+import time
 from importlib import resources
 from typing import Any, Awaitable, Callable
 
@@ -24,7 +26,7 @@ from starlette.staticfiles import StaticFiles
 
 from ..core.errors import ErrorKind, TpuctlError
 from . import runview, views
-from .figures import Figures
+from .figures import Figures, store_wait
 
 COOKIE = "tpuctl_ui_token"
 
@@ -83,7 +85,19 @@ def build(token: str, figures: Figures) -> Starlette:
 
     def runs_data(request: Request) -> dict[str, Any]:
         page = request.query_params.get("page", "0")
-        return views.runs(request.query_params.get("cluster") or None, int(page) if page.isdigit() else 0)
+        return views.runs(figures, request.query_params.get("cluster") or None, int(page) if page.isdigit() else 0)
+
+    def run_data(c: str, rid: str) -> dict[str, Any]:
+        """The run as its store last answered (runview.run in the background, waited for briefly), or, before a
+        first answer, that it is pending and for how long; a run that does not exist is a TpuctlError."""
+        fig = figures.get(f"run:{c}:{rid}", functools.partial(runview.run, c, rid), max_age=0, wait=store_wait())
+        if fig.value is None and fig.error:
+            raise TpuctlError(ErrorKind.NOT_FOUND, fig.error, "the runs page lists them")
+        now = time.time()
+        if fig.value is None:
+            return {"pending": f"its store has not answered ({fig.age(now)})", "cluster": c, "id": rid}
+        late = fig.asked and now - fig.asked >= store_wait()
+        return {**fig.value, "pending": f"its store is slow to answer: shown {fig.age(now)}" if late else ""}
 
     def runs_page(request: Request) -> Response:
         data = runs_data(request)
@@ -93,7 +107,7 @@ def build(token: str, figures: Figures) -> Starlette:
     def run_page(request: Request) -> Response:
         c, rid = request.path_params["cluster"], request.path_params["run_id"]
         try:
-            data = runview.run(c, rid)
+            data = run_data(c, rid)
         except TpuctlError as e:
             return _problem(e)
         return _page("run", f"Run {rid}", data, cluster=c, id=rid)
@@ -112,7 +126,7 @@ def build(token: str, figures: Figures) -> Starlette:
                 return JSON(views.leftovers(figures))
             q = request.query_params
             if what == "run":
-                return JSON(runview.run(q.get("cluster", ""), q.get("id", "")))
+                return JSON(run_data(q.get("cluster", ""), q.get("id", "")))
             if what == "log":
                 after, worker, skip = q.get("after", ""), q.get("worker", "0"), q.get("skip", "0")
                 return JSON(runview.log(q.get("cluster", ""), q.get("id", ""), int(worker) if worker.isdigit() else 0,

@@ -10,11 +10,10 @@ from typing import Any
 
 from ..control import inventory, status as status_flow, submission
 from ..core import runindex, state
-from ..core.errors import TpuctlError
 from ..core.models import ClusterState
 from ..providers import registry
 from ..providers.base import Provider
-from .figures import Figures
+from .figures import Figures, store_wait
 
 def page_size() -> int:
     """Runs a page of runs shows (TPUCTL_UI_PAGE, 50)."""
@@ -45,27 +44,41 @@ def costed(st: ClusterState, prov: Provider, rows: list[dict[str, Any]]) -> None
         r["cluster"] = st.name
 
 
-def runs(name: str | None, page: int) -> dict[str, Any]:
+def _rows(name: str, first: int, last: int) -> tuple[bool, list[dict[str, Any]]]:
+    """(whether runs older than `last` exist, rows of the runs first..last-1 of cluster `name`, newest first)."""
+    st, prov = cluster(name)
+    store = prov.store(st)
+    ids = runindex.newest(store, last + 1, report=lambda m: None)
+    rows = submission.table(store, ids=ids[first:last])
+    costed(st, prov, rows)
+    return len(ids) > last, rows
+
+
+def runs(figures: Figures, name: str | None, page: int) -> dict[str, Any]:
     """A page of runs, newest first: one cluster's, or every cluster's merged by id (ids sort by submission time).
     Only the index entries up to this page are listed, and only this page's runs are read (runindex.newest), so a
-    store with 20,000 runs opens its first page as fast as one with 20."""
+    store with 20,000 runs opens its first page as fast as one with 20. Each cluster's store (a bucket) is read in
+    the background: one that does not answer in time shows its last rows, and says so."""
     names = [name] if name else state.cluster_names()
     rows: list[dict[str, Any]] = []
     problems: list[str] = []
     more = False
     size = page_size()
+    first, last = (page * size if name else 0), (page + 1) * size
+    now = time.time()
     for n in names:
-        try:
-            st, prov = cluster(n)
-            store = prov.store(st)
-            ids = runindex.newest(store, (page + 1) * size + 1, report=lambda m: None)
-        except TpuctlError as e:
-            problems.append(f"{n}: {e.message}")
+        fig = figures.get(f"runs:{n}:{first}:{last}", functools.partial(_rows, n, first, last), max_age=0,
+                          wait=store_wait())
+        if fig.error:
+            problems.append(f"{n}: {fig.error}")
+        if fig.value is None:
+            if not fig.error:
+                problems.append(f"{n}: its store has not answered ({fig.age(now)})")
             continue
-        more = more or len(ids) > (page + 1) * size
-        mine = submission.table(store, ids=ids[page * size:(page + 1) * size] if name else ids[:(page + 1) * size])
-        costed(st, prov, mine)
-        rows += mine
+        if fig.asked and now - fig.asked >= store_wait():
+            problems.append(f"{n}: its store is slow to answer: rows {fig.age(now)}")
+        more = more or fig.value[0]
+        rows += fig.value[1]
     rows.sort(key=lambda r: str(r["id"]), reverse=True)
     if not name:   # every cluster: this page of the merged order
         more = more or len(rows) > (page + 1) * size

@@ -209,12 +209,23 @@
   }
   if (view === "leftovers") { drawLeftovers(data); poll("/api/leftovers", drawLeftovers); }
   if (view === "run") {
-    drawRunSummary(data);
-    drawLogBox(data);
-    drawRunCharts(data);
-    drawRunRest(data);
-    followLog();
+    // a store that has not answered yet: the page says so, and draws the run once it has
+    let drawn = false;
+    const update = (d) => {
+      let p = document.getElementById("pending");
+      if (!p) { p = h("p", {id: "pending", class: "bad"}); app.prepend(p); }
+      p.textContent = d.pending || "";
+      if (!d.row) return;
+      if (drawn) { drawRun(d); return; }
+      drawRunSummary(d);
+      drawLogBox(d);
+      drawRunCharts(d);
+      drawRunRest(d);
+      followLog();
+      drawn = true;
+    };
+    update(data);
     poll("/api/run?cluster=" + encodeURIComponent(app.dataset.cluster) + "&id=" + encodeURIComponent(app.dataset.id),
-      drawRun);
+      update);
   }
 })();
