@@ -383,3 +383,21 @@ def test_the_command_refuses_a_taken_port_and_a_missing_extra_in_one_line(env, c
     code, out, err = cli("ui", "--no-browser")
     assert code == 2 and "tpuctl ui needs uvicorn, not installed" in err and "pip install 'tpuctl[ui]'" in err, err
     assert "Traceback" not in err and out == ""
+
+
+def test_the_browser_opens_the_printed_url_unless_told_not_to(site, tmp_path):
+    """Python's webbrowser runs $BROWSER when it is set (its docs: "the command ... %s is replaced by the URL"): a
+    script standing in for the browser writes down the URL it was given."""
+    opened = tmp_path / "opened"
+    browser = tmp_path / "browser"
+    browser.write_text(f"#!/bin/sh\nprintf '%s' \"$1\" > {opened}\n")
+    browser.chmod(0o755)
+    proc = subprocess.Popen([sys.executable, "-m", "tpuctl", "ui"], env={**site["env"], "BROWSER": f"{browser} %s"},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        url = proc.stdout.readline().strip()
+        until(lambda: opened.exists() and opened.read_text() == url, 30, "the browser opened with the URL")
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(20)
+    assert url.startswith("http://127.0.0.1:") and "?token=" in url
