@@ -121,7 +121,8 @@ MAY_IMPORT = {
     "runtime": ("core", "providers.stores"),   # a job's metrics.json into the store without TensorFlow
     "providers": ("core", "providers"),
     "control": ("core", "control", "providers"),
-    "cli": ("core", "cli", "control", "providers", "agent"),
+    "cli": ("core", "cli", "control", "providers", "agent", "ui"),
+    "ui": ("core", "control", "providers", "ui"),   # the web page: a view over control/ and core/ (DESIGN.md)
     "agent": ("host",),
     "watcher": ("core", "control", "providers"),
 }
@@ -149,7 +150,7 @@ def test_every_module_lives_in_the_room_for_where_it_runs():
     loose = sorted(set(agent_package.modules(PKG)) - TOP_LEVEL)
     assert [m for m in loose if m.count(".") < 2 and m not in ("tpuctl." + r for r in MAY_IMPORT)] == []
     assert {p.name for p in PKG.iterdir() if p.is_dir() and p.name != "__pycache__"} == \
-        {r for r in MAY_IMPORT if (PKG / r).is_dir()} == {"cli", "control", "core", "host", "providers"}
+        {r for r in MAY_IMPORT if (PKG / r).is_dir()} == {"cli", "control", "core", "host", "providers", "ui"}
 
 
 def test_each_room_imports_only_the_rooms_below_it():

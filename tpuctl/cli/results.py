@@ -119,7 +119,8 @@ def jobs(cluster: Optional[str] = CLUSTER,
                                                              "history)."),
          provider: Optional[str] = PROVIDER) -> None:
     """List the cluster's runs, newest first: id, job, state, start, duration, exit code, latest step and loss,
-    loss curve, and goodput (the share of the run's time spent in training steps that were kept)."""
+    loss curve, goodput (the share of the run's time spent in training steps that were kept), and tpu (the chips'
+    mean duty cycle over the last samples its host took, or n/a and why)."""
     from ..control import submission
     from ..core import budget
     con = console()
@@ -132,9 +133,7 @@ def jobs(cluster: Optional[str] = CLUSTER,
                       style="dim")
     from ..control.status import costing
     hourly, spend = costing(st, prov)   # the budget: each row carries it in --json, a line says it otherwise
-    for r in rows:   # what the compute cost while the run ran, at the price every cost is counted at
-        d = r["duration"]
-        r["cost_usd"] = round(d / 3600 * hourly, 4) if isinstance(d, float) and hourly is not None else None
+    submission.costed(rows, hourly)
     if as_json:
         con.print_json([{**r, **spend} for r in rows])
         return
@@ -148,7 +147,7 @@ def jobs(cluster: Optional[str] = CLUSTER,
         con.err.print(f"budget {d(float(str(spend['budget_usd'])))}: {d(float(str(spend['spent_usd'])))} spent, "
                       f"{d(float(str(spend['left_usd'])))} left", markup=False)
     con.print_table(["id", "job", "state", "started", "duration", "exit", "cost", "step", "loss", "loss curve",
-                     "goodput"],
+                     "goodput", "tpu"],
                     [[r["id"], r["name"], r["state"], r["started"],
                       "" if r["duration"] is None else f"{r['duration']:.0f}s",
                       "" if r["exit_code"] is None else r["exit_code"],
@@ -156,7 +155,7 @@ def jobs(cluster: Optional[str] = CLUSTER,
                       "" if r["step"] is None else r["step"],
                       "" if r["loss"] is None else f"{r['loss']:.4f}", r["loss_curve"],
                       "" if r["goodput"] is None else f"{r['goodput']:.0f}%"
-                      + _resumes(r)]
+                      + _resumes(r), r["tpu"]]
                      for r in rows], keep=("id",), drop=JOBS_DROPPED_FIRST)
     for r in rows:
         if r["note"]:
@@ -164,7 +163,7 @@ def jobs(cluster: Optional[str] = CLUSTER,
 
 
 # What `jobs` goes without in a narrow terminal, first first: never the id (what logs, download and cancel take).
-JOBS_DROPPED_FIRST = ("loss curve", "cost", "goodput", "exit", "started", "duration", "step", "loss", "job")
+JOBS_DROPPED_FIRST = ("loss curve", "tpu", "cost", "goodput", "exit", "started", "duration", "step", "loss", "job")
 
 
 def _resumes(row: dict[str, Any]) -> str:

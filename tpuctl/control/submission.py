@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core import backends, datasync, goodput, interrupts, layout, metrics, notify, orphans, packaging, runindex, runs
+from ..core import utilisation
 from ..core.errors import ErrorKind, TpuctlError, bad_input
 from ..core.jobspec import JobSpec, check_launchable
 from ..core.sizes import human_bytes
@@ -224,6 +225,7 @@ def _row(store: BlobStore, run_id: str) -> dict[str, object] | None:
         return None
     st = runs.status(store, run_id)
     m = metrics.parse(store.read(layout.run_metrics(run_id)))
+    chips = utilisation.parse(store.read(layout.run_chips(run_id, 0)))
     start = _first_claim(store, run_id) or st.started
     end = st.ended
     shown = st.state.value
@@ -240,6 +242,7 @@ def _row(store: BlobStore, run_id: str) -> dict[str, object] | None:
             "step": m.step if m else None, "loss": m.metrics.get("loss") if m else None,
             "loss_curve": metrics.sparkline(losses),
             "goodput": parts.pop("goodput_pct") if parts else None, "goodput_parts": parts,
+            "tpu_duty_pct": utilisation.recent_duty(chips), "tpu": utilisation.shown(chips),
             "sessions": _sessions(store, run_id)}
 
 
@@ -264,16 +267,25 @@ def _first_claim(store: BlobStore, run_id: str) -> float | None:
     return float(t) if t else None
 
 
-def table(store: BlobStore, limit: int | None = None) -> list[dict[str, object]]:
+def table(store: BlobStore, limit: int | None = None, ids: list[str] | None = None) -> list[dict[str, object]]:
     """One row for each of the `limit` latest runs (None: all), newest first: one short listing of the index,
-    then a few small reads a run, 16 at a time (a bucket answers in ~50 ms); older runs are not read at all."""
-    ids = runindex.newest(store, limit)
+    then a few small reads a run, 16 at a time (a bucket answers in ~50 ms); older runs are not read at all.
+    `ids`: these runs instead (a page of the index `tpuctl ui` listed)."""
+    ids = runindex.newest(store, limit) if ids is None else ids
     if not ids:
         return []
     with ThreadPoolExecutor(min(16, len(ids))) as pool:
         rows = [r for r in pool.map(lambda rid: _row(store, rid), ids) if r is not None]
     _recoveries_during(store, rows)
     return rows
+
+
+def costed(rows: list[dict[str, object]], hourly: float | None) -> None:
+    """Each row's `cost_usd`: what the compute cost while the run ran, at the price every cost is counted at
+    (status.costing's hourly); None without a price or a duration. `jobs` and `tpuctl ui` show it."""
+    for r in rows:
+        d = r["duration"]
+        r["cost_usd"] = round(d / 3600 * hourly, 4) if isinstance(d, float) and hourly is not None else None
 
 
 def _recoveries_during(store: BlobStore, rows: list[dict[str, object]]) -> None:

@@ -93,11 +93,15 @@ def post(url: str, message: dict[str, Any], wait: float) -> str:
 APPRISE = "apprise>=1.6,<3"   # Apprise().add / notify(body=, title=) and its truthy result hold across these
 
 
+def agent_home() -> str:
+    """Where a host keeps what its agent installs for itself (Apprise, tpu-info): never the image's or the user's
+    environment."""
+    return os.environ.get("TPUCTL_AGENT_HOME") or os.path.join(os.path.expanduser("~"), ".tpuctl-agent")
+
+
 def apprise_dir() -> str:
-    """Where a host installs Apprise for itself when a cluster first uses an Apprise URL: beside the agent's work,
-    never into the image's or the user's environment."""
-    base = os.environ.get("TPUCTL_AGENT_HOME") or os.path.join(os.path.expanduser("~"), ".tpuctl-agent")
-    return os.environ.get("TPUCTL_APPRISE_DIR") or os.path.join(base, "apprise")
+    """Where a host installs Apprise for itself when a cluster first uses an Apprise URL: beside the agent's work."""
+    return os.environ.get("TPUCTL_APPRISE_DIR") or os.path.join(agent_home(), "apprise")
 
 
 def _load_apprise() -> ModuleType:

@@ -168,6 +168,12 @@ def run_metrics(run_id: str) -> str:
     return f"{run_output(run_id)}/metrics.json"
 
 
+def run_chips(run_id: str, worker: int) -> str:
+    """Worker N's TPU (or GPU) duty cycle and HBM use while the run ran (utilisation.py): in the run's record, beside
+    its status, so the job's outputs (what `download` fetches, what the job lists) hold only what the job wrote."""
+    return f"{run_prefix(run_id)}tpu-metrics{_worker(worker)}.json"
+
+
 def blob(md5: str) -> str:
     """A data file's content, stored once whatever its name (content-addressed by md5)."""
     return f"{BLOBS_PREFIX}{md5}"
@@ -217,6 +223,8 @@ DESCRIBED = [
     (run_claim("ID", 0) + "[-wN][-aK]", "written once by the agent that takes the run (worker N, attempt K)"),
     (run_status("ID", 0).replace("status.json", "status[-wN].json"), "state, exit code, heartbeat, host"),
     (log_chunk("ID", 0, 1).replace("logs/", "logs[-wN]/"), "ordered log chunks, each written once"),
+    (run_chips("ID", 0).replace("metrics.json", "metrics[-wN].json"), "each chip's duty cycle and HBM use on worker "
+                                                                      "N, sampled by its agent (or why none)"),
     (run_cancel("ID"), "written by `tpuctl cancel`"),
     (run_round("ID", 2).replace("0002", "NNNN"), "a run across many hosts: written once by the host that restarts "
                                                  "it on every host (a lost host, exit 42), or ends it (a failure)"),

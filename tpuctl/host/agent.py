@@ -31,6 +31,7 @@ from ..core.runs import RunSpec, RunStatus
 from ..providers.stores import open_store
 from .attempt import Attempt
 from .autostop import SelfStop
+from .chipsampler import ChipSampler
 from .claims import Claims
 from .heldoutput import HeldOutput
 from .storeguard import StoreGuard
@@ -192,8 +193,9 @@ class Agent:
 
     def execute(self, run_id: str, attempt: int = 1) -> int:
         # the spec claims read, and whether the attempt before was its host's stop (claims.py), go to the attempt
-        return Attempt(self, run_id, attempt, self.claims.specs.get(run_id), self.claims.interrupted.pop(run_id, False),
-                       self.selfstop.run_limit).run()
+        with ChipSampler(self.store, run_id, self.worker).running():   # the chips' duty cycle while it runs
+            return Attempt(self, run_id, attempt, self.claims.specs.get(run_id),
+                           self.claims.interrupted.pop(run_id, False), self.selfstop.run_limit).run()
 
     def run_one(self, run_id: str, attempt: int) -> int:
         """`--run ID`: a pod of the run's JobSet (providers/gke/manifest.py) runs this one run and exits with its

@@ -83,6 +83,7 @@ class Attempt:
         self.restarts = attempt - 1 if agent.external_restarts else \
             runs.status(agent.store, run_id, agent.worker).restarts if attempt > 1 else 0   # GKE: the JobSet's
         self.began = 0.0  # when the job's process last started (the restart backoff's measure of a healthy run)
+        self.exited: int | None = None   # the exit code a restart on this host followed (its run.restarted says it)
         self.halts = Halts(agent.store, run_id, agent.stop, agent.guard.failed, limit)   # what ends it from outside
         self.events = RunEvents(agent.store, str(agent.record.get("cluster", "")), run_id, attempt, agent.worker,
                                 agent.host, self.started)
@@ -135,7 +136,7 @@ class Attempt:
             proc = self._launch(script, env, shipper)
             if isinstance(proc, int):
                 return proc
-            self.events.started(self.restarts, n)
+            self.events.started(self.restarts, n, self.exited)
             supervisor = Supervisor(self._watch(), proc, shipper, (lambda: rounds.watch(n)) if rounds else None)
             rc, cancelled = supervisor.run()
             # a job tpuctl ended itself (a cancel, the budget) is not the host's stop: no wait for the agent's SIGTERM
@@ -223,6 +224,7 @@ class Attempt:
         """A restart on this host after `wait` seconds (restarts.backoff), said in the log: None to start the job
         again, or the exit code when a cancel, the cluster's limit or the agent's stop came during the wait."""
         self.restarts += 1
+        self.exited = rc
         shipper.note(f"the job exited {rc}; restart {self.restarts} of {limit} (submit --max-restarts), from its "
                      f"checkpoint, in {wait:g}s (the wait doubles while the job keeps failing, up to a minute)",
                      fresh_line=True)

@@ -23,16 +23,18 @@ class RunEvents:
     host: str
     started_at: float   # when this attempt started (time.time())
 
-    def started(self, restart: int = 0, round_: int = 1) -> None:
+    def started(self, restart: int = 0, round_: int = 1, exit_code: int | None = None) -> None:
         """`restart`: how many times `submit --max-restarts` has started the job again; `round_`: the round of a run
-        across many hosts (rounds.py), which every host started anew."""
+        across many hosts (rounds.py), which every host started anew; `exit_code`: what the job exited with before
+        this restart on this host (the run page lists restarts with it)."""
         if self.worker != 0:
             return
         if self.attempt > 1 or restart or round_ > 1:
             key = f"run.restarted-{self.run_id}-a{self.attempt}" + (f"-r{restart}" if restart else "") \
                 + (f"-n{round_}" if round_ > 1 else "")
             notify.emit(self.store, "run.restarted", key, self.cluster, self.run_id, attempt=self.attempt,
-                        restart=restart, host=self.host, **({"round": round_} if round_ > 1 else {}))
+                        restart=restart, host=self.host, **({"round": round_} if round_ > 1 else {}),
+                        **({"exit_code": exit_code} if restart and exit_code is not None else {}))
         else:
             notify.emit(self.store, "run.started", f"run.started-{self.run_id}", self.cluster, self.run_id,
                         host=self.host)

@@ -1,0 +1,403 @@
+"""`tpuctl ui` against one local cluster with real runs (one succeeded with a falling loss, one failed, one running
+and printing), made once for the module: the real command in its own process, its pages in Debian's chromium
+driven by Playwright (skipped, with the reason, only where no Chromium can be had)."""
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from conftest import until
+from fakes.libtpu_metrics import FakeLibtpuMetrics
+from jobs import make_job
+
+# one cluster, one server, one browser for the module (about 40 s here: started early, beside the others)
+pytestmark = [pytest.mark.xdist_group("ui"), pytest.mark.slow(40)]
+
+GOOD = """
+import time
+from tpuctl import runtime
+p = runtime.Progress()
+for s in range(1, 61):
+    time.sleep(0.005)
+    p.step(s, 0.005, loss=10.0 / s, accuracy=s / 60)
+    print(f"step {s} loss {10.0 / s:.3f}", flush=True)
+p.flush()
+"""
+BAD = """
+print("about to fail", flush=True)
+raise SystemExit(3)
+"""
+LIVE = """
+import itertools, time
+for i in itertools.count():
+    print(f"tick {i}", flush=True)
+    time.sleep(0.2)
+"""
+WORKER_1 = b"worker one says hello\n"
+SECRET = "SECRETTOKEN42"
+ORPHAN = "20261127-120000-000-beef"
+
+
+def _cli(env, *args, timeout=120):
+    r = subprocess.run([sys.executable, "-m", "tpuctl", *args], env=env, capture_output=True, text=True,
+                       timeout=timeout)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return r.stdout
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    """The cluster `uitest` with its three runs, and `tpuctl ui --no-browser` serving it."""
+    tmp = tmp_path_factory.mktemp("ui")
+    with socket.socket() as probe:   # libtpu's metrics service answers only from the live run on (see _serve)
+        probe.bind(("127.0.0.1", 0))
+        libtpu_port = probe.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TPUCTL_", "GOOGLE_", "CLOUDSDK_"))
+           and not k.endswith("_EMULATOR_HOST")}
+    env.update(TPUCTL_HOME=str(tmp / "home"), TPUCTL_CONFIG=str(tmp / "config.toml"), CLOUDSDK_CONFIG=str(tmp / "g"),
+               GOOGLE_APPLICATION_CREDENTIALS=str(tmp / "missing.json"), TPUCTL_TPU_METRICS_SECONDS="0.5",
+               TPUCTL_UI_POLL_SECONDS="0.3", TPUCTL_LOG_POLL_MAX="0.2", TPUCTL_NOTIFY_RETRY_FOR="0.3",
+               TPUCTL_NOTIFY_BACKOFF="0.1", TPUCTL_PRICE_PER_HOUR="2",
+               TPUCTL_TPU_METRICS_ADDR=f"localhost:{libtpu_port}")
+    with pytest.MonkeyPatch.context() as mp:
+        for k, v in env.items():
+            mp.setenv(k, v)
+        # a webhook nothing answers, its path the secret: its notifications are given up on, shown masked
+        _cli(env, "up", "--provider", "local", "-c", "uitest", "--notify", f"http://127.0.0.1:1/{SECRET}",
+             "--budget", "5")
+        try:
+            yield from _serve(tmp, env, libtpu_port)
+        finally:
+            subprocess.run([sys.executable, "-m", "tpuctl", "down", "-c", "uitest", "--yes"], env=env,
+                           capture_output=True, timeout=120)
+
+
+def _serve(tmp, env, libtpu_port):
+    from tpuctl.core import layout, runs, state, utilisation
+    from tpuctl.core.store import LocalStore
+    st = state.load("uitest")
+    store = LocalStore(st.spec.store)
+    good = _cli(env, "submit", str(make_job(tmp, GOOD, name="good")), "-c", "uitest", "--detach").strip()
+    bad = _cli(env, "submit", str(make_job(tmp, BAD, name="bad")), "-c", "uitest", "--detach").strip()
+    until(lambda: runs.status(store, good).state.final and runs.status(store, bad).state.final, 120, "two runs")
+    # from here libtpu's metrics service answers the agent (the first two runs found it silent)
+    libtpu = FakeLibtpuMetrics(chips=4, port=libtpu_port)
+    live = _cli(env, "submit", str(make_job(tmp, LIVE, 'framework = "jax"\n', name="live")), "-c", "uitest",
+                "--detach").strip()
+    until(lambda: runs.status(store, live).state is runs.RunState.RUNNING
+          and store.read(layout.log_chunk(live, 0, 1)) is not None, 120, "the live run printing")
+    until(lambda: len(((utilisation.parse(store.read(layout.run_chips(live, 0))) or {}).get("history") or {})
+                      .get("duty_cycle_pct", [])) >= 3, 60, "three samples of the live run's chips")
+    # a second host of the live run, as a multi-host slice's worker 1 ships its log (the store is the control plane)
+    st.host.hosts = 2
+    state.save(st)
+    store.write(layout.log_chunk(live, 1, 1), WORKER_1)
+    # data a killed submit left (core/orphans.py): what the leftovers page must name, with the command removing it
+    store.write(layout.submitting(ORPHAN), json.dumps({"left_by": "a submit killed before its job.json"}).encode())
+    store.write(layout.run_data(ORPHAN) + "corpus.txt", b"x" * 1000)
+    proc = subprocess.Popen([sys.executable, "-m", "tpuctl", "ui", "--no-browser"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    url = proc.stdout.readline().strip()
+    assert url.startswith("http://127.0.0.1:") and "/?token=" in url, proc.stderr.read()
+    base, token = url.split("/?token=")
+    try:
+        yield {"url": url, "base": base, "token": token, "proc": proc, "store": store, "env": env,
+               "runs": {"good": good, "bad": bad, "live": live}, "libtpu_port": libtpu_port}
+    finally:
+        libtpu.stop()
+        proc.send_signal(signal.SIGINT)   # Ctrl-C
+        try:
+            code = proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            pytest.fail("tpuctl ui did not end on Ctrl-C")
+        _cli(env, "cancel", live, "-c", "uitest")
+        assert code == 130 and "tpuctl ui stopped" in proc.stderr.read()   # Ctrl-C's exit, said in one line
+        assert not _can_connect(int(base.rsplit(":", 1)[1]))   # nothing left listening
+
+
+@pytest.fixture(scope="module")
+def browser():
+    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    if exe is None:
+        pytest.skip("no Chromium here (apt-get install -y chromium; .ci/run installs it)")
+    from playwright.sync_api import sync_playwright
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=exe, args=["--no-sandbox"])
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(site, browser):
+    """A page of a browser that has opened the printed URL (so it holds the token's cookie)."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    p = context.new_page()
+    p.goto(site["url"])
+    yield p
+    context.close()
+
+
+def _get(url, headers=None, method="GET"):
+    req = urllib.request.Request(url, headers=headers or {}, method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, r.read(), r.headers
+    except urllib.error.HTTPError as e:
+        return e.code, e.read(), e.headers
+
+
+def _listening(port):
+    """Every listening socket on `port`, as /proc/net/tcp and tcp6 show them (local address, hex)."""
+    found = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            local, st = line.split()[1], line.split()[3]
+            addr, hexport = local.split(":")
+            if st == "0A" and int(hexport, 16) == port:
+                found.append(addr)
+    return found
+
+
+def test_the_token_is_required_nothing_binds_beyond_loopback_and_nothing_is_written(site):
+    base, token = site["base"], site["token"]
+    assert _get(base + "/")[0] == 403
+    assert _get(base + "/api/runs?cluster=uitest")[0] == 403
+    assert _get(base + "/static/app.js")[0] == 403
+    assert _get(base + "/?token=" + "x" * len(token))[0] == 403
+    code, body, headers = _get(site["url"])
+    assert code == 200 and b"uitest" in body
+    cookie = headers["set-cookie"].split(";")[0]
+    assert _get(base + "/api/runs?cluster=uitest", {"Cookie": cookie})[0] == 200   # the cookie the token set
+    assert _get(base + "/api/runs?cluster=uitest&token=" + token, method="POST")[0] == 405
+    port = int(base.rsplit(":", 1)[1])
+    assert _listening(port) == ["0100007F"]   # 127.0.0.1 alone (little-endian hex)
+    assert "HttpOnly" in headers["set-cookie"] and "samesite=strict" in headers["set-cookie"].lower()
+
+
+def test_jobs_shows_the_chips_duty_cycle_or_why_there_is_none(site):
+    rows = {r["id"]: r for r in json.loads(_cli(site["env"], "jobs", "-c", "uitest", "--json"))}
+    for name in ("good", "bad"):   # the service was silent: said, never an error
+        assert rows[site["runs"][name]]["tpu"].startswith(f"n/a (libtpu's runtime metrics service on localhost:"
+                                                          f"{site['libtpu_port']} did not answer (UNAVAILABLE)")
+    live = rows[site["runs"]["live"]]
+    assert live["tpu"] == "50%" and live["tpu_duty_pct"] == 50.0   # the fake's four chips at 50%
+
+
+def _shot(page, name):
+    """docs/ui.md's screenshots, taken when TPUCTL_UI_SCREENSHOTS names a directory (docs/img when refreshing them)."""
+    where = os.environ.get("TPUCTL_UI_SCREENSHOTS")
+    if where:
+        page.screenshot(path=str(Path(where) / f"ui-{name}.png"), full_page=True)
+
+
+def test_the_pages_in_a_browser(site, page):
+    good, bad, live = (site["runs"][k] for k in ("good", "bad", "live"))
+    page.wait_for_selector("table.clusters td[data-label=state]:has-text('ready')", timeout=30000)
+    assert "uitest" in page.inner_text("table.clusters")
+
+    page.wait_for_selector("table.clusters td[data-label=notifications]:has-text('not delivered')", timeout=30000)
+    assert "http://127.0.0.1/***" in page.inner_text("table.clusters")
+    assert " of $5.00 ($" in page.inner_text("table.clusters td[data-label=budget]")   # spent of the cap, and left
+    _shot(page, "clusters")
+
+    page.click("text=uitest")
+    page.wait_for_selector("table.runs")
+    text = page.inner_text("table.runs")
+    for rid, state in ((good, "succeeded"), (bad, "failed"), (live, "running")):
+        row = page.inner_text(f"tr:has(a:text-is('{rid}'))")
+        assert state in row, (rid, row)
+    assert text.index(live) < text.index(bad) < text.index(good)   # newest first
+    _shot(page, "runs")
+
+    page.click(f"a:text-is('{good}')")
+    page.wait_for_selector("#metric-loss canvas")
+    history = json.loads(Path(site["store"].local_path(f"runs/{good}/output/metrics.json")).read_text())["history"]
+    assert page.get_attribute("#metric-loss", "data-points") == str(len(history["loss"])) == "60"
+    assert page.eval_on_selector("#charts", "c => c.querySelector('figure').id") == "metric-loss"   # loss first
+    assert page.get_attribute("#metric-accuracy", "data-points") == "60"
+    events = page.inner_text("#events")
+    assert events.index("submitted") < events.index("claimed") < events.index("succeeded (exit code 0)")
+    assert "metrics.json" in page.inner_text("#outputs")
+    assert f"tpuctl logs {good} -c uitest -f" in page.inner_text("#commands")
+    assert "s0/w0: n/a (libtpu's runtime metrics service" in page.inner_text("#chips-shown")
+    assert "step 60 loss 0.167" in page.inner_text("#log-text")
+    _shot(page, "run")
+
+    page.goto(f"{site['base']}/run/uitest/{bad}")
+    page.wait_for_selector("#events li:has-text('failed (exit code 3)')")
+    assert "about to fail" in page.inner_text("#log-text")
+    page.wait_for_selector("#events li:has-text('to http://127.0.0.1/*** given up')")
+
+    page.click("nav >> text=Runs")   # every cluster's runs: the cluster named in each row
+    page.wait_for_selector(f"table.runs tr:has(a:text-is('{good}')) td[data-label=cluster]:text-is('uitest')")
+
+    page.click("nav >> text=Leftovers")
+    page.wait_for_selector(f"#leftovers td:has-text('{ORPHAN}')", timeout=30000)
+    assert "tpuctl down -c uitest" in page.inner_text("#leftovers")
+    _shot(page, "leftovers")
+    for path in ("/", "/runs", f"/run/uitest/{bad}", "/leftovers", "/api/clusters", "/api/leftovers"):
+        assert SECRET not in _get(site["base"] + path + "?token=" + site["token"])[1].decode(), path
+
+
+def _ticks(text):
+    return [int(line.split()[1]) for line in text.splitlines() if line.startswith("tick ")]
+
+
+def test_a_running_runs_log_follows_without_reload_and_its_hosts_switch(site, page):
+    page.goto(f"{site['base']}/run/uitest/{site['runs']['live']}")
+    page.wait_for_selector("#log-text:has-text('tick')")
+    first = max(_ticks(page.inner_text("#log-text")))
+    newest = [first]
+    page.on("framenavigated", lambda f: newest.append(-1))   # a reload would show here
+    until(lambda: max(_ticks(page.inner_text("#log-text"))) >= first + 5, 30, "newer lines without a reload")
+    assert -1 not in newest
+    assert page.eval_on_selector_all("#host option", "os => os.map(o => o.textContent)") == ["s0/w0", "s0/w1"]
+    page.select_option("#host", "1")
+    page.wait_for_selector("#log-text:has-text('worker one says hello')")
+    assert "tick" not in page.inner_text("#log-text")
+    page.select_option("#host", "0")
+    page.wait_for_selector("#log-text:has-text('tick')")
+    assert "s0/w0: 50%" in page.inner_text("#chips-shown")   # the chips' duty cycle, and its chart over time
+    history = json.loads(site["store"].read(f"tpuctl/runs/{site['runs']['live']}/tpu-metrics.json"))["history"]
+    drawn = int(page.get_attribute("[id='chips-s0/w0'] ", "data-points"))
+    assert drawn >= 3 and drawn <= len(history["duty_cycle_pct"]) + 10   # the page polls as samples come
+    assert page.query_selector("[id='hbm-s0/w0'] canvas") is not None
+    _shot(page, "live")
+    page.set_viewport_size({"width": 400, "height": 800})   # a phone: everything within the width
+    page.goto(f"{site['base']}/runs?cluster=uitest")
+    page.wait_for_selector("table.runs")
+    assert page.evaluate("document.documentElement.scrollWidth") <= 400
+    _shot(page, "runs-400")
+
+
+def test_a_slow_cloud_does_not_delay_a_page(site, monkeypatch):
+    """The cluster's `status` and every read of its store made to take 5 s (a cloud, a bucket that answer slowly):
+    each page comes within a second, saying what is being asked and for how long."""
+    import uvicorn
+
+    from tpuctl.control import status as status_flow
+    from tpuctl.ui import runview, server, views
+    from tpuctl.ui.figures import Figures
+
+    def slow(real):
+        return lambda *a: (time.sleep(5), real(*a))[1]
+    monkeypatch.setattr(status_flow, "status", slow(status_flow.status))
+    monkeypatch.setattr(views, "_rows", slow(views._rows))
+    monkeypatch.setattr(runview, "run", slow(runview.run))
+    sock = server.bind(None)
+    srv = uvicorn.Server(uvicorn.Config(server.build("t", Figures()), log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=srv.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    base = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    try:
+        until(lambda: _can_connect(sock.getsockname()[1]), 10, "the server")
+        started = time.monotonic()
+        code, body, _ = _get(base + "/?token=t")
+        took = time.monotonic() - started
+        assert code == 200 and took < 1.0, took
+        assert b'"age": "asking (0s)"' in body and b'"status": {}' in body
+        for path, said in (("/runs?cluster=uitest", b"uitest: its store has not answered (asking (0s))"),
+                           (f"/run/uitest/{site['runs']['good']}", b'"pending": "its store has not answered (asking')):
+            started = time.monotonic()
+            code, body, _ = _get(base + path + ("&" if "?" in path else "?") + "token=t")
+            assert code == 200 and said in body, body[-500:]
+            assert time.monotonic() - started < 1.0, path
+    finally:
+        srv.should_exit = True
+        thread.join(10)
+        sock.close()
+
+
+def _can_connect(port):
+    try:
+        socket.create_connection(("127.0.0.1", port), 0.5).close()
+        return True
+    except OSError:
+        return False
+
+
+def test_console_and_logging_links_on_google_cloud_in_xpks_shapes():
+    """xpk's "Follow your workload here" link and its Logs Explorer query (src/xpk/commands/workload.py); none where
+    the cluster has no console (local) or no project."""
+    import urllib.parse
+
+    from tpuctl.core.models import ClusterSpec, ClusterState, ProviderName
+    from tpuctl.ui import links
+    run = "20261128-101010-123-abcd"
+    gke = ClusterState(spec=ClusterSpec(name="big", provider=ProviderName.GKE, project="p1", tpu_type="v6e-16",
+                                        slices=2), zone="us-east5")
+    got = {l["title"]: l["url"] for l in links.for_run(gke, run)}
+    js = f"tpuctl-{run}"
+    assert got[f"JobSet {js} (Cloud Console)"] == \
+        f"https://console.cloud.google.com/kubernetes/service/us-east5/tpuctl-big/default/{js}/details?project=p1"
+    query = urllib.parse.unquote(got[f"logs of {js}'s pods (Cloud Logging)"].split("query;query=")[1].split("?")[0])
+    assert query.splitlines() == ['resource.type="k8s_container"', 'resource.labels.project_id="p1"',
+                                  'resource.labels.location="us-east5"', 'resource.labels.cluster_name="tpuctl-big"',
+                                  f'resource.labels.pod_name:"{js}-"', "severity>=DEFAULT"]
+    assert [t for t in got if t.startswith("node pool")] == ["node pool tpuctl-big-np-0 (Cloud Console)",
+                                                             "node pool tpuctl-big-np-1 (Cloud Console)"]
+    vm = ClusterState(spec=ClusterSpec(name="one", provider=ProviderName.GCP, project="p1", tpu_type="v5litepod-8"),
+                      zone="us-west4-a")
+    assert links.for_run(vm, run)[0]["url"] == \
+        "https://console.cloud.google.com/compute/tpus/details/us-west4-a/tpuctl-one?project=p1"
+    assert links.for_run(ClusterState(spec=ClusterSpec(name="here", provider=ProviderName.LOCAL)), run) == []
+
+
+def test_a_character_split_between_two_chunks_is_shown_whole(tmp_path):
+    """The agent ships at 64 KiB or each second, not at character boundaries: a page that decoded each read alone
+    would show the halves of a split character as two replacement marks."""
+    from tpuctl.core import layout
+    from tpuctl.core.store import LocalStore
+    from tpuctl.ui.runview import read_from
+    store, run = LocalStore(str(tmp_path)), "20261128-101010-123-abcd"
+    text = "loss 0.5 한국어\n".encode()
+    store.write(layout.log_chunk(run, 0, 1), text[:11])   # ends inside 한
+    got = read_from(store, run, 0, 1, 0, final=False)
+    assert got["text"] == "loss 0.5 " and (got["next"], got["skip"]) == (1, 9)
+    store.write(layout.log_chunk(run, 0, 2), text[11:])
+    got = read_from(store, run, 0, got["next"], got["skip"], final=False)
+    assert got["text"] == "한국어\n" and (got["next"], got["skip"]) == (3, 0)
+    assert read_from(store, run, 0, 3, 0, final=True) == {"text": "", "next": 3, "skip": 0, "final": True}
+
+
+def test_the_command_refuses_a_taken_port_and_a_missing_extra_in_one_line(env, cli, monkeypatch):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        port = taken.getsockname()[1]
+        code, out, err = cli("ui", "--port", str(port), "--no-browser")
+    assert code == 2 and f"error: --port {port} cannot be used on 127.0.0.1" in err and "hint:" in err, err
+    import importlib.util
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "uvicorn" else real(name, *a))
+    code, out, err = cli("ui", "--no-browser")
+    assert code == 2 and "tpuctl ui needs uvicorn, not installed" in err and "pip install 'tpuctl[ui]'" in err, err
+    assert "Traceback" not in err and out == ""
+
+
+def test_the_browser_opens_the_printed_url_unless_told_not_to(site, tmp_path):
+    """Python's webbrowser runs $BROWSER when it is set (its docs: "the command ... %s is replaced by the URL"): a
+    script standing in for the browser writes down the URL it was given."""
+    opened = tmp_path / "opened"
+    browser = tmp_path / "browser"
+    browser.write_text(f"#!/bin/sh\nprintf '%s' \"$1\" > {opened}\n")
+    browser.chmod(0o755)
+    proc = subprocess.Popen([sys.executable, "-m", "tpuctl", "ui"], env={**site["env"], "BROWSER": f"{browser} %s"},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        url = proc.stdout.readline().strip()
+        until(lambda: opened.exists() and opened.read_text() == url, 30, "the browser opened with the URL")
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(20)
+    assert url.startswith("http://127.0.0.1:") and "?token=" in url

@@ -1,0 +1,180 @@
+"""One run, as the run page shows it: its row (the one `jobs` shows), every metric's history, each host's chip
+utilisation, its hosts, events in time order, outputs with sizes, the commands for it, and its log read from the
+tail (a 100 MB log is never read whole: only its last chunks, then each new chunk as the agent ships it)."""
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+from ..control import armed, submission
+from ..core import backends, hostlogs, layout, metrics, notify, runs, utilisation
+from ..core.errors import ErrorKind, TpuctlError
+from ..core.store import BlobStore
+from . import links
+from .views import cluster, costed
+
+
+def tail_bytes() -> int:
+    """How much of a log the page loads first (TPUCTL_UI_LOG_TAIL_BYTES, 128 KiB: some 2,000 lines); older output is
+    a command away."""
+    return int(os.environ.get("TPUCTL_UI_LOG_TAIL_BYTES", str(128 * 1024)))
+
+
+POLL_BYTES = 4 * 2 ** 20   # what one poll of a following page may bring at most (a burst waits for the next poll)
+
+
+def hosts(st: Any, job: runs.RunSpec | None) -> list[dict[str, Any]]:
+    """The run's hosts as `logs --all-hosts` names them (hostlogs.hosts): store index and [sK/wW] label."""
+    record = {"arch": st.spec.arch.value, "runtime": st.runtime, "slices": st.spec.slices}
+    framework = backends.program_framework(job.framework, job.env, job.keras_backend, record) if job else "tensorflow"
+    return [{"index": i, "label": label.strip("[] ")}
+            for i, label in hostlogs.hosts(max(1, st.spec.slices), max(1, st.host.hosts), framework)]
+
+
+def run(name: str, run_id: str) -> dict[str, Any]:
+    st, prov = cluster(name)
+    store = prov.store(st)
+    if not runs.is_id(run_id) or (job := runs.job(store, run_id)) is None:
+        raise TpuctlError(ErrorKind.NOT_FOUND, f"no run {run_id} on cluster {name}", "the runs page lists them")
+    rows = submission.table(store, ids=[run_id])
+    costed(st, prov, rows)
+    m = metrics.parse(store.read(layout.run_metrics(run_id)))
+    who = hosts(st, job)
+    chips = {h["label"]: utilisation.parse(store.read(layout.run_chips(run_id, h["index"]))) for h in who}
+    history = m.history if m else {}
+    order = sorted(history, key=lambda k: (k != "loss", k))   # loss first
+    return {"cluster": name, "id": run_id, "job": job.name, "command": job.command, "row": rows[0] if rows else {},
+            "metrics": [{"name": k, "points": history[k]} for k in order],
+            "chips": {label: {"shown": utilisation.shown(d), "source": (d or {}).get("source", ""),
+                              "history": (d or {}).get("history", {}), "latest": (d or {}).get("chips", [])}
+                      for label, d in chips.items()},
+            "hosts": who, "events": events(store, run_id), "outputs": outputs(store, run_id),
+            "commands": commands(name, run_id), "links": links.for_run(st, run_id)}
+
+
+def commands(name: str, run_id: str) -> list[str]:
+    return [f"tpuctl logs {run_id} -c {name} -f", f"tpuctl download {run_id} -c {name}",
+            f"tpuctl cancel {run_id} -c {name}", f"tpuctl tensorboard {run_id} -c {name}"]
+
+
+def outputs(store: BlobStore, run_id: str) -> list[dict[str, Any]]:
+    prefix = layout.run_output(run_id) + "/"
+    return [{"path": k[len(prefix):], "bytes": size} for k, size in store.list(prefix)]
+
+
+def _read(store: BlobStore, key: str) -> dict[str, Any]:
+    try:
+        doc = json.loads(store.read(key) or b"{}")
+    except ValueError:
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def events(store: BlobStore, run_id: str) -> list[dict[str, Any]]:
+    """What happened to the run, oldest first: submitted, each claim (a host took it: a start, a take-over),
+    the notifications recorded for it (started, restarted with the attempt, finished or failed with the exit code),
+    the cluster's own events while it ran (preempted, recovered, stopped by autostop, budget or deadline), a
+    cancel and who sent it, the rounds of a run across hosts, notifications given up on, its end."""
+    job, st = runs.job(store, run_id), runs.status(store, run_id)
+    out: list[dict[str, Any]] = []
+    if job:
+        out.append({"time": job.submitted, "what": f"submitted ({job.name}: {job.command})"})
+    for a in range(1, st.attempt + 1):
+        c = _read(store, layout.run_claim(run_id, 0, a))
+        if c:
+            out.append({"time": float(c.get("time", 0)), "what": f"attempt {a} claimed by {c.get('host')}"})
+    start = out[0]["time"] if out else 0.0
+    end = st.ended or time.time()
+    for prefix in (f"run.started-{run_id}", f"run.restarted-{run_id}", f"run.ended-{run_id}", "cluster.", "budget."):
+        for key, _ in store.list(layout.notify_event(prefix)[:-len(".json")]):
+            e = _read(store, key)
+            t = float(e.get("time") or 0)
+            if e.get("run") == run_id or (not e.get("run") and start <= t <= end):
+                said = ", ".join(f"{k} {v}" for k, v in e.items() if k not in ("event", "cluster", "run", "time",
+                                                                              "log_tail"))
+                out.append({"time": t, "what": f"{e.get('event')}" + (f": {said}" if said else "")})
+    for r in armed.recoveries(store):
+        t = float(r.get("detected_at", 0))
+        if start <= t <= end:
+            out.append({"time": t, "what": f"recovery: {armed.recovery_line(r)}"})
+    for key, _ in store.list(layout.run_rounds(run_id)):
+        if key.endswith(".json"):
+            r = _read(store, key)
+            out.append({"time": float(r.get("time") or 0), "what": f"round {key[-9:-5].lstrip('0')}: "
+                        + ", ".join(f"{k} {v}" for k, v in r.items() if k != "time")})
+    if store.read(layout.run_cancel(run_id)) is not None:
+        doc = _read(store, layout.run_cancel(run_id))
+        out.append({"time": float(doc.get("time") or end), "what": runs.cancelled_by(store, run_id)})
+    for u in notify.undelivered(store):
+        if u.get("run") == run_id:
+            out.append({"time": float(u.get("time") or 0), "what": f"notification {u.get('event')} to {u.get('to')}"
+                                                                   f" given up: {u.get('error')}"})
+    if st.state.final:
+        code = "" if st.exit_code is None else f" (exit code {st.exit_code})"
+        out.append({"time": st.ended or end, "what": f"{st.state.value}{code}" + (f": {st.note}" if st.note else "")})
+    return sorted(out, key=lambda e: e["time"])
+
+
+def _chunk_number(key: str) -> int:
+    return int(key.rsplit("/", 1)[1].split(".")[0])
+
+
+def _whole_characters(data: bytes) -> int:
+    """How much of `data` ends on a whole UTF-8 character: a chunk may end inside one (the agent ships at 64 KiB
+    or each second, not at character boundaries), and its rest comes with the next chunk."""
+    for back in range(1, min(4, len(data)) + 1):
+        b = data[-back]
+        if b & 0xC0 == 0x80:
+            continue   # a continuation byte: look further back for its lead
+        needed = 1 if b < 0x80 else 2 if b < 0xE0 else 3 if b < 0xF0 else 4
+        return len(data) if needed <= back else len(data) - back
+    return len(data)
+
+
+def read_from(store: BlobStore, run_id: str, worker: int, after: int, skip: int, final: bool) -> dict[str, Any]:
+    """The chunks from number `after` on, less the `skip` bytes of it already shown, up to POLL_BYTES, cut at the
+    last whole character unless the host's output is `final`; `next` and `skip` say where the next read starts."""
+    chunks: list[bytes] = []
+    n = after
+    while sum(map(len, chunks)) < POLL_BYTES and \
+            (chunk := store.read(layout.log_chunk(run_id, worker, n))) is not None:
+        chunks.append(chunk)
+        n += 1
+    data = b"".join(chunks)[skip:]
+    done = final and sum(map(len, chunks)) < POLL_BYTES
+    cut = len(data) if done else _whole_characters(data)
+    pos, nxt = skip + cut, after
+    for chunk in chunks:
+        if pos < len(chunk):
+            break
+        pos, nxt = pos - len(chunk), nxt + 1
+    return {"text": data[:cut].decode(errors="replace"), "next": nxt, "skip": pos, "final": done}
+
+
+def log(name: str, run_id: str, worker: int, after: int | None, skip: int = 0) -> dict[str, Any]:
+    """Worker `worker`'s log: with `after` None, its tail (the last chunks up to tail_bytes(), listed once, with how
+    many bytes came before them); else from chunk `after` (less `skip` bytes of it) on, as `logs -f` reads it.
+    `next`/`skip` say where to read next; `final` whether the run has ended on that host (no chunk follows its final
+    status)."""
+    st, prov = cluster(name)
+    store = prov.store(st)
+    skipped = 0
+    if after is None:
+        listed = store.list(layout.run_logs(run_id, worker))
+        kept: list[str] = []
+        size = 0
+        for key, n in reversed(listed):
+            if kept and size + n > tail_bytes():
+                break
+            kept.insert(0, key)
+            size += n
+        skipped = sum(n for _, n in listed) - size
+        after = _chunk_number(kept[0]) if kept else 1
+        first = (store.read(kept[0]) or b"") if kept and skipped else b""
+        # a tail that starts inside a character starts at the next one
+        skip = next((i for i, b in enumerate(first[:4]) if b & 0xC0 != 0x80), 0)
+    status = runs.status(store, run_id, worker)   # before the chunks: a final status means every chunk is out
+    got = read_from(store, run_id, worker, after, skip, status.state.final)
+    return {**got, "skipped": skipped + skip, "state": status.state.value}

@@ -1,0 +1,231 @@
+// tpuctl ui: draws the data the page carries (#data), then asks /api/ for it again every data-poll seconds.
+// Everything shown is set as text (never as HTML): run names, logs and notes come from jobs and hosts.
+"use strict";
+(function () {
+  const app = document.getElementById("app");
+  const view = app.dataset.view;
+  const every = 1000 * parseFloat(app.dataset.poll || "2");
+  let data = JSON.parse(document.getElementById("data").textContent);
+
+  function h(tag, attrs, ...kids) {
+    const el = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (v === null || v === undefined || v === false) continue;
+      if (k === "text") el.textContent = v; else el.setAttribute(k, v);
+    }
+    for (const kid of kids.flat()) {
+      if (kid === null || kid === undefined) continue;
+      el.append(kid instanceof Node ? kid : document.createTextNode(String(kid)));
+    }
+    return el;
+  }
+  const dollars = (v) => (v === null || v === undefined || v === "") ? "" : "$" + Number(v).toFixed(2);
+  const num = (v, d) => (v === null || v === undefined) ? "" : Number(v).toFixed(d);
+  const secs = (v) => (v === null || v === undefined) ? "" : (v < 120 ? v.toFixed(0) + "s" :
+    v < 7200 ? (v / 60).toFixed(0) + "m" : (v / 3600).toFixed(1) + "h");
+  const when = (t) => t ? new Date(t * 1000).toLocaleString() : "";
+  const runLink = (c, id) => h("a", {href: "/run/" + encodeURIComponent(c) + "/" + encodeURIComponent(id)}, id);
+
+  // A table that stacks into labelled cards on a narrow screen (app.css: td::before shows data-label).
+  function table(cols, rows, cls) {
+    return h("div", {class: "scroll"}, h("table", {class: cls || ""},
+      h("thead", {}, h("tr", {}, cols.map((c) => h("th", {}, c)))),
+      h("tbody", {}, rows.map((r) => h("tr", {}, r.map((cell, i) => h("td", {"data-label": cols[i]}, cell)))))));
+  }
+
+  function poll(url, then) {
+    const tick = () => fetch(url, {credentials: "same-origin"}).then((r) => r.ok ? r.json() : null)
+      .then((d) => { if (d) then(d); }).catch(() => {}).finally(() => setTimeout(tick, every));
+    setTimeout(tick, every);
+  }
+
+  function section(id, title, ...kids) {
+    let s = document.getElementById(id);
+    const fresh = h("section", {id: id}, h("h2", {}, title), kids);
+    if (s) s.replaceWith(fresh); else app.append(fresh);
+    return fresh;
+  }
+
+  // --- clusters ---------------------------------------------------------------------------------------------------
+  function drawClusters(d) {
+    const rows = d.clusters.map((c) => {
+      const s = c.status || {};
+      const budget = s.budget_usd !== undefined ? dollars(s.spent_usd) + " of " + dollars(s.budget_usd) + " (" +
+        dollars(s.left_usd) + " left)" : "";
+      const problem = s.problem ? h("span", {class: "bad"}, s.problem, s.fix ? h("br") : null,
+        s.fix ? h("span", {class: "fix"}, "fix: " + s.fix) : null) : (s.fix ? h("span", {class: "dim"}, s.fix) : "");
+      return [h("a", {href: "/runs?cluster=" + encodeURIComponent(c.name)}, c.name), c.provider, c.type, c.zone,
+        h("span", {class: "state"}, s.phase || c.phase), dollars(s.cost_so_far_usd), s.price || "", budget,
+        [s.autostop, s.deadline].filter(Boolean).join("; "),
+        [s.recovery, s.watcher].filter(Boolean).join("; ") + ((s.recoveries || []).length ?
+          " (" + s.recoveries.length + " recoveries)" : ""),
+        s.notifications || "", problem,
+        h("span", {class: c.error ? "bad age" : "age"}, c.error ? c.error + " (" + c.age + ")" : c.age)];
+    });
+    section("clusters", "Clusters", rows.length ? table(["cluster", "provider", "type", "zone", "state", "cost so far",
+      "price", "budget", "autostop / deadline", "recovery", "notifications", "problem", "as of"], rows, "clusters") :
+      h("p", {}, "No cluster on this machine yet: tpuctl up --provider local -c try"));
+  }
+
+  // --- runs -------------------------------------------------------------------------------------------------------
+  function runRow(r, all) {
+    const restarts = (r.restarts || 0) + (r.goodput_parts ? r.goodput_parts.resumes : 0);
+    return [runLink(r.cluster, r.id), all ? r.cluster : null, r.name, h("span", {class: "state " + r.state}, r.state),
+      r.step === null ? "" : String(r.step), num(r.loss, 4), r.goodput === null ? "" : r.goodput.toFixed(0) + "%",
+      dollars(r.cost_usd), secs(r.duration), restarts ? String(restarts) : "", r.tpu || ""].filter((x) => x !== null);
+  }
+
+  function drawRuns(d) {
+    const all = !d.cluster;
+    const cols = ["id"].concat(all ? ["cluster"] : [], ["job", "state", "step", "loss", "goodput", "cost", "duration",
+      "restarts", "tpu"]);
+    const base = "/runs?" + (d.cluster ? "cluster=" + encodeURIComponent(d.cluster) + "&" : "") + "page=";
+    const pager = h("p", {class: "pager"}, d.page > 0 ? h("a", {href: base + (d.page - 1), rel: "prev"}, "newer") : null,
+      " page " + (d.page + 1) + " ", d.more ? h("a", {href: base + (d.page + 1), rel: "next"}, "older") : null);
+    section("runs", d.cluster ? "Runs of " + d.cluster : "Runs of every cluster",
+      d.rows.length ? table(cols, d.rows.map((r) => runRow(r, all)), "runs") : h("p", {}, "No runs yet."),
+      pager, (d.problems || []).map((p) => h("p", {class: "bad"}, p)));
+  }
+
+  // --- leftovers --------------------------------------------------------------------------------------------------
+  function drawLeftovers(d) {
+    const rows = d.rows.map((r) => [r.kind, r.name, r.provider, r.zone || "", r.phase || "",
+      r.orphan_data || (r.orphan ? "no cluster in local state holds it" : ""), h("code", {}, r.remove || "")]);
+    section("leftovers", "Leftovers", rows.length ? table(["kind", "name", "provider", "zone", "state", "why",
+      "removed by"], rows) : h("p", {}, "Nothing left behind that a cluster here does not account for."),
+      h("p", {class: d.error ? "bad age" : "age"}, (d.error ? d.error + " " : "") + "as of: " + d.age));
+  }
+
+  // --- run --------------------------------------------------------------------------------------------------------
+  const charts = {};
+  const chartWidth = () => Math.max(240, Math.min(app.clientWidth - 8, 900));
+  window.addEventListener("resize", () => {
+    for (const u of Object.values(charts)) u.setSize({width: chartWidth(), height: 220});
+  });
+  function chart(id, title, points, label) {
+    const xs = points.map((p) => p[0]), ys = points.map((p) => p[1]);
+    let box = document.getElementById(id);
+    if (!box) {
+      box = h("figure", {id: id, class: "chart"}, h("figcaption", {}, title));
+      document.getElementById("charts").append(box);
+    }
+    box.dataset.points = String(xs.length);
+    if (charts[id]) { charts[id].setData([xs, ys]); return; }
+    charts[id] = new uPlot({width: chartWidth(), height: 220, scales: {x: {time: label === "time"}},
+      axes: [{label: label}, {}], series: [{label: label}, {label: title, stroke: "#1a73e8", width: 2}]},
+      [xs, ys], box);
+  }
+
+  function drawRunSummary(d) {
+    const r = d.row || {};
+    section("summary", d.job + ": " + d.command, table(["state", "step", "loss", "goodput", "cost", "duration",
+      "restarts", "tpu"], [runRow(r, false).slice(2)]));
+  }
+
+  function drawRunCharts(d) {
+    if (!document.getElementById("charts")) app.append(h("section", {id: "charts"}, h("h2", {}, "Metrics")));
+    d.metrics.forEach((m) => chart("metric-" + m.name, m.name, m.points, "step"));
+    for (const [host, c] of Object.entries(d.chips)) {
+      const hist = c.history || {};
+      if ((hist.duty_cycle_pct || []).length) chart("chips-" + host, "duty cycle % (" + host + ", " + c.source + ")",
+        hist.duty_cycle_pct, "time");
+      if ((hist.hbm_used_gib || []).length) chart("hbm-" + host, "HBM used GiB (" + host + ")", hist.hbm_used_gib,
+        "time");
+    }
+    const shown = Object.entries(d.chips).map(([host, c]) => host + ": " + (c.shown || "not sampled"));
+    let p = document.getElementById("chips-shown");
+    if (!p) { p = h("p", {id: "chips-shown"}); document.getElementById("charts").append(p); }
+    p.textContent = "TPU utilisation " + shown.join("; ");
+  }
+
+  function drawRunRest(d) {
+    section("events", "Events", h("ol", {class: "events"}, d.events.map((e) =>
+      h("li", {}, h("time", {}, when(e.time)), " ", e.what))));
+    section("outputs", "Outputs", d.outputs.length ? table(["path", "bytes"], d.outputs.map((o) =>
+      [o.path, String(o.bytes)])) : h("p", {}, "No outputs yet."));
+    section("commands", "Commands", h("ul", {class: "commands"}, d.commands.map((c) => h("li", {},
+      h("code", {}, c), " ", h("button", {type: "button", "data-copy": c}, "copy")))));
+    if (d.links.length) section("links", "Google Cloud", h("ul", {}, d.links.map((l) =>
+      h("li", {}, h("a", {href: l.url, target: "_blank", rel: "noopener"}, l.title)))));
+  }
+
+  // The log: its tail first, then each new chunk; a host selector where the run runs on several hosts.
+  const log = {worker: 0, next: null, skip: 0, timer: null, final: false};
+  function logUrl() {
+    return "/api/log?cluster=" + encodeURIComponent(app.dataset.cluster) + "&id=" + encodeURIComponent(app.dataset.id) +
+      "&worker=" + log.worker + (log.next === null ? "" : "&after=" + log.next + "&skip=" + log.skip);
+  }
+  function drawLogBox(d) {
+    const pick = d.hosts.length > 1 ? h("label", {}, "host ", h("select", {id: "host"},
+      d.hosts.map((x) => h("option", {value: String(x.index)}, x.label)))) : null;
+    section("log", "Log", pick, h("p", {id: "log-skipped", class: "dim"}), h("pre", {id: "log-text"}));
+    if (pick) document.getElementById("host").addEventListener("change", (e) => {
+      log.worker = parseInt(e.target.value, 10);
+      log.next = null;
+      log.skip = 0;
+      log.final = false;
+      document.getElementById("log-text").textContent = "";
+      clearTimeout(log.timer);
+      followLog();
+    });
+  }
+  function followLog() {
+    const worker = log.worker;
+    fetch(logUrl(), {credentials: "same-origin"}).then((r) => r.ok ? r.json() : null).then((d) => {
+      if (!d || worker !== log.worker) return;
+      const pre = document.getElementById("log-text");
+      const atEnd = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 20;
+      if (log.next === null && d.skipped) document.getElementById("log-skipped").textContent =
+        "the first " + d.skipped + " bytes are not shown: tpuctl logs " + app.dataset.id + " -c " +
+        app.dataset.cluster + " prints them all";
+      pre.append(d.text);
+      if (atEnd) pre.scrollTop = pre.scrollHeight;
+      log.next = d.next;
+      log.skip = d.skip;
+      log.final = d.final;
+      pre.dataset.state = d.state;
+    }).catch(() => {}).finally(() => {
+      if (worker === log.worker && !log.final) log.timer = setTimeout(followLog, every);
+    });
+  }
+
+  function drawRun(d) {
+    drawRunSummary(d);
+    drawRunCharts(d);
+    drawRunRest(d);
+  }
+
+  document.addEventListener("click", (e) => {
+    const text = e.target.dataset && e.target.dataset.copy;
+    if (text && navigator.clipboard) navigator.clipboard.writeText(text).then(() => { e.target.textContent = "copied"; });
+  });
+
+  app.querySelector("h1").remove();
+  const q = new URLSearchParams(window.location.search);
+  if (view === "clusters") { drawClusters(data); poll("/api/clusters", drawClusters); }
+  if (view === "runs") {
+    drawRuns(data);
+    poll("/api/runs?cluster=" + encodeURIComponent(app.dataset.cluster) + "&page=" + (q.get("page") || "0"), drawRuns);
+  }
+  if (view === "leftovers") { drawLeftovers(data); poll("/api/leftovers", drawLeftovers); }
+  if (view === "run") {
+    // a store that has not answered yet: the page says so, and draws the run once it has
+    let drawn = false;
+    const update = (d) => {
+      let p = document.getElementById("pending");
+      if (!p) { p = h("p", {id: "pending", class: "bad"}); app.prepend(p); }
+      p.textContent = d.pending || "";
+      if (!d.row) return;
+      if (drawn) { drawRun(d); return; }
+      drawRunSummary(d);
+      drawLogBox(d);
+      drawRunCharts(d);
+      drawRunRest(d);
+      followLog();
+      drawn = true;
+    };
+    update(data);
+    poll("/api/run?cluster=" + encodeURIComponent(app.dataset.cluster) + "&id=" + encodeURIComponent(app.dataset.id),
+      update);
+  }
+})();
