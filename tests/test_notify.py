@@ -190,6 +190,71 @@ def test_a_url_with_user_info_is_sent_with_basic_authentication(local_up, cli, r
     assert hook.auth[-1] == hook.auth[0]
 
 
+def _user_info(url, scheme="http"):
+    return url.replace("http://", f"{scheme}://user:TOKEN@")
+
+
+@pytest.mark.parametrize("code", [307, 308])
+def test_basic_auth_never_follows_a_redirect_to_another_port_of_the_same_host(receiver, fast_notify, code):
+    """Issue 52.7: the token went on to any port of the same host a 307/308 named. Credentials belong to an origin
+    (scheme, host, port); the message itself may go on."""
+    elsewhere = receiver()
+    hop = receiver([("redirect", code, elsewhere.url)])
+    ok, said = notify.try_once(_user_info(hop.url), {"text": "t", "tpuctl": {"event": "test"}}, 5)
+    assert ok, said
+    assert hop.auth[0].startswith("Basic ") and elsewhere.auth == [None]
+    back = receiver([("redirect", code, "/hooks/moved")])   # a relative Location: the same origin
+    ok, said = notify.try_once(_user_info(back.url), {"text": "t", "tpuctl": {"event": "test"}}, 5)
+    assert ok and back.auth[0] == back.auth[1] and back.auth[0].startswith("Basic "), (said, back.auth)
+
+
+def _tls_receiver(receiver, tmp_path, monkeypatch, answers):
+    """A Receiver behind TLS with a certificate this process trusts (SSL_CERT_FILE, read by OpenSSL's default
+    verify paths for each new context: urllib makes one per connection)."""
+    import datetime
+    import ipaddress
+    import ssl
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(days=1))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
+            .sign(key, hashes.SHA256()))
+    (tmp_path / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (tmp_path / "key.pem").write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                                          serialization.PrivateFormat.PKCS8,
+                                                          serialization.NoEncryption()))
+    monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "cert.pem"))
+    r = receiver(answers)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(tmp_path / "cert.pem", tmp_path / "key.pem")
+    r.server.socket = ctx.wrap_socket(r.server.socket, server_side=True)
+    return r
+
+
+@pytest.mark.parametrize("code", [307, 308])
+def test_a_redirect_from_https_to_plain_http_is_not_followed(receiver, fast_notify, tmp_path, monkeypatch, code):
+    """Issue 52.7: https://user:token@host/ answered 307 to http://host/: the token and the message went in clear
+    and it was reported delivered."""
+    clear = receiver()
+    tls = _tls_receiver(receiver, tmp_path, monkeypatch, [("redirect", code, clear.url)])
+    url = _user_info(tls.url, "https")
+    ok, said = notify.try_once(url, {"text": "t", "tpuctl": {"event": "test"}}, 5)
+    assert not ok and "from https to plain http" in said and "not delivered" in said, said
+    assert clear.auth == [] and clear.posts == [] and "TOKEN" not in said and "SECRET" not in said
+    assert tls.auth[0].startswith("Basic ")   # the https origin itself got them
+    ok, said = notify.try_once(url, {"text": "t", "tpuctl": {"event": "test"}}, 5)
+    assert ok, said   # (the receiver answers 200 once its redirects are spent: TLS itself works)
+
+
 def test_another_scheme_goes_through_apprise(tmp_path, receiver, fast_notify):
     """Apprise's `json://` plugin POSTs {"title", "message", ...} over HTTP: the real library, the local receiver."""
     pytest.importorskip("apprise")

@@ -12,7 +12,8 @@
   refuses them for a POST on its own (the same condition), so they are re-sent here.
 - A URL with user info (`https://user:token@host/...`) is sent to the URL without it, with the user info as HTTP
   basic authentication (RFC 7617), as curl does; urllib alone reads `user:token@host` as the host's name. The
-  credentials go only to the URL's own host, never to a host a redirect names.
+  credentials go only to the URL's own origin (scheme, host and port), never to another a redirect names; a
+  redirect from https to plain http is not followed at all (issue 52.7: both leaked the token in clear).
 - A URL is a secret: only mask() of it is ever printed (its scheme and host).
 """
 from __future__ import annotations
@@ -55,9 +56,22 @@ class _Redirects(urllib.request.HTTPRedirectHandler):
         if code not in (307, 308):
             raise Redirected(f"HTTP {code}, redirected to {host}: not delivered (a {code} turns the POST into a GET "
                              "without the message; give the URL it redirects to)")
+        if urlsplit(req.full_url).scheme == "https" and urlsplit(newurl).scheme != "https":
+            raise Redirected(f"HTTP {code}, redirected from https to plain {urlsplit(newurl).scheme} on {host}: not "
+                             "delivered (the message would travel in clear; give the https URL it should go to)")
         keep = {k: v for k, v in req.header_items()
-                if k.lower() != "authorization" or host == urlsplit(req.full_url).hostname}
+                if k.lower() != "authorization" or origin(newurl) == origin(req.full_url)}
         return urllib.request.Request(newurl, data=req.data, method=req.get_method(), headers=keep)
+
+
+def origin(url: str) -> tuple[str, str, int | None]:
+    """(scheme, host, port) with the scheme's default port filled in: the origin of RFC 6454 section 4, the only
+    place a URL's credentials go (a redirect to another port of the same host, or from https to http, is another
+    origin, as curl holds: "Another host means that one or more of hostname, protocol scheme or port number changed",
+    curl.se/libcurl/c/CURLOPT_UNRESTRICTED_AUTH.html, off by default)."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    return scheme, (parts.hostname or "").lower(), parts.port or {"http": 80, "https": 443}.get(scheme)
 
 
 _opener = urllib.request.build_opener(_Redirects())
