@@ -336,6 +336,8 @@ def main(argv: Optional[List[str]] = None) -> None:
     os.umask(0o077)
     forget_said()
     try:
+        from ..core import knobs   # (math and os: what help may load, tests/test_help_imports.py)
+        knobs.check()   # a bad TPUCTL_* knob is refused before anything waits on it
         rc = command().main(args=argv, standalone_mode=False, prog_name="tpuctl")  # a typer.Exit comes back as its code
         if not interrupt_answered() and rc == ExitCode.INTERRUPTED:   # typer's answer to Ctrl-C: Exit(130), silent
             console().print_error("interrupted", "what the command was doing stopped part way; run it again to "

@@ -3,14 +3,14 @@ Provider-agnostic: a Provider gives the store; no google or rich imports."""
 from __future__ import annotations
 
 import json
-import os
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core import backends, datasync, goodput, interrupts, layout, metrics, notify, orphans, packaging, runindex, runs
+from ..core import (backends, datasync, goodput, interrupts, knobs, layout, metrics, notify, orphans, packaging,
+                   runindex, runs)
 from ..core.errors import ErrorKind, TpuctlError, bad_input
 from ..core.jobspec import JobSpec, check_launchable
 from ..core.sizes import human_bytes
@@ -30,7 +30,7 @@ DEFAULT_SESSIONS = 10   # a service's run chains through at most this many sessi
 
 def warn_package_bytes() -> int:
     """A job directory larger than this (100 MB, TPUCTL_PACKAGE_WARN_BYTES) gets a warning that suggests `data`."""
-    return int(os.environ.get("TPUCTL_PACKAGE_WARN_BYTES", 100 << 20))
+    return knobs.count("TPUCTL_PACKAGE_WARN_BYTES", 100 << 20)
 
 
 def _check_keras_tensorflow(st: ClusterState, job: JobSpec) -> None:

@@ -33,6 +33,8 @@ from types import ModuleType
 from typing import Any, Callable
 from urllib.parse import unquote, urlsplit, urlunsplit
 
+from . import knobs
+
 
 def mask(url: str) -> str:
     """What may be printed of a URL: its scheme and host; the path, query and credentials carry the secret."""
@@ -42,7 +44,7 @@ def mask(url: str) -> str:
 
 
 def timeout() -> float:
-    return float(os.environ.get("TPUCTL_NOTIFY_TIMEOUT", "10"))
+    return knobs.number("TPUCTL_NOTIFY_TIMEOUT", 10)
 
 
 class Redirected(Exception):
@@ -126,7 +128,7 @@ def _load_apprise() -> ModuleType:
         pass
     r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--target",
                         target, APPRISE], capture_output=True, text=True,
-                       timeout=float(os.environ.get("TPUCTL_APPRISE_INSTALL_WAIT", "300")))
+                       timeout=knobs.number("TPUCTL_APPRISE_INSTALL_WAIT", 300))
     if r.returncode:
         raise RuntimeError(f"could not install {APPRISE} into {target}: {r.stderr.strip()[-300:]}")
     importlib.invalidate_caches()
@@ -160,8 +162,8 @@ def send_one(url: str, message: dict[str, Any], retry_for: float | None = None,
              stop: threading.Event | None = None) -> str:
     """Deliver one message, retrying with backoff until `retry_for` seconds have passed (or `stop` is set);
     "" or the last error. Every try waits up to timeout() for its answer, the first in full."""
-    retry_for = float(os.environ.get("TPUCTL_NOTIFY_RETRY_FOR", "300")) if retry_for is None else retry_for
-    give_up, delay = time.monotonic() + retry_for, float(os.environ.get("TPUCTL_NOTIFY_BACKOFF", "1"))
+    retry_for = knobs.number("TPUCTL_NOTIFY_RETRY_FOR", 300) if retry_for is None else retry_for
+    give_up, delay = time.monotonic() + retry_for, knobs.number("TPUCTL_NOTIFY_BACKOFF", 1)
     wait = timeout()
     while True:
         ok, said = try_once(url, message, wait)

@@ -23,7 +23,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import os
 import queue
 import sys
 import threading
@@ -31,7 +30,7 @@ import time
 from typing import Any
 from urllib.parse import urlsplit
 
-from . import layout
+from . import knobs, layout
 from .delivery import Outbox
 # delivery's, re-exported: the CLI and the tests send through this module
 from .delivery import mask as mask, send_one as send_one, try_once as try_once
@@ -238,4 +237,4 @@ def flush(timeout: float | None = None) -> None:
     """At a process's end: wait for what is queued, at most TPUCTL_NOTIFY_EXIT_WAIT seconds (5), so a dead
     receiver never holds an agent, a watcher or `down`; what is left then is recorded unsent."""
     if _sender is not None:
-        _sender.flush(float(os.environ.get("TPUCTL_NOTIFY_EXIT_WAIT", "5")) if timeout is None else timeout)
+        _sender.flush(knobs.number("TPUCTL_NOTIFY_EXIT_WAIT", 5) if timeout is None else timeout)

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .. import __version__
-from ..core import layout, notify, runindex, runs
+from ..core import knobs, layout, notify, runindex, runs
 from ..core.lifecycle import Clock, Policy
 from ..core.packaging import MAX_BYTES, MAX_ENTRIES
 from ..core.runs import RunSpec, RunStatus
@@ -69,7 +69,7 @@ class Agent:
     def package_limits(self) -> tuple[int, int]:
         """(bytes, entries) a job package may unpack to: the agent's environment, else the cluster record."""
         def limit(env: str, key: str, default: int) -> int:
-            return int(os.environ.get(env) or self.record.get(key) or default)
+            return knobs.count(env, int(self.record.get(key) or default))
         return (limit("TPUCTL_MAX_PACKAGE_BYTES", "max_package_bytes", MAX_BYTES),
                 limit("TPUCTL_MAX_PACKAGE_ENTRIES", "max_package_entries", MAX_ENTRIES))
 
@@ -135,7 +135,7 @@ class Agent:
     def wait_tpu_address(self, heartbeat: Callable[[], None]) -> str:
         """Beside a legacy node the address is known only once the node is READY, after this VM booted: `up`
         writes it into the record then. Re-read until it appears (TPUCTL_TPU_ADDRESS_WAIT, 30 minutes)."""
-        deadline = time.monotonic() + float(os.environ.get("TPUCTL_TPU_ADDRESS_WAIT", "1800"))
+        deadline = time.monotonic() + knobs.number("TPUCTL_TPU_ADDRESS_WAIT", 1800)
         while not self.tpu_address() and self.record.get("arch") == "node" and time.monotonic() < deadline \
                 and not self.stop.is_set():
             heartbeat()
@@ -158,7 +158,7 @@ class Agent:
                 print(f"tpuctl agent: store {self.store.uri} not readable yet ({type(e).__name__}: {e}); try "
                       f"{tries}, next in {delay:g}s", file=sys.stderr, flush=True)
                 self.stop.wait(delay)
-                delay = min(delay * 2, float(os.environ.get("TPUCTL_STORE_WAIT_MAX", "30")))
+                delay = min(delay * 2, knobs.number("TPUCTL_STORE_WAIT_MAX", 30))
         self.beat()
 
     def run_forever(self) -> None:
@@ -224,7 +224,7 @@ class Agent:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="tpuctl agent", description="Run jobs from a tpuctl store.")
     ap.add_argument("--store", required=True, help="gs://bucket or a directory")
-    ap.add_argument("--worker", type=int, default=int(os.environ.get("TPUCTL_WORKER", "0")))
+    ap.add_argument("--worker", type=int, default=knobs.count("TPUCTL_WORKER", 0))
     ap.add_argument("--slice", type=int, default=0, help="the host's slice of a Multislice cluster")
     ap.add_argument("--accelerator", default=None)
     ap.add_argument("--tpu", default=None)

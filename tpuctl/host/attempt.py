@@ -21,8 +21,9 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
-from ..core import layout, runs
+from ..core import knobs, layout, runs
 from ..core.backends import keep_keras_3
+from ..core.errors import TpuctlError
 from ..core.lifecycle import Clock
 from ..core.packaging import unpack
 from ..core.runs import RunSpec, RunState, RunStatus
@@ -112,7 +113,8 @@ class Attempt:
         except Exception as e:  # noqa: BLE001 - reported in the run's own log and status
             if self.a.stop.is_set():
                 return self._interrupted(shipper, None)
-            shipper.note(f"cannot prepare the run: {e}")
+            shipper.note(f"cannot prepare the run: {e}" + (f" ({e.hint})" if isinstance(e, TpuctlError) and e.hint
+                                                            else ""))
             self.status(RunState.FAILED, exit_code=127)
             self.events.ended(127, False)
             return 127
@@ -268,6 +270,7 @@ class Attempt:
 
     def _prepare(self, shipper: LogShipper) -> RunSpec:
         job, a = self.job, self.a
+        knobs.check()   # the agent's TPUCTL_* waits, read later as the job runs: a bad one ends the run here, said
         if job is None:
             raise RuntimeError(f"{layout.run_job(self.run_id)} is unreadable")
         pkg = a.store.read(layout.job_package(job.package))

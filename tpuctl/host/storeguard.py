@@ -15,16 +15,16 @@ error on a TPU host. Nothing of it may end the agent or leave a run `running` fo
 from __future__ import annotations
 
 import errno
-import os
 import sys
 
+from ..core import knobs
 from ..core.store import BlobStore
 
 CHUNK_ALLOWANCE = 64 * 1024
 
 
 def floor_bytes() -> int:
-    return int(os.environ.get("TPUCTL_STORE_FLOOR_BYTES", str(1 << 20)))
+    return knobs.count("TPUCTL_STORE_FLOOR_BYTES", 1 << 20)
 
 
 def is_full(e: BaseException) -> bool:
