@@ -255,6 +255,30 @@ def test_a_redirect_from_https_to_plain_http_is_not_followed(receiver, fast_noti
     assert ok, said   # (the receiver answers 200 once its redirects are spent: TLS itself works)
 
 
+def test_a_url_idle_for_a_while_holds_no_thread_and_its_next_message_still_goes(tmp_path, receiver, fast_notify,
+                                                                               monkeypatch):
+    """Issue 52.7: one thread per URL for the agent's life (1 -> 62 after 60 runs with distinct URLs)."""
+    monkeypatch.setenv("TPUCTL_NOTIFY_IDLE", "0.3")
+    r = receiver()
+    store = LocalStore(tmp_path / "s")
+    sender = notify.Sender()
+
+    def outbox_threads():
+        return [t for t in threading.enumerate() if t.name.startswith("tpuctl-notify-")]
+    before = len(outbox_threads())
+    for i in range(30):   # 30 runs, each with a URL of its own
+        notify.save_run_urls(store, f"r{i}", [f"{r.url}?run={i}"])
+        sender.put(store, f"run.started-r{i}", {"event": "run.started", "cluster": "c", "run": f"r{i}",
+                                                 "time": time.time()})
+    until(lambda: len(r.posts) == 30, 30, lambda: f"30 posts; came {len(r.posts)}")
+    until(lambda: len(outbox_threads()) <= before, 10, lambda: f"idle threads ending: {outbox_threads()}")
+    notify.save_run_urls(store, "r30", [r.url])
+    sender.put(store, "run.started-r30", {"event": "run.started", "cluster": "c", "run": "r30", "time": time.time()})
+    until(lambda: len(r.posts) == 31, 10, "the message after the threads ended")
+    assert len(sender.outboxes) == 1   # the idle ones forgotten: nothing grows with the URLs an agent has seen
+    assert sender.flush(5)
+
+
 def test_another_scheme_goes_through_apprise(tmp_path, receiver, fast_notify):
     """Apprise's `json://` plugin POSTs {"title", "message", ...} over HTTP: the real library, the local receiver."""
     pytest.importorskip("apprise")

@@ -1,7 +1,7 @@
 """How one notification reaches one URL (notify.py decides what is sent, and records it once, before).
 
-- Each URL has its own outbox: a queue, a thread and a retry clock (TPUCTL_NOTIFY_RETRY_FOR seconds, 300, per
-  message, backoff from TPUCTL_NOTIFY_BACKOFF), so a receiver that fails or hangs delays only its own messages;
+- Each URL has its own outbox: a queue, a thread while it has messages, and a retry clock (TPUCTL_NOTIFY_RETRY_FOR
+  seconds, 300, per message, backoff from TPUCTL_NOTIFY_BACKOFF), so a receiver that fails or hangs delays only its own messages;
   before, one 500 URL held every other URL's events for five minutes each (issue 38.2).
 - A request waits TPUCTL_NOTIFY_TIMEOUT seconds (10) for its answer, the first try of a message always in full.
 - A redirect is not a delivery. urllib follows 301/302/303 after a POST as a GET without the body
@@ -181,7 +181,11 @@ def send_one(url: str, message: dict[str, Any], retry_for: float | None = None,
 
 class Outbox:
     """One URL's messages, sent in order on a thread of its own, each with its own retry clock. `unsent(what,
-    error)` is told of each message given up on (notify.py records it where `status` looks)."""
+    error)` is told of each message given up on (notify.py records it where `status` looks).
+
+    The thread ends once the outbox has been empty for TPUCTL_NOTIFY_IDLE seconds (60) and the next message starts
+    another: an agent that served runs with 60 distinct `submit --notify` URLs held 62 threads for its life
+    (issue 52.7)."""
 
     def __init__(self, url: str, unsent: Callable[[Any, str], None]) -> None:
         self.url, self.unsent = url, unsent
@@ -191,17 +195,38 @@ class Outbox:
         self.idle = threading.Event()
         self.idle.set()
         self.stop = threading.Event()   # set by abandon: the try under way gives up
-        threading.Thread(target=self._loop, daemon=True, name=f"tpuctl-notify-{mask(url)}").start()
+        self.sending = False            # a thread runs _loop (under the lock: put starts one when none does)
+        self.linger = knobs.number("TPUCTL_NOTIFY_IDLE", 60)
 
     def put(self, what: Any, message: dict[str, Any]) -> None:
         with self.lock:
             self.pending.append(what)
             self.idle.clear()
-        self.q.put((what, message))
+            self.q.put((what, message))
+            if not self.sending:
+                self.sending = True
+                threading.Thread(target=self._loop, daemon=True, name=f"tpuctl-notify-{mask(self.url)}").start()
+
+    def ended(self) -> bool:
+        """Nothing queued and no thread: the outbox may be forgotten (the next message makes another)."""
+        with self.lock:
+            return not self.sending and not self.pending
+
+    def _next(self) -> tuple[Any, dict[str, Any]] | None:
+        """The next message, or None when none came for TPUCTL_NOTIFY_IDLE seconds: the thread then ends, marked
+        under the lock that put holds, so a message put meanwhile is never left without a thread."""
+        while True:
+            try:
+                return self.q.get(timeout=self.linger)
+            except queue.Empty:
+                with self.lock:
+                    if self.q.empty():
+                        self.sending = False
+                        return None
 
     def _loop(self) -> None:
-        while True:
-            what, message = self.q.get()
+        while (got := self._next()) is not None:
+            what, message = got
             with self.lock:
                 if what not in self.pending:
                     continue   # given up already (abandon): recorded there
