@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, List, Optional
 
 import typer
 
-from .. import __version__
+from .. import __version__, sigints, start_guard_off
 from .common import (CLUSTER, PROJECT, PROVIDER, app, cluster_and_provider, cluster_name, command, console, declined,
                      forget_said, interactive, settings, interrupt_answered)
 from ..core.errors import ErrorKind, ExitCode, TpuctlError, bad_input
@@ -336,12 +336,17 @@ def main(argv: Optional[List[str]] = None) -> None:
     os.umask(0o077)
     forget_said()
     try:
+        sigints.clear()
+        start_guard_off()   # loaded: a Ctrl-C is a KeyboardInterrupt again, answered by the command or below
         from ..core import knobs   # (math and os: what help may load, tests/test_help_imports.py)
         knobs.check()   # a bad TPUCTL_* knob is refused before anything waits on it
         rc = command().main(args=argv, standalone_mode=False, prog_name="tpuctl")  # a typer.Exit comes back as its code
-        if not interrupt_answered() and rc == ExitCode.INTERRUPTED:   # typer's answer to Ctrl-C: Exit(130), silent
+        if not interrupt_answered() and (rc == ExitCode.INTERRUPTED or (sigints and not rc)):
+            # typer's answer to Ctrl-C: Exit(130), silent; or a press raised where Python ignores it (a finalizer:
+            # "Exception ignored in ..."), after which the command went on as if none came (issue 52.7)
             console().print_error("interrupted", "what the command was doing stopped part way; run it again to "
                                   "finish (tpuctl's commands converge)")
+            sys.exit(ExitCode.INTERRUPTED)
         sys.exit(rc if isinstance(rc, int) else 0)
     except TpuctlError as e:
         if e.kind is not ErrorKind.INPUT:
