@@ -5,6 +5,7 @@ so `tpuctl --help` stays fast.
 """
 from __future__ import annotations
 
+import errno
 import os
 import sys
 from typing import TYPE_CHECKING, Any, List, Optional
@@ -362,6 +363,10 @@ def main(argv: Optional[List[str]] = None) -> None:
         if _is_parser_error(e):
             _usage_error(e)
         path = _debug_log(e)
+        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):   # a disk of this machine's
+            console().print_error(f"no space left on the device that holds {e.filename or 'what tpuctl wrote'}",
+                                  "make room there (or point TMPDIR elsewhere) and run the command again")
+            sys.exit(ExitCode.ERROR)
         if os.environ.get("TPUCTL_DEBUG"):
             import traceback
             traceback.print_exc()

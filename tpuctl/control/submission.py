@@ -18,7 +18,7 @@ from ..core.models import ClusterState, Framework, Phase
 from . import armed
 from ..providers.base import Provider, Reporter
 from ..core.runs import RunSpec
-from ..core.store import BlobStore
+from ..core.store import BlobStore, said_full
 
 STALE_SECONDS = 120   # no heartbeat for this long: `jobs` shows the run as "lost?"
 
@@ -86,14 +86,16 @@ def submit(st: ClusterState, provider: Provider, job: JobSpec, args: list[str], 
         sha = packaging.build_file(job.root, job.data, pkg)   # on disk, streamed: never the whole job in memory
         pkg_key = layout.job_package(sha)
         if pkg_key not in store.stats(pkg_key):
-            store.upload_file(str(pkg), pkg_key, lambda n: None)   # content-addressed: a rewrite is harmless
+            with said_full(store):
+                store.upload_file(str(pkg), pkg_key, lambda n: None)   # content-addressed: a rewrite is harmless
             reporter.resource("package", sha[:12], f"uploaded {human_bytes(pkg.stat().st_size)}", final=True)
         else:
             reporter.resource("package", sha[:12], "unchanged", final=True)
     run_id = runs.new_id()
     try:
-        synced, interrupted = _write_run(store, st, job, args, run_id, transfer, reporter, down_after, sha,
-                                         max_restarts, notify_urls or [])
+        with said_full(store):   # what _write_run wrote of the run is removed first (orphans.py)
+            synced, interrupted = _write_run(store, st, job, args, run_id, transfer, reporter, down_after, sha,
+                                             max_restarts, notify_urls or [])
     except datasync.Interrupted as e:
         raise TpuctlError(ErrorKind.INTERRUPTED, f"submit stopped while sending data: run {run_id} was never "
                           f"submitted and keeps no data; {e.stored} of {e.missing} new data contents "

@@ -115,7 +115,8 @@ class Agent:
                 self.store.write(layout.run_status(run_id, self.worker), json.dumps(st.to_json()).encode())
                 break
             except Exception as e:  # noqa: BLE001 - reported; the run is settled once the store takes it
-                self.guard.failed(e, f"run {run_id}'s status")
+                if self.guard.failed(e, f"run {run_id}'s status"):
+                    continue   # the reserve gave it room: again at once
                 if not st.state.final or self.stop.is_set():
                     return
                 self.stop.wait(delay)
@@ -159,6 +160,7 @@ class Agent:
                       f"{tries}, next in {delay:g}s", file=sys.stderr, flush=True)
                 self.stop.wait(delay)
                 delay = min(delay * 2, knobs.number("TPUCTL_STORE_WAIT_MAX", 30))
+        self.guard.keep_reserve()
         self.beat()
 
     def run_forever(self) -> None:
@@ -172,6 +174,7 @@ class Agent:
                 self.selfstop.enforce()
             except Exception as e:  # noqa: BLE001 - a store hiccup must not kill the agent; log and go on
                 print(f"tpuctl agent: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+                self.guard.failed(e, "claiming the next run")   # a full store: the reserve makes room for the claim
             self.beat_if_quiet()
             self.stop.wait(self.poll)
         self.held.join(5.0)
