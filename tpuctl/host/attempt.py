@@ -223,16 +223,21 @@ class Attempt:
 
     def _restart(self, shipper: LogShipper, rc: int, limit: int, wait: float) -> int | None:
         """A restart on this host after `wait` seconds (restarts.backoff), said in the log: None to start the job
-        again, or the exit code when a cancel, the cluster's limit or the agent's stop came during the wait."""
-        self.restarts += 1
-        shipper.note(f"the job exited {rc}; restart {self.restarts} of {limit} (submit --max-restarts), from its "
+        again, or the exit code when a cancel, the cluster's limit or the agent's stop came during the wait. The
+        restart counts once the wait is over, and a run ended during it keeps the job's own last exit code: one
+        cancelled there counted a restart that never ran and showed exit 130, tpuctl's "interrupted" (issue 52.7)."""
+        n = self.restarts + 1
+        shipper.note(f"the job exited {rc}; restart {n} of {limit} (submit --max-restarts), from its "
                      f"checkpoint, in {wait:g}s (the wait doubles while the job keeps failing, up to a minute)",
                      fresh_line=True)
         why = wait_out(wait, self.a.stop, self.halts.why_not_restart,
-                       lambda left: self.status(RunState.RUNNING, note=f"restart {self.restarts} in {left:.0f}s"))
+                       lambda left: self.status(RunState.RUNNING, note=f"restart {n} in {left:.0f}s"))
         if why and self.a.stop.is_set():
             return self._interrupted(shipper, rc)
-        return self._end(shipper, RunState.CANCELLED, 130, True, why) if why else None
+        if why:
+            return self._end(shipper, RunState.CANCELLED, rc, True, why)
+        self.restarts = n
+        return None
 
     def _not_started(self, shipper: LogShipper, rounds: Rounds, n: int, why: str) -> int:
         """A round that could not start on this host: the agent's stop, a cancel, or a run that ended elsewhere."""
