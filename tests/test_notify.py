@@ -1,6 +1,7 @@
 """Notifications and the budget (issue 32): a local HTTP receiver records what the host and the watcher send.
 Each event arrives once, in order, with its figures; a receiver that fails or hangs changes nothing in the run."""
 import json
+import re
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -369,6 +370,14 @@ def test_notify_off_removes_the_clusters_urls(local_up, cli, tmp_path, receiver,
 
 
 # -- the budget -----------------------------------------------------------------------------------------------
+def test_the_budget_stop_says_what_was_spent_and_the_cap():
+    """Issue 52.7: the note said "$50.00 spent" (the cap) where $74.86 was."""
+    doc = {"usd": 50.0, "hourly": 3600.0, "periods": [[1000.0, 1074.86]]}
+    share, why = budget.over(doc)
+    assert why == "budget: $74.86 spent of $50.00" and share == pytest.approx(74.86 / 50)
+    assert budget.over({**doc, "periods": [[1000.0, 1040.0]]})[1] == ""
+
+
 def test_budget_arithmetic_counts_every_period():
     periods = [[0.0, 1800.0], [3600.0, 5400.0], [7200.0, 0.0]]
     assert budget.spent(periods, 10.0, now=9000.0) == pytest.approx(15.0)
@@ -438,7 +447,9 @@ def test_a_budget_stop_on_the_host_ends_the_run_and_the_compute(local_up, cli, t
     assert info["price"].startswith("$3600.00/hour") and "free" not in info["price"]
     assert info["problem"].startswith("its budget is spent: $") and info["fix"].startswith("tpuctl up -c bs --budget ")
     [row] = json.loads(cli("jobs", "-c", "bs", "--json")[1])
-    assert row["state"] == "cancelled" and "--budget is spent (budget: $6.00 spent)" in row["note"], row
+    assert row["state"] == "cancelled" and "--budget is spent (budget: $" in row["note"], row
+    assert re.search(r"budget: \$(\d+\.\d\d) spent of \$6\.00\)", row["note"]), row
+    assert float(re.search(r"budget: \$(\d+\.\d\d) spent", row["note"]).group(1)) >= 6.0, row
     assert "cancelled (budget)" in cli("jobs", "-c", "bs")[1]
     code, out, err = cli("up", "--provider", "local", "-c", "bs")
     assert code == 2 and "raise it" in err        # nothing brings it back until the budget is raised
@@ -462,6 +473,19 @@ def test_a_budget_under_a_cent_is_a_cap(local_up, cli, monkeypatch):
     assert code == 0 and "budget $0.004:" in err, err
     info = json.loads(cli("status", "-c", "tiny", "--json")[1])
     assert info["budget_usd"] == 0.004
+
+
+@pytest.mark.parametrize("given", ["", "  "])
+def test_an_empty_budget_is_refused_never_off(local_up, cli, monkeypatch, given):
+    """Issue 52.7: `--budget ""` (a variable unset in a script) silently meant no cap, on a new cluster and on a
+    re-run of one that had a cap."""
+    monkeypatch.setenv("TPUCTL_PRICE_PER_HOUR", "1")
+    code, out, err = cli("up", "--provider", "local", "-c", "eb", "--budget", given)
+    assert code == 2 and f"--budget {given!r} is not an amount of dollars" in err and "--budget off" in err, err
+    assert cli("up", "--provider", "local", "-c", "eb", "--budget", "25")[0] == 0
+    code, out, err = cli("up", "--provider", "local", "-c", "eb", "--budget", given)
+    assert code == 2, err
+    assert json.loads(cli("status", "-c", "eb", "--json")[1])["budget_usd"] == 25   # the cap kept
 
 
 # -- preemption and recovery under a watcher, on the fake TPU with simulated hosts ----------------------------

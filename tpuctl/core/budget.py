@@ -133,7 +133,8 @@ def over(doc: dict[str, Any], periods: list[list[float]] | None = None, now: flo
     if not usd:
         return 0.0, ""
     used = spent(doc.get("periods", []) if periods is None else periods, hourly, now, doc.get("extra", []))
-    return used / usd, (f"{REASON}: {dollars(usd)} spent" if used >= usd else "")
+    # what was spent, then the cap: the note once said the cap as the spend ("$50.00 spent" of $74.86, issue 52.7)
+    return used / usd, (f"{REASON}: {dollars(used)} spent of {dollars(usd)}" if used >= usd else "")
 
 
 def shown(doc: dict[str, Any], periods: list[list[float]]) -> dict[str, object]:
