@@ -50,18 +50,19 @@ def test_good_values_are_read_and_polls_and_counts_keep_their_bounds(monkeypatch
 
 
 def test_every_tpuctl_number_read_in_the_package_goes_through_knobs():
-    """No `float(os.environ...)` / `int(os.environ...)` of a TPUCTL_ variable is left outside knobs.py (runtime.py,
-    which jobs import alone, reads its own), and every knob named in a call is in the table."""
+    """No `float(os.environ...)` / `int(os.environ...)` of a TPUCTL_ variable is left outside knobs.py (but what
+    tpuctl itself sets for a job, which runtime.py reads), and every knob named in a call is in the table."""
     bare, named = [], set()
+    set_by_tpuctl = ("TPUCTL_NUM_WORKERS", "TPUCTL_SESSION_DEADLINE")
     for path in PKG.rglob("*.py"):
-        if path.name in ("knobs.py", "runtime.py"):
+        if path.name == "knobs.py":
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if not isinstance(node, ast.Call):
                 continue
             text = ast.unparse(node)
             if isinstance(node.func, ast.Name) and node.func.id in ("float", "int") and "TPUCTL_" in text \
-                    and "environ" in text:
+                    and "environ" in text and not any(name in text for name in set_by_tpuctl):
                 bare.append(f"{path.relative_to(PKG)}: {text}")
             if isinstance(node.func, ast.Attribute) and node.func.attr in ("number", "count") and \
                     isinstance(node.func.value, ast.Name) and node.func.value.id == "knobs":

@@ -113,8 +113,7 @@ class Attempt:
         except Exception as e:  # noqa: BLE001 - reported in the run's own log and status
             if self.a.stop.is_set():
                 return self._interrupted(shipper, None)
-            shipper.note(f"cannot prepare the run: {e}" + (f" ({e.hint})" if isinstance(e, TpuctlError) and e.hint
-                                                            else ""))
+            shipper.note(f"cannot prepare the run: {with_hint(e)}")
             self.status(RunState.FAILED, exit_code=127)
             self.events.ended(127, False)
             return 127
@@ -337,6 +336,11 @@ def environment(a: AttemptHost, run_id: str, job: RunSpec, tf: str = "", env_dir
     # `python` in a job's command means the agent's own interpreter (its venv has the agent's packages).
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
     return env
+
+def with_hint(e: Exception) -> str:
+    """An error as the run's log says it: a TpuctlError's hint too (a bad TPUCTL_* knob: what to set)."""
+    return f"{e} ({e.hint})" if isinstance(e, TpuctlError) and e.hint else str(e)
+
 
 def lost_host(at: Attempt, rounds: Rounds | None, n: int, rc: int, cancelled: bool) -> Called | None:
     """A job across hosts that exited on its own: a lost host's doing, or None (rounds.lost_since)."""
