@@ -364,7 +364,8 @@ def main(argv: Optional[List[str]] = None) -> None:
             _usage_error(e)
         path = _debug_log(e)
         if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):   # a disk of this machine's
-            console().print_error(f"no space left on the device that holds {e.filename or 'what tpuctl wrote'}",
+            where = f"the device that holds {e.filename}" if e.filename else "a device tpuctl was writing to"
+            console().print_error(f"no space left on {where}",
                                   "make room there (or point TMPDIR elsewhere) and run the command again")
             sys.exit(ExitCode.ERROR)
         if os.environ.get("TPUCTL_DEBUG"):
