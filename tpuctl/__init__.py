@@ -53,4 +53,14 @@ def start_guard_off() -> None:
         pass
 
 
+def python_sigint() -> None:
+    """The command has returned: Python's own handler again, where `start_guard_off` put `_interrupt`."""
+    import signal
+    try:
+        if signal.getsignal(signal.SIGINT) is _interrupt:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+    except ValueError:
+        pass
+
+
 _guard_start()

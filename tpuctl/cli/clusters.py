@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, List, Optional
 
 import typer
 
-from .. import __version__, sigints, start_guard_off
+from .. import __version__, python_sigint, sigints, start_guard_off
 from .common import (CLUSTER, PROJECT, PROVIDER, app, cluster_and_provider, cluster_name, command, console, declined,
                      forget_said, interactive, settings, interrupt_answered)
 from ..core.errors import ErrorKind, ExitCode, TpuctlError, bad_input
@@ -332,6 +332,13 @@ def _usage_error(e: BaseException) -> None:
 
 
 def main(argv: Optional[List[str]] = None) -> None:
+    try:
+        _main(argv)
+    finally:
+        python_sigint()   # the command is over: Python's own Ctrl-C again (a process that runs main in its own)
+
+
+def _main(argv: Optional[List[str]] = None) -> None:
     # State, the debug log, the local store and what the local agent unpacks may hold a job's [env] secrets:
     # everything tpuctl creates is private to its user (dirs 0700, files 0600).
     os.umask(0o077)
