@@ -33,7 +33,8 @@ class Bounds(NamedTuple):
     def says(self) -> str:
         kind = "a whole number" if self.whole else f"a number of {self.unit}"
         low = f"above {self.low:g}" if self.above else f"at least {self.low:g}"
-        return f"{kind} {low}" + (f" and at most {self.high:g}" if self.high < _FOREVER else "")
+        high = f"{int(self.high)}" if self.whole else f"{self.high:g}"
+        return f"{kind} {low}" + (f" and at most {high}" if self.high < _FOREVER else "")
 
 
 _WAIT = Bounds(0.0)                 # a wait or a deadline: 0 means none

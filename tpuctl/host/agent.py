@@ -25,6 +25,7 @@ from typing import Any, Callable
 
 from .. import __version__
 from ..core import knobs, layout, notify, runindex, runs
+from ..core.errors import TpuctlError
 from ..core.lifecycle import Clock, Policy
 from ..core.packaging import MAX_BYTES, MAX_ENTRIES
 from ..core.runs import RunSpec, RunStatus
@@ -227,7 +228,11 @@ class Agent:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="tpuctl agent", description="Run jobs from a tpuctl store.")
     ap.add_argument("--store", required=True, help="gs://bucket or a directory")
-    ap.add_argument("--worker", type=int, default=knobs.count("TPUCTL_WORKER", 0))
+    try:
+        worker = knobs.count("TPUCTL_WORKER", 0)
+    except TpuctlError as e:
+        ap.error(f"{e.message}; {e.hint}")   # exits 2, one line
+    ap.add_argument("--worker", type=int, default=worker)
     ap.add_argument("--slice", type=int, default=0, help="the host's slice of a Multislice cluster")
     ap.add_argument("--accelerator", default=None)
     ap.add_argument("--tpu", default=None)
@@ -236,6 +241,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--attempt", type=int, default=1, help="with --run: the JobSet's restart attempt + 1")
     a = ap.parse_args(argv)
     os.umask(0o077)   # unpacked jobs and their files may hold [env] secrets
+    for bad in knobs.problems():   # said once here; each run the agent takes ends on it with the reason (attempt.py)
+        print(f"tpuctl agent: {bad.message}; {bad.hint}", file=sys.stderr, flush=True)
     agent = Agent(a.store, a.worker, a.accelerator or "", a.tpu, poll=a.poll, slice_id=a.slice)
     signal.signal(signal.SIGTERM, lambda *_: agent.stop.set())
     if a.run:
