@@ -43,3 +43,23 @@ def test_dry_run_against_a_cluster_counts_only_what_is_new(local_up, cli, tmp_pa
     (job / "a" / "x.txt").write_text("changed")
     code, out, err = cli("submit", str(job), "-c", "dry", "--dry-run")
     assert "1 of 3 data contents new" in out and "to send  7 B" in out, out
+
+
+def test_dry_run_of_a_keras_job_names_the_backend_it_would_run_on_and_installs_tensorflow_only_for_it(
+        local_up, cli, tmp_path, monkeypatch):
+    """Issue 52.7: on a machine without TensorFlow the preview said TensorFlow 2.20 would be installed for a Keras
+    job, while the run went to JAX."""
+    import importlib.util
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "tensorflow" else
+                        real(name, *a))
+    local_up("kdry")
+    job = make_job(tmp_path, "print('hi')\n", 'framework = "keras"\n')
+    code, out, err = cli("submit", str(job), "-c", "kdry", "--dry-run")
+    assert code == 0 and "keras    jax (no TensorFlow on this machine)" in out, out + err
+    assert "tensorflow 2." not in out, out
+    forced = make_job(tmp_path / "f", "print('hi')\n", 'framework = "keras"\nkeras_backend = "tensorflow"\n')
+    code, out, err = cli("submit", str(forced), "-c", "kdry", "--dry-run")
+    assert "keras    tensorflow (forced by keras_backend in tpuctl.toml)" in out and "tensorflow 2." in out, out
+    code, out, err = cli("submit", str(job), "-c", "nosuch", "--dry-run")   # no cluster: where it would go
+    assert "keras    backend picked where the run runs" in out and "tensorflow 2." not in out, out

@@ -2,6 +2,7 @@
 traceback in the first ~0.2 s), pressed as a user presses it: in a terminal (tmux), whose Ctrl-C sends SIGINT to
 the foreground process."""
 import os
+import signal
 import shutil
 import subprocess
 import sys
@@ -53,3 +54,89 @@ def test_ctrl_c_while_tpuctl_imports_is_one_line(env, tmp_path):
     assert rc == "130", text
     assert "Traceback" not in text and "KeyboardInterrupt" not in text, text
     assert "interrupted while tpuctl was starting" in text, text
+
+
+# The `tpuctl` console script as pip writes it (`tpuctl = "tpuctl.cli:main"`), with one import made slow (it writes
+# `ready` and sleeps, so the SIGINT lands inside it): the module named in argv[2], either while it is imported (a
+# press inside an import) or in an object's finalizer there (where Python ignores a KeyboardInterrupt: "Exception
+# ignored in ...", and the command went on to exit 0).
+CONSOLE_SCRIPT = """
+import builtins, os, sys, time
+ready, slow, how = sys.argv.pop(1), sys.argv.pop(1), sys.argv.pop(1)
+real = builtins.__import__
+class Finalized:
+    def __del__(self):
+        open(ready, "w").close()
+        end = time.monotonic() + 5
+        while time.monotonic() < end:
+            pass
+def hooked(name, *args, **kwargs):
+    if name == slow and not os.path.exists(ready):
+        if how == "import":
+            open(ready, "w").close()
+            time.sleep(5)
+        else:
+            Finalized()   # dropped at once: its __del__ runs here
+    return real(name, *args, **kwargs)
+builtins.__import__ = hooked
+import re
+from tpuctl.cli import main
+if __name__ == '__main__':
+    sys.argv[0] = re.sub(r'(-script\\.pyw|\\.exe)?$', '', sys.argv[0])
+    sys.exit(main())
+"""
+
+
+@pytest.mark.parametrize("slow, how", [
+    ("typing", "import"),      # tpuctl.cli's own first import: before its main() had a guard (issue 52.7)
+    ("typer", "import"),       # the commands' imports
+    ("typer", "finalizer"),    # a press Python would ignore: `up` went on to exit 0
+    ("typing", "finalizer"),
+])
+def test_ctrl_c_from_the_console_scripts_first_instruction_is_one_line_and_130(env, tmp_path, slow, how):
+    script = tmp_path / "bin" / "tpuctl"   # its name: the guard is the console script's alone
+    script.parent.mkdir()
+    script.write_text(CONSOLE_SCRIPT)
+    ready = tmp_path / "ready"
+    proc = subprocess.Popen([sys.executable, str(script), str(ready), slow, how, "ls"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))   # as a terminal starts it
+    try:
+        deadline = time.monotonic() + 60
+        while not ready.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert ready.exists(), proc.communicate()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, (proc.returncode, err)
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err and "Exception ignored" not in err, err
+    assert err.strip() == "error: interrupted while tpuctl was starting; nothing was done", err
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")   # the press it ignores, on purpose
+def test_a_press_python_ignored_inside_a_command_still_ends_it_130(local_up, cli, monkeypatch):
+    """After the start the command answers a Ctrl-C; one raised where Python ignores it (a finalizer) is noted and
+    the command that went on exits 130 with the interrupted line, never 0."""
+    import tpuctl
+    from tpuctl.control import inventory
+    real = inventory.ls
+
+    class Finalized:
+        def __del__(self):
+            os.kill(os.getpid(), signal.SIGINT)
+            end = time.monotonic() + 5
+            while time.monotonic() < end:   # the handler runs here, between two bytecodes of this finalizer
+                pass
+
+    def ls(*args, **kwargs):
+        Finalized()
+        return real(*args, **kwargs)
+    monkeypatch.setattr(inventory, "ls", ls)
+    before = signal.getsignal(signal.SIGINT)
+    try:
+        code, out, err = cli("ls")
+    finally:
+        signal.signal(signal.SIGINT, before)
+    assert tpuctl.sigints and code == 130 and "error: interrupted" in err, (code, err)

@@ -82,6 +82,7 @@ def test_a_job_or_user_forces_it_and_the_slice_rules_follow_the_backend():
 
 @pytest.mark.parametrize("toml, words", [
     ('framework = "keras"\nkeras_backend = "torch"\n', "'keras_backend' 'torch' is not a backend"),
+    ('framework = "keras"\nkeras_backend = "JAX"\n', "'keras_backend' 'JAX' is not spelled as Keras reads it"),
     ('keras_backend = "jax"\n', "'keras_backend' is for Keras 3 jobs, not tensorflow ones"),
     ('framework = "keras"\nkeras_backend = "jax"\n[env]\nKERAS_BACKEND = "tensorflow"\n', "disagree"),
     ('framework = "keras"\nkeras_backend = 3\n', "'keras_backend' must be a str"),
@@ -91,6 +92,31 @@ def test_a_keras_backend_key_that_cannot_be_is_refused(tmp_path, toml, words):
     with pytest.raises(TpuctlError) as e:
         jobspec.load(str(job))
     assert e.value.exit_code == 2 and words in e.value.message, e.value.message
+
+
+@pytest.mark.parametrize("value, words", [
+    ("", "is empty: Keras ignores it and falls back to TensorFlow"),
+    ("JAX", "is not spelled as Keras reads it (it takes 'jax' exactly)"),
+    ("TensorFlow", "is not spelled as Keras reads it (it takes 'tensorflow' exactly)"),
+    (" jax", "is not spelled as Keras reads it (it takes 'jax' exactly)"),
+    ("torch", "is not a backend tpuctl runs (jax or tensorflow)"),
+])
+def test_an_env_keras_backend_keras_would_not_run_is_refused_at_submit(tmp_path, value, words):
+    """Issue 52.7: these passed `submit` and failed on the host ("" ran on TensorFlow while the log said jax)."""
+    job = make_job(tmp_path, "print(1)\n", f'framework = "keras"\n[env]\nKERAS_BACKEND = "{value}"\n')
+    with pytest.raises(TpuctlError) as e:
+        jobspec.load(str(job))
+    assert e.value.exit_code == 2 and f"[env] KERAS_BACKEND {value!r} {words}" in e.value.message, e.value.message
+    assert e.value.hint
+
+
+def test_a_job_written_with_an_empty_keras_backend_is_logged_as_what_keras_uses():
+    """One written before submit refused it: the log's first line names TensorFlow, which Keras falls back to."""
+    job = _spec(env={"KERAS_BACKEND": ""})
+    assert kerasbackend.pick(job, BASE_VM, "v5litepod-8")[0] == "tensorflow"
+    assert kerasbackend.environment(job, BASE_VM, "v5litepod-8") == {}   # the job's own "" stays: Keras reads it
+    assert "keras backend tensorflow (forced by an empty [env] KERAS_BACKEND" in \
+        kerasbackend.said(job, BASE_VM, "v5litepod-8")
 
 
 def test_a_keras_job_may_name_its_tensorflow(tmp_path):

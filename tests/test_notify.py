@@ -1,6 +1,7 @@
 """Notifications and the budget (issue 32): a local HTTP receiver records what the host and the watcher send.
 Each event arrives once, in order, with its figures; a receiver that fails or hangs changes nothing in the run."""
 import json
+import re
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -190,6 +191,95 @@ def test_a_url_with_user_info_is_sent_with_basic_authentication(local_up, cli, r
     assert hook.auth[-1] == hook.auth[0]
 
 
+def _user_info(url, scheme="http"):
+    return url.replace("http://", f"{scheme}://user:TOKEN@")
+
+
+@pytest.mark.parametrize("code", [307, 308])
+def test_basic_auth_never_follows_a_redirect_to_another_port_of_the_same_host(receiver, fast_notify, code):
+    """Issue 52.7: the token went on to any port of the same host a 307/308 named. Credentials belong to an origin
+    (scheme, host, port); the message itself may go on."""
+    elsewhere = receiver()
+    hop = receiver([("redirect", code, elsewhere.url)])
+    ok, said = notify.try_once(_user_info(hop.url), {"text": "t", "tpuctl": {"event": "test"}}, 5)
+    assert ok, said
+    assert hop.auth[0].startswith("Basic ") and elsewhere.auth == [None]
+    back = receiver([("redirect", code, "/hooks/moved")])   # a relative Location: the same origin
+    ok, said = notify.try_once(_user_info(back.url), {"text": "t", "tpuctl": {"event": "test"}}, 5)
+    assert ok and back.auth[0] == back.auth[1] and back.auth[0].startswith("Basic "), (said, back.auth)
+
+
+def _tls_receiver(receiver, tmp_path, monkeypatch, answers):
+    """A Receiver behind TLS with a certificate this process trusts (SSL_CERT_FILE, read by OpenSSL's default
+    verify paths for each new context: urllib makes one per connection)."""
+    import datetime
+    import ipaddress
+    import ssl
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(days=1))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
+            .sign(key, hashes.SHA256()))
+    (tmp_path / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (tmp_path / "key.pem").write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                                          serialization.PrivateFormat.PKCS8,
+                                                          serialization.NoEncryption()))
+    monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "cert.pem"))
+    r = receiver(answers)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(tmp_path / "cert.pem", tmp_path / "key.pem")
+    r.server.socket = ctx.wrap_socket(r.server.socket, server_side=True)
+    return r
+
+
+@pytest.mark.parametrize("code", [307, 308])
+def test_a_redirect_from_https_to_plain_http_is_not_followed(receiver, fast_notify, tmp_path, monkeypatch, code):
+    """Issue 52.7: https://user:token@host/ answered 307 to http://host/: the token and the message went in clear
+    and it was reported delivered."""
+    clear = receiver()
+    tls = _tls_receiver(receiver, tmp_path, monkeypatch, [("redirect", code, clear.url)])
+    url = _user_info(tls.url, "https")
+    ok, said = notify.try_once(url, {"text": "t", "tpuctl": {"event": "test"}}, 5)
+    assert not ok and "from https to plain http" in said and "not delivered" in said, said
+    assert clear.auth == [] and clear.posts == [] and "TOKEN" not in said and "SECRET" not in said
+    assert tls.auth[0].startswith("Basic ")   # the https origin itself got them
+    ok, said = notify.try_once(url, {"text": "t", "tpuctl": {"event": "test"}}, 5)
+    assert ok, said   # (the receiver answers 200 once its redirects are spent: TLS itself works)
+
+
+def test_a_url_idle_for_a_while_holds_no_thread_and_its_next_message_still_goes(tmp_path, receiver, fast_notify,
+                                                                               monkeypatch):
+    """Issue 52.7: one thread per URL for the agent's life (1 -> 62 after 60 runs with distinct URLs)."""
+    monkeypatch.setenv("TPUCTL_NOTIFY_IDLE", "0.3")
+    r = receiver()
+    store = LocalStore(tmp_path / "s")
+    sender = notify.Sender()
+
+    def outbox_threads():
+        return [t for t in threading.enumerate() if t.name.startswith("tpuctl-notify-")]
+    before = len(outbox_threads())
+    for i in range(30):   # 30 runs, each with a URL of its own
+        notify.save_run_urls(store, f"r{i}", [f"{r.url}?run={i}"])
+        sender.put(store, f"run.started-r{i}", {"event": "run.started", "cluster": "c", "run": f"r{i}",
+                                                 "time": time.time()})
+    until(lambda: len(r.posts) == 30, 30, lambda: f"30 posts; came {len(r.posts)}")
+    until(lambda: len(outbox_threads()) <= before, 10, lambda: f"idle threads ending: {outbox_threads()}")
+    notify.save_run_urls(store, "r30", [r.url])
+    sender.put(store, "run.started-r30", {"event": "run.started", "cluster": "c", "run": "r30", "time": time.time()})
+    until(lambda: len(r.posts) == 31, 10, "the message after the threads ended")
+    assert len(sender.outboxes) == 1   # the idle ones forgotten: nothing grows with the URLs an agent has seen
+    assert sender.flush(5)
+
+
 def test_another_scheme_goes_through_apprise(tmp_path, receiver, fast_notify):
     """Apprise's `json://` plugin POSTs {"title", "message", ...} over HTTP: the real library, the local receiver."""
     pytest.importorskip("apprise")
@@ -280,6 +370,14 @@ def test_notify_off_removes_the_clusters_urls(local_up, cli, tmp_path, receiver,
 
 
 # -- the budget -----------------------------------------------------------------------------------------------
+def test_the_budget_stop_says_what_was_spent_and_the_cap():
+    """Issue 52.7: the note said "$50.00 spent" (the cap) where $74.86 was."""
+    doc = {"usd": 50.0, "hourly": 3600.0, "periods": [[1000.0, 1074.86]]}
+    share, why = budget.over(doc)
+    assert why == "budget: $74.86 spent of $50.00" and share == pytest.approx(74.86 / 50)
+    assert budget.over({**doc, "periods": [[1000.0, 1040.0]]})[1] == ""
+
+
 def test_budget_arithmetic_counts_every_period():
     periods = [[0.0, 1800.0], [3600.0, 5400.0], [7200.0, 0.0]]
     assert budget.spent(periods, 10.0, now=9000.0) == pytest.approx(15.0)
@@ -349,7 +447,9 @@ def test_a_budget_stop_on_the_host_ends_the_run_and_the_compute(local_up, cli, t
     assert info["price"].startswith("$3600.00/hour") and "free" not in info["price"]
     assert info["problem"].startswith("its budget is spent: $") and info["fix"].startswith("tpuctl up -c bs --budget ")
     [row] = json.loads(cli("jobs", "-c", "bs", "--json")[1])
-    assert row["state"] == "cancelled" and "--budget is spent (budget: $6.00 spent)" in row["note"], row
+    assert row["state"] == "cancelled" and "--budget is spent (budget: $" in row["note"], row
+    assert re.search(r"budget: \$(\d+\.\d\d) spent of \$6\.00\)", row["note"]), row
+    assert float(re.search(r"budget: \$(\d+\.\d\d) spent", row["note"]).group(1)) >= 6.0, row
     assert "cancelled (budget)" in cli("jobs", "-c", "bs")[1]
     code, out, err = cli("up", "--provider", "local", "-c", "bs")
     assert code == 2 and "raise it" in err        # nothing brings it back until the budget is raised
@@ -373,6 +473,19 @@ def test_a_budget_under_a_cent_is_a_cap(local_up, cli, monkeypatch):
     assert code == 0 and "budget $0.004:" in err, err
     info = json.loads(cli("status", "-c", "tiny", "--json")[1])
     assert info["budget_usd"] == 0.004
+
+
+@pytest.mark.parametrize("given", ["", "  "])
+def test_an_empty_budget_is_refused_never_off(local_up, cli, monkeypatch, given):
+    """Issue 52.7: `--budget ""` (a variable unset in a script) silently meant no cap, on a new cluster and on a
+    re-run of one that had a cap."""
+    monkeypatch.setenv("TPUCTL_PRICE_PER_HOUR", "1")
+    code, out, err = cli("up", "--provider", "local", "-c", "eb", "--budget", given)
+    assert code == 2 and f"--budget {given!r} is not an amount of dollars" in err and "--budget off" in err, err
+    assert cli("up", "--provider", "local", "-c", "eb", "--budget", "25")[0] == 0
+    code, out, err = cli("up", "--provider", "local", "-c", "eb", "--budget", given)
+    assert code == 2, err
+    assert json.loads(cli("status", "-c", "eb", "--json")[1])["budget_usd"] == 25   # the cap kept
 
 
 # -- preemption and recovery under a watcher, on the fake TPU with simulated hosts ----------------------------

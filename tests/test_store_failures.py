@@ -246,3 +246,51 @@ def test_a_store_the_job_itself_fills_refuses_every_record_until_space_returns(c
     st = _wait_final(writer, run_id)
     assert st.state is RunState.SUCCEEDED
     assert not agent.stop.is_set()
+
+
+def test_a_store_the_jobs_checkpoints_fill_to_0_bytes_settles_the_run_and_starts_the_next(capped_agent, tmp_path):
+    """Issue 52.7: the job's own checkpoints took the store to 0 bytes free (as a real disk stops a writer at 0):
+    the run stayed `running` after its job ended and the queued run did not start. The agent's reserve (the floor,
+    held back as a file) is released for records: the run settles at once, the next one runs, and the reserve is
+    made again once there is room."""
+    agent, writer, start = capped_agent
+    ckpt = "import os, sys\nopen(os.path.join(os.environ['TPUCTL_OUTPUT_DIR'], 'ckpt'), 'wb').write(b'0' * " \
+           "int(sys.argv[1]))\nprint('saved', flush=True)\n"
+    run_id = submit_to_store(writer, make_job(tmp_path, ckpt))
+    writer.write(layout.run_job(run_id), json.dumps({**json.loads(writer.read(layout.run_job(run_id))),
+                                                     "args": ["300000"]}).encode())
+    nxt = submit_to_store(writer, make_job(tmp_path, "print('next run')\n", name="next"))
+    reserve = Path(writer.local_path(".tpuctl-reserve"))
+    start(cap=400_000)                                # 100 kB of it the reserve, 300 kB the checkpoint
+    until(reserve.exists, 10, "the reserve made at the agent's start")
+    ckpt_file = Path(writer.local_path(layout.run_output(run_id))) / "ckpt"
+    until(ckpt_file.exists, 30, "the checkpoint")
+    until(lambda: agent.store.free_bytes() == 0 or runs.status(writer, run_id).state.final, 10, "0 bytes free")
+    st = _wait_final(writer, run_id, 10)
+    assert st.state is RunState.SUCCEEDED and st.exit_code == 0, st
+    st = _wait_final(writer, nxt, 15)                 # the queue moved on
+    assert st.state is RunState.SUCCEEDED and "next run" in _log(writer, nxt)
+    assert not reserve.exists()
+    ckpt_file.unlink()                                # room again
+    third = submit_to_store(writer, make_job(tmp_path, "print('third')\n", name="third"))
+    assert _wait_final(writer, third).state is RunState.SUCCEEDED
+    until(reserve.exists, 10, "the reserve made again")
+
+
+def test_submit_and_status_name_a_full_store_and_the_fix(local_up, cli, tmp_path, monkeypatch):
+    """Issue 52.7: at 0 bytes free `submit` said "internal error: OSError [Errno 28] ... please report it" and
+    `status` never named the full store (the agent's heartbeat, which would, cannot be written then)."""
+    local_up("sfull")
+    from tpuctl.core import store as store_mod
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(store_mod.LocalStore, "free_bytes", lambda self: 0)   # this process's view: the CLI's
+    monkeypatch.setattr(store_mod.LocalStore, "_tmp", full)
+    monkeypatch.setattr(store_mod, "_copy_file", full)
+    code, out, err = cli("submit", str(make_job(tmp_path, "print('x')\n")), "-c", "sfull")
+    assert code == 1 and "error: store full: " in err and " has 0 bytes free" in err, err
+    assert "hint: make room where the store lives" in err and "internal error" not in err and "Traceback" not in err
+    info = json.loads(cli("status", "-c", "sfull", "--json")[1])
+    assert info["problem"].startswith("the store is full: 0 bytes free") and "make room" in info["fix"], info
+    assert json.loads(cli("jobs", "-c", "sfull", "--json")[1]) == []   # nothing of the run was left

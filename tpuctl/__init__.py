@@ -1,2 +1,66 @@
-"""tpuctl: a TensorFlow training job onto a Cloud TPU (or this machine), its logs back, nothing left billing."""
+"""tpuctl: a TensorFlow training job onto a Cloud TPU (or this machine), its logs back, nothing left billing.
+
+The `tpuctl` command's first instruction is here: its console script (`tpuctl = "tpuctl.cli:main"`, which pip
+writes as `from tpuctl.cli import main`) imports this package before anything of the command line. Until the
+command line has loaded, a Ctrl-C prints one line and exits 130 at once (`_guard_start`); tpuctl.cli.main hands
+SIGINT back to Python's own KeyboardInterrupt once its commands are imported (`start_guard_off`)."""
+import os as _os
+import sys as _sys
+
 __version__ = "0.1.0"
+
+# Ctrl-C presses the command line has seen; a KeyboardInterrupt raised inside a finalizer or a callback is printed
+# as "Exception ignored" and lost, so the CLI reads this when its command returns (cli/clusters.py main).
+sigints: list[int] = []
+
+
+def _interrupted_at_start(signum: int, frame: object) -> None:
+    # Nothing has been done yet: say so and leave. Raising KeyboardInterrupt here would not do: inside an import it
+    # printed a traceback, inside a finalizer it was ignored and the command went on to exit 0 (issue 52.7).
+    _os.write(2, b"\nerror: interrupted while tpuctl was starting; nothing was done\n")
+    _os._exit(130)   # ExitCode.INTERRUPTED, written out: nothing of tpuctl is loaded yet
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    """Python's own behaviour (KeyboardInterrupt), and the press noted in `sigints`."""
+    sigints.append(signum)
+    raise KeyboardInterrupt
+
+
+def _guard_start(force: bool = False) -> None:
+    """Installed only for the `tpuctl` console script (or `force`: `python -m tpuctl`), only where Python installed its own SIGINT handler (not when
+    the shell started it with SIGINT ignored, as `tpuctl ... &` in a script is), and only on the main thread: an
+    agent, a job, a test or a web server importing tpuctl keeps Python's handler."""
+    import _signal   # builtin, loaded with the interpreter: nothing imported before the guard
+    name = _os.path.basename(_sys.argv[0] if _sys.argv else "")
+    if not force and name not in ("tpuctl", "tpuctl.exe", "tpuctl-script.py"):
+        return
+    try:
+        if _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:
+            _signal.signal(_signal.SIGINT, _interrupted_at_start)
+    except ValueError:   # not the main thread
+        pass
+
+
+def start_guard_off() -> None:
+    """The command line is loaded: a Ctrl-C is a KeyboardInterrupt again, which each command answers (and noted in
+    `sigints`). Called wherever the guard was installed (the console script, `python -m tpuctl`)."""
+    import signal
+    try:
+        if signal.getsignal(signal.SIGINT) in (_interrupted_at_start, signal.default_int_handler):
+            signal.signal(signal.SIGINT, _interrupt)
+    except ValueError:
+        pass
+
+
+def python_sigint() -> None:
+    """The command has returned: Python's own handler again, where `start_guard_off` put `_interrupt`."""
+    import signal
+    try:
+        if signal.getsignal(signal.SIGINT) is _interrupt:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+    except ValueError:
+        pass
+
+
+_guard_start()

@@ -280,8 +280,9 @@ def metrics_callback(every: int | None = None, path: str | None = None) -> Any:
     A save the job makes inside `with callback.checkpointing():` counts as checkpoint time, never as step time, even
     when it runs inside a batch (a callback before this one saving at a batch's end)."""
     keras = _keras()
-    flush_seconds = float(os.environ.get("TPUCTL_PROGRESS_SECONDS", "10"))
+    from .core import knobs
     from .core.metrics import FILE, MetricsLog, parse
+    flush_seconds = knobs.number("TPUCTL_PROGRESS_SECONDS", 10)
     target = path or f"{output_dir()}/{FILE}"
 
     def write(log: MetricsLog) -> None:
@@ -403,13 +404,14 @@ class Progress:
 
     def __init__(self, start_step: int = 0, every: int = 1, path: str | None = None,
                  flush_seconds: float | None = None) -> None:
+        from .core import knobs
         from .core.metrics import FILE, MetricsLog, parse
         self.target = path or f"{output_dir()}/{FILE}"
         self.log = parse(_read_bytes(self.target)) or MetricsLog()
         self.log.begin(start_step, time.time())
         self.every = max(1, every)
         self.flush_seconds = flush_seconds if flush_seconds is not None else \
-            float(os.environ.get("TPUCTL_PROGRESS_SECONDS", "10"))
+            knobs.number("TPUCTL_PROGRESS_SECONDS", 10)
         self.flushed = time.monotonic()
 
     def step(self, step: int, seconds: float, **metrics: float) -> None:

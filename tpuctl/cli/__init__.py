@@ -1,8 +1,10 @@
 """The command line: the typer app, its commands and what they print (`tpuctl = tpuctl.cli:main`).
 
-`main` loads the commands (typer, rich and tpuctl's own modules: the first ~0.2 s of every command) inside its own
-guard, so a Ctrl-C pressed while Python is still importing them is one line and exit 130 like any other Ctrl-C,
-never a raw KeyboardInterrupt traceback (issue 40). `app` is loaded when asked for."""
+`main` loads the commands (typer, rich and tpuctl's own modules: the first ~0.2 s of every command). For the
+`tpuctl` command a Ctrl-C until then is answered by tpuctl/__init__.py's guard (one line, exit 130, at once: issue
+52.7, where this module's own imports and a finalizer still let a traceback or a lost press through), which
+cli/clusters.py's main lifts once the commands are loaded; imported otherwise (a test, `python -c`), the import
+below is guarded here, as before (issue 40). `app` is loaded when asked for."""
 from __future__ import annotations
 
 import sys

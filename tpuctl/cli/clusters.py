@@ -5,13 +5,14 @@ so `tpuctl --help` stays fast.
 """
 from __future__ import annotations
 
+import errno
 import os
 import sys
 from typing import TYPE_CHECKING, Any, List, Optional
 
 import typer
 
-from .. import __version__
+from .. import __version__, python_sigint, sigints, start_guard_off
 from .common import (CLUSTER, PROJECT, PROVIDER, app, cluster_and_provider, cluster_name, command, console, declined,
                      forget_said, interactive, settings, interrupt_answered)
 from ..core.errors import ErrorKind, ExitCode, TpuctlError, bad_input
@@ -346,15 +347,29 @@ def _usage_error(e: BaseException) -> None:
 
 
 def main(argv: Optional[List[str]] = None) -> None:
+    try:
+        _main(argv)
+    finally:
+        python_sigint()   # the command is over: Python's own Ctrl-C again (a process that runs main in its own)
+
+
+def _main(argv: Optional[List[str]] = None) -> None:
     # State, the debug log, the local store and what the local agent unpacks may hold a job's [env] secrets:
     # everything tpuctl creates is private to its user (dirs 0700, files 0600).
     os.umask(0o077)
     forget_said()
     try:
+        sigints.clear()
+        start_guard_off()   # loaded: a Ctrl-C is a KeyboardInterrupt again, answered by the command or below
+        from ..core import knobs   # (math and os: what help may load, tests/test_help_imports.py)
+        knobs.check()   # a bad TPUCTL_* knob is refused before anything waits on it
         rc = command().main(args=argv, standalone_mode=False, prog_name="tpuctl")  # a typer.Exit comes back as its code
-        if not interrupt_answered() and rc == ExitCode.INTERRUPTED:   # typer's answer to Ctrl-C: Exit(130), silent
+        if not interrupt_answered() and (rc == ExitCode.INTERRUPTED or (sigints and not rc)):
+            # typer's answer to Ctrl-C: Exit(130), silent; or a press raised where Python ignores it (a finalizer:
+            # "Exception ignored in ..."), after which the command went on as if none came (issue 52.7)
             console().print_error("interrupted", "what the command was doing stopped part way; run it again to "
                                   "finish (tpuctl's commands converge)")
+            sys.exit(ExitCode.INTERRUPTED)
         sys.exit(rc if isinstance(rc, int) else 0)
     except TpuctlError as e:
         if e.kind is not ErrorKind.INPUT:
@@ -370,6 +385,11 @@ def main(argv: Optional[List[str]] = None) -> None:
         if _is_parser_error(e):
             _usage_error(e)
         path = _debug_log(e)
+        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):   # a disk of this machine's
+            where = f"the device that holds {e.filename}" if e.filename else "a device tpuctl was writing to"
+            console().print_error(f"no space left on {where}",
+                                  "make room there (or point TMPDIR elsewhere) and run the command again")
+            sys.exit(ExitCode.ERROR)
         if os.environ.get("TPUCTL_DEBUG"):
             import traceback
             traceback.print_exc()

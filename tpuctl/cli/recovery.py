@@ -2,7 +2,6 @@
 watch`, and what `down` asks of a watcher. The watcher itself is control/watch.py."""
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -11,6 +10,7 @@ from typing import TYPE_CHECKING, Optional
 
 import typer
 
+from ..core import knobs
 from .common import CLUSTER, app, cluster_and_provider, console, interrupted
 from ..core.errors import bad_input
 
@@ -149,7 +149,7 @@ def _advance_until_done(st: "ClusterState", prov: "Provider") -> None:
     from ..core import runindex
     con = console()
     store = prov.store(st)
-    poll = float(os.environ.get("TPUCTL_KAGGLE_POLL", "5"))
+    poll = knobs.number("TPUCTL_KAGGLE_POLL", 5)
     try:
         while True:
             submission.refresh(st, prov, store)

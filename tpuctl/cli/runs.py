@@ -196,6 +196,24 @@ def _gke_manifest(cluster: Optional[str], provider: Optional[str], tpu_type: Opt
     console().err.print(f"wrote {n} Kubernetes object{'s' * (n > 1)} to {path}")
 
 
+def _keras_backend(job: "JobSpec", store: "Optional[BlobStore]") -> str:
+    """A Keras job's backend as its host would pick it (core/backends.py) from the cluster's record: forced, or from
+    the runtime, or (this machine) whether TensorFlow imports here; TensorFlow is installed for it only on that
+    backend, which the preview once promised a Keras job headed for JAX (issue 52.7)."""
+    import importlib.util
+    from ..core import backends, layout, runs
+    name, where = backends.forced(job.env, job.keras_backend)
+    if name:
+        return f"keras    {name} (forced by {where})"
+    record = runs.read_json(store, layout.CLUSTER_RECORD) if store is not None else None
+    if not record:
+        return ("keras    backend picked where the run runs: JAX on a base runtime, GPUs, Multislice, Kaggle and "
+                "Colab; TensorFlow on a tpu-vm-tf runtime (docs/backends.md)")
+    accelerator = str(record.get("tpu_type") or "cpu")
+    name, why = backends.for_host(record, accelerator, importlib.util.find_spec("tensorflow") is not None)
+    return f"keras    {name} ({why})"
+
+
 def _submit_preview(job: "JobSpec", cluster: Optional[str], provider: Optional[str]) -> None:
     from ..core import state
     from ..control import submission
@@ -215,7 +233,10 @@ def _submit_preview(job: "JobSpec", cluster: Optional[str], provider: Optional[s
         p = submission.preview(job, store, lambda total: rep.transfer(total, "hash"))
     human = con.human_bytes
     print(f"job      {job.name}: {job.command}")
-    if job.tensorflow:
+    backend = _keras_backend(job, store) if job.framework.value == "keras" else ""
+    if backend:
+        print(backend)
+    if job.tensorflow and (not backend or backend.startswith("keras    tensorflow")):
         print(f"tensorflow {job.tensorflow} (what a TPU VM on a base runtime installs for it: tensorflow-tpu; "
               "a tpu-vm-tf image keeps its own)")
     print(f"package  {human(p.package_bytes)} packed ({human(p.package_unpacked_bytes)} of files), "

@@ -6,7 +6,6 @@ $TPUCTL_HOME/tensorboard.log."""
 from __future__ import annotations
 
 import importlib.util
-import os
 import re
 import signal
 import socket
@@ -18,7 +17,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from ..control import download
-from ..core import layout, state
+from ..core import knobs, layout, state
 from ..core.errors import ErrorKind, TpuctlError
 from ..core.store import BlobStore
 
@@ -27,7 +26,7 @@ EXTRA = "pip install 'tpuctl[tensorboard]'"
 
 def sync_seconds() -> float:
     """How often a bucket's event files are fetched again (TPUCTL_TB_SYNC_SECONDS, 15 s)."""
-    return float(os.environ.get("TPUCTL_TB_SYNC_SECONDS", "15"))
+    return knobs.number("TPUCTL_TB_SYNC_SECONDS", 15)
 
 
 def require_installed() -> None:

@@ -5,11 +5,10 @@ Never a silent wait on a dead host. A host process that only tpuctl restarts (th
 looked at every few seconds and restarted at once, whatever the heartbeat says."""
 from __future__ import annotations
 
-import os
 import time
 from typing import Callable
 
-from ..core import layout
+from ..core import knobs, layout
 from ..core.errors import ErrorKind, TpuctlError
 from ..core.lease import Lease
 from ..core.models import ClusterState
@@ -23,7 +22,7 @@ CHECK_SECONDS = 10.0   # how often the cluster is asked while the host is quiet
 def revive_seconds() -> float:
     """How often a follower makes sure the host's agent runs where only tpuctl restarts it (Provider.revive: for the
     local agent, a read of /proc), TPUCTL_REVIVE_SECONDS (3 s): a dead agent is back within seconds."""
-    return float(os.environ.get("TPUCTL_REVIVE_SECONDS", "3"))
+    return knobs.number("TPUCTL_REVIVE_SECONDS", 3)
 
 
 class HostWatch:

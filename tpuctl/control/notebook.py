@@ -17,13 +17,12 @@ from __future__ import annotations
 import ast
 import base64
 import json
-import os
 import tempfile
 import textwrap
 from pathlib import Path
 from typing import Any
 
-from ..core import backends, datasync, packaging
+from ..core import backends, datasync, knobs, packaging
 from ..core.errors import bad_input
 from ..core.jobspec import DEFAULT_TENSORFLOW, JobSpec
 from ..providers import agent_package
@@ -49,7 +48,7 @@ def build(job: JobSpec, args: list[str], data_uri: str = "", embed_limit_mb: flo
         packaging.build_file(job.root, job.data, pkg)
         digest, files = kernel.payload(pkg.read_bytes(), agent_package.build(),
                                        tar_files({rel: path.read_bytes() for rel, path in files_in}))
-    seconds = float(os.environ.get("TPUCTL_NOTEBOOK_SESSION_SECONDS", SESSION_HOURS * 3600))
+    seconds = knobs.number("TPUCTL_NOTEBOOK_SESSION_SECONDS", SESSION_HOURS * 3600)
     config = kernel.config({"run_id": f"notebook-{job.name}", "digest": digest, "previous": False, "session": 1,
                             "command": job.command, "args": args, "env": job.env, "requirements": job.requirements,
                             "framework": job.framework.value, "accelerator": "",

@@ -9,7 +9,7 @@ from ..core.errors import ErrorKind, TpuctlError
 from ..core.lifecycle import show_duration
 from ..core.sizes import human_bytes
 from ..core.models import ClusterState, Phase
-from ..core.store import BlobStore, LocalStore
+from ..core.store import BlobStore, LocalStore, floor_bytes, make_room
 from ..providers.base import Provider
 
 
@@ -130,16 +130,23 @@ def _store_full(st: ClusterState, provider: Provider) -> tuple[str, str] | None:
     """An agent that says its store is full (host/storeguard.py, in its heartbeat): runs end, their output is
     held in memory (up to TPUCTL_LOG_HOLD_BYTES) and lost past TPUCTL_LOG_HOLD_WAIT."""
     try:
-        beats = runs.heartbeats(provider.store(st))
+        store = provider.store(st)
+        free = store.free_bytes()
+        beats = runs.heartbeats(store)
     except Exception:  # noqa: BLE001 - a store that cannot be read: status says so elsewhere
         return None
+    fix = make_room(st.spec.store).replace("; then run the command again", "; held output ships by itself once "
+                                                                          "there is room")
     for b in beats:
         held = int(b.get("held_bytes") or 0)
         if held or str(b.get("problem", "")).startswith("store full"):
             said = f"{held / 1e6:.1f} MB of ended runs' output waiting" if held else str(b["problem"])
             return (f"the store is full: {said} (the agent on {b.get('host')}); output is lost if no room comes",
-                    f"make room where the store lives ({st.spec.store}): delete what old runs left there, or give it "
-                    "more space; held output ships by itself once there is room")
+                    fix)
+    if free is not None and free < floor_bytes():
+        # read here: at 0 bytes free the agent's own heartbeat, which says it, cannot be written (issue 52.7)
+        return (f"the store is full: {free} bytes free at {st.spec.store} (runs cannot save checkpoints or logs; "
+                "the next submit is refused)", fix)
     return None
 
 

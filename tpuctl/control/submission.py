@@ -3,15 +3,14 @@ Provider-agnostic: a Provider gives the store; no google or rich imports."""
 from __future__ import annotations
 
 import json
-import os
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core import backends, datasync, goodput, interrupts, layout, metrics, notify, orphans, packaging, runindex, runs
-from ..core import utilisation
+from ..core import (backends, datasync, goodput, interrupts, knobs, layout, metrics, notify, orphans, packaging,
+                   runindex, runs, utilisation)
 from ..core.errors import ErrorKind, TpuctlError, bad_input
 from ..core.jobspec import JobSpec, check_launchable
 from ..core.sizes import human_bytes
@@ -19,7 +18,7 @@ from ..core.models import ClusterState, Framework, Phase
 from . import armed
 from ..providers.base import Provider, Reporter
 from ..core.runs import RunSpec
-from ..core.store import BlobStore
+from ..core.store import BlobStore, said_full
 
 STALE_SECONDS = 120   # no heartbeat for this long: `jobs` shows the run as "lost?"
 
@@ -31,7 +30,7 @@ DEFAULT_SESSIONS = 10   # a service's run chains through at most this many sessi
 
 def warn_package_bytes() -> int:
     """A job directory larger than this (100 MB, TPUCTL_PACKAGE_WARN_BYTES) gets a warning that suggests `data`."""
-    return int(os.environ.get("TPUCTL_PACKAGE_WARN_BYTES", 100 << 20))
+    return knobs.count("TPUCTL_PACKAGE_WARN_BYTES", 100 << 20)
 
 
 def _check_keras_tensorflow(st: ClusterState, job: JobSpec) -> None:
@@ -87,14 +86,16 @@ def submit(st: ClusterState, provider: Provider, job: JobSpec, args: list[str], 
         sha = packaging.build_file(job.root, job.data, pkg)   # on disk, streamed: never the whole job in memory
         pkg_key = layout.job_package(sha)
         if pkg_key not in store.stats(pkg_key):
-            store.upload_file(str(pkg), pkg_key, lambda n: None)   # content-addressed: a rewrite is harmless
+            with said_full(store):
+                store.upload_file(str(pkg), pkg_key, lambda n: None)   # content-addressed: a rewrite is harmless
             reporter.resource("package", sha[:12], f"uploaded {human_bytes(pkg.stat().st_size)}", final=True)
         else:
             reporter.resource("package", sha[:12], "unchanged", final=True)
     run_id = runs.new_id()
     try:
-        synced, interrupted = _write_run(store, st, job, args, run_id, transfer, reporter, down_after, sha,
-                                         max_restarts, notify_urls or [])
+        with said_full(store):   # what _write_run wrote of the run is removed first (orphans.py)
+            synced, interrupted = _write_run(store, st, job, args, run_id, transfer, reporter, down_after, sha,
+                                             max_restarts, notify_urls or [])
     except datasync.Interrupted as e:
         raise TpuctlError(ErrorKind.INTERRUPTED, f"submit stopped while sending data: run {run_id} was never "
                           f"submitted and keeps no data; {e.stored} of {e.missing} new data contents "

@@ -13,12 +13,11 @@ placements span regions and a store this run made is in a region it moves away f
 """
 from __future__ import annotations
 
-import os
 import threading
 import time
 from typing import Callable
 
-from ..core import budget, runindex, state
+from ..core import budget, knobs, runindex, state
 from ..core.background import Background
 from ..core.errors import ErrorKind, Scope, TpuctlError
 from ..core.models import ClusterSpec, ClusterState, Grant, Phase
@@ -206,8 +205,8 @@ def arm(st: ClusterState, provider: Provider, progress: Callable[[str], None]) -
     meanwhile (the host may have ended it before it answered this `up`: a refused deletion retried once the grant
     was fixed, a report lost on its way to the store), or TIMEOUT, never calling a setting armed that nothing would
     enforce."""
-    deadline = time.monotonic() + float(os.environ.get("TPUCTL_TEARDOWN_WAIT", "900"))
-    poll = min(float(os.environ.get("TPUCTL_POLL_INTERVAL", "2")), 2.0)
+    deadline = time.monotonic() + knobs.number("TPUCTL_TEARDOWN_WAIT", 900)
+    poll = min(knobs.number("TPUCTL_POLL_INTERVAL", 2), 2.0)
     shown = False
     while True:
         said = provider.enforcement(st)

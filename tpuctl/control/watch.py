@@ -17,7 +17,7 @@ import socket
 import time
 from typing import Any, Callable
 
-from ..core import layout, notify, runs, state
+from ..core import knobs, layout, notify, runs, state
 from ..core.errors import ErrorKind, TpuctlError
 from ..core.lease import Lease
 from ..core.models import ClusterState, Phase
@@ -31,12 +31,12 @@ DOWN = "`tpuctl down`"   # why `down` ended a watch (armed.py), as `status` and 
 
 
 def poll_seconds() -> float:
-    return float(os.environ.get("TPUCTL_WATCH_POLL", "30"))
+    return knobs.number("TPUCTL_WATCH_POLL", 30)
 
 
 def backoff_seconds(tries: int) -> float:
     """While every zone is out of capacity: 30 s, 60 s, ... up to 10 minutes (TPUCTL_RECOVER_BACKOFF scales it)."""
-    base = float(os.environ.get("TPUCTL_RECOVER_BACKOFF", "30"))
+    base = knobs.number("TPUCTL_RECOVER_BACKOFF", 30)
     return min(base * 2 ** min(tries, 10), base * 20)
 
 
@@ -260,7 +260,7 @@ class CommandLease:
             return self   # no store yet: nothing was ever armed
         if doc is None:
             return self
-        wait = float(os.environ.get("TPUCTL_LEASE_WAIT", "1800"))
+        wait = knobs.number("TPUCTL_LEASE_WAIT", 1800)
         if self.command == "down":
             # the record a watcher reads before each create, written before the lease is asked for: a watcher stops
             # at once, whatever state the lease is in (a damaged one would be taken at once, mid-re-create)
@@ -287,7 +287,7 @@ def start_watcher_vm(st: ClusterState, provider: Provider, host: WatcherHost, re
     armed.update(store, lambda d: {**d, "watcher": armed.ON_VM, "watcher_zone": zone} if d else None)
     host.ensure(st, zone, reporter)
     lease = lease_of(store, "")
-    deadline = time.monotonic() + float(os.environ.get("TPUCTL_WATCHER_WAIT", "600"))
+    deadline = time.monotonic() + knobs.number("TPUCTL_WATCHER_WAIT", 600)
     reporter.resource("watcher", vm, "booting: installing the watcher")
     while True:
         rec = lease.holder()

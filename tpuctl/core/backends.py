@@ -21,6 +21,8 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping, MutableMapping, Optional
 
+from .errors import bad_input
+
 BACKENDS = ("jax", "tensorflow")
 ENV = "KERAS_BACKEND"   # what Keras 3 reads at import (keras/src/backend/config.py: os.environ["KERAS_BACKEND"])
 
@@ -61,10 +63,32 @@ def old_tensorflow_refusal(record: Mapping[str, Any], forced_backend: str) -> Op
     return None
 
 
+def check_forced(where: str, value: str) -> None:
+    """A backend a job forces is one of BACKENDS, spelled as Keras reads it: Keras takes KERAS_BACKEND as written
+    (keras/src/backend/config.py: `_backend = os.environ["KERAS_BACKEND"]; if _backend: _BACKEND = _backend`), so
+    "JAX" or " jax" fail on the host at import ("Unable to import backend"), and an empty value is ignored: Keras
+    falls back to its default, TensorFlow, whatever tpuctl picked (issue 52.7). "torch" and "numpy" are Keras
+    backends, but none tpuctl runs on a TPU."""
+    if value in BACKENDS:
+        return
+    known = value.strip().lower()
+    if not value:
+        why = "is empty: Keras ignores it and falls back to TensorFlow, whatever tpuctl picks"
+    elif known in BACKENDS:
+        why = f"is not spelled as Keras reads it (it takes {known!r} exactly)"
+    else:
+        why = f"is not a backend tpuctl runs ({' or '.join(BACKENDS)})"
+    raise bad_input(f"{where} {value!r} {why}",
+                    f'give "{known}"' if known in BACKENDS else
+                    'give "jax" or "tensorflow", or remove it: tpuctl picks the backend from where the job runs')
+
+
 def forced(env: Mapping[str, str], keras_backend: str) -> tuple[str, str]:
-    """(the backend the job or user asked for, where it was asked), or ("", "") when tpuctl picks."""
-    if env.get(ENV):
-        return env[ENV], f"[env] {ENV}"
+    """(the backend the job or user asked for, where it was asked), or ("", "") when tpuctl picks. An empty [env]
+    KERAS_BACKEND (which submit refuses; a job written before it did) is what Keras makes of it: TensorFlow."""
+    if ENV in env:
+        return (env[ENV], f"[env] {ENV}") if env[ENV] else \
+            ("tensorflow", f"an empty [env] {ENV}, which Keras ignores for its default")
     if keras_backend:
         return keras_backend, "keras_backend in tpuctl.toml"
     return "", ""

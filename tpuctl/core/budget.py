@@ -10,11 +10,10 @@ budget is raised above what was spent.
 from __future__ import annotations
 
 import json
-import os
 import time
 from typing import Any, Callable, Sequence
 
-from . import layout
+from . import knobs, layout
 from .errors import ErrorKind, TpuctlError, bad_input
 from .store import BlobStore
 
@@ -30,8 +29,7 @@ def hourly(catalog: float | None, saved: float = 0.0) -> float | None:
     neither knows."""
     if saved:
         return saved
-    raw = os.environ.get("TPUCTL_PRICE_PER_HOUR")
-    return float(raw) if raw else catalog
+    return knobs.number("TPUCTL_PRICE_PER_HOUR", 0) or catalog
 
 
 def parse_usd(text: str) -> float:
@@ -135,7 +133,8 @@ def over(doc: dict[str, Any], periods: list[list[float]] | None = None, now: flo
     if not usd:
         return 0.0, ""
     used = spent(doc.get("periods", []) if periods is None else periods, hourly, now, doc.get("extra", []))
-    return used / usd, (f"{REASON}: {dollars(usd)} spent" if used >= usd else "")
+    # what was spent, then the cap: the note once said the cap as the spend ("$50.00 spent" of $74.86, issue 52.7)
+    return used / usd, (f"{REASON}: {dollars(used)} spent of {dollars(usd)}" if used >= usd else "")
 
 
 def shown(doc: dict[str, Any], periods: list[list[float]]) -> dict[str, object]:
@@ -165,7 +164,7 @@ class Guard:
         self.warned = 0.0        # the cap whose warning this process queued (the store's record makes it once)
 
     def due(self) -> str:
-        if time.monotonic() - self.read_at >= float(os.environ.get("TPUCTL_BUDGET_CHECK", "10")):
+        if time.monotonic() - self.read_at >= knobs.number("TPUCTL_BUDGET_CHECK", 10):
             self.read_at = time.monotonic()
             try:
                 self.doc = read(self.store)

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
-from . import interrupts, layout
+from . import interrupts, knobs, layout
 from .md5cache import Md5Cache
 from .store import BlobStore
 
@@ -39,7 +39,7 @@ def plan(paths: list[Path], names: list[str]) -> list[tuple[Path, str]]:
 def hash_shown_bytes() -> int:
     """Hashing at least this much not hashed before shows progress (TPUCTL_HASH_PROGRESS_BYTES; 8 MB, ~0.02 s):
     a first submit of a 500 MB file showed a blank terminal for ~2.8 s while it was hashed (issue 40)."""
-    return int(os.environ.get("TPUCTL_HASH_PROGRESS_BYTES", 8_000_000))
+    return knobs.count("TPUCTL_HASH_PROGRESS_BYTES", 8_000_000)
 
 
 def contents(files: list[tuple[Path, str]],
@@ -143,7 +143,7 @@ def stop_wait() -> float:
     """How long an interrupted sync waits for its uploads in flight to stop (TPUCTL_STOP_WAIT, 5 s): a local copy
     stops within a MiB and removes its partial file; a GCS upload cannot stop part way, and is abandoned at exit
     (Cloud Storage makes no object of an upload that never completed)."""
-    return float(os.environ.get("TPUCTL_STOP_WAIT", "5"))
+    return knobs.number("TPUCTL_STOP_WAIT", 5)
 
 
 def _each(work: Callable[[str], None], items: list[str], workers: int, stop: Callable[[], None]) -> None:

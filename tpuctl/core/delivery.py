@@ -1,7 +1,7 @@
 """How one notification reaches one URL (notify.py decides what is sent, and records it once, before).
 
-- Each URL has its own outbox: a queue, a thread and a retry clock (TPUCTL_NOTIFY_RETRY_FOR seconds, 300, per
-  message, backoff from TPUCTL_NOTIFY_BACKOFF), so a receiver that fails or hangs delays only its own messages;
+- Each URL has its own outbox: a queue, a thread while it has messages, and a retry clock (TPUCTL_NOTIFY_RETRY_FOR
+  seconds, 300, per message, backoff from TPUCTL_NOTIFY_BACKOFF), so a receiver that fails or hangs delays only its own messages;
   before, one 500 URL held every other URL's events for five minutes each (issue 38.2).
 - A request waits TPUCTL_NOTIFY_TIMEOUT seconds (10) for its answer, the first try of a message always in full.
 - A redirect is not a delivery. urllib follows 301/302/303 after a POST as a GET without the body
@@ -12,7 +12,8 @@
   refuses them for a POST on its own (the same condition), so they are re-sent here.
 - A URL with user info (`https://user:token@host/...`) is sent to the URL without it, with the user info as HTTP
   basic authentication (RFC 7617), as curl does; urllib alone reads `user:token@host` as the host's name. The
-  credentials go only to the URL's own host, never to a host a redirect names.
+  credentials go only to the URL's own origin (scheme, host and port), never to another a redirect names; a
+  redirect from https to plain http is not followed at all (issue 52.7: both leaked the token in clear).
 - A URL is a secret: only mask() of it is ever printed (its scheme and host).
 """
 from __future__ import annotations
@@ -32,6 +33,8 @@ from types import ModuleType
 from typing import Any, Callable
 from urllib.parse import unquote, urlsplit, urlunsplit
 
+from . import knobs
+
 
 def mask(url: str) -> str:
     """What may be printed of a URL: its scheme and host; the path, query and credentials carry the secret."""
@@ -41,7 +44,7 @@ def mask(url: str) -> str:
 
 
 def timeout() -> float:
-    return float(os.environ.get("TPUCTL_NOTIFY_TIMEOUT", "10"))
+    return knobs.number("TPUCTL_NOTIFY_TIMEOUT", 10)
 
 
 class Redirected(Exception):
@@ -55,9 +58,22 @@ class _Redirects(urllib.request.HTTPRedirectHandler):
         if code not in (307, 308):
             raise Redirected(f"HTTP {code}, redirected to {host}: not delivered (a {code} turns the POST into a GET "
                              "without the message; give the URL it redirects to)")
+        if urlsplit(req.full_url).scheme == "https" and urlsplit(newurl).scheme != "https":
+            raise Redirected(f"HTTP {code}, redirected from https to plain {urlsplit(newurl).scheme} on {host}: not "
+                             "delivered (the message would travel in clear; give the https URL it should go to)")
         keep = {k: v for k, v in req.header_items()
-                if k.lower() != "authorization" or host == urlsplit(req.full_url).hostname}
+                if k.lower() != "authorization" or origin(newurl) == origin(req.full_url)}
         return urllib.request.Request(newurl, data=req.data, method=req.get_method(), headers=keep)
+
+
+def origin(url: str) -> tuple[str, str, int | None]:
+    """(scheme, host, port) with the scheme's default port filled in: the origin of RFC 6454 section 4, the only
+    place a URL's credentials go (a redirect to another port of the same host, or from https to http, is another
+    origin, as curl holds: "Another host means that one or more of hostname, protocol scheme or port number changed",
+    curl.se/libcurl/c/CURLOPT_UNRESTRICTED_AUTH.html, off by default)."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    return scheme, (parts.hostname or "").lower(), parts.port or {"http": 80, "https": 443}.get(scheme)
 
 
 _opener = urllib.request.build_opener(_Redirects())
@@ -116,7 +132,7 @@ def _load_apprise() -> ModuleType:
         pass
     r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--target",
                         target, APPRISE], capture_output=True, text=True,
-                       timeout=float(os.environ.get("TPUCTL_APPRISE_INSTALL_WAIT", "300")))
+                       timeout=knobs.number("TPUCTL_APPRISE_INSTALL_WAIT", 300))
     if r.returncode:
         raise RuntimeError(f"could not install {APPRISE} into {target}: {r.stderr.strip()[-300:]}")
     importlib.invalidate_caches()
@@ -150,8 +166,8 @@ def send_one(url: str, message: dict[str, Any], retry_for: float | None = None,
              stop: threading.Event | None = None) -> str:
     """Deliver one message, retrying with backoff until `retry_for` seconds have passed (or `stop` is set);
     "" or the last error. Every try waits up to timeout() for its answer, the first in full."""
-    retry_for = float(os.environ.get("TPUCTL_NOTIFY_RETRY_FOR", "300")) if retry_for is None else retry_for
-    give_up, delay = time.monotonic() + retry_for, float(os.environ.get("TPUCTL_NOTIFY_BACKOFF", "1"))
+    retry_for = knobs.number("TPUCTL_NOTIFY_RETRY_FOR", 300) if retry_for is None else retry_for
+    give_up, delay = time.monotonic() + retry_for, knobs.number("TPUCTL_NOTIFY_BACKOFF", 1)
     wait = timeout()
     while True:
         ok, said = try_once(url, message, wait)
@@ -169,7 +185,11 @@ def send_one(url: str, message: dict[str, Any], retry_for: float | None = None,
 
 class Outbox:
     """One URL's messages, sent in order on a thread of its own, each with its own retry clock. `unsent(what,
-    error)` is told of each message given up on (notify.py records it where `status` looks)."""
+    error)` is told of each message given up on (notify.py records it where `status` looks).
+
+    The thread ends once the outbox has been empty for TPUCTL_NOTIFY_IDLE seconds (60) and the next message starts
+    another: an agent that served runs with 60 distinct `submit --notify` URLs held 62 threads for its life
+    (issue 52.7)."""
 
     def __init__(self, url: str, unsent: Callable[[Any, str], None]) -> None:
         self.url, self.unsent = url, unsent
@@ -179,17 +199,38 @@ class Outbox:
         self.idle = threading.Event()
         self.idle.set()
         self.stop = threading.Event()   # set by abandon: the try under way gives up
-        threading.Thread(target=self._loop, daemon=True, name=f"tpuctl-notify-{mask(url)}").start()
+        self.sending = False            # a thread runs _loop (under the lock: put starts one when none does)
+        self.linger = knobs.number("TPUCTL_NOTIFY_IDLE", 60)
 
     def put(self, what: Any, message: dict[str, Any]) -> None:
         with self.lock:
             self.pending.append(what)
             self.idle.clear()
-        self.q.put((what, message))
+            self.q.put((what, message))
+            if not self.sending:
+                self.sending = True
+                threading.Thread(target=self._loop, daemon=True, name=f"tpuctl-notify-{mask(self.url)}").start()
+
+    def ended(self) -> bool:
+        """Nothing queued and no thread: the outbox may be forgotten (the next message makes another)."""
+        with self.lock:
+            return not self.sending and not self.pending
+
+    def _next(self) -> tuple[Any, dict[str, Any]] | None:
+        """The next message, or None when none came for TPUCTL_NOTIFY_IDLE seconds: the thread then ends, marked
+        under the lock that put holds, so a message put meanwhile is never left without a thread."""
+        while True:
+            try:
+                return self.q.get(timeout=self.linger)
+            except queue.Empty:
+                with self.lock:
+                    if self.q.empty():
+                        self.sending = False
+                        return None
 
     def _loop(self) -> None:
-        while True:
-            what, message = self.q.get()
+        while (got := self._next()) is not None:
+            what, message = got
             with self.lock:
                 if what not in self.pending:
                     continue   # given up already (abandon): recorded there

@@ -4,11 +4,10 @@ it is complete (a host's unfinished last line waits for its newline, or for the 
 never mix."""
 from __future__ import annotations
 
-import os
 import time
 from typing import Callable
 
-from . import layout, runs
+from . import knobs, layout, runs
 from .runs import RunStatus
 from .store import BlobStore
 
@@ -25,7 +24,7 @@ def follow_all(store: BlobStore, run_id: str, who: list[tuple[int, str]], write:
                follow: bool = True, sleep: Callable[[float], None] = time.sleep,
                watch: Callable[[RunStatus], None] = lambda st: None) -> RunStatus:
     """As runs.follow, over every host in `who`; returns worker 0's final (or current) status."""
-    max_idle = float(os.environ.get("TPUCTL_LOG_POLL_MAX", "1.0"))
+    max_idle = knobs.number("TPUCTL_LOG_POLL_MAX", 1.0)
     chunk = {i: 1 for i, _ in who}
     rest = {i: b"" for i, _ in who}
     idle = 0.05

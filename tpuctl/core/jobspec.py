@@ -132,15 +132,15 @@ def load(job_dir: str, extra_data: Sequence[str] = ()) -> JobSpec:
 
 def _keras_backend(f: Path, doc: dict, framework: Framework, env: dict) -> str:
     """tpuctl.toml's `keras_backend`: one of backends.BACKENDS, for a Keras job, agreeing with [env] KERAS_BACKEND."""
+    if framework is Framework.KERAS and backends.ENV in env:
+        backends.check_forced(f"{f}: [env] {backends.ENV}", str(env[backends.ENV]))
     value = doc.get("keras_backend", "")
     if not value:
         return ""
     if framework is not Framework.KERAS:
         raise bad_input(f"{f}: 'keras_backend' is for Keras 3 jobs, not {framework.value} ones",
                         'add framework = "keras", or remove the key')
-    if value not in backends.BACKENDS:
-        raise bad_input(f"{f}: 'keras_backend' {value!r} is not a backend tpuctl runs",
-                        'keras_backend = "jax" or "tensorflow" (or remove it: tpuctl picks from the target)')
+    backends.check_forced(f"{f}: 'keras_backend'", str(value))
     if str(env.get(backends.ENV, value)) != value:
         raise bad_input(f"{f}: 'keras_backend' {value!r} and [env] {backends.ENV} {env[backends.ENV]!r} disagree",
                         "keep one of them")

@@ -23,12 +23,13 @@ import threading
 import time
 from typing import Any, Callable
 
+from . import knobs
 from .errors import ErrorKind, TpuctlError
 from .store import BlobStore
 
 
 def ttl_seconds() -> float:
-    return float(os.environ.get("TPUCTL_LEASE_SECONDS", "60"))
+    return knobs.number("TPUCTL_LEASE_SECONDS", 60)
 
 
 def _free(rec: dict[str, Any] | None, me: str, now: float) -> bool:

@@ -12,12 +12,12 @@ import time
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
-from . import state
+from . import knobs, state
 from .errors import bad_input
 
 
 def _wait_seconds() -> float:
-    return float(os.environ.get("TPUCTL_LOCK_WAIT", "30"))
+    return knobs.number("TPUCTL_LOCK_WAIT", 30)
 
 
 @contextmanager

@@ -4,11 +4,11 @@
 Each event is recorded in the store create-if-absent BEFORE it is sent (layout.notify_event): of two watchers, or
 an agent restarted after it recorded one, only the writer that created the record sends it, so an event is sent at
 most once; a sender that dies between the record and the send loses that message rather than repeating it.
-Recording happens on one background thread per process; sending on one thread per URL (delivery.py), each message
-retried with backoff until TPUCTL_NOTIFY_RETRY_FOR seconds (300) have passed, each request bounded by
-TPUCTL_NOTIFY_TIMEOUT (10): a receiver that fails or hangs never slows or fails training, nor another URL's messages.
-A message given up on, or still unsent when the process stops, is recorded (layout.notify_unsent) and `status` says
-so.
+Recording happens on one background thread per process; sending on one thread per URL while it has messages
+(delivery.Outbox: it ends after TPUCTL_NOTIFY_IDLE seconds without one), each message retried with backoff until
+TPUCTL_NOTIFY_RETRY_FOR seconds (300) have passed, each request bounded by TPUCTL_NOTIFY_TIMEOUT (10): a receiver
+that fails or hangs never slows or fails training, nor another URL's messages. A message given up on, or still
+unsent when the process stops, is recorded (layout.notify_unsent) and `status` says so.
 
 An http(s) URL receives a JSON POST in the shape Slack's incoming webhooks take (a `text` member: Slack's "Sending
 messages using incoming webhooks", `curl -X POST -H 'Content-type: application/json' -d '{"text":"Hello,
@@ -23,7 +23,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import os
 import queue
 import sys
 import threading
@@ -31,7 +30,7 @@ import time
 from typing import Any
 from urllib.parse import urlsplit
 
-from . import layout
+from . import knobs, layout
 from .delivery import Outbox
 # delivery's, re-exported: the CLI and the tests send through this module
 from .delivery import mask as mask, send_one as send_one, try_once as try_once
@@ -170,6 +169,8 @@ class Sender:
 
     def _outbox(self, url: str) -> Outbox:
         with self.lock:
+            for done in [u for u, box in self.outboxes.items() if u != url and box.ended()]:
+                del self.outboxes[done]   # its thread ended idle; only this thread puts, so none is refilled now
             if url not in self.outboxes:
                 self.outboxes[url] = Outbox(url, functools.partial(unsent, url))
             return self.outboxes[url]
@@ -238,4 +239,4 @@ def flush(timeout: float | None = None) -> None:
     """At a process's end: wait for what is queued, at most TPUCTL_NOTIFY_EXIT_WAIT seconds (5), so a dead
     receiver never holds an agent, a watcher or `down`; what is left then is recorded unsent."""
     if _sender is not None:
-        _sender.flush(float(os.environ.get("TPUCTL_NOTIFY_EXIT_WAIT", "5")) if timeout is None else timeout)
+        _sender.flush(knobs.number("TPUCTL_NOTIFY_EXIT_WAIT", 5) if timeout is None else timeout)

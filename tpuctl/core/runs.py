@@ -6,7 +6,6 @@ Run ids sort by submission time, so the latest run is the greatest id.
 from __future__ import annotations
 
 import json
-import os
 import re
 import secrets
 import time
@@ -14,7 +13,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Callable
 
-from . import layout
+from . import knobs, layout
 from .errors import bad_input
 from .models import JsonRecord
 from .store import BlobStore
@@ -96,7 +95,7 @@ def heartbeats(store: BlobStore) -> list[dict[str, Any]]:
 def stale_seconds() -> float:
     """No heartbeat for this long (TPUCTL_STALE_SECONDS, 90 s) means a run's host went quiet: agents take the run
     over, followers warn (hostwatch.py)."""
-    return float(os.environ.get("TPUCTL_STALE_SECONDS", "90"))
+    return knobs.number("TPUCTL_STALE_SECONDS", 90)
 
 
 def heartbeat_seconds() -> float:
@@ -108,7 +107,7 @@ def heartbeat_seconds() -> float:
 def stop_grace() -> float:
     """Seconds a job gets between its SIGTERM and its SIGKILL when its agent is stopped (TPUCTL_STOP_GRACE, 20 s):
     inside the agent unit's TimeoutStopSec (startup.sh) and a spot VM's 30-second preemption notice."""
-    return float(os.environ.get("TPUCTL_STOP_GRACE", "20"))
+    return knobs.number("TPUCTL_STOP_GRACE", 20)
 
 
 def new_id(now: Callable[[], float] = time.time) -> str:
@@ -197,7 +196,7 @@ def follow(store: BlobStore, run_id: str, write: Callable[[bytes], None], worker
     """Write every chunk in order, once. While following, poll the next chunk with backoff when idle (so an idle
     run costs a bounded number of store requests) and stop once the run is final and its last chunk is out.
     Returns the final (or current, when not following) status."""
-    max_idle = max_idle if max_idle is not None else float(os.environ.get("TPUCTL_LOG_POLL_MAX", "1.0"))
+    max_idle = max_idle if max_idle is not None else knobs.number("TPUCTL_LOG_POLL_MAX", 1.0)
     n, idle = 1, 0.05
     while True:
         data = store.read(layout.log_chunk(run_id, worker, n))

@@ -10,6 +10,7 @@ changing record, such as the watcher's lease (core/lease.py).
 """
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import secrets
@@ -19,6 +20,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator, Protocol
 
+from . import knobs
+from .errors import ErrorKind, TpuctlError
 from .md5cache import Md5Cache
 
 
@@ -225,11 +228,48 @@ class LocalStore:
 
 _PARTIAL = ".tpuctl-partial."
 _CAS_LOCK = ".tpuctl-cas.lock"
+RESERVE = ".tpuctl-reserve"   # room a host agent holds back for records (host/storeguard.py)
 
 
 def _hidden(name: str) -> bool:
-    """Files of the store's own making, never keys: temporaries, partial downloads, the lock file."""
-    return name.startswith(".") and (name.endswith(".tmp") or name.startswith(_PARTIAL) or name == _CAS_LOCK)
+    """Files of the store's own making, never keys: temporaries, partial downloads, the lock file, the reserve."""
+    return name.startswith(".") and (name.endswith(".tmp") or name.startswith(_PARTIAL) or name in (_CAS_LOCK,
+                                                                                                     RESERVE))
+
+
+def floor_bytes() -> int:
+    """Room a store that can say how much it has keeps for records (TPUCTL_STORE_FLOOR_BYTES, 1 MiB): log chunks
+    stop above it, the agent holds it back as a file (host/storeguard.py), and below it the store is full."""
+    return knobs.count("TPUCTL_STORE_FLOOR_BYTES", 1 << 20)
+
+
+def is_full(e: BaseException) -> bool:
+    """A write refused for want of room: ENOSPC, or EDQUOT (a quota)."""
+    return isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+def full_error(store: BlobStore, e: OSError) -> TpuctlError:
+    """A write the store refused for want of room, as one line with the fix (issue 52.7: `submit` said "internal
+    error: OSError [Errno 28] ... please report it")."""
+    free = store.free_bytes()
+    return TpuctlError(ErrorKind.ERROR, f"store full: {store.uri} has {free if free is not None else 'no'} bytes "
+                       f"free ({e.strerror or e})", make_room(store.uri))
+
+
+@contextmanager
+def said_full(store: BlobStore) -> Iterator[None]:
+    """Writes to `store` inside: one it refuses for want of room is full_error (the store's, not this machine's)."""
+    try:
+        yield
+    except OSError as e:
+        if is_full(e):
+            raise full_error(store, e) from None
+        raise
+
+
+def make_room(uri: str) -> str:
+    return (f"make room where the store lives ({uri}): delete what old runs left under runs/*/output there (`tpuctl "
+            "download RUN` first keeps a copy), or give it more space; then run the command again")
 
 
 def partial_name() -> str:

@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .. import __version__
-from ..core import layout, notify, runindex, runs
+from ..core import knobs, layout, notify, runindex, runs
+from ..core.errors import TpuctlError
 from ..core.lifecycle import Clock, Policy
 from ..core.packaging import MAX_BYTES, MAX_ENTRIES
 from ..core.runs import RunSpec, RunStatus
@@ -70,7 +71,7 @@ class Agent:
     def package_limits(self) -> tuple[int, int]:
         """(bytes, entries) a job package may unpack to: the agent's environment, else the cluster record."""
         def limit(env: str, key: str, default: int) -> int:
-            return int(os.environ.get(env) or self.record.get(key) or default)
+            return knobs.count(env, int(self.record.get(key) or default))
         return (limit("TPUCTL_MAX_PACKAGE_BYTES", "max_package_bytes", MAX_BYTES),
                 limit("TPUCTL_MAX_PACKAGE_ENTRIES", "max_package_entries", MAX_ENTRIES))
 
@@ -116,7 +117,8 @@ class Agent:
                 self.store.write(layout.run_status(run_id, self.worker), json.dumps(st.to_json()).encode())
                 break
             except Exception as e:  # noqa: BLE001 - reported; the run is settled once the store takes it
-                self.guard.failed(e, f"run {run_id}'s status")
+                if self.guard.failed(e, f"run {run_id}'s status"):
+                    continue   # the reserve gave it room: again at once
                 if not st.state.final or self.stop.is_set():
                     return
                 self.stop.wait(delay)
@@ -136,7 +138,7 @@ class Agent:
     def wait_tpu_address(self, heartbeat: Callable[[], None]) -> str:
         """Beside a legacy node the address is known only once the node is READY, after this VM booted: `up`
         writes it into the record then. Re-read until it appears (TPUCTL_TPU_ADDRESS_WAIT, 30 minutes)."""
-        deadline = time.monotonic() + float(os.environ.get("TPUCTL_TPU_ADDRESS_WAIT", "1800"))
+        deadline = time.monotonic() + knobs.number("TPUCTL_TPU_ADDRESS_WAIT", 1800)
         while not self.tpu_address() and self.record.get("arch") == "node" and time.monotonic() < deadline \
                 and not self.stop.is_set():
             heartbeat()
@@ -159,7 +161,8 @@ class Agent:
                 print(f"tpuctl agent: store {self.store.uri} not readable yet ({type(e).__name__}: {e}); try "
                       f"{tries}, next in {delay:g}s", file=sys.stderr, flush=True)
                 self.stop.wait(delay)
-                delay = min(delay * 2, float(os.environ.get("TPUCTL_STORE_WAIT_MAX", "30")))
+                delay = min(delay * 2, knobs.number("TPUCTL_STORE_WAIT_MAX", 30))
+        self.guard.keep_reserve()
         self.beat()
 
     def run_forever(self) -> None:
@@ -173,6 +176,7 @@ class Agent:
                 self.selfstop.enforce()
             except Exception as e:  # noqa: BLE001 - a store hiccup must not kill the agent; log and go on
                 print(f"tpuctl agent: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+                self.guard.failed(e, "claiming the next run")   # a full store: the reserve makes room for the claim
             self.beat_if_quiet()
             self.stop.wait(self.poll)
         self.held.join(5.0)
@@ -226,7 +230,11 @@ class Agent:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="tpuctl agent", description="Run jobs from a tpuctl store.")
     ap.add_argument("--store", required=True, help="gs://bucket or a directory")
-    ap.add_argument("--worker", type=int, default=int(os.environ.get("TPUCTL_WORKER", "0")))
+    try:
+        worker = knobs.count("TPUCTL_WORKER", 0)
+    except TpuctlError as e:
+        ap.error(f"{e.message}; {e.hint}")   # exits 2, one line
+    ap.add_argument("--worker", type=int, default=worker)
     ap.add_argument("--slice", type=int, default=0, help="the host's slice of a Multislice cluster")
     ap.add_argument("--accelerator", default=None)
     ap.add_argument("--tpu", default=None)
@@ -235,6 +243,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--attempt", type=int, default=1, help="with --run: the JobSet's restart attempt + 1")
     a = ap.parse_args(argv)
     os.umask(0o077)   # unpacked jobs and their files may hold [env] secrets
+    for bad in knobs.problems():   # said once here; each run the agent takes ends on it with the reason (attempt.py)
+        print(f"tpuctl agent: {bad.message}; {bad.hint}", file=sys.stderr, flush=True)
     agent = Agent(a.store, a.worker, a.accelerator or "", a.tpu, poll=a.poll, slice_id=a.slice)
     signal.signal(signal.SIGTERM, lambda *_: agent.stop.set())
     if a.run:

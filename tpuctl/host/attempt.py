@@ -21,8 +21,9 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
-from ..core import layout, runs
+from ..core import knobs, layout, runs
 from ..core.backends import keep_keras_3
+from ..core.errors import TpuctlError
 from ..core.lifecycle import Clock
 from ..core.packaging import unpack
 from ..core.runs import RunSpec, RunState, RunStatus
@@ -113,7 +114,7 @@ class Attempt:
         except Exception as e:  # noqa: BLE001 - reported in the run's own log and status
             if self.a.stop.is_set():
                 return self._interrupted(shipper, None)
-            shipper.note(f"cannot prepare the run: {e}")
+            shipper.note(f"cannot prepare the run: {with_hint(e)}")
             self.status(RunState.FAILED, exit_code=127)
             self.events.ended(127, False)
             return 127
@@ -222,17 +223,22 @@ class Attempt:
 
     def _restart(self, shipper: LogShipper, rc: int, limit: int, wait: float) -> int | None:
         """A restart on this host after `wait` seconds (restarts.backoff), said in the log: None to start the job
-        again, or the exit code when a cancel, the cluster's limit or the agent's stop came during the wait."""
-        self.restarts += 1
+        again, or the exit code when a cancel, the cluster's limit or the agent's stop came during the wait. The
+        restart counts once the wait is over, and a run ended during it keeps the job's own last exit code: one
+        cancelled there counted a restart that never ran and showed exit 130, tpuctl's "interrupted" (issue 52.7)."""
+        n = self.restarts + 1
         self.exited = rc
-        shipper.note(f"the job exited {rc}; restart {self.restarts} of {limit} (submit --max-restarts), from its "
+        shipper.note(f"the job exited {rc}; restart {n} of {limit} (submit --max-restarts), from its "
                      f"checkpoint, in {wait:g}s (the wait doubles while the job keeps failing, up to a minute)",
                      fresh_line=True)
         why = wait_out(wait, self.a.stop, self.halts.why_not_restart,
-                       lambda left: self.status(RunState.RUNNING, note=f"restart {self.restarts} in {left:.0f}s"))
+                       lambda left: self.status(RunState.RUNNING, note=f"restart {n} in {left:.0f}s"))
         if why and self.a.stop.is_set():
             return self._interrupted(shipper, rc)
-        return self._end(shipper, RunState.CANCELLED, 130, True, why) if why else None
+        if why:
+            return self._end(shipper, RunState.CANCELLED, rc, True, why)
+        self.restarts = n
+        return None
 
     def _not_started(self, shipper: LogShipper, rounds: Rounds, n: int, why: str) -> int:
         """A round that could not start on this host: the agent's stop, a cancel, or a run that ended elsewhere."""
@@ -270,6 +276,7 @@ class Attempt:
 
     def _prepare(self, shipper: LogShipper) -> RunSpec:
         job, a = self.job, self.a
+        knobs.check()   # the agent's TPUCTL_* waits, read later as the job runs: a bad one ends the run here, said
         if job is None:
             raise RuntimeError(f"{layout.run_job(self.run_id)} is unreadable")
         pkg = a.store.read(layout.job_package(job.package))
@@ -331,6 +338,11 @@ def environment(a: AttemptHost, run_id: str, job: RunSpec, tf: str = "", env_dir
     # `python` in a job's command means the agent's own interpreter (its venv has the agent's packages).
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
     return env
+
+def with_hint(e: Exception) -> str:
+    """An error as the run's log says it: a TpuctlError's hint too (a bad TPUCTL_* knob: what to set)."""
+    return f"{e} ({e.hint})" if isinstance(e, TpuctlError) and e.hint else str(e)
+
 
 def lost_host(at: Attempt, rounds: Rounds | None, n: int, rc: int, cancelled: bool) -> Called | None:
     """A job across hosts that exited on its own: a lost host's doing, or None (rounds.lost_since)."""

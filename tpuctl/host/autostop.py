@@ -7,13 +7,12 @@ reports, once per `up`, whether its identity may delete the compute at all (tear
 from __future__ import annotations
 
 import json
-import os
 import sys
 import threading
 import time
 from typing import Any
 
-from ..core import budget, layout, notify
+from ..core import budget, knobs, layout, notify
 from ..core.lifecycle import Clock, Policy
 from . import google_api
 from .contexts import Seat
@@ -68,7 +67,7 @@ class SelfStop:
                 failed = f"{type(e).__name__}: {e}"
                 a.store.write(layout.STOPPED, json.dumps({**stopped, "failed": failed}).encode())
                 print(f"tpuctl agent: could not end the compute: {failed}", file=sys.stderr, flush=True)
-                self._retry_at = time.monotonic() + float(os.environ.get("TPUCTL_TEARDOWN_RETRY", "60"))
+                self._retry_at = time.monotonic() + knobs.number("TPUCTL_TEARDOWN_RETRY", 60)
                 return
             self.ending = True   # the deletion is under way: take no new run while the host still lives
 

@@ -25,7 +25,7 @@ import time
 from types import ModuleType
 from typing import Any, Callable, Iterator
 
-from ..core import layout, utilisation
+from ..core import knobs, layout, utilisation
 from ..core.delivery import agent_home
 from ..core.store import BlobStore
 
@@ -37,7 +37,7 @@ class Unavailable(Exception):
 
 
 def every() -> float:
-    return float(os.environ.get("TPUCTL_TPU_METRICS_SECONDS", "30"))
+    return knobs.number("TPUCTL_TPU_METRICS_SECONDS", 30)
 
 
 TPU_INFO = "tpu-info>=0.14"   # get_chip_usage(chip_type, addr) and get_chip_usage_new, as read above

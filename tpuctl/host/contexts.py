@@ -8,7 +8,7 @@ from typing import Any, Callable, Protocol
 
 from ..core.store import BlobStore
 
-Failed = Callable[[BaseException, str], None]   # a store error reported, and what it was doing (storeguard.py)
+Failed = Callable[[BaseException, str], object]   # a store error reported, and what it was doing (storeguard.py)
 
 
 class Seat(Protocol):

@@ -16,7 +16,7 @@ import threading
 import time
 from typing import Callable
 
-from ..core import layout
+from ..core import knobs, layout
 from .preamble import PreambleFilter
 from ..core.store import BlobStore
 from .storeguard import StoreGuard
@@ -29,11 +29,11 @@ RETRY_MAX_SECONDS = 30.0
 
 def flush_seconds() -> float:
     """The least time between two chunks while output keeps coming (TPUCTL_LOG_FLUSH_SECONDS, 0.5 s)."""
-    return float(os.environ.get("TPUCTL_LOG_FLUSH_SECONDS", "0.5"))
+    return knobs.number("TPUCTL_LOG_FLUSH_SECONDS", 0.5)
 
 
 def hold_bytes() -> int:
-    return int(os.environ.get("TPUCTL_LOG_HOLD_BYTES", str(8 << 20)))
+    return knobs.count("TPUCTL_LOG_HOLD_BYTES", 8 << 20)
 
 
 class LogShipper:
@@ -115,7 +115,7 @@ class LogShipper:
         """After the job's end, before the run's last status: what is held is tried again (with backoff, `beat`
         called meanwhile) until it is out, the agent stops, or TPUCTL_LOG_HOLD_WAIT seconds (300) pass; whatever
         could not go is then marked in the log itself, by a line small enough to pass the floor as a record does."""
-        deadline = time.monotonic() + float(os.environ.get("TPUCTL_LOG_HOLD_WAIT", "300"))
+        deadline = time.monotonic() + knobs.number("TPUCTL_LOG_HOLD_WAIT", 300)
         while self.unshipped and self.buf and not stop.is_set() and time.monotonic() < deadline:
             beat(f"the job ended; {self.unshipped} bytes of its output wait for the store "
                  f"({self.guard.problem or 'store full'})")

@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..core import layout
+from ..core import knobs, layout
 
 IMAGE = "gcr.io/cloud-tpu-v2-images/grpc_tpu_worker:tf-{version}-pjrt"
 _URL = re.compile(r"TF_DOCKER_URL=.*")
@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     from ..providers.stores import open_store
     try:
         lead(open_store(a.store), a.run, a.attempt, a.workers, a.host, installed_tensorflow(a.python),
-             float(os.environ.get("TPUCTL_RUNTIME_WAIT", "600")))
+             knobs.number("TPUCTL_RUNTIME_WAIT", 600))
     except RuntimeError as e:
         print(f"tpuctl: the slice cannot run this TensorFlow: {e}", flush=True)
         return 1

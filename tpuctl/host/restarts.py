@@ -13,13 +13,12 @@ re-wired alone; so are `backoff`, the wait before a restart, and `wait_out`, whi
 """
 from __future__ import annotations
 
-import os
 import threading
 import time
 from enum import Enum
 from typing import Callable
 
-from ..core import runs
+from ..core import knobs, runs
 from ..runtime import RESTART_CODE
 
 
@@ -55,9 +54,9 @@ def backoff(previous: float, ran: float) -> float:
     times a second (issue 38.1); with it, fewer than 20 restarts in its first ten minutes. Kubernetes backs a
     crashing container off the same way (10 s doubled, capped at five minutes, reset after ten minutes of running:
     kubernetes.io/docs/concepts/workloads/pods/pod-lifecycle/#restart-policy)."""
-    first = float(os.environ.get("TPUCTL_RESTART_BACKOFF", "1"))
-    cap = float(os.environ.get("TPUCTL_RESTART_BACKOFF_MAX", "60"))
-    if not previous or ran >= float(os.environ.get("TPUCTL_RESTART_HEALTHY", "600")):
+    first = knobs.number("TPUCTL_RESTART_BACKOFF", 1)
+    cap = knobs.number("TPUCTL_RESTART_BACKOFF_MAX", 60)
+    if not previous or ran >= knobs.number("TPUCTL_RESTART_HEALTHY", 600):
         return min(first, cap)
     return min(previous * 2, cap)
 
@@ -66,7 +65,7 @@ def wait_out(seconds: float, stop: threading.Event, why_not: Callable[[], str], 
     """The wait before a restart: "" once it is over, or why the run ends instead: the agent's stop, or
     `why_not()` (a cancel, the cluster's limit), checked every TPUCTL_CANCEL_POLL seconds (1) so a cancel wins
     during the wait too; `beat(seconds left)` keeps the run's heartbeat."""
-    end, every = time.monotonic() + seconds, float(os.environ.get("TPUCTL_CANCEL_POLL", "1"))
+    end, every = time.monotonic() + seconds, knobs.number("TPUCTL_CANCEL_POLL", 1)
     last = 0.0
     while (left := end - time.monotonic()) > 0:
         if time.monotonic() - last >= runs.heartbeat_seconds():

@@ -27,12 +27,11 @@ TensorFlow runs (one program on worker 0) have no rounds.
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 from typing import Any, Callable
 
-from ..core import layout, runs
+from ..core import knobs, layout, runs
 from ..core.runs import RunSpec, RunState, RunStatus
 from . import kerasbackend
 from .contexts import Seat
@@ -243,4 +242,4 @@ class Rounds:
 
 def lost_seconds() -> float:
     """How long a peer may be quiet before it is lost (PEER_LOST_SECONDS)."""
-    return min(runs.stale_seconds(), float(os.environ.get("TPUCTL_PEER_LOST_SECONDS") or PEER_LOST_SECONDS))
+    return min(runs.stale_seconds(), knobs.number("TPUCTL_PEER_LOST_SECONDS", PEER_LOST_SECONDS))

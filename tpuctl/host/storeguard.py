@@ -11,24 +11,21 @@ error on a TPU host. Nothing of it may end the agent or leave a run `running` fo
   status.
 - A failure is reported once per episode (the agent's log and the run's status: "store full: N bytes free"), and
   its end once ("store writable again").
+- The floor is also held back as a file (core/store.RESERVE, created while there is room for it and the floor):
+  what fills the disk may be the job's own checkpoints, which no floor stops, and at 0 bytes free a run stayed
+  `running` 16-38 s after its job ended and the next run did not start (issue 52.7). The first record refused
+  for want of room deletes the reserve and is tried again at once, so the run settles and the queue moves on;
+  the reserve is made again once the store has room.
 """
 from __future__ import annotations
 
-import errno
 import os
 import sys
+from pathlib import Path
 
-from ..core.store import BlobStore
+from ..core.store import RESERVE, BlobStore, floor_bytes, is_full
 
 CHUNK_ALLOWANCE = 64 * 1024
-
-
-def floor_bytes() -> int:
-    return int(os.environ.get("TPUCTL_STORE_FLOOR_BYTES", str(1 << 20)))
-
-
-def is_full(e: BaseException) -> bool:
-    return isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
 class StoreGuard:
@@ -39,18 +36,53 @@ class StoreGuard:
     def free(self) -> int | None:
         return self.store.free_bytes()
 
+    def _reserve(self) -> Path | None:
+        """Where the reserve lives: a store that can say its room (a local directory) only."""
+        if self.free() is None:
+            return None
+        path = Path(self.store.local_path(RESERVE))
+        return path if path.parent.is_dir() else None
+
+    def keep_reserve(self) -> None:
+        """Hold the floor back as a file, when the store has room for it and for the floor besides."""
+        path = self._reserve()
+        free = self.free()
+        if path is None or free is None or path.exists() or free < 2 * floor_bytes():
+            return
+        tmp = path.with_name(path.name + ".tmp")
+        try:
+            with open(tmp, "wb") as f:
+                f.write(os.urandom(floor_bytes()))   # real blocks (zeros may be stored sparse or compressed)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except OSError:
+            tmp.unlink(missing_ok=True)   # no room after all: the floor alone keeps what it can
+
+    def release(self) -> bool:
+        """Give the reserve's room to records: True when there was one to give."""
+        path = self._reserve()
+        if path is None or not path.exists():
+            return False
+        path.unlink(missing_ok=True)
+        print(f"tpuctl agent: store full: released the {floor_bytes()}-byte reserve kept for records, so runs "
+              "settle and the queue moves on", file=sys.stderr, flush=True)
+        return True
+
     def describe(self, e: BaseException) -> str:
         if is_full(e):
             free = self.free()
             return "store full" + (f": {free} bytes free" if free is not None else "")
         return f"store error: {type(e).__name__}: {e}"
 
-    def failed(self, e: BaseException, what: str) -> None:
+    def failed(self, e: BaseException, what: str) -> bool:
+        """Report a refused write; True when room was made for it (the reserve released): try it again at once."""
         problem = self.describe(e)
         if not self.problem:
             print(f"tpuctl agent: {problem} ({what}); retrying, the agent keeps serving",
                   file=sys.stderr, flush=True)
         self.problem = problem
+        return is_full(e) and self.release()
 
     def held(self, free: int) -> None:
         if not self.problem:
@@ -67,6 +99,7 @@ class StoreGuard:
                 return   # a new run's first lines fit the allowance below the floor: the store is still full
             print("tpuctl agent: store writable again", file=sys.stderr, flush=True)
             self.problem = ""
+            self.keep_reserve()
 
     def room_for_log(self, size: int, shipped: int) -> bool:
         """Whether a log chunk of `size` bytes may be written by a run that has shipped `shipped` bytes so far."""

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, TypeVar
 
-from ..core import runs
+from ..core import knobs, runs
 from ..core.runs import stop_grace
 from .contexts import Failed
 from .halts import Halts
@@ -54,7 +54,7 @@ class Supervisor:
         self.cancelled = False
         self.stopping = False   # the agent is being stopped: the job was told, the run is interrupted, not ended
         self.kill_at: float | None = None
-        self.drain = float(os.environ.get("TPUCTL_DRAIN_SECONDS", "10"))
+        self.drain = knobs.number("TPUCTL_DRAIN_SECONDS", 10)
         self.main_ended: float | None = None
         self.left: list[int] = []
         self.last_beat = self.last_cancel_check = 0.0
@@ -110,7 +110,7 @@ class Supervisor:
             self.at.halts.limit = deadline   # the run's status says it too (attempt.py's _end)
             self.shipper.note(f"{deadline}: ending the run", fresh_line=True)
         if deadline or self.at.halts.cancel_asked():   # a store outage reported there, read as no cancel
-            self._cancel(now, float(os.environ.get("TPUCTL_CANCEL_GRACE", "30")))
+            self._cancel(now, knobs.number("TPUCTL_CANCEL_GRACE", 30))
         elif self.rounds and not self.stopping and not self.superseded:
             self.superseded = self._guarded(self.rounds, "rounds")
             if self.superseded:

@@ -7,23 +7,24 @@ TPUCTL_UI_CLOUD_DEADLINE (20 s) is reported as late (Python cannot stop a thread
 still taken)."""
 from __future__ import annotations
 
-import os
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from ..core import knobs
+
 
 def refresh_seconds() -> float:
-    return float(os.environ.get("TPUCTL_UI_REFRESH_SECONDS", "30"))
+    return knobs.number("TPUCTL_UI_REFRESH_SECONDS", 30)
 
 
 def deadline_seconds() -> float:
-    return float(os.environ.get("TPUCTL_UI_CLOUD_DEADLINE", "20"))
+    return knobs.number("TPUCTL_UI_CLOUD_DEADLINE", 20)
 
 
 def store_wait() -> float:
-    return float(os.environ.get("TPUCTL_UI_STORE_WAIT", "0.5"))
+    return knobs.number("TPUCTL_UI_STORE_WAIT", 0.5)
 
 
 @dataclass

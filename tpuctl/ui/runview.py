@@ -4,12 +4,11 @@ tail (a 100 MB log is never read whole: only its last chunks, then each new chun
 from __future__ import annotations
 
 import json
-import os
 import time
 from typing import Any
 
 from ..control import armed, submission
-from ..core import backends, hostlogs, layout, metrics, notify, runs, utilisation
+from ..core import backends, hostlogs, knobs, layout, metrics, notify, runs, utilisation
 from ..core.errors import ErrorKind, TpuctlError
 from ..core.store import BlobStore
 from . import links
@@ -19,7 +18,7 @@ from .views import cluster, costed
 def tail_bytes() -> int:
     """How much of a log the page loads first (TPUCTL_UI_LOG_TAIL_BYTES, 128 KiB: some 2,000 lines); older output is
     a command away."""
-    return int(os.environ.get("TPUCTL_UI_LOG_TAIL_BYTES", str(128 * 1024)))
+    return knobs.count("TPUCTL_UI_LOG_TAIL_BYTES", 128 * 1024)
 
 
 POLL_BYTES = 4 * 2 ** 20   # what one poll of a following page may bring at most (a burst waits for the next poll)

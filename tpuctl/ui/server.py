@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import html
 import json
-import os
 import secrets
 import socket
 import time
@@ -24,6 +23,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from ..core import knobs
 from ..core.errors import ErrorKind, TpuctlError
 from . import runview, views
 from .figures import Figures, store_wait
@@ -32,7 +32,7 @@ COOKIE = "tpuctl_ui_token"
 
 
 def poll_seconds() -> float:
-    return float(os.environ.get("TPUCTL_UI_POLL_SECONDS", "2"))
+    return knobs.number("TPUCTL_UI_POLL_SECONDS", 2)
 
 
 class TokenRequired(BaseHTTPMiddleware):

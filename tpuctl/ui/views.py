@@ -4,12 +4,11 @@ through Figures (figures.py), so a slow cloud never holds a page; what only read
 from __future__ import annotations
 
 import functools
-import os
 import time
 from typing import Any
 
 from ..control import inventory, status as status_flow, submission
-from ..core import runindex, state
+from ..core import knobs, runindex, state
 from ..core.models import ClusterState
 from ..providers import registry
 from ..providers.base import Provider
@@ -17,7 +16,7 @@ from .figures import Figures, store_wait
 
 def page_size() -> int:
     """Runs a page of runs shows (TPUCTL_UI_PAGE, 50)."""
-    return max(1, int(os.environ.get("TPUCTL_UI_PAGE", "50")))
+    return knobs.count("TPUCTL_UI_PAGE", 50)
 
 
 def cluster(name: str) -> tuple[ClusterState, Provider]:

@@ -13,6 +13,7 @@ import os
 import time
 from typing import Any, Callable
 
+from ...core import knobs
 from ...core.errors import ErrorKind, TpuctlError
 from ...core.store import partial_name
 from . import clients
@@ -28,7 +29,7 @@ STORAGE = "google-cloud-storage>=3.0,<4"
 
 
 def _retry_forbidden(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    grace = float(os.environ.get("TPUCTL_FORBIDDEN_GRACE", _FORBIDDEN_GRACE))
+    grace = knobs.number("TPUCTL_FORBIDDEN_GRACE", _FORBIDDEN_GRACE)
     deadline = time.monotonic() + grace
     while True:
         try:

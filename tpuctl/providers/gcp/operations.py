@@ -6,17 +6,17 @@ TPUCTL_POLL_INTERVAL caps the poll interval (seconds, default 2); TPUCTL_RETRY_B
 """
 from __future__ import annotations
 
-import os
 import random
 import time
 from typing import Any, Callable
 
+from ...core import knobs
 from ...core.errors import ErrorKind, TpuctlError
 from .errors import classify
 
 
 def poll_cap() -> float:
-    return float(os.environ.get("TPUCTL_POLL_INTERVAL", "2"))
+    return knobs.number("TPUCTL_POLL_INTERVAL", 2)
 
 
 def wait(poll: Callable[[], tuple[bool, str]], what: str, deadline_s: float,
@@ -44,7 +44,7 @@ def wait(poll: Callable[[], tuple[bool, str]], what: str, deadline_s: float,
 def call(fn: Callable[..., Any], *args: Any, what: str = "request", attempts: int = 6,
          sleep: Callable[[float], None] = time.sleep, **kwargs: Any) -> Any:
     """fn(*args, **kwargs), retrying transient errors; any other error is classified and raised."""
-    base = float(os.environ.get("TPUCTL_RETRY_BASE", "1"))
+    base = knobs.number("TPUCTL_RETRY_BASE", 1)
     for attempt in range(attempts):
         try:
             return fn(*args, **kwargs)

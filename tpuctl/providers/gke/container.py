@@ -18,10 +18,10 @@ Facts relied on, with sources:
 """
 from __future__ import annotations
 
-import os
 import re
 from typing import Any, Callable
 
+from ...core import knobs
 from ...core.errors import ErrorKind, TpuctlError
 from ...core.models import LABEL, require_owned
 from ..base import Progress
@@ -36,7 +36,7 @@ _VERSION_RE = re.compile(r"^(\d+)\.(\d+)\.(\d+)(?:-gke\.(\d+))?")
 
 def deadline() -> float:
     """Seconds a cluster or node pool operation may take (a cluster: minutes; TPU node pools: longer)."""
-    return float(os.environ.get("TPUCTL_GKE_DEADLINE", "1800"))
+    return knobs.number("TPUCTL_GKE_DEADLINE", 1800)
 
 
 def version_key(version: str) -> tuple[int, ...]:

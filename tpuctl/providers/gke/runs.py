@@ -11,12 +11,11 @@ failure policy), pods labelled jobset.sigs.k8s.io/restart-attempt."""
 from __future__ import annotations
 
 import json
-import os
 import time
 from typing import Any, Callable
 
 from ... import __version__
-from ...core import layout, runindex, runs
+from ...core import knobs, layout, runindex, runs
 from ...core.models import ClusterState
 from ...core.runs import RunState, RunStatus
 from ...core.store import BlobStore
@@ -27,13 +26,13 @@ Connect = Callable[[dict[str, Any]], Any]
 
 def poll_seconds() -> float:
     """Least time between two looks at one run's JobSet (TPUCTL_GKE_POLL_SECONDS, 5 s)."""
-    return float(os.environ.get("TPUCTL_GKE_POLL_SECONDS", "5"))
+    return knobs.number("TPUCTL_GKE_POLL_SECONDS", 5)
 
 
 def cancel_grace() -> float:
     """How long cancel waits for the agents to end the run before deleting its JobSet (TPUCTL_GKE_CANCEL_GRACE,
     the pods' own termination grace by default)."""
-    return float(os.environ.get("TPUCTL_GKE_CANCEL_GRACE", str(manifest.GRACE_SECONDS)))
+    return knobs.number("TPUCTL_GKE_CANCEL_GRACE", manifest.GRACE_SECONDS)
 
 
 def _connect(rec: dict[str, Any]) -> Any:

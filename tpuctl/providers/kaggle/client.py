@@ -24,6 +24,7 @@ from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Any, Callable
 
+from ...core import knobs
 from ...core.errors import ErrorKind, TpuctlError
 from . import auth
 
@@ -48,7 +49,7 @@ def retry_after(response: Any) -> float | None:
 
 def _backoff(attempt: int) -> float:
     """kaggle_api_extended `_calculate_backoff_delay`: 0.5 s x 1.7^attempt (TPUCTL_RETRY_BASE replaces 0.5)."""
-    return float(os.environ.get("TPUCTL_RETRY_BASE", "0.5")) * 1.7 ** attempt
+    return knobs.number("TPUCTL_RETRY_BASE", 0.5) * 1.7 ** attempt
 
 
 def _unsent(e: Exception) -> bool:

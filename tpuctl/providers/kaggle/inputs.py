@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import secrets
 import tarfile
 import time
 from typing import Any, Callable
 
-from ...core import layout, runindex
+from ...core import knobs, layout, runindex
 from ...core.errors import ErrorKind, TpuctlError
 from ...core.store import BlobStore
 from ...core.sizes import human_bytes
@@ -79,8 +78,8 @@ def wait_ready(k: Kaggle, dataset: str, progress: Callable[[str], None]) -> bool
     """Waits while Kaggle processes the dataset: True once READY, False if it FAILED; TpuctlError after
     TPUCTL_KAGGLE_DATASET_WAIT seconds (1800). Polls as kaggle_api_extended `_adaptive_sleep` does: from
     TPUCTL_KAGGLE_POLL (5 s, its `_ADAPTIVE_POLL_START`), x1.5 a poll, to 30 s."""
-    limit = float(os.environ.get("TPUCTL_KAGGLE_DATASET_WAIT", "1800"))
-    pause, start, said = float(os.environ.get("TPUCTL_KAGGLE_POLL", "5")), time.time(), ""
+    limit = knobs.number("TPUCTL_KAGGLE_DATASET_WAIT", 1800)
+    pause, start, said = knobs.number("TPUCTL_KAGGLE_POLL", 5), time.time(), ""
     while True:
         state = k.dataset_status(dataset)
         if state in ("READY", "FAILED"):

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 from typing import Any
 
-from ...core import backends
+from ...core import backends, knobs
 from ...core.jobspec import DEFAULT_TENSORFLOW
 from ...core.runs import RunSpec
 
@@ -76,15 +75,14 @@ def render(script: str, cfg: dict[str, Any]) -> str:
 
 def session_seconds(shape: str) -> float:
     """How long a session may run before the script stops its job (TPUCTL_KAGGLE_SESSION_SECONDS overrides)."""
-    if os.environ.get("TPUCTL_KAGGLE_SESSION_SECONDS"):
-        return float(os.environ["TPUCTL_KAGGLE_SESSION_SECONDS"])
-    return (TPU_SESSION if shape.startswith("Tpu") else OTHER_SESSION) - MARGIN
+    return knobs.number("TPUCTL_KAGGLE_SESSION_SECONDS",
+                         (TPU_SESSION if shape.startswith("Tpu") else OTHER_SESSION) - MARGIN)
 
 
 def grace_seconds() -> float:
     """After the job's deadline, how long it has to save and stop itself before it is stopped
     (TPUCTL_KAGGLE_GRACE_SECONDS, 120; part of the margin before Kaggle's limit)."""
-    return float(os.environ.get("TPUCTL_KAGGLE_GRACE_SECONDS", "120"))
+    return knobs.number("TPUCTL_KAGGLE_GRACE_SECONDS", 120)
 
 
 def tensorflow_for(job: RunSpec, shape: str) -> str:

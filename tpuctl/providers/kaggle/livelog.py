@@ -11,11 +11,11 @@ new event end the stream (the client's `_LOG_STREAM_MAX_FAILURES`): the session'
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 from typing import Iterator
 
+from ...core import knobs
 from ...core.errors import TpuctlError
 from .client import Kaggle, http_error, log_entries
 
@@ -58,7 +58,7 @@ class LiveLog:
                     failures = 0 if len(self.events) > seen else failures + 1
                     if failures >= MAX_FAILURES:
                         return
-                    self._stop.wait(float(os.environ.get("TPUCTL_KAGGLE_STREAM_RETRY", "1")))
+                    self._stop.wait(knobs.number("TPUCTL_KAGGLE_STREAM_RETRY", 1))
                 except TpuctlError:   # the kernel gone or a refusal: the status poll says what became of it
                     return
         finally:

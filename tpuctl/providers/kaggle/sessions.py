@@ -17,12 +17,11 @@ and limits are kernel.py's.
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path, PurePosixPath
 from typing import Any, Callable
 
-from ...core import layout, runindex, runs
+from ...core import knobs, layout, runindex, runs
 from ...core.errors import ErrorKind, TpuctlError
 from ...core.models import ClusterState
 from ...core.runs import RunState, RunStatus
@@ -350,8 +349,8 @@ def _push_waiting(push: Callable[[], tuple[str, int]], keep: Callable[[], bool])
     polls (TPUCTL_KAGGLE_POLL, x1.5, to 30 s) for TPUCTL_KAGGLE_INPUT_WAIT seconds (600), then the refusal stands,
     with how long it was tried: the run ends with the reason (_push_or_fail). `keep` renews this tpuctl's hold on the
     run between tries (runlog.Holder): a wait longer than the lease must not let a second tpuctl push it too."""
-    limit = float(os.environ.get("TPUCTL_KAGGLE_INPUT_WAIT", "600"))
-    pause, start = float(os.environ.get("TPUCTL_KAGGLE_POLL", "5")), time.time()
+    limit = knobs.number("TPUCTL_KAGGLE_INPUT_WAIT", 600)
+    pause, start = knobs.number("TPUCTL_KAGGLE_POLL", 5), time.time()
     while True:
         try:
             return push()
@@ -384,7 +383,7 @@ def poll_seconds(s: dict[str, Any]) -> float:
     """How often a session's state is asked: TPUCTL_KAGGLE_POLL (5 s, the client's first poll) while it is young,
     growing with its age up to 12x that (a 9-hour session is not asked 6,000 times; kaggle_api_extended
     `_adaptive_sleep` starts at 5 s and grows 1.5x a poll to a cap)."""
-    base = float(os.environ.get("TPUCTL_KAGGLE_POLL", "5"))
+    base = knobs.number("TPUCTL_KAGGLE_POLL", 5)
     age = time.time() - s.get("started", s["pushed"])
     return base * min(12.0, max(1.0, age / 300))
 
