@@ -27,7 +27,7 @@ def split(ex: dict, to_int, ones) -> tuple:
 def dataset(pattern: str, batch: int, max_seq: int, max_pred: int, seed: int = 0, training: bool = True,
             skip: int = 0, backend: str | None = None, host: tuple[int, int] = (0, 1), masks=None):
     """Training: shards in a seeded order, shuffled with a seed, repeated; `batch` examples per host (`host`:
-    (index, count)); with `masks` (records.Masks) masked afresh per batch, else with prepare.py's masks."""
+    (index, count)); with `masks` (masking.Masks) masked afresh per batch, else with prepare.py's masks."""
     import keras
     if (backend or keras.backend.backend()) == "tensorflow":
         return tf_dataset(pattern, batch, max_seq, max_pred, seed, training, skip, masks)

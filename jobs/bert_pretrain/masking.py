@@ -19,6 +19,13 @@ class Specials(NamedTuple):
     low: int
 
 
+class Masks(NamedTuple):
+    """Dynamic masking's settings: the ids it needs, the masked fraction and the vocabulary size."""
+    specials: Specials
+    mlm_prob: float
+    vocab_size: int
+
+
 def specials_of(vocab: list[str]) -> Specials | None:
     """From a vocab.txt's words; None when it lacks [CLS], [SEP] or [MASK]. Random words are drawn past the
     specials when they lead the vocabulary (prepare.py's), else from the whole of it (google-research/bert)."""

@@ -303,6 +303,25 @@ class _Out:
             shutil.rmtree(self.local, ignore_errors=True)
 
 
+def _wait(out: _Out, key: str, seconds: float, poll: float) -> dict:
+    """The summary another process publishes last (prepared.json, after every shard: its presence is the marker),
+    once it carries `key`; a line every minute while waiting, and an error past `seconds`."""
+    t0 = said = time.monotonic()
+    print(f"prepare: waiting for the first host to prepare {out.uri}", flush=True)
+    while True:
+        done = out.read("prepared.json")
+        if done and json.loads(done).get("key") == key:
+            print(f"prepare: the first host prepared {out.uri} ({time.monotonic() - t0:.0f}s)", flush=True)
+            return json.loads(done)
+        if time.monotonic() - t0 >= seconds:
+            raise SystemExit(f"prepare.py: no prepared.json with these inputs' key in {out.uri} after {seconds:.0f}s "
+                             "(did the first host fail? its log says)")
+        if time.monotonic() - said >= 60:
+            print(f"prepare: still waiting for the first host ({time.monotonic() - t0:.0f}s)", flush=True)
+            said = time.monotonic()
+        time.sleep(poll)
+
+
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--input", required=True, nargs="+", help="file(s) or glob(s)")
@@ -318,6 +337,10 @@ def main(argv=None) -> dict:
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--chunk-mb", type=float, default=2.0, help="input per shard; bounds memory per worker")
     ap.add_argument("--lower-case", action="store_true", help="lower-case and strip accents (not for Korean)")
+    ap.add_argument("--wait", type=float, default=None, metavar="SECONDS",
+                    help="another process prepares (the first host of a run across hosts): wait up to SECONDS for "
+                         "its DIR/prepared.json with these inputs' key, then use it")
+    ap.add_argument("--poll", type=float, default=5.0, help="with --wait: seconds between looks")
     a = ap.parse_args(argv)
     t0 = time.time()
     files = _expand(a.input)
@@ -336,6 +359,8 @@ def main(argv=None) -> dict:
     if done and json.loads(done).get("key") == key:
         print(f"prepare: cached in {a.output} (same inputs, vocabulary and options)", flush=True)
         return json.loads(done)
+    if a.wait is not None:
+        return _wait(out, key, a.wait, a.poll)
     vocab_path = os.path.join(out.local, "vocab.txt")
     if vocab_src:
         if os.path.abspath(vocab_src) != os.path.abspath(vocab_path):

@@ -23,14 +23,7 @@ import threading
 import fixedrows
 import numpy as np
 from data import split
-from masking import Specials, remask
-
-
-class Masks:
-    """Dynamic masking's settings: the ids it needs, the masked fraction and the vocabulary size."""
-
-    def __init__(self, specials: Specials, mlm_prob: float, vocab_size: int):
-        self.specials, self.mlm_prob, self.vocab_size = specials, mlm_prob, vocab_size
+from masking import Masks, remask
 
 
 def assign(files: list[str], host: int, hosts: int) -> tuple[list[str], int, int]:
