@@ -252,10 +252,28 @@ def schedule(base_lr: float, batch: int, base_batch: int, warmup_steps: int, tot
     return WarmupDecay()
 
 
-def mixed_precision(kind_: str) -> str:
-    """bfloat16 on TPU, float16 on GPU (Keras's compile() wraps the optimizer in a LossScaleOptimizer under
-    mixed_float16: keras/src/trainers/trainer.py, auto_scale_loss), float32 on CPU. Returns the policy name."""
-    policy = {"tpu": "mixed_bfloat16", "gpu": "mixed_float16"}.get(kind_, "float32")
+def gpu_has_bfloat16() -> bool:
+    """Whether this process's (first) GPU computes in bfloat16 natively: NVIDIA compute capability 8.0 or later
+    (Ampere on: A100, L4, H100, H200; CUDA C++ Programming Guide, "Arithmetic Instructions"). JAX names it
+    `device.compute_capability` ("9.0"), TensorFlow `get_device_details(gpu)["compute_capability"]` ((9, 0))."""
+    if backend() == "jax":
+        import jax
+        return version_tuple(str(getattr(jax.devices()[0], "compute_capability", "") or "")) >= (8,)
+    tf = _tf()
+    gpus = tf.config.list_physical_devices("GPU")
+    details = tf.config.experimental.get_device_details(gpus[0]) if gpus else {}
+    return tuple(details.get("compute_capability") or ()) >= (8, 0)
+
+
+def mixed_precision(kind_: str, bfloat16_gpu: bool | None = None) -> str:
+    """bfloat16 on TPU and on a GPU that has it (gpu_has_bfloat16; no loss scaling, whose skipped steps would
+    leave a run short of its last step), float16 on an older GPU (Keras's compile() wraps the optimizer in a
+    LossScaleOptimizer under mixed_float16: keras/src/trainers/trainer.py, auto_scale_loss), float32 on CPU.
+    Returns the policy name."""
+    if kind_ == "gpu" and bfloat16_gpu is None:
+        bfloat16_gpu = gpu_has_bfloat16()
+    policy = {"tpu": "mixed_bfloat16", "gpu": "mixed_bfloat16" if bfloat16_gpu else "mixed_float16"}.get(
+        kind_, "float32")
     _keras().mixed_precision.set_global_policy(policy)
     return policy
 
