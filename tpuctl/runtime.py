@@ -144,7 +144,7 @@ def jax_replicas(environ: Mapping[str, str] = os.environ) -> Replicas:
     workers = int(environ.get("TPUCTL_NUM_WORKERS") or 1)
     if workers > 1:
         require_keras("3.11", "a JAX run across hosts (DataParallel(auto_shard_dataset=False))")
-        given = {"num_processes": workers, "process_id": int(environ.get("TPUCTL_WORKER") or 0)} \
+        given: dict[str, Any] = {"num_processes": workers, "process_id": int(environ.get("TPUCTL_WORKER") or 0)} \
             if environ.get("JAX_COORDINATOR_ADDRESS") else {}
         # before anything touches a device (jax.process_count() would start the backend, after which initialize()
         # refuses); a second call in one process raises RuntimeError ("should only be called once")
