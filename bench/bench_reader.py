@@ -89,7 +89,8 @@ def main():
     tf_seek = (time.perf_counter() - t) * SKIP / tf_skip
     print(f"resume at batch {SKIP} ({SKIP * BATCH} sequences, {SKIP / max(1, per_pass):.0f} passes in):")
     print(f"  records.Batches seek                : {seek:9.2f} s to the first batch")
-    print(f"  tf.data skip (x{SKIP / tf_skip:.0f} of {tf_skip} batches): {tf_seek:9.2f} s  ({tf_seek / seek:.0f}x the seek)")
+    print(f"  tf.data skip (x{SKIP / tf_skip:.0f} of {tf_skip} batches): {tf_seek:9.2f} s  "
+          f"({tf_seek / seek:.0f}x the seek)")
 
 
 if __name__ == "__main__":
