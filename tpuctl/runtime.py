@@ -90,15 +90,37 @@ def tpu_target(environ: Mapping[str, str] = os.environ) -> tuple[str, bool] | No
 
 class Replicas:
     """A job's distribution on a backend other than TensorFlow, with the part of tf.distribute.Strategy's surface
-    a job uses: num_replicas_in_sync, scope(), and the platform of its devices ("tpu", "gpu", "cpu")."""
+    a job uses: num_replicas_in_sync, scope(), and the platform of its devices ("tpu", "gpu", "cpu"). Across hosts,
+    `process_index` of `process_count`: each process feeds its own `1/process_count` of every global batch, and
+    reads data no other process reads."""
 
-    def __init__(self, devices: list[Any], platform: str, distribution: Any = None) -> None:
+    def __init__(self, devices: list[Any], platform: str, distribution: Any = None, process_index: int = 0,
+                 process_count: int = 1) -> None:
         self.devices, self.platform, self.distribution = devices, platform, distribution
         self.num_replicas_in_sync = len(devices)
+        self.process_index, self.process_count = process_index, process_count
 
     def scope(self) -> Any:
         from contextlib import nullcontext
         return self.distribution.scope() if self.distribution is not None else nullcontext()
+
+
+def version_tuple(version: str) -> tuple[int, ...]:
+    """"3.11.2" -> (3, 11, 2); what follows the numbers is dropped ("3.12.0.dev2024" -> (3, 12, 0))."""
+    import re
+    m = re.match(r"(\d+)(?:\.(\d+))?(?:\.(\d+))?", version)
+    return tuple(int(g) for g in m.groups() if g is not None) if m else ()
+
+
+def require_keras(floor: str, what: str, found: str | None = None) -> None:
+    """Ends the job with one line naming the Keras `what` needs when the installed one is older (a feature Keras
+    lacks otherwise fails deep inside fit(), or, worse, quietly does something else)."""
+    if found is None:
+        import keras
+        found = str(keras.__version__)
+    if version_tuple(found) < version_tuple(floor):
+        raise SystemExit(f"error: {what} needs keras>={floor}; this environment has keras {found}\n"
+                         f"hint: pip install -U 'keras>={floor}' (or list it in the job's requirements.txt)")
 
 
 def jax_replicas(environ: Mapping[str, str] = os.environ) -> Replicas:
@@ -106,24 +128,41 @@ def jax_replicas(environ: Mapping[str, str] = os.environ) -> Replicas:
     distribution, so model.fit splits each global batch across them (keras.io "Distributed training with Keras 3");
     one device runs without one. A run across hosts (TPUCTL_NUM_WORKERS > 1) first calls
     jax.distributed.initialize(), which finds the other hosts from the TPU's own metadata (JAX "Multi-host and
-    multi-process environments"), after which keras.distribution.list_devices() names every host's devices."""
+    multi-process environments"), or, where JAX_COORDINATOR_ADDRESS is set (off a TPU: GPUs, CPUs, a test), from it
+    with TPUCTL_NUM_WORKERS and TPUCTL_WORKER as the process count and index; after which
+    keras.distribution.list_devices() names every host's devices.
+
+    Across hosts each process feeds its own part of the batch: DataParallel(auto_shard_dataset=False). With
+    auto-sharding on, Keras refuses anything but a tf.data.Dataset under a multi-process distribution
+    (keras/src/trainers/data_adapters/__init__.py: "When using a multi-worker distribution with auto-sharding
+    enabled, the data must be provided as a tf.data.Dataset instance"); with it off, each process's batch becomes
+    its slice of the global one (keras/src/backend/jax/distribution_lib.py distribute_data_input:
+    jax.make_array_from_process_local_data). Keras accepts data other than tf.data there from keras-team/keras#21430
+    (merged 2025-06-30, released in 3.11)."""
     import jax
     import keras
-    if int(environ.get("TPUCTL_NUM_WORKERS") or 1) > 1:
+    workers = int(environ.get("TPUCTL_NUM_WORKERS") or 1)
+    if workers > 1:
+        require_keras("3.11", "a JAX run across hosts (DataParallel(auto_shard_dataset=False))")
+        given: dict[str, Any] = {"num_processes": workers, "process_id": int(environ.get("TPUCTL_WORKER") or 0)} \
+            if environ.get("JAX_COORDINATOR_ADDRESS") else {}
         # before anything touches a device (jax.process_count() would start the backend, after which initialize()
         # refuses); a second call in one process raises RuntimeError ("should only be called once")
         try:
-            jax.distributed.initialize()
+            jax.distributed.initialize(**given)
         except RuntimeError as e:
             if "once" not in str(e):
                 raise
     devices = keras.distribution.list_devices()
     platform = jax.devices()[0].platform
+    processes = jax.process_count()
     dist = None
     if len(devices) > 1:
-        dist = keras.distribution.DataParallel(devices=devices)
+        dist = keras.distribution.DataParallel(devices=devices, auto_shard_dataset=False) if processes > 1 else \
+            keras.distribution.DataParallel(devices=devices)
         keras.distribution.set_distribution(dist)
-    return Replicas(devices, "gpu" if platform in ("gpu", "cuda", "rocm") else platform, dist)
+    return Replicas(devices, "gpu" if platform in ("gpu", "cuda", "rocm") else platform, dist,
+                    jax.process_index(), processes)
 
 
 def strategy(tpu: str | None = "auto") -> Any:
@@ -213,10 +252,28 @@ def schedule(base_lr: float, batch: int, base_batch: int, warmup_steps: int, tot
     return WarmupDecay()
 
 
-def mixed_precision(kind_: str) -> str:
-    """bfloat16 on TPU, float16 on GPU (Keras's compile() wraps the optimizer in a LossScaleOptimizer under
-    mixed_float16: keras/src/trainers/trainer.py, auto_scale_loss), float32 on CPU. Returns the policy name."""
-    policy = {"tpu": "mixed_bfloat16", "gpu": "mixed_float16"}.get(kind_, "float32")
+def gpu_has_bfloat16() -> bool:
+    """Whether this process's (first) GPU computes in bfloat16 natively: NVIDIA compute capability 8.0 or later
+    (Ampere on: A100, L4, H100, H200; CUDA C++ Programming Guide, "Arithmetic Instructions"). JAX names it
+    `device.compute_capability` ("9.0"), TensorFlow `get_device_details(gpu)["compute_capability"]` ((9, 0))."""
+    if backend() == "jax":
+        import jax
+        return version_tuple(str(getattr(jax.devices()[0], "compute_capability", "") or "")) >= (8,)
+    tf = _tf()
+    gpus = tf.config.list_physical_devices("GPU")
+    details = tf.config.experimental.get_device_details(gpus[0]) if gpus else {}
+    return tuple(details.get("compute_capability") or ()) >= (8, 0)
+
+
+def mixed_precision(kind_: str, bfloat16_gpu: bool | None = None) -> str:
+    """bfloat16 on TPU and on a GPU that has it (gpu_has_bfloat16; no loss scaling, whose skipped steps would
+    leave a run short of its last step), float16 on an older GPU (Keras's compile() wraps the optimizer in a
+    LossScaleOptimizer under mixed_float16: keras/src/trainers/trainer.py, auto_scale_loss), float32 on CPU.
+    Returns the policy name."""
+    if kind_ == "gpu" and bfloat16_gpu is None:
+        bfloat16_gpu = gpu_has_bfloat16()
+    policy = {"tpu": "mixed_bfloat16", "gpu": "mixed_bfloat16" if bfloat16_gpu else "mixed_float16"}.get(
+        kind_, "float32")
     _keras().mixed_precision.set_global_policy(policy)
     return policy
 
@@ -331,6 +388,20 @@ def metrics_callback(every: int | None = None, path: str | None = None) -> Any:
             else:
                 write(self.log)   # with what came after the last record: a final checkpoint's time
     return MetricsFile()
+
+
+def agree(flag: bool) -> bool:
+    """The first process's `flag`, on every process of a JAX run across hosts (a broadcast: call it on all of them
+    at the same point), so that a decision taken by a clock (a checkpoint due, a session ending) is the same
+    everywhere; the flag itself anywhere else."""
+    if backend() != "jax" or "jax" not in sys.modules:
+        return flag
+    import jax
+    if jax.process_count() == 1:
+        return flag
+    import numpy as np
+    from jax.experimental import multihost_utils
+    return bool(multihost_utils.broadcast_one_to_all(np.int32(flag)))
 
 
 def sync(model: Any) -> None:

@@ -48,19 +48,27 @@ def find(path: str) -> str | None:
     return latest(path)
 
 
-def save(directory: str, step: int, model, keep: int = 3) -> str:
+def save(directory: str, step: int, model, keep: int = 3, write: bool = True) -> str:
+    """Across hosts every process calls this (write=False but on the first): Keras's save_weights is a collective
+    there, by way of a fresh optimizer it makes to list what to skip (keras/src/saving/saving_lib.py
+    get_attr_skipset), whose variable a multi-process device_put checks equal on every process
+    (jax/_src/dispatch.py _device_put_sharding_impl -> multihost_utils.assert_equal); called on one host alone it
+    hangs or aborts the others' next step ("Gloo ... collective mismatch"). So each host saves to a temporary file
+    and only the writer keeps it."""
     base = f"{directory}/ckpt-{step}"
     tmp = tempfile.mkdtemp(prefix="ckpt-")
     try:
         state = {f"seed_{i}": np.asarray(v.numpy()) for i, v in enumerate(_seeds(model))}
         np.savez(os.path.join(tmp, "state.npz"), **state)
         model.save_weights(os.path.join(tmp, "w.weights.h5"))
+        if not write:
+            return base
         fileio.makedirs(directory)
         fileio.copy(os.path.join(tmp, "state.npz"), f"{base}.state.npz")
         fileio.copy(os.path.join(tmp, "w.weights.h5"), f"{base}.weights.h5")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    for old in steps(directory)[:-keep]:
+    for old in steps(directory)[:-keep]:   # the writer's alone, as the files are
         for suffix in (".weights.h5", ".state.npz"):
             fileio.remove(f"{directory}/ckpt-{old}{suffix}")
     return base

@@ -25,17 +25,21 @@ def split(ex: dict, to_int, ones) -> tuple:
 
 
 def dataset(pattern: str, batch: int, max_seq: int, max_pred: int, seed: int = 0, training: bool = True,
-            skip: int = 0, backend: str | None = None):
-    """Training: shards in a seeded order, read in a fixed interleave, shuffled with a seed, repeated."""
+            skip: int = 0, backend: str | None = None, host: tuple[int, int] = (0, 1), masks=None):
+    """Training: shards in a seeded order, shuffled with a seed, repeated; `batch` examples per host (`host`:
+    (index, count)); with `masks` (masking.Masks) masked afresh per batch, else with prepare.py's masks."""
     import keras
     if (backend or keras.backend.backend()) == "tensorflow":
-        return tf_dataset(pattern, batch, max_seq, max_pred, seed, training, skip)
+        return tf_dataset(pattern, batch, max_seq, max_pred, seed, training, skip, masks)
     from records import Batches
-    return Batches(shards(pattern), batch, max_seq, max_pred, seed=seed, training=training, skip=skip)
+    return Batches(shards(pattern), batch, max_seq, max_pred, seed=seed, training=training, skip=skip, host=host,
+                   masks=masks)
 
 
 def tf_dataset(pattern: str, batch: int, max_seq: int, max_pred: int, seed: int = 0, training: bool = True,
-               skip: int = 0):
+               skip: int = 0, masks=None):
+    """tf.data over the TFRecords (one input pipeline: TPUStrategy shards it across a slice's hosts itself).
+    Dynamic masks run masking.remask per batch through tf.numpy_function, seeded by the batch's number."""
     import tensorflow as tf
     files = shards(pattern)
     size = {"seq": max_seq, "pred": max_pred, 1: 1}
@@ -44,16 +48,36 @@ def tf_dataset(pattern: str, batch: int, max_seq: int, max_pred: int, seed: int 
     ds = tf.data.Dataset.from_tensor_slices(files)
     if training:
         ds = ds.shuffle(len(files), seed=seed).repeat()
-    ds = ds.interleave(tf.data.TFRecordDataset, cycle_length=min(8, len(files)),
+    # evaluation reads shard after shard in name order, as records.Batches does
+    ds = ds.interleave(tf.data.TFRecordDataset, cycle_length=min(8, len(files)) if training else 1,
                        num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     if training:
         ds = ds.shuffle(10000, seed=seed)
 
-    def parse(records):
+    def remasked(number, ex):
+        import numpy as np
+        from masking import remask
+        names = ("input_ids", "masked_lm_positions", "masked_lm_ids", "masked_lm_weights")
+
+        def fn(b, ids, mask, pos, lm, w):
+            out = remask({"input_ids": ids, "input_mask": mask, "masked_lm_positions": pos, "masked_lm_ids": lm,
+                          "masked_lm_weights": w}, masks.specials, max_pred, masks.mlm_prob, masks.vocab_size,
+                         np.random.default_rng([seed, 0, int(b), 2]))
+            return tuple(out[k].astype(np.float32 if k == "masked_lm_weights" else np.int64) for k in names)
+        new = tf.numpy_function(fn, [number, ex["input_ids"], ex["input_mask"], *(ex[k] for k in names[1:])],
+                                [tf.int64, tf.int64, tf.int64, tf.float32], stateful=False)
+        for k, t in zip(names, new):
+            ex[k] = tf.ensure_shape(t, ex[k].shape)
+        return ex
+
+    def parse(number, records):
         ex = tf.io.parse_example(records, spec)
+        if masks is not None:
+            ex = remasked(number, ex)
         return split(ex, lambda t: tf.cast(t, tf.int32), lambda t: tf.ones_like(t, tf.float32))
     # Batch first, then parse a whole batch at once: far cheaper than parsing record by record.
     ds = ds.batch(batch, drop_remainder=True)
     if skip:
         ds = ds.skip(skip)   # unparsed: skipping costs reading the records, not parsing them
+    ds = ds.enumerate(start=skip)   # each batch's number seeds its masks
     return ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)

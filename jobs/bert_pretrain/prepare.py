@@ -8,7 +8,8 @@ trained with HF tokenizers and written to DIR/vocab.txt. By default text is neit
 stripped: NFD accent stripping would split Hangul syllables into jamo. The input is cut into document-aligned
 pieces of --chunk-mb, each tokenized, paired (next-sentence), masked and written as one shard by a worker
 process, with a random stream seeded by (seed, piece): the output depends on the seed, not on --workers, and
-memory is bounded by the piece size. DIR may be gs://. A second run with the same inputs, vocabulary and
+memory is bounded by the piece size. Beside each shard, part-N.rows.npy holds the same examples as fixed-width rows
+(fixedrows.py: what the JAX backend's reader maps). DIR may be gs://. A second run with the same inputs, vocabulary and
 options finds DIR/prepared.json and does nothing.
 """
 from __future__ import annotations
@@ -30,6 +31,8 @@ from multiprocessing import get_context
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fixedrows  # noqa: E402
+from masking import choose  # noqa: E402
 from tfrecord import serialize_batch, write_records  # noqa: E402
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -180,10 +183,8 @@ def instances(docs: list[list[list[int]]], max_seq: int, short_seq_prob: float, 
 
 
 def encode(pairs, max_seq: int, max_pred: int, mlm_prob: float, vocab_size: int, rng: random.Random) -> dict:
-    """The google-research/bert masking, for a whole batch at once: per instance, round(15% of its tokens) (at
-    least 1, at most max_pred) chosen uniformly among the real tokens but [CLS] and the two [SEP]s, listed in
-    order; 80% of them become [MASK], 10% a random word, 10% stay. Random keys sorted per row pick the uniform
-    subset, so numpy does in one pass what a Python loop did instance by instance (a third of the CPU time)."""
+    """The google-research/bert masking (masking.choose), for a whole batch at once: numpy does in one pass what a
+    Python loop did instance by instance (a third of the CPU time)."""
     n = len(pairs)
     gen = np.random.default_rng(rng.getrandbits(64))   # drawn from the piece's stream: still one seed per piece
     flat: list[int] = []
@@ -202,16 +203,7 @@ def encode(pairs, max_seq: int, max_pred: int, mlm_prob: float, vocab_size: int,
     ids[real] = np.asarray(flat, np.int64)   # row-major: each row gets its own tokens, in order
     seg = (real & (col >= la[:, np.newaxis])).astype(np.int64)
     cand = (col >= 1) & (col < lengths[:, np.newaxis] - 1) & (col != la[:, np.newaxis] - 1)
-    num = np.minimum(np.minimum(max_pred, cand.sum(1)), np.maximum(1, np.round(lengths * mlm_prob).astype(np.int64)))
-    keys = np.where(cand, gen.random((n, max_seq)), 2.0)
-    valid = np.arange(max_pred)[np.newaxis, :] < num[:, np.newaxis]
-    pos = np.sort(np.where(valid, np.argsort(keys, axis=1, kind="stable")[:, :max_pred], max_seq), axis=1)
-    pos[~valid] = 0
-    rows = np.broadcast_to(np.arange(n)[:, np.newaxis], pos.shape)
-    lm_ids = np.where(valid, ids[rows, pos], 0)
-    r = gen.random((n, max_pred))
-    new = np.where(r < 0.8, MASK, np.where(r >= 0.9, gen.integers(len(SPECIALS), vocab_size, (n, max_pred)), lm_ids))
-    ids[rows[valid], pos[valid]] = new[valid]
+    pos, lm_ids, valid = choose(ids, lengths, cand, max_pred, mlm_prob, vocab_size, MASK, len(SPECIALS), gen)
     nsp = np.fromiter((int(random_next) for _, _, random_next in pairs), np.int64, n)[:, np.newaxis]
     return {"input_ids": ids, "input_mask": real.astype(np.int64), "segment_ids": seg, "masked_lm_positions": pos,
             "masked_lm_ids": lm_ids, "next_sentence_labels": nsp}, {"masked_lm_weights": valid.astype(np.float32)}
@@ -238,6 +230,7 @@ def _work(task):
     rng = random.Random(opts["seed"] * 1_000_003 + index)
     out = os.path.join(out_dir, f"part-{index:05d}.tfrecord")
     count = masked = real = 0
+    rows = []
     with open(out, "wb") as f:
         for dupe in range(opts["dupe_factor"]):
             if dupe:
@@ -247,9 +240,12 @@ def _work(task):
                 ints, floats = encode(pairs[b:b + 2048], opts["max_seq"], opts["max_pred"], opts["mlm_prob"],
                                       opts["vocab_size"], rng)
                 write_records(f, serialize_batch(ints, floats))
+                rows.append(fixedrows.to_rows(ints, floats, opts["max_seq"], opts["max_pred"]))
                 count += len(ints["input_ids"])
                 masked += int(floats["masked_lm_weights"].sum())
                 real += int(ints["input_mask"].sum())
+    fixedrows.save(fixedrows.path_of(out), np.concatenate(rows) if rows else
+                   np.zeros(0, fixedrows.dtype(opts["max_seq"], opts["max_pred"])))
     return os.path.basename(out), count, masked, real
 
 
@@ -307,6 +303,25 @@ class _Out:
             shutil.rmtree(self.local, ignore_errors=True)
 
 
+def _wait(out: _Out, key: str, seconds: float, poll: float) -> dict:
+    """The summary another process publishes last (prepared.json, after every shard: its presence is the marker),
+    once it carries `key`; a line every minute while waiting, and an error past `seconds`."""
+    t0 = said = time.monotonic()
+    print(f"prepare: waiting for the first host to prepare {out.uri}", flush=True)
+    while True:
+        done = out.read("prepared.json")
+        if done and json.loads(done).get("key") == key:
+            print(f"prepare: the first host prepared {out.uri} ({time.monotonic() - t0:.0f}s)", flush=True)
+            return json.loads(done)
+        if time.monotonic() - t0 >= seconds:
+            raise SystemExit(f"prepare.py: no prepared.json with these inputs' key in {out.uri} after {seconds:.0f}s "
+                             "(did the first host fail? its log says)")
+        if time.monotonic() - said >= 60:
+            print(f"prepare: still waiting for the first host ({time.monotonic() - t0:.0f}s)", flush=True)
+            said = time.monotonic()
+        time.sleep(poll)
+
+
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--input", required=True, nargs="+", help="file(s) or glob(s)")
@@ -322,13 +337,18 @@ def main(argv=None) -> dict:
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--chunk-mb", type=float, default=2.0, help="input per shard; bounds memory per worker")
     ap.add_argument("--lower-case", action="store_true", help="lower-case and strip accents (not for Korean)")
+    ap.add_argument("--wait", type=float, default=None, metavar="SECONDS",
+                    help="another process prepares (the first host of a run across hosts): wait up to SECONDS for "
+                         "its DIR/prepared.json with these inputs' key, then use it")
+    ap.add_argument("--poll", type=float, default=5.0, help="with --wait: seconds between looks")
     a = ap.parse_args(argv)
     t0 = time.time()
     files = _expand(a.input)
     out = _Out(a.output)
     opts = {"max_seq": a.max_seq_length, "max_pred": a.max_predictions_per_seq, "mlm_prob": a.masked_lm_prob,
             "short_seq_prob": a.short_seq_prob, "dupe_factor": a.dupe_factor, "seed": a.seed,
-            "lower_case": a.lower_case, "chunk_mb": a.chunk_mb}
+            "lower_case": a.lower_case, "chunk_mb": a.chunk_mb,
+            "rows": 1}   # each shard has its fixedrows copy (an older cache without them is prepared again)
     vocab_src = a.vocab
     h = hashlib.sha256(json.dumps(opts, sort_keys=True).encode())
     for f in files:
@@ -339,6 +359,8 @@ def main(argv=None) -> dict:
     if done and json.loads(done).get("key") == key:
         print(f"prepare: cached in {a.output} (same inputs, vocabulary and options)", flush=True)
         return json.loads(done)
+    if a.wait is not None:
+        return _wait(out, key, a.wait, a.poll)
     vocab_path = os.path.join(out.local, "vocab.txt")
     if vocab_src:
         if os.path.abspath(vocab_src) != os.path.abspath(vocab_path):
@@ -363,7 +385,7 @@ def main(argv=None) -> dict:
                "max_predictions_per_seq": a.max_predictions_per_seq, "seconds": round(time.time() - t0, 2)}
     with open(os.path.join(out.local, "prepared.json"), "w") as f:
         json.dump(summary, f, indent=2)
-    out.publish(shards + ["vocab.txt", "prepared.json"])
+    out.publish(shards + [os.path.basename(fixedrows.path_of(s)) for s in shards] + ["vocab.txt", "prepared.json"])
     mb = sum(os.path.getsize(f) for f in files) / 1e6
     print(f"prepare: {summary['examples']} examples in {len(shards)} shards from {mb:.1f} MB in "
           f"{summary['seconds']}s ({mb / max(1e-9, summary['seconds']):.2f} MB/s)", flush=True)

@@ -1,110 +1,132 @@
-"""The training batches read without TensorFlow (the JAX backend's input pipeline): TFRecord shards parsed by
-tfrecord.py's reader, in the same shape of pipeline as data.tf_dataset: shards in a seeded order per pass,
-interleaved record by record over up to 8 open shards, a seeded 10,000-record shuffle buffer, batches of whole
-records (the remainder dropped), the first `skip` batches of a resumed run read but not parsed, and a thread
-that parses the next batches while the step runs. The same seed gives the same batches on every run.
+"""The training batches without TensorFlow (the JAX backend's input pipeline), gathered from each shard's
+fixed-width rows (fixedrows.py, memory-mapped), so a batch costs a few numpy gathers, not a protobuf decode per
+example (bench/bench_reader.py measures it against tf.data on the same files).
+
+The order is a pure function of (seed, host, batch number), which is what makes a resume a seek rather than a
+re-read: pass p over this host's shards visits them in a seeded order, in windows of `cycle` shards whose records
+are shuffled together (a full shuffle of 8 shards' records, where a 10,000-record buffer mixed less); batch b holds
+records b*batch .. (b+1)*batch-1 of the endless sequence of passes. Evaluation reads each shard once, in name
+order, record by record, as data.tf_dataset does.
+
+Across hosts (keras.distribution.DataParallel(auto_shard_dataset=False): each process feeds its own part of the
+global batch) host i of n reads shards i::n, or, with fewer shards than hosts, records i::n of every shard, so no
+host reads another's examples and none is left without any (a host with no shard cannot feed its share).
+
+Masks: by default made afresh for each batch (masking.remask, seeded by (seed, host, batch)), so each pass over the
+data masks an example differently and a resumed run masks as the uninterrupted one; masks=None keeps prepare.py's.
 """
 from __future__ import annotations
 
-import io
 import queue
 import threading
 
-import fileio
+import fixedrows
 import numpy as np
-from data import FIELDS, split
-from tfrecord import parse_example, read_records
-
-BUFFER = 10000
+from data import split
+from masking import Masks, remask
 
 
-def _open(path: str):
-    return open(path, "rb") if not fileio.remote(path) else io.BytesIO(fileio.read(path))
+def assign(files: list[str], host: int, hosts: int) -> tuple[list[str], int, int]:
+    """(this host's shards, record offset, record stride): shards i::n where every host gets one, else every shard
+    with records i::n."""
+    files = sorted(files)
+    if hosts <= 1:
+        return files, 0, 1
+    if len(files) >= hosts:
+        return files[host::hosts], 0, 1
+    return files, host, hosts
 
 
 class Batches:
-    """An iterable of (x, y, sample weights) batches of numpy arrays (iterate it once)."""
+    """An iterable of (x, y, sample weights) batches of numpy arrays, `batch` examples each (per host)."""
 
     def __init__(self, files: list[str], batch: int, max_seq: int, max_pred: int, seed: int = 0,
-                 training: bool = True, skip: int = 0, cycle: int = 8, buffer: int = BUFFER, prefetch: int = 4):
-        self.files, self.batch, self.seed, self.training, self.skip = sorted(files), batch, seed, training, skip
-        self.cycle, self.buffer, self.prefetch = min(cycle, len(files)), buffer, prefetch
-        self.size = {"seq": max_seq, "pred": max_pred, 1: 1}
+                 training: bool = True, skip: int = 0, host: tuple[int, int] = (0, 1), masks: Masks | None = None,
+                 cycle: int = 8, prefetch: int = 4):
+        self.host, self.hosts = host
+        self.files, start, stride = assign(files, *host)
+        self.rows = [fixedrows.load(f, max_seq, max_pred)[start::stride] for f in self.files]
+        self.counts = np.array([len(r) for r in self.rows], np.int64)
+        if not self.counts.sum():
+            raise ValueError(f"host {self.host} of {self.hosts} has no examples in {len(self.files)} shard(s)")
+        self.batch, self.max_pred, self.seed, self.training, self.skip = batch, max_pred, seed, training, skip
+        self.masks, self.cycle, self.prefetch = masks, max(1, min(cycle, len(self.files))), prefetch
+        self._pass: tuple[int, np.ndarray, np.ndarray] | None = None
 
-    def _files(self):
-        """Shard paths, pass after pass: each pass in its own seeded order when training, once in name order
-        otherwise."""
-        p = 0
-        while True:
-            yield from (np.random.default_rng([self.seed, p]).permutation(self.files).tolist() if self.training
-                        else self.files)
-            if not self.training:
-                return
-            p += 1
-
-    def records(self):
-        """Records interleaved one at a time over `cycle` open shards; a finished shard's slot goes to the next."""
-        paths = self._files()
-        open_ = [read_records(_open(p)) for p in (next(paths, None) for _ in range(self.cycle)) if p]
-        while open_:
-            i = 0
-            while i < len(open_):
-                r = next(open_[i], None)
-                if r is None:
-                    p = next(paths, None)
-                    if p is None:
-                        del open_[i]
-                        continue
-                    open_[i] = read_records(_open(p))
-                    continue
-                yield r
-                i += 1
-
-    def shuffled(self):
-        src = self.records()
+    def order(self, p: int) -> tuple[np.ndarray, np.ndarray]:
+        """(shard, row) of each record of pass p, in reading order."""
+        n = len(self.rows)
         if not self.training:
-            yield from src
-            return
-        rng = np.random.default_rng(self.seed)
-        buf = [r for _, r in zip(range(self.buffer), src)]
-        for r in src:
-            i = int(rng.integers(len(buf)))
-            yield buf[i]
-            buf[i] = r
-        while buf:   # only a finite source gets here
-            yield buf.pop(int(rng.integers(len(buf))))
+            shards = np.arange(n)
+        else:
+            shards = np.random.default_rng([self.seed, self.host, p]).permutation(n)
+        shard_of = np.repeat(shards, self.counts[shards])
+        starts = np.cumsum(self.counts[shards]) - self.counts[shards]
+        row_of = np.arange(len(shard_of)) - np.repeat(starts, self.counts[shards])
+        if self.training:
+            rng = np.random.default_rng([self.seed, self.host, p, 1])
+            bounds = np.r_[0, np.cumsum(self.counts[shards])][::self.cycle].tolist() + [len(shard_of)]
+            for a, b in zip(bounds[:-1], bounds[1:]):
+                if b > a:
+                    take = a + rng.permutation(b - a)
+                    shard_of[a:b], row_of[a:b] = shard_of[take], row_of[take]
+        return shard_of, row_of
 
-    def raw_batches(self):
-        it = self.shuffled()
-        while True:
-            rows = [r for _, r in zip(range(self.batch), it)]
-            if len(rows) < self.batch:
-                return
-            yield rows
+    def _records(self, first: int, count: int) -> tuple[np.ndarray, np.ndarray]:
+        """(shard, row) of records first .. first+count-1 of the endless sequence of passes."""
+        per_pass = int(self.counts.sum())
+        shard_parts, row_parts = [], []
+        while count:
+            p, at = divmod(first, per_pass)
+            if self._pass is None or self._pass[0] != p:
+                self._pass = (p, *self.order(p))
+            n = min(count, per_pass - at)
+            shard_parts.append(self._pass[1][at:at + n])
+            row_parts.append(self._pass[2][at:at + n])
+            first, count = first + n, count - n
+        return np.concatenate(shard_parts), np.concatenate(row_parts)
 
-    def parse(self, rows: list[bytes]) -> tuple:
-        parsed = [parse_example(r) for r in rows]
-        ex = {}
-        for k, n in FIELDS.items():
-            dtype = np.float32 if k == "masked_lm_weights" else np.int64
-            ex[k] = np.stack([np.asarray(p[k], dtype).reshape(self.size[n]) for p in parsed])
+    def rows_of(self, b: int) -> np.ndarray:
+        """The fixed-width rows of batch b."""
+        shard_of, row_of = self._records(b * self.batch, self.batch)
+        out = np.empty(self.batch, self.rows[0].dtype)
+        for s in np.unique(shard_of).tolist():
+            m = shard_of == s
+            out[m] = self.rows[s][row_of[m]]
+        return out
+
+    def make(self, b: int) -> tuple:
+        """Batch b, parsed and (with masks) masked: a pure function of (seed, host, b)."""
+        rows = self.rows_of(b)
+        ex = {k: rows[k] for k in fixedrows.FIELDS}
+        if self.masks is not None:
+            m = self.masks
+            ex = remask(ex, m.specials, self.max_pred, m.mlm_prob, m.vocab_size,
+                        np.random.default_rng([self.seed, self.host, b, 2]))
         return split(ex, lambda a: a.astype(np.int32), lambda a: np.ones(a.shape, np.float32))
 
+    def __len__(self) -> int:
+        """Batches in one pass (evaluation reads one)."""
+        return int(self.counts.sum()) // self.batch
+
+    def numbers(self):
+        """The batch numbers this iterable yields: from `skip` on, endless when training."""
+        b = self.skip
+        while self.training or b < len(self):
+            yield b
+            b += 1
+
     def __iter__(self):
-        """Parsed batches, made ahead by a thread (a bounded queue: it stays `prefetch` batches ahead)."""
+        """Batches made ahead by a thread (a bounded queue: it stays `prefetch` batches ahead)."""
         q: queue.Queue = queue.Queue(self.prefetch)
         stop = threading.Event()
 
         def produce():
             try:
-                raw = self.raw_batches()
-                for _ in range(self.skip):
-                    if next(raw, None) is None:
-                        break
-                for rows in raw:
+                for b in self.numbers():
                     if stop.is_set():
                         return
-                    q.put(self.parse(rows))
+                    q.put(self.make(b))
                 q.put(None)
             except BaseException as e:   # handed to the consumer: a bad shard fails the run, not just the thread
                 q.put(e)

@@ -6,7 +6,9 @@ With --init-from-run RUN (a second phase), the data is prepared with that run's 
 
 The corpus is --corpus, else the *.txt files synced to $TPUCTL_DATA_DIR (tpuctl submit --data my_corpus.txt),
 else a small generated Hangul/Latin sample, so the job runs offline. Prepared shards live in
-$TPUCTL_STORE/prepared/bert_pretrain-SEQ/ (the cluster's bucket on a TPU), shared by later runs.
+$TPUCTL_STORE/prepared/bert_pretrain-SEQ/ (the cluster's bucket on a TPU), shared by later runs. Across hosts
+(TPUCTL_NUM_WORKERS > 1) the first host prepares; the others wait (up to TPUCTL_PREPARE_WAIT_SECONDS, 7200) for its
+prepared.json.
 """
 from __future__ import annotations
 
@@ -80,10 +82,15 @@ def main(argv=None):
     if a.init_from_run:
         vocab = ["--vocab", earlier_vocab(a.init_from_run)]
         prepared += f"-{a.init_from_run}"   # data in that run's vocabulary, beside the others
+    # Across hosts the first prepares and the others wait for its marker in the store (as tpuctl's rounds wait)
+    wait = []
+    if int(os.environ.get("TPUCTL_NUM_WORKERS") or 1) > 1 and os.environ.get("TPUCTL_WORKER", "0") not in ("", "0"):
+        wait = ["--wait", os.environ.get("TPUCTL_PREPARE_WAIT_SECONDS", "7200"),
+                "--poll", os.environ.get("TPUCTL_PREPARE_POLL_SECONDS", "5")]
     import prepare
     summary = prepare.main(["--input", *corpus, "--output", prepared, *vocab,
                             "--max-seq-length", str(a.seq_length),
-                            "--max-predictions-per-seq", str(a.max_predictions_per_seq)])
+                            "--max-predictions-per-seq", str(a.max_predictions_per_seq), *wait])
     import train
     train.main(["--data", f"{prepared}/part-*.tfrecord", "--vocab-size", str(summary["vocab_size"]),
                 "--seq-length", str(a.seq_length), "--max-predictions-per-seq", str(a.max_predictions_per_seq),

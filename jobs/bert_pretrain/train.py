@@ -5,12 +5,14 @@ or the JAX backend (Keras's own KERAS_BACKEND, which tpuctl sets).
 
 One line every --log-every steps: step, loss (the optimised total: masked-LM loss over the real masked tokens plus
 the next-sentence loss), each term and accuracy, examples/s; the same values go to TensorBoard
-(OUTPUT/tensorboard, x axis = step) and to OUTPUT/metrics.json for `tpuctl jobs`. A checkpoint at every multiple
-of --checkpoint-every and at the last step, in OUTPUT/checkpoints (--output, default $TPUCTL_OUTPUT_DIR; the
-format is checkpoints.py's, read by either backend); a restarted run resumes from the latest (or from
---resume-from) and skips the batches it already consumed. Keras runs callbacks only between executions of
---steps-per-execution steps, so both intervals are rounded up to a multiple of it (with a warning); a run never
-trains past --steps.
+(OUTPUT/tensorboard, x axis = step) and to OUTPUT/metrics.json for `tpuctl jobs`. A checkpoint every
+--checkpoint-minutes (at a log line), or at every multiple of --checkpoint-every, and always at the end, in
+OUTPUT/checkpoints (--output, default $TPUCTL_OUTPUT_DIR; the format is checkpoints.py's, read by either backend);
+a restarted run resumes from the latest (or from --resume-from) and seeks past the batches it already consumed.
+Masks are made afresh per batch as the data is read (--static-masks: prepare.py's). Across hosts (JAX), each host
+reads its own part of the data and feeds its share of each global batch; the first host alone writes files. Keras
+runs callbacks only between executions of --steps-per-execution steps, so both intervals are rounded up to a
+multiple of it (with a warning); a run never trains past --steps.
 """
 from __future__ import annotations
 
@@ -44,7 +46,15 @@ def parse(argv=None):
     ap.add_argument("--max-predictions-per-seq", type=int, default=20)
     ap.add_argument("--steps-per-execution", type=int, default=None, help="default: 100 on TPU, 1 elsewhere")
     ap.add_argument("--log-every", type=int, default=None, help="default: 10, or --steps-per-execution if larger")
-    ap.add_argument("--checkpoint-every", type=int, default=100)
+    ap.add_argument("--checkpoint-every", type=int, default=None,
+                    help="checkpoint every N steps; default: by time (--checkpoint-minutes)")
+    ap.add_argument("--checkpoint-minutes", type=float, default=10.0,
+                    help="without --checkpoint-every: a checkpoint at the first log line this long after the last "
+                         "(BERT-base's 1.3 GB takes seconds to write: every 100 steps cost a tenth of the run)")
+    ap.add_argument("--static-masks", action="store_true",
+                    help="train on the masks prepare.py wrote (exact reproduction); by default each batch is "
+                         "masked afresh as it is read, so each pass over the data masks an example differently")
+    ap.add_argument("--masked-lm-prob", type=float, default=0.15, help="the fraction of tokens dynamic masks mask")
     ap.add_argument("--output", default=None)
     ap.add_argument("--resume-from", default=None, help="a checkpoint directory to start from")
     ap.add_argument("--init-from", default=None,
@@ -92,6 +102,28 @@ def _multiple(n: int, of: int, flag: str) -> int:
     return rounded
 
 
+def masks_for(a, backend: str):
+    """Dynamic masks (masking.Masks), or None for prepare.py's own: asked (--static-masks), or where the special
+    tokens' ids are unknown (no vocab.txt beside the data, as prepare.py writes it), or on a TPU Node, whose input
+    pipeline runs on the TPU's host, out of reach of the numpy function that masks."""
+    import fileio
+    import masking
+    from tpuctl import runtime
+    if a.static_masks:
+        return None
+    vocab = f"{os.path.dirname(a.data)}/vocab.txt"
+    sp = masking.specials_of(fileio.read(vocab).decode("utf-8").splitlines()) if fileio.exists(vocab) else None
+    if sp is None:
+        print(f"bert: no vocab.txt with [CLS], [SEP] and [MASK] beside --data ({vocab}): training on the data's own "
+              "masks", flush=True)
+        return None
+    target = runtime.tpu_target() if backend == "tensorflow" else None
+    if target and target[1]:
+        print("bert: a TPU Node runs the input pipeline on its own host: training on the data's own masks", flush=True)
+        return None
+    return masking.Masks(sp, a.masked_lm_prob, a.vocab_size)
+
+
 def restore(a, model, opt, ckpt_dir: str) -> None:
     """The latest checkpoint of this run (or --resume-from's), else --init-from's weights for a new phase."""
     import checkpoints
@@ -112,12 +144,14 @@ def restore(a, model, opt, ckpt_dir: str) -> None:
 def main(argv=None, strategy=None) -> dict:
     a = parse(argv)
     import keras
+    from tpuctl import runtime
+    # "mean_with_sample_weight" (losses.py) exists from Keras 3.7; runtime.jax_replicas asks 3.11 across hosts
+    runtime.require_keras("3.7", "jobs/bert_pretrain (the masked-LM loss's mean_with_sample_weight reduction)")
 
     import losses
     from callbacks import Board, Progress, Saver
     from data import dataset
     from model import BertConfig, BertPretrainer, example_inputs
-    from tpuctl import runtime
     backend = keras.backend.backend()
     runtime.seed(a.seed)   # on JAX without importing TensorFlow
     if a.deterministic and backend == "tensorflow":
@@ -128,9 +162,14 @@ def main(argv=None, strategy=None) -> dict:
     print(f"backend: {backend}, {strategy.num_replicas_in_sync} {kind} replica(s)", flush=True)
     policy = runtime.mixed_precision(kind)
     batch = runtime.global_batch(a.batch_size, strategy)
+    # across hosts (JAX) each process reads its own part of the data and feeds its share of each global batch
+    host = (getattr(strategy, "process_index", 0), getattr(strategy, "process_count", 1))
+    chief = host[0] == 0   # the one process that writes checkpoints, TensorBoard and the run's files
+    if batch % host[1]:
+        raise SystemExit(f"train.py: the global batch {batch} does not divide among {host[1]} hosts")
     spe = a.steps_per_execution or (100 if kind == "tpu" else 1)
     log_every = _multiple(a.log_every or max(10, spe), spe, "--log-every")
-    ckpt_every = _multiple(a.checkpoint_every, spe, "--checkpoint-every")
+    ckpt_every = _multiple(a.checkpoint_every, spe, "--checkpoint-every") if a.checkpoint_every else None
     out = a.output or runtime.output_dir()
     warmup = a.warmup_steps if a.warmup_steps is not None else max(1, min(a.steps // 10, 10000))
     base_lr, at_batch = LEARNING_RATES[a.preset]
@@ -139,7 +178,10 @@ def main(argv=None, strategy=None) -> dict:
     print(f"bert: {a.preset} on {kind} x{strategy.num_replicas_in_sync} replicas, global batch {batch}, "
           f"{policy}, seq {a.seq_length}, {a.steps} steps, peak learning rate {peak:.2e}", flush=True)
     config = BertConfig.preset(a.preset, a.vocab_size)
-    describe(out, config, a.data)
+    if host[1] > 1:
+        print(f"bert: host {host[0]} of {host[1]} feeds {batch // host[1]} of each batch", flush=True)
+    if chief:
+        describe(out, config, a.data)
     with strategy.scope():
         model = BertPretrainer(config)
         lr = runtime.schedule(base_lr, batch, at_batch, warmup, a.steps, rule="sqrt")
@@ -158,11 +200,15 @@ def main(argv=None, strategy=None) -> dict:
         print(f"bert: already at step {start} >= {a.steps}; nothing to do", flush=True)
         return {"step": start}
     # The batches a resumed run already trained on are skipped, so it sees what an uninterrupted run would.
-    ds = dataset(a.data, batch, a.seq_length, a.max_predictions_per_seq, seed=a.seed, skip=start)
+    masks = masks_for(a, backend)
+    ds = dataset(a.data, batch // host[1], a.seq_length, a.max_predictions_per_seq, seed=a.seed, skip=start,
+                 host=host, masks=masks)
     history: dict = {}
     metrics = runtime.metrics_callback(every=log_every, path=f"{out}/metrics.json")
-    progress = Progress(start, a.steps, log_every, batch, lr, Board(f"{out}/tensorboard/train", backend), history)
-    saver = Saver(f"{out}/checkpoints", a.steps, ckpt_every, log_every, metrics, history)
+    board = Board(f"{out}/tensorboard/train" if chief else None, backend)
+    progress = Progress(start, a.steps, log_every, batch, lr, board, history, chief)
+    saver = Saver(f"{out}/checkpoints", a.steps, ckpt_every, log_every, metrics, history,
+                  minutes=a.checkpoint_minutes, chief=chief)
     # Exactly the steps left: Keras 3 runs whole executions of --steps-per-execution steps while steps_per_epoch
     # lasts (keras/src/trainers/epoch_iterator.py), so a data source that ends at the last step is what stops a
     # partial last execution there (tf.data's get_next_as_optional on TensorFlow, a short buffer on JAX).
@@ -174,7 +220,8 @@ def main(argv=None, strategy=None) -> dict:
     if history.get("continue"):
         raise SystemExit(runtime.CONTINUE_CODE)
     if a.eval_data:
-        held = dataset(a.eval_data, batch, a.seq_length, a.max_predictions_per_seq, training=False)
+        held = dataset(a.eval_data, batch // host[1], a.seq_length, a.max_predictions_per_seq, training=False,
+                       host=host)
         history["eval"] = {k: float(v) for k, v in model.evaluate(
             held if backend == "tensorflow" else iter(held), steps=a.eval_steps, verbose=0,
             return_dict=True).items()}
