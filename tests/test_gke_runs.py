@@ -156,7 +156,7 @@ def cluster_store():
 def test_two_slices_run_on_every_host_of_both(gke, cli, tmp_path):
     fake, cluster, make = gke
     make("g2", "v6e-8", slices=2)   # two hosts a slice: 4 pods, one per node of two node pools
-    job = make_job(tmp_path, JOB, 'framework = "jax"\n')
+    job = make_job(tmp_path, MEGASCALE_JOB, 'framework = "jax"\n')
     code, out, err = cli("submit", str(job), "-c", "g2")
     assert code == 0, err + _pod_logs(fake)
     (run_id,) = _run_ids(fake)
@@ -166,6 +166,35 @@ def test_two_slices_run_on_every_host_of_both(gke, cli, tmp_path):
         f"gke-tpuctl-g2-np-{k}-{i}" for k in (0, 1) for i in (0, 1)}
     store = cluster_store()
     assert all(runs.status(store, run_id, w).state is runs.RunState.SUCCEEDED for w in range(4))
+    # Each host's job sees the Multislice environment JobSet's annotations give (issue 49 item 1): slice 0's worker
+    # 0 by its stable DNS name, never the agent's ":8081" from a record that has no host ip.
+    prefix = f"{layout.run_output(run_id)}/env-"
+    seen = {k[len(prefix):]: __import__("json").loads(store.read(k)) for k, _ in store.list(prefix)}
+    coordinator = f"tpuctl-{run_id.lower()}-slice-0-0.tpuctl-{run_id.lower()}"
+    assert seen == {f"{k}-{w}": {"MEGASCALE_COORDINATOR_ADDRESS": coordinator, "MEGASCALE_NUM_SLICES": "2",
+                                 "MEGASCALE_SLICE_ID": str(k), "MEGASCALE_PORT": None}
+                    for k in (0, 1) for w in (0, 1)}, seen
+
+
+MEGASCALE_JOB = """
+import json, os
+from google.cloud import storage
+out = os.environ["TPUCTL_OUTPUT_DIR"]
+bucket, _, prefix = out[len("gs://"):].partition("/")
+env = {k: os.environ.get(k) for k in ("MEGASCALE_COORDINATOR_ADDRESS", "MEGASCALE_NUM_SLICES", "MEGASCALE_SLICE_ID",
+                                      "MEGASCALE_PORT")}
+name = f"env-{os.environ['MEGASCALE_SLICE_ID']}-{int(os.environ['TPUCTL_WORKER']) % 2}"
+storage.Client().bucket(bucket).blob(prefix.rstrip("/") + "/" + name).upload_from_string(json.dumps(env))
+"""
+
+
+def test_a_tensorflow_job_is_refused_before_anything_is_made(gke, cli, tmp_path):
+    # issue 49 item 3: a TensorFlow job (no `framework`: tpuctl.toml's default) on GKE, said in one line
+    fake, cluster, make = gke
+    make("gtf", "v6e-1")
+    code, out, err = cli("submit", str(make_job(tmp_path, JOB)), "-c", "gtf")
+    assert code == 2 and "TensorFlow does not run on GKE" in err and "Traceback" not in err, err
+    assert _jobsets(fake) == [] and not list(cluster_store().list(layout.OUTPUTS_PREFIX))
 
 
 def test_exit_42_restarts_the_jobset_and_exit_1_fails_it(gke, cli, tmp_path):

@@ -40,6 +40,13 @@ from fakes.procs import kill_marked
 JS = "/apis/jobset.x-k8s.io/v1alpha2/namespaces/"
 L_JOBSET, L_RJOB, L_INDEX, L_RESTART = ("jobset.sigs.k8s.io/jobset-name", "jobset.sigs.k8s.io/replicatedjob-name",
                                         "jobset.sigs.k8s.io/job-index", "jobset.sigs.k8s.io/restart-attempt")
+# JobSet v0.10.1 api/jobset/v1alpha2/jobset_types.go GlobalReplicasKey, JobGlobalIndexKey, CoordinatorKey; written on
+# every Job and its pod template by pkg/controllers/jobset_controller.go `labelAndAnnotateObject`, the coordinator
+# only when spec.coordinator is set, as `coordinatorEndpoint`: "<jobset>-<rjob>-<jobIndex>-<podIndex>.<subdomain>",
+# the subdomain being spec.network.subdomain or the JobSet's name (`GetSubdomain`).
+L_GLOBAL_REPLICAS, L_GLOBAL_INDEX, L_COORDINATOR = ("jobset.sigs.k8s.io/global-replicas",
+                                                    "jobset.sigs.k8s.io/job-global-index",
+                                                    "jobset.sigs.k8s.io/coordinator")
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 # In each container process's environment: its pod's path. When a container's main process ends, whether by itself
 # or stopped, nothing in the container outlives it: the main process is the init of the container's PID namespace,
@@ -102,7 +109,7 @@ class FakeCluster:
         jobs = []
         for rj in js["spec"]["replicatedJobs"]:
             for i in range(int(rj.get("replicas", 1))):
-                jobs.append(self._ensure_job(js, ns, rj, i, attempt))
+                jobs.append(self._ensure_job(js, ns, rj, i, attempt, len(jobs)))
         failed = [j for j in jobs if _cond(j, "Failed")]
         if failed:
             reason = _cond(failed[0], "Failed")["reason"]   # type: ignore[index]
@@ -125,12 +132,20 @@ class FakeCluster:
         js["status"]["conditions"].append({"type": kind, "status": "True", "reason": reason,
                                            "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
 
-    def _ensure_job(self, js: dict[str, Any], ns: str, rj: dict[str, Any], i: int, attempt: int) -> dict[str, Any]:
+    def _ensure_job(self, js: dict[str, Any], ns: str, rj: dict[str, Any], i: int, attempt: int,
+                    global_index: int) -> dict[str, Any]:
         name = f"{js['metadata']['name']}-{rj['name']}-{i}"
         path = f"/apis/batch/v1/namespaces/{ns}/jobs/{name}"
         job = self.kube.objects.get(path)
         if job is None:
-            marks = {L_JOBSET: js["metadata"]["name"], L_RJOB: rj["name"], L_INDEX: str(i), L_RESTART: str(attempt)}
+            marks = {L_JOBSET: js["metadata"]["name"], L_RJOB: rj["name"], L_INDEX: str(i), L_RESTART: str(attempt),
+                     L_GLOBAL_INDEX: str(global_index),
+                     L_GLOBAL_REPLICAS: str(sum(int(r.get("replicas", 1)) for r in js["spec"]["replicatedJobs"]))}
+            coord = js["spec"].get("coordinator")
+            if coord:
+                sub = js["spec"].get("network", {}).get("subdomain") or js["metadata"]["name"]
+                marks[L_COORDINATOR] = (f"{js['metadata']['name']}-{coord['replicatedJob']}-"
+                                        f"{coord.get('jobIndex', 0)}-{coord.get('podIndex', 0)}.{sub}")
             spec = _copy(rj["template"]["spec"])
             meta = spec["template"].setdefault("metadata", {})
             meta["labels"] = {**meta.get("labels", {}), **marks}

@@ -70,6 +70,8 @@ def submit(st: ClusterState, provider: Provider, job: JobSpec, args: list[str], 
                         f"cluster {st.name} has {st.spec.slices}",
                         "let tpuctl pick the backend (JAX on Multislice): remove keras_backend / [env] KERAS_BACKEND")
     _check_keras_tensorflow(st, job)
+    if provider.remote_runs is not None:
+        provider.remote_runs.check_job(job)
     st = provider.revive(st, reporter)
     provider.check_ready(st)
     if st.runtime and job.framework not in (st.spec.framework, Framework.KERAS):   # Keras 3 follows the runtime

@@ -25,11 +25,14 @@ Rules every implementation follows:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Callable, NamedTuple, Protocol
 
 from ..core.errors import bad_input
 from ..core.models import ClusterSpec, ClusterState, Grant, HostFacts, ProviderName
 from ..core.store import BlobStore
+
+if TYPE_CHECKING:
+    from ..core.jobspec import JobSpec
 
 Progress = Callable[[str], None]
 
@@ -223,6 +226,8 @@ class RemoteRuns(Protocol):
     # False: refused (a Kaggle session continues by CONTINUE_CODE instead)
     restarts: bool
 
+    def check_job(self, job: JobSpec) -> None:
+        """`submit`, before anything is made: TpuctlError for a job the service cannot run (GKE: TensorFlow)."""
     def dispatch(self, st: ClusterState, store: BlobStore, run_id: str, sessions: int,
                  progress: Callable[[str], None], keep_inputs: bool = False) -> None:
         """Start the run whose job.json is written; `sessions`: how many sessions it may chain through;

@@ -14,10 +14,11 @@ import re
 from ...core.catalog import VM_PRICES, check_zones, region_of, tpu_type
 from ...core.config import setting
 from ...core.errors import TpuctlError, bad_input
-from ...core.models import (ClusterSpec, Framework, ProviderName, check_bucket_name, check_gce_name, check_project,
+from ...core.models import (ClusterSpec, ProviderName, check_bucket_name, check_gce_name, check_project,
                             check_service_account, default_bucket)
 from ..base import PlanRow, Price, UpFlags
 from ..gcp import project
+from .frameworks import check_cluster
 from .tputypes import TPU7X_MIN_GKE_VERSION, SliceShape, shape
 
 # GKE charges a cluster management fee of $0.10 per cluster per hour, whatever its size (the free tier's monthly
@@ -99,13 +100,7 @@ def make_spec(name: str, flags: UpFlags) -> ClusterSpec:
                             "pick one")
     if flags.image and not _IMAGE_RE.match(flags.image):
         raise bad_input(f"invalid --image {flags.image!r}", "for example us-docker.pkg.dev/PROJECT/REPO/IMAGE:TAG")
-    try:
-        framework = Framework(flags.framework or Framework.TENSORFLOW.value)
-        if framework is Framework.KERAS:   # a job's framework, never a cluster's (core/backends.py)
-            raise ValueError(framework)
-    except ValueError:
-        raise bad_input(f"unknown --framework {flags.framework!r}", "use tensorflow (default), jax or pytorch "
-                        "(a Keras 3 job runs on either: its backend follows the cluster)")
+    framework = check_cluster(flags.framework)
     return ClusterSpec(
         name=name, provider=ProviderName.GKE, project=proj, tpu_type=s.tpu_type, zones=[zone], spot=flags.spot,
         store="gs://" + check_bucket_name(flags.bucket or default_bucket(proj, name)), slices=slices,

@@ -20,7 +20,8 @@ from ...core import layout, runindex, runs
 from ...core.models import ClusterState
 from ...core.runs import RunState, RunStatus
 from ...core.store import BlobStore
-from . import kube, manifest, tputypes
+from ...core.jobspec import JobSpec
+from . import frameworks, kube, manifest, tputypes
 
 Connect = Callable[[dict[str, Any]], Any]
 
@@ -61,6 +62,9 @@ class GkeRuns:
         self.connect = connect
         self.looked: dict[str, float] = {}     # run -> when its JobSet was last read
         self.said: dict[str, str] = {}
+
+    def check_job(self, job: JobSpec) -> None:
+        frameworks.check_job(job.name, job.framework, job.env, job.keras_backend)
 
     def _api(self, st: ClusterState) -> Any:
         return self.connect(dict(st.record.get("gke") or {}))

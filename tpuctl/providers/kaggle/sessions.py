@@ -39,6 +39,9 @@ class KaggleSessions:
     """providers/base.py RemoteRuns for Kaggle."""
     restarts = False   # a session continues by CONTINUE_CODE, not by restarts (cli/runs.py refuses --max-restarts)
 
+    def check_job(self, job: Any) -> None:
+        """Every framework runs in a Kaggle session (kernel.py picks what it installs)."""
+
     def __init__(self, shape: Callable[[ClusterState], str], accelerator: Callable[[ClusterState], str]) -> None:
         self.shape, self.accelerator = shape, accelerator
         self._live: dict[str, LiveLog] = {}   # kernel slug -> its log stream, while this process follows it
