@@ -197,6 +197,25 @@ def test_a_tensorflow_job_is_refused_before_anything_is_made(gke, cli, tmp_path)
     assert _jobsets(fake) == [] and not list(cluster_store().list(layout.OUTPUTS_PREFIX))
 
 
+def test_an_agent_package_late_in_the_store_is_waited_for_not_a_failed_run(gke, cli, tmp_path):
+    # issue 49 item 4: the pod's installs are retried as the TPU VM's start-up script retries them; before, the
+    # first failed download exited 1, which the pod failure policy turns into FailJob and FailJobSet
+    from google.cloud import storage
+    fake, cluster, make = gke
+    make("gpip", "v6e-1")
+    blob = storage.Client(project="test-proj").bucket(BUCKET).blob(agent_package.key())
+    wheel = blob.download_as_bytes()
+    blob.delete()
+    code, out, err = cli("submit", str(make_job(tmp_path, JOB, 'framework = "jax"\n')), "-c", "gpip", "--detach")
+    assert code == 0, err
+    run_id = out.strip()
+    until(lambda: b"the agent package in the store failed" in b"".join(fake.logs.values()), 60, "a failed fetch")
+    blob.upload_from_string(wheel)
+    _ended(fake, run_id, "Completed")
+    assert runs.status(cluster_store(), run_id).state is runs.RunState.SUCCEEDED
+    assert _jobset(fake, run_id)["status"]["restarts"] == 0
+
+
 def test_exit_42_restarts_the_jobset_and_exit_1_fails_it(gke, cli, tmp_path):
     fake, cluster, make = gke
     make("g3", "v6e-1")
