@@ -216,6 +216,23 @@ def test_an_agent_package_late_in_the_store_is_waited_for_not_a_failed_run(gke, 
     assert _jobset(fake, run_id)["status"]["restarts"] == 0
 
 
+def test_a_submit_while_jobsets_webhooks_do_not_serve_waits_for_them(gke, cli, tmp_path):
+    # issue 49 item 2: JobSet's controller restarting (its webhooks, failurePolicy Fail, have no endpoint): the
+    # API server refuses every JobSet with "failed calling webhook"; dispatch retries within the deadline
+    from fakes.k8s_server import CONTROLLER
+    fake, cluster, make = gke
+    make("gwh", "v6e-1")
+    dep = fake.objects[CONTROLLER]
+    serving = dep["status"]
+    dep["status"] = {"conditions": [{"type": "Available", "status": "False"}]}
+    fake.later(3, lambda: dep.update(status=serving))
+    code, out, err = cli("submit", str(make_job(tmp_path, JOB, 'framework = "jax"\n')), "-c", "gwh")
+    assert code == 0, err + _pod_logs(fake)
+    assert "waiting for JobSet's webhooks" in err + out
+    refused = [r for r in fake.requests if r[0] == "PATCH" and "/jobsets/tpuctl-" in r[1]]
+    assert len(refused) >= 2   # refused at least once, then created
+
+
 def test_exit_42_restarts_the_jobset_and_exit_1_fails_it(gke, cli, tmp_path):
     fake, cluster, make = gke
     make("g3", "v6e-1")

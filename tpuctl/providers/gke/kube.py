@@ -120,11 +120,12 @@ def get(api: Any, path: str, query: list[tuple[str, str]] | None = None) -> dict
         raise
 
 
-def apply(api: Any, path: str, obj: dict[str, Any]) -> dict[str, Any]:
+def apply(api: Any, path: str, obj: dict[str, Any], dry_run: bool = False) -> dict[str, Any]:
     """Server-side apply of `obj` at its own path, taking over conflicting fields (`kubectl apply --server-side
-    --force-conflicts`, as xpk installs JobSet: core/cluster.py)."""
-    done: dict[str, Any] = request(api, "PATCH", path, obj, [("fieldManager", FIELD_MANAGER), ("force", "true")],
-                                   APPLY)
+    --force-conflicts`, as xpk installs JobSet: core/cluster.py). `dry_run`: through admission and validation,
+    nothing stored (`dryRun=All`: Kubernetes docs, "API Concepts: Dry-run")."""
+    query = [("fieldManager", FIELD_MANAGER), ("force", "true")] + ([("dryRun", "All")] if dry_run else [])
+    done: dict[str, Any] = request(api, "PATCH", path, obj, query, APPLY)
     return done
 
 

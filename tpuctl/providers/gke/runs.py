@@ -20,8 +20,9 @@ from ...core import layout, runindex, runs
 from ...core.models import ClusterState
 from ...core.runs import RunState, RunStatus
 from ...core.store import BlobStore
+from ...core.errors import ErrorKind, TpuctlError
 from ...core.jobspec import JobSpec
-from . import frameworks, kube, manifest, tputypes
+from . import frameworks, jobset_install, kube, manifest, tputypes
 
 Connect = Callable[[dict[str, Any]], Any]
 
@@ -73,7 +74,22 @@ class GkeRuns:
                  progress: Callable[[str], None], keep_inputs: bool = False) -> None:
         job = runs.job(store, run_id)
         js = manifest.build_jobset(run_objects(st, run_id, job.max_restarts if job else 0))
-        kube.apply(self._api(st), jobset_path(manifest.DEFAULT_NAMESPACE, run_id), js)
+        api = self._api(st)
+        end = time.monotonic() + jobset_install.ready_seconds()
+        while True:   # JobSet's webhooks refuse while its controller (re)starts (jobset_install.py WEBHOOK_DOWN)
+            try:
+                kube.apply(api, jobset_path(manifest.DEFAULT_NAMESPACE, run_id), js)
+                break
+            except kube.KubeError as e:
+                if not jobset_install.webhook_down(e):
+                    raise
+                if time.monotonic() >= end:
+                    raise TpuctlError(ErrorKind.TIMEOUT, f"JobSet's webhooks refused run {run_id}'s JobSet for "
+                                      f"{jobset_install.ready_seconds():.0f}s: {e.message}",
+                                      "`kubectl -n jobset-system get pods` and its logs say why; the run is "
+                                      f"written: `tpuctl cancel {run_id}` ends it") from None
+                progress("waiting for JobSet's webhooks (its controller is not serving yet)")
+                time.sleep(1.0)
         progress(f"JobSet {js['metadata']['name']} created")
 
     def advance(self, st: ClusterState, store: BlobStore, run_id: str, follow: bool = False) -> str:
