@@ -135,7 +135,7 @@ def test_one_slice_runs_to_success_and_downloads(gke, cli, tmp_path):
     assert code == 0, err
     assert (tmp_path / "dl" / "model.txt").exists(), (out, err, list((tmp_path / "dl").rglob("*")))
     assert (tmp_path / "dl" / "model.txt").read_text() == "weights"
-    assert js["spec"]["failurePolicy"]["maxRestarts"] == 0
+    assert js["spec"]["failurePolicy"]["maxRestarts"] == 5   # GKE's default (runs.DEFAULT_RESTARTS)
     # `status` shows the cluster's JobSets; `down` deletes them (an adopted cluster outlives down)
     from tpuctl.providers.gke.runs import GkeRuns
     st = state.load("g1")
@@ -231,6 +231,25 @@ def test_a_submit_while_jobsets_webhooks_do_not_serve_waits_for_them(gke, cli, t
     assert "waiting for JobSet's webhooks" in err + out
     refused = [r for r in fake.requests if r[0] == "PATCH" and "/jobsets/tpuctl-" in r[1]]
     assert len(refused) >= 2   # refused at least once, then created
+
+
+def test_a_disrupted_pod_restarts_the_run_by_default(gke, cli, tmp_path):
+    # issue 49 item 5: a pod killed from outside (137, as an eviction or a node going away) restarts the run under
+    # the GKE default of --max-restarts; before, the default 0 ended the run with ReachedMaxRestarts
+    fake, cluster, make = gke
+    make("gdis", "v6e-1")
+    body = ("import os, sys, time\nprint('attempt', os.environ.get('TPUCTL_RESTARTS'), flush=True)\n"
+            "if os.environ.get('TPUCTL_RESTARTS') == '0':\n    time.sleep(300)\n")
+    code, out, err = cli("submit", str(make_job(tmp_path, body, 'framework = "jax"\n')), "-c", "gdis", "--detach")
+    assert code == 0, err
+    run_id = out.strip()
+    until(lambda: runs.status(cluster_store(), run_id).state is runs.RunState.RUNNING, 120, "the job running")
+    (path,) = [p for p in cluster.procs if "/pods/" in p]
+    os.killpg(cluster.procs[path].pid, 9)   # the whole container, as a node that goes away takes it
+    _ended(fake, run_id, "Completed")
+    js = _jobset(fake, run_id)
+    assert js["spec"]["failurePolicy"]["maxRestarts"] == 5 and js["status"]["restarts"] == 1
+    until(lambda: runs.status(cluster_store(), run_id).state is runs.RunState.SUCCEEDED, 30, "the run succeeded")
 
 
 def test_exit_42_restarts_the_jobset_and_exit_1_fails_it(gke, cli, tmp_path):

@@ -71,6 +71,7 @@ class FakeCluster:
         self.uid = secrets.token_hex(8)
         self.stopping = threading.Event()
         kube.on_delete.append(self._deleted)
+        self.controllers: list[Callable[[], None]] = []   # more controllers each tick (fakes/kueue.py)
         self.thread = threading.Thread(target=self._loop, daemon=True)
         self.thread.start()
 
@@ -93,6 +94,8 @@ class FakeCluster:
     def _loop(self) -> None:
         while not self.stopping.wait(self.tick):
             try:
+                for controller in self.controllers:
+                    controller()
                 for path in [p for p in list(self.kube.objects) if p.startswith(JS) and "/jobsets/" in p]:
                     self._jobset(path)
                 self._kubelet()
@@ -106,6 +109,14 @@ class FakeCluster:
         status = js.setdefault("status", {"restarts": 0, "conditions": []})
         ns, name = js["metadata"]["namespace"], js["metadata"]["name"]
         attempt = int(status.get("restarts", 0))
+        if js["spec"].get("suspend"):
+            # a suspended JobSet keeps no running Jobs (jobset v0.10.1 jobset_controller.go: suspendJobs sets each
+            # Job's suspend, and the Job controller deletes a suspended Job's active pods); resumed, it runs them
+            # again, in the same restart attempt. Here its Jobs are deleted, and made again on resume.
+            for p in [p for p, o in list(self.kube.objects.items()) if "/jobs/" in p
+                      and o["metadata"].get("labels", {}).get(L_JOBSET) == name]:
+                self.kube.remove(p)
+            return
         jobs = []
         for rj in js["spec"]["replicatedJobs"]:
             for i in range(int(rj.get("replicas", 1))):
@@ -202,6 +213,9 @@ class FakeCluster:
             elif phase == "Running" and path in self.procs and "deletionTimestamp" not in pod["metadata"]:
                 rc = self.procs[path].poll()
                 if rc is not None:
+                    # a container killed by signal N reports exit code 128 + N (137: SIGKILL, as an eviction's
+                    # or the OOM killer's; Kubernetes docs "Debug Running Pods"/"Pod Lifecycle" exit codes)
+                    rc = 128 - rc if rc < 0 else rc
                     kill_marked(POD_MARK, self.uid + path, wait=10)   # the container is over before its pod says so
                     pod["status"]["phase"] = "Succeeded" if rc == 0 else "Failed"
                     pod["status"]["containerStatuses"] = [{"name": pod["spec"]["containers"][0]["name"], "state": {

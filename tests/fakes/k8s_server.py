@@ -47,6 +47,7 @@ import yaml
 from tpuctl.providers.gke import schema
 
 JOBSET_CRD = "jobsets.jobset.x-k8s.io"
+KUEUE_CRD = "workloads.kueue.x-k8s.io"
 CRD_PREFIX = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"
 CONTROLLER = "/apis/apps/v1/namespaces/jobset-system/deployments/jobset-controller-manager"
 MUTATING = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/jobset-mutating-webhook-configuration"
@@ -165,6 +166,8 @@ class FakeKube:
 
     def served(self, path: str) -> bool:
         """A custom resource's path is served only once its CRD exists."""
+        if path.startswith("/apis/kueue.x-k8s.io/"):
+            return CRD_PREFIX + KUEUE_CRD in self.objects
         if not path.startswith("/apis/jobset.x-k8s.io/"):
             return True
         return CRD_PREFIX + JOBSET_CRD in self.objects
@@ -252,6 +255,10 @@ class _Handler(BaseHTTPRequestHandler):
             problem = self._invalid_jobset(obj)
             if problem:
                 return self._send(422, status(422, "Invalid", problem))
+            if path not in self.kube.objects and self.kube.served("/apis/kueue.x-k8s.io/") and \
+                    obj["metadata"].get("labels", {}).get("kueue.x-k8s.io/queue-name"):
+                # Kueue's JobSet webhook suspends a queued JobSet on creation (fakes/kueue.py)
+                obj["spec"]["suspend"] = True
         old = self.kube.objects.get(path)
         if old is not None:   # the applier's fields win; what others set (status) stays
             merged = dict(old)

@@ -82,9 +82,11 @@ def submit(ctx: typer.Context,
            keep_inputs: bool = typer.Option(False, "--keep-inputs", help="Kaggle: keep the run's input dataset "
                                             "once it ends, so that the same work submitted again uploads nothing "
                                             "(`down` deletes it)."),
-           max_restarts: int = typer.Option(0, "--max-restarts", help="Restart the job up to N times when it exits "
-                                            "42 (tpuctl.runtime.RESTART_CODE) or dies by a signal tpuctl did not "
-                                            "send, as xpk does (GKE: the JobSet's maxRestarts)."),
+           max_restarts: Optional[int] = typer.Option(None, "--max-restarts", help="Restart the job up to N times "
+                                                      "when it exits 42 (tpuctl.runtime.RESTART_CODE) or dies by a "
+                                                      "signal tpuctl did not send, as xpk does (default 0; GKE: the "
+                                                      "JobSet's maxRestarts, default 5, which node disruptions "
+                                                      "count against too)."),
            notify_to: List[str] = typer.Option([], "--notify", help="Send this run's events to a webhook or "
                                                "Apprise URL (repeatable), besides the cluster's."),
            tpu_type: Optional[str] = typer.Option(None, "--type", help="GKE dry run without a cluster: the TPU type "
@@ -109,7 +111,9 @@ def submit(ctx: typer.Context,
     packaging.files(job.root, job.data)        # links out of the job are refused here too
     jobspec.check_launchable(job.command, list(ctx.args), job.env)   # what no host could start
     if manifest_file is not None or tpu_type is not None or slices is not None:
-        _gke_manifest(job, cluster, provider, tpu_type, slices, max_restarts, manifest_file, dry_run, queue, priority)
+        from ..providers.gke.runs import DEFAULT_RESTARTS
+        _gke_manifest(job, cluster, provider, tpu_type, slices, DEFAULT_RESTARTS if max_restarts is None else
+                      max_restarts, manifest_file, dry_run, queue, priority)
         offline = cluster is None and tpu_type is not None   # --provider gke --type: no local cluster looked up
         with contextlib.redirect_stdout(sys.stderr if manifest_file == "-" else sys.stdout):   # stdout: the YAML
             _submit_preview(job, None if offline else cluster, provider, offline=offline, pod_runs=True)
@@ -125,14 +129,16 @@ def submit(ctx: typer.Context,
     if keep_inputs and prov.remote_runs is None:
         raise bad_input(f"--keep-inputs: cluster {st.name}'s runs have no input dataset to keep",
                         "--keep-inputs applies to --provider kaggle clusters")
-    _check_max_restarts(max_restarts, st, prov)
+    restarts = max_restarts if max_restarts is not None else \
+        prov.remote_runs.default_restarts if prov.remote_runs is not None else 0
+    _check_max_restarts(restarts, st, prov)
     with con.Reporter() as rep:
         if down:   # refused before the run exists when the host could not end the compute after it
             from ..control.up import arm
             arm(st, prov, lambda s: rep.resource("--down", "host", s))
         run_id, _ = submission.submit(st, prov, job, list(ctx.args), rep.transfer, rep, down_after=down,
-                                      sessions=chain or 0, keep_inputs=keep_inputs, max_restarts=max_restarts,
-                                      notify_urls=urls)
+                                      sessions=chain or 0, keep_inputs=keep_inputs, max_restarts=restarts,
+                                      notify_urls=urls, queue=queue or "", priority=priority or "")
     if detach:
         print(run_id)
         return

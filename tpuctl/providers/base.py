@@ -226,8 +226,12 @@ class RemoteRuns(Protocol):
     # False: refused (a Kaggle session continues by CONTINUE_CODE instead)
     restarts: bool
 
-    def check_job(self, job: JobSpec) -> None:
-        """`submit`, before anything is made: TpuctlError for a job the service cannot run (GKE: TensorFlow)."""
+    # `submit` without --max-restarts: the restarts a run gets (GKE: disruptions are recovered by default)
+    default_restarts: int
+
+    def check_run(self, st: ClusterState, job: JobSpec, max_restarts: int, queue: str, priority: str) -> str:
+        """`submit`, before anything is made: TpuctlError for a run the service cannot take (GKE: TensorFlow, a
+        queue the cluster lacks); returns the queue the run waits in ("" for none)."""
     def dispatch(self, st: ClusterState, store: BlobStore, run_id: str, sessions: int,
                  progress: Callable[[str], None], keep_inputs: bool = False) -> None:
         """Start the run whose job.json is written; `sessions`: how many sessions it may chain through;

@@ -23,7 +23,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Callable
 
 from ...core import layout, runindex, runs
-from ...core.errors import ErrorKind, TpuctlError
+from ...core.errors import ErrorKind, TpuctlError, bad_input
 from ...core.models import ClusterState
 from ...core.runs import RunState, RunStatus
 from ...core.store import BlobStore
@@ -39,8 +39,14 @@ class KaggleSessions:
     """providers/base.py RemoteRuns for Kaggle."""
     restarts = False   # a session continues by CONTINUE_CODE, not by restarts (cli/runs.py refuses --max-restarts)
 
-    def check_job(self, job: Any) -> None:
-        """Every framework runs in a Kaggle session (kernel.py picks what it installs)."""
+    default_restarts = 0
+
+    def check_run(self, st: ClusterState, job: Any, max_restarts: int, queue: str, priority: str) -> str:
+        """Every framework runs in a Kaggle session (kernel.py picks what it installs); there is no queue."""
+        if queue or priority:
+            raise bad_input("--queue and --priority apply to --provider gke clusters (Kueue)",
+                            "leave them out: a Kaggle session starts when Kaggle gives it a TPU")
+        return ""
 
     def __init__(self, shape: Callable[[ClusterState], str], accelerator: Callable[[ClusterState], str]) -> None:
         self.shape, self.accelerator = shape, accelerator
