@@ -262,6 +262,33 @@ def test_a_failure_mid_up_leaves_nothing(gke, cli):
     assert state.load("half") is None
 
 
+def test_a_failed_node_pool_in_an_adopted_cluster_is_removed(gke, cli):
+    # issue 49 item 8: the pool whose create failed (left in ERROR, as GKE leaves one) was left behind in the
+    # adopted cluster, billing; now undone as the cluster path undoes a failed cluster
+    _their_cluster(gke)
+    gke.fake.op_faults["create_pool"] = [(8, "Google Compute Engine: ZONE_RESOURCE_POOL_EXHAUSTED: the zone does "
+                                             "not have enough resources")]
+    code, out, err = _up(cli, "ad", "--type", "v6e-16", "--zone", "us-east5-b", "--gke-cluster", "team")
+    assert code == 4, err
+    assert gke.leaks() == []
+    assert [p["name"] for p in gke.fake.clusters[(PROJ, "us-east5", "team")]["nodePools"]] == ["default-pool"]
+
+
+def test_network_and_subnetwork_are_the_clusters_and_the_system_pool_is_managed(gke, cli):
+    # issue 49 items 6 and 8: a project without a `default` VPC needs them; the system pool's auto-upgrade and
+    # auto-repair written out, as a release channel requires
+    code, out, err = _up(cli, "net", "--type", "v6e-4", "--zone", "us-east5-b", "--network", "vpc1",
+                         "--subnetwork", "sub1")
+    assert code == 0, err
+    c = gke.fake.clusters[(PROJ, "us-east5-b", "tpuctl-net")]
+    assert c["network"] == "vpc1" and c["subnetwork"] == "sub1"
+    system = next(p for p in c["nodePools"] if p["name"] == "system")
+    assert system["management"] == {"autoUpgrade": True, "autoRepair": True}
+    code, out, err = cli("down", "-c", "net", "--yes")
+    assert code == 0, err
+    assert gke.leaks() == []
+
+
 def test_a_cluster_that_fails_to_come_up_is_removed(gke, cli):
     """Its operation ends in an error and GKE leaves the cluster in ERROR (a failed create is deleted by hand:
     kubernetes-engine/docs/troubleshooting): up removes it, and the policy and bucket it made before it."""

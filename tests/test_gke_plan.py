@@ -77,6 +77,8 @@ def test_adopted_cluster_is_planned_as_kept_and_without_the_fee(env, cli):
     (("--type", "v6e-16", "--zone", "us-east5-b", "--autostop", "1h"), "not enforced on GKE"),
     (("--type", "v6e-16", "--zone", "us-east5-b", "--spot", "--reservation", "r1"), "exclude each other"),
     (("--type", "v6e-16", "--zone", "us-east5-b", "--reservation", "R_1"), "invalid --reservation"),
+    (("--type", "v6e-16", "--zone", "us-east5-b", "--gke-cluster", "team", "--network", "v"), "has its own"),
+    (("--type", "v6e-16", "--zone", "us-east5-b", "--network", "Bad_Net"), "invalid --network"),
     # issue 49 item 3: no TensorFlow on GKE, said before anything is made
     (("--type", "v6e-16", "--zone", "us-east5-b", "--framework", "tensorflow"), "TensorFlow does not run on GKE"),
 ])

@@ -107,7 +107,7 @@ class GkeCompute:
                                          TPU7X_MIN_GKE_VERSION if shape(spec.tpu_type).family == "tpu7x" else "")
         try:
             container.create_cluster(spec.project, st.zone, container.build_cluster(
-                name, spec.labels, version, SYSTEM_MACHINE, SYSTEM_POOL), show)
+                name, spec.labels, version, SYSTEM_MACHINE, SYSTEM_POOL, spec.network, spec.subnetwork), show)
         finally:   # a create that failed part-way may still have left a cluster: removed with the rest
             if container.find_cluster(spec.project, name) is not None:
                 made.append(Created("gke", name, lambda: container.delete_cluster(
@@ -129,11 +129,16 @@ class GkeCompute:
                                                                                   pool), show)
             show("adopted")
             return
-        container.create_pool(spec.project, location, cluster, container.build_node_pool(
-            pool, s, st.zone, spec.labels, account, spec.spot, policy_name(spec), spec.reservation), show)
-        if spec.gke_cluster:   # in a cluster tpuctl made, the cluster's own undo takes its node pools
-            made.append(Created("pool", pool, lambda: container.delete_pool(
-                spec.project, location, cluster, pool, spec.name, lambda m: None)))
+        try:
+            container.create_pool(spec.project, location, cluster, container.build_node_pool(
+                pool, s, st.zone, spec.labels, account, spec.spot, policy_name(spec), spec.reservation), show)
+        finally:
+            # in an adopted cluster a pool this call made is undone by itself (in a cluster tpuctl made, the
+            # cluster's own undo takes its node pools); a create that failed part-way may have left one too, as
+            # the cluster path finds (_ensure_cluster)
+            if spec.gke_cluster and container.find_pool(spec.project, location, cluster, pool) is not None:
+                made.append(Created("pool", pool, lambda: container.delete_pool(
+                    spec.project, location, cluster, pool, spec.name, lambda m: None)))
 
     def delete(self, st: ClusterState, reporter: Reporter) -> None:
         """Node pools, the workload policy, and the cluster unless adopted. Names come from the spec, so a state

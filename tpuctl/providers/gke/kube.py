@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import tempfile
 from typing import Any, Callable
 
 from ...core.errors import ErrorKind, TpuctlError
@@ -31,11 +30,8 @@ def connect(endpoint: str, ca_b64: str, token: str) -> Any:
     from kubernetes import client
     cfg = client.Configuration()
     cfg.host = endpoint if "://" in endpoint else f"https://{endpoint}"
-    if ca_b64:
-        fd, path = tempfile.mkstemp(prefix="tpuctl-gke-ca-", suffix=".pem")
-        with os.fdopen(fd, "wb") as f:
-            f.write(base64.b64decode(ca_b64))
-        cfg.ssl_ca_cert = path
+    if ca_b64:   # in memory (kubernetes Configuration.ca_cert_data): no temp file per connection, none left
+        cfg.ca_cert_data = base64.b64decode(ca_b64).decode()
     if token:
         cfg.api_key = {"BearerToken": token}
         cfg.api_key_prefix = {"BearerToken": "Bearer"}

@@ -38,8 +38,7 @@ _GKE_NAME_RE = re.compile(r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")
 _IMAGE_RE = re.compile(r"^[a-z0-9]([a-z0-9._:-]*[a-z0-9])?(/[a-z0-9]([a-z0-9._-]*[a-z0-9])?)*(:[\w][\w.-]{0,127})?"
                        r"(@sha256:[0-9a-f]{64})?$")
 _NOT_ON_GKE = {"arch": "--arch", "runtime": "--runtime", "vm_type": "--vm-type", "queued": "--queued",
-               "valid_until": "--valid-until", "flex_start": "--flex-start", "network": "--network",
-               "subnetwork": "--subnetwork"}
+               "valid_until": "--valid-until", "flex_start": "--flex-start"}
 
 
 def cluster_name(spec: ClusterSpec) -> str:
@@ -98,6 +97,9 @@ def make_spec(name: str, flags: UpFlags) -> ClusterSpec:
         if flags.spot:   # one capacity type per node pool, as xpk's --reservation/--spot/--on-demand (core/capacity.py)
             raise bad_input("--spot and --reservation exclude each other: spot nodes use no reservation",
                             "pick one")
+    if flags.gke_cluster and (flags.network or flags.subnetwork):
+        raise bad_input("--network and --subnetwork are for a cluster `up` makes; --gke-cluster's has its own",
+                        "leave them out with --gke-cluster")
     if flags.image and not _IMAGE_RE.match(flags.image):
         raise bad_input(f"invalid --image {flags.image!r}", "for example us-docker.pkg.dev/PROJECT/REPO/IMAGE:TAG")
     framework = check_cluster(flags.framework)
@@ -106,7 +108,9 @@ def make_spec(name: str, flags: UpFlags) -> ClusterSpec:
         store="gs://" + check_bucket_name(flags.bucket or default_bucket(proj, name)), slices=slices,
         service_account=check_service_account(flags.service_account) if flags.service_account else "",
         framework=framework, gke_cluster=flags.gke_cluster or "", image=flags.image or "",
-        reservation=flags.reservation or "", kube_context=flags.kube_context or "")
+        reservation=flags.reservation or "", kube_context=flags.kube_context or "",
+        network=check_gce_name(flags.network, "--network") if flags.network else "",
+        subnetwork=check_gce_name(flags.subnetwork, "--subnetwork") if flags.subnetwork else "")
 
 
 def _zone(s: SliceShape, zones: list[str]) -> str:
@@ -171,7 +175,9 @@ def plan(spec: ClusterSpec) -> list[PlanRow]:
     rows = [PlanRow("gke", spec.gke_cluster, f"existing cluster, adopted (down leaves it)") if spec.gke_cluster else
             PlanRow("gke", spec.tpu_name, f"new Standard cluster in {zone}, one {SYSTEM_MACHINE} system node; "
                                           f"${MANAGEMENT_FEE:.2f}/hour management fee"
-                                          + (f"; version >= {TPU7X_MIN_GKE_VERSION}" if s.family == "tpu7x" else ""))]
+                                          + (f"; version >= {TPU7X_MIN_GKE_VERSION}" if s.family == "tpu7x" else "")
+                                          + (f"; network {spec.network}" if spec.network else "")
+                                          + (f", subnetwork {spec.subnetwork}" if spec.subnetwork else ""))]
     wp = policy_name(spec)
     if wp:
         rows.append(PlanRow("policy", wp, f"workload policy HIGH_THROUGHPUT, topology {s.topology}, in "
