@@ -252,6 +252,35 @@ def test_a_disrupted_pod_restarts_the_run_by_default(gke, cli, tmp_path):
     until(lambda: runs.status(cluster_store(), run_id).state is runs.RunState.SUCCEEDED, 30, "the run succeeded")
 
 
+def test_a_pod_that_cannot_pull_its_image_or_be_scheduled_is_said_not_pending(gke, cli, tmp_path):
+    # issue 49 item 4: `jobs` and `status` say what keeps the pods Pending, where, and the fix
+    fake, cluster, make = gke
+    st = make("gimg", "v6e-1")
+    st.record["gke"]["image"] = "registry.example/team/none:1"
+    state.save(st)
+    cluster.unpullable.add("registry.example/team/none:1")
+    code, out, err = cli("submit", str(make_job(tmp_path, JOB, 'framework = "jax"\n')), "-c", "gimg", "--detach")
+    assert code == 0, err
+    run_id = out.strip()
+    said = until(lambda: (lambda o: o if "cannot pull image" in o else "")("".join(cli("jobs", "-c", "gimg")[1:])),
+                 30, "jobs saying the image")
+    assert "registry.example/team/none:1 (ImagePullBackOff" in " ".join(said.split()), said
+    assert "cannot pull image" in runs.status(cluster_store(), run_id).note
+    code, out, err = cli("cancel", run_id, "-c", "gimg")
+    assert code == 0, err
+    # no node fits (the node pool gone): unschedulable, said with the fix
+    st.record["gke"]["image"] = ""
+    state.save(st)
+    for p in [p for p in fake.objects if "/nodes/" in p]:
+        fake.objects.pop(p)
+    code, out, err = cli("submit", str(make_job(tmp_path, JOB, 'framework = "jax"\n', name="j2")), "-c", "gimg",
+                         "--detach")
+    assert code == 0, err
+    said = until(lambda: (lambda o: o if "unschedulable" in o else "")("".join(cli("jobs", "-c", "gimg")[1:])),
+                 30, "jobs saying unschedulable")
+    assert "tpuctl status" in said
+
+
 def test_exit_42_restarts_the_jobset_and_exit_1_fails_it(gke, cli, tmp_path):
     fake, cluster, make = gke
     make("g3", "v6e-1")

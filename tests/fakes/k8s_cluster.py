@@ -72,6 +72,7 @@ class FakeCluster:
         self.stopping = threading.Event()
         kube.on_delete.append(self._deleted)
         self.controllers: list[Callable[[], None]] = []   # more controllers each tick (fakes/kueue.py)
+        self.unpullable: set[str] = set()   # images no node can pull: their pods wait in ErrImagePull
         self.thread = threading.Thread(target=self._loop, daemon=True)
         self.thread.start()
 
@@ -207,7 +208,14 @@ class FakeCluster:
             phase = pod["status"]["phase"]
             if phase == "Pending" and path not in self.procs:
                 node = pod["spec"].get("nodeName") or self._schedule(pod, pods)
-                if node:
+                if node and pod["spec"]["containers"][0]["image"] in self.unpullable:
+                    # the kubelet reports the pull's failure in the container's waiting state, and the pod stays
+                    # Pending (Kubernetes docs, "Images": ErrImagePull, then ImagePullBackOff)
+                    pod["spec"]["nodeName"] = node
+                    pod["status"]["containerStatuses"] = [{"name": pod["spec"]["containers"][0]["name"], "state": {
+                        "waiting": {"reason": "ImagePullBackOff", "message": "Back-off pulling image "
+                                    f"\"{pod['spec']['containers'][0]['image']}\""}}}]
+                elif node:
                     pod["spec"]["nodeName"] = node
                     self._start(path, pod)
             elif phase == "Running" and path in self.procs and "deletionTimestamp" not in pod["metadata"]:

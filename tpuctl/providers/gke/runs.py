@@ -124,8 +124,8 @@ class GkeRuns:
         if ended and not runs.status(store, run_id).state.final:
             self._end_unreported(api, store, run_id, js, pods, ended)
         queued = "" if ended else queued_words(api, js)
-        if queued:
-            _note(store, run_id, queued)
+        if queued or (not ended and stuck_words(pods)):
+            _note(store, run_id, queued or stuck_words(pods))   # `status` and `jobs` say it, never a bare pending
         self.said[run_id] = f"JobSet {js['metadata']['name']} {queued}" if queued else words(js, pods)
         return self.said[run_id]
 
@@ -258,9 +258,35 @@ def words(js: dict[str, Any], pods: list[dict[str, Any]]) -> str:
     pods_text = (", ".join(f"{n} {ph}" for ph, n in sorted(phases.items())) or "none yet") + \
         (f" on {', '.join(nodes[:4])}" + (f" and {len(nodes) - 4} more nodes" if len(nodes) > 4 else "")
          if nodes else "")
+    stuck = stuck_words(pods)
     return (f"JobSet {js['metadata']['name']} {state}" + (f" ({reason})" if reason else "") +
             f", restarts {st.get('restarts', 0)} of {js['spec'].get('failurePolicy', {}).get('maxRestarts', 0)}"
-            f"; pods: {pods_text}")
+            f"; pods: {pods_text}" + (f"; {stuck}" if stuck else ""))
+
+
+# A container that cannot start, as the kubelet reports it in containerStatuses[].state.waiting.reason (Kubernetes
+# docs, "Images": ErrImagePull, then ImagePullBackOff; InvalidImageName for a reference it cannot parse).
+PULL_FAILURES = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName")
+
+
+def stuck_words(pods: list[dict[str, Any]]) -> str:
+    """What keeps a run's pods Pending, said with where and the fix (issue 49 item 4): an image the node cannot
+    pull, or no node the scheduler can put the pod on (PodScheduled False, reason Unschedulable: Kubernetes docs,
+    "Pod Lifecycle: Pod conditions"); "" when nothing does."""
+    for p in pods:
+        name = p["metadata"]["name"]
+        for cs in p.get("status", {}).get("containerStatuses", []):
+            waiting = cs.get("state", {}).get("waiting") or {}
+            if waiting.get("reason") in PULL_FAILURES:
+                image = next((c.get("image") for c in p.get("spec", {}).get("containers", [])), "?")
+                return (f"pod {name} cannot pull image {image} ({waiting['reason']}: {waiting.get('message', '')}); "
+                        "fix: `tpuctl up --image` with an image the node pools can pull (a private cluster needs "
+                        "egress to its registry, or the image in Artifact Registry)")
+        for c in p.get("status", {}).get("conditions", []):
+            if c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == "Unschedulable":
+                return (f"pod {name} is unschedulable ({c.get('message') or 'no node fits'}); fix: check the TPU "
+                        "node pools are there and RUNNING (`tpuctl status`), or that no other run holds them")
+    return ""
 
 
 def _text(log: Any) -> str:
