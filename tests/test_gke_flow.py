@@ -284,6 +284,9 @@ def test_network_and_subnetwork_are_the_clusters_and_the_system_pool_is_managed(
     assert c["network"] == "vpc1" and c["subnetwork"] == "sub1"
     system = next(p for p in c["nodePools"] if p["name"] == "system")
     assert system["management"] == {"autoUpgrade": True, "autoRepair": True}
+    code, out, err = cli("up", "-c", "net", "--yes")   # again, with no flags: the same network, nothing new
+    assert code == 0, err
+    assert state.load("net").spec.network == "vpc1" and state.load("net").spec.subnetwork == "sub1"
     code, out, err = cli("down", "-c", "net", "--yes")
     assert code == 0, err
     assert gke.leaks() == []

@@ -98,6 +98,8 @@ class UpFlags:
             self.image = self.image or spec.image or None
             self.reservation = self.reservation or spec.reservation or None
             self.kube_context = self.kube_context or spec.kube_context or None
+            self.network = self.network or spec.network or None
+            self.subnetwork = self.subnetwork or spec.subnetwork or None
             if self.slices is None and spec.slices > 1:
                 self.slices = spec.slices
             return
