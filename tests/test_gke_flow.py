@@ -66,7 +66,9 @@ def gke(request, cloud, _gke_servers, monkeypatch):
     connect = kube.connect
     monkeypatch.setattr(kube, "connect", lambda endpoint, ca_b64, token: installed.append(
         {"endpoint": endpoint, "ca": ca_b64, "token": token}) or connect(endpoint, ca_b64, token))
-    return Gke(g, pol, cloud, installed)
+    g_ = Gke(g, pol, cloud, installed)
+    g_.kube = api_server
+    return g_
 
 
 def _up(cli, name, *flags):
@@ -288,6 +290,30 @@ def test_network_and_subnetwork_are_the_clusters_and_the_system_pool_is_managed(
     assert code == 0, err
     assert state.load("net").spec.network == "vpc1" and state.load("net").spec.subnetwork == "sub1"
     code, out, err = cli("down", "-c", "net", "--yes")
+    assert code == 0, err
+    assert gke.leaks() == []
+
+
+def test_up_kueue_installs_kueue_with_a_queue_for_the_node_pools(gke, cli):
+    # issue 49 item 10: the pinned Kueue release, then a ResourceFlavor for the pools' shape, a ClusterQueue of
+    # their chips, a LocalQueue and xpk's PriorityClasses; down (the cluster tpuctl made) leaves nothing
+    from tpuctl.providers.gke import kueue_install
+    code, out, err = _up(cli, "kq", "--type", "v6e-16", "--zone", "us-east5-b", "--slices", "2", "--kueue")
+    assert code == 0, err
+    objs = gke.kube.objects
+    for obj in kueue_install.release_objects():
+        assert kueue_install._path(obj) in objs, obj["kind"]
+    flavor = objs["/apis/kueue.x-k8s.io/v1beta1/resourceflavors/tpuctl-tpu-v6e-slice-4x4"]
+    assert flavor["spec"]["nodeLabels"] == {"cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice",
+                                            "cloud.google.com/gke-tpu-topology": "4x4"}
+    cq = objs["/apis/kueue.x-k8s.io/v1beta1/clusterqueues/tpuctl"]
+    assert cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"] == [{"name": "google.com/tpu",
+                                                                           "nominalQuota": 32}]
+    assert "/apis/kueue.x-k8s.io/v1beta1/namespaces/default/localqueues/tpuctl" in objs
+    assert {p.rsplit("/", 1)[1] for p in objs if "/priorityclasses/" in p} == {"very-low", "low", "medium", "high",
+                                                                               "very-high"}
+    assert state.load("kq").spec.kueue is True
+    code, out, err = cli("down", "-c", "kq", "--yes")
     assert code == 0, err
     assert gke.leaks() == []
 

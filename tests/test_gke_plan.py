@@ -79,6 +79,7 @@ def test_adopted_cluster_is_planned_as_kept_and_without_the_fee(env, cli):
     (("--type", "v6e-16", "--zone", "us-east5-b", "--reservation", "R_1"), "invalid --reservation"),
     (("--type", "v6e-16", "--zone", "us-east5-b", "--gke-cluster", "team", "--network", "v"), "has its own"),
     (("--type", "v6e-16", "--zone", "us-east5-b", "--network", "Bad_Net"), "invalid --network"),
+    (("--type", "v6e-16", "--zone", "us-east5-b", "--gke-cluster", "team", "--kueue"), "is its owner's"),
     # issue 49 item 3: no TensorFlow on GKE, said before anything is made
     (("--type", "v6e-16", "--zone", "us-east5-b", "--framework", "tensorflow"), "TensorFlow does not run on GKE"),
 ])
@@ -95,3 +96,17 @@ def test_gke_flags_are_refused_by_the_gcp_provider(env, cli):
                          "--zone", "us-east5-b", "--gke-cluster", "team-a")
     assert code == 2
     assert "--gke-cluster apply to --provider gke only" in err
+
+
+def test_kueues_queue_objects_validate_against_the_shipped_release():
+    # the objects `up --kueue` applies, against the v1beta1 schemas of the Kueue release tpuctl ships
+    import jsonschema
+    from tpuctl.providers.gke import kueue_install, schema, tputypes
+    crds = {o["spec"]["names"]["kind"]: o for o in kueue_install.release_objects()
+            if o["kind"] == "CustomResourceDefinition"}
+    for obj in kueue_install.queue_objects(tputypes.shape("v6e-16"), 2):
+        if obj["kind"] == "PriorityClass":
+            continue
+        served = schema.version_schema(crds[obj["kind"]], "v1beta1")
+        assert not schema.dropped(obj, served), obj["kind"]
+        jsonschema.Draft7Validator(served).validate(obj)

@@ -51,6 +51,12 @@ KUEUE_CRD = "workloads.kueue.x-k8s.io"
 CRD_PREFIX = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"
 CONTROLLER = "/apis/apps/v1/namespaces/jobset-system/deployments/jobset-controller-manager"
 MUTATING = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/jobset-mutating-webhook-configuration"
+# Kueue's release the same way (its kueue-mutating-webhook-configuration's webhooks are failurePolicy fail too, and
+# its manager serves them once its own cert rotator is ready: kueue v0.17.8 config/components/webhook,
+# cmd/kueue/main.go): for the objects of the kueue.x-k8s.io group
+KUEUE_CONTROLLER = "/apis/apps/v1/namespaces/kueue-system/deployments/kueue-controller-manager"
+KUEUE_MUTATING = ("/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/"
+                  "kueue-mutating-webhook-configuration")
 WEBHOOK_DOWN = ('Internal error occurred: failed calling webhook "mjobset.kb.io": failed to call webhook: Post '
                 '"https://jobset-webhook-service.jobset-system.svc:443/mutate-jobset-x-k8s-io-v1alpha2-jobset?'
                 'timeout=10s": no endpoints available for service "jobset-webhook-service"')
@@ -141,25 +147,26 @@ class FakeKube:
             for fn in due:
                 fn()
 
-    def webhook_down(self) -> bool:
-        """JobSet's webhooks are registered (failurePolicy Fail) and its controller does not serve them yet."""
-        dep = self.objects.get(CONTROLLER)
+    def webhook_down(self, controller: str = CONTROLLER, mutating: str = MUTATING) -> bool:
+        """JobSet's (or Kueue's) webhooks are registered (failurePolicy Fail) and its controller does not serve them
+        yet."""
+        dep = self.objects.get(controller)
         available = dep is not None and any(c.get("type") == "Available" and c.get("status") == "True"
                                             for c in dep.get("status", {}).get("conditions", []))
-        return MUTATING in self.objects and not available
+        return mutating in self.objects and not available
 
     def applied(self, path: str, obj: dict[str, Any]) -> None:
         """The status the API server (a CRD) or the JobSet controller (its Deployment) gives what was applied."""
         if path.startswith(CRD_PREFIX):
             obj["status"] = {"conditions": [{"type": "NamesAccepted", "status": "True"},
                                             {"type": "Established", "status": "True"}]}
-        elif path == CONTROLLER and "status" not in obj:
+        elif path in (CONTROLLER, KUEUE_CONTROLLER) and "status" not in obj:
             obj["status"] = {"conditions": [{"type": "Available", "status": "False",
                                              "reason": "MinimumReplicasUnavailable"}]}
 
             def ready() -> None:
-                if CONTROLLER in self.objects:
-                    self.objects[CONTROLLER]["status"] = {
+                if path in self.objects:
+                    self.objects[path]["status"] = {
                         "readyReplicas": 1, "availableReplicas": 1,
                         "conditions": [{"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable"}]}
             self.later(self.controller_delay, ready)
@@ -249,6 +256,9 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(400, status(400, "BadRequest",
                                           "PATCH requests with apply content type must have a field manager"))
         obj = self._body()
+        if path.startswith("/apis/kueue.x-k8s.io/") and self.kube.webhook_down(KUEUE_CONTROLLER, KUEUE_MUTATING):
+            return self._send(500, status(500, "InternalError", WEBHOOK_DOWN.replace("mjobset", "mresourceflavor")
+                                          .replace("jobset-", "kueue-").replace("jobset", "kueue")))
         if path.startswith("/apis/jobset.x-k8s.io/"):
             if self.kube.webhook_down():   # admission runs before validation (the mutating webhook first)
                 return self._send(500, status(500, "InternalError", WEBHOOK_DOWN))

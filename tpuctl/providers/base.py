@@ -76,6 +76,7 @@ class UpFlags:
     image: str | None = None
     reservation: str | None = None
     kube_context: str | None = None
+    kueue: bool = False
 
     def remember(self, spec: ClusterSpec) -> None:
         """`up -c NAME` on an existing cluster: each flag not given again takes the value the cluster was made
@@ -100,6 +101,7 @@ class UpFlags:
             self.kube_context = self.kube_context or spec.kube_context or None
             self.network = self.network or spec.network or None
             self.subnetwork = self.subnetwork or spec.subnetwork or None
+            self.kueue = self.kueue or spec.kueue
             if self.slices is None and spec.slices > 1:
                 self.slices = spec.slices
             return
@@ -128,7 +130,8 @@ class UpFlags:
                  "bucket": "--bucket", "vm_type": "--vm-type", "framework": "--framework", "queued": "--queued",
                  "valid_until": "--valid-until", "flex_start": "--flex-start", "slices": "--slices",
                  "network": "--network", "subnetwork": "--subnetwork", "gke_cluster": "--gke-cluster",
-                 "image": "--image", "reservation": "--reservation", "kube_context": "--kube-context"}
+                 "image": "--image", "reservation": "--reservation", "kube_context": "--kube-context",
+                 "kueue": "--kueue"}
         return [flag for attr, flag in names.items() if getattr(self, attr) not in (None, False, "", [])]
 
 

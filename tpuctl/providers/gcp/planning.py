@@ -20,7 +20,8 @@ def make_spec(name: str, flags: UpFlags) -> ClusterSpec:
         from ...core.state import how_to_make
         raise bad_input(f"--type is required for a Google Cloud TPU (cluster {name})", how_to_make(name))
     gke_only = [f for f, v in (("--gke-cluster", flags.gke_cluster), ("--image", flags.image),
-                               ("--reservation", flags.reservation), ("--kube-context", flags.kube_context)) if v]
+                               ("--reservation", flags.reservation), ("--kube-context", flags.kube_context),
+                               ("--kueue", flags.kueue)) if v]
     if gke_only:
         raise bad_input(f"{', '.join(gke_only)} apply to --provider gke only",
                         "a TPU VM runs the job on its own host: drop them, or add --provider gke")

@@ -51,9 +51,11 @@ class GkeCompute:
     """Makes and removes a cluster's GKE resources. `install_jobset(record)` puts JobSet into the cluster and says
     its state (provider.py's, through the JobSet half's jobset_install.ensure_jobset); tests pass their own."""
 
-    def __init__(self, default_account: Callable[[str], str], install_jobset: JobSetInstaller) -> None:
+    def __init__(self, default_account: Callable[[str], str], install_jobset: JobSetInstaller,
+                 install_kueue: JobSetInstaller = lambda rec: "") -> None:
         self.default_account = default_account
         self.install_jobset = install_jobset
+        self.install_kueue = install_kueue
 
     def ensure(self, st: ClusterState, reporter: Reporter) -> Compute:
         made: list[Created] = []
@@ -87,6 +89,8 @@ class GkeCompute:
         for pool in rec["node_pools"]:
             self._ensure_pool(st, c.location, name, pool, account, reporter, made)
         reporter.resource("jobset", name, self.install_jobset(rec), final=True)
+        if spec.kueue:   # a cluster this `up` made (planning refuses --kueue with --gke-cluster): down deletes it all
+            reporter.resource("kueue", name, self.install_kueue(rec), final=True)
         return rec
 
     def _ensure_cluster(self, st: ClusterState, name: str, reporter: Reporter, made: list[Created]) -> Any:

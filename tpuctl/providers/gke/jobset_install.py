@@ -108,6 +108,11 @@ def _conditions(obj: dict[str, Any] | None) -> dict[str, str]:
     return {str(c.get("type")): str(c.get("status")) for c in (obj or {}).get("status", {}).get("conditions", [])}
 
 
+def available(deployment: dict[str, Any]) -> bool:
+    """A Deployment's Available condition (apps/v1 DeploymentCondition): its pods pass their readiness probes."""
+    return _conditions(deployment).get("Available") == "True"
+
+
 def wait_ready(api: Any, progress: Callable[[str], None] = lambda s: None,
                clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> None:
     """Until JobSet takes a JobSet: its CRD Established, its controller Available (when it is the release's
@@ -120,7 +125,7 @@ def wait_ready(api: Any, progress: Callable[[str], None] = lambda s: None,
             state = "its CRD not yet Established"
         else:
             dep = kube.get(api, CONTROLLER_PATH)
-            if dep is not None and _conditions(dep).get("Available") != "True":
+            if dep is not None and not available(dep):
                 state = "its controller not yet Available"
             else:
                 probe = _probe()

@@ -97,6 +97,9 @@ def make_spec(name: str, flags: UpFlags) -> ClusterSpec:
         if flags.spot:   # one capacity type per node pool, as xpk's --reservation/--spot/--on-demand (core/capacity.py)
             raise bad_input("--spot and --reservation exclude each other: spot nodes use no reservation",
                             "pick one")
+    if flags.gke_cluster and flags.kueue:
+        raise bad_input("--kueue installs Kueue in a cluster `up` makes; an adopted cluster's Kueue (or its lack) "
+                        "is its owner's", "leave --kueue out: `submit --queue` uses the adopted cluster's own Kueue")
     if flags.gke_cluster and (flags.network or flags.subnetwork):
         raise bad_input("--network and --subnetwork are for a cluster `up` makes; --gke-cluster's has its own",
                         "leave them out with --gke-cluster")
@@ -109,7 +112,7 @@ def make_spec(name: str, flags: UpFlags) -> ClusterSpec:
         service_account=check_service_account(flags.service_account) if flags.service_account else "",
         framework=framework, gke_cluster=flags.gke_cluster or "", image=flags.image or "",
         reservation=flags.reservation or "", kube_context=flags.kube_context or "",
-        network=check_gce_name(flags.network, "--network") if flags.network else "",
+        kueue=flags.kueue, network=check_gce_name(flags.network, "--network") if flags.network else "",
         subnetwork=check_gce_name(flags.subnetwork, "--subnetwork") if flags.subnetwork else "")
 
 
@@ -188,6 +191,9 @@ def plan(spec: ClusterSpec) -> list[PlanRow]:
         rows.append(PlanRow("pool", pool, f"{shape_text} in {zone}"
                             + (f", slice {k} of {spec.slices}" if spec.slices > 1 else "")))
     rows.append(PlanRow("jobset", "JobSet controller", "installed in the cluster if missing"))
+    if spec.kueue:
+        rows.append(PlanRow("kueue", "Kueue v0.17.8", f"installed, with LocalQueue tpuctl over {s.chips * spec.slices} "
+                                                     "google.com/tpu and xpk's priority classes"))
     rows.append(PlanRow("bucket", spec.store, f"in {region_of(zone)}"))
     who = spec.service_account or "the Compute Engine default service account (the node pools' identity)"
     rows.append(PlanRow("grant", "storage.objectAdmin + storage.legacyBucketReader", f"on the bucket only, to {who}"))
