@@ -84,8 +84,7 @@ def up(
                     runtime=runtime, spot=spot, service_account=service_account, bucket=bucket, vm_type=vm_type,
                     framework=framework, queued=queued, valid_until=valid_until, flex_start=flex_start,
                     slices=slices, network=network, subnetwork=subnetwork, gke_cluster=gke_cluster, image=image,
-                    reservation=reservation, kube_context=kube_context, create_firewall=create_firewall,
-                    kueue=kueue)
+                    reservation=reservation, kube_context=kube_context, create_firewall=create_firewall, kueue=kueue)
     if prior and prior.spec.provider is prov.name:
         flags.remember(prior.spec)
     spec = prov.make_spec(cluster_name(cluster, pick=False), flags)

@@ -35,10 +35,8 @@ DATASETS = inputs.DATASETS
 ORPHAN_SECONDS = 600        # a submit writes the run's record within moments of its job.json: this is generous
 
 
-class KaggleSessions:
-    """providers/base.py RemoteRuns for Kaggle."""
-    restarts = False   # a session continues by CONTINUE_CODE, not by restarts (cli/runs.py refuses --max-restarts)
-
+class _NoQueue:
+    """What base.py RemoteRuns asks of `submit` that Kaggle has none of: no queue, no restarts by default."""
     default_restarts = 0
 
     def check_run(self, st: ClusterState, job: Any, max_restarts: int, queue: str, priority: str) -> str:
@@ -47,6 +45,11 @@ class KaggleSessions:
             raise bad_input("--queue and --priority apply to --provider gke clusters (Kueue)",
                             "leave them out: a Kaggle session starts when Kaggle gives it a TPU")
         return ""
+
+
+class KaggleSessions(_NoQueue):
+    """providers/base.py RemoteRuns for Kaggle."""
+    restarts = False   # a session continues by CONTINUE_CODE, not by restarts (cli/runs.py refuses --max-restarts)
 
     def __init__(self, shape: Callable[[ClusterState], str], accelerator: Callable[[ClusterState], str]) -> None:
         self.shape, self.accelerator = shape, accelerator
