@@ -306,10 +306,10 @@ def test_up_kueue_installs_kueue_with_a_queue_for_the_node_pools(gke, cli):
     flavor = objs["/apis/kueue.x-k8s.io/v1beta1/resourceflavors/tpuctl-tpu-v6e-slice-4x4"]
     assert flavor["spec"]["nodeLabels"] == {"cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice",
                                             "cloud.google.com/gke-tpu-topology": "4x4"}
-    cq = objs["/apis/kueue.x-k8s.io/v1beta1/clusterqueues/tpuctl"]
+    cq = objs["/apis/kueue.x-k8s.io/v1beta1/clusterqueues/cluster-queue"]
     assert cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"] == [{"name": "google.com/tpu",
                                                                            "nominalQuota": 32}]
-    assert "/apis/kueue.x-k8s.io/v1beta1/namespaces/default/localqueues/tpuctl" in objs
+    assert "/apis/kueue.x-k8s.io/v1beta1/namespaces/default/localqueues/multislice-queue" in objs
     assert {p.rsplit("/", 1)[1] for p in objs if "/priorityclasses/" in p} == {"very-low", "low", "medium", "high",
                                                                                "very-high"}
     assert state.load("kq").spec.kueue is True

@@ -9,7 +9,9 @@ is in GKE_FACTS.md):
   a message such as "couldn't assign flavors to pod set ...: insufficient unused quota ..." while it waits),
   `Admitted`, `Evicted` (reason Preempted when a higher priority took its quota; the JobSet is suspended again and
   the Workload goes back to the queue), `Finished`;
-- LocalQueue and PriorityClass names are DNS-1123 subdomains (Kubernetes object names)."""
+- LocalQueue and PriorityClass names are DNS-1123 subdomains (Kubernetes object names);
+- the API read is v1beta1: served by every Kueue release teams run, v0.17 included (its CRDs serve v1beta1 and
+  store v1beta2: kueue-v0.17.8.yaml), with the same condition types."""
 from __future__ import annotations
 
 import re

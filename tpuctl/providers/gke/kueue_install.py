@@ -5,11 +5,15 @@ The shipped `kueue-v0.17.8.yaml` is the release's `manifests.yaml` as its Makefi
 release-artifacts IMAGE_REGISTRY=registry.k8s.io/kueue GIT_TAG=v0.17.8`, .github/ISSUE_TEMPLATE/NEW_RELEASE.md:
 `kustomize edit set image controller=registry.k8s.io/kueue/kueue:v0.17.8` in config/components/manager, then
 `kustomize build config/default`), assembled from kubernetes-sigs/kueue at tag v0.17.8 with `kubectl kustomize
-config/default` (kustomize v5.5.0), because the GitHub release asset cannot be fetched here. v0.17 is the line xpk
-pins (core/kueue_manager.py, GKE_FACTS.md). Installed as its README says: `kubectl apply --server-side -f
+config/default` (kustomize v5.5.0), because the GitHub release asset cannot be fetched here. Which version xpk
+pins is not settled here: GKE_FACTS.md says v0.17.x for xpk 1.16.0; the one stored copy of xpk's
+core/kueue_manager.py read (commit 04890e1) defaults to v0.12.2. v0.17.8 is the newest of the v0.17 line in
+kubernetes-sigs/kueue's tags. Installed as its README says: `kubectl apply --server-side -f
 .../releases/download/v0.17.8/manifests.yaml`.
 
-The queue objects, as xpk's templates/kueue_config.yaml.j2 makes them (GKE_FACTS.md "Kueue, as xpk ... use it"):
+The queue objects, as xpk's src/xpk/templates/kueue_config.yaml.j2 makes them (read at commit 8c43c44: its
+ResourceFlavor's nodeLabels, the ClusterQueue's `namespaceSelector: {}`, `reclaimWithinCohort: Never`,
+`withinClusterQueue: LowerPriority`, the LocalQueue in `default`, the PriorityClasses' values):
 one ResourceFlavor for the node pools' TPU shape (their accelerator and topology labels, and the google.com/tpu
 toleration), a ClusterQueue whose google.com/tpu nominalQuota is every node pool's chips with
 `preemption.withinClusterQueue: LowerPriority`, a LocalQueue in the runs' namespace, and xpk's five
@@ -30,9 +34,10 @@ KUEUE_VERSION = "v0.17.8"
 RELEASE_FILE = Path(__file__).with_name(f"kueue-{KUEUE_VERSION}.yaml")
 CONTROLLER_PATH = "/apis/apps/v1/namespaces/kueue-system/deployments/kueue-controller-manager"
 CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/workloads.kueue.x-k8s.io"
-LOCAL_QUEUE = "tpuctl"
-CLUSTER_QUEUE = "tpuctl"
-# xpk's PriorityClasses (core/kueue_manager.py / templates: very-low 100, low 250, medium 500, high 750, very-high
+# xpk's names (core/kueue_manager.py LOCAL_QUEUE_NAME, CLUSTER_QUEUE_NAME), so xpk's manifests find the queue too
+LOCAL_QUEUE = "multislice-queue"
+CLUSTER_QUEUE = "cluster-queue"
+# xpk's PriorityClasses (templates/kueue_config.yaml.j2: very-low 100, low 250, medium 500, high 750, very-high
 # 1000; medium is xpk's default --priority)
 PRIORITIES = {"very-low": 100, "low": 250, "medium": 500, "high": 750, "very-high": 1000}
 _PLURALS = {"APIService": ("apiservices", False)}
@@ -62,7 +67,8 @@ def queue_objects(shape: SliceShape, slices: int, namespace: str = manifest.DEFA
         "nodeLabels": {manifest.ACCELERATOR_LABEL: shape.accelerator, manifest.TOPOLOGY_LABEL: shape.topology},
         "tolerations": [{"key": manifest.TPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}]}}
     queue = {"apiVersion": api, "kind": "ClusterQueue", "metadata": {"name": CLUSTER_QUEUE}, "spec": {
-        "namespaceSelector": {}, "preemption": {"withinClusterQueue": "LowerPriority"},
+        "namespaceSelector": {},
+        "preemption": {"reclaimWithinCohort": "Never", "withinClusterQueue": "LowerPriority"},
         "resourceGroups": [{"coveredResources": [manifest.TPU_RESOURCE], "flavors": [{
             "name": flavor_name(shape),
             "resources": [{"name": manifest.TPU_RESOURCE, "nominalQuota": shape.chips * slices}]}]}]}}

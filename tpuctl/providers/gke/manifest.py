@@ -215,8 +215,9 @@ def _megascale() -> list[dict[str, Any]]:
 # "Completion mode"): the host's worker number in its slice.
 # Each install is retried as the TPU VM's start-up script retries (templates/startup.sh `retry`: backing off 2 s,
 # 4 s, ... 60 s, for TPUCTL_RETRY_SECONDS, 300 by default): a registry or the bucket that does not answer at once is
-# no reason to end the run (an image without python3 is: exit 1). One that never answers exits 42, a restart code (RESTART_EXIT_CODES), so the JobSet
-# restarts the run within --max-restarts rather than the pod failure policy's FailJob ending it for good (exit 1).
+# no reason to end the run (an image without python3 is: exit 1). One that never answers exits 42, a restart code
+# (RESTART_EXIT_CODES), so the JobSet restarts the run within --max-restarts rather than the pod failure policy's
+# FailJob ending it for good (exit 1).
 AGENT_SCRIPT = r"""set -u
 PY="${TPUCTL_PYTHON:-python3}"
 WHEEL="${TMPDIR:-/tmp}/$(basename "$TPUCTL_AGENT_PACKAGE")"

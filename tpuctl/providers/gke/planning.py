@@ -192,8 +192,9 @@ def plan(spec: ClusterSpec) -> list[PlanRow]:
                             + (f", slice {k} of {spec.slices}" if spec.slices > 1 else "")))
     rows.append(PlanRow("jobset", "JobSet controller", "installed in the cluster if missing"))
     if spec.kueue:
-        rows.append(PlanRow("kueue", "Kueue v0.17.8", f"installed, with LocalQueue tpuctl over {s.chips * spec.slices} "
-                                                     "google.com/tpu and xpk's priority classes"))
+        rows.append(PlanRow("kueue", "Kueue v0.17.8", "installed, with LocalQueue multislice-queue over "
+                                                     f"{s.chips * spec.slices} google.com/tpu and xpk's priority "
+                                                     "classes"))
     rows.append(PlanRow("bucket", spec.store, f"in {region_of(zone)}"))
     who = spec.service_account or "the Compute Engine default service account (the node pools' identity)"
     rows.append(PlanRow("grant", "storage.objectAdmin + storage.legacyBucketReader", f"on the bucket only, to {who}"))

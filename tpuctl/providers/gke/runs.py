@@ -79,7 +79,8 @@ class GkeRuns:
 
     def check_run(self, st: ClusterState, job: JobSpec, max_restarts: int, queue: str, priority: str) -> str:
         frameworks.check_job(job.name, job.framework, job.env, job.keras_backend)
-        manifest.check(int(st.spec.slices or 1), max_restarts, tputypes.shape(st.spec.tpu_type))
+        objs = run_objects(st, "check", max_restarts)   # the shape and slices dispatch will use
+        manifest.check(objs.slices, max_restarts, objs.shape)
         return kueue.pick_queue(self._api(st), manifest.DEFAULT_NAMESPACE, kueue.check_name(queue, "--queue"),
                                 kueue.check_name(priority, "--priority"))
 
