@@ -59,6 +59,7 @@ def gke(request, cloud, _gke_servers, monkeypatch):
     # jobset_install.py; each connection is recorded as {"endpoint", "ca", "token"}.
     from tpuctl.providers.gke import kube
     from fakes.k8s_server import FakeKube
+    monkeypatch.setattr(kube, "_CLIENTS", {})   # kube.py keeps one client per endpoint and process: none of another's
     api_server = FakeKube()
     request.addfinalizer(api_server.stop)
     g.kube_endpoint = api_server.url

@@ -63,6 +63,7 @@ def gke(cloud, env, tmp_path, monkeypatch):
     os.makedirs(image_env["TMPDIR"])
     cluster = FakeCluster(fake, image_env, image=lambda pod: {"TPUCTL_PYTHON": _image(tmp_path / "images" / pod)})
     monkeypatch.setenv("CONTAINER_EMULATOR_HOST", "fake")   # anonymous to the Kubernetes API (clients.access_token)
+    monkeypatch.setattr(kube, "_CLIENTS", {})   # kube.py keeps one client per endpoint and process: none of another's
     monkeypatch.setenv("TPUCTL_GKE_POLL_SECONDS", "0")
     monkeypatch.setenv("TPUCTL_GKE_CANCEL_GRACE", "3")
     monkeypatch.setenv("TPUCTL_LOG_POLL_MAX", "0.2")
@@ -355,6 +356,25 @@ def test_a_kubeconfig_context_reaches_the_cluster(tmp_path, monkeypatch):
         from tpuctl.core.errors import TpuctlError
         with pytest.raises(TpuctlError, match="kubeconfig context 'nosuch'"):
             kube.connect_context("nosuch")
+    finally:
+        fake.stop()
+
+
+def test_one_client_per_cluster_whose_token_is_refreshed_and_whose_ca_stays_in_memory(tmp_path, monkeypatch):
+    # issue 49 item 8: before, each 5-second poll made a new client and wrote the CA to a new temp file
+    import base64
+    import tempfile
+    fake = FakeKube()
+    monkeypatch.setattr(kube, "_CLIENTS", {})
+    try:
+        monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+        tokens = iter(["t1", "t2", "t3", "t4"])
+        rec = {"endpoint": fake.url, "ca_certificate": base64.b64encode(b"-----BEGIN CERTIFICATE-----").decode()}
+        api = kube.for_record(rec, lambda: next(tokens))
+        assert kube.for_record(rec, lambda: "unused") is api
+        assert api.configuration.ca_cert_data == "-----BEGIN CERTIFICATE-----" and list(tmp_path.iterdir()) == []
+        kube.get(api, jobset_install.CRD_PATH)
+        assert api.configuration.api_key == {"BearerToken": "t2"}   # asked again before the request
     finally:
         fake.stop()
 

@@ -61,12 +61,29 @@ def check_context(name: str) -> None:
         raise TpuctlError(ErrorKind.INPUT, f"--kube-context {name!r} is not in your kubeconfig", hint)
 
 
+_CLIENTS: dict[tuple[str, str], Any] = {}   # (endpoint, CA) -> its ApiClient, one per process
+
+
 def for_record(rec: dict[str, Any], token: Callable[[], str]) -> Any:
     """An ApiClient for the cluster a `gke` record names: through the kubeconfig context `up --kube-context` saved,
-    else GKE's endpoint and CA with a Google token (`token()`, asked for only then)."""
+    else GKE's endpoint and CA with a Google token (`token()`, asked for only then). One client per cluster and
+    process (its connection pool kept across the 5-second polls), whose token is asked for again before each
+    request through the client's own hook (kubernetes Configuration.refresh_api_key_hook, called by
+    get_api_key_with_prefix), so an hour-long `logs -f` outlives the token it started with."""
     if rec.get("context"):
         return connect_context(str(rec["context"]))
-    return connect(str(rec["endpoint"]), str(rec.get("ca_certificate") or ""), token())
+    key = (str(rec["endpoint"]), str(rec.get("ca_certificate") or ""))
+    api = _CLIENTS.get(key)
+    if api is None:
+        api = _CLIENTS[key] = connect(key[0], key[1], token())
+
+        def refresh(cfg: Any) -> None:
+            fresh = token()
+            if fresh:
+                cfg.api_key = {"BearerToken": fresh}
+                cfg.api_key_prefix = {"BearerToken": "Bearer"}
+        api.configuration.refresh_api_key_hook = refresh
+    return api
 
 
 def request(api: Any, method: str, path: str, body: Any = None, query: list[tuple[str, str]] | None = None,
