@@ -36,6 +36,8 @@ def test_v6e_16_two_slices_priced_as_the_tpu_type_plus_the_fee(env, cli):
     assert "tpuctl-g-np-0" in err and "tpuctl-g-np-1" in err and "slice 1 of 2" in err
     # core/catalog.py: v6e $2.70/chip-hour x 16 chips = $43.20 a slice; + $0.10 fee + $0.134 e2-standard-4
     assert "$86.63/hour: 2 node pools at $43.20; with the GKE management fee ($0.10/hour)" in " ".join(err.split())
+    assert "boot disks (GKE's default size and type) are billed as persistent disks, not counted" in \
+        " ".join(err.split())
 
 
 def test_tpu7x_multi_host_plans_a_workload_policy_and_names_the_version(env, cli):

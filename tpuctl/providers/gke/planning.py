@@ -159,10 +159,16 @@ def tpu_hourly(spec: ClusterSpec) -> float | None:
     return t.spot_price_hour if spec.spot else t.price_hour
 
 
+# Each node's boot disk is billed as a persistent disk beside the node (kubernetes-engine/pricing: nodes are billed
+# as Compute Engine instances, their disks as persistent disks); its size and type are GKE's defaults, which tpuctl
+# does not set, so the price names them rather than guess an amount (issue 49 item 8).
+BOOT_DISKS = "; the nodes' boot disks (GKE's default size and type) are billed as persistent disks, not counted"
+
+
 def price(spec: ClusterSpec) -> Price:
     fixed = 0.0 if spec.gke_cluster else MANAGEMENT_FEE + VM_PRICES[SYSTEM_MACHINE]
-    fee = "" if spec.gke_cluster else (f"; with the GKE management fee (${MANAGEMENT_FEE:.2f}/hour) and the system "
-                                       f"node (${VM_PRICES[SYSTEM_MACHINE]:.3f}/hour)")
+    fee = ("" if spec.gke_cluster else (f"; with the GKE management fee (${MANAGEMENT_FEE:.2f}/hour) and the system "
+                                        f"node (${VM_PRICES[SYSTEM_MACHINE]:.3f}/hour)")) + BOOT_DISKS
     one = tpu_hourly(spec)
     if one is None:
         what = f"{spec.tpu_type} has no {'spot ' if spec.spot else ''}price in tpuctl's catalog"
