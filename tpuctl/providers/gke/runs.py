@@ -275,7 +275,7 @@ def stuck_words(pods: list[dict[str, Any]]) -> str:
     pull, or no node the scheduler can put the pod on (PodScheduled False, reason Unschedulable: Kubernetes docs,
     "Pod Lifecycle: Pod conditions"); "" when nothing does."""
     for p in pods:
-        name = p["metadata"]["name"]
+        name = p.get("metadata", {}).get("name", "?")
         for cs in p.get("status", {}).get("containerStatuses", []):
             waiting = cs.get("state", {}).get("waiting") or {}
             if waiting.get("reason") in PULL_FAILURES:
