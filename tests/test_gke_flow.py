@@ -59,6 +59,7 @@ def gke(request, cloud, _gke_servers, monkeypatch):
     # jobset_install.py; each connection is recorded as {"endpoint", "ca", "token"}.
     from tpuctl.providers.gke import kube
     from fakes.k8s_server import FakeKube
+    monkeypatch.setattr(kube, "_CLIENTS", {})   # kube.py keeps one client per endpoint and process: none of another's
     api_server = FakeKube()
     request.addfinalizer(api_server.stop)
     g.kube_endpoint = api_server.url
@@ -66,7 +67,9 @@ def gke(request, cloud, _gke_servers, monkeypatch):
     connect = kube.connect
     monkeypatch.setattr(kube, "connect", lambda endpoint, ca_b64, token: installed.append(
         {"endpoint": endpoint, "ca": ca_b64, "token": token}) or connect(endpoint, ca_b64, token))
-    return Gke(g, pol, cloud, installed)
+    g_ = Gke(g, pol, cloud, installed)
+    g_.kube = api_server
+    return g_
 
 
 def _up(cli, name, *flags):
@@ -260,6 +263,60 @@ def test_a_failure_mid_up_leaves_nothing(gke, cli):
     assert gke.leaks() == []
     assert _storage().lookup_bucket("test-proj-tpuctl-half") is None
     assert state.load("half") is None
+
+
+def test_a_failed_node_pool_in_an_adopted_cluster_is_removed(gke, cli):
+    # issue 49 item 8: the pool whose create failed (left in ERROR, as GKE leaves one) was left behind in the
+    # adopted cluster, billing; now undone as the cluster path undoes a failed cluster
+    _their_cluster(gke)
+    gke.fake.op_faults["create_pool"] = [(8, "Google Compute Engine: ZONE_RESOURCE_POOL_EXHAUSTED: the zone does "
+                                             "not have enough resources")]
+    code, out, err = _up(cli, "ad", "--type", "v6e-16", "--zone", "us-east5-b", "--gke-cluster", "team")
+    assert code == 4, err
+    assert gke.leaks() == []
+    assert [p["name"] for p in gke.fake.clusters[(PROJ, "us-east5", "team")]["nodePools"]] == ["default-pool"]
+
+
+def test_network_and_subnetwork_are_the_clusters_and_the_system_pool_is_managed(gke, cli):
+    # issue 49 items 6 and 8: a project without a `default` VPC needs them; the system pool's auto-upgrade and
+    # auto-repair written out, as a release channel requires
+    code, out, err = _up(cli, "net", "--type", "v6e-4", "--zone", "us-east5-b", "--network", "vpc1",
+                         "--subnetwork", "sub1")
+    assert code == 0, err
+    c = gke.fake.clusters[(PROJ, "us-east5-b", "tpuctl-net")]
+    assert c["network"] == "vpc1" and c["subnetwork"] == "sub1"
+    system = next(p for p in c["nodePools"] if p["name"] == "system")
+    assert system["management"] == {"autoUpgrade": True, "autoRepair": True}
+    code, out, err = cli("up", "-c", "net", "--yes")   # again, with no flags: the same network, nothing new
+    assert code == 0, err
+    assert state.load("net").spec.network == "vpc1" and state.load("net").spec.subnetwork == "sub1"
+    code, out, err = cli("down", "-c", "net", "--yes")
+    assert code == 0, err
+    assert gke.leaks() == []
+
+
+def test_up_kueue_installs_kueue_with_a_queue_for_the_node_pools(gke, cli):
+    # issue 49 item 10: the pinned Kueue release, then a ResourceFlavor for the pools' shape, a ClusterQueue of
+    # their chips, a LocalQueue and xpk's PriorityClasses; down (the cluster tpuctl made) leaves nothing
+    from tpuctl.providers.gke import kueue_install
+    code, out, err = _up(cli, "kq", "--type", "v6e-16", "--zone", "us-east5-b", "--slices", "2", "--kueue")
+    assert code == 0, err
+    objs = gke.kube.objects
+    for obj in kueue_install.release_objects():
+        assert kueue_install._path(obj) in objs, obj["kind"]
+    flavor = objs["/apis/kueue.x-k8s.io/v1beta1/resourceflavors/tpuctl-tpu-v6e-slice-4x4"]
+    assert flavor["spec"]["nodeLabels"] == {"cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice",
+                                            "cloud.google.com/gke-tpu-topology": "4x4"}
+    cq = objs["/apis/kueue.x-k8s.io/v1beta1/clusterqueues/cluster-queue"]
+    assert cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"] == [{"name": "google.com/tpu",
+                                                                           "nominalQuota": 32}]
+    assert "/apis/kueue.x-k8s.io/v1beta1/namespaces/default/localqueues/multislice-queue" in objs
+    assert {p.rsplit("/", 1)[1] for p in objs if "/priorityclasses/" in p} == {"very-low", "low", "medium", "high",
+                                                                               "very-high"}
+    assert state.load("kq").spec.kueue is True
+    code, out, err = cli("down", "-c", "kq", "--yes")
+    assert code == 0, err
+    assert gke.leaks() == []
 
 
 def test_a_cluster_that_fails_to_come_up_is_removed(gke, cli):

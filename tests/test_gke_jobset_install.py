@@ -33,19 +33,45 @@ def test_a_cluster_without_jobset_gets_the_pinned_release(fake, api):
     assert kube.get(api, "/apis/jobset.x-k8s.io/v1alpha2/namespaces/default/jobsets") is None   # no CRD: 404
     said = []
     assert jobset_install.ensure_jobset(api, sample(), said.append) == "installed v0.10.1"
-    assert said == ["installing JobSet v0.10.1"]
+    assert said[0] == "installing JobSet v0.10.1"
     for obj in jobset_install.release_objects():
         assert jobset_install.path_of(obj) in fake.objects, obj["kind"]
     dep = fake.objects[jobset_install.CONTROLLER_PATH]
     assert dep["spec"]["template"]["spec"]["containers"][0]["image"].endswith("jobset:v0.10.1")
-    patches = [r for r in fake.requests if r[0] == "PATCH"]
+    patches = [r for r in fake.requests if r[0] == "PATCH" and jobset_install.PROBE_NAME not in r[1]]
     assert len(patches) == len(jobset_install.release_objects())
+    assert jobset_install.PROBE_NAME not in str(list(fake.objects))   # the admission probe was a dry run
     # now the JobSet collection is served, and a JobSet as tpuctl writes it is accepted
     kube.apply(api, f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/default/jobsets/{sample()['metadata']['name']}",
                sample())
     # again: found, nothing applied
     assert jobset_install.ensure_jobset(api, sample()) == "found v0.10.1"
-    assert len([r for r in fake.requests if r[0] == "PATCH"]) == len(patches) + 1
+    assert len([r for r in fake.requests if r[0] == "PATCH" and jobset_install.PROBE_NAME not in r[1]]) == \
+        len(patches) + 1
+
+
+def test_up_waits_until_jobset_admits_a_jobset(fake, api):
+    # issue 49 item 2: JobSet's webhooks (failurePolicy Fail) serve only once its controller's certificates are
+    # ready; before, ensure_jobset returned right after applying and the first submit was refused
+    fake.controller_delay = 1.5
+    said = []
+    assert jobset_install.ensure_jobset(api, sample(), said.append) == "installed v0.10.1"
+    assert "waiting for JobSet: its controller not yet Available" in said
+    path = f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/default/jobsets/{sample()['metadata']['name']}"
+    kube.apply(api, path, sample())   # the first JobSet after `up` is admitted
+
+
+def test_a_jobset_controller_that_never_serves_is_a_timeout(fake, api, monkeypatch):
+    fake.controller_delay = 3600
+    monkeypatch.setenv("TPUCTL_GKE_JOBSET_READY_SECONDS", "1")
+    with pytest.raises(TpuctlError) as e:
+        jobset_install.ensure_jobset(api)
+    assert "its controller not yet Available after 1s" in e.value.message and "jobset-system" in e.value.hint
+    # and a JobSet meanwhile is refused as the API server refuses it while the webhook has no endpoint
+    with pytest.raises(kube.KubeError) as refused:
+        kube.apply(api, f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/default/jobsets/{sample()['metadata']['name']}",
+                   sample())
+    assert refused.value.status == 500 and jobset_install.webhook_down(refused.value)
 
 
 def test_an_older_jobset_is_refused_with_the_upgrade_command(fake, api):
@@ -65,11 +91,14 @@ def test_a_jobset_of_unknown_version_whose_schema_lacks_a_field_is_refused(fake,
     for v in crd["spec"]["versions"]:
         props = v["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["failurePolicy"]["properties"]
         props.pop("rules")
+    fake.applied(CRD_PREFIX + JOBSET_CRD, crd)   # Established, as the API server makes it
     fake.put(CRD_PREFIX + JOBSET_CRD, crd)
     with pytest.raises(TpuctlError) as e:
         jobset_install.ensure_jobset(api, sample())
     assert ".spec.failurePolicy.rules" in e.value.message and "upgrade it" in e.value.hint
-    fake.put(CRD_PREFIX + JOBSET_CRD, copy.deepcopy(jobset_install.release_crd()))
+    crd = copy.deepcopy(jobset_install.release_crd())
+    fake.applied(CRD_PREFIX + JOBSET_CRD, crd)
+    fake.put(CRD_PREFIX + JOBSET_CRD, crd)
     assert jobset_install.ensure_jobset(api, sample()) == "found JobSet (version unknown)"
 
 

@@ -127,8 +127,11 @@ def test_bad_shapes_are_refused(slices, tpu_type, max_restarts, hint):
         manifest.build_jobset(run(tpu_type, slices, max_restarts))
 
 
+JAX = 'framework = "jax"\n'
+
+
 def test_dry_run_writes_the_manifest_without_a_cluster(env, cli, tmp_path):
-    job = make_job(tmp_path, "print('hi')\n")
+    job = make_job(tmp_path, "print('hi')\n", JAX)
     out_file = tmp_path / "run.yaml"
     code, out, err = cli("submit", str(job), "--dry-run", "--provider", "gke", "--type", "tpu7x-16",
                          "--max-restarts", "4", "--manifest", str(out_file))
@@ -136,7 +139,7 @@ def test_dry_run_writes_the_manifest_without_a_cluster(env, cli, tmp_path):
     (js,) = list(yaml.safe_load_all(out_file.read_text()))
     assert js["spec"]["failurePolicy"]["maxRestarts"] == 4
     pod = js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
-    assert pod["nodeSelector"]["cloud.google.com/placement-policy-name"] == dryrun.workload_policy_name("default")
+    assert pod["nodeSelector"]["cloud.google.com/placement-policy-name"] == dryrun.workload_policy_name("CLUSTER")
     validate_jobset(js)
     assert "wrote 1 Kubernetes object" in err and "nothing was uploaded" in err
 
@@ -147,13 +150,70 @@ def test_dry_run_writes_the_manifest_without_a_cluster(env, cli, tmp_path):
     (["--provider", "gke", "--type", "v9-8", "--manifest", "F"], "unknown TPU type"),
     (["--provider", "gke", "--type", "v6e-16", "--slices", "0", "--manifest", "F"], "at least one slice"),
     (["--provider", "gke", "--type", "v6e-16", "--manifest", "/nonexistent/dir/F"], "--manifest"),
+    # issue 52 item 7: values that would overflow the JobSet's int32 fields, and a type with a trailing newline
+    (["--provider", "gke", "--type", "v6e-16", "--slices", "2147483648", "--manifest", "F"], "give 1 to 64"),
+    (["--provider", "gke", "--type", "v6e-16", "--slices", "65", "--manifest", "F"], "give 1 to 64"),
+    (["--provider", "gke", "--type", "v6e-16", "--max-restarts", "2147483648", "--manifest", "F"], "give 0 to 1000"),
+    (["--provider", "gke", "--type", "v6e-16\n", "--manifest", "F"], "unknown TPU type"),
+    (["--provider", "gke", "--type", "v6e-16", "--queue", "Bad Queue", "--manifest", "F"], "invalid --queue"),
+    (["--provider", "gke", "--type", "v6e-16", "--priority", "-x", "--manifest", "F"], "invalid --priority"),
 ])
 def test_bad_dry_run_flags_are_one_line_exit_2(env, cli, tmp_path, args, message):
-    job = make_job(tmp_path, "print('hi')\n")
+    job = make_job(tmp_path, "print('hi')\n", JAX)
     args = [str(tmp_path / "F") if a == "F" else a for a in args]
     code, out, err = cli("submit", str(job), "--dry-run", *args)
     assert code == 2 and message in err and "Traceback" not in err, err
     assert not (tmp_path / "F").exists()
+
+
+@pytest.mark.parametrize("toml,says", [
+    ("", "job job is TensorFlow"),
+    ('framework = "keras"\nkeras_backend = "tensorflow"\n', "forces Keras's TensorFlow backend"),
+    ('framework = "keras"\n[env]\nKERAS_BACKEND = "tensorflow"\n', "forces Keras's TensorFlow backend")])
+def test_a_tensorflow_job_is_refused_by_the_dry_run_as_by_submit(env, cli, tmp_path, toml, says):
+    # issue 49 item 3 / issue 52 item 7: no TensorFlow on GKE, so no manifest for one (a real submit refuses it too)
+    job = make_job(tmp_path, "print('hi')\n", toml)
+    code, out, err = cli("submit", str(job), "--dry-run", "--provider", "gke", "--type", "v6e-16", "--slices", "2",
+                         "--manifest", str(tmp_path / "F"))
+    assert code == 2 and says in err and "TensorFlow does not run on GKE" in err and "Traceback" not in err, err
+    assert not (tmp_path / "F").exists()
+
+
+def test_the_offline_dry_run_looks_up_no_local_cluster(env, cli, tmp_path):
+    # issue 49 item 7: two clusters of another provider here, and one of them named default: neither is looked up,
+    # and no cluster's name is stamped into the manifest
+    from tpuctl.core import state
+    from tpuctl.core.models import ClusterSpec, ClusterState, Phase, ProviderName
+    for name in ("demo", "other"):
+        state.save(ClusterState(spec=ClusterSpec(name=name, provider=ProviderName.LOCAL, store=str(tmp_path / name)),
+                                phase=Phase.READY))
+    job = make_job(tmp_path, "print('hi')\n", 'framework = "keras"\n')
+    code, out, err = cli("submit", str(job), "--dry-run", "--provider", "gke", "--type", "v6e-16", "--manifest",
+                         str(tmp_path / "run.yaml"))
+    assert code == 0, err
+    (js,) = list(yaml.safe_load_all((tmp_path / "run.yaml").read_text()))
+    assert js["metadata"]["labels"][manifest.LABEL_CLUSTER] == dryrun.NO_CLUSTER
+    assert "demo" not in (tmp_path / "run.yaml").read_text()
+    # what the pod runs, not what a TPU VM on a base runtime would install
+    assert "pod      JAX" in out and "TPU VM on a base runtime" not in out
+
+
+def test_the_manifest_to_stdout_and_kueue_labels_offline(env, cli, tmp_path, monkeypatch):
+    # `--manifest -`: the YAML alone on stdout (for `| kubectl apply -f -`), no file named "-"; issue 49 item 10:
+    # --queue and --priority shown offline
+    monkeypatch.chdir(tmp_path)
+    job = make_job(tmp_path, "print('hi')\n", JAX)
+    code, out, err = cli("submit", str(job), "--dry-run", "--provider", "gke", "--type", "v6e-16", "--slices", "2",
+                         "--queue", "multislice-queue", "--priority", "medium", "--manifest", "-")
+    assert code == 0, err
+    assert not (tmp_path / "-").exists()
+    (js,) = list(yaml.safe_load_all(out))
+    assert js["metadata"]["labels"][manifest.QUEUE_LABEL] == "multislice-queue"
+    pod = js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    assert pod["priorityClassName"] == "medium"
+    assert "wrote 1 Kubernetes object to stdout" in err and "pod      JAX" in err
+    validate_jobset(js)
+    validate_job_and_pod(js)
 
 
 def test_manifest_flags_without_dry_run_are_refused(env, cli, tmp_path):
@@ -174,7 +234,7 @@ def test_dry_run_for_a_gke_cluster_uses_its_record(env, cli, tmp_path):
                                              store="gs://iw-bucket"), phase=Phase.READY,
                             record={"gke": {"tpu_type": "tpu7x-16", "slices": 2, "workload_policy": "tpuctl-iw-wp-1",
                                             "image": "us-docker.pkg.dev/p/r/img:1"}}))
-    job = make_job(tmp_path, "print('hi')\n")
+    job = make_job(tmp_path, "print('hi')\n", JAX)
     out_file = tmp_path / "run.yaml"
     code, out, err = cli("submit", str(job), "-c", "iw", "--dry-run", "--manifest", str(out_file))
     assert code == 0, err

@@ -36,6 +36,8 @@ def test_v6e_16_two_slices_priced_as_the_tpu_type_plus_the_fee(env, cli):
     assert "tpuctl-g-np-0" in err and "tpuctl-g-np-1" in err and "slice 1 of 2" in err
     # core/catalog.py: v6e $2.70/chip-hour x 16 chips = $43.20 a slice; + $0.10 fee + $0.134 e2-standard-4
     assert "$86.63/hour: 2 node pools at $43.20; with the GKE management fee ($0.10/hour)" in " ".join(err.split())
+    assert "boot disks (GKE's default size and type) are billed as persistent disks, not counted" in \
+        " ".join(err.split())
 
 
 def test_tpu7x_multi_host_plans_a_workload_policy_and_names_the_version(env, cli):
@@ -77,6 +79,11 @@ def test_adopted_cluster_is_planned_as_kept_and_without_the_fee(env, cli):
     (("--type", "v6e-16", "--zone", "us-east5-b", "--autostop", "1h"), "not enforced on GKE"),
     (("--type", "v6e-16", "--zone", "us-east5-b", "--spot", "--reservation", "r1"), "exclude each other"),
     (("--type", "v6e-16", "--zone", "us-east5-b", "--reservation", "R_1"), "invalid --reservation"),
+    (("--type", "v6e-16", "--zone", "us-east5-b", "--gke-cluster", "team", "--network", "v"), "has its own"),
+    (("--type", "v6e-16", "--zone", "us-east5-b", "--network", "Bad_Net"), "invalid --network"),
+    (("--type", "v6e-16", "--zone", "us-east5-b", "--gke-cluster", "team", "--kueue"), "is its owner's"),
+    # issue 49 item 3: no TensorFlow on GKE, said before anything is made
+    (("--type", "v6e-16", "--zone", "us-east5-b", "--framework", "tensorflow"), "TensorFlow does not run on GKE"),
 ])
 def test_bad_inputs_exit_2_with_one_line(env, cli, flags, says):
     code, out, err = _up(cli, *flags)
@@ -91,3 +98,17 @@ def test_gke_flags_are_refused_by_the_gcp_provider(env, cli):
                          "--zone", "us-east5-b", "--gke-cluster", "team-a")
     assert code == 2
     assert "--gke-cluster applies to --provider gke only" in err
+
+
+def test_kueues_queue_objects_validate_against_the_shipped_release():
+    # the objects `up --kueue` applies, against the v1beta1 schemas of the Kueue release tpuctl ships
+    import jsonschema
+    from tpuctl.providers.gke import kueue_install, schema, tputypes
+    crds = {o["spec"]["names"]["kind"]: o for o in kueue_install.release_objects()
+            if o["kind"] == "CustomResourceDefinition"}
+    for obj in kueue_install.queue_objects(tputypes.shape("v6e-16"), 2):
+        if obj["kind"] == "PriorityClass":
+            continue
+        served = schema.version_schema(crds[obj["kind"]], "v1beta1")
+        assert not schema.dropped(obj, served), obj["kind"]
+        jsonschema.Draft7Validator(served).validate(obj)

@@ -63,6 +63,7 @@ def gke(cloud, env, tmp_path, monkeypatch):
     os.makedirs(image_env["TMPDIR"])
     cluster = FakeCluster(fake, image_env, image=lambda pod: {"TPUCTL_PYTHON": _image(tmp_path / "images" / pod)})
     monkeypatch.setenv("CONTAINER_EMULATOR_HOST", "fake")   # anonymous to the Kubernetes API (clients.access_token)
+    monkeypatch.setattr(kube, "_CLIENTS", {})   # kube.py keeps one client per endpoint and process: none of another's
     monkeypatch.setenv("TPUCTL_GKE_POLL_SECONDS", "0")
     monkeypatch.setenv("TPUCTL_GKE_CANCEL_GRACE", "3")
     monkeypatch.setenv("TPUCTL_LOG_POLL_MAX", "0.2")
@@ -135,7 +136,7 @@ def test_one_slice_runs_to_success_and_downloads(gke, cli, tmp_path):
     assert code == 0, err
     assert (tmp_path / "dl" / "model.txt").exists(), (out, err, list((tmp_path / "dl").rglob("*")))
     assert (tmp_path / "dl" / "model.txt").read_text() == "weights"
-    assert js["spec"]["failurePolicy"]["maxRestarts"] == 0
+    assert js["spec"]["failurePolicy"]["maxRestarts"] == 5   # GKE's default (runs.DEFAULT_RESTARTS)
     # `status` shows the cluster's JobSets; `down` deletes them (an adopted cluster outlives down)
     from tpuctl.providers.gke.runs import GkeRuns
     st = state.load("g1")
@@ -156,7 +157,7 @@ def cluster_store():
 def test_two_slices_run_on_every_host_of_both(gke, cli, tmp_path):
     fake, cluster, make = gke
     make("g2", "v6e-8", slices=2)   # two hosts a slice: 4 pods, one per node of two node pools
-    job = make_job(tmp_path, JOB, 'framework = "jax"\n')
+    job = make_job(tmp_path, MEGASCALE_JOB, 'framework = "jax"\n')
     code, out, err = cli("submit", str(job), "-c", "g2")
     assert code == 0, err + _pod_logs(fake)
     (run_id,) = _run_ids(fake)
@@ -166,6 +167,119 @@ def test_two_slices_run_on_every_host_of_both(gke, cli, tmp_path):
         f"gke-tpuctl-g2-np-{k}-{i}" for k in (0, 1) for i in (0, 1)}
     store = cluster_store()
     assert all(runs.status(store, run_id, w).state is runs.RunState.SUCCEEDED for w in range(4))
+    # Each host's job sees the Multislice environment JobSet's annotations give (issue 49 item 1): slice 0's worker
+    # 0 by its stable DNS name, never the agent's ":8081" from a record that has no host ip.
+    prefix = f"{layout.run_output(run_id)}/env-"
+    seen = {k[len(prefix):]: __import__("json").loads(store.read(k)) for k, _ in store.list(prefix)}
+    coordinator = f"tpuctl-{run_id.lower()}-slice-0-0.tpuctl-{run_id.lower()}"
+    assert seen == {f"{k}-{w}": {"MEGASCALE_COORDINATOR_ADDRESS": coordinator, "MEGASCALE_NUM_SLICES": "2",
+                                 "MEGASCALE_SLICE_ID": str(k), "MEGASCALE_PORT": None}
+                    for k in (0, 1) for w in (0, 1)}, seen
+
+
+MEGASCALE_JOB = """
+import json, os
+from google.cloud import storage
+out = os.environ["TPUCTL_OUTPUT_DIR"]
+bucket, _, prefix = out[len("gs://"):].partition("/")
+env = {k: os.environ.get(k) for k in ("MEGASCALE_COORDINATOR_ADDRESS", "MEGASCALE_NUM_SLICES", "MEGASCALE_SLICE_ID",
+                                      "MEGASCALE_PORT")}
+name = f"env-{os.environ['MEGASCALE_SLICE_ID']}-{int(os.environ['TPUCTL_WORKER']) % 2}"
+storage.Client().bucket(bucket).blob(prefix.rstrip("/") + "/" + name).upload_from_string(json.dumps(env))
+"""
+
+
+def test_a_tensorflow_job_is_refused_before_anything_is_made(gke, cli, tmp_path):
+    # issue 49 item 3: a TensorFlow job (no `framework`: tpuctl.toml's default) on GKE, said in one line
+    fake, cluster, make = gke
+    make("gtf", "v6e-1")
+    code, out, err = cli("submit", str(make_job(tmp_path, JOB)), "-c", "gtf")
+    assert code == 2 and "TensorFlow does not run on GKE" in err and "Traceback" not in err, err
+    assert _jobsets(fake) == [] and not list(cluster_store().list(layout.OUTPUTS_PREFIX))
+
+
+def test_an_agent_package_late_in_the_store_is_waited_for_not_a_failed_run(gke, cli, tmp_path):
+    # issue 49 item 4: the pod's installs are retried as the TPU VM's start-up script retries them; before, the
+    # first failed download exited 1, which the pod failure policy turns into FailJob and FailJobSet
+    from google.cloud import storage
+    fake, cluster, make = gke
+    make("gpip", "v6e-1")
+    blob = storage.Client(project="test-proj").bucket(BUCKET).blob(agent_package.key())
+    wheel = blob.download_as_bytes()
+    blob.delete()
+    code, out, err = cli("submit", str(make_job(tmp_path, JOB, 'framework = "jax"\n')), "-c", "gpip", "--detach")
+    assert code == 0, err
+    run_id = out.strip()
+    until(lambda: b"the agent package in the store failed" in b"".join(fake.logs.values()), 60, "a failed fetch")
+    blob.upload_from_string(wheel)
+    _ended(fake, run_id, "Completed")
+    assert runs.status(cluster_store(), run_id).state is runs.RunState.SUCCEEDED
+    assert _jobset(fake, run_id)["status"]["restarts"] == 0
+
+
+def test_a_submit_while_jobsets_webhooks_do_not_serve_waits_for_them(gke, cli, tmp_path):
+    # issue 49 item 2: JobSet's controller restarting (its webhooks, failurePolicy Fail, have no endpoint): the
+    # API server refuses every JobSet with "failed calling webhook"; dispatch retries within the deadline
+    from fakes.k8s_server import CONTROLLER
+    fake, cluster, make = gke
+    make("gwh", "v6e-1")
+    dep = fake.objects[CONTROLLER]
+    serving = dep["status"]
+    dep["status"] = {"conditions": [{"type": "Available", "status": "False"}]}
+    fake.later(3, lambda: dep.update(status=serving))
+    code, out, err = cli("submit", str(make_job(tmp_path, JOB, 'framework = "jax"\n')), "-c", "gwh")
+    assert code == 0, err + _pod_logs(fake)
+    assert "waiting for JobSet's webhooks" in err + out
+    refused = [r for r in fake.requests if r[0] == "PATCH" and "/jobsets/tpuctl-" in r[1]]
+    assert len(refused) >= 2   # refused at least once, then created
+
+
+def test_a_disrupted_pod_restarts_the_run_by_default(gke, cli, tmp_path):
+    # issue 49 item 5: a pod killed from outside (137, as an eviction or a node going away) restarts the run under
+    # the GKE default of --max-restarts; before, the default 0 ended the run with ReachedMaxRestarts
+    fake, cluster, make = gke
+    make("gdis", "v6e-1")
+    body = ("import os, sys, time\nprint('attempt', os.environ.get('TPUCTL_RESTARTS'), flush=True)\n"
+            "if os.environ.get('TPUCTL_RESTARTS') == '0':\n    time.sleep(300)\n")
+    code, out, err = cli("submit", str(make_job(tmp_path, body, 'framework = "jax"\n')), "-c", "gdis", "--detach")
+    assert code == 0, err
+    run_id = out.strip()
+    until(lambda: runs.status(cluster_store(), run_id).state is runs.RunState.RUNNING, 120, "the job running")
+    (path,) = [p for p in cluster.procs if "/pods/" in p]
+    os.killpg(cluster.procs[path].pid, 9)   # the whole container, as a node that goes away takes it
+    _ended(fake, run_id, "Completed")
+    js = _jobset(fake, run_id)
+    assert js["spec"]["failurePolicy"]["maxRestarts"] == 5 and js["status"]["restarts"] == 1
+    until(lambda: runs.status(cluster_store(), run_id).state is runs.RunState.SUCCEEDED, 30, "the run succeeded")
+
+
+def test_a_pod_that_cannot_pull_its_image_or_be_scheduled_is_said_not_pending(gke, cli, tmp_path):
+    # issue 49 item 4: `jobs` and `status` say what keeps the pods Pending, where, and the fix
+    fake, cluster, make = gke
+    st = make("gimg", "v6e-1")
+    st.record["gke"]["image"] = "registry.example/team/none:1"
+    state.save(st)
+    cluster.unpullable.add("registry.example/team/none:1")
+    code, out, err = cli("submit", str(make_job(tmp_path, JOB, 'framework = "jax"\n')), "-c", "gimg", "--detach")
+    assert code == 0, err
+    run_id = out.strip()
+    said = until(lambda: (lambda o: o if "cannot pull image" in o else "")("".join(cli("jobs", "-c", "gimg")[1:])),
+                 30, "jobs saying the image")
+    assert "registry.example/team/none:1 (ImagePullBackOff" in " ".join(said.split()), said
+    assert "cannot pull image" in runs.status(cluster_store(), run_id).note
+    code, out, err = cli("cancel", run_id, "-c", "gimg")
+    assert code == 0, err
+    # no node fits (the node pool gone): unschedulable, said with the fix
+    st.record["gke"]["image"] = ""
+    state.save(st)
+    for p in [p for p in fake.objects if "/nodes/" in p]:
+        fake.objects.pop(p)
+    code, out, err = cli("submit", str(make_job(tmp_path, JOB, 'framework = "jax"\n', name="j2")), "-c", "gimg",
+                         "--detach")
+    assert code == 0, err
+    said = until(lambda: (lambda o: o if "unschedulable" in o else "")("".join(cli("jobs", "-c", "gimg")[1:])),
+                 30, "jobs saying unschedulable")
+    assert "tpuctl status" in said
 
 
 def test_exit_42_restarts_the_jobset_and_exit_1_fails_it(gke, cli, tmp_path):
@@ -242,6 +356,25 @@ def test_a_kubeconfig_context_reaches_the_cluster(tmp_path, monkeypatch):
         from tpuctl.core.errors import TpuctlError
         with pytest.raises(TpuctlError, match="kubeconfig context 'nosuch'"):
             kube.connect_context("nosuch")
+    finally:
+        fake.stop()
+
+
+def test_one_client_per_cluster_whose_token_is_refreshed_and_whose_ca_stays_in_memory(tmp_path, monkeypatch):
+    # issue 49 item 8: before, each 5-second poll made a new client and wrote the CA to a new temp file
+    import base64
+    import tempfile
+    fake = FakeKube()
+    monkeypatch.setattr(kube, "_CLIENTS", {})
+    try:
+        monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+        tokens = iter(["t1", "t2", "t3", "t4"])
+        rec = {"endpoint": fake.url, "ca_certificate": base64.b64encode(b"-----BEGIN CERTIFICATE-----").decode()}
+        api = kube.for_record(rec, lambda: next(tokens))
+        assert kube.for_record(rec, lambda: "unused") is api
+        assert api.configuration.ca_cert_data == "-----BEGIN CERTIFICATE-----" and list(tmp_path.iterdir()) == []
+        kube.get(api, jobset_install.CRD_PATH)
+        assert api.configuration.api_key == {"BearerToken": "t2"}   # asked again before the request
     finally:
         fake.stop()
 

@@ -34,6 +34,8 @@ def both(cloud, env, tmp_path, monkeypatch, _gke_servers):
     g.reset()
     pol.policies.clear()
     monkeypatch.setenv("CONTAINER_EMULATOR_HOST", gurl)
+    from tpuctl.providers.gke import kube
+    monkeypatch.setattr(kube, "_CLIENTS", {})   # kube.py keeps one client per endpoint and process: none of another's
     monkeypatch.setenv("COMPUTE_EMULATOR_HOST", purl)
     kube = FakeKube()
     g.kube_endpoint = kube.url

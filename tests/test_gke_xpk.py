@@ -23,8 +23,12 @@ CASES = [("v6e-16", 1), ("v5litepod-16", 2), ("tpu7x-16", 1)]
 # Paths (dotted, [] for list items) where tpuctl and xpk differ on purpose, and why.
 DIFFERENCES = {
     "metadata.name": "the JobSet is named for the run (tpuctl-<run id>), not for a user-chosen workload",
-    "metadata.labels": "tpuctl labels the cluster and run (tpuctl-cluster, tpuctl-run: `ls` and `status` select "
-                       "by them); no kueue.x-k8s.io/queue-name: tpuctl makes node pools per cluster, no Kueue queue",
+    "metadata.labels.tpuctl-cluster": "tpuctl labels the cluster and run (`ls` and `status` select by them)",
+    "metadata.labels.tpuctl-run": "as tpuctl-cluster",
+    "metadata.labels.xpk.google.com/workload": "xpk's own label for its workload",
+    "spec.coordinator": "Multislice: slice 0's worker 0 named as JobSet's coordinator, whose annotation gives each "
+                        "pod MEGASCALE_COORDINATOR_ADDRESS (JobSet sets no MEGASCALE_*: kubernetes-sigs/jobset#787; "
+                        "issue 49 item 1); xpk leaves them to the workload",
     "metadata.namespace": "written out (default), where xpk leaves it to kubectl's context",
     "spec.ttlSecondsAfterFinished": "kept until `down` (or cancel) deletes it, so `status`/`jobs` can show the "
                                     "JobSet's conditions and restarts after the run; its pods hold no TPU once ended",
@@ -42,8 +46,6 @@ DIFFERENCES = {
     "spec.replicatedJobs[].template.spec.template.spec.schedulerName": "default-scheduler is the default",
     "spec.replicatedJobs[].template.spec.template.spec.imagePullSecrets": "xpk writes `name: None` (its str.format "
                                                                          "of an unset flag); tpuctl needs none",
-    "spec.replicatedJobs[].template.spec.template.spec.priorityClassName": "xpk's `medium` is a PriorityClass its "
-                                                                          "`cluster create` makes; tpuctl's has none",
     "spec.replicatedJobs[].template.spec.template.spec.serviceAccountName": "xpk writes an empty value: the default",
     "spec.replicatedJobs[].template.spec.template.spec.volumes[].name": "dshm (xpk: dshm-2); same Memory emptyDir",
     "spec.replicatedJobs[].template.spec.template.spec.containers[].name": "tpuctl (xpk: jax-tpu)",
@@ -75,7 +77,11 @@ REQUIRED = ["apiVersion", "kind", "metadata.annotations.alpha.jobset.sigs.k8s.io
             "spec.replicatedJobs[].template.spec.template.spec.tolerations",
             "spec.replicatedJobs[].template.spec.template.spec.nodeSelector.cloud.google.com/gke-tpu-accelerator",
             "spec.replicatedJobs[].template.spec.template.spec.nodeSelector.cloud.google.com/gke-tpu-topology",
-            "spec.replicatedJobs[].template.spec.template.spec.terminationGracePeriodSeconds"]
+            "spec.replicatedJobs[].template.spec.template.spec.terminationGracePeriodSeconds",
+            # issue 49 item 9: with `submit --queue multislice-queue --priority medium` (xpk's LocalQueue and its
+            # default --priority), Kueue's label and the PriorityClass are xpk's
+            "metadata.labels.kueue.x-k8s.io/queue-name",
+            "spec.replicatedJobs[].template.spec.template.spec.priorityClassName"]
 
 
 def xpk_manifest(tpu_type: str, slices: int, tmp_path: Path) -> dict:
@@ -123,7 +129,8 @@ def test_tpuctl_agrees_with_xpk_on_every_listed_field(tpu_type, slices, tmp_path
     shape = tputypes.shape(tpu_type)
     ours = manifest.build_jobset(manifest.RunObjects(
         cluster="c1", run_id="20261126-084500-123-ab12", shape=shape, slices=slices, max_restarts=0,
-        image="python:3.12", store_uri="gs://b", agent_version="1.0", workload_policy="tpuctl-c1-wp"))
+        image="python:3.12", store_uri="gs://b", agent_version="1.0", workload_policy="tpuctl-c1-wp",
+        queue="multislice-queue", priority="medium"))
     theirs = xpk_manifest(tpu_type, slices, tmp_path)
     diff = differences(ours, theirs)
     unexplained = {p: d for p, d in diff.items() if not explained(p)}

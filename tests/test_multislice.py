@@ -79,6 +79,9 @@ def test_megascale_environment():
         "MEGASCALE_COORDINATOR_ADDRESS": "10.1.0.1:8081", "MEGASCALE_NUM_SLICES": "2", "MEGASCALE_SLICE_ID": "1",
         "MEGASCALE_PORT": "8081"}
     assert multislice.environment({"hosts": 2}, 0) == {}
+    # a record with no coordinator (a GKE pod's: its manifest gives the coordinator) adds none, never ":8081"
+    assert multislice.environment({"slices": 2, "coordinator": ""}, 1) == {"MEGASCALE_NUM_SLICES": "2",
+                                                                           "MEGASCALE_SLICE_ID": "1"}
     from tpuctl.host import megascale
     google = megascale.parse("WORKER_ID: '0'\nNODE_ID: 'tpuctl-x-1'\nMEGASCALE_SLICE_ID: '1'\n"
                              "MEGASCALE_COORDINATOR_ADDRESS: '10.9.0.1:8080'\n")

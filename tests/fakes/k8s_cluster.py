@@ -40,6 +40,13 @@ from fakes.procs import kill_marked
 JS = "/apis/jobset.x-k8s.io/v1alpha2/namespaces/"
 L_JOBSET, L_RJOB, L_INDEX, L_RESTART = ("jobset.sigs.k8s.io/jobset-name", "jobset.sigs.k8s.io/replicatedjob-name",
                                         "jobset.sigs.k8s.io/job-index", "jobset.sigs.k8s.io/restart-attempt")
+# JobSet v0.10.1 api/jobset/v1alpha2/jobset_types.go GlobalReplicasKey, JobGlobalIndexKey, CoordinatorKey; written on
+# every Job and its pod template by pkg/controllers/jobset_controller.go `labelAndAnnotateObject`, the coordinator
+# only when spec.coordinator is set, as `coordinatorEndpoint`: "<jobset>-<rjob>-<jobIndex>-<podIndex>.<subdomain>",
+# the subdomain being spec.network.subdomain or the JobSet's name (`GetSubdomain`).
+L_GLOBAL_REPLICAS, L_GLOBAL_INDEX, L_COORDINATOR = ("jobset.sigs.k8s.io/global-replicas",
+                                                    "jobset.sigs.k8s.io/job-global-index",
+                                                    "jobset.sigs.k8s.io/coordinator")
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 # In each container process's environment: its pod's path. When a container's main process ends, whether by itself
 # or stopped, nothing in the container outlives it: the main process is the init of the container's PID namespace,
@@ -64,6 +71,8 @@ class FakeCluster:
         self.uid = secrets.token_hex(8)
         self.stopping = threading.Event()
         kube.on_delete.append(self._deleted)
+        self.controllers: list[Callable[[], None]] = []   # more controllers each tick (fakes/kueue.py)
+        self.unpullable: set[str] = set()   # images no node can pull: their pods wait in ErrImagePull
         self.thread = threading.Thread(target=self._loop, daemon=True)
         self.thread.start()
 
@@ -86,6 +95,8 @@ class FakeCluster:
     def _loop(self) -> None:
         while not self.stopping.wait(self.tick):
             try:
+                for controller in self.controllers:
+                    controller()
                 for path in [p for p in list(self.kube.objects) if p.startswith(JS) and "/jobsets/" in p]:
                     self._jobset(path)
                 self._kubelet()
@@ -99,10 +110,18 @@ class FakeCluster:
         status = js.setdefault("status", {"restarts": 0, "conditions": []})
         ns, name = js["metadata"]["namespace"], js["metadata"]["name"]
         attempt = int(status.get("restarts", 0))
+        if js["spec"].get("suspend"):
+            # a suspended JobSet keeps no running Jobs (jobset v0.10.1 jobset_controller.go: suspendJobs sets each
+            # Job's suspend, and the Job controller deletes a suspended Job's active pods); resumed, it runs them
+            # again, in the same restart attempt. Here its Jobs are deleted, and made again on resume.
+            for p in [p for p, o in list(self.kube.objects.items()) if "/jobs/" in p
+                      and o["metadata"].get("labels", {}).get(L_JOBSET) == name]:
+                self.kube.remove(p)
+            return
         jobs = []
         for rj in js["spec"]["replicatedJobs"]:
             for i in range(int(rj.get("replicas", 1))):
-                jobs.append(self._ensure_job(js, ns, rj, i, attempt))
+                jobs.append(self._ensure_job(js, ns, rj, i, attempt, len(jobs)))
         failed = [j for j in jobs if _cond(j, "Failed")]
         if failed:
             reason = _cond(failed[0], "Failed")["reason"]   # type: ignore[index]
@@ -125,12 +144,20 @@ class FakeCluster:
         js["status"]["conditions"].append({"type": kind, "status": "True", "reason": reason,
                                            "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
 
-    def _ensure_job(self, js: dict[str, Any], ns: str, rj: dict[str, Any], i: int, attempt: int) -> dict[str, Any]:
+    def _ensure_job(self, js: dict[str, Any], ns: str, rj: dict[str, Any], i: int, attempt: int,
+                    global_index: int) -> dict[str, Any]:
         name = f"{js['metadata']['name']}-{rj['name']}-{i}"
         path = f"/apis/batch/v1/namespaces/{ns}/jobs/{name}"
         job = self.kube.objects.get(path)
         if job is None:
-            marks = {L_JOBSET: js["metadata"]["name"], L_RJOB: rj["name"], L_INDEX: str(i), L_RESTART: str(attempt)}
+            marks = {L_JOBSET: js["metadata"]["name"], L_RJOB: rj["name"], L_INDEX: str(i), L_RESTART: str(attempt),
+                     L_GLOBAL_INDEX: str(global_index),
+                     L_GLOBAL_REPLICAS: str(sum(int(r.get("replicas", 1)) for r in js["spec"]["replicatedJobs"]))}
+            coord = js["spec"].get("coordinator")
+            if coord:
+                sub = js["spec"].get("network", {}).get("subdomain") or js["metadata"]["name"]
+                marks[L_COORDINATOR] = (f"{js['metadata']['name']}-{coord['replicatedJob']}-"
+                                        f"{coord.get('jobIndex', 0)}-{coord.get('podIndex', 0)}.{sub}")
             spec = _copy(rj["template"]["spec"])
             meta = spec["template"].setdefault("metadata", {})
             meta["labels"] = {**meta.get("labels", {}), **marks}
@@ -181,12 +208,22 @@ class FakeCluster:
             phase = pod["status"]["phase"]
             if phase == "Pending" and path not in self.procs:
                 node = pod["spec"].get("nodeName") or self._schedule(pod, pods)
-                if node:
+                if node and pod["spec"]["containers"][0]["image"] in self.unpullable:
+                    # the kubelet reports the pull's failure in the container's waiting state, and the pod stays
+                    # Pending (Kubernetes docs, "Images": ErrImagePull, then ImagePullBackOff)
+                    pod["spec"]["nodeName"] = node
+                    pod["status"]["containerStatuses"] = [{"name": pod["spec"]["containers"][0]["name"], "state": {
+                        "waiting": {"reason": "ImagePullBackOff", "message": "Back-off pulling image "
+                                    f"\"{pod['spec']['containers'][0]['image']}\""}}}]
+                elif node:
                     pod["spec"]["nodeName"] = node
                     self._start(path, pod)
             elif phase == "Running" and path in self.procs and "deletionTimestamp" not in pod["metadata"]:
                 rc = self.procs[path].poll()
                 if rc is not None:
+                    # a container killed by signal N reports exit code 128 + N (137: SIGKILL, as an eviction's
+                    # or the OOM killer's; Kubernetes docs "Debug Running Pods"/"Pod Lifecycle" exit codes)
+                    rc = 128 - rc if rc < 0 else rc
                     kill_marked(POD_MARK, self.uid + path, wait=10)   # the container is over before its pod says so
                     pod["status"]["phase"] = "Succeeded" if rc == 0 else "Failed"
                     pod["status"]["containerStatuses"] = [{"name": pod["spec"]["containers"][0]["name"], "state": {

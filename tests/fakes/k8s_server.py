@@ -18,14 +18,25 @@ Modelled, with sources:
   go too (Kubernetes docs, "Garbage Collection"); the kubelet is told, to stop the pods' processes;
 - pods/log: the container's output as text (`GET .../pods/NAME/log`, `tailLines` honoured); 400 while the pod has
   not started ("container ... is waiting to start", what the API server relays from the kubelet);
-- status subresources are written only by the fake controllers (cluster.py), as by real controllers.
-Not modelled: authentication (any bearer token), watches, resourceVersion conflicts, admission webhooks other than
-the JobSet defaults the controller applies.
+- status subresources are written only by the fake controllers (cluster.py), as by real controllers;
+- JobSet's release, as it comes up (issue 49 item 2): its CRD is `Established` once applied (apiextensions
+  CustomResourceDefinition status conditions NamesAccepted, Established); its controller Deployment is `Available`
+  only `controller_delay` seconds after it is applied, because its readiness probe waits for the webhook
+  certificates (jobset v0.10.1 main.go `setupHealthzAndReadyzCheck(mgr, certsReady)`; the certs come from the
+  controller's own rotator, pkg/util/cert/cert.go). Until then, with the release's
+  MutatingWebhookConfiguration present, a JobSet create is refused as the API server refuses a call to a webhook
+  with `failurePolicy: Fail` that has no endpoint: 500 InternalError, 'Internal error occurred: failed calling
+  webhook "mjobset.kb.io": ... no endpoints available for service "jobset-webhook-service"' (the release's
+  mjobset.kb.io webhook, failurePolicy Fail; Kubernetes docs "Dynamic Admission Control": failurePolicy);
+- `dryRun=All` (Kubernetes docs, "API Concepts: Dry-run"): the request goes through admission and validation and
+  answers as if done, storing nothing.
+Not modelled: authentication (any bearer token), watches, resourceVersion conflicts.
 """
 from __future__ import annotations
 
 import json
 import threading
+import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
@@ -36,7 +47,19 @@ import yaml
 from tpuctl.providers.gke import schema
 
 JOBSET_CRD = "jobsets.jobset.x-k8s.io"
+KUEUE_CRD = "workloads.kueue.x-k8s.io"
 CRD_PREFIX = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"
+CONTROLLER = "/apis/apps/v1/namespaces/jobset-system/deployments/jobset-controller-manager"
+MUTATING = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/jobset-mutating-webhook-configuration"
+# Kueue's release the same way (its kueue-mutating-webhook-configuration's webhooks are failurePolicy fail too, and
+# its manager serves them once its own cert rotator is ready: kueue v0.17.8 config/components/webhook,
+# cmd/kueue/main.go): for the objects of the kueue.x-k8s.io group
+KUEUE_CONTROLLER = "/apis/apps/v1/namespaces/kueue-system/deployments/kueue-controller-manager"
+KUEUE_MUTATING = ("/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/"
+                  "kueue-mutating-webhook-configuration")
+WEBHOOK_DOWN = ('Internal error occurred: failed calling webhook "mjobset.kb.io": failed to call webhook: Post '
+                '"https://jobset-webhook-service.jobset-system.svc:443/mutate-jobset-x-k8s-io-v1alpha2-jobset?'
+                'timeout=10s": no endpoints available for service "jobset-webhook-service"')
 
 
 def write_kubeconfig(path: Any, server: str) -> None:
@@ -64,6 +87,8 @@ class FakeKube:
         self.requests: list[tuple[str, str]] = []       # (method, path) as received
         self.on_delete: list[Callable[[str, dict[str, Any]], None]] = []
         self.faults: list[tuple[str, str, int]] = []     # (method, path prefix, status): the next such call fails
+        self.controller_delay = 0.5     # seconds from the JobSet controller's apply to its webhooks serving
+        self.due: list[tuple[float, Callable[[], None]]] = []   # (monotonic time, what then happens)
         handler = type("H", (_Handler,), {"kube": self})
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self.server.daemon_threads = True
@@ -110,8 +135,46 @@ class FakeKube:
             self.remove(p)
         return gone
 
+    def later(self, delay: float, fn: Callable[[], None]) -> None:
+        with self.lock:
+            self.due.append((time.monotonic() + delay, fn))
+
+    def catch_up(self) -> None:
+        """What was due by now (a controller becoming ready) happens before the next request is answered."""
+        with self.lock:
+            now = time.monotonic()
+            due, self.due = [f for t, f in self.due if t <= now], [(t, f) for t, f in self.due if t > now]
+            for fn in due:
+                fn()
+
+    def webhook_down(self, controller: str = CONTROLLER, mutating: str = MUTATING) -> bool:
+        """JobSet's (or Kueue's) webhooks are registered (failurePolicy Fail) and its controller does not serve them
+        yet."""
+        dep = self.objects.get(controller)
+        available = dep is not None and any(c.get("type") == "Available" and c.get("status") == "True"
+                                            for c in dep.get("status", {}).get("conditions", []))
+        return mutating in self.objects and not available
+
+    def applied(self, path: str, obj: dict[str, Any]) -> None:
+        """The status the API server (a CRD) or the JobSet controller (its Deployment) gives what was applied."""
+        if path.startswith(CRD_PREFIX):
+            obj["status"] = {"conditions": [{"type": "NamesAccepted", "status": "True"},
+                                            {"type": "Established", "status": "True"}]}
+        elif path in (CONTROLLER, KUEUE_CONTROLLER) and "status" not in obj:
+            obj["status"] = {"conditions": [{"type": "Available", "status": "False",
+                                             "reason": "MinimumReplicasUnavailable"}]}
+
+            def ready() -> None:
+                if path in self.objects:
+                    self.objects[path]["status"] = {
+                        "readyReplicas": 1, "availableReplicas": 1,
+                        "conditions": [{"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable"}]}
+            self.later(self.controller_delay, ready)
+
     def served(self, path: str) -> bool:
         """A custom resource's path is served only once its CRD exists."""
+        if path.startswith("/apis/kueue.x-k8s.io/"):
+            return CRD_PREFIX + KUEUE_CRD in self.objects
         if not path.startswith("/apis/jobset.x-k8s.io/"):
             return True
         return CRD_PREFIX + JOBSET_CRD in self.objects
@@ -138,6 +201,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _start(self, method: str) -> tuple[str, dict[str, list[str]]] | None:
         u = urlparse(self.path)
         self.kube.requests.append((method, u.path))
+        self.kube.catch_up()
         for i, (m, prefix, code) in enumerate(self.kube.faults):
             if m == method and u.path.startswith(prefix):
                 del self.kube.faults[i]
@@ -192,15 +256,27 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(400, status(400, "BadRequest",
                                           "PATCH requests with apply content type must have a field manager"))
         obj = self._body()
+        if path.startswith("/apis/kueue.x-k8s.io/") and self.kube.webhook_down(KUEUE_CONTROLLER, KUEUE_MUTATING):
+            return self._send(500, status(500, "InternalError", WEBHOOK_DOWN.replace("mjobset", "mresourceflavor")
+                                          .replace("jobset-", "kueue-").replace("jobset", "kueue")))
         if path.startswith("/apis/jobset.x-k8s.io/"):
+            if self.kube.webhook_down():   # admission runs before validation (the mutating webhook first)
+                return self._send(500, status(500, "InternalError", WEBHOOK_DOWN))
             problem = self._invalid_jobset(obj)
             if problem:
                 return self._send(422, status(422, "Invalid", problem))
+            if path not in self.kube.objects and self.kube.served("/apis/kueue.x-k8s.io/") and \
+                    obj["metadata"].get("labels", {}).get("kueue.x-k8s.io/queue-name"):
+                # Kueue's JobSet webhook suspends a queued JobSet on creation (fakes/kueue.py)
+                obj["spec"]["suspend"] = True
         old = self.kube.objects.get(path)
         if old is not None:   # the applier's fields win; what others set (status) stays
             merged = dict(old)
             merged.update({k: v for k, v in obj.items() if k != "status"})
             obj = merged
+        if q.get("dryRun") == ["All"]:
+            return self._send(200 if old else 201, obj)
+        self.kube.applied(path, obj)
         self._send(200 if old else 201, self.kube.put(path, obj))
 
     def _invalid_jobset(self, obj: dict[str, Any]) -> str:

@@ -26,6 +26,8 @@ GKE_CLUSTER = typer.Option(None, "--gke-cluster", help="GKE: use this existing S
                            "down) instead of making tpuctl-CLUSTER.")
 RESERVATION = typer.Option(None, "--reservation", help="GKE: the Compute Engine reservation (its name) the TPU node "
                            "pools consume.")
+KUEUE = typer.Option(False, "--kueue", help="GKE: install Kueue (pinned, shipped with tpuctl) with a queue for the "
+                    "node pools' TPUs and xpk's priority classes, so runs queue as on a team's cluster.")
 KUBE_CONTEXT = typer.Option(None, "--kube-context", help="GKE: reach the cluster's Kubernetes API through this "
                             "kubeconfig context (default: GKE's endpoint and your Google credentials).")
 
@@ -62,6 +64,7 @@ def up(
     image: Optional[str] = typer.Option(None, "--image", help="GKE: the container image the run's pods start from."),
     reservation: Optional[str] = RESERVATION,
     kube_context: Optional[str] = KUBE_CONTEXT,
+    kueue: bool = KUEUE,
     recover: bool = typer.Option(False, "--recover", help="Arm recovery: `tpuctl watch` re-creates a preempted TPU."),
     max_recoveries: Optional[int] = typer.Option(None, "--max-recoveries", help="Re-creates allowed (default 5)."),
     recover_for: Optional[str] = typer.Option(None, "--recover-for", help="Stop recovering after this long (1d)."),
@@ -83,7 +86,7 @@ def up(
                     runtime=runtime, spot=spot, service_account=service_account, bucket=bucket, vm_type=vm_type,
                     framework=framework, queued=queued, valid_until=valid_until, flex_start=flex_start,
                     slices=slices, network=network, subnetwork=subnetwork, gke_cluster=gke_cluster, image=image,
-                    reservation=reservation, kube_context=kube_context, create_firewall=create_firewall)
+                    reservation=reservation, kube_context=kube_context, create_firewall=create_firewall, kueue=kueue)
     if prior and prior.spec.provider is prov.name:
         flags.remember(prior.spec)
     spec = prov.make_spec(cluster_name(cluster, pick=False), flags)

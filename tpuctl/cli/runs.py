@@ -3,6 +3,7 @@ a run's log (submit and logs). Registered on the app when clusters.py imports th
 download, tensorboard, jobs) is results.py's."""
 from __future__ import annotations
 
+import contextlib
 import sys
 from typing import TYPE_CHECKING, List, Optional
 
@@ -96,16 +97,23 @@ def submit(ctx: typer.Context,
            keep_inputs: bool = typer.Option(False, "--keep-inputs", help="Kaggle: keep the run's input dataset "
                                             "once it ends, so that the same work submitted again uploads nothing "
                                             "(`down` deletes it)."),
-           max_restarts: int = typer.Option(0, "--max-restarts", help="Restart the job up to N times when it exits "
-                                            "42 (tpuctl.runtime.RESTART_CODE) or dies by a signal tpuctl did not "
-                                            "send, as xpk does (GKE: the JobSet's maxRestarts)."),
+           max_restarts: Optional[int] = typer.Option(None, "--max-restarts", help="Restart the job up to N times "
+                                                      "when it exits 42 (tpuctl.runtime.RESTART_CODE) or dies by a "
+                                                      "signal tpuctl did not send, as xpk does (default 0; GKE: the "
+                                                      "JobSet's maxRestarts, default 5, which node disruptions "
+                                                      "count against too)."),
            notify_to: List[str] = typer.Option([], "--notify", help="Send this run's events to a webhook or "
                                                "Apprise URL (repeatable), besides the cluster's."),
            tpu_type: Optional[str] = typer.Option(None, "--type", help="GKE dry run without a cluster: the TPU type "
                                                   "of the manifest (--provider gke --manifest FILE)."),
            slices: Optional[int] = typer.Option(None, "--slices", help="GKE dry run: slices of the manifest."),
            manifest_file: Optional[str] = typer.Option(None, "--manifest", help="GKE, with --dry-run: write the "
-                                                       "Kubernetes objects the run would create to FILE (YAML)."),
+                                                       "Kubernetes objects the run would create to FILE (YAML; - for "
+                                                       "stdout)."),
+           queue: Optional[str] = typer.Option(None, "--queue", help="GKE: the Kueue LocalQueue the run waits in "
+                                               "(default: the namespace's only one, where the cluster runs Kueue)."),
+           priority: Optional[str] = typer.Option(None, "--priority", help="GKE: the run's PriorityClass (Kueue "
+                                                  "admits and preempts by it), e.g. medium."),
            provider: Optional[str] = PROVIDER) -> None:
     """Package JOB_DIR, sync its data, run it on the cluster and follow its logs; exits with the job's code.
     Arguments after `--` are appended to the job's command."""
@@ -118,7 +126,13 @@ def submit(ctx: typer.Context,
     say_left_out(job)                          # links out of the job are refused here too
     jobspec.check_launchable(job.command, list(ctx.args), job.env)   # what no host could start
     if manifest_file is not None or tpu_type is not None or slices is not None:
-        _gke_manifest(cluster, provider, tpu_type, slices, max_restarts, manifest_file, dry_run)
+        from ..providers.gke.runs import DEFAULT_RESTARTS
+        _gke_manifest(job, cluster, provider, tpu_type, slices, DEFAULT_RESTARTS if max_restarts is None else
+                      max_restarts, manifest_file, dry_run, queue, priority)
+        offline = cluster is None and tpu_type is not None   # --provider gke --type: no local cluster looked up
+        with contextlib.redirect_stdout(sys.stderr if manifest_file == "-" else sys.stdout):   # stdout: the YAML
+            _submit_preview(job, None if offline else cluster, provider, offline=offline, pod_runs=True)
+        return
     if dry_run:
         _submit_preview(job, cluster, provider)
         return
@@ -130,14 +144,16 @@ def submit(ctx: typer.Context,
     if keep_inputs and prov.remote_runs is None:
         raise bad_input(f"--keep-inputs: cluster {st.name}'s runs have no input dataset to keep",
                         "--keep-inputs applies to --provider kaggle clusters")
-    _check_max_restarts(max_restarts, st, prov)
+    restarts = max_restarts if max_restarts is not None else \
+        prov.remote_runs.default_restarts if prov.remote_runs is not None else 0
+    _check_max_restarts(restarts, st, prov)
     with con.Reporter() as rep:
         if down:   # refused before the run exists when the host could not end the compute after it
             from ..control.up import arm
             arm(st, prov, lambda s: rep.resource("--down", "host", s))
         run_id, _ = submission.submit(st, prov, job, list(ctx.args), rep.transfer, rep, down_after=down,
-                                      sessions=chain or 0, keep_inputs=keep_inputs, max_restarts=max_restarts,
-                                      notify_urls=urls)
+                                      sessions=chain or 0, keep_inputs=keep_inputs, max_restarts=restarts,
+                                      notify_urls=urls, queue=queue or "", priority=priority or "")
     if detach:
         print(run_id)
         return
@@ -183,17 +199,26 @@ def _check_max_restarts(n: int, st: "ClusterState", prov: "Provider") -> None:
                         "agent", "a job there continues in the next session by exiting tpuctl.runtime.CONTINUE_CODE")
 
 
-def _gke_manifest(cluster: Optional[str], provider: Optional[str], tpu_type: Optional[str], slices: Optional[int],
-                  max_restarts: int, path: Optional[str], dry_run: bool) -> None:
-    """`--manifest FILE` (with --type/--slices when no GKE cluster is named): the run's JobSet, written offline."""
+def _gke_manifest(job: "JobSpec", cluster: Optional[str], provider: Optional[str], tpu_type: Optional[str],
+                  slices: Optional[int], max_restarts: int, path: Optional[str], dry_run: bool, queue: Optional[str],
+                  priority: Optional[str]) -> None:
+    """`--manifest FILE` (with --type/--slices when no GKE cluster is named): the run's JobSet, written offline.
+    With `--provider gke --type T` and no -c no local cluster is looked up (any there is of another run)."""
     from ..core import state
     if path is None or not dry_run:
         raise bad_input("--type, --slices and --manifest belong to a GKE dry run",
                         "tpuctl submit JOB --dry-run --provider gke --type v6e-16 --manifest run.yaml")
-    name = cluster_name(cluster)
-    from ..providers.gke import dryrun
-    n = dryrun.write(path, name, state.load(name), cluster is not None, provider, tpu_type, slices, max_restarts)
-    console().err.print(f"wrote {n} Kubernetes object{'s' * (n > 1)} to {path}")
+    from ..providers.gke import dryrun, frameworks
+    frameworks.check_job(job.name, job.framework, job.env, job.keras_backend)
+    if cluster is None and tpu_type is not None:
+        name, st = dryrun.NO_CLUSTER, None
+    else:
+        name = cluster_name(cluster)
+        st = state.load(name)
+    n = dryrun.write(path, name, st, cluster is not None, provider, tpu_type, slices, max_restarts, queue or "",
+                     priority or "")
+    console().err.print(f"wrote {n} Kubernetes object{'s' * (n > 1)} to "
+                        f"{'stdout' if path == dryrun.STDOUT else path}")
 
 
 def _keras_backend(job: "JobSpec", store: "Optional[BlobStore]") -> str:
@@ -214,12 +239,14 @@ def _keras_backend(job: "JobSpec", store: "Optional[BlobStore]") -> str:
     return f"keras    {name} ({why})"
 
 
-def _submit_preview(job: "JobSpec", cluster: Optional[str], provider: Optional[str]) -> None:
+def _submit_preview(job: "JobSpec", cluster: Optional[str], provider: Optional[str], offline: bool = False,
+                    pod_runs: bool = False) -> None:
+    """`offline`: no cluster is looked up; `pod_runs`: the run is a GKE pod's (what it runs said, not a TPU VM's)."""
     from ..core import state
     from ..control import submission
     con = console()
     try:
-        name: Optional[str] = cluster_name(cluster)
+        name: Optional[str] = None if offline else cluster_name(cluster)
     except TpuctlError:   # several clusters and none named: a dry run needs none (everything is counted)
         name = None
     st = state.load(name) if name else None
@@ -233,10 +260,13 @@ def _submit_preview(job: "JobSpec", cluster: Optional[str], provider: Optional[s
         p = submission.preview(job, store, lambda total: rep.transfer(total, "hash"))
     human = con.human_bytes
     print(f"job      {job.name}: {job.command}")
-    backend = _keras_backend(job, store) if job.framework.value == "keras" else ""
-    if backend:
+    backend = "" if pod_runs or job.framework.value != "keras" else _keras_backend(job, store)
+    if pod_runs:
+        from ..providers.gke.frameworks import POD_RUNS
+        print(f"pod      {POD_RUNS}")
+    elif backend:
         print(backend)
-    if job.tensorflow and (not backend or backend.startswith("keras    tensorflow")):
+    if not pod_runs and job.tensorflow and (not backend or backend.startswith("keras    tensorflow")):
         print(f"tensorflow {job.tensorflow} (what a TPU VM on a base runtime installs for it: tensorflow-tpu; "
               "a tpu-vm-tf image keeps its own)")
     print(f"package  {human(p.package_bytes)} packed ({human(p.package_unpacked_bytes)} of files), "

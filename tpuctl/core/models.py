@@ -157,6 +157,7 @@ class ClusterSpec(JsonRecord):
     image: str = ""                 # `up --image`: the container image a GKE run's pods start from; "": the default
     reservation: str = ""           # `up --reservation`: the Compute Engine reservation GKE's TPU nodes consume
     kube_context: str = ""          # `up --kube-context`: reach GKE's Kubernetes API through this kubeconfig context
+    kueue: bool = False             # `up --kueue` (GKE): Kueue installed with a queue for the node pools' TPUs
 
     # Fields that name what a cluster IS: `up` refuses to change them on an existing cluster.
     IDENTITY = ("provider", "tpu_type", "arch", "project", "store", "slices")

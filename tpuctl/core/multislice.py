@@ -46,10 +46,16 @@ def node_names(prefix: str, slices: int) -> list[str]:
 
 def environment(record: dict[str, Any], slice_id: int) -> dict[str, str]:
     """MEGASCALE_* for a host of slice `slice_id` of the cluster in `record` (none on one slice): the coordinator is
-    slice 0's worker 0 (the record's `coordinator`, its first network endpoint). Which values Google's own `tpu-env`
-    holds beside MEGASCALE_SLICE_ID is not established; libtpu reads those itself where they are."""
+    slice 0's worker 0 (the record's `coordinator`, its first network endpoint), given only where the record has
+    it. Which values Google's own `tpu-env` holds beside MEGASCALE_SLICE_ID is not established; libtpu reads those
+    itself where they are."""
     slices = int(record.get("slices") or 1)
     if slices <= 1:
         return {}
-    return {"MEGASCALE_COORDINATOR_ADDRESS": f"{record.get('coordinator', '')}:{PORT}",
-            "MEGASCALE_NUM_SLICES": str(slices), "MEGASCALE_SLICE_ID": str(slice_id), "MEGASCALE_PORT": str(PORT)}
+    out = {"MEGASCALE_NUM_SLICES": str(slices), "MEGASCALE_SLICE_ID": str(slice_id)}
+    if record.get("coordinator"):
+        out.update(MEGASCALE_COORDINATOR_ADDRESS=f"{record['coordinator']}:{PORT}", MEGASCALE_PORT=str(PORT))
+    # else (a GKE pod: the record has no host ip) no coordinator the agent cannot know, which would override the
+    # pod's own (":8081" did): there the manifest gives it from JobSet's coordinator annotation
+    # (providers/gke/manifest.py _megascale), in the agent's environment, which the job's starts from.
+    return out

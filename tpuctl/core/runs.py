@@ -52,6 +52,8 @@ class RunSpec(JsonRecord):
     tensorflow: str = ""              # tpuctl.toml's `tensorflow`: what a host on a base runtime installs for it
     max_restarts: int = 0             # `submit --max-restarts`: restarts after exit 42 or a signal (host/restarts.py)
     keras_backend: str = ""           # tpuctl.toml's `keras_backend` (framework "keras"): "" lets the host pick
+    queue: str = ""                   # `submit --queue` (GKE): the Kueue LocalQueue the run waits in; "": none
+    priority: str = ""                # `submit --priority` (GKE): the run's PriorityClass; "": the cluster's default
 
 
 @dataclass

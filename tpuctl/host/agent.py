@@ -28,7 +28,7 @@ from ..core import knobs, layout, notify, runindex, runs
 from ..core.errors import TpuctlError
 from ..core.lifecycle import Clock, Policy
 from ..core.packaging import MAX_BYTES, MAX_ENTRIES
-from ..core.runs import RunSpec, RunStatus
+from ..core.runs import RunSpec, RunState, RunStatus
 from ..providers.stores import open_store
 from .attempt import Attempt
 from .autostop import SelfStop
@@ -213,6 +213,11 @@ class Agent:
             print(f"tpuctl agent: run {run_id} has no job.json in {self.store.uri}", file=sys.stderr, flush=True)
             return 127
         self.claims.specs[run_id] = job
+        prev = runs.status(self.store, run_id, self.worker)
+        if prev.state is RunState.INTERRUPTED and prev.attempt >= attempt:
+            # the same JobSet attempt started again: Kueue resumed the JobSet it had suspended to evict it
+            # (providers/gke/kueue.py), which JobSet does not count as a restart; the run goes on as a new attempt
+            attempt = prev.attempt + 1
         if not self.claims.runs_here(job):
             while not self.stop.is_set() and not runs.status(self.store, run_id, 0).state.final:
                 self.beat(run_id)

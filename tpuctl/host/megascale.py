@@ -55,6 +55,7 @@ def environment(record: dict[str, Any], slice_id: int, tpu_env: dict[str, str]) 
         return {}
     if tpu_env.get("MEGASCALE_COORDINATOR_ADDRESS"):
         ours.pop("MEGASCALE_PORT", None)
+        ours["MEGASCALE_COORDINATOR_ADDRESS"] = tpu_env["MEGASCALE_COORDINATOR_ADDRESS"]   # even where ours has none
     return {k: tpu_env.get(k) or v for k, v in ours.items()}
 
 

@@ -25,11 +25,14 @@ Rules every implementation follows:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Callable, NamedTuple, Protocol
 
 from ..core.errors import bad_input
 from ..core.models import ClusterSpec, ClusterState, Grant, HostFacts, ProviderName
 from ..core.store import BlobStore
+
+if TYPE_CHECKING:
+    from ..core.jobspec import JobSpec
 
 Progress = Callable[[str], None]
 
@@ -73,6 +76,7 @@ class UpFlags:
     image: str | None = None
     reservation: str | None = None
     kube_context: str | None = None
+    kueue: bool = False
 
     def remember(self, spec: ClusterSpec) -> None:
         """`up -c NAME` on an existing cluster: each flag not given again takes the value the cluster was made
@@ -95,6 +99,9 @@ class UpFlags:
             self.image = self.image or spec.image or None
             self.reservation = self.reservation or spec.reservation or None
             self.kube_context = self.kube_context or spec.kube_context or None
+            self.network = self.network or spec.network or None
+            self.subnetwork = self.subnetwork or spec.subnetwork or None
+            self.kueue = self.kueue or spec.kueue
             if self.slices is None and spec.slices > 1:
                 self.slices = spec.slices
             return
@@ -123,7 +130,8 @@ class UpFlags:
                  "bucket": "--bucket", "vm_type": "--vm-type", "framework": "--framework", "queued": "--queued",
                  "valid_until": "--valid-until", "flex_start": "--flex-start", "slices": "--slices",
                  "network": "--network", "subnetwork": "--subnetwork", "gke_cluster": "--gke-cluster",
-                 "image": "--image", "reservation": "--reservation", "kube_context": "--kube-context"}
+                 "image": "--image", "reservation": "--reservation", "kube_context": "--kube-context",
+                 "kueue": "--kueue"}
         return [flag for attr, flag in names.items() if getattr(self, attr) not in (None, False, "", [])]
 
 
@@ -229,6 +237,12 @@ class RemoteRuns(Protocol):
     # False: refused (a Kaggle session continues by CONTINUE_CODE instead)
     restarts: bool
 
+    # `submit` without --max-restarts: the restarts a run gets (GKE: disruptions are recovered by default)
+    default_restarts: int
+
+    def check_run(self, st: ClusterState, job: JobSpec, max_restarts: int, queue: str, priority: str) -> str:
+        """`submit`, before anything is made: TpuctlError for a run the service cannot take (GKE: TensorFlow, a
+        queue the cluster lacks); returns the queue the run waits in ("" for none)."""
     def dispatch(self, st: ClusterState, store: BlobStore, run_id: str, sessions: int,
                  progress: Callable[[str], None], keep_inputs: bool = False) -> None:
         """Start the run whose job.json is written; `sessions`: how many sessions it may chain through;

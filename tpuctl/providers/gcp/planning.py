@@ -21,7 +21,8 @@ def make_spec(name: str, flags: UpFlags) -> ClusterSpec:
                         f"name a type and a zone: `tpuctl up --type v5litepod-8 --zone us-west4-a -c {name}` "
                         "(add --dry-run to see the plan and its price first)")
     gke_only = [f for f, v in (("--gke-cluster", flags.gke_cluster), ("--image", flags.image),
-                               ("--reservation", flags.reservation), ("--kube-context", flags.kube_context)) if v]
+                               ("--reservation", flags.reservation), ("--kube-context", flags.kube_context),
+                               ("--kueue", flags.kueue)) if v]
     if gke_only:
         raise bad_input(f"{', '.join(gke_only)} appl{'ies' if len(gke_only) == 1 else 'y'} to --provider gke only",
                         f"a TPU VM runs the job on its own host: drop {'it' if len(gke_only) == 1 else 'them'}, or add "

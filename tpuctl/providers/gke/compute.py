@@ -51,9 +51,11 @@ class GkeCompute:
     """Makes and removes a cluster's GKE resources. `install_jobset(record)` puts JobSet into the cluster and says
     its state (provider.py's, through the JobSet half's jobset_install.ensure_jobset); tests pass their own."""
 
-    def __init__(self, default_account: Callable[[str], str], install_jobset: JobSetInstaller) -> None:
+    def __init__(self, default_account: Callable[[str], str], install_jobset: JobSetInstaller,
+                 install_kueue: JobSetInstaller = lambda rec: "") -> None:
         self.default_account = default_account
         self.install_jobset = install_jobset
+        self.install_kueue = install_kueue
 
     def ensure(self, st: ClusterState, reporter: Reporter) -> Compute:
         made: list[Created] = []
@@ -87,6 +89,8 @@ class GkeCompute:
         for pool in rec["node_pools"]:
             self._ensure_pool(st, c.location, name, pool, account, reporter, made)
         reporter.resource("jobset", name, self.install_jobset(rec), final=True)
+        if spec.kueue:   # a cluster this `up` made (planning refuses --kueue with --gke-cluster): down deletes it all
+            reporter.resource("kueue", name, self.install_kueue(rec), final=True)
         return rec
 
     def _ensure_cluster(self, st: ClusterState, name: str, reporter: Reporter, made: list[Created]) -> Any:
@@ -107,7 +111,7 @@ class GkeCompute:
                                          TPU7X_MIN_GKE_VERSION if shape(spec.tpu_type).family == "tpu7x" else "")
         try:
             container.create_cluster(spec.project, st.zone, container.build_cluster(
-                name, spec.labels, version, SYSTEM_MACHINE, SYSTEM_POOL), show)
+                name, spec.labels, version, SYSTEM_MACHINE, SYSTEM_POOL, spec.network, spec.subnetwork), show)
         finally:   # a create that failed part-way may still have left a cluster: removed with the rest
             if container.find_cluster(spec.project, name) is not None:
                 made.append(Created("gke", name, lambda: container.delete_cluster(
@@ -129,11 +133,16 @@ class GkeCompute:
                                                                                   pool), show)
             show("adopted")
             return
-        container.create_pool(spec.project, location, cluster, container.build_node_pool(
-            pool, s, st.zone, spec.labels, account, spec.spot, policy_name(spec), spec.reservation), show)
-        if spec.gke_cluster:   # in a cluster tpuctl made, the cluster's own undo takes its node pools
-            made.append(Created("pool", pool, lambda: container.delete_pool(
-                spec.project, location, cluster, pool, spec.name, lambda m: None)))
+        try:
+            container.create_pool(spec.project, location, cluster, container.build_node_pool(
+                pool, s, st.zone, spec.labels, account, spec.spot, policy_name(spec), spec.reservation), show)
+        finally:
+            # in an adopted cluster a pool this call made is undone by itself (in a cluster tpuctl made, the
+            # cluster's own undo takes its node pools); a create that failed part-way may have left one too, as
+            # the cluster path finds (_ensure_cluster)
+            if spec.gke_cluster and container.find_pool(spec.project, location, cluster, pool) is not None:
+                made.append(Created("pool", pool, lambda: container.delete_pool(
+                    spec.project, location, cluster, pool, spec.name, lambda m: None)))
 
     def delete(self, st: ClusterState, reporter: Reporter) -> None:
         """Node pools, the workload policy, and the cluster unless adopted. Names come from the spec, so a state

@@ -69,7 +69,9 @@ def pick_version(project: str, location: str, at_least: str) -> str:
     default = rapid.default_version if rapid else cfg.default_cluster_version
     if not at_least or version_key(default) >= version_key(at_least):
         return default
-    offered = sorted(list(rapid.valid_versions if rapid else []) + list(cfg.valid_master_versions), key=version_key)
+    # the RAPID channel's own list only: a version outside it cannot be created on that channel
+    # (container_v1 ServerConfig.ReleaseChannelConfig.valid_versions: "List of valid versions for the channel")
+    offered = sorted(list(rapid.valid_versions if rapid else cfg.valid_master_versions), key=version_key)
     if not offered or version_key(offered[-1]) < version_key(at_least):
         raise TpuctlError(ErrorKind.INPUT, f"GKE in {location} offers no version >= {at_least} (newest: "
                           f"{offered[-1] if offered else 'none'})", "pick a zone where TPU7x is offered")
@@ -108,21 +110,36 @@ def wait_ready(what: str, read: Callable[[], Any], progress: Progress) -> Any:
     return got[0]
 
 
-def build_cluster(name: str, labels: dict[str, str], version: str, system_machine: str, system_pool: str) -> Any:
+def build_cluster(name: str, labels: dict[str, str], version: str, system_machine: str, system_pool: str,
+                  network: str = "", subnetwork: str = "") -> Any:
+    """`network`/`subnetwork` (`up --network/--subnetwork`): container_v1 `Cluster.network` ("the name of the Google
+    Compute Engine network ... If left unspecified, the `default` network will be used") and `Cluster.subnetwork`.
+    The system node pool's management is written out: auto-upgrade and auto-repair, which a release channel
+    requires ("cannot be disabled when using release channels": GKE docs, node auto-upgrades), as the TPU pools'."""
     from google.cloud import container_v1 as c
     return c.Cluster(
-        name=name, resource_labels=labels, initial_cluster_version=version,
+        name=name, resource_labels=labels, initial_cluster_version=version, network=network, subnetwork=subnetwork,
         release_channel=c.ReleaseChannel(channel=c.ReleaseChannel.Channel.RAPID),
         ip_allocation_policy=c.IPAllocationPolicy(use_ip_aliases=True),
-        node_pools=[c.NodePool(name=system_pool, initial_node_count=1, config=c.NodeConfig(
-            machine_type=system_machine, resource_labels=labels, oauth_scopes=[CLOUD_PLATFORM]))])
+        node_pools=[c.NodePool(name=system_pool, initial_node_count=1,
+                               management=c.NodeManagement(auto_repair=True, auto_upgrade=True),
+                               config=c.NodeConfig(machine_type=system_machine, resource_labels=labels,
+                                                   oauth_scopes=[CLOUD_PLATFORM]))])
 
 
 def create_cluster(project: str, zone: str, cluster: Any, progress: Progress) -> None:
     what = f"create GKE cluster {cluster.name}"
     progress("creating")
-    op = call(clients.container().create_cluster, parent=_parent(project, zone), cluster=cluster, what=what)
-    _wait(project, zone, op, what, progress)
+    try:
+        op = call(clients.container().create_cluster, parent=_parent(project, zone), cluster=cluster, what=what)
+        _wait(project, zone, op, what, progress)
+    except TpuctlError as e:
+        if "network" in e.message.lower() and not cluster.network:
+            # a project without the `default` VPC (Cluster.network: "If left unspecified, the default network
+            # will be used"); GKE's exact wording is not relied on, only that it names the network
+            raise TpuctlError(e.kind, e.message, "the project may have no `default` network: give `up --network "
+                              "NAME --subnetwork NAME` (`gcloud compute networks list`)") from None
+        raise
     progress("RUNNING")
 
 

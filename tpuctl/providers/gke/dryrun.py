@@ -3,16 +3,19 @@ objects a run would create, written without a cluster or credentials; with a GKE
 cluster (its store, image, slices and workload policy)."""
 from __future__ import annotations
 
+import sys
 from typing import Any, Mapping
 
 from ... import __version__
 from ...core.catalog import google_name
 from ...core.errors import bad_input
 from ...core.models import ClusterState, ProviderName
-from . import manifest, tputypes
+from . import kueue, manifest, tputypes
 
 DRY_RUN_ID = "dry-run"          # stands for the id submit gives the run
 NO_STORE = "gs://BUCKET"        # no cluster: where the cluster's bucket would be named
+NO_CLUSTER = "CLUSTER"          # no cluster: where its name would be (no local cluster is looked up for --type)
+STDOUT = "-"                    # --manifest -: the objects on stdout (for `| kubectl apply -f -`), no file
 
 
 def workload_policy_name(cluster: str) -> str:
@@ -21,7 +24,8 @@ def workload_policy_name(cluster: str) -> str:
 
 
 def objects(cluster: str, tpu_type: str | None, slices: int | None, max_restarts: int,
-            record: Mapping[str, Any] | None = None, store_uri: str = "") -> list[dict[str, Any]]:
+            record: Mapping[str, Any] | None = None, store_uri: str = "", queue: str = "",
+            priority: str = "") -> list[dict[str, Any]]:
     """The run's objects; `record`: the cluster's `gke` record (contract in providers/gke), None without one."""
     rec = record or {}
     if rec and tpu_type and google_name(tpu_type) != rec.get("tpu_type"):
@@ -38,7 +42,7 @@ def objects(cluster: str, tpu_type: str | None, slices: int | None, max_restarts
     run = manifest.RunObjects(
         cluster=cluster, run_id=DRY_RUN_ID, shape=shape, slices=n, max_restarts=max_restarts,
         image=str(rec.get("image") or manifest.DEFAULT_IMAGE), store_uri=store_uri or NO_STORE,
-        agent_version=__version__,
+        agent_version=__version__, queue=queue, priority=priority,
         workload_policy=str(rec.get("workload_policy") or
                             (workload_policy_name(cluster) if shape.needs_workload_policy else "")))
     return [manifest.build_jobset(run)]
@@ -46,9 +50,10 @@ def objects(cluster: str, tpu_type: str | None, slices: int | None, max_restarts
 
 
 def write(path: str, name: str, st: ClusterState | None, named: bool, provider: str | None, tpu_type: str | None,
-          slices: int | None, max_restarts: int) -> int:
+          slices: int | None, max_restarts: int, queue: str = "", priority: str = "") -> int:
     """`submit --dry-run --manifest PATH`: the objects for cluster `name` (its state `st`, if any; `named`: the
-    user named it with -c) or, without a GKE cluster, for `--provider gke --type T`; returns how many were written."""
+    user named it with -c) or, without a GKE cluster, for `--provider gke --type T`; returns how many were written.
+    PATH "-" writes them to stdout."""
     gke = st is not None and st.spec.provider is ProviderName.GKE
     if st is not None and not gke and named:
         raise bad_input(f"--manifest: cluster {name} uses provider {st.spec.provider.value}, not gke",
@@ -56,10 +61,17 @@ def write(path: str, name: str, st: ClusterState | None, named: bool, provider: 
     if not gke and provider != ProviderName.GKE.value:
         raise bad_input("--manifest writes a GKE run's objects", "add --provider gke --type T (no cluster needed)")
     record = dict(st.record.get("gke") or {}) if gke and st is not None else None
-    objs = objects(name, tpu_type, slices, max_restarts, record, st.spec.store if gke and st is not None else "")
+    objs = objects(name if gke else NO_CLUSTER, tpu_type, slices, max_restarts, record,
+                   st.spec.store if gke and st is not None else "", kueue.check_name(queue, "--queue"),
+                   kueue.check_name(priority, "--priority"))
+    text = manifest.dump(objs)
+    if path == STDOUT:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return len(objs)
     try:
         with open(path, "w") as f:
-            f.write(manifest.dump(objs))
+            f.write(text)
     except OSError as e:
         raise bad_input(f"--manifest {path}: {e.strerror}", "name a file in a directory you can write") from None
     return len(objs)

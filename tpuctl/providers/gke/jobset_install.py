@@ -12,12 +12,24 @@ apply --server-side -f .../releases/download/v0.10.1/manifests.yaml`; xpk adds -
 from __future__ import annotations
 
 import functools
+import os
 import re
+import time
 from pathlib import Path
 from typing import Any, Callable
 
 from ...core.errors import ErrorKind, TpuctlError
 from . import kube, schema
+
+# JobSet's webhooks (the release's mjobset.kb.io, vjobset.kb.io, mpod.kb.io, vpod.kb.io) are `failurePolicy: Fail`
+# and serve only once the controller's certificate rotator is ready (v0.10.1 main.go: the controllers and webhooks
+# are set up after `<-certsReady`, and the readiness probe waits on it too; pkg/util/cert/cert.go). Until then
+# every JobSet create is refused with 'failed calling webhook "mjobset.kb.io"'. So `up` waits for the CRD to be
+# Established, the controller Deployment Available and a server-side dry run of a JobSet (dryRun=All, through
+# admission: Kubernetes docs "API Concepts: Dry-run") to pass; and a submit that still meets a webhook not serving
+# (the controller restarting) retries within the same deadline (runs.py dispatch).
+WEBHOOK_DOWN = "failed calling webhook"
+PROBE_NAME = "tpuctl-admission-check"   # never stored: dry runs only
 
 JOBSET_VERSION = "v0.10.1"
 RELEASE_FILE = Path(__file__).with_name(f"jobset-{JOBSET_VERSION}.yaml")
@@ -73,6 +85,69 @@ def _pinned() -> tuple[int, int, int]:
     return (int(m.group(1)), int(m.group(2)), int(m.group(3)))
 
 
+def ready_seconds() -> float:
+    """How long `up` waits for JobSet's controller and webhooks, and `submit` for its webhooks
+    (TPUCTL_GKE_JOBSET_READY_SECONDS, 300 s: the controller pulls its image and makes its certificates)."""
+    return float(os.environ.get("TPUCTL_GKE_JOBSET_READY_SECONDS", "300"))
+
+
+def _probe() -> dict[str, Any]:
+    """The smallest JobSet the webhooks and the schema accept, for a dry run."""
+    pod = {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}
+    return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+            "metadata": {"name": PROBE_NAME, "namespace": "default"},
+            "spec": {"replicatedJobs": [{"name": "w", "replicas": 1, "template": {"spec": {"template": {
+                "spec": pod}}}}]}}
+
+
+def webhook_down(e: kube.KubeError) -> bool:
+    return e.status >= 500 and WEBHOOK_DOWN in e.message
+
+
+def _conditions(obj: dict[str, Any] | None) -> dict[str, str]:
+    return {str(c.get("type")): str(c.get("status")) for c in (obj or {}).get("status", {}).get("conditions", [])}
+
+
+def available(deployment: dict[str, Any]) -> bool:
+    """A Deployment's Available condition (apps/v1 DeploymentCondition): its pods pass their readiness probes."""
+    return _conditions(deployment).get("Available") == "True"
+
+
+def wait_ready(api: Any, progress: Callable[[str], None] = lambda s: None,
+               clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> None:
+    """Until JobSet takes a JobSet: its CRD Established, its controller Available (when it is the release's
+    Deployment: one installed some other way is not looked for), and a dryRun=All JobSet through admission."""
+    end = clock() + ready_seconds()
+    said = ""
+    step = 0.1
+    while True:
+        if _conditions(kube.get(api, CRD_PATH)).get("Established") != "True":
+            state = "its CRD not yet Established"
+        else:
+            dep = kube.get(api, CONTROLLER_PATH)
+            if dep is not None and not available(dep):
+                state = "its controller not yet Available"
+            else:
+                probe = _probe()
+                try:
+                    kube.apply(api, f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/default/jobsets/{PROBE_NAME}",
+                               probe, dry_run=True)
+                    return
+                except kube.KubeError as e:
+                    if not webhook_down(e):
+                        raise
+                    state = "its webhooks not yet serving"
+        if state != said:
+            progress(f"waiting for JobSet: {state}")
+            said = state
+        if clock() >= end:
+            raise TpuctlError(ErrorKind.TIMEOUT, f"JobSet in the cluster: {state} after {ready_seconds():.0f}s",
+                              "`kubectl -n jobset-system get pods` and its logs say why; `tpuctl up` again waits "
+                              "again (TPUCTL_GKE_JOBSET_READY_SECONDS sets how long)")
+        sleep(step)
+        step = min(step * 2, 5.0)
+
+
 def ensure_jobset(api: Any, sample: dict[str, Any] | None = None,
                   progress: Callable[[str], None] = lambda s: None) -> str:
     """JobSet ready for tpuctl's manifests; returns what was done ("installed v0.10.1", "found v0.10.1").
@@ -83,6 +158,7 @@ def ensure_jobset(api: Any, sample: dict[str, Any] | None = None,
         progress(f"installing JobSet {JOBSET_VERSION}")
         for obj in release_objects():
             kube.apply(api, path_of(obj), obj)
+        wait_ready(api, progress)
         return f"installed {JOBSET_VERSION}"
     have = installed_version(api)
     if have is not None and have < _pinned():
@@ -94,4 +170,5 @@ def ensure_jobset(api: Any, sample: dict[str, Any] | None = None,
         if lost:
             raise TpuctlError(ErrorKind.INPUT, "the cluster's JobSet does not know fields tpuctl's runs use: "
                               + ", ".join(lost[:3]), f"upgrade it: {UPGRADE}")
+    wait_ready(api, progress)   # found, but perhaps just installed by another `up`, or its controller restarting
     return f"found {'v' + '.'.join(map(str, have)) if have else 'JobSet (version unknown)'}"

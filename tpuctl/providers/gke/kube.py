@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import tempfile
 from typing import Any, Callable
 
 from ...core.errors import ErrorKind, TpuctlError
@@ -31,11 +30,8 @@ def connect(endpoint: str, ca_b64: str, token: str) -> Any:
     from kubernetes import client
     cfg = client.Configuration()
     cfg.host = endpoint if "://" in endpoint else f"https://{endpoint}"
-    if ca_b64:
-        fd, path = tempfile.mkstemp(prefix="tpuctl-gke-ca-", suffix=".pem")
-        with os.fdopen(fd, "wb") as f:
-            f.write(base64.b64decode(ca_b64))
-        cfg.ssl_ca_cert = path
+    if ca_b64:   # in memory (kubernetes Configuration.ca_cert_data): no temp file per connection, none left
+        cfg.ca_cert_data = base64.b64decode(ca_b64).decode()
     if token:
         cfg.api_key = {"BearerToken": token}
         cfg.api_key_prefix = {"BearerToken": "Bearer"}
@@ -65,12 +61,29 @@ def check_context(name: str) -> None:
         raise TpuctlError(ErrorKind.INPUT, f"--kube-context {name!r} is not in your kubeconfig", hint)
 
 
+_CLIENTS: dict[tuple[str, str], Any] = {}   # (endpoint, CA) -> its ApiClient, one per process
+
+
 def for_record(rec: dict[str, Any], token: Callable[[], str]) -> Any:
     """An ApiClient for the cluster a `gke` record names: through the kubeconfig context `up --kube-context` saved,
-    else GKE's endpoint and CA with a Google token (`token()`, asked for only then)."""
+    else GKE's endpoint and CA with a Google token (`token()`, asked for only then). One client per cluster and
+    process (its connection pool kept across the 5-second polls), whose token is asked for again before each
+    request through the client's own hook (kubernetes Configuration.refresh_api_key_hook, called by
+    get_api_key_with_prefix), so an hour-long `logs -f` outlives the token it started with."""
     if rec.get("context"):
         return connect_context(str(rec["context"]))
-    return connect(str(rec["endpoint"]), str(rec.get("ca_certificate") or ""), token())
+    key = (str(rec["endpoint"]), str(rec.get("ca_certificate") or ""))
+    api = _CLIENTS.get(key)
+    if api is None:
+        api = _CLIENTS[key] = connect(key[0], key[1], token())
+
+        def refresh(cfg: Any) -> None:
+            fresh = token()
+            if fresh:
+                cfg.api_key = {"BearerToken": fresh}
+                cfg.api_key_prefix = {"BearerToken": "Bearer"}
+        api.configuration.refresh_api_key_hook = refresh
+    return api
 
 
 def request(api: Any, method: str, path: str, body: Any = None, query: list[tuple[str, str]] | None = None,
@@ -120,11 +133,12 @@ def get(api: Any, path: str, query: list[tuple[str, str]] | None = None) -> dict
         raise
 
 
-def apply(api: Any, path: str, obj: dict[str, Any]) -> dict[str, Any]:
+def apply(api: Any, path: str, obj: dict[str, Any], dry_run: bool = False) -> dict[str, Any]:
     """Server-side apply of `obj` at its own path, taking over conflicting fields (`kubectl apply --server-side
-    --force-conflicts`, as xpk installs JobSet: core/cluster.py)."""
-    done: dict[str, Any] = request(api, "PATCH", path, obj, [("fieldManager", FIELD_MANAGER), ("force", "true")],
-                                   APPLY)
+    --force-conflicts`, as xpk installs JobSet: core/cluster.py). `dry_run`: through admission and validation,
+    nothing stored (`dryRun=All`: Kubernetes docs, "API Concepts: Dry-run")."""
+    query = [("fieldManager", FIELD_MANAGER), ("force", "true")] + ([("dryRun", "All")] if dry_run else [])
+    done: dict[str, Any] = request(api, "PATCH", path, obj, query, APPLY)
     return done
 
 

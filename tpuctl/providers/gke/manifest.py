@@ -37,6 +37,26 @@ EXCLUSIVE_TOPOLOGY = {"alpha.jobset.sigs.k8s.io/exclusive-topology": "cloud.goog
 # JobSet sets these on every pod (jobset_types.go JobIndexKey, pkg/constants RestartsKey); read by the downward API.
 JOB_INDEX = "jobset.sigs.k8s.io/job-index"
 RESTART_ATTEMPT = "jobset.sigs.k8s.io/restart-attempt"
+# Multislice (issue 49 item 1). JobSet sets no MEGASCALE_* (kubernetes-sigs/jobset#787), and JAX reads them from the
+# environment first (jax/_src/clusters/cloud_tpu_cluster.py `get_tpu_env_value`): the manifest gives each pod its own
+# from what JobSet v0.10.1 writes on every Job and pod (api/jobset/v1alpha2/jobset_types.go): `global-replicas` (the
+# Jobs of the JobSet: its slices), `job-global-index` (this Job's: its slice), and, with `spec.coordinator` set,
+# `coordinator` = "<jobset>-<replicatedJob>-<jobIndex>-<podIndex>.<subdomain>" (pkg/controllers/
+# jobset_controller.go `coordinatorEndpoint`), the stable DNS name of slice 0's worker 0: "the Megascale
+# coordinator address is set as the host with process id = 0" (cloud_tpu_cluster.py). JAX keeps the host part only
+# (`coordinator_address.split(':')[0]`) and libtpu uses its own port by default, so no port is added.
+GLOBAL_REPLICAS = "jobset.sigs.k8s.io/global-replicas"
+JOB_GLOBAL_INDEX = "jobset.sigs.k8s.io/job-global-index"
+COORDINATOR = "jobset.sigs.k8s.io/coordinator"
+# Kueue (issue 49 item 9): a JobSet opts into a LocalQueue by this label, as xpk's WORKLOAD_CREATE_YAML and
+# Kueue's JobSet integration read it (kueue pkg/controller/constants QueueLabel "kueue.x-k8s.io/queue-name"); the
+# run's priority is its pods' priorityClassName, which Kueue takes as the Workload's priority (kueue
+# pkg/util/priority: the pod sets' PriorityClassName) and which xpk writes (`priorityClassName: {priority}`).
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+# Bounds that keep a manifest inside its fields: maxRestarts is an int32 (jobset_types.go FailurePolicy.MaxRestarts
+# int32), and a run takes at most the slices `up` makes (planning.MAX_SLICES).
+MAX_RESTARTS = 1000
+MAX_SLICES = 64
 # GKE TPU node labels (xpk core/system_characteristics.py create_accelerator_label / create_machine_label;
 # TPU7x multi-host: core/scheduling.py create_placement_policy_label).
 ACCELERATOR_LABEL = "cloud.google.com/gke-tpu-accelerator"
@@ -77,6 +97,8 @@ class RunObjects:
     agent_version: str
     workload_policy: str = ""   # TPU7x multi-host: the node pools' workload policy (placement-policy-name)
     namespace: str = DEFAULT_NAMESPACE
+    queue: str = ""             # Kueue's LocalQueue ("": none: the cluster runs no Kueue)
+    priority: str = ""          # the pods' PriorityClass ("": the cluster's default)
 
 
 def jobset_name(run_id: str) -> str:
@@ -87,23 +109,31 @@ def jobset_name(run_id: str) -> str:
 def check(slices: int, max_restarts: int, shape: Shape) -> None:
     if slices < 1:
         raise bad_input(f"--slices {slices}: a run needs at least one slice", "--slices 1 or more")
+    if slices > MAX_SLICES:
+        raise bad_input(f"--slices {slices} is more than a GKE cluster of tpuctl's has", f"give 1 to {MAX_SLICES}")
     if slices > 1 and not shape.hosts > 1:
         # GKE Multislice needs multi-host node pools (kubernetes-engine/docs/how-to/tpu-multislice).
         raise bad_input(f"{shape.tpu_type} is a single-host slice: GKE Multislice takes multi-host slices only",
                         "a type of more than one host, e.g. v6e-16, or --slices 1")
     if max_restarts < 0:
         raise bad_input(f"--max-restarts {max_restarts} is negative", "--max-restarts 0 or more")
+    if max_restarts > MAX_RESTARTS:
+        raise bad_input(f"--max-restarts {max_restarts} is more than tpuctl allows", f"give 0 to {MAX_RESTARTS}")
 
 
 def build_jobset(r: RunObjects) -> dict[str, Any]:
     check(r.slices, r.max_restarts, r.shape)
     labels = {LABEL_CLUSTER: r.cluster, LABEL_RUN: r.run_id.lower()}
+    meta_labels = {**labels, **({QUEUE_LABEL: r.queue} if r.queue else {})}
+    spec: dict[str, Any] = {"coordinator": {"replicatedJob": REPLICATED_JOB, "jobIndex": 0, "podIndex": 0}} \
+        if r.slices > 1 else {}
     return {
         "apiVersion": JOBSET_API,
         "kind": "JobSet",
-        "metadata": {"name": jobset_name(r.run_id), "namespace": r.namespace, "labels": labels,
+        "metadata": {"name": jobset_name(r.run_id), "namespace": r.namespace, "labels": meta_labels,
                      "annotations": dict(EXCLUSIVE_TOPOLOGY)},
         "spec": {
+            **spec,
             # xpk: rules [FailJobSet on PodFailurePolicy]: a Job failed by its pod failure policy (a code not in
             # RESTART_EXIT_CODES) fails the JobSet at once; any other Job failure restarts it, counted against
             # maxRestarts (jobset_types.go FailurePolicy; no matching rule = RestartJobSet).
@@ -140,6 +170,7 @@ def _node_selector(r: RunObjects) -> dict[str, str]:
 
 def _pod_spec(r: RunObjects) -> dict[str, Any]:
     return {
+        **({"priorityClassName": r.priority} if r.priority else {}),
         "restartPolicy": "Never",   # the Job's pod failure policy needs it (Kubernetes Job docs)
         "hostNetwork": True, "dnsPolicy": "ClusterFirstWithHostNet",   # xpk: TPU hosts talk over the host network
         "terminationGracePeriodSeconds": GRACE_SECONDS,
@@ -163,23 +194,48 @@ def _container(r: RunObjects) -> dict[str, Any]:
             {"name": "TPUCTL_SLICE", "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{JOB_INDEX}']"}}},
             {"name": "TPUCTL_RESTART", "valueFrom": {"fieldRef": {
                 "fieldPath": f"metadata.labels['{RESTART_ATTEMPT}']"}}},
+            *(_megascale() if r.slices > 1 else []),
         ],
         "resources": {"limits": {TPU_RESOURCE: chips}},
         "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
     }
 
 
+def _megascale() -> list[dict[str, Any]]:
+    def annotation(key: str) -> dict[str, Any]:
+        return {"fieldRef": {"fieldPath": f"metadata.annotations['{key}']"}}
+    return [{"name": "MEGASCALE_COORDINATOR_ADDRESS", "valueFrom": annotation(COORDINATOR)},
+            {"name": "MEGASCALE_NUM_SLICES", "valueFrom": annotation(GLOBAL_REPLICAS)},
+            {"name": "MEGASCALE_SLICE_ID", "valueFrom": annotation(JOB_GLOBAL_INDEX)}]
+
+
 # The pod's program: the agent wheel from the store (gs:// through google-cloud-storage, in the range the agent
 # needs; a directory under the fake kubelet), then the agent for this run alone; its exit code is the job's, which
 # the pod failure policy reads. JOB_COMPLETION_INDEX is set by Kubernetes for an Indexed Job (Job docs,
 # "Completion mode"): the host's worker number in its slice.
-AGENT_SCRIPT = r"""set -eu
+# Each install is retried as the TPU VM's start-up script retries (templates/startup.sh `retry`: backing off 2 s,
+# 4 s, ... 60 s, for TPUCTL_RETRY_SECONDS, 300 by default): a registry or the bucket that does not answer at once is
+# no reason to end the run (an image without python3 is: exit 1). One that never answers exits 42, a restart code
+# (RESTART_EXIT_CODES), so the JobSet restarts the run within --max-restarts rather than the pod failure policy's
+# FailJob ending it for good (exit 1).
+AGENT_SCRIPT = r"""set -u
 PY="${TPUCTL_PYTHON:-python3}"
 WHEEL="${TMPDIR:-/tmp}/$(basename "$TPUCTL_AGENT_PACKAGE")"
-case "$TPUCTL_STORE" in
-  gs://*) "$PY" -m pip install -q --no-cache-dir "@{storage_req}" ;;
-esac
-"$PY" - "$TPUCTL_STORE" "$TPUCTL_AGENT_PACKAGE" "$WHEEL" <<'EOF'
+if ! command -v "$PY" >/dev/null 2>&1; then   # no retry mends an image: exit 1, the pod failure policy's FailJob
+  echo "tpuctl pod: no $PY in the image (it needs python3 with pip)" >&2; exit 1
+fi
+retry() {
+  what="$1"; shift; start=$(date +%s); delay=2
+  until "$@"; do
+    if [ $(( $(date +%s) - start )) -ge "${TPUCTL_RETRY_SECONDS:-300}" ]; then
+      echo "tpuctl pod: giving up on $what; exit 42 asks the JobSet to restart the run" >&2; exit 42
+    fi
+    echo "tpuctl pod: $what failed; again in ${delay}s" >&2; sleep "$delay"
+    delay=$(( delay * 2 > 60 ? 60 : delay * 2 ))
+  done
+}
+fetch() {
+  "$PY" - "$TPUCTL_STORE" "$TPUCTL_AGENT_PACKAGE" "$WHEEL" <<'EOF'
 import shutil, sys
 store, key, dest = sys.argv[1:]
 if store.startswith("gs://"):
@@ -188,7 +244,12 @@ if store.startswith("gs://"):
 else:
     shutil.copyfile(store.rstrip("/") + "/" + key, dest)
 EOF
-"$PY" -m pip install -q --no-cache-dir --force-reinstall --no-deps "$WHEEL"
+}
+case "$TPUCTL_STORE" in
+  gs://*) retry "pip install of the store client" "$PY" -m pip install -q --no-cache-dir "@{storage_req}" ;;
+esac
+retry "the agent package in the store" fetch
+retry "pip install of the agent" "$PY" -m pip install -q --no-cache-dir --force-reinstall --no-deps "$WHEEL"
 exec "$PY" -m tpuctl.agent --store "$TPUCTL_STORE" --run "$TPUCTL_RUN" --slice "${TPUCTL_SLICE:-0}" \
   --worker "${JOB_COMPLETION_INDEX:-0}" --accelerator "$TPUCTL_ACCELERATOR" --attempt "$((${TPUCTL_RESTART:-0} + 1))"
 """.replace("@{storage_req}", STORAGE)   # the range gcs_store relies on, as the start-up script's STORAGE_REQ

@@ -14,10 +14,11 @@ import re
 from ...core.catalog import VM_PRICES, check_zones, region_of, tpu_type
 from ...core.config import setting
 from ...core.errors import TpuctlError, bad_input
-from ...core.models import (ClusterSpec, Framework, ProviderName, check_bucket_name, check_gce_name, check_project,
+from ...core.models import (ClusterSpec, ProviderName, check_bucket_name, check_gce_name, check_project,
                             check_service_account, default_bucket)
 from ..base import PlanRow, Price, UpFlags, do_not_apply
 from ..gcp import project
+from .frameworks import check_cluster
 from .tputypes import TPU7X_MIN_GKE_VERSION, SliceShape, shape
 
 # GKE charges a cluster management fee of $0.10 per cluster per hour, whatever its size (the free tier's monthly
@@ -37,8 +38,7 @@ _GKE_NAME_RE = re.compile(r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")
 _IMAGE_RE = re.compile(r"^[a-z0-9]([a-z0-9._:-]*[a-z0-9])?(/[a-z0-9]([a-z0-9._-]*[a-z0-9])?)*(:[\w][\w.-]{0,127})?"
                        r"(@sha256:[0-9a-f]{64})?$")
 _NOT_ON_GKE = {"arch": "--arch", "runtime": "--runtime", "vm_type": "--vm-type", "queued": "--queued",
-               "valid_until": "--valid-until", "flex_start": "--flex-start", "network": "--network",
-               "subnetwork": "--subnetwork"}
+               "valid_until": "--valid-until", "flex_start": "--flex-start"}
 
 
 def cluster_name(spec: ClusterSpec) -> str:
@@ -97,21 +97,23 @@ def make_spec(name: str, flags: UpFlags) -> ClusterSpec:
         if flags.spot:   # one capacity type per node pool, as xpk's --reservation/--spot/--on-demand (core/capacity.py)
             raise bad_input("--spot and --reservation exclude each other: spot nodes use no reservation",
                             "pick one")
+    if flags.gke_cluster and flags.kueue:
+        raise bad_input("--kueue installs Kueue in a cluster `up` makes; an adopted cluster's Kueue (or its lack) "
+                        "is its owner's", "leave --kueue out: `submit --queue` uses the adopted cluster's own Kueue")
+    if flags.gke_cluster and (flags.network or flags.subnetwork):
+        raise bad_input("--network and --subnetwork are for a cluster `up` makes; --gke-cluster's has its own",
+                        "leave them out with --gke-cluster")
     if flags.image and not _IMAGE_RE.match(flags.image):
         raise bad_input(f"invalid --image {flags.image!r}", "for example us-docker.pkg.dev/PROJECT/REPO/IMAGE:TAG")
-    try:
-        framework = Framework(flags.framework or Framework.TENSORFLOW.value)
-        if framework is Framework.KERAS:   # a job's framework, never a cluster's (core/backends.py)
-            raise ValueError(framework)
-    except ValueError:
-        raise bad_input(f"unknown --framework {flags.framework!r}", "use tensorflow (default), jax or pytorch "
-                        "(a Keras 3 job runs on either: its backend follows the cluster)")
+    framework = check_cluster(flags.framework)
     return ClusterSpec(
         name=name, provider=ProviderName.GKE, project=proj, tpu_type=s.tpu_type, zones=[zone], spot=flags.spot,
         store="gs://" + check_bucket_name(flags.bucket or default_bucket(proj, name)), slices=slices,
         service_account=check_service_account(flags.service_account) if flags.service_account else "",
         framework=framework, gke_cluster=flags.gke_cluster or "", image=flags.image or "",
-        reservation=flags.reservation or "", kube_context=flags.kube_context or "")
+        reservation=flags.reservation or "", kube_context=flags.kube_context or "",
+        kueue=flags.kueue, network=check_gce_name(flags.network, "--network") if flags.network else "",
+        subnetwork=check_gce_name(flags.subnetwork, "--subnetwork") if flags.subnetwork else "")
 
 
 def _zone(s: SliceShape, zones: list[str]) -> str:
@@ -157,10 +159,16 @@ def tpu_hourly(spec: ClusterSpec) -> float | None:
     return t.spot_price_hour if spec.spot else t.price_hour
 
 
+# Each node's boot disk is billed as a persistent disk beside the node (kubernetes-engine/pricing: nodes are billed
+# as Compute Engine instances, their disks as persistent disks); its size and type are GKE's defaults, which tpuctl
+# does not set, so the price names them rather than guess an amount (issue 49 item 8).
+BOOT_DISKS = "; the nodes' boot disks (GKE's default size and type) are billed as persistent disks, not counted"
+
+
 def price(spec: ClusterSpec) -> Price:
     fixed = 0.0 if spec.gke_cluster else MANAGEMENT_FEE + VM_PRICES[SYSTEM_MACHINE]
-    fee = "" if spec.gke_cluster else (f"; with the GKE management fee (${MANAGEMENT_FEE:.2f}/hour) and the system "
-                                       f"node (${VM_PRICES[SYSTEM_MACHINE]:.3f}/hour)")
+    fee = ("" if spec.gke_cluster else (f"; with the GKE management fee (${MANAGEMENT_FEE:.2f}/hour) and the system "
+                                        f"node (${VM_PRICES[SYSTEM_MACHINE]:.3f}/hour)")) + BOOT_DISKS
     one = tpu_hourly(spec)
     if one is None:
         what = f"{spec.tpu_type} has no {'spot ' if spec.spot else ''}price in tpuctl's catalog"
@@ -176,7 +184,9 @@ def plan(spec: ClusterSpec) -> list[PlanRow]:
     rows = [PlanRow("gke", spec.gke_cluster, f"existing cluster, adopted (down leaves it)") if spec.gke_cluster else
             PlanRow("gke", spec.tpu_name, f"new Standard cluster in {zone}, one {SYSTEM_MACHINE} system node; "
                                           f"${MANAGEMENT_FEE:.2f}/hour management fee"
-                                          + (f"; version >= {TPU7X_MIN_GKE_VERSION}" if s.family == "tpu7x" else ""))]
+                                          + (f"; version >= {TPU7X_MIN_GKE_VERSION}" if s.family == "tpu7x" else "")
+                                          + (f"; network {spec.network}" if spec.network else "")
+                                          + (f", subnetwork {spec.subnetwork}" if spec.subnetwork else ""))]
     wp = policy_name(spec)
     if wp:
         rows.append(PlanRow("policy", wp, f"workload policy HIGH_THROUGHPUT, topology {s.topology}, in "
@@ -187,6 +197,10 @@ def plan(spec: ClusterSpec) -> list[PlanRow]:
         rows.append(PlanRow("pool", pool, f"{shape_text} in {zone}"
                             + (f", slice {k} of {spec.slices}" if spec.slices > 1 else "")))
     rows.append(PlanRow("jobset", "JobSet controller", "installed in the cluster if missing"))
+    if spec.kueue:
+        rows.append(PlanRow("kueue", "Kueue v0.17.8", "installed, with LocalQueue multislice-queue over "
+                                                     f"{s.chips * spec.slices} google.com/tpu and xpk's priority "
+                                                     "classes"))
     rows.append(PlanRow("bucket", spec.store, f"in {region_of(zone)}"))
     who = spec.service_account or "the Compute Engine default service account (the node pools' identity)"
     rows.append(PlanRow("grant", "storage.objectAdmin + storage.legacyBucketReader", f"on the bucket only, to {who}"))

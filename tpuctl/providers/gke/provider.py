@@ -35,6 +35,14 @@ def install_jobset(rec: dict[str, Any]) -> str:
     return str(ensure_jobset(kube.for_record(rec, clients.access_token)))
 
 
+def install_kueue(rec: dict[str, Any]) -> str:
+    """`up --kueue`: Kueue and its queue for the record's node pools (kueue_install.ensure_kueue)."""
+    from . import kube, tputypes
+    from .kueue_install import ensure_kueue
+    return ensure_kueue(kube.for_record(rec, clients.access_token), tputypes.shape(str(rec["tpu_type"])),
+                        int(rec.get("slices") or 1))
+
+
 class GkeProvider:
     name = ProviderName.GKE
     store_noun = "bucket"
@@ -44,7 +52,7 @@ class GkeProvider:
     def __init__(self) -> None:
         self.grants = BucketIam()
         self.nonce = secrets.token_hex(4)
-        self.compute = GkeCompute(self.grants.default_service_account, install_jobset)
+        self.compute = GkeCompute(self.grants.default_service_account, install_jobset, install_kueue)
         self.inventory = GkeInventory()
         self.remote_runs = GkeRuns()   # each run is a JobSet (runs.py)
         self._checked: set[str] = set()

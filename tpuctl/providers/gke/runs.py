@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from typing import Any, Callable
 
 from ... import __version__
@@ -19,7 +20,9 @@ from ...core import knobs, layout, runindex, runs
 from ...core.models import ClusterState
 from ...core.runs import RunState, RunStatus
 from ...core.store import BlobStore
-from . import kube, manifest, tputypes
+from ...core.errors import ErrorKind, TpuctlError
+from ...core.jobspec import JobSpec
+from . import frameworks, jobset_install, kube, kueue, manifest, tputypes
 
 Connect = Callable[[dict[str, Any]], Any]
 
@@ -44,22 +47,41 @@ def jobset_path(namespace: str, run_id: str) -> str:
     return f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{namespace}/jobsets/{manifest.jobset_name(run_id)}"
 
 
-def run_objects(st: ClusterState, run_id: str, max_restarts: int) -> manifest.RunObjects:
+def run_objects(st: ClusterState, run_id: str, max_restarts: int, queue: str = "",
+                priority: str = "") -> manifest.RunObjects:
     rec = dict(st.record.get("gke") or {})
     return manifest.RunObjects(
         cluster=st.name, run_id=run_id, shape=tputypes.shape(str(rec.get("tpu_type") or st.spec.tpu_type)),
         slices=int(rec.get("slices") or st.spec.slices or 1), max_restarts=max_restarts,
         image=str(rec.get("image") or manifest.DEFAULT_IMAGE), store_uri=st.spec.store, agent_version=__version__,
-        workload_policy=str(rec.get("workload_policy") or ""))
+        workload_policy=str(rec.get("workload_policy") or ""), queue=queue, priority=priority)
+
+
+# `submit` without --max-restarts on GKE (issue 49 item 5): spot preemption, maintenance and the node auto-upgrades
+# and auto-repairs that release channels make mandatory ("cannot be disabled when using release channels": GKE
+# release-channels docs) kill a run's pods (no exit code, or 137/143 from eviction). Kubernetes counts such a pod
+# against the Job's backoffLimit (0), the Job fails with BackoffLimitExceeded, which no failurePolicy rule of the
+# JobSet names, so JobSet restarts the whole run, counted against maxRestarts (jobset_types.go: "no match =
+# RestartJobSet"); with xpk's default of 0 the first disruption ended the run. A job's own failure (an exit code
+# not in RESTART_EXIT_CODES, e.g. 1) is FailJob, then FailJobSet: it still ends the run at once.
+DEFAULT_RESTARTS = 5
 
 
 class GkeRuns:
     restarts = True   # the JobSet's failurePolicy.maxRestarts = submit --max-restarts (manifest.py)
+    default_restarts = DEFAULT_RESTARTS
 
     def __init__(self, connect: Connect = _connect) -> None:
         self.connect = connect
         self.looked: dict[str, float] = {}     # run -> when its JobSet was last read
         self.said: dict[str, str] = {}
+
+    def check_run(self, st: ClusterState, job: JobSpec, max_restarts: int, queue: str, priority: str) -> str:
+        frameworks.check_job(job.name, job.framework, job.env, job.keras_backend)
+        objs = run_objects(st, "check", max_restarts)   # the shape and slices dispatch will use
+        manifest.check(objs.slices, max_restarts, objs.shape)
+        return kueue.pick_queue(self._api(st), manifest.DEFAULT_NAMESPACE, kueue.check_name(queue, "--queue"),
+                                kueue.check_name(priority, "--priority"))
 
     def _api(self, st: ClusterState) -> Any:
         return self.connect(dict(st.record.get("gke") or {}))
@@ -67,8 +89,24 @@ class GkeRuns:
     def dispatch(self, st: ClusterState, store: BlobStore, run_id: str, sessions: int,
                  progress: Callable[[str], None], keep_inputs: bool = False) -> None:
         job = runs.job(store, run_id)
-        js = manifest.build_jobset(run_objects(st, run_id, job.max_restarts if job else 0))
-        kube.apply(self._api(st), jobset_path(manifest.DEFAULT_NAMESPACE, run_id), js)
+        js = manifest.build_jobset(run_objects(st, run_id, job.max_restarts if job else 0,
+                                               job.queue if job else "", job.priority if job else ""))
+        api = self._api(st)
+        end = time.monotonic() + jobset_install.ready_seconds()
+        while True:   # JobSet's webhooks refuse while its controller (re)starts (jobset_install.py WEBHOOK_DOWN)
+            try:
+                kube.apply(api, jobset_path(manifest.DEFAULT_NAMESPACE, run_id), js)
+                break
+            except kube.KubeError as e:
+                if not jobset_install.webhook_down(e):
+                    raise
+                if time.monotonic() >= end:
+                    raise TpuctlError(ErrorKind.TIMEOUT, f"JobSet's webhooks refused run {run_id}'s JobSet for "
+                                      f"{jobset_install.ready_seconds():.0f}s: {e.message}",
+                                      "`kubectl -n jobset-system get pods` and its logs say why; the run is "
+                                      f"written: `tpuctl cancel {run_id}` ends it") from None
+                progress("waiting for JobSet's webhooks (its controller is not serving yet)")
+                time.sleep(1.0)
         progress(f"JobSet {js['metadata']['name']} created")
 
     def advance(self, st: ClusterState, store: BlobStore, run_id: str, follow: bool = False) -> str:
@@ -85,7 +123,10 @@ class GkeRuns:
         ended = condition(js)
         if ended and not runs.status(store, run_id).state.final:
             self._end_unreported(api, store, run_id, js, pods, ended)
-        self.said[run_id] = words(js, pods)
+        queued = "" if ended else queued_words(api, js)
+        if queued or (not ended and stuck_words(pods)):
+            _note(store, run_id, queued or stuck_words(pods))   # `status` and `jobs` say it, never a bare pending
+        self.said[run_id] = f"JobSet {js['metadata']['name']} {queued}" if queued else words(js, pods)
         return self.said[run_id]
 
     def _end_unreported(self, api: Any, store: BlobStore, run_id: str, js: dict[str, Any],
@@ -113,10 +154,13 @@ class GkeRuns:
     def cancel(self, st: ClusterState, store: BlobStore, run_id: str) -> None:
         """The cancel marker first (the agents end the job: SIGTERM, its grace, SIGKILL; host/supervisor.py), then
         the JobSet deleted once the run is final or the grace is over; a run no agent ended is ended here once its
-        pods are gone (so a dying agent's last word cannot follow)."""
+        pods are gone (so a dying agent's last word cannot follow). A run Kueue holds (its JobSet suspended: no
+        pod, no agent) is deleted at once, before it starts."""
         store.write(layout.run_cancel(run_id), json.dumps({"time": time.time()}).encode())
         step = min(1.0, max(0.05, cancel_grace() / 20))
-        deadline = time.monotonic() + cancel_grace()
+        js = kube.get(self._api(st), jobset_path(manifest.DEFAULT_NAMESPACE, run_id))
+        held = js is not None and bool(js["spec"].get("suspend")) and not pods_of(self._api(st), run_id)
+        deadline = time.monotonic() + (0 if held else cancel_grace())
         while time.monotonic() < deadline and not runs.status(store, run_id).state.final:
             time.sleep(step)
         api = self._api(st)
@@ -153,6 +197,22 @@ class GkeRuns:
 
     def let_go(self, run_id: str) -> None:
         self.said.pop(run_id, None)
+
+
+def queued_words(api: Any, js: dict[str, Any]) -> str:
+    """`queued (Kueue: ...)` while Kueue holds the run's JobSet (kueue.py), "" when it has admitted it or the
+    JobSet has no queue."""
+    if manifest.QUEUE_LABEL not in js["metadata"].get("labels", {}):
+        return ""
+    return kueue.queued_words(kueue.workload_of(api, js))
+
+
+def _note(store: BlobStore, run_id: str, said: str) -> None:
+    """Kueue's word in the run's status (`status`, `jobs`) while no agent runs it: a run not yet started stays
+    queued, one evicted stays interrupted (requeued, not failed), each with Kueue's reason."""
+    cur = runs.status(store, run_id)
+    if cur.state in (RunState.QUEUED, RunState.INTERRUPTED) and cur.note != said:
+        store.write(layout.run_status(run_id, 0), json.dumps(replace(cur, note=said).to_json()).encode())
 
 
 def pods_of(api: Any, run_id: str) -> list[dict[str, Any]]:
@@ -198,9 +258,35 @@ def words(js: dict[str, Any], pods: list[dict[str, Any]]) -> str:
     pods_text = (", ".join(f"{n} {ph}" for ph, n in sorted(phases.items())) or "none yet") + \
         (f" on {', '.join(nodes[:4])}" + (f" and {len(nodes) - 4} more nodes" if len(nodes) > 4 else "")
          if nodes else "")
+    stuck = stuck_words(pods)
     return (f"JobSet {js['metadata']['name']} {state}" + (f" ({reason})" if reason else "") +
             f", restarts {st.get('restarts', 0)} of {js['spec'].get('failurePolicy', {}).get('maxRestarts', 0)}"
-            f"; pods: {pods_text}")
+            f"; pods: {pods_text}" + (f"; {stuck}" if stuck else ""))
+
+
+# A container that cannot start, as the kubelet reports it in containerStatuses[].state.waiting.reason (Kubernetes
+# docs, "Images": ErrImagePull, then ImagePullBackOff; InvalidImageName for a reference it cannot parse).
+PULL_FAILURES = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName")
+
+
+def stuck_words(pods: list[dict[str, Any]]) -> str:
+    """What keeps a run's pods Pending, said with where and the fix (issue 49 item 4): an image the node cannot
+    pull, or no node the scheduler can put the pod on (PodScheduled False, reason Unschedulable: Kubernetes docs,
+    "Pod Lifecycle: Pod conditions"); "" when nothing does."""
+    for p in pods:
+        name = p.get("metadata", {}).get("name", "?")
+        for cs in p.get("status", {}).get("containerStatuses", []):
+            waiting = cs.get("state", {}).get("waiting") or {}
+            if waiting.get("reason") in PULL_FAILURES:
+                image = next((c.get("image") for c in p.get("spec", {}).get("containers", [])), "?")
+                return (f"pod {name} cannot pull image {image} ({waiting['reason']}: {waiting.get('message', '')}); "
+                        "fix: `tpuctl up --image` with an image the node pools can pull (a private cluster needs "
+                        "egress to its registry, or the image in Artifact Registry)")
+        for c in p.get("status", {}).get("conditions", []):
+            if c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == "Unschedulable":
+                return (f"pod {name} is unschedulable ({c.get('message') or 'no node fits'}); fix: check the TPU "
+                        "node pools are there and RUNNING (`tpuctl status`), or that no other run holds them")
+    return ""
 
 
 def _text(log: Any) -> str:

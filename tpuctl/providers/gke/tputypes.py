@@ -51,7 +51,7 @@ _FAMILIES: dict[str, _Family] = {
     "tpu7x": _Family("tpu7x", "tpu7x-standard-4t", "tpu7x-standard-1t", 2,
                      {2: "1x1x1", **_CUBE, 8192: "16x16x16"}, workload_policy=True),
 }
-_TYPE_RE = re.compile(r"^([a-z0-9]+)-(\d+)$")
+_TYPE_RE = re.compile(r"^([a-z0-9]+)-(\d+)\Z")   # \Z: "$" would match before a final newline
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Callable
 
 from ...core import knobs, layout, runindex, runs
-from ...core.errors import ErrorKind, TpuctlError
+from ...core.errors import ErrorKind, TpuctlError, bad_input
 from ...core.models import ClusterState
 from ...core.runs import RunState, RunStatus
 from ...core.store import BlobStore
@@ -34,7 +34,19 @@ DATASETS = inputs.DATASETS
 ORPHAN_SECONDS = 600        # a submit writes the run's record within moments of its job.json: this is generous
 
 
-class KaggleSessions:
+class _NoQueue:
+    """What base.py RemoteRuns asks of `submit` that Kaggle has none of: no queue, no restarts by default."""
+    default_restarts = 0
+
+    def check_run(self, st: ClusterState, job: Any, max_restarts: int, queue: str, priority: str) -> str:
+        """Every framework runs in a Kaggle session (kernel.py picks what it installs); there is no queue."""
+        if queue or priority:
+            raise bad_input("--queue and --priority apply to --provider gke clusters (Kueue)",
+                            "leave them out: a Kaggle session starts when Kaggle gives it a TPU")
+        return ""
+
+
+class KaggleSessions(_NoQueue):
     """providers/base.py RemoteRuns for Kaggle."""
     restarts = False   # a session continues by CONTINUE_CODE, not by restarts (cli/runs.py refuses --max-restarts)
 

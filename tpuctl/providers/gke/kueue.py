@@ -1,0 +1,97 @@
+"""Kueue on a GKE cluster (issue 49 items 9-11): the queue a run is submitted to and how Kueue answers.
+
+Kueue's objects and behaviour relied on (kubernetes-sigs/kueue; the version pinned by xpk's core/kueue_manager.py
+is in GKE_FACTS.md):
+- a JobSet opts in with the label `kueue.x-k8s.io/queue-name` naming a LocalQueue in its namespace (manifest.py
+  QUEUE_LABEL); Kueue then makes a Workload for it, owned by the JobSet (ownerReferences), and keeps the JobSet
+  suspended (`spec.suspend: true`) until the Workload is admitted (site/content/en/docs/tasks/run/jobsets.md);
+- a Workload's conditions (apis/kueue/v1beta1/workload_types.go): `QuotaReserved` (False with reason Pending and
+  a message such as "couldn't assign flavors to pod set ...: insufficient unused quota ..." while it waits),
+  `Admitted`, `Evicted` (reason Preempted when a higher priority took its quota; the JobSet is suspended again and
+  the Workload goes back to the queue), `Finished`;
+- LocalQueue and PriorityClass names are DNS-1123 subdomains (Kubernetes object names);
+- the API read is v1beta1: served by every Kueue release teams run, v0.17 included (its CRDs serve v1beta1 and
+  store v1beta2: kueue-v0.17.8.yaml), with the same condition types."""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ...core.errors import bad_input
+from . import kube
+
+API = "kueue.x-k8s.io/v1beta1"
+_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?\Z")
+
+
+def check_name(name: str | None, flag: str) -> str:
+    """A LocalQueue's or PriorityClass's name as given to `flag`, checked offline ("" when not given)."""
+    if not name:
+        return ""
+    if not _NAME_RE.match(name):
+        raise bad_input(f"invalid {flag} {name!r}", "a Kubernetes name: lowercase letters, digits, '-' and '.', "
+                        "e.g. --queue multislice-queue --priority medium")
+    return name
+
+
+def condition(workload: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    return next((c for c in workload.get("status", {}).get("conditions", []) if c.get("type") == kind), None)
+
+
+def queued_words(workload: dict[str, Any] | None) -> str:
+    """`queued (Kueue: <why>)` for a Workload Kueue has not admitted, "" for one it has. An evicted one (Evicted
+    True: preempted by a higher priority) is back in the queue, said as such: not a failure."""
+    if workload is None:
+        return "queued (Kueue: no Workload yet)"
+    admitted = condition(workload, "Admitted")
+    if admitted is not None and admitted.get("status") == "True":
+        return ""
+    evicted = condition(workload, "Evicted")
+    if evicted is not None and evicted.get("status") == "True":
+        return f"queued (Kueue: requeued after eviction, {evicted.get('reason') or 'Evicted'}: " \
+               f"{evicted.get('message') or 'waiting for quota again'})"
+    reserved = condition(workload, "QuotaReserved")
+    why = str(reserved.get("message") or reserved.get("reason") or "") if reserved is not None else ""
+    return f"queued (Kueue: {why or 'waiting for admission'})"
+
+
+def workload_of(api: Any, jobset: dict[str, Any]) -> dict[str, Any] | None:
+    """The Workload Kueue made for `jobset` (owned by it), None before Kueue made one."""
+    ns, name = jobset["metadata"].get("namespace") or "default", jobset["metadata"]["name"]
+    found = kube.get(api, f"/apis/{API}/namespaces/{ns}/workloads") or {}
+    return next((w for w in found.get("items", []) if any(r.get("kind") == "JobSet" and r.get("name") == name
+                                                         for r in w["metadata"].get("ownerReferences", []))), None)
+
+
+def local_queues(api: Any, namespace: str) -> list[str] | None:
+    """The namespace's LocalQueues; None when the cluster runs no Kueue (its API is not served: 404)."""
+    found = kube.get(api, f"/apis/{API}/namespaces/{namespace}/localqueues")
+    return None if found is None else sorted(str(q["metadata"]["name"]) for q in found.get("items", []))
+
+
+def pick_queue(api: Any, namespace: str, queue: str, priority: str) -> str:
+    """The LocalQueue a run is submitted to: `queue` when the namespace has it; without one, the namespace's only
+    LocalQueue on a Kueue cluster (a JobSet without the queue label is not Kueue's to admit: on a cluster whose
+    Kueue manages every job it is never admitted, google/tunix PR #2342); "" on a cluster without Kueue. A
+    `priority` must name a PriorityClass (the API server refuses a pod naming a missing one: "no PriorityClass with
+    name ... was found", Kubernetes docs "Pod Priority and Preemption")."""
+    if priority and kube.get(api, f"/apis/scheduling.k8s.io/v1/priorityclasses/{priority}") is None:
+        found = kube.get(api, "/apis/scheduling.k8s.io/v1/priorityclasses") or {}
+        names = sorted(str(p["metadata"]["name"]) for p in found.get("items", []))
+        raise bad_input(f"--priority {priority}: the cluster has no such PriorityClass",
+                        "the cluster has: " + (", ".join(names) or "none") + " (`tpuctl up --kueue` makes xpk's)")
+    queues = local_queues(api, namespace)
+    if queues is None:
+        if queue:
+            raise bad_input(f"--queue {queue}: the cluster runs no Kueue", "leave --queue out, or `tpuctl up "
+                            "--kueue` on a cluster tpuctl makes")
+        return ""
+    if queue:
+        if queue not in queues:
+            raise bad_input(f"--queue {queue}: namespace {namespace} has no such LocalQueue",
+                            "it has: " + (", ".join(queues) or "none"))
+        return queue
+    if len(queues) > 1:
+        raise bad_input(f"the cluster runs Kueue and namespace {namespace} has {len(queues)} LocalQueues",
+                        "name one: " + " or ".join(f"--queue {q}" for q in queues))
+    return queues[0] if queues else ""

@@ -1,0 +1,120 @@
+"""`up --provider gke --kueue` (issue 49 item 10): Kueue in a cluster tpuctl makes, with the queue objects xpk makes,
+so that runs share its TPUs through Kueue (kueue.py) rather than tpuctl's own queue.
+
+The shipped `kueue-v0.17.8.yaml` is the release's `manifests.yaml` as its Makefile makes it (`make
+release-artifacts IMAGE_REGISTRY=registry.k8s.io/kueue GIT_TAG=v0.17.8`, .github/ISSUE_TEMPLATE/NEW_RELEASE.md:
+`kustomize edit set image controller=registry.k8s.io/kueue/kueue:v0.17.8` in config/components/manager, then
+`kustomize build config/default`), assembled from kubernetes-sigs/kueue at tag v0.17.8 with `kubectl kustomize
+config/default` (kustomize v5.5.0), because the GitHub release asset cannot be fetched here. Which version xpk
+pins is not settled here: GKE_FACTS.md says v0.17.x for xpk 1.16.0; the one stored copy of xpk's
+core/kueue_manager.py read (commit 04890e1) defaults to v0.12.2. v0.17.8 is the newest of the v0.17 line in
+kubernetes-sigs/kueue's tags. Installed as its README says: `kubectl apply --server-side -f
+.../releases/download/v0.17.8/manifests.yaml`.
+
+The queue objects, as xpk's src/xpk/templates/kueue_config.yaml.j2 makes them (read at commit 8c43c44: its
+ResourceFlavor's nodeLabels, the ClusterQueue's `namespaceSelector: {}`, `reclaimWithinCohort: Never`,
+`withinClusterQueue: LowerPriority`, the LocalQueue in `default`, the PriorityClasses' values):
+one ResourceFlavor for the node pools' TPU shape (their accelerator and topology labels, and the google.com/tpu
+toleration), a ClusterQueue whose google.com/tpu nominalQuota is every node pool's chips with
+`preemption.withinClusterQueue: LowerPriority`, a LocalQueue in the runs' namespace, and xpk's five
+PriorityClasses (very-low 100 ... very-high 1000). Kueue's webhooks, like JobSet's, are `failurePolicy: Fail`
+until its controller serves: they are applied once its Deployment is Available, retried while a webhook is down."""
+from __future__ import annotations
+
+import functools
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from ...core.errors import ErrorKind, TpuctlError
+from . import jobset_install, kube, kueue, manifest
+from .tputypes import SliceShape
+
+KUEUE_VERSION = "v0.17.8"
+RELEASE_FILE = Path(__file__).with_name(f"kueue-{KUEUE_VERSION}.yaml")
+CONTROLLER_PATH = "/apis/apps/v1/namespaces/kueue-system/deployments/kueue-controller-manager"
+CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/workloads.kueue.x-k8s.io"
+# xpk's names (core/kueue_manager.py LOCAL_QUEUE_NAME, CLUSTER_QUEUE_NAME), so xpk's manifests find the queue too
+LOCAL_QUEUE = "multislice-queue"
+CLUSTER_QUEUE = "cluster-queue"
+# xpk's PriorityClasses (templates/kueue_config.yaml.j2: very-low 100, low 250, medium 500, high 750, very-high
+# 1000; medium is xpk's default --priority)
+PRIORITIES = {"very-low": 100, "low": 250, "medium": 500, "high": 750, "very-high": 1000}
+_PLURALS = {"APIService": ("apiservices", False)}
+
+
+@functools.lru_cache(maxsize=1)
+def release_objects() -> tuple[dict[str, Any], ...]:
+    import yaml
+    return tuple(d for d in yaml.safe_load_all(RELEASE_FILE.read_text()) if d)
+
+
+def _path(obj: dict[str, Any]) -> str:
+    if obj["kind"] in _PLURALS:
+        plural, namespaced = _PLURALS[obj["kind"]]
+        return kube.object_path(obj, plural, namespaced)
+    return jobset_install.path_of(obj)
+
+
+def flavor_name(shape: SliceShape) -> str:
+    return f"tpuctl-{shape.accelerator}-{shape.topology}"
+
+
+def queue_objects(shape: SliceShape, slices: int, namespace: str = manifest.DEFAULT_NAMESPACE) -> list[dict[str, Any]]:
+    """The ResourceFlavor, ClusterQueue, LocalQueue and PriorityClasses for `slices` node pools of `shape`."""
+    api = kueue.API
+    flavor = {"apiVersion": api, "kind": "ResourceFlavor", "metadata": {"name": flavor_name(shape)}, "spec": {
+        "nodeLabels": {manifest.ACCELERATOR_LABEL: shape.accelerator, manifest.TOPOLOGY_LABEL: shape.topology},
+        "tolerations": [{"key": manifest.TPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}]}}
+    queue = {"apiVersion": api, "kind": "ClusterQueue", "metadata": {"name": CLUSTER_QUEUE}, "spec": {
+        "namespaceSelector": {},
+        "preemption": {"reclaimWithinCohort": "Never", "withinClusterQueue": "LowerPriority"},
+        "resourceGroups": [{"coveredResources": [manifest.TPU_RESOURCE], "flavors": [{
+            "name": flavor_name(shape),
+            "resources": [{"name": manifest.TPU_RESOURCE, "nominalQuota": shape.chips * slices}]}]}]}}
+    local = {"apiVersion": api, "kind": "LocalQueue", "metadata": {"name": LOCAL_QUEUE, "namespace": namespace},
+             "spec": {"clusterQueue": CLUSTER_QUEUE}}
+    prios = [{"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": n}, "value": v,
+              "globalDefault": False, "description": f"xpk's {n} priority"} for n, v in PRIORITIES.items()]
+    return [flavor, queue, local, *prios]
+
+
+def _queue_path(obj: dict[str, Any]) -> str:
+    plural = {"ResourceFlavor": "resourceflavors", "ClusterQueue": "clusterqueues", "LocalQueue": "localqueues",
+              "PriorityClass": "priorityclasses"}[obj["kind"]]
+    return kube.object_path(obj, plural, obj["kind"] == "LocalQueue")
+
+
+def ensure_kueue(api: Any, shape: SliceShape, slices: int, progress: Callable[[str], None] = lambda s: None,
+                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> str:
+    """Kueue's release (when the cluster lacks it), then the queue objects; returns what was done."""
+    said = "found"
+    if kube.get(api, CRD_PATH) is None:
+        progress(f"installing Kueue {KUEUE_VERSION}")
+        for obj in release_objects():
+            kube.apply(api, _path(obj), obj)
+        said = "installed"
+    end = clock() + jobset_install.ready_seconds()
+    step = 0.1
+    todo = queue_objects(shape, slices)
+    while todo:
+        dep = kube.get(api, CONTROLLER_PATH)
+        ready = dep is None or jobset_install.available(dep)   # a Kueue installed some other way: not looked for
+        try:
+            if ready:
+                kube.apply(api, _queue_path(todo[0]), todo[0])
+                todo.pop(0)
+                continue
+            state = "its controller not yet Available"
+        except kube.KubeError as e:
+            if not jobset_install.webhook_down(e):
+                raise
+            state = "its webhooks not yet serving"
+        if clock() >= end:
+            raise TpuctlError(ErrorKind.TIMEOUT, f"Kueue in the cluster: {state} after "
+                              f"{jobset_install.ready_seconds():.0f}s", "`kubectl -n kueue-system get pods` and its "
+                              "logs say why; `tpuctl up` again waits again")
+        progress(f"waiting for Kueue: {state}")
+        sleep(step)
+        step = min(step * 2, 5.0)
+    return f"{said} {KUEUE_VERSION}; LocalQueue {LOCAL_QUEUE} ({shape.chips * slices} google.com/tpu)"
