@@ -21,6 +21,8 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping, MutableMapping, Optional
 
+from .catalog import is_tpu_type
+
 BACKENDS = ("jax", "tensorflow")
 ENV = "KERAS_BACKEND"   # what Keras 3 reads at import (keras/src/backend/config.py: os.environ["KERAS_BACKEND"])
 
@@ -83,7 +85,7 @@ def for_host(record: Mapping[str, Any], accelerator: str, tensorflow_imports: bo
         return "tensorflow", "beside a legacy TPU Node, TensorFlow drives the TPU"
     if accelerator.startswith("gpu"):
         return "jax", "on GPUs, Keras 3's JAX backend"
-    if record.get("arch") == "vm" and accelerator.startswith("v"):
+    if record.get("arch") == "vm" and is_tpu_type(accelerator):
         if int(record.get("slices") or 1) > 1:
             return "jax", "a Multislice cluster: TPUStrategy does not span slices"
         if tensorflow_runtime(record):
@@ -104,7 +106,7 @@ def for_session(platform: str, accelerator: str, tensorflow_imports: bool) -> tu
         return "jax", "Kaggle's TPU image drives the TPU with JAX and libtpu, and has no TPU TensorFlow"
     if platform == "kaggle":   # its GPU and CPU images: JAX as on its TPU, one job the same everywhere on Kaggle
         return "jax", "on GPUs, Keras 3's JAX backend" if accelerator.startswith("gpu") else "on Kaggle, as on its TPU"
-    if accelerator.startswith("v"):
+    if is_tpu_type(accelerator):
         return "jax", "Colab's TPU runtimes have JAX and no TensorFlow"
     return for_host({}, accelerator, tensorflow_imports)
 
@@ -115,7 +117,7 @@ def program_framework(framework: str, env: Mapping[str, str], keras_backend: str
     from the same record (host/kerasbackend.py). Only a TPU slice has more than one host."""
     if framework != "keras":
         return framework
-    name = forced(env, keras_backend)[0] or for_host(record, "v", False)[0]
+    name = forced(env, keras_backend)[0] or for_host(record, "v2-8", False)[0]
     return "tensorflow" if name == "tensorflow" else "jax"
 
 
