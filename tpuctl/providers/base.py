@@ -73,6 +73,7 @@ class UpFlags:
     image: str | None = None
     reservation: str | None = None
     kube_context: str | None = None
+    api: str | None = None           # Google Cloud: "tpu" or "compute" (providers/gcp/planning.py)
 
     def remember(self, spec: ClusterSpec) -> None:
         """`up -c NAME` on an existing cluster: each flag not given again takes the value the cluster was made
@@ -111,6 +112,9 @@ class UpFlags:
         self.vm_type = self.vm_type or spec.vm_type or None
         self.framework = self.framework or spec.framework.value
         self.queued = self.queued or spec.queued
+        self.api = self.api or spec.api or None
+        self.flex_start = self.flex_start or spec.flex_start
+        self.reservation = self.reservation or spec.reservation or None
         self.network = self.network or spec.network or None
         self.subnetwork = self.subnetwork or spec.subnetwork or None
         if self.slices is None and spec.slices > 1:
@@ -123,7 +127,7 @@ class UpFlags:
                  "bucket": "--bucket", "vm_type": "--vm-type", "framework": "--framework", "queued": "--queued",
                  "valid_until": "--valid-until", "flex_start": "--flex-start", "slices": "--slices",
                  "network": "--network", "subnetwork": "--subnetwork", "gke_cluster": "--gke-cluster",
-                 "image": "--image", "reservation": "--reservation", "kube_context": "--kube-context"}
+                 "image": "--image", "reservation": "--reservation", "kube_context": "--kube-context", "api": "--api"}
         return [flag for attr, flag in names.items() if getattr(self, attr) not in (None, False, "", [])]
 
 
