@@ -438,3 +438,20 @@ def teardown_list(spec: ClusterSpec) -> list[str]:
     return [f"MIG {n} and its VMs" for n in spec.node_names] + [f"instance template {template_name(n)}"
                                                                 for n in spec.node_names] \
         + [f"workload policy {policy_name(spec)}"]
+
+
+FLEX_MAX_SECONDS = 7 * 86400   # "The run duration must be between 10 minutes and 7 days" (about-resize-requests, §4)
+FLEX_MIN_SECONDS = 600
+
+
+def check_capacity_flags(spec: ClusterSpec) -> None:
+    """--flex-start needs --max-duration: a flex-start VM's maxRunDuration, which Google enforces (§4)."""
+    from ...core.errors import bad_input
+    if not spec.flex_start:
+        return
+    if not spec.max_duration:
+        raise bad_input("--flex-start needs --max-duration D: Google deletes flex-start VMs after it",
+                        "add --max-duration, from 10m to 7d (for example --max-duration 8h)")
+    if not FLEX_MIN_SECONDS <= spec.max_duration <= FLEX_MAX_SECONDS:
+        raise bad_input(f"--max-duration with --flex-start is from 10 minutes to at most 7 days (about-resize-"
+                        f"requests)", "for example --max-duration 8h")

@@ -53,6 +53,8 @@ class GcpProvider:
 
     # -- making and removing -----------------------------------------------------------------------------
     def preflight(self, spec: ClusterSpec) -> list[str]:
+        if spec.api:
+            gce.check_capacity_flags(spec)   # --max-duration is known only once the CLI has read it
         clients.preflight()
         firewall.check(spec, tpu_type(spec.tpu_type).hosts)   # read-only; refused before anything is made
         if spec.project not in self._checked:   # the CLI asks before its prompt, `up` again: ask Google once
