@@ -186,7 +186,8 @@ def test_multi_host_workers_learn_their_ids_from_metadata(cloud, cli, tmp_path, 
                              " '-'))\n", 'framework = "jax"\n')
     code, out, err = cli("submit", str(job), "-c", "ir")
     assert code == 0, err + "".join(h.agent_out() for h in found)
-    lines = sorted(line for line in out.splitlines() if line.startswith("w "))
-    first = sorted(h.name for h in found if h.worker == 0)[0]
-    assert lines == [f"w 0 2 {first}:8482 0", f"w 1 2 {first}:8482 1"], out
+    first = next(h.name for h in found if h.worker == 0)   # worker-network-endpoints' first: worker 0 (§5)
+    assert out.split() == ["w", "0", "2", f"{first}:8482", "0"], out
+    code, out1, err = cli("logs", "-c", "ir", "--worker", "1")
+    assert out1.split() == ["w", "1", "2", f"{first}:8482", "1"], out1 + err
     assert cli("down", "-c", "ir", "--yes")[0] == 0

@@ -118,6 +118,14 @@ def jax_replicas(environ: Mapping[str, str] = os.environ) -> Replicas:
         except RuntimeError as e:
             if "once" not in str(e):
                 raise
+        except ValueError:
+            # no cluster JAX knows (a Compute Engine TPU VM may lack the metadata JAX's detection needs): the
+            # agent's TPUCTL_JAX_* say where the coordinator is and which process this is (host/jaxcluster.py)
+            if not environ.get("TPUCTL_JAX_COORDINATOR"):
+                raise
+            jax.distributed.initialize(coordinator_address=environ["TPUCTL_JAX_COORDINATOR"],
+                                       num_processes=int(environ["TPUCTL_JAX_NUM_PROCESSES"]),
+                                       process_id=int(environ["TPUCTL_JAX_PROCESS_ID"]))
     devices = keras.distribution.list_devices()
     platform = jax.devices()[0].platform
     dist = None
