@@ -191,3 +191,27 @@ def test_multi_host_workers_learn_their_ids_from_metadata(cloud, cli, tmp_path, 
     code, out1, err = cli("logs", "-c", "ir", "--worker", "1")
     assert out1.split() == ["w", "1", "2", f"{first}:8482", "1"], out1 + err
     assert cli("down", "-c", "ir", "--yes")[0] == 0
+
+
+def test_a_missing_compute_permission_stops_up_before_anything_is_made(cloud, cli):
+    from fakes.resource_manager import OTHER_PERMISSIONS, TPU_PERMISSIONS
+    cloud.iam.held = set(TPU_PERMISSIONS + OTHER_PERMISSIONS) - {"compute.instanceGroupManagers.create"}
+    code, out, err = cli("up", "--type", "tpu7x-16", "--zone", ZONE, "-c", "ir", "--yes")
+    assert code != 0 and "compute.instanceGroupManagers.create" in err and "roles/compute.instanceAdmin.v1" in err
+    assert cloud.mutating_calls() == []
+
+
+@pytest.mark.parametrize("tpu, gone", [("tpu7x-8", "instance"), ("tpu7x-16", "mig")])
+def test_autostop_the_host_deletes_its_vm_or_mig_then_down_removes_the_rest(live_hosts, cloud, cli, tpu, gone):
+    code, out, err = cli("up", "--type", tpu, "--zone", ZONE, "-c", "ir", "--autostop", "3s", "--yes")
+    assert code == 0, err
+    assert "armed: enforced by the host" in err, err
+    key = (PROJECT, ZONE, "tpuctl-ir")
+    until(lambda: key not in (cloud.compute.instances if gone == "instance" else cloud.compute.migs), 120,
+          lambda: "".join(h.agent_out() for hs in live_hosts.hosts.values() for h in hs))
+    asked = [p for a, p in cloud.compute.calls if a in ("delete", "mig_delete")]
+    assert asked == [f"/compute/v1/projects/{PROJECT}/zones/{ZONE}/" +
+                     ("instances/tpuctl-ir" if gone == "instance" else "instanceGroupManagers/tpuctl-ir")]
+    assert not [k for k in cloud.compute.instances if k[2].startswith("tpuctl-ir")]
+    assert cli("down", "-c", "ir", "--yes")[0] == 0   # a MIG's template and workload policy: `down`'s
+    assert cloud.leaks() == []

@@ -109,8 +109,9 @@ class FakeCompute(TpuCompute):
             target = path.removeprefix("/compute/v1/")
             if member == "invalid":
                 return self._error(401, "authError", "Invalid Credentials")
-            if action != "delete" or not self.iam.allows(member, "compute.instances.delete", target,
-                                                         "compute.googleapis.com"):
+            # a host deletes its VM, or its MIG (compute/docs/access/iam: compute.instanceGroupManagers.delete)
+            needs = {"delete": "compute.instances.delete", "mig_delete": "compute.instanceGroupManagers.delete"}
+            if action not in needs or not self.iam.allows(member, needs[action], target, "compute.googleapis.com"):
                 return self._error(403, "forbidden", f"Required 'compute.instances.{action}' permission for "
                                                      f"'{target}'")
         with self.lock:

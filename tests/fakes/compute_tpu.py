@@ -346,12 +346,12 @@ class TpuCompute:
         for mi in m["managed"]:
             mi["currentAction"] = "DELETING"
 
-        def finish():
-            gone = self.migs.pop(key, None)
-            for mi in (gone or {}).get("managed", []):
+        def finish():   # its VMs first, then the group: nothing reads a group gone and its VMs still there
+            for mi in self.migs.get(key, {}).get("managed", []):
                 self.instances.pop((project, zone, mi["name"]), None)
                 if self.hosts is not None:
                     self.hosts.power_off(f"{project}/{zone}/{mi['name']}")
+            self.migs.pop(key, None)
         return self._op(project, zone, "delete", name, finish)
 
     # -- preemption (test-driven) ---------------------------------------------------------------------------------

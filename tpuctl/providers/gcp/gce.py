@@ -158,6 +158,11 @@ def build_policy(spec: ClusterSpec) -> Any:
                                 type_="HIGH_THROUGHPUT", accelerator_topology=shape_of(spec).topology))
 
 
+def is_mig(spec: ClusterSpec) -> bool:
+    """Whether the cluster is MIGs (a multi-host slice, or a Multislice) rather than one bare VM."""
+    return shape_of(spec).vms > 1 or spec.slices > 1
+
+
 def bulk(spec: ClusterSpec) -> bool:
     """Bulk mode ("creates VMs all at once") "supports the reservation-bound and flex-start provisioning models" only;
     with flex-start, repairs must be off (about-bulk-mode, §3)."""
@@ -293,7 +298,7 @@ class ComputeTpus:
         labels = {**spec.labels, NONCE_LABEL: nonce}
         shape = shape_of(spec)
         try:
-            if shape.vms == 1 and spec.slices <= 1:
+            if not is_mig(spec):
                 progress("creating VM")
                 ours = self._insert("InstancesClient", f"create VM {spec.tpu_name} in {zone}", {"zone": zone},
                                     instance_resource=build_instance(spec, zone, script, service_account, labels))
@@ -433,7 +438,7 @@ class ComputeTpus:
 
 
 def teardown_list(spec: ClusterSpec) -> list[str]:
-    if shape_of(spec).vms == 1 and spec.slices <= 1:
+    if not is_mig(spec):
         return [f"VM {spec.tpu_name}"]
     return [f"MIG {n} and its VMs" for n in spec.node_names] + [f"instance template {template_name(n)}"
                                                                 for n in spec.node_names] \
@@ -455,3 +460,17 @@ def check_capacity_flags(spec: ClusterSpec) -> None:
     if not FLEX_MIN_SECONDS <= spec.max_duration <= FLEX_MAX_SECONDS:
         raise bad_input(f"--max-duration with --flex-start is from 10 minutes to at most 7 days (about-resize-"
                         f"requests)", "for example --max-duration 8h")
+
+
+def permissions_needed(spec: ClusterSpec) -> dict[str, str]:
+    """What the caller needs in the project, each -> the role that carries it: Compute Instance Admin (v1), the one
+    role the multi-host slice quickstart asks for beside Service Account User (compute/docs/tpus/quickstart-create-
+    tpu-multi-host-slice; GCE_TPU_FACTS §7). The names of the template, MIG and policy permissions follow
+    compute/docs/access/iam; that MIG resize and bulk need nothing beyond them is not documented."""
+    role = "roles/compute.instanceAdmin.v1"
+    if not is_mig(spec):
+        names = ["compute.instances.create", "compute.instances.delete"]
+    else:
+        names = [f"compute.{r}.{v}" for r in ("instanceTemplates", "instanceGroupManagers", "resourcePolicies")
+                 for v in ("create", "delete")]
+    return {n: role for n in names}

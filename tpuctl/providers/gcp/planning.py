@@ -195,7 +195,7 @@ def _compute_plan(spec: ClusterSpec) -> list[PlanRow]:
              f"flex-start: waits for capacity, deleted after {show_duration(spec.max_duration)}" if spec.flex_start
              else f"reservation-bound to {spec.reservation}" if spec.reservation else "on demand")
     head = f"{spec.tpu_type} ({t.chips} chips) through Compute Engine, {model}, in {where}"
-    if shape.vms == 1 and spec.slices <= 1:
+    if not gce.is_mig(spec):
         return [PlanRow("vm", spec.tpu_name, f"{head}: one {shape.machine_type} VM, image "
                         f"{gce.IMAGE_FAMILIES[t.family]}")]
     rows = [PlanRow("policy", gce.policy_name(spec), f"workload policy HIGH_THROUGHPUT, topology {shape.topology}")]

@@ -58,7 +58,7 @@ class GcpProvider:
         clients.preflight()
         firewall.check(spec, tpu_type(spec.tpu_type).hosts)   # read-only; refused before anything is made
         if spec.project not in self._checked:   # the CLI asks before its prompt, `up` again: ask Google once
-            warnings = permissions.check(spec)
+            warnings = permissions.check(spec, gce.permissions_needed(spec) if spec.api else None)
             if spec.autostop or spec.max_duration:   # refused now rather than found out after the TPU exists
                 warnings += permissions.check_self_teardown(spec, self.grants.workload_accounts(spec)[0])
             self._checked[spec.project] = warnings
