@@ -215,3 +215,16 @@ def test_autostop_the_host_deletes_its_vm_or_mig_then_down_removes_the_rest(live
     assert not [k for k in cloud.compute.instances if k[2].startswith("tpuctl-ir")]
     assert cli("down", "-c", "ir", "--yes")[0] == 0   # a MIG's template and workload policy: `down`'s
     assert cloud.leaks() == []
+
+
+def test_ls_lists_a_clusters_parts_once_and_down_from_labels_removes_them(cloud, cli, env):
+    assert cli("up", "--type", "tpu7x-16", "--zone", ZONE, "-c", "ir", "--yes")[0] == 0
+    rows = json.loads(cli("ls", "--json")[1])
+    assert [r for r in rows if r["orphan"] and r["kind"] != "bucket"] == [], rows   # its MIG, template, policy
+    (env / "home" / "clusters" / "ir.json").unlink()   # another machine: no local state
+    rows = [r for r in json.loads(cli("ls", "--json", "--project", PROJECT)[1]) if r["kind"] != "bucket"]
+    assert sorted(r["kind"] for r in rows) == ["mig", "template", "workload policy"], rows
+    assert all(r["orphan"] and r["remove"] == f"tpuctl down -c ir --project {PROJECT}" for r in rows)
+    code, out, err = cli("down", "-c", "ir", "--project", PROJECT, "--yes")
+    assert code == 0, err
+    assert not cloud.compute.migs and not cloud.compute.templates and not cloud.compute.policies

@@ -71,12 +71,20 @@ def shape_of(spec: ClusterSpec) -> ComputeShape:
 
 def description(spec: ClusterSpec) -> str:
     """Templates, policies and MIGs carry no labels (InstanceTemplate, ResourcePolicy, InstanceGroupManager in the
-    Compute discovery document): this description is how `ls` and `down` know them as the cluster's."""
-    return f"tpuctl cluster {spec.name}"
+    Compute discovery document): this description is how `ls` and `down` know them as the cluster's, and what a
+    cluster rebuilt from them (`down -c NAME --project P`) is: "tpuctl cluster NAME TYPE xSLICES"."""
+    return f"tpuctl cluster {spec.name} {spec.tpu_type} x{spec.slices}"
 
 
 def owner_of(desc: str) -> str:
-    return desc.removeprefix("tpuctl cluster ") if desc.startswith("tpuctl cluster ") else ""
+    words = (desc or "").split()
+    return words[2] if len(words) >= 3 and words[:2] == ["tpuctl", "cluster"] else ""
+
+
+def shape_in(desc: str) -> tuple[str, int]:
+    """(TPU type, slices) a description names; ("", 1) when it names none."""
+    words = (desc or "").split()
+    return (words[3], int(words[4][1:])) if len(words) >= 5 and words[4][1:].isdigit() else ("", 1)
 
 
 @dataclass
@@ -159,8 +167,9 @@ def build_policy(spec: ClusterSpec) -> Any:
 
 
 def is_mig(spec: ClusterSpec) -> bool:
-    """Whether the cluster is MIGs (a multi-host slice, or a Multislice) rather than one bare VM."""
-    return shape_of(spec).vms > 1 or spec.slices > 1
+    """Whether the cluster is MIGs (a multi-host slice, or a Multislice) rather than one bare VM; a cluster rebuilt
+    from a template or policy alone (no type known) counts as MIGs."""
+    return not spec.tpu_type or shape_of(spec).vms > 1 or spec.slices > 1
 
 
 def bulk(spec: ClusterSpec) -> bool:
@@ -418,7 +427,8 @@ class ComputeTpus:
                       what="list instance templates"):
             if LABEL in t.properties.labels:
                 out.append({"cluster": t.properties.labels[LABEL], "kind": "template", "name": t.name, "zone": "",
-                            "arch": "vm", "type": t.properties.machine_type, "state": "READY"})
+                            "arch": "vm", "type": t.properties.machine_type, "state": "READY", "api": "compute",
+                            "part": "yes"})
         client = self._c("ResourcePoliciesClient")
         for region, scoped in call(lambda: list(client.aggregated_list(project=self.project)),
                                    what="list resource policies"):
@@ -426,19 +436,21 @@ class ComputeTpus:
                 if owner_of(p.description):
                     out.append({"cluster": owner_of(p.description), "kind": "workload policy", "name": p.name,
                                 "zone": region.removeprefix("regions/"), "arch": "vm",
-                                "type": p.workload_policy.accelerator_topology, "state": "READY"})
+                                "type": p.workload_policy.accelerator_topology, "state": "READY", "api": "compute",
+                                "part": "yes"})
         migs = self._c("InstanceGroupManagersClient")
         for zone, scoped in call(lambda: list(migs.aggregated_list(project=self.project)), what="list MIGs"):
             for m in scoped.instance_group_managers:
                 if owner_of(m.description):
+                    tpu, slices = shape_in(m.description)
                     out.append({"cluster": owner_of(m.description), "kind": "mig", "name": m.name,
-                                "zone": zone.removeprefix("zones/"), "arch": "vm", "type": f"{m.target_size} VMs",
-                                "state": "STABLE" if m.status.is_stable else "UPDATING"})
+                                "zone": zone.removeprefix("zones/"), "arch": "vm", "type": tpu, "slices": str(slices),
+                                "state": "STABLE" if m.status.is_stable else "UPDATING", "api": "compute"})
         return out
 
 
 def teardown_list(spec: ClusterSpec) -> list[str]:
-    if not is_mig(spec):
+    if spec.tpu_type and not is_mig(spec):
         return [f"VM {spec.tpu_name}"]
     return [f"MIG {n} and its VMs" for n in spec.node_names] + [f"instance template {template_name(n)}"
                                                                 for n in spec.node_names] \
