@@ -6,6 +6,7 @@ import pytest
 from conftest import PROJECT, until
 
 from jobs import make_job
+from test_watch import fast  # noqa: F401 - a fixture
 
 pytestmark = pytest.mark.usefixtures("no_leak")   # every test ends with nothing of tpuctl left
 
@@ -228,3 +229,37 @@ def test_ls_lists_a_clusters_parts_once_and_down_from_labels_removes_them(cloud,
     code, out, err = cli("down", "-c", "ir", "--project", PROJECT, "--yes")
     assert code == 0, err
     assert not cloud.compute.migs and not cloud.compute.templates and not cloud.compute.policies
+
+
+def _recoveries(bucket):
+    from google.cloud import storage
+
+    from tpuctl.core import layout
+    b = storage.Client(project=PROJECT).bucket(bucket)
+    return [json.loads(x.download_as_bytes()) for x in b.list_blobs(prefix=layout.RECOVERIES_PREFIX)]
+
+
+@pytest.mark.parametrize("tpu, on_preempt, recreated", [
+    ("tpu7x-8", "repair", True),        # a bare Spot VM: TERMINATED, deleted and made again by the watcher
+    ("tpu7x-16", "repair", False),      # the MIG repairs its VM itself: Google's doing, no attempt spent
+    ("tpu7x-16", "nothing", True)])     # the MIG leaves it TERMINATED: the watcher makes the slice again
+def test_a_preempted_spot_vm_is_brought_back(cloud, cli, fast, tpu, on_preempt, recreated):
+    from test_watch import Running
+    cloud.compute.on_preempt = on_preempt
+    code, out, err = cli("up", "--type", tpu, "--zone", ZONE, "-c", "w", "--spot", "--recover", "--yes")
+    assert code == 0, err
+    w = Running()
+    until(lambda: any("holding its lease" in m for m in w.said.lines), what="the lease")
+    vms = sorted(k[2] for k in cloud.compute.instances if k[2].startswith("tpuctl-w"))
+    cloud.compute.preempt(PROJECT, ZONE, vms[-1])
+    if recreated:
+        until(lambda: _recoveries(f"{PROJECT}-tpuctl-w"), what="a recovery")
+        [rec] = _recoveries(f"{PROJECT}-tpuctl-w")
+        assert "PREEMPTED" in rec["lost"] or "MISSING" in rec["lost"], rec
+    until(lambda: len([k for k, v in cloud.compute.instances.items() if k[2].startswith("tpuctl-w")
+                       and v["status"] == "RUNNING"]) == len(vms), what="the slice back")
+    if not recreated:
+        assert json.loads(cli("status", "-c", "w", "--json")[1])["resources"]["tpu"]["state"] == "READY"
+        assert _recoveries(f"{PROJECT}-tpuctl-w") == []
+    assert cli("down", "-c", "w", "--yes")[0] == 0
+    assert w.wait() == "`tpuctl down`"
