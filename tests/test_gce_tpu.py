@@ -263,3 +263,46 @@ def test_a_preempted_spot_vm_is_brought_back(cloud, cli, fast, tpu, on_preempt, 
         assert _recoveries(f"{PROJECT}-tpuctl-w") == []
     assert cli("down", "-c", "w", "--yes")[0] == 0
     assert w.wait() == "`tpuctl down`"
+
+
+BODY_TYPES = {"insert": "Instance", "tpl_insert": "InstanceTemplate", "rp_insert": "ResourcePolicy",
+              "mig_insert": "InstanceGroupManager", "fw_insert": "Firewall"}
+
+
+def _unknown_fields(doc, descriptor, where=""):
+    """Every key of `doc` that is not a field (by its JSON name) of the proto message `descriptor`, recursively."""
+    fields = {f.json_name: f for f in descriptor.fields}
+    bad = []
+    for key, value in doc.items():
+        f = fields.get(key)
+        if f is None:
+            bad.append(f"{where}{key}")
+            continue
+        if f.message_type is None or f.message_type.GetOptions().map_entry:
+            continue
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, dict):
+                bad += _unknown_fields(item, f.message_type, f"{where}{key}.")
+    return bad
+
+
+def test_every_request_body_has_only_fields_the_compute_api_has(cloud, cli):
+    """Each body tpuctl sent, read from the fake, against google-cloud-compute's compute_v1 messages (their JSON
+    names are the wire's: the discovery document's camelCase)."""
+    from google.cloud import compute_v1
+    for k, flags in enumerate([["--type", "tpu7x-8", "--spot"], ["--type", "tpu7x-16", "--reservation", "r1"],
+                               ["--type", "v6e-16", "--api", "compute", "--flex-start", "--max-duration", "1h"],
+                               ["--type", "v6e-8", "--api", "compute", "--slices", "2"]]):
+        zone = ZONE if "tpu7x" in flags[1] else "us-east5-a"
+        code, out, err = cli("up", *flags, "--zone", zone, "-c", f"f{k}", "--yes")
+        assert code == 0, err
+    seen = set()
+    for action, body in cloud.compute.bodies:
+        if action not in BODY_TYPES:
+            continue
+        seen.add(action)
+        message = getattr(compute_v1, BODY_TYPES[action]).pb().DESCRIPTOR
+        assert _unknown_fields(body, message) == [], (action, body)
+    assert seen >= {"insert", "tpl_insert", "rp_insert", "mig_insert"}
+    assert _unknown_fields({"machineType": "x", "acceleratorType": "y"}, compute_v1.Instance.pb().DESCRIPTOR) \
+        == ["acceleratorType"]   # the check itself finds a field the API does not have
