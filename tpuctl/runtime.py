@@ -82,7 +82,7 @@ def tpu_target(environ: Mapping[str, str] = os.environ) -> tuple[str, bool] | No
         return environ["TPU_NAME"], environ["TPU_NAME"] != "local"
     if environ.get("COLAB_TPU_ADDR"):
         return "", True
-    from .core.catalog import is_tpu_type
+    from .core.backends import is_tpu_type
     if is_tpu_type(environ.get("TPUCTL_ACCELERATOR", "")) or os.path.exists("/dev/accel0") \
             or os.path.exists("/dev/vfio/0"):
         return "local", False

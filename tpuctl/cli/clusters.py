@@ -23,6 +23,10 @@ if TYPE_CHECKING:
 # GKE's own options of `up` (providers/gke/planning.py)
 GKE_CLUSTER = typer.Option(None, "--gke-cluster", help="GKE: use this existing Standard cluster (never deleted by "
                            "down) instead of making tpuctl-CLUSTER.")
+FLEX_START = typer.Option(False, "--flex-start", help="--api compute: flex-start VMs, ended after --max-duration "
+                          "(at most 7d).")
+API = typer.Option(None, "--api", help="Google Cloud: tpu (the Cloud TPU API, default) or compute (Compute Engine "
+                   "VMs and MIGs; always for tpu7x).")
 RESERVATION = typer.Option(None, "--reservation", help="GKE: the Compute Engine reservation (its name) the TPU node "
                            "pools consume.")
 KUBE_CONTEXT = typer.Option(None, "--kube-context", help="GKE: reach the cluster's Kubernetes API through this "
@@ -53,10 +57,8 @@ def up(
     queued: bool = typer.Option(False, "--queued", help="Ask through a queued resource: waits for capacity."),
     valid_until: Optional[str] = typer.Option(None, "--valid-until",
                                               help="How long a --queued request may wait (2h, 1d) before it expires."),
-    flex_start: bool = typer.Option(False, "--flex-start", help="--api compute: flex-start VMs, ended after "
-                                    "--max-duration (at most 7d)."),
-    api: Optional[str] = typer.Option(None, "--api", help="Google Cloud: tpu (the Cloud TPU API, default) or "
-                                      "compute (Compute Engine VMs and MIGs; always for tpu7x)."),
+    flex_start: bool = FLEX_START,
+    api: Optional[str] = API,
     slices: Optional[int] = typer.Option(None, "--slices", help="Multislice: N slices of --type (v4 or newer), one "
                                          "run across them (JAX, PyTorch); GKE: one node pool each."),
     gke_cluster: Optional[str] = GKE_CLUSTER,

@@ -21,8 +21,6 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping, MutableMapping, Optional
 
-from .catalog import is_tpu_type
-
 BACKENDS = ("jax", "tensorflow")
 ENV = "KERAS_BACKEND"   # what Keras 3 reads at import (keras/src/backend/config.py: os.environ["KERAS_BACKEND"])
 
@@ -35,6 +33,12 @@ def keep_keras_3(env: MutableMapping[str, str], job_env: Mapping[str, str]) -> N
     if "TF_USE_LEGACY_KERAS" not in job_env:
         env.pop("TF_USE_LEGACY_KERAS", None)
 
+
+def is_tpu_type(accelerator_type: str) -> bool:
+    """Whether an accelerator type names a Cloud TPU (v2-8, v5litepod-4, v6e-16, tpu7x-16; what a host's
+    TPUCTL_ACCELERATOR carries) rather than GPUs ("gpu:..."), a Kaggle accelerator or nothing. TPU7x broke the old
+    rule that every TPU type starts with "v"."""
+    return bool(re.match(r"^(v\d+[a-z]*|tpu\d+[a-z]*)-\d+$", accelerator_type or ""))
 
 KERAS_MIN_TENSORFLOW = (2, 16, 1)
 _MIN = ".".join(map(str, KERAS_MIN_TENSORFLOW))

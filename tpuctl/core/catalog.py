@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from .backends import is_tpu_type as is_tpu_type   # defined where the host (its wheel has no catalog) reads it
 from .errors import TpuctlError, bad_input
 
 # family -> (named by cores?, valid sizes, single-host zones, multi-host zones, on-demand $/chip-hour or None,
@@ -86,12 +87,6 @@ def tpu_type(name: str) -> TpuType:
     return TpuType(f"{family}-{size}", family, chips, hosts, zones, round(price * chips, 3) if price is not None else None,
                    round(spot * chips, 3) if spot is not None else None, node_arch)
 
-
-def is_tpu_type(accelerator_type: str) -> bool:
-    """Whether an accelerator type names a Cloud TPU (v2-8, v5litepod-4, v6e-16, tpu7x-16; what a host's
-    TPUCTL_ACCELERATOR carries) rather than GPUs ("gpu:..."), a Kaggle accelerator or nothing. TPU7x broke the old
-    rule that every TPU type starts with "v"."""
-    return bool(re.match(r"^(v\d+[a-z]*|tpu\d+[a-z]*)-\d+$", accelerator_type or ""))
 
 
 # -- TPUs through Compute Engine (providers/gcp/gce.py) --------------------------------------------------------------

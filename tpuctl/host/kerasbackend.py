@@ -8,7 +8,7 @@ import shlex
 from typing import Any, Mapping
 
 from ..core import backends
-from ..core.catalog import is_tpu_type
+from ..core.backends import is_tpu_type
 from ..core.jobspec import DEFAULT_TENSORFLOW
 from ..core.runs import RunSpec
 

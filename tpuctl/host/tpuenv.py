@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..core.catalog import is_tpu_type
+from ..core.backends import is_tpu_type
 
 
 def pjrt_from_python(tensorflow: str, record: dict[str, Any], job_env: dict[str, str]) -> bool:
