@@ -33,11 +33,17 @@ VENV="$AGENT_DIR/venv"
 PY="$VENV/bin/python"
 
 meta() { curl -sf -H 'Metadata-Flavor: Google' "$MDS/$1" 2>/dev/null; }
+TPU_ENV="$(meta instance/attributes/tpu-env || true)"
+# The worker: the TPU API's `agent-worker-number`; on a Compute Engine TPU VM, which may lack it, tpu-env's
+# `TPU_WORKER_ID: 'N'` (cluster-toolkit PR #6351 shows it on TPU7x MIG VMs; GCE_TPU_FACTS §5).
 WORKER="$(meta instance/attributes/agent-worker-number || true)"
+[ -n "$WORKER" ] || WORKER="$(echo "$TPU_ENV" | grep '^TPU_WORKER_ID' | cut -d "'" -f 2 || true)"
 WORKER="${WORKER:-0}"
 # A Multislice node's slice: `MEGASCALE_SLICE_ID: 'K'` in the tpu-env attribute (MaxText multihost_job.py reads it
-# with grep '^MEGASCALE_SLICE_ID' | cut -d "'" -f 2); absent on one slice.
-SLICE="$(meta instance/attributes/tpu-env | grep '^MEGASCALE_SLICE_ID' | cut -d "'" -f 2 || true)"
+# with grep '^MEGASCALE_SLICE_ID' | cut -d "'" -f 2); absent on one slice. A Multislice of Compute Engine MIGs is
+# tpuctl's own: each slice's template says its number in `tpuctl-slice` (providers/gcp/gce.py).
+SLICE="$(echo "$TPU_ENV" | grep '^MEGASCALE_SLICE_ID' | cut -d "'" -f 2 || true)"
+[ -n "$SLICE" ] || SLICE="$(meta instance/attributes/tpuctl-slice || true)"
 SLICE="${SLICE:-0}"
 HOST="$(hostname)"
 mkdir -p "$AGENT_DIR" "$(dirname "$BOOT_LOG")"

@@ -126,6 +126,9 @@ class Cloud:
         found += [f"queued resource {n}" for n in self.tpu.queued]
         found += [f"vm {k[2]}" for k, inst in self.compute.instances.items()
                   if LABEL in (inst.get("labels") or {})]
+        found += [f"instance template {k[1]}" for k in self.compute.templates]
+        found += [f"resource policy {k[2]}" for k in self.compute.policies]
+        found += [f"MIG {k[2]}" for k in self.compute.migs]
         found += [f"grant {role} to {member} on {bucket}" for bucket, held in self.gcs.granted.items()
                   for role, member in held if role in OBJECT_ROLES and member.startswith("serviceAccount:")]
         return [f for f in found if f not in self.foreign]
@@ -252,6 +255,7 @@ def cloud(env, _servers, monkeypatch, tmp_path, request, wheel_index):
     tpu.accelerator_types.clear()
     compute.instances.clear()
     compute.firewalls.clear()
+    compute.reset_tpu()
     gcs.faults.clear()
     gcs.calls.clear()
     gcs.bytes_in.clear()

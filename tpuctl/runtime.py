@@ -82,7 +82,8 @@ def tpu_target(environ: Mapping[str, str] = os.environ) -> tuple[str, bool] | No
         return environ["TPU_NAME"], environ["TPU_NAME"] != "local"
     if environ.get("COLAB_TPU_ADDR"):
         return "", True
-    if environ.get("TPUCTL_ACCELERATOR", "").startswith("v") or os.path.exists("/dev/accel0") \
+    from .core.backends import is_tpu_type
+    if is_tpu_type(environ.get("TPUCTL_ACCELERATOR", "")) or os.path.exists("/dev/accel0") \
             or os.path.exists("/dev/vfio/0"):
         return "local", False
     return None
@@ -153,6 +154,14 @@ def jax_replicas(environ: Mapping[str, str] = os.environ) -> Replicas:
         except RuntimeError as e:
             if "once" not in str(e):
                 raise
+        except ValueError:
+            # no cluster JAX knows (a Compute Engine TPU VM may lack the metadata JAX's detection needs): the
+            # agent's TPUCTL_JAX_* say where the coordinator is and which process this is (host/jaxcluster.py)
+            if not environ.get("TPUCTL_JAX_COORDINATOR"):
+                raise
+            jax.distributed.initialize(coordinator_address=environ["TPUCTL_JAX_COORDINATOR"],
+                                       num_processes=int(environ["TPUCTL_JAX_NUM_PROCESSES"]),
+                                       process_id=int(environ["TPUCTL_JAX_PROCESS_ID"]))
     devices = keras.distribution.list_devices()
     platform = jax.devices()[0].platform
     processes = jax.process_count()

@@ -19,7 +19,10 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-MUTATING = {"insert", "delete", "fw_insert", "fw_delete"}
+from fakes import compute_tpu
+from fakes.compute_tpu import TpuCompute
+
+MUTATING = {"insert", "delete", "fw_insert", "fw_delete"} | compute_tpu.MUTATING
 _ROUTES = [
     ("GET", r"^/compute/v1/projects/(?P<project>[^/]+)$", "project"),
     ("POST", r"^/compute/v1/projects/(?P<project>[^/]+)/zones/(?P<zone>[^/]+)/instances$", "insert"),
@@ -37,12 +40,14 @@ _ROUTES = [
     ("GET", r"^/compute/v1/projects/(?P<project>[^/]+)/global/firewalls/(?P<name>[^/]+)$", "fw_get"),
     ("DELETE", r"^/compute/v1/projects/(?P<project>[^/]+)/global/firewalls/(?P<name>[^/]+)$", "fw_delete"),
     ("GET", r"^/compute/v1/projects/(?P<project>[^/]+)/global/operations/(?P<op>[^/]+)$", "global_operation"),
+    *compute_tpu.ROUTES,
 ]
 NETWORK_URL = "https://www.googleapis.com/compute/v1/projects/{project}/global/networks/{network}"
 
 
-class FakeCompute:
+class FakeCompute(TpuCompute):
     def __init__(self, delay: float = 0.0, project_number: int = 424242):
+        self.reset_tpu()
         self.delay = delay
         self.project_number = project_number
         self.instances = {}
@@ -104,12 +109,15 @@ class FakeCompute:
             target = path.removeprefix("/compute/v1/")
             if member == "invalid":
                 return self._error(401, "authError", "Invalid Credentials")
-            if action != "delete" or not self.iam.allows(member, "compute.instances.delete", target,
-                                                         "compute.googleapis.com"):
+            # a host deletes its VM, or its MIG (compute/docs/access/iam: compute.instanceGroupManagers.delete)
+            needs = {"delete": "compute.instances.delete", "mig_delete": "compute.instanceGroupManagers.delete"}
+            if action not in needs or not self.iam.allows(member, needs[action], target, "compute.googleapis.com"):
                 return self._error(403, "forbidden", f"Required 'compute.instances.{action}' permission for "
                                                      f"'{target}'")
         with self.lock:
             self.calls.append((action, path))
+            if body:
+                self.bodies.append((action, body))
             if self.before[action]:
                 self.before[action].pop(0)()
             if self.faults[action]:
@@ -134,7 +142,7 @@ class FakeCompute:
               "zone": f"projects/{project}/zones/{zone}", "targetLink": target, "at": time.monotonic() + self.delay,
               "finish": finish}
         if error:
-            op["error"] = {"errors": [{"code": error[0], "message": error[1]}]}
+            self._failed(op, error[0], error[1])
         self.ops[name] = op
         if self.delay == 0:
             self._advance()
@@ -148,6 +156,11 @@ class FakeCompute:
         key = (project, zone, body["name"])
         if key in self.instances:
             return self._error(409, "alreadyExists", f"The resource '{body['name']}' already exists")
+        refused = self.check_tpu_instance(body, zone)
+        if refused:
+            return refused
+        if body["machineType"].rsplit("/", 1)[-1] in compute_tpu.TPU_MACHINES:
+            return self._insert_tpu_vm(body, project, zone)
         # kept as sent (networkInterfaces[].network/.subnetwork as the partial URLs given: tests read them here); no
         # network is checked to exist, as no test names one that does not
         inst = dict(body, status="PROVISIONING", zone=zone, id=str(next(self._ids)))
@@ -167,6 +180,25 @@ class FakeCompute:
             if error:
                 self.instances.pop(key, None)
             elif key in self.instances:
+                self.instances[key]["status"] = "RUNNING"
+        return self._op(project, zone, "insert", body["name"], finish, error)
+
+    def _insert_tpu_vm(self, body, project, zone):
+        """A TPU VM: it boots its host while PROVISIONING; a stockout ends the operation with the error and no VM
+        (§9); a flex-start VM waits in PENDING first (§6), which the fake shortens to nothing."""
+        key = (project, zone, body["name"])
+        error = self.op_faults["insert"].pop(0) if self.op_faults["insert"] else None
+        if zone in self.stockout_zones:
+            error = (compute_tpu.STOCKOUT[0], compute_tpu.STOCKOUT[1].format(project=project, zone=zone))
+        inst = dict(body, status="PROVISIONING", zone=zone, id=str(next(self._ids)),
+                    networkInterfaces=[dict(n, networkIP=f"10.0.{len(self.instances) % 250}.2")
+                                       for n in body.get("networkInterfaces", [])])
+        if not error:
+            self.instances[key] = inst
+            self.boot_tpu_vm(project, zone, body["name"], body, 0, [body["name"]])
+
+        def finish():
+            if key in self.instances:
                 self.instances[key]["status"] = "RUNNING"
         return self._op(project, zone, "insert", body["name"], finish, error)
 

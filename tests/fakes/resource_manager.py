@@ -54,7 +54,11 @@ OTHER_PERMISSIONS = ("compute.instances.create", "compute.instances.delete", "co
                      # TPU7x workload policy (compute/docs/access/iam: compute.resourcePolicies.*)
                      "container.clusters.create", "container.clusters.delete", "container.clusters.get",
                      "container.clusters.update", "container.operations.get", "compute.resourcePolicies.create",
-                     "compute.resourcePolicies.delete")
+                     "compute.resourcePolicies.delete",
+                     # Compute Engine TPUs' templates and MIGs (compute/docs/access/iam; A4/A3U MIG page names
+                     # compute.instanceGroupManagers.create, GCE_TPU_FACTS §7)
+                     "compute.instanceTemplates.create", "compute.instanceTemplates.delete",
+                     "compute.instanceGroupManagers.create", "compute.instanceGroupManagers.delete")
 # Predefined roles as prefixes of the permissions they carry (a subset: what tpuctl and its hosts ask).
 ROLES = {
     "roles/owner": ("",),
@@ -64,7 +68,10 @@ ROLES = {
     "roles/tpu.editor": ("tpu.nodes.create", "tpu.nodes.delete", "tpu.nodes.get", "tpu.operations.get"),
     "roles/viewer": ("resourcemanager.projects.get", "tpu.nodes.get", "tpu.nodes.list"),
     "roles/tpu.viewer": ("tpu.nodes.get", "tpu.nodes.list", "tpu.operations.get"),
-    "roles/compute.instanceAdmin.v1": ("compute.instances.",),
+    # Compute Instance Admin (v1) also carries templates, MIGs and resource policies: the multi-host slice quickstart
+    # asks for it alone (compute/docs/tpus/quickstart-create-tpu-multi-host-slice, GCE_TPU_FACTS §7)
+    "roles/compute.instanceAdmin.v1": ("compute.instances.", "compute.instanceTemplates.",
+                                       "compute.instanceGroupManagers.", "compute.resourcePolicies."),
 }
 ATTRIBUTE_SERVICES = {"cloudresourcemanager.googleapis.com", "compute.googleapis.com", "storage.googleapis.com"}
 _COND = re.compile(r'^resource\.name\s*(==\s*"(?P<eq>[^"]*)"|\.startsWith\("(?P<prefix>[^"]*)"\))$')

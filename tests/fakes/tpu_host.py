@@ -120,6 +120,10 @@ for pkg in "$@"; do
   case "$pkg" in -*) ;; *) touch "@ROOT@/var/lib/dpkg/info/$pkg.list";; esac
 done
 """}
+# Google's TPU Ubuntu image for Compute Engine TPU VMs (ubuntu-os-accelerator-images): "The image ships Python but
+# no pip and no uv" (a Google-authored WeatherNext TPU VM guide, GCE_TPU_FACTS §5), so it boots as Debian's does:
+# python3-venv from apt, which has the network a real VM has.
+APT_GET["ubuntu-accel"] = APT_GET["debian-12"]
 HOSTNAME = "#!/bin/bash\necho \"$SIMULATED_HOSTNAME\"\n"
 
 
@@ -162,7 +166,8 @@ class _Metadata:
 
 _IMAGES: dict[str, Path] = {}
 _NOT_IN_IMAGE = {"ubuntu": ("tensorflow", "tf_keras", "keras", "tf-keras"),
-                 "debian-12": ("tensorflow", "tf_keras", "keras", "tf-keras", "pip")}
+                 "debian-12": ("tensorflow", "tf_keras", "keras", "tf-keras", "pip"),
+                 "ubuntu-accel": ("tensorflow", "tf_keras", "keras", "tf-keras", "pip")}
 
 
 def image_site(image: str = "ubuntu") -> Path:
@@ -190,7 +195,7 @@ def image_site(image: str = "ubuntu") -> Path:
 class Host:
     def __init__(self, root: Path, name: str, worker: int, script: str, service_account: str, accelerator: str,
                  gcs, env: dict, image: str = "ubuntu", dpkg_busy: float = 1.0, kind: str = "tpu-vm",
-                 tpu_env: dict | None = None):
+                 tpu_env: dict | None = None, attributes: dict | None = None, agent_worker_number: bool = True):
         self.root, self.name, self.worker, self.image = root, name, worker, image
         for d in ("shims", "etc/systemd/system", "opt/tpuctl", "var/log", "home", "var/lib/dpkg/info"):
             (root / d).mkdir(parents=True, exist_ok=True)
@@ -210,10 +215,13 @@ class Host:
             # itself names there is not known: a stand-in.
             (root / "etc/systemd/system/tpu-runtime.service").write_text(
                 '[Service]\nEnvironment="TF_DOCKER_URL=gcr.io/cloud-tpu-v2-images/grpc_tpu_worker:image-default"\n')
-        attributes = {"agent-worker-number": worker, "accelerator-type": accelerator, "startup-script": script}
+        meta = {"accelerator-type": accelerator, "startup-script": script, **(attributes or {})}
+        if agent_worker_number:
+            meta["agent-worker-number"] = worker
         if tpu_env is not None:   # `KEY: 'value'` lines (MaxText multihost_job.py reads them with grep and cut)
-            attributes["tpu-env"] = "".join(f"{k}: '{v}'\n" for k, v in {"WORKER_ID": worker, **tpu_env}.items())
-        self.metadata = _Metadata(attributes, name, service_account)
+            ids = {} if kind == "gce-tpu" else {"WORKER_ID": worker}   # Compute Engine's says TPU_WORKER_ID (§5)
+            meta["tpu-env"] = "".join(f"{k}: '{v}'\n" for k, v in {**ids, **tpu_env}.items())
+        self.metadata = _Metadata(meta, name, service_account)
         self.env = {
             "PATH": f"{root / 'shims'}:{os.environ['PATH']}",
             "HOME": str(root / "home"),
@@ -280,7 +288,11 @@ class SimulatedHosts:
         self.boots: dict[str, int] = {}      # resource short name -> times booted
 
     def boot(self, resource: str, script: str, workers: int, service_account: str, accelerator: str,
-             kind: str = "tpu-vm", image: str = "ubuntu", tpu_env: dict | None = None, same_disk: bool = False) -> None:
+             kind: str = "tpu-vm", image: str = "ubuntu", tpu_env: dict | None = None, same_disk: bool = False,
+             attributes: dict | None = None, first_worker: int = 0, hostname: str = "",
+             agent_worker_number: bool = True) -> None:
+        """kind "gce-tpu": one Compute Engine TPU VM (worker `first_worker` of its slice, named `hostname`), with no
+        TPU runtime service (no tpu-vm-* runtime on its image, GCE_TPU_FACTS §5)."""
         if not self.enabled or not script:
             return
         short = resource.rsplit("/", 1)[-1]
@@ -289,9 +301,10 @@ class SimulatedHosts:
         disk = short if self.boots[short] == 1 else f"{short}.{self.boots[short]}"
         hosts = []
         for w in range(workers):
-            name = f"t1v-n-{abs(hash(resource)) % 10**8:08d}-w-{w}" if kind == "tpu-vm" else short
-            hosts.append(Host(self.root / disk / f"w{w}", name, w, script, service_account, accelerator, self.gcs,
-                              self.env, image, kind=kind, tpu_env=tpu_env))
+            name = f"t1v-n-{abs(hash(resource)) % 10**8:08d}-w-{w}" if kind == "tpu-vm" else hostname or short
+            hosts.append(Host(self.root / disk / f"w{w}", name, first_worker + w, script, service_account,
+                              accelerator, self.gcs, self.env, image, kind=kind, tpu_env=tpu_env,
+                              attributes=attributes, agent_worker_number=agent_worker_number))
         self.hosts[resource] = hosts
 
     def power_off(self, resource: str) -> None:

@@ -24,6 +24,10 @@ if TYPE_CHECKING:
 # GKE's own options of `up` (providers/gke/planning.py)
 GKE_CLUSTER = typer.Option(None, "--gke-cluster", help="GKE: use this existing Standard cluster (never deleted by "
                            "down) instead of making tpuctl-CLUSTER.")
+FLEX_START = typer.Option(False, "--flex-start", help="--api compute: flex-start VMs, ended after --max-duration "
+                          "(at most 7d).")
+API = typer.Option(None, "--api", help="Google Cloud: tpu (the Cloud TPU API, default) or compute (Compute Engine "
+                   "VMs and MIGs; always for tpu7x).")
 RESERVATION = typer.Option(None, "--reservation", help="GKE: the Compute Engine reservation (its name) the TPU node "
                            "pools consume.")
 KUEUE = typer.Option(False, "--kueue", help="GKE: install Kueue (pinned, shipped with tpuctl) with a queue for the "
@@ -57,7 +61,8 @@ def up(
     queued: bool = typer.Option(False, "--queued", help="Ask through a queued resource: waits for capacity."),
     valid_until: Optional[str] = typer.Option(None, "--valid-until",
                                               help="How long a --queued request may wait (2h, 1d) before it expires."),
-    flex_start: bool = typer.Option(False, "--flex-start", help="Flex-start queued request (not available yet)."),
+    flex_start: bool = FLEX_START,
+    api: Optional[str] = API,
     slices: Optional[int] = typer.Option(None, "--slices", help="Multislice: N slices of --type (v4 or newer), one "
                                          "run across them (JAX, PyTorch); GKE: one node pool each."),
     gke_cluster: Optional[str] = GKE_CLUSTER,
@@ -86,7 +91,8 @@ def up(
                     runtime=runtime, spot=spot, service_account=service_account, bucket=bucket, vm_type=vm_type,
                     framework=framework, queued=queued, valid_until=valid_until, flex_start=flex_start,
                     slices=slices, network=network, subnetwork=subnetwork, gke_cluster=gke_cluster, image=image,
-                    reservation=reservation, kube_context=kube_context, create_firewall=create_firewall, kueue=kueue)
+                    reservation=reservation, kube_context=kube_context, create_firewall=create_firewall, kueue=kueue,
+                    api=api)
     if prior and prior.spec.provider is prov.name:
         flags.remember(prior.spec)
     spec = prov.make_spec(cluster_name(cluster, pick=False), flags)

@@ -20,6 +20,7 @@ def ls(providers: list[Provider], extra_project: str, warn: Callable[[str], None
     known = {(s.name, name, s.zone) for s in local
              for name in (*s.spec.node_names, s.spec.tpu_name, s.spec.vm_name, s.spec.qr_name)}
     known_stores = {s.spec.store for s in local}
+    live = {s.name for s in local if s.phase is not Phase.DOWN}   # their parts (a MIG's template) are theirs
     by_name = {p.name: p for p in providers}
     for s in local:
         prov = by_name[s.spec.provider]
@@ -47,7 +48,8 @@ def ls(providers: list[Provider], extra_project: str, warn: Callable[[str], None
                     mine[n["cluster"]]["watcher"] = f"watcher VM {n['name']} ({n['zone']}, {n['state']})"
                     continue
                 store = f"gs://{n['name']}" if n["kind"] == "bucket" else ""
-                if store in known_stores or (not store and (n["cluster"], n["name"], n["zone"]) in known):
+                if store in known_stores or (not store and (n["cluster"], n["name"], n["zone"]) in known) \
+                        or (n.get("part") and n["cluster"] in live):
                     continue
                 rows.append({"cluster": n["cluster"], "provider": p.name.value, "type": n["type"] or n["kind"],
                              "zone": n["zone"], "phase": n["state"], "store": store, "store_bytes": None,

@@ -36,6 +36,12 @@ def keep_keras_3(env: MutableMapping[str, str], job_env: Mapping[str, str]) -> N
         env.pop("TF_USE_LEGACY_KERAS", None)
 
 
+def is_tpu_type(accelerator_type: str) -> bool:
+    """Whether an accelerator type names a Cloud TPU (v2-8, v5litepod-4, v6e-16, tpu7x-16; what a host's
+    TPUCTL_ACCELERATOR carries) rather than GPUs ("gpu:..."), a Kaggle accelerator or nothing. TPU7x broke the old
+    rule that every TPU type starts with "v"."""
+    return bool(re.match(r"^(v\d+[a-z]*|tpu\d+[a-z]*)-\d+$", accelerator_type or ""))
+
 KERAS_MIN_TENSORFLOW = (2, 16, 1)
 _MIN = ".".join(map(str, KERAS_MIN_TENSORFLOW))
 
@@ -107,7 +113,7 @@ def for_host(record: Mapping[str, Any], accelerator: str, tensorflow_imports: bo
         return "tensorflow", "beside a legacy TPU Node, TensorFlow drives the TPU"
     if accelerator.startswith("gpu"):
         return "jax", "on GPUs, Keras 3's JAX backend"
-    if record.get("arch") == "vm" and accelerator.startswith("v"):
+    if record.get("arch") == "vm" and is_tpu_type(accelerator):
         if int(record.get("slices") or 1) > 1:
             return "jax", "a Multislice cluster: TPUStrategy does not span slices"
         if tensorflow_runtime(record):
@@ -128,7 +134,7 @@ def for_session(platform: str, accelerator: str, tensorflow_imports: bool) -> tu
         return "jax", "Kaggle's TPU image drives the TPU with JAX and libtpu, and has no TPU TensorFlow"
     if platform == "kaggle":   # its GPU and CPU images: JAX as on its TPU, one job the same everywhere on Kaggle
         return "jax", "on GPUs, Keras 3's JAX backend" if accelerator.startswith("gpu") else "on Kaggle, as on its TPU"
-    if accelerator.startswith("v"):
+    if is_tpu_type(accelerator):
         return "jax", "Colab's TPU runtimes have JAX and no TensorFlow"
     return for_host({}, accelerator, tensorflow_imports)
 
@@ -139,7 +145,7 @@ def program_framework(framework: str, env: Mapping[str, str], keras_backend: str
     from the same record (host/kerasbackend.py). Only a TPU slice has more than one host."""
     if framework != "keras":
         return framework
-    name = forced(env, keras_backend)[0] or for_host(record, "v", False)[0]
+    name = forced(env, keras_backend)[0] or for_host(record, "v2-8", False)[0]
     return "tensorflow" if name == "tensorflow" else "jax"
 
 

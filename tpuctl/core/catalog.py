@@ -12,11 +12,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from .backends import is_tpu_type as is_tpu_type   # defined where the host (its wheel has no catalog) reads it
 from .errors import TpuctlError, bad_input
 
-# family -> (named by cores?, valid sizes, single-host zones, multi-host zones, on-demand $/chip-hour,
+# family -> (named by cores?, valid sizes, single-host zones, multi-host zones, on-demand $/chip-hour or None,
 #            spot $/chip-hour or None, TPU Node arch?)
-_FAMILIES: dict[str, tuple[bool, tuple[int, ...], tuple[str, ...], tuple[str, ...], float, float | None, bool]] = {
+_FAMILIES: dict[str, tuple[bool, tuple[int, ...], tuple[str, ...], tuple[str, ...], float | None, float | None,
+                           bool]] = {
     "v2": (True, (8, 32, 128, 256, 512), ("us-central1-b", "us-central1-c", "europe-west4-a", "asia-east1-c"),
            ("us-central1-a", "europe-west4-a"), 1.125, None, True),
     "v3": (True, (8, 32, 64, 128, 256, 512, 1024, 2048), ("us-central1-a", "us-central1-b", "europe-west4-a"),
@@ -32,10 +34,17 @@ _FAMILIES: dict[str, tuple[bool, tuple[int, ...], tuple[str, ...], tuple[str, ..
              "us-central1-ai1a", "us-south1-ai1b"),
             ("us-central1-b", "us-east1-d", "us-east5-a", "us-east5-b", "europe-west4-a", "asia-northeast1-b",
              "us-central1-ai1a", "us-south1-ai1b"), 2.70, 0.544, False),
+    # TPU7x (Ironwood): Compute Engine or GKE only ("New hardware generations starting with TPU7x (Ironwood) are
+    # supported only through Compute Engine or GKE", tpu/docs/tpus-in-compute-engine). Named by TensorCores, two a
+    # chip, as v5p (tpu7x-16 is 2x2x2, 8 chips, two 4-chip VMs: vllm-project/ci-infra `accelerator_type = "tpu7x-16"`
+    # with `instance_count = 2`); zones from tpu/docs/regions-zones (../shared/GCE_TPU_FACTS.md §1). No price was
+    # found in a Google source: the plan says so rather than guess.
+    "tpu7x": (True, tuple(2 ** i for i in range(3, 14)), ("us-central1-c", "us-central1-ai1a"),
+              ("us-central1-c", "us-central1-ai1a"), None, None, False),
 }
 _AI_ZONE_RE = re.compile(r"-ai\d+[a-z]?$")
 
-_TYPE_RE = re.compile(r"^(v2|v3|v4|v5p|v5litepod|v6e)-(\d+)$")
+_TYPE_RE = re.compile(r"^(v2|v3|v4|v5p|v5litepod|v6e|tpu7x)-(\d+)$")
 # TPU software versions as cloud.google.com/tpu/docs/runtimes names them: TPU VM images `tpu-vm-tf-x.y.z[-pod]
 # [-{device_api}][-...]`, `tpu-vm-base`, `tpu-vm-pt-x.y`, `tpu-vm-v4-base`, `tpu-ubuntu2204-base`, `v2-alpha-tpuv5`,
 # `v2-alpha-tpuv5-lite`, `v2-alpha-tpuv6e`; TPU Node TensorFlow versions `x.y[.z]`, `nightly`, `pytorch-x.y`.
@@ -51,7 +60,7 @@ class TpuType:
     chips: int
     hosts: int
     zones: tuple
-    price_hour: float
+    price_hour: float | None
     spot_price_hour: float | None
     node_arch: bool
 
@@ -92,8 +101,52 @@ def tpu_type(name: str) -> TpuType:
     chips = size // 2 if by_cores else size
     hosts = max(1, chips // 4) if by_cores else (1 if size <= 8 else size // 4)
     zones = pod_zones if hosts > 1 else one_host_zones
-    return TpuType(f"{family}-{size}", family, chips, hosts, zones, round(price * chips, 3),
+    return TpuType(f"{family}-{size}", family, chips, hosts, zones, round(price * chips, 3) if price is not None else None,
                    round(spot * chips, 3) if spot is not None else None, node_arch)
+
+
+
+# -- TPUs through Compute Engine (providers/gcp/gce.py) --------------------------------------------------------------
+# "Compute Engine supports the following TPU versions: TPU7x, TPU v6e, TPU v5p" (compute/docs/tpus/tpu-machines);
+# v5e is refused there ("This user agent is not allowed to use the machine type [ct5lp-hightpu-1t]", a live probe
+# quoted in ../shared/GCE_TPU_FACTS.md §1). family -> {chips per VM: machine type}: the documented names (same
+# facts file, §1: tpu-machines as quoted, gcloud's TPU_MACHINE_TYPES, xpk, cluster-toolkit hardware.go).
+COMPUTE_MACHINES = {"v5p": {4: "ct5p-hightpu-4t"},
+                    "v6e": {1: "ct6e-standard-1t", 4: "ct6e-standard-4t", 8: "ct6e-standard-8t"},
+                    "tpu7x": {4: "tpu7x-standard-4t"}}
+# Families only Compute Engine (or GKE) serves: the Cloud TPU API does not (tpu/docs/tpus-in-compute-engine).
+COMPUTE_ONLY = frozenset({"tpu7x"})
+# chips -> the slice's topology, the workload policy's acceleratorTopology (xpk system_characteristics.py's default
+# topologies, as providers/gke/tputypes.py reads them; tpu7x-16 is "2x2x2" in the vLLM TPU7x MIG guide).
+_CUBE_BY_CHIPS = {4: "2x2x1", 8: "2x2x2", 16: "2x2x4", 32: "2x4x4", 64: "4x4x4", 128: "4x4x8", 256: "4x8x8",
+                  512: "8x8x8", 1024: "8x8x16", 2048: "8x16x16", 4096: "16x16x16"}
+_PLANE_BY_CHIPS = {1: "1x1", 4: "2x2", 8: "2x4", 16: "4x4", 32: "4x8", 64: "8x8", 128: "8x16", 256: "16x16"}
+
+
+@dataclass(frozen=True)
+class ComputeShape:
+    """A TPU type as Compute Engine makes it: `vms` VMs of `machine_type`, one bare VM when vms == 1, else a MIG
+    with a workload policy of `topology` (the facts file §3: every multi-host slice is a MIG plus a workload
+    policy; targetSize = chips / chips per VM)."""
+    machine_type: str
+    chips_per_vm: int
+    vms: int
+    topology: str
+
+
+def compute_shape(t: TpuType) -> ComputeShape:
+    machines = COMPUTE_MACHINES.get(t.family)
+    if machines is None:
+        raise bad_input(f"Compute Engine does not serve {t.family} TPUs ({t.name}): it serves "
+                        + ", ".join(f"{f}-N" for f in COMPUTE_MACHINES),
+                        "leave --api compute out: the Cloud TPU API makes " + t.name)
+    per_vm = t.chips if t.chips in machines else 4   # a multi-host slice: 4-chip VMs, as its TPU API hosts
+    topology = (_PLANE_BY_CHIPS if t.family == "v6e" else _CUBE_BY_CHIPS).get(t.chips, "")
+    if t.chips % per_vm or not topology:
+        raise bad_input(f"Compute Engine has no shape for {t.name}",
+                        "valid: " + ", ".join(f"{t.family}-{c * (2 if t.family != 'v6e' else 1)}"
+                                              for c in sorted(_PLANE_BY_CHIPS if t.family == "v6e" else _CUBE_BY_CHIPS)))
+    return ComputeShape(machines[per_vm], per_vm, t.chips // per_vm, topology)
 
 
 def check_runtime(runtime: str, node: bool) -> str:

@@ -158,9 +158,11 @@ class ClusterSpec(JsonRecord):
     reservation: str = ""           # `up --reservation`: the Compute Engine reservation GKE's TPU nodes consume
     kube_context: str = ""          # `up --kube-context`: reach GKE's Kubernetes API through this kubeconfig context
     kueue: bool = False             # `up --kueue` (GKE): Kueue installed with a queue for the node pools' TPUs
+    api: str = ""                   # Google Cloud: "compute" makes the TPU as Compute Engine VMs/MIGs; "": TPU API
+    flex_start: bool = False        # `up --flex-start` (--api compute): flex-start VMs, ended after max_duration
 
     # Fields that name what a cluster IS: `up` refuses to change them on an existing cluster.
-    IDENTITY = ("provider", "tpu_type", "arch", "project", "store", "slices")
+    IDENTITY = ("provider", "tpu_type", "arch", "project", "store", "slices", "api")
 
     @property
     def tpu_name(self) -> str:

@@ -22,7 +22,7 @@ from typing import Any
 
 from .errors import bad_input
 
-FAMILIES = ("v4", "v5p", "v5litepod", "v6e")   # v4 or newer: the families Multislice serves
+FAMILIES = ("v4", "v5p", "v5litepod", "v6e", "tpu7x")   # v4 or newer: the families Multislice serves (tpu7x: --api compute)
 PORT = 8081
 
 

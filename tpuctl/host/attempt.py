@@ -28,7 +28,7 @@ from ..core.lifecycle import Clock
 from ..core.packaging import unpack
 from ..core.runs import RunSpec, RunState, RunStatus
 from ..runtime import prefer_legacy_keras
-from . import heldoutput, jobenv, kerasbackend, megascale, podruntime
+from . import heldoutput, jaxcluster, jobenv, kerasbackend, megascale, podruntime
 from .contexts import Seat
 from .halts import Halts
 from .heldoutput import HeldOutput
@@ -328,6 +328,7 @@ def environment(a: AttemptHost, run_id: str, job: RunSpec, tf: str = "", env_dir
                                     libtpu)
     framework_env.update(kerasbackend.environment(job, a.record, a.accelerator))
     framework_env.update(megascale.environment(a.record, a.slice, megascale.read(a.record)))
+    framework_env.update(jaxcluster.environment(a.record, a.worker, a.workers))
     env.update(TPUCTL_RUN_ID=run_id, TPUCTL_STORE=a.store.uri, TPUCTL_DATA_DIR=data, TPUCTL_OUTPUT_DIR=out,
                TPUCTL_ACCELERATOR=a.accelerator, TPUCTL_TPU=framework_env.get("TPU_NAME", a.tpu_address()),
                TPUCTL_WORKER=str(a.worker), TPUCTL_NUM_WORKERS=str(a.workers), PYTHONUNBUFFERED="1")

@@ -8,6 +8,7 @@ import shlex
 from typing import Any, Mapping
 
 from ..core import backends
+from ..core.backends import is_tpu_type
 from ..core.jobspec import DEFAULT_TENSORFLOW
 from ..core.runs import RunSpec
 
@@ -41,7 +42,7 @@ def tensorflow_to_install(job: RunSpec, record: Mapping[str, Any], accelerator: 
 def jax_to_install(job: RunSpec, record: Mapping[str, Any], accelerator: str) -> str:
     """What a Keras job on JAX gets installed on a TPU VM whose image has no JAX (a base runtime: nothing of a
     framework, tpu.py BASE_RUNTIMES), as JAX installs on TPUs (host/jobenv.py JAX_TPU); else ""."""
-    on_tpu_vm = record.get("arch") == "vm" and accelerator.startswith("v")
+    on_tpu_vm = record.get("arch") == "vm" and is_tpu_type(accelerator)
     if pick(job, record, accelerator)[0] != "jax" or not on_tpu_vm or importlib.util.find_spec("jax") is not None:
         return ""
     from .jobenv import JAX_TPU

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..core.backends import is_tpu_type
+
 
 def pjrt_from_python(tensorflow: str, record: dict[str, Any], job_env: dict[str, str]) -> bool:
     """Whether the host points TF_PLUGGABLE_DEVICE_LIBRARY_PATH at the libtpu Python finds in the job's environment
@@ -21,7 +23,7 @@ def tpu_environment(framework: str, record: dict[str, Any], accelerator: str, li
     same PJRT pair, with the library that came with it (`libtpu`; the harness points at the pip-installed
     libtpu/libtpu.so). PyTorch/XLA: PJRT_DEVICE=TPU. Nothing off a TPU VM (the local provider, the legacy node's
     VM)."""
-    if record.get("arch") != "vm" or not accelerator.startswith("v"):
+    if record.get("arch") != "vm" or not is_tpu_type(accelerator):
         return {}
     if framework == "pytorch":
         return {"PJRT_DEVICE": "TPU"}

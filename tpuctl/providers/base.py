@@ -77,6 +77,7 @@ class UpFlags:
     reservation: str | None = None
     kube_context: str | None = None
     kueue: bool = False
+    api: str | None = None           # Google Cloud: "tpu" or "compute" (providers/gcp/planning.py)
 
     def remember(self, spec: ClusterSpec) -> None:
         """`up -c NAME` on an existing cluster: each flag not given again takes the value the cluster was made
@@ -118,6 +119,9 @@ class UpFlags:
         self.vm_type = self.vm_type or spec.vm_type or None
         self.framework = self.framework or spec.framework.value
         self.queued = self.queued or spec.queued
+        self.api = self.api or spec.api or None
+        self.flex_start = self.flex_start or spec.flex_start
+        self.reservation = self.reservation or spec.reservation or None
         self.network = self.network or spec.network or None
         self.subnetwork = self.subnetwork or spec.subnetwork or None
         if self.slices is None and spec.slices > 1:
@@ -131,7 +135,7 @@ class UpFlags:
                  "valid_until": "--valid-until", "flex_start": "--flex-start", "slices": "--slices",
                  "network": "--network", "subnetwork": "--subnetwork", "gke_cluster": "--gke-cluster",
                  "image": "--image", "reservation": "--reservation", "kube_context": "--kube-context",
-                 "kueue": "--kueue"}
+                 "kueue": "--kueue", "api": "--api"}
         return [flag for attr, flag in names.items() if getattr(self, attr) not in (None, False, "", [])]
 
 

@@ -82,14 +82,23 @@ def build_instance(spec: ClusterSpec, zone: str, script: str, labels: dict[str, 
         metadata=c.Metadata(items=[c.Items(key="startup-script", value=script)]))
 
 
-def _wait_op(project: str, zone: str, op: Any, what: str, progress: Progress) -> None:
-    ops = clients.compute("ZoneOperationsClient")
+def wait_operation(project: str, op: Any, what: str, zone: str = "", region: str = "") -> None:
+    """Poll a zonal, regional or global operation (the client the resource's scope names) to DONE, then read its
+    `error` ourselves: the client raises only when httpErrorStatusCode and httpErrorMessage are both set
+    (../shared/GCE_TPU_FACTS.md §9), so an operation that failed without them would otherwise pass as success."""
+    where: dict[str, Any]
+    if zone:
+        ops, where = clients.compute("ZoneOperationsClient"), {"zone": zone}
+    elif region:
+        ops, where = clients.compute("RegionOperationsClient"), {"region": region}
+    else:
+        ops, where = clients.compute("GlobalOperationsClient"), {}
 
     def poll() -> tuple[bool, str]:
-        cur = call(ops.get, project=project, zone=zone, operation=op.name, what=what)
+        cur = call(ops.get, project=project, operation=op.name, **where, what=what)
         return cur.status == type(cur).Status.DONE, "working"
     wait(poll, what, DEADLINE)
-    done = call(ops.get, project=project, zone=zone, operation=op.name, what=what)
+    done = call(ops.get, project=project, operation=op.name, **where, what=what)
     if done.error and done.error.errors:
         e = done.error.errors[0]
         raise classify_text(e.code, e.message, what)
@@ -109,7 +118,7 @@ def create(project: str, spec: ClusterSpec, zone: str, script: str, nonce: str, 
                       instance_resource=build_instance(spec, zone, script, {**shape.labels, NONCE_LABEL: nonce},
                                                        shape),
                       what=what)
-            _wait_op(project, zone, op, what, progress)
+            wait_operation(project, op, what, zone=zone)
             ours = True
         except TpuctlError as e:
             from google.api_core.exceptions import Conflict
@@ -138,7 +147,7 @@ def delete(project: str, name: str, zone: str, cluster: str, progress: Progress)
     try:
         op = call(clients.compute("InstancesClient").delete_unary, project=project, zone=zone, instance=name,
                   what=what)
-        _wait_op(project, zone, op, what, progress)
+        wait_operation(project, op, what, zone=zone)
     except TpuctlError as e:
         if e.kind is not ErrorKind.NOT_FOUND:
             raise

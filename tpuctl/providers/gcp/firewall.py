@@ -22,12 +22,11 @@ from ...core.errors import ErrorKind, TpuctlError, bad_input
 from ...core.models import LABEL, ClusterSpec
 from ..base import Progress
 from . import clients
-from .errors import classify_text
-from .operations import call, wait
+from .compute import wait_operation
+from .operations import call
 
 PORTS = ((8080, 8081), (8470, 8476), (8482, 8482))   # inclusive ranges
 PRIVATE = [ipaddress.ip_network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")]
-DEADLINE = 300.0
 
 
 def applies(spec: ClusterSpec, hosts: int) -> bool:
@@ -106,7 +105,7 @@ def ensure(spec: ClusterSpec, hosts: int, progress: Progress) -> None:
     progress("creating")
     what = f"create firewall rule {rule_name(spec)}"
     try:
-        _wait(spec.project, call(clients.compute("FirewallsClient").insert_unary, project=spec.project,
+        wait_operation(spec.project, call(clients.compute("FirewallsClient").insert_unary, project=spec.project,
                                  firewall_resource=body, what=what), what)
     except TpuctlError as e:
         from google.api_core.exceptions import Conflict
@@ -129,16 +128,4 @@ def delete(spec: ClusterSpec, progress: Progress) -> None:
                           "remove it yourself if it should go")
     progress("deleting")
     what = f"delete firewall rule {rule_name(spec)}"
-    _wait(spec.project, call(client.delete_unary, project=spec.project, firewall=rule_name(spec), what=what), what)
-
-
-def _wait(project: str, op: Any, what: str) -> None:
-    ops = clients.compute("GlobalOperationsClient")
-
-    def poll() -> tuple[bool, str]:
-        cur = call(ops.get, project=project, operation=op.name, what=what)
-        return cur.status == type(cur).Status.DONE, "working"
-    wait(poll, what, DEADLINE)
-    done = call(ops.get, project=project, operation=op.name, what=what)
-    if done.error and done.error.errors:
-        raise classify_text(done.error.errors[0].code, done.error.errors[0].message, what)
+    wait_operation(spec.project, call(client.delete_unary, project=spec.project, firewall=rule_name(spec), what=what), what)

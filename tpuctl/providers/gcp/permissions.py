@@ -96,7 +96,10 @@ def check(spec: ClusterSpec, compute: dict[str, str] | None = None) -> list[str]
 # compute.*, Compute Instance Admin compute.instances.*). A queued resource is checked by tpu.nodes.* (teardown.py).
 CARRIES = {"tpu.nodes.delete": {"roles/owner", "roles/editor", "roles/tpu.admin", "roles/tpu.editor"},
            "compute.instances.delete": {"roles/owner", "roles/editor", "roles/compute.admin",
-                                        "roles/compute.instanceAdmin", "roles/compute.instanceAdmin.v1"}}
+                                        "roles/compute.instanceAdmin", "roles/compute.instanceAdmin.v1"},
+           "compute.instanceGroupManagers.delete": {"roles/owner", "roles/editor", "roles/compute.admin",
+                                                    "roles/compute.instanceAdmin",
+                                                    "roles/compute.instanceAdmin.v1"}}
 
 
 def judge(bindings: list[dict[str, Any]], member: str, needed: list[str],

@@ -3,8 +3,8 @@ The catalog's tables decide offline (see catalog.py for their sources); the one 
 list_accelerator_types for a zone the table does not list, when there are credentials to ask with."""
 from __future__ import annotations
 
-from ...core.catalog import (DEFAULT_VM_TYPE, VM_PRICES, TpuType, check_runtime, check_vm_type, check_zones,
-                             not_offered, region_of, tpu_type, unlisted)
+from ...core.catalog import (COMPUTE_ONLY, DEFAULT_VM_TYPE, VM_PRICES, TpuType, check_runtime, check_vm_type,
+                             check_zones, compute_shape, not_offered, region_of, tpu_type, unlisted)
 from ...core import multislice
 from ...core.config import setting
 from ...core.errors import bad_input
@@ -12,7 +12,7 @@ from ...core.lifecycle import parse_duration, show_duration
 from ...core.models import (Arch, ClusterSpec, Framework, ProviderName, check_bucket_name, check_project,
                             check_gce_name, check_service_account, default_bucket)
 from ..base import PlanRow, Price, UpFlags
-from . import clients, project
+from . import clients, gce, project
 
 
 def make_spec(name: str, flags: UpFlags) -> ClusterSpec:
@@ -20,27 +20,36 @@ def make_spec(name: str, flags: UpFlags) -> ClusterSpec:
         raise bad_input(f"--type is required for a Google Cloud TPU (cluster {name})",
                         f"name a type and a zone: `tpuctl up --type v5litepod-8 --zone us-west4-a -c {name}` "
                         "(add --dry-run to see the plan and its price first)")
-    gke_only = [f for f, v in (("--gke-cluster", flags.gke_cluster), ("--image", flags.image),
-                               ("--reservation", flags.reservation), ("--kube-context", flags.kube_context),
-                               ("--kueue", flags.kueue)) if v]
-    if gke_only:
-        raise bad_input(f"{', '.join(gke_only)} appl{'ies' if len(gke_only) == 1 else 'y'} to --provider gke only",
-                        f"a TPU VM runs the job on its own host: drop {'it' if len(gke_only) == 1 else 'them'}, or add "
-                        "--provider gke")
     t = tpu_type(flags.tpu_type)
+    api = _api(flags, t)
+    gke_only = [f for f, v in (("--gke-cluster", flags.gke_cluster), ("--image", flags.image),
+                               ("--reservation", flags.reservation if not api else None),
+                               ("--kube-context", flags.kube_context), ("--kueue", flags.kueue)) if v]
+    if gke_only:
+        one = len(gke_only) == 1
+        raise bad_input(f"{', '.join(gke_only)} appl{'ies' if one else 'y'} to --provider gke only"
+                        + (" (--reservation also to --api compute)" if flags.reservation else ""),
+                        f"a TPU VM runs the job on its own host: drop {'it' if one else 'them'}, or add --provider gke")
     try:
         arch = Arch(flags.arch or Arch.VM.value)
     except ValueError:
         raise bad_input(f"unknown --arch {flags.arch!r}", "use --arch vm (TPU VM, default) or --arch node (legacy)")
     if arch is Arch.NODE and not t.node_arch:
         raise bad_input(f"TPU Nodes (--arch node) were never offered for {t.family}", "use --arch vm")
+    if api and arch is Arch.NODE:
+        raise bad_input("--api compute makes TPU VMs: a TPU Node (--arch node) is the Cloud TPU API's only",
+                        "leave --arch node out")
     try:
-        framework = Framework(flags.framework or Framework.TENSORFLOW.value)
+        framework = Framework(flags.framework or (Framework.JAX if t.family in gce.NO_TENSORFLOW
+                                                  else Framework.TENSORFLOW).value)
         if framework is Framework.KERAS:
             raise ValueError(framework)
     except ValueError:
         raise bad_input(f"unknown --framework {flags.framework!r}", "use tensorflow (default), jax or pytorch "
                         "(a Keras 3 job runs on either image: its backend follows the runtime)")
+    if framework is Framework.TENSORFLOW and t.family in gce.NO_TENSORFLOW:
+        raise bad_input(f"Google offers no TensorFlow for {t.family} TPUs", "use --framework jax (Keras 3 jobs run "
+                        "on JAX) or --framework pytorch")
     if arch is Arch.NODE and framework is not Framework.TENSORFLOW:
         raise bad_input("a TPU Node (--arch node) runs TensorFlow only", "use --arch vm for jax or pytorch")
     zones = [z.strip() for item in flags.zones for z in item.split(",") if z.strip()]
@@ -49,12 +58,15 @@ def make_spec(name: str, flags: UpFlags) -> ClusterSpec:
     zones = check_zones(t, zones)
     proj = check_project(project.resolve(flags.project))
     for zone in unlisted(t, zones):
-        _ask_whether_offered(t, zone, proj, arch)
+        _ask_whether_offered(t, zone, proj, arch, api)
+    if api and flags.runtime:
+        raise bad_input("--runtime names a Cloud TPU API software version; a Compute Engine TPU VM boots Google's "
+                        "TPU Ubuntu image and the agent installs the job's stack", "leave --runtime out")
     bucket = check_bucket_name(flags.bucket or default_bucket(proj, name))
-    queued, valid_until = _queueing(flags, arch)
+    queued, valid_until = _queueing(flags, arch, api)
     if flags.slices is not None:
         multislice.check(flags.slices, t.family, arch is Arch.NODE, t.name)
-        queued = True   # a Multislice is had only through a queued resource
+        queued = not api   # through the TPU API a Multislice is had only through a queued resource
     return ClusterSpec(
         name=name, provider=ProviderName.GCP, store=f"gs://{bucket}", project=proj, tpu_type=t.name,
         zones=zones, arch=arch, runtime=check_runtime(flags.runtime, arch is Arch.NODE) if flags.runtime else "",
@@ -63,7 +75,27 @@ def make_spec(name: str, flags: UpFlags) -> ClusterSpec:
         framework=framework, queued=queued, valid_until=valid_until, slices=flags.slices or 1,
         vm_type=check_vm_type(flags.vm_type or DEFAULT_VM_TYPE) if arch is Arch.NODE else "",
         network=check_gce_name(flags.network, "--network") if flags.network else "",
-        subnetwork=_subnetwork(flags, zones), create_firewall=flags.create_firewall)
+        subnetwork=_subnetwork(flags, zones), create_firewall=flags.create_firewall, api=api,
+        flex_start=flags.flex_start,
+        reservation=check_gce_name(flags.reservation, "--reservation") if flags.reservation else "")
+
+
+def _api(flags: UpFlags, t: TpuType) -> str:
+    """"compute" when the TPU is made as Compute Engine resources (--api compute, config key `api`, and always for
+    the families only Compute Engine serves), else "" (the Cloud TPU API, still the default where it serves)."""
+    asked = str(setting("api", flags.api) or "")
+    if asked not in ("", "tpu", "compute"):
+        raise bad_input(f"unknown --api {asked!r}", "use --api tpu (the Cloud TPU API) or --api compute "
+                        "(Compute Engine VMs and MIGs)")
+    if t.family in COMPUTE_ONLY:
+        if asked == "tpu":
+            raise bad_input(f"the Cloud TPU API does not serve {t.family} (tpu/docs/tpus-in-compute-engine)",
+                            "leave --api out: tpuctl makes it through Compute Engine")
+        asked = "compute"
+    if asked == "compute":
+        compute_shape(t)   # refuses the families Compute Engine does not serve
+        return "compute"
+    return ""
 
 
 def _subnetwork(flags: UpFlags, zones: list[str]) -> str:
@@ -77,16 +109,27 @@ def _subnetwork(flags: UpFlags, zones: list[str]) -> str:
     return check_gce_name(flags.subnetwork, "--subnetwork")
 
 
-def _queueing(flags: UpFlags, arch: Arch) -> tuple[bool, int]:
+def _queueing(flags: UpFlags, arch: Arch, api: str) -> tuple[bool, int]:
     """--queued [--valid-until D]; --flex-start is refused: google-cloud-tpu (v2 and v2alpha1, 1.28) has no
     provisioning model or maximum run duration field, only `gcloud alpha compute tpus queued-resources create
     --provisioning-model=flex-start --max-run-duration` does (cloud.google.com/tpu/docs/request-using-flex-start),
-    and a request tpuctl cannot express would be a deadline shown that Google does not enforce."""
+    and a request tpuctl cannot express would be a deadline shown that Google does not enforce. Through Compute
+    Engine (--api compute) flex-start is a provisioning model of the VMs themselves (gce.py), and --queued has no
+    meaning there: a flex-start VM or bulk MIG waits for capacity itself."""
+    if api:
+        if flags.queued or flags.valid_until:
+            raise bad_input("--queued and --valid-until ask the Cloud TPU API's queued resources",
+                            "with --api compute, use --flex-start --max-duration D: the VMs wait for capacity")
+        if flags.flex_start and flags.spot:
+            raise bad_input("--flex-start and --spot are two provisioning models: pick one", "drop one of them")
+        if flags.reservation and (flags.flex_start or flags.spot):
+            raise bad_input("--reservation consumes a reservation's capacity: not with --flex-start or --spot",
+                            "drop --reservation, or the other flag")
+        return False, 0
     if flags.flex_start:
-        raise bad_input("--flex-start is not available: the installed google-cloud-tpu client exposes no "
+        raise bad_input("--flex-start needs --api compute: the installed google-cloud-tpu client exposes no "
                         "Flex-start provisioning model or maximum run duration",
-                        "use --queued with --max-duration (enforced by the host), or gcloud alpha compute tpus "
-                        "queued-resources create --provisioning-model=flex-start")
+                        "add --api compute (v6e, v5p, tpu7x), or use --queued with --max-duration")
     valid_until = parse_duration(flags.valid_until, "--valid-until") if flags.valid_until else 0
     if valid_until and not flags.queued:
         raise bad_input("--valid-until applies to queued requests only", "add --queued, or leave --valid-until out")
@@ -95,10 +138,17 @@ def _queueing(flags: UpFlags, arch: Arch) -> tuple[bool, int]:
     return flags.queued, valid_until
 
 
-def _ask_whether_offered(t: TpuType, zone: str, proj: str, arch: Arch) -> None:
-    """A zone missing from the table may be newer than it: the TPU API knows, if we can ask it."""
+def _ask_whether_offered(t: TpuType, zone: str, proj: str, arch: Arch, api: str) -> None:
+    """A zone missing from the table may be newer than it: the TPU API knows (Compute Engine's machineTypes.get
+    for --api compute: "the live catalog is the truth", GCE_TPU_FACTS §1), if we can ask it."""
     if not clients.has_credentials():
         raise not_offered(t, zone)
+    if api:
+        from .operations import get_or_none
+        if get_or_none(clients.compute("MachineTypesClient").get, project=proj, zone=zone,
+                       machine_type=compute_shape(t).machine_type, what=f"get machine type in {zone}") is None:
+            raise not_offered(t, zone)
+        return
     from .tpu import TpuApi
     if t.name not in TpuApi(proj, arch).accelerator_types(zone):
         raise not_offered(t, zone)
@@ -112,13 +162,17 @@ def price(spec: ClusterSpec) -> Price:
     t = tpu_type(spec.tpu_type)
     p = t.spot_price_hour if spec.spot else t.price_hour
     if p is None:
-        return Price(None, "spot price not in the catalog")
+        return Price(None, f"{'spot ' if spec.spot else ''}price of {t.family} not in the catalog")
+    if spec.flex_start:   # "discounts (up to 53%)" (GCE_TPU_FACTS §8): the on-demand rate is the most it costs
+        return Price(p * spec.slices, f"at most ${p * spec.slices:.2f}/hour (flex-start: up to 53% less)")
     total = p * spec.slices + (VM_PRICES.get(spec.vm_type, 0.0) if spec.arch is Arch.NODE else 0.0)
     return Price(total, f"${total:.2f}/hour" + (f" ({spec.slices} slices at ${p:.2f})" if spec.slices > 1 else "")
                  + (" (spot)" if spec.spot else ""))
 
 
 def plan(spec: ClusterSpec) -> list[PlanRow]:
+    if spec.api:
+        return _compute_plan(spec) + _store_rows(spec)
     where = " or ".join(spec.zones)
     t = tpu_type(spec.tpu_type)
     shape = (f"{spec.tpu_type} ({t.chips} chips, {t.hosts} host{'s' * (t.hosts > 1)}, "
@@ -131,6 +185,33 @@ def plan(spec: ClusterSpec) -> list[PlanRow]:
         rows.insert(0, PlanRow("queued", spec.qr_name, f"{what}{until}"))
     if spec.arch is Arch.NODE:
         rows.append(PlanRow("vm", spec.vm_name, f"{spec.vm_type} beside the TPU Node"))
+    return rows + _store_rows(spec)
+
+
+def _compute_plan(spec: ClusterSpec) -> list[PlanRow]:
+    """Through Compute Engine (gce.py): one VM, or per slice an instance template and a MIG, and one workload
+    policy; the provisioning model and what it means."""
+    t, shape = tpu_type(spec.tpu_type), gce.shape_of(spec)
+    where = " or ".join(spec.zones)
+    model = ("spot: preempted VMs are deleted and made again" if spec.spot else
+             f"flex-start: waits for capacity, deleted after {show_duration(spec.max_duration)}" if spec.flex_start
+             else f"reservation-bound to {spec.reservation}" if spec.reservation else "on demand")
+    head = f"{spec.tpu_type} ({t.chips} chips) through Compute Engine, {model}, in {where}"
+    if not gce.is_mig(spec):
+        return [PlanRow("vm", spec.tpu_name, f"{head}: one {shape.machine_type} VM, image "
+                        f"{gce.IMAGE_FAMILIES[t.family]}")]
+    rows = [PlanRow("policy", gce.policy_name(spec), f"workload policy HIGH_THROUGHPUT, topology {shape.topology}")]
+    for k, name in enumerate(spec.node_names):
+        rows.append(PlanRow("template", gce.template_name(name), f"{shape.machine_type}, image "
+                            f"{gce.IMAGE_FAMILIES[t.family]}"))
+        rows.append(PlanRow("mig", name, f"{head}: {shape.vms} VMs" + (" made all at once (bulk)" if gce.bulk(spec)
+                                                                        else "")
+                            + (f", slice {k} of {spec.slices}" if spec.slices > 1 else "")))
+    return rows
+
+
+def _store_rows(spec: ClusterSpec) -> list[PlanRow]:
+    rows = []
     regions = sorted({region_of(z) for z in spec.zones})
     rows.append(PlanRow("bucket", spec.store,
                         f"in {regions[0] if len(regions) == 1 else 'the region the TPU lands in'}"))

@@ -13,7 +13,7 @@ from ...core.catalog import region_of, tpu_type
 from ...core.errors import ErrorKind, Scope, TpuctlError
 from ...core.models import Arch, ClusterSpec, ClusterState, Framework, ProviderName, cluster_record
 from ..base import Compute, Enforcement, Placement, PlanRow, Price, Progress, Reporter, UpFlags, progress_of
-from . import clients, firewall, permissions, planning, storage, teardown
+from . import clients, firewall, gce, permissions, planning, storage, teardown
 from .gcs_store import GcsStore
 from .health import Health
 from .iam import BucketIam
@@ -53,10 +53,12 @@ class GcpProvider:
 
     # -- making and removing -----------------------------------------------------------------------------
     def preflight(self, spec: ClusterSpec) -> list[str]:
+        if spec.api:
+            gce.check_capacity_flags(spec)   # --max-duration is known only once the CLI has read it
         clients.preflight()
         firewall.check(spec, tpu_type(spec.tpu_type).hosts)   # read-only; refused before anything is made
         if spec.project not in self._checked:   # the CLI asks before its prompt, `up` again: ask Google once
-            warnings = permissions.check(spec)
+            warnings = permissions.check(spec, gce.permissions_needed(spec) if spec.api else None)
             if spec.autostop or spec.max_duration:   # refused now rather than found out after the TPU exists
                 warnings += permissions.check_self_teardown(spec, self.grants.workload_accounts(spec)[0])
             self._checked[spec.project] = warnings
@@ -72,6 +74,8 @@ class GcpProvider:
     def choose_runtime(self, spec: ClusterSpec, placement: Placement) -> str:
         """The runtime for this zone, asked of the zone before its bucket or grants are made."""
         t = tpu_type(spec.tpu_type)
+        if spec.api:   # no TPU runtime: Google's TPU-optimised Ubuntu image family, the agent installs the stack
+            return gce.IMAGE_FAMILIES[t.family]
         versions = Topology.tpu(spec).versions(placement.zone)
         if spec.runtime:
             if versions and spec.runtime not in versions:
@@ -109,6 +113,7 @@ class GcpProvider:
         else:
             address = f"grpc://{st.host.ip}:8470" if st.host.ip and confirmed else ""
         record = cluster_record(st, address, teardown="gcp", delete=teardown.targets(st))
+        record["api"] = st.spec.api or "tpu"   # the host gives JAX its cluster itself on Compute Engine (jaxcluster)
         if st.spec.arch is Arch.VM and st.spec.framework is Framework.TENSORFLOW:
             record["tensorflow_from"] = tensorflow_from(st.runtime)
         storage.write_record(st.spec.project, planning.bucket_of(st.spec), record, with_agent=not confirmed)
@@ -149,17 +154,33 @@ class GcpProvider:
         if not st.zone:
             raise TpuctlError(ErrorKind.NOT_FOUND, f"cluster {st.name} has no host yet", f"tpuctl up -c {st.name}")
         where = [f"--zone={st.zone}", f"--project={s.project}"]
-        if s.arch is Arch.NODE:
+        if s.api:   # a Compute Engine VM: the slice's VMs in name order (which is worker N is not documented)
+            argv = ["gcloud", "compute", "ssh", self._vm_of_worker(st, worker), *where]
+        elif s.arch is Arch.NODE:
             argv = ["gcloud", "compute", "ssh", s.vm_name, *where]
         else:
             argv = ["gcloud", "compute", "tpus", "tpu-vm", "ssh", s.tpu_name, *where, f"--worker={worker}"]
         return argv + ([f"--command={command}"] if command else [])
 
+    @staticmethod
+    def _vm_of_worker(st: ClusterState, worker: int) -> str:
+        hosts = max(1, st.host.hosts)
+        node = st.spec.node_names[min(worker // hosts, len(st.spec.node_names) - 1)]
+        found = gce.ComputeTpus(st.spec.project).find(node, st.zone)
+        vms = sorted(found.instances) if found else []
+        if not vms:
+            raise TpuctlError(ErrorKind.NOT_FOUND, f"cluster {st.name} has no VM for worker {worker}",
+                              f"tpuctl status -c {st.name}")
+        return vms[min(worker % hosts, len(vms) - 1)]
+
     def summary(self, st: ClusterState) -> dict[str, object]:
         s = st.spec
         return {"project": s.project, "type": s.tpu_type, "arch": s.arch.value, "zone": st.zone, "runtime": st.runtime,
-                "framework": s.framework.value, "workers": st.host.hosts, "spot": s.spot}
+                "framework": s.framework.value, "workers": st.host.hosts, "spot": s.spot,
+                "api": s.api or "tpu"}
 
     def teardown_list(self, st: ClusterState) -> list[str]:
+        if st.spec.api:
+            return gce.teardown_list(st.spec)
         return ([f"queued resource {st.spec.qr_name}"] if st.spec.queued else []) + [f"TPU {st.spec.tpu_name}"] \
             + ([f"VM {st.spec.vm_name}"] if st.spec.arch is Arch.NODE else [])

@@ -13,6 +13,7 @@ from ...core import layout, runs
 from ...core.models import Arch, ClusterSpec, ClusterState
 from ...core.store import BlobStore
 from ..base import Enforcement
+from . import gce
 
 # Which permission Google checks for a queued resource's create and delete is not documented (the REST reference
 # shows none that could be read here). Google's Cloud TPU roles page (cloud.google.com/iam/docs/roles-permissions/
@@ -23,13 +24,17 @@ from ..base import Enforcement
 # as googleapis/google-cloud-python#1776 reports of another backend).
 QUEUED_DELETE = "tpu.nodes.delete"
 # permission -> the narrowest predefined role that carries it (cloud.google.com/iam/docs/understanding-roles)
-ROLE = {"tpu.nodes.delete": "roles/tpu.admin", "compute.instances.delete": "roles/compute.instanceAdmin.v1"}
+ROLE = {"tpu.nodes.delete": "roles/tpu.admin", "compute.instances.delete": "roles/compute.instanceAdmin.v1",
+        "compute.instanceGroupManagers.delete": "roles/compute.instanceAdmin.v1"}
 REACH = {"roles/tpu.admin": "create and delete every TPU and queued resource in the project",
          "roles/compute.instanceAdmin.v1": "create and delete every Compute Engine VM in the project"}
 
 
 def _steps(spec: ClusterSpec) -> list[tuple[str, str]]:
     """(what, the permission checked for it) of each deletion, in order; known before anything exists."""
+    if spec.api:   # Compute Engine (gce.py): the TPU VM, or each slice's MIG, which deletes its VMs
+        return [("mig", "compute.instanceGroupManagers.delete")] if gce.is_mig(spec) \
+            else [("vm", "compute.instances.delete")]
     return ([("queued", QUEUED_DELETE)] if spec.queued else []) + [("node", "tpu.nodes.delete")] \
         + ([("vm", "compute.instances.delete")] if spec.arch is Arch.NODE else [])
 
@@ -47,6 +52,14 @@ def targets(st: ClusterState) -> list[dict[str, str]]:
     paths: cloud.google.com/tpu/docs/reference/rest/v2/projects.locations.nodes/delete,
     compute/docs/reference/rest/v1/instances/delete). `kind` tells the host which is which (host/google_api.py)."""
     s = st.spec
+    if s.api:   # the host's own slice (slice 0: worker 0 asks) last; a MIG's template and policy are left to `down`
+        zonal = f"compute/v1/projects/{s.project}/zones/{st.zone}"
+        if not gce.is_mig(s):
+            return [{"api": "compute", "path": f"{zonal}/instances/{s.tpu_name}",
+                     "permission": "compute.instances.delete", "kind": "vm"}]
+        return [{"api": "compute", "path": f"{zonal}/instanceGroupManagers/{name}",
+                 "permission": "compute.instanceGroupManagers.delete", "kind": "mig"}
+                for name in reversed(s.node_names)]
     tpu = f"{'v2' if s.arch is Arch.VM else 'v1'}/projects/{s.project}/locations/{st.zone}"
     where = {"queued": [("tpu", f"v2/projects/{s.project}/locations/{st.zone}/queuedResources/{s.qr_name}"
                                 "?force=true")],

@@ -4,13 +4,13 @@ fails. The Provider contract's rules (../base.py) hold: what is adopted carries 
 placement leaves nothing behind, and each creation comes with its undo."""
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 from ...core.background import Background
 from ...core.errors import TpuctlError
 from ...core.models import Arch, ClusterSpec, ClusterState, HostFacts, require_owned
 from ..base import Compute, Created, Progress, Reporter, progress_of
-from . import compute
+from . import compute, gce
 from .iam import BucketIam
 from .queued import QueuedApi
 from .startup import render
@@ -22,10 +22,16 @@ class Topology:
         self.grants, self.nonce = grants, nonce   # the nonce labels what this process creates (TpuApi.create)
 
     @staticmethod
-    def tpu(spec: ClusterSpec) -> TpuApi:
-        return TpuApi(spec.project, spec.arch)
+    def tpu(spec: ClusterSpec) -> Any:
+        """The API the cluster's TPU lives in: the Cloud TPU API's nodes, or Compute Engine's VMs and MIGs read as
+        nodes (gce.ComputeTpus, the same find/state/get surface)."""
+        return gce.ComputeTpus(spec.project) if spec.api else TpuApi(spec.project, spec.arch)
 
     def ensure(self, st: ClusterState, reporter: Reporter) -> Compute:
+        if st.spec.api:
+            script = render(st.spec.store, st.name, "tpu-vm", st.spec.tpu_type, "local")
+            created, tpu_facts = self._ensure_gce(st, script, progress_of(reporter, "tpu", st.spec.tpu_name))
+            return Compute([self._created_tpu(st, reporter)] if created else [], tpu_facts)
         if st.spec.arch is Arch.VM:
             script = render(st.spec.store, st.name, "tpu-vm", st.spec.tpu_type, "local")
             created, tpu_facts = self._ensure_tpu(st, script, progress_of(reporter, "tpu", st.spec.tpu_name))
@@ -73,6 +79,9 @@ class Topology:
     def _delete_tpu(self, spec: ClusterSpec, zone: str, reporter: Reporter) -> None:
         """The TPU, and first its queued request (with force: its node goes with it) when it was queued."""
         progress = progress_of(reporter, "tpu", spec.tpu_name)
+        if spec.api:
+            gce.ComputeTpus(spec.project).delete(spec, zone, progress)
+            return
         if spec.queued:
             QueuedApi(spec.project).delete(spec, zone, progress_of(reporter, "queued", spec.qr_name))
         for name in spec.node_names:   # gone with a queued request; one left behind is deleted here
@@ -109,6 +118,27 @@ class Topology:
                 return False, facts(api.get(spec.tpu_name, zone))
         created = api.create(spec, zone, st.runtime, script, sa, self.nonce, progress, accepted)
         return created, facts(api.get(spec.tpu_name, zone))
+
+    def _ensure_gce(self, st: ClusterState, script: str, progress: Progress) -> tuple[bool, HostFacts]:
+        """Adopt the cluster's slices where all are there and not lost; else remove what is left of them (a lost
+        slice, a MIG half made by an interrupted `up`) and make them all again, as a Multislice is asked for whole."""
+        spec, zone = st.spec, st.zone
+        api = gce.ComputeTpus(spec.project)
+        found = {name: api.find(name, zone) for name in spec.node_names}
+        for name, s in found.items():
+            if s is not None:
+                require_owned(s.labels, spec.name, f"TPU {name} in {zone}")
+        have = [s for s in found.values() if s is not None]
+        if have and len(have) == len(found) and not any(s.state in LOST | {"MISSING"} for s in have):
+            api.wait_ready(spec, zone, progress)
+            return False, facts(api.get(spec.node_names[0], zone))
+        if have:
+            progress("recreating: " + ", ".join(f"{s.name} {s.state}" for s in have) if len(have) == len(found)
+                     else "recreating: part of it is missing")
+        api.delete(spec, zone, progress)   # also what an interrupted `up` left without a MIG (templates, policy)
+        sa = spec.service_account or self.grants.default_service_account(spec.project)
+        created = api.create(spec, zone, script, sa, self.nonce, progress)
+        return created, facts(api.get(spec.node_names[0], zone))
 
     def _ensure_vm(self, st: ClusterState, script: str, progress: Progress) -> bool:
         spec = st.spec

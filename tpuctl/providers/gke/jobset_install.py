@@ -12,12 +12,12 @@ apply --server-side -f .../releases/download/v0.10.1/manifests.yaml`; xpk adds -
 from __future__ import annotations
 
 import functools
-import os
 import re
 import time
 from pathlib import Path
 from typing import Any, Callable
 
+from ...core import knobs
 from ...core.errors import ErrorKind, TpuctlError
 from . import kube, schema
 
@@ -88,7 +88,7 @@ def _pinned() -> tuple[int, int, int]:
 def ready_seconds() -> float:
     """How long `up` waits for JobSet's controller and webhooks, and `submit` for its webhooks
     (TPUCTL_GKE_JOBSET_READY_SECONDS, 300 s: the controller pulls its image and makes its certificates)."""
-    return float(os.environ.get("TPUCTL_GKE_JOBSET_READY_SECONDS", "300"))
+    return knobs.number("TPUCTL_GKE_JOBSET_READY_SECONDS", 300)
 
 
 def _probe() -> dict[str, Any]:
