@@ -401,3 +401,82 @@ def test_the_browser_opens_the_printed_url_unless_told_not_to(site, tmp_path):
         proc.send_signal(signal.SIGINT)
         proc.wait(20)
     assert url.startswith("http://127.0.0.1:") and "?token=" in url
+
+
+GHOST = "20261128-000000-000-dead"   # an index entry of a run that does not exist
+
+
+def test_no_page_writes_anything_while_jobs_still_repairs(site, monkeypatch):
+    """Issue 51: "It only reads". The store made to need every repair `jobs` and `status` make (its index's marker
+    lost, as a store made before the index; an entry naming no run; one that is no run id; the host's record of a
+    stop that the local state has not closed): every page and /api/ endpoint is fetched, each background question
+    answered, and fetched again, and neither the store nor the local state is written once. Then `jobs`' own path
+    repairs them as before."""
+    import uvicorn
+
+    from tpuctl.core import layout, runindex, state
+    from tpuctl.core.store import LocalStore
+    from tpuctl.ui import server
+    from tpuctl.ui.figures import Figures
+
+    store, rid = site["store"], site["runs"]
+    marker = store.read(layout.RUN_INDEX_COMPLETE)
+    planted = [layout.run_index(runindex.flip(GHOST)), layout.RUN_INDEX_PREFIX + "99/not-a-run"]
+    for key in planted:
+        store.write(key, b"x")
+    store.write(layout.STOPPED, json.dumps({"time": time.time(), "reason": "a test's stop"}).encode())
+    store.delete(layout.RUN_INDEX_COMPLETE)   # a store never indexed: read from its runs
+    store.delete(layout.ORPHANS_CHECKED)      # nor looked over for what earlier releases left
+    writes = []
+    for name in ("write", "create", "write_if", "delete", "upload_file", "copy"):
+        real = getattr(LocalStore, name)
+        monkeypatch.setattr(LocalStore, name, lambda self, *a, _n=name, _r=real: (writes.append((_n, a[0])),
+                                                                                  _r(self, *a))[1])
+    monkeypatch.setattr(state, "save", lambda st: writes.append(("state.save", st.name)))
+    monkeypatch.setenv("TPUCTL_UI_STORE_WAIT", "5")
+    sock = server.bind(None)
+    srv = uvicorn.Server(uvicorn.Config(server.build("t", Figures()), log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=srv.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    base = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    live = rid["live"]
+    paths = ["/", "/runs", "/runs?cluster=uitest", "/leftovers", f"/run/uitest/{GHOST}",
+             "/api/clusters", "/api/runs", "/api/runs?cluster=uitest", "/api/leftovers", f"/api/run?cluster=uitest&id={GHOST}",
+             *[f"/run/uitest/{r}" for r in rid.values()], *[f"/api/run?cluster=uitest&id={r}" for r in rid.values()],
+             *[f"/api/log?cluster=uitest&id={live}&worker={w}{after}" for w in (0, 1) for after in ("", "&after=1")]]
+
+    def fetch_all():
+        for path in paths:
+            code, body, _ = _get(base + path + ("&" if "?" in path else "?") + "token=t")
+            assert code in (200, 404), (path, code, body[-300:])
+        until(lambda: not [t for t in threading.enumerate() if t.name.startswith("tpuctl-ui-")], 60,
+              "the pages' background questions answered")
+    try:
+        until(lambda: _can_connect(sock.getsockname()[1]), 10, "the server")
+        fetch_all()
+        fetch_all()
+        shown = {r["id"] for r in json.loads(_get(base + "/api/runs?cluster=uitest&token=t")[1])["rows"]}
+        assert set(rid.values()) <= shown and GHOST not in shown
+        assert writes == [], writes
+        store.write(layout.RUN_INDEX_COMPLETE, marker or b"0")   # an indexed store with entries naming no run
+        writes.clear()   # the test's own write
+        fetch_all()
+        fetch_all()
+        shown = {r["id"] for r in json.loads(_get(base + "/api/runs?cluster=uitest&token=t")[1])["rows"]}
+        assert set(rid.values()) <= shown and GHOST not in shown
+        clusters = json.loads(_get(base + "/api/clusters?token=t")[1])["clusters"]
+        assert clusters[0]["status"]["phase"] == "stopped"   # the stop shown, not saved
+        assert writes == [], writes
+        assert state.load("uitest").compute_since   # the local state as it was: its compute still open
+    finally:
+        srv.should_exit = True
+        thread.join(10)
+        sock.close()
+        store.delete(layout.STOPPED)
+        monkeypatch.undo()
+    # `jobs`' path repairs as before: the entries naming no run are removed from the index
+    from tpuctl.control import submission
+    said = []
+    assert GHOST in runindex.newest(store, report=said.append) and said   # the entry that is no run id: gone
+    assert GHOST not in {r["id"] for r in submission.table(store, ids=[GHOST])}   # the run that does not exist
+    assert [k for k in planted if store.read(k) is not None] == []
