@@ -63,7 +63,7 @@ def find(store: BlobStore, repair: bool = True) -> list[Orphan]:
             if repair:
                 end(store, run_id)   # written, and the submit died before it took its mark away
             continue
-        mark = {"left_by": EARLIER} if run_id in unmarked else runs.read_object(store, key)
+        mark: dict[str, object] = {"left_by": EARLIER} if run_id in unmarked else runs.read_object(store, key)
         left_by = _left_by(mark)
         if left_by:
             data = store.list(layout.run_data(run_id))

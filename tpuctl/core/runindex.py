@@ -106,16 +106,16 @@ def newest(store: BlobStore, limit: int | None = None, report: Report = _stderr,
 
 def _read_only_newest(store: BlobStore, limit: int | None) -> list[str]:
     if store.read(layout.RUN_INDEX_COMPLETE) is None:
-        ids = sorted({rid for k, _ in store.list(layout.RUNS_PREFIX) if (rid := layout.run_id_of(k))}, reverse=True)
-        return ids[:limit] if limit else ids
-    ids: list[str] = []
+        every = sorted({rid for k, _ in store.list(layout.RUNS_PREFIX) if (rid := layout.run_id_of(k))},
+                       reverse=True)
+        return every[:limit] if limit else every
     listed = limit
     while True:   # a page with entries that name no run: list further, as far as the page needs
         keys = [k for k, _ in store.list(layout.RUN_INDEX_PREFIX, listed)]
         ids = _ids(store, keys, lambda k: flip(k.rsplit("/", 1)[1]), lambda m: None, repair=False)
-        if not limit or len(ids) >= limit or len(keys) < listed:
+        if not limit or not listed or len(ids) >= limit or len(keys) < listed:
             return ids[:limit] if limit else ids
-        listed = (listed or 0) + limit
+        listed += limit
 
 
 def forget(store: BlobStore, run_id: str, report: Report = _stderr) -> None:
