@@ -480,3 +480,25 @@ def test_no_page_writes_anything_while_jobs_still_repairs(site, monkeypatch):
     assert GHOST in runindex.newest(store, report=said.append) and said   # the entry that is no run id: gone
     assert GHOST not in {r["id"] for r in submission.table(store, ids=[GHOST])}   # the run that does not exist
     assert [k for k in planted if store.read(k) is not None] == []
+
+
+def test_the_read_only_index_pages_past_entries_that_name_no_run_and_reads_an_unindexed_store(tmp_path):
+    """runindex.newest(repair=False), what the runs page lists: the same runs `jobs` lists, a page filled past the
+    entries that name no run (which stay for `jobs` to remove), and a store never indexed read from its runs."""
+    from tpuctl.core import layout, runindex
+    from tpuctl.core.store import LocalStore
+    store = LocalStore(str(tmp_path))
+    ids = [f"20261128-10101{i}-000-abcd" for i in range(5)]
+    for rid in ids:
+        store.write(layout.run_job(rid), b"{}")
+    assert runindex.newest(store, 2, repair=False) == ids[::-1][:2]   # no marker: from the runs themselves
+    assert store.list("tpuctl/index/") == []                         # and nothing indexed
+    runindex.rebuild(store)
+    bad = [layout.RUN_INDEX_PREFIX + "0/not-a-run-" + str(i) for i in range(3)]   # listed before every run
+    for key in bad:
+        store.write(key, b"x")
+    assert runindex.newest(store, 2, repair=False) == ids[::-1][:2]
+    assert runindex.newest(store, None, repair=False) == ids[::-1]
+    assert all(store.read(k) is not None for k in bad)
+    assert runindex.newest(store, 2, report=lambda m: None) == ids[::-1][:2]   # `jobs`: removed on the way
+    assert not [k for k in bad if store.read(k) is not None]
