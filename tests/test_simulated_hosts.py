@@ -200,13 +200,9 @@ def test_the_ui_switches_a_multi_host_runs_log_between_its_hosts(hosts, cloud, c
     """Issue 51: a multi-host run's host selector switches logs. A v4-16 (two hosts) on the simulated hosts runs one
     JAX job on both; `tpuctl ui`'s server, over the fake bucket through the emulator's environment, names both hosts
     and gives each host's own line when the page asks for that worker's log."""
-    import threading
     import urllib.request
 
-    import uvicorn
-
-    from tpuctl.ui import server
-    from tpuctl.ui.figures import Figures
+    from ui_server import ui_server
     code, out, err = cli("up", "--type", "v4-16", "--zone", "us-central2-b", "-c", "duo", "--framework", "jax")
     assert code == 0, err
     assert sorted(h.worker for h in _wait_agents(hosts, "nodes/tpuctl-duo", 2)) == [0, 1]
@@ -216,24 +212,14 @@ def test_the_ui_switches_a_multi_host_runs_log_between_its_hosts(hosts, cloud, c
     assert code == 0 and out == "hello from worker 0\n", err
     run = [k for k, _ in _store("duo").list("tpuctl/runs/") if k.endswith("/job.json")][0].split("/")[2]
     monkeypatch.setenv("TPUCTL_UI_STORE_WAIT", "10")
-    sock = server.bind(None)
-    srv = uvicorn.Server(uvicorn.Config(server.build("t", Figures()), log_level="warning", lifespan="off"))
-    thread = threading.Thread(target=srv.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    base = f"http://127.0.0.1:{sock.getsockname()[1]}/api"
-
-    def get(path):
-        with urllib.request.urlopen(f"{base}/{path}&token=t", timeout=30) as r:
-            return json.loads(r.read())
-    try:
+    with ui_server() as base:
+        def get(path):
+            with urllib.request.urlopen(f"{base}/api/{path}&token=t", timeout=30) as r:
+                return json.loads(r.read())
         until(lambda: get(f"run?cluster=duo&id={run}").get("hosts"), 30, "the run page's hosts")
         assert [h["label"] for h in get(f"run?cluster=duo&id={run}")["hosts"]] == ["s0/w0", "s0/w1"]
         until(lambda: get(f"log?cluster=duo&id={run}&worker=1")["final"], 60, "worker 1's whole log")
         for worker in (1, 0, 1):   # the selector switched back and forth
             assert get(f"log?cluster=duo&id={run}&worker={worker}")["text"] == f"hello from worker {worker}\n"
-    finally:
-        srv.should_exit = True
-        thread.join(10)
-        sock.close()
     assert cli("down", "-c", "duo", "--yes")[0] == 0
     assert not hosts.hosts

@@ -19,6 +19,7 @@ import pytest
 from conftest import until
 from fakes.libtpu_metrics import FakeLibtpuMetrics
 from jobs import make_job
+from ui_server import _can_connect, ui_server
 
 # one cluster, one server, one browser for the module (about 40 s here: started early, beside the others)
 pytestmark = [pytest.mark.xdist_group("ui"), pytest.mark.slow(40)]
@@ -284,24 +285,15 @@ def test_a_running_runs_log_follows_without_reload_and_its_hosts_switch(site, pa
 def test_a_slow_cloud_does_not_delay_a_page(site, monkeypatch):
     """The cluster's `status` and every read of its store made to take 5 s (a cloud, a bucket that answer slowly):
     each page comes within a second, saying what is being asked and for how long."""
-    import uvicorn
-
     from tpuctl.control import status as status_flow
-    from tpuctl.ui import runview, server, views
-    from tpuctl.ui.figures import Figures
+    from tpuctl.ui import runview, views
 
     def slow(real):
         return lambda *a: (time.sleep(5), real(*a))[1]
     monkeypatch.setattr(status_flow, "status", slow(status_flow.status))
     monkeypatch.setattr(views, "_rows", slow(views._rows))
     monkeypatch.setattr(runview, "run", slow(runview.run))
-    sock = server.bind(None)
-    srv = uvicorn.Server(uvicorn.Config(server.build("t", Figures()), log_level="warning", lifespan="off"))
-    thread = threading.Thread(target=srv.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    base = f"http://127.0.0.1:{sock.getsockname()[1]}"
-    try:
-        until(lambda: _can_connect(sock.getsockname()[1]), 10, "the server")
+    with ui_server() as base:
         started = time.monotonic()
         code, body, _ = _get(base + "/?token=t")
         took = time.monotonic() - started
@@ -313,18 +305,6 @@ def test_a_slow_cloud_does_not_delay_a_page(site, monkeypatch):
             code, body, _ = _get(base + path + ("&" if "?" in path else "?") + "token=t")
             assert code == 200 and said in body, body[-500:]
             assert time.monotonic() - started < 1.0, path
-    finally:
-        srv.should_exit = True
-        thread.join(10)
-        sock.close()
-
-
-def _can_connect(port):
-    try:
-        socket.create_connection(("127.0.0.1", port), 0.5).close()
-        return True
-    except OSError:
-        return False
 
 
 def test_console_and_logging_links_on_google_cloud_in_xpks_shapes():
@@ -406,18 +386,29 @@ def test_the_browser_opens_the_printed_url_unless_told_not_to(site, tmp_path):
 GHOST = "20261128-000000-000-dead"   # an index entry of a run that does not exist
 
 
+def _fetch_twice_with_and_without_the_index(base, fetch_all, store, marker, rid, writes):
+    from tpuctl.core import layout
+    for indexed in (False, True):
+        if indexed:   # an indexed store with entries naming no run
+            store.write(layout.RUN_INDEX_COMPLETE, marker or b"0")
+            writes.clear()   # the test's own write
+        fetch_all(base)
+        fetch_all(base)
+        shown = {r["id"] for r in json.loads(_get(base + "/api/runs?cluster=uitest&token=t")[1])["rows"]}
+        assert set(rid.values()) <= shown and GHOST not in shown
+        clusters = json.loads(_get(base + "/api/clusters?token=t")[1])["clusters"]
+        assert clusters[0]["status"]["phase"] == "stopped"   # the stop shown, not saved
+        assert writes == [], (indexed, writes)
+
+
 def test_no_page_writes_anything_while_jobs_still_repairs(site, monkeypatch):
     """Issue 51: "It only reads". The store made to need every repair `jobs` and `status` make (its index's marker
     lost, as a store made before the index; an entry naming no run; one that is no run id; the host's record of a
     stop that the local state has not closed): every page and /api/ endpoint is fetched, each background question
     answered, and fetched again, and neither the store nor the local state is written once. Then `jobs`' own path
     repairs them as before."""
-    import uvicorn
-
     from tpuctl.core import layout, runindex, state
     from tpuctl.core.store import LocalStore
-    from tpuctl.ui import server
-    from tpuctl.ui.figures import Figures
 
     store, rid = site["store"], site["runs"]
     marker = store.read(layout.RUN_INDEX_COMPLETE)
@@ -434,44 +425,24 @@ def test_no_page_writes_anything_while_jobs_still_repairs(site, monkeypatch):
                                                                                   _r(self, *a))[1])
     monkeypatch.setattr(state, "save", lambda st: writes.append(("state.save", st.name)))
     monkeypatch.setenv("TPUCTL_UI_STORE_WAIT", "5")
-    sock = server.bind(None)
-    srv = uvicorn.Server(uvicorn.Config(server.build("t", Figures()), log_level="warning", lifespan="off"))
-    thread = threading.Thread(target=srv.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    base = f"http://127.0.0.1:{sock.getsockname()[1]}"
     live = rid["live"]
     paths = ["/", "/runs", "/runs?cluster=uitest", "/leftovers", f"/run/uitest/{GHOST}",
-             "/api/clusters", "/api/runs", "/api/runs?cluster=uitest", "/api/leftovers", f"/api/run?cluster=uitest&id={GHOST}",
+             "/api/clusters", "/api/runs", "/api/runs?cluster=uitest", "/api/leftovers",
+             f"/api/run?cluster=uitest&id={GHOST}",
              *[f"/run/uitest/{r}" for r in rid.values()], *[f"/api/run?cluster=uitest&id={r}" for r in rid.values()],
              *[f"/api/log?cluster=uitest&id={live}&worker={w}{after}" for w in (0, 1) for after in ("", "&after=1")]]
 
-    def fetch_all():
+    def fetch_all(base):
         for path in paths:
             code, body, _ = _get(base + path + ("&" if "?" in path else "?") + "token=t")
             assert code in (200, 404), (path, code, body[-300:])
         until(lambda: not [t for t in threading.enumerate() if t.name.startswith("tpuctl-ui-")], 60,
               "the pages' background questions answered")
     try:
-        until(lambda: _can_connect(sock.getsockname()[1]), 10, "the server")
-        fetch_all()
-        fetch_all()
-        shown = {r["id"] for r in json.loads(_get(base + "/api/runs?cluster=uitest&token=t")[1])["rows"]}
-        assert set(rid.values()) <= shown and GHOST not in shown
-        assert writes == [], writes
-        store.write(layout.RUN_INDEX_COMPLETE, marker or b"0")   # an indexed store with entries naming no run
-        writes.clear()   # the test's own write
-        fetch_all()
-        fetch_all()
-        shown = {r["id"] for r in json.loads(_get(base + "/api/runs?cluster=uitest&token=t")[1])["rows"]}
-        assert set(rid.values()) <= shown and GHOST not in shown
-        clusters = json.loads(_get(base + "/api/clusters?token=t")[1])["clusters"]
-        assert clusters[0]["status"]["phase"] == "stopped"   # the stop shown, not saved
-        assert writes == [], writes
+        with ui_server() as base:
+            _fetch_twice_with_and_without_the_index(base, fetch_all, store, marker, rid, writes)
         assert state.load("uitest").compute_since   # the local state as it was: its compute still open
     finally:
-        srv.should_exit = True
-        thread.join(10)
-        sock.close()
         store.delete(layout.STOPPED)
         monkeypatch.undo()
     # `jobs`' path repairs as before: the entries naming no run are removed from the index
