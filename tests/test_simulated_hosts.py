@@ -193,3 +193,33 @@ def test_tensorflow_on_a_v4_32_base_runtime_has_every_hosts_runtime_set_first(ho
     assert code == 0, out + err
     assert all(len(h.runtime_restarts()) == 1 for h in four)
     assert cli("down", "-c", "slice", "--yes")[0] == 0
+
+
+@pytest.mark.slow(60)
+def test_the_ui_switches_a_multi_host_runs_log_between_its_hosts(hosts, cloud, cli, tmp_path, monkeypatch):
+    """Issue 51: a multi-host run's host selector switches logs. A v4-16 (two hosts) on the simulated hosts runs one
+    JAX job on both; `tpuctl ui`'s server, over the fake bucket through the emulator's environment, names both hosts
+    and gives each host's own line when the page asks for that worker's log."""
+    import urllib.request
+
+    from ui_server import ui_server
+    code, out, err = cli("up", "--type", "v4-16", "--zone", "us-central2-b", "-c", "duo", "--framework", "jax")
+    assert code == 0, err
+    assert sorted(h.worker for h in _wait_agents(hosts, "nodes/tpuctl-duo", 2)) == [0, 1]
+    job = make_job(tmp_path, "import os\nprint(f\"hello from worker {os.environ['TPUCTL_WORKER']}\")\n",
+                   'framework = "jax"\n', name="hello")
+    code, out, err = cli("submit", str(job), "-c", "duo")
+    assert code == 0 and out == "hello from worker 0\n", err
+    run = [k for k, _ in _store("duo").list("tpuctl/runs/") if k.endswith("/job.json")][0].split("/")[2]
+    monkeypatch.setenv("TPUCTL_UI_STORE_WAIT", "10")
+    with ui_server() as base:
+        def get(path):
+            with urllib.request.urlopen(f"{base}/api/{path}&token=t", timeout=30) as r:
+                return json.loads(r.read())
+        until(lambda: get(f"run?cluster=duo&id={run}").get("hosts"), 30, "the run page's hosts")
+        assert [h["label"] for h in get(f"run?cluster=duo&id={run}")["hosts"]] == ["s0/w0", "s0/w1"]
+        until(lambda: get(f"log?cluster=duo&id={run}&worker=1")["final"], 60, "worker 1's whole log")
+        for worker in (1, 0, 1):   # the selector switched back and forth
+            assert get(f"log?cluster=duo&id={run}&worker={worker}")["text"] == f"hello from worker {worker}\n"
+    assert cli("down", "-c", "duo", "--yes")[0] == 0
+    assert not hosts.hosts

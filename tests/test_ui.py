@@ -19,6 +19,7 @@ import pytest
 from conftest import until
 from fakes.libtpu_metrics import FakeLibtpuMetrics
 from jobs import make_job
+from ui_server import _can_connect, ui_server
 
 # one cluster, one server, one browser for the module (about 40 s here: started early, beside the others)
 pytestmark = [pytest.mark.xdist_group("ui"), pytest.mark.slow(40)]
@@ -284,24 +285,15 @@ def test_a_running_runs_log_follows_without_reload_and_its_hosts_switch(site, pa
 def test_a_slow_cloud_does_not_delay_a_page(site, monkeypatch):
     """The cluster's `status` and every read of its store made to take 5 s (a cloud, a bucket that answer slowly):
     each page comes within a second, saying what is being asked and for how long."""
-    import uvicorn
-
     from tpuctl.control import status as status_flow
-    from tpuctl.ui import runview, server, views
-    from tpuctl.ui.figures import Figures
+    from tpuctl.ui import runview, views
 
     def slow(real):
         return lambda *a: (time.sleep(5), real(*a))[1]
     monkeypatch.setattr(status_flow, "status", slow(status_flow.status))
     monkeypatch.setattr(views, "_rows", slow(views._rows))
     monkeypatch.setattr(runview, "run", slow(runview.run))
-    sock = server.bind(None)
-    srv = uvicorn.Server(uvicorn.Config(server.build("t", Figures()), log_level="warning", lifespan="off"))
-    thread = threading.Thread(target=srv.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    base = f"http://127.0.0.1:{sock.getsockname()[1]}"
-    try:
-        until(lambda: _can_connect(sock.getsockname()[1]), 10, "the server")
+    with ui_server() as base:
         started = time.monotonic()
         code, body, _ = _get(base + "/?token=t")
         took = time.monotonic() - started
@@ -313,18 +305,6 @@ def test_a_slow_cloud_does_not_delay_a_page(site, monkeypatch):
             code, body, _ = _get(base + path + ("&" if "?" in path else "?") + "token=t")
             assert code == 200 and said in body, body[-500:]
             assert time.monotonic() - started < 1.0, path
-    finally:
-        srv.should_exit = True
-        thread.join(10)
-        sock.close()
-
-
-def _can_connect(port):
-    try:
-        socket.create_connection(("127.0.0.1", port), 0.5).close()
-        return True
-    except OSError:
-        return False
 
 
 def test_console_and_logging_links_on_google_cloud_in_xpks_shapes():
@@ -401,3 +381,95 @@ def test_the_browser_opens_the_printed_url_unless_told_not_to(site, tmp_path):
         proc.send_signal(signal.SIGINT)
         proc.wait(20)
     assert url.startswith("http://127.0.0.1:") and "?token=" in url
+
+
+GHOST = "20261128-000000-000-dead"   # an index entry of a run that does not exist
+
+
+def _fetch_twice_with_and_without_the_index(base, fetch_all, store, marker, rid, writes):
+    from tpuctl.core import layout
+    for indexed in (False, True):
+        if indexed:   # an indexed store with entries naming no run
+            store.write(layout.RUN_INDEX_COMPLETE, marker or b"0")
+            writes.clear()   # the test's own write
+        fetch_all(base)
+        fetch_all(base)
+        shown = {r["id"] for r in json.loads(_get(base + "/api/runs?cluster=uitest&token=t")[1])["rows"]}
+        assert set(rid.values()) <= shown and GHOST not in shown
+        clusters = json.loads(_get(base + "/api/clusters?token=t")[1])["clusters"]
+        assert clusters[0]["status"]["phase"] == "stopped"   # the stop shown, not saved
+        assert writes == [], (indexed, writes)
+
+
+def test_no_page_writes_anything_while_jobs_still_repairs(site, monkeypatch):
+    """Issue 51: "It only reads". The store made to need every repair `jobs` and `status` make (its index's marker
+    lost, as a store made before the index; an entry naming no run; one that is no run id; the host's record of a
+    stop that the local state has not closed): every page and /api/ endpoint is fetched, each background question
+    answered, and fetched again, and neither the store nor the local state is written once. Then `jobs`' own path
+    repairs them as before."""
+    from tpuctl.core import layout, runindex, state
+    from tpuctl.core.store import LocalStore
+
+    store, rid = site["store"], site["runs"]
+    marker = store.read(layout.RUN_INDEX_COMPLETE)
+    planted = [layout.run_index(runindex.flip(GHOST)), layout.RUN_INDEX_PREFIX + "99/not-a-run"]
+    for key in planted:
+        store.write(key, b"x")
+    store.write(layout.STOPPED, json.dumps({"time": time.time(), "reason": "a test's stop"}).encode())
+    store.delete(layout.RUN_INDEX_COMPLETE)   # a store never indexed: read from its runs
+    store.delete(layout.ORPHANS_CHECKED)      # nor looked over for what earlier releases left
+    writes = []
+    for name in ("write", "create", "write_if", "delete", "upload_file", "copy"):
+        real = getattr(LocalStore, name)
+        monkeypatch.setattr(LocalStore, name, lambda self, *a, _n=name, _r=real: (writes.append((_n, a[0])),
+                                                                                  _r(self, *a))[1])
+    monkeypatch.setattr(state, "save", lambda st: writes.append(("state.save", st.name)))
+    monkeypatch.setenv("TPUCTL_UI_STORE_WAIT", "5")
+    live = rid["live"]
+    paths = ["/", "/runs", "/runs?cluster=uitest", "/leftovers", f"/run/uitest/{GHOST}",
+             "/api/clusters", "/api/runs", "/api/runs?cluster=uitest", "/api/leftovers",
+             f"/api/run?cluster=uitest&id={GHOST}",
+             *[f"/run/uitest/{r}" for r in rid.values()], *[f"/api/run?cluster=uitest&id={r}" for r in rid.values()],
+             *[f"/api/log?cluster=uitest&id={live}&worker={w}{after}" for w in (0, 1) for after in ("", "&after=1")]]
+
+    def fetch_all(base):
+        for path in paths:
+            code, body, _ = _get(base + path + ("&" if "?" in path else "?") + "token=t")
+            assert code in (200, 404), (path, code, body[-300:])
+        until(lambda: not [t for t in threading.enumerate() if t.name.startswith("tpuctl-ui-")], 60,
+              "the pages' background questions answered")
+    try:
+        with ui_server() as base:
+            _fetch_twice_with_and_without_the_index(base, fetch_all, store, marker, rid, writes)
+        assert state.load("uitest").compute_since   # the local state as it was: its compute still open
+    finally:
+        store.delete(layout.STOPPED)
+        monkeypatch.undo()
+    # `jobs`' path repairs as before: the entries naming no run are removed from the index
+    from tpuctl.control import submission
+    said = []
+    assert GHOST in runindex.newest(store, report=said.append) and said   # the entry that is no run id: gone
+    assert GHOST not in {r["id"] for r in submission.table(store, ids=[GHOST])}   # the run that does not exist
+    assert [k for k in planted if store.read(k) is not None] == []
+
+
+def test_the_read_only_index_pages_past_entries_that_name_no_run_and_reads_an_unindexed_store(tmp_path):
+    """runindex.newest(repair=False), what the runs page lists: the same runs `jobs` lists, a page filled past the
+    entries that name no run (which stay for `jobs` to remove), and a store never indexed read from its runs."""
+    from tpuctl.core import layout, runindex
+    from tpuctl.core.store import LocalStore
+    store = LocalStore(str(tmp_path))
+    ids = [f"20261128-10101{i}-000-abcd" for i in range(5)]
+    for rid in ids:
+        store.write(layout.run_job(rid), b"{}")
+    assert runindex.newest(store, 2, repair=False) == ids[::-1][:2]   # no marker: from the runs themselves
+    assert store.list("tpuctl/index/") == []                         # and nothing indexed
+    runindex.rebuild(store)
+    bad = [layout.RUN_INDEX_PREFIX + "0/not-a-run-" + str(i) for i in range(3)]   # listed before every run
+    for key in bad:
+        store.write(key, b"x")
+    assert runindex.newest(store, 2, repair=False) == ids[::-1][:2]
+    assert runindex.newest(store, None, repair=False) == ids[::-1]
+    assert all(store.read(k) is not None for k in bad)
+    assert runindex.newest(store, 2, report=lambda m: None) == ids[::-1][:2]   # `jobs`: removed on the way
+    assert not [k for k in bad if store.read(k) is not None]

@@ -91,9 +91,9 @@ def save_state(store: BlobStore, st: ClusterState) -> None:
     update(store, lambda doc: {**doc, "state": st.to_json()} if doc else None)
 
 
-def sync(st: ClusterState, store: BlobStore) -> ClusterState:
+def sync(st: ClusterState, store: BlobStore, save: bool = True) -> ClusterState:
     """The newer of the local state and the one a watcher left in the store (the compute's latest period decides);
-    saved locally when the store's is newer."""
+    saved locally when the store's is newer (unless `save` is False: `tpuctl ui` only reads)."""
     try:
         doc = read(store)
     except Exception:  # noqa: BLE001 - a store that cannot be read leaves the local state as it is
@@ -106,7 +106,8 @@ def sync(st: ClusterState, store: BlobStore) -> ClusterState:
         return st
     st.zone, st.runtime, st.host, st.periods = theirs.zone, theirs.runtime, theirs.host, theirs.periods
     st.grants = st.grants + [g for g in theirs.grants if g not in st.grants]
-    state.save(st)
+    if save:
+        state.save(st)
     return st
 
 

@@ -12,9 +12,11 @@ from ..providers.base import Provider
 from .status import costing, orphan_data, store_bytes, stopped_by_host, when
 
 
-def ls(providers: list[Provider], extra_project: str, warn: Callable[[str], None]) -> list[dict[str, object]]:
+def ls(providers: list[Provider], extra_project: str, warn: Callable[[str], None],
+       repair: bool = True) -> list[dict[str, object]]:
     """Clusters in local state, plus every tpuctl-labelled resource each provider's inventory knows of, in each
-    project a cluster uses (and extra_project); those without state are orphans."""
+    project a cluster uses (and extra_project); those without state are orphans. `repair=False` (`tpuctl ui`): a
+    stop the host recorded is shown, not saved into the local state."""
     rows: list[dict[str, object]] = []
     local = state.all_clusters(lambda e: warn(f"{e.message}; {e.hint}"))
     known = {(s.name, name, s.zone) for s in local
@@ -25,13 +27,13 @@ def ls(providers: list[Provider], extra_project: str, warn: Callable[[str], None
     for s in local:
         prov = by_name[s.spec.provider]
         kept = store_bytes(s, prov) if s.phase is Phase.DOWN else None
-        stopped = stopped_by_host(s, prov) if s.phase is Phase.READY else None
+        stopped = stopped_by_host(s, prov, repair) if s.phase is Phase.READY else None
         phase = f"stopped {when(stopped[1])}" if stopped else s.phase.value
         overdue = bool(s.deadline) and time.time() > s.deadline and s.phase is Phase.READY and not stopped
         rows.append({"cluster": s.name, "provider": s.spec.provider.value, "type": s.spec.tpu_type, "zone": s.zone,
                      "phase": phase, "store": s.spec.store, "store_bytes": kept, "orphan": False, "kind": "cluster",
                      "name": s.name, "remove": f"tpuctl down -c {s.name}",
-                     "past_deadline": when(s.deadline) if overdue else "", "orphan_data": orphan_data(s, prov),
+                     "past_deadline": when(s.deadline) if overdue else "", "orphan_data": orphan_data(s, prov, repair),
                      "budget": _budget_cell(s, prov)})
     for p in providers:
         if p.inventory is None:

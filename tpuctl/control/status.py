@@ -23,24 +23,26 @@ def load(name: str) -> ClusterState:
     return st
 
 
-def status(st: ClusterState, provider: Provider) -> dict[str, object]:
+def status(st: ClusterState, provider: Provider, repair: bool = True) -> dict[str, object]:
     """The cluster as recorded plus the provider's live view; keys in display order. `problem` and `fix` say what
-    is wrong with a cluster that should be running (a dead agent, a preempted TPU) and the command that mends it."""
-    watch = _watch(st, provider)   # first: a watcher may have moved the compute, and `status` shows where it is
+    is wrong with a cluster that should be running (a dead agent, a preempted TPU) and the command that mends it.
+    `repair=False` (`tpuctl ui`, which only reads): what a watcher or the host recorded is shown, not saved into
+    the local state."""
+    watch = _watch(st, provider, repair)   # first: a watcher may have moved the compute, and `status` shows where it is
     price = provider.price(st.spec)
     info: dict[str, object] = {"cluster": st.name, "provider": st.spec.provider.value, "phase": st.phase.value,
                                **provider.summary(st), "store": st.spec.store,
                                "price": "nothing billed" if st.phase is Phase.DOWN else price.text,
                                "grants": [f"{g.role} -> {g.member}" for g in st.grants]}
     record = _stopped_record(st, provider) if st.phase is Phase.READY else {}   # read once: stop and failure
-    stopped = _stop_in(st, record)
+    stopped = _stop_in(st, record, repair)
     hourly, spend = costing(st, provider)
     if hourly is not None and hourly != price.hourly and st.phase is not Phase.DOWN:
         info["price"] = f"${hourly:.2f}/hour (as its budget and costs count it)"   # not the catalog's "free"
     info.update(_cost(st, hourly))
     info.update(spend)
     info.update(watch)
-    info["orphan_data"] = orphan_data(st, provider)
+    info["orphan_data"] = orphan_data(st, provider, repair)
     info["notifications"] = undelivered(st, provider)
     armed = _armed(st, provider, record) if (st.spec.autostop or st.deadline) and st.phase is Phase.READY and not stopped \
         else ""
@@ -76,7 +78,7 @@ def status(st: ClusterState, provider: Provider) -> dict[str, object]:
     return info
 
 
-def _watch(st: ClusterState, provider: Provider) -> dict[str, object]:
+def _watch(st: ClusterState, provider: Provider, repair: bool = True) -> dict[str, object]:
     """Recovery: whether the cluster is armed, which watcher holds the lease and when it last looked, and each
     recovery so far. Nothing for a cluster never armed."""
     from . import armed
@@ -86,7 +88,7 @@ def _watch(st: ClusterState, provider: Provider) -> dict[str, object]:
         doc = armed.read(store)
         if not doc:
             return {}
-        armed.sync(st, store)
+        armed.sync(st, store, save=repair)
         holder = Lease(store, layout.WATCH_LEASE, "").holder()
         done = armed.recoveries(store)
     except TpuctlError:
@@ -110,12 +112,12 @@ def _watch(st: ClusterState, provider: Provider) -> dict[str, object]:
     return out
 
 
-def orphan_data(st: ClusterState, provider: Provider) -> str:
+def orphan_data(st: ClusterState, provider: Provider, repair: bool = True) -> str:
     """What the store holds of runs never submitted (core/orphans.py), in words with the command that removes it;
     "" when nothing (or when the store cannot be read: `status` says so elsewhere)."""
     from ..core import orphans
     try:
-        found = orphans.find(provider.store(st))
+        found = orphans.find(provider.store(st), repair)
     except Exception:  # noqa: BLE001 - a nicety in status and ls: a store that cannot be read shows none
         return ""
     if not found:
@@ -214,20 +216,22 @@ def _stopped_record(st: ClusterState, provider: Provider) -> dict[str, object]:
     return rec
 
 
-def _stop_in(st: ClusterState, rec: dict[str, object]) -> tuple[str, float] | None:
-    """(why, when) of a stop record; the period of compute (and cost) it ended is closed in the state. A record of
-    a deletion Google refused is not a stop (status shows it as a failure)."""
+def _stop_in(st: ClusterState, rec: dict[str, object], save: bool = True) -> tuple[str, float] | None:
+    """(why, when) of a stop record; the period of compute (and cost) it ended is closed in the state (saved unless
+    `save` is False). A record of a deletion Google refused is not a stop (status shows it as a failure)."""
     if not rec or rec.get("failed"):
         return None
     if st.compute_since:
         st.compute_ended(float(str(rec["time"])))
-        state.save(st)
+        if save:
+            state.save(st)
     return str(rec.get("reason", "")), float(str(rec["time"]))
 
 
-def stopped_by_host(st: ClusterState, provider: Provider) -> tuple[str, float] | None:
-    """(why, when) the host ended the compute `up` made last, if it did."""
-    return _stop_in(st, _stopped_record(st, provider))
+def stopped_by_host(st: ClusterState, provider: Provider, save: bool = True) -> tuple[str, float] | None:
+    """(why, when) the host ended the compute `up` made last, if it did (the state saved so unless `save` is
+    False)."""
+    return _stop_in(st, _stopped_record(st, provider), save)
 
 
 def store_bytes(st: ClusterState, provider: Provider) -> int | None:

@@ -225,12 +225,14 @@ def resolve_run(store: BlobStore, run_id: str | None) -> str:
     return found[0]
 
 
-def _row(store: BlobStore, run_id: str) -> dict[str, object] | None:
+def _row(store: BlobStore, run_id: str, repair: bool = True) -> dict[str, object] | None:
     """A run from its first claim (its first attempt's start: a resumed run's time includes its outages) to its
-    end, or now. None for an index entry whose run does not exist (runindex.py)."""
+    end, or now. None for an index entry whose run does not exist (runindex.py; removed from the index unless
+    `repair` is False)."""
     job = runs.job(store, run_id)
     if job is None:
-        runindex.forget(store, run_id)
+        if repair:
+            runindex.forget(store, run_id)
         return None
     st = runs.status(store, run_id)
     m = metrics.parse(store.read(layout.run_metrics(run_id)))
@@ -276,15 +278,17 @@ def _first_claim(store: BlobStore, run_id: str) -> float | None:
     return float(t) if t else None
 
 
-def table(store: BlobStore, limit: int | None = None, ids: list[str] | None = None) -> list[dict[str, object]]:
+def table(store: BlobStore, limit: int | None = None, ids: list[str] | None = None,
+          repair: bool = True) -> list[dict[str, object]]:
     """One row for each of the `limit` latest runs (None: all), newest first: one short listing of the index,
     then a few small reads a run, 16 at a time (a bucket answers in ~50 ms); older runs are not read at all.
-    `ids`: these runs instead (a page of the index `tpuctl ui` listed)."""
-    ids = runindex.newest(store, limit) if ids is None else ids
+    `ids`: these runs instead (a page of the index `tpuctl ui` listed). `repair=False` (`tpuctl ui`) writes
+    nothing: index entries that name no run are left for the next `jobs` to remove."""
+    ids = runindex.newest(store, limit, repair=repair) if ids is None else ids
     if not ids:
         return []
     with ThreadPoolExecutor(min(16, len(ids))) as pool:
-        rows = [r for r in pool.map(lambda rid: _row(store, rid), ids) if r is not None]
+        rows = [r for r in pool.map(lambda rid: _row(store, rid, repair), ids) if r is not None]
     _recoveries_during(store, rows)
     return rows
 

@@ -49,18 +49,21 @@ def discard(store: BlobStore, run_id: str) -> tuple[int, int]:
     return len(keys), sum(size for _, size in keys)
 
 
-def find(store: BlobStore) -> list[Orphan]:
+def find(store: BlobStore, repair: bool = True) -> list[Orphan]:
     """Every run's data whose submit stopped before its job.json, oldest first; a submit still under way (its
-    process alive here, or a mark from another machine younger than FOREIGN_GRACE) is not one."""
-    if store.read(layout.ORPHANS_CHECKED) is None:
-        _mark_unmarked(store)
+    process alive here, or a mark from another machine younger than FOREIGN_GRACE) is not one. `repair=False`
+    (`tpuctl ui`, which only reads) writes nothing: what an earlier release left is found, not marked, and the mark
+    of a run since written is left for the next command to take away."""
+    unmarked = _mark_unmarked(store, repair) if store.read(layout.ORPHANS_CHECKED) is None else []
     found = []
-    for key, _ in store.list(layout.SUBMITTING_PREFIX):
+    keys = [k for k, _ in store.list(layout.SUBMITTING_PREFIX)] + [layout.submitting(r) for r in unmarked]
+    for key in sorted(keys):
         run_id = key[len(layout.SUBMITTING_PREFIX):]
         if runs.job(store, run_id) is not None:
-            end(store, run_id)   # written, and the submit died before it took its mark away
+            if repair:
+                end(store, run_id)   # written, and the submit died before it took its mark away
             continue
-        mark = runs.read_object(store, key)
+        mark: dict[str, object] = {"left_by": EARLIER} if run_id in unmarked else runs.read_object(store, key)
         left_by = _left_by(mark)
         if left_by:
             data = store.list(layout.run_data(run_id))
@@ -85,16 +88,22 @@ def _left_by(mark: dict[str, object]) -> str:
     return f"a submit on {host or 'another machine'} that stopped before the run was written"
 
 
-def _mark_unmarked(store: BlobStore) -> None:
-    """Once per store: the run data that an earlier release left without a run (one listing of all run data)."""
+EARLIER = "a submit of an earlier tpuctl that stopped before the run was written"
+
+
+def _mark_unmarked(store: BlobStore, write: bool = True) -> list[str]:
+    """Once per store: the run data that an earlier release left without a run (one listing of all run data),
+    marked and the check recorded (unless `write` is False); returns those not marked (when not written)."""
     ids = {parts[1] for key, _ in store.list(layout.OUTPUTS_PREFIX)
            if len(parts := key.split("/")) > 3 and key.startswith(layout.run_data(parts[1]))}
     marked = {key[len(layout.SUBMITTING_PREFIX):] for key, _ in store.list(layout.SUBMITTING_PREFIX)}
-    for run_id in sorted(ids - marked):
-        if runs.is_id(run_id) and runs.job(store, run_id) is None:
-            store.create(layout.submitting(run_id), json.dumps({"left_by": "a submit of an earlier tpuctl that "
-                                                                "stopped before the run was written"}).encode())
+    left = [r for r in sorted(ids - marked) if runs.is_id(r) and runs.job(store, r) is None]
+    if not write:
+        return left
+    for run_id in left:
+        store.create(layout.submitting(run_id), json.dumps({"left_by": EARLIER}).encode())
     store.write(layout.ORPHANS_CHECKED, json.dumps({"time": time.time()}).encode())
+    return []
 
 
 def remove_all(store: BlobStore) -> tuple[int, int, int]:

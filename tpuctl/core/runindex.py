@@ -38,13 +38,14 @@ def drop(store: BlobStore, key: str, why: str, report: Report = _stderr) -> None
     report(f"removed {key} from the run index: {why}")
 
 
-def _ids(store: BlobStore, keys: list[str], id_of: Callable[[str], str], report: Report) -> list[str]:
+def _ids(store: BlobStore, keys: list[str], id_of: Callable[[str], str], report: Report,
+         repair: bool = True) -> list[str]:
     good = []
     for key in keys:
         run_id = id_of(key)
         if runs.is_id(run_id):
             good.append(run_id)
-        else:
+        elif repair:
             drop(store, key, "not a run id", report)
     return good
 
@@ -90,13 +91,31 @@ def queued(store: BlobStore, ensured: bool = False, report: Report = _stderr) ->
     return _ids(store, keys, lambda k: k[len(layout.QUEUE_PREFIX):], report)
 
 
-def newest(store: BlobStore, limit: int | None = None, report: Report = _stderr) -> list[str]:
+def newest(store: BlobStore, limit: int | None = None, report: Report = _stderr, repair: bool = True) -> list[str]:
     """The `limit` most recently submitted runs (None: all), newest first, from one short listing (two when it
-    began with entries that name no run)."""
+    began with entries that name no run). `repair=False` (`tpuctl ui`, which only reads) writes nothing: a store
+    never indexed is read from one full listing of its runs instead, and entries that name no run are passed over
+    (the next `jobs` removes them)."""
+    if not repair:
+        return _read_only_newest(store, limit)
     ensure(store)
     keys = [k for k, _ in store.list(layout.RUN_INDEX_PREFIX, limit)]
     ids = _ids(store, keys, lambda k: flip(k.rsplit("/", 1)[1]), report)
     return newest(store, limit, report) if limit and len(ids) < len(keys) else ids
+
+
+def _read_only_newest(store: BlobStore, limit: int | None) -> list[str]:
+    if store.read(layout.RUN_INDEX_COMPLETE) is None:
+        every = sorted({rid for k, _ in store.list(layout.RUNS_PREFIX) if (rid := layout.run_id_of(k))},
+                       reverse=True)
+        return every[:limit] if limit else every
+    listed = limit
+    while True:   # a page with entries that name no run: list further, as far as the page needs
+        keys = [k for k, _ in store.list(layout.RUN_INDEX_PREFIX, listed)]
+        ids = _ids(store, keys, lambda k: flip(k.rsplit("/", 1)[1]), lambda m: None, repair=False)
+        if not limit or not listed or len(ids) >= limit or len(keys) < listed:
+            return ids[:limit] if limit else ids
+        listed += limit
 
 
 def forget(store: BlobStore, run_id: str, report: Report = _stderr) -> None:

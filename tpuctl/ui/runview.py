@@ -37,7 +37,7 @@ def run(name: str, run_id: str) -> dict[str, Any]:
     store = prov.store(st)
     if not runs.is_id(run_id) or (job := runs.job(store, run_id)) is None:
         raise TpuctlError(ErrorKind.NOT_FOUND, f"no run {run_id} on cluster {name}", "the runs page lists them")
-    rows = submission.table(store, ids=[run_id])
+    rows = submission.table(store, ids=[run_id], repair=False)
     costed(st, prov, rows)
     m = metrics.parse(store.read(layout.run_metrics(run_id)))
     who = hosts(st, job)

@@ -30,7 +30,7 @@ def clusters(figures: Figures) -> list[dict[str, Any]]:
     out = []
     for st in state.all_clusters(lambda e: None):
         prov = registry.get(st.spec.provider)
-        fig = figures.get(f"status:{st.name}", functools.partial(status_flow.status, st, prov))
+        fig = figures.get(f"status:{st.name}", functools.partial(status_flow.status, st, prov, repair=False))
         out.append({"name": st.name, "provider": st.spec.provider.value, "type": st.spec.tpu_type, "zone": st.zone,
                     "phase": st.phase.value, "status": fig.value or {}, "age": fig.age(now), "error": fig.error})
     return out
@@ -47,8 +47,8 @@ def _rows(name: str, first: int, last: int) -> tuple[bool, list[dict[str, Any]]]
     """(whether runs older than `last` exist, rows of the runs first..last-1 of cluster `name`, newest first)."""
     st, prov = cluster(name)
     store = prov.store(st)
-    ids = runindex.newest(store, last + 1, report=lambda m: None)
-    rows = submission.table(store, ids=ids[first:last])
+    ids = runindex.newest(store, last + 1, repair=False)
+    rows = submission.table(store, ids=ids[first:last], repair=False)
     costed(st, prov, rows)
     return len(ids) > last, rows
 
@@ -91,6 +91,6 @@ def leftovers(figures: Figures) -> dict[str, Any]:
     from ..core import config
     from ..core.models import ProviderName
     fig = figures.get("ls", lambda: inventory.ls([registry.get(p) for p in ProviderName], config.project(None),
-                                                 lambda m: None))
+                                                 lambda m: None, repair=False))
     rows = [r for r in (fig.value or []) if r.get("orphan") or r.get("orphan_data")]
     return {"rows": rows, "age": fig.age(time.time()), "error": fig.error}
