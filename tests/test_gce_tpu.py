@@ -136,7 +136,9 @@ def test_a_stockout_in_every_zone_is_one_line_and_leaves_nothing(cloud, cli, bot
     assert not cloud.compute.instances
 
 
-def test_flex_start_mig_is_bulk_with_repairs_off_and_a_run_duration(cloud, cli):
+@pytest.mark.slow(25)
+def test_flex_start_mig_is_bulk_with_repairs_off_and_a_run_duration(cloud, cli, monkeypatch):
+    _hosts(cloud, monkeypatch)   # --max-duration: up waits for the hosts' word that they can end the compute
     code, out, err = cli("up", "--type", "v6e-16", "--api", "compute", "--flex-start", "--max-duration", "2h",
                          "--zone", "us-east5-a", "-c", "ir", "--yes")
     assert code == 0, err
@@ -286,10 +288,12 @@ def _unknown_fields(doc, descriptor, where=""):
     return bad
 
 
-def test_every_request_body_has_only_fields_the_compute_api_has(cloud, cli):
+@pytest.mark.slow(35)
+def test_every_request_body_has_only_fields_the_compute_api_has(cloud, cli, monkeypatch):
     """Each body tpuctl sent, read from the fake, against google-cloud-compute's compute_v1 messages (their JSON
     names are the wire's: the discovery document's camelCase)."""
     from google.cloud import compute_v1
+    _hosts(cloud, monkeypatch)   # --max-duration: up waits for the hosts' word that they can end the compute
     for k, flags in enumerate([["--type", "tpu7x-8", "--spot"], ["--type", "tpu7x-16", "--reservation", "r1"],
                                ["--type", "v6e-16", "--api", "compute", "--flex-start", "--max-duration", "1h"],
                                ["--type", "v6e-8", "--api", "compute", "--slices", "2"]]):

@@ -22,7 +22,10 @@ def _fake_jax(monkeypatch, detected: bool):
     jax = types.ModuleType("jax")
     jax.distributed = types.SimpleNamespace(initialize=initialize)
     jax.devices = lambda: [Dev()]
+    jax.process_count = lambda: 1
+    jax.process_index = lambda: 0
     keras = types.ModuleType("keras")
+    keras.__version__ = "3.12.0"     # runtime.require_keras: a run across hosts needs keras>=3.11
     keras.distribution = types.SimpleNamespace(list_devices=lambda: ["d0"], DataParallel=None,
                                                set_distribution=None)
     monkeypatch.setitem(sys.modules, "jax", jax)

@@ -53,7 +53,7 @@ def test_every_tpuctl_number_read_in_the_package_goes_through_knobs():
     """No `float(os.environ...)` / `int(os.environ...)` of a TPUCTL_ variable is left outside knobs.py (but what
     tpuctl itself sets for a job, which runtime.py reads), and every knob named in a call is in the table."""
     bare, named = [], set()
-    set_by_tpuctl = ("TPUCTL_NUM_WORKERS", "TPUCTL_SESSION_DEADLINE")
+    set_by_tpuctl = ("TPUCTL_NUM_WORKERS", "TPUCTL_SESSION_DEADLINE", "TPUCTL_WORKER", "TPUCTL_JAX_")
     for path in PKG.rglob("*.py"):
         if path.name == "knobs.py":
             continue

@@ -74,7 +74,7 @@ def test_flags_that_do_not_fit_are_refused_offline(cloud, cli):
     lite = ["--type", "v5litepod-8", "--zone", ZONE]
     for args, said in ((lite + ["--valid-until", "1h"], "--valid-until applies to queued"),
                        (["--type", "v2-8", "--zone", "us-central1-b", "--queued", "--arch", "node"], "cannot be queued"),
-                       (lite + ["--queued", "--flex-start"], "--flex-start is not available")):
+                       (lite + ["--queued", "--flex-start"], "--flex-start needs --api compute")):
         code, out, err = cli("up", "-c", "q", *args, "--yes")
         assert code == 2 and said in err, (args, err)
     assert cloud.mutating_calls() == []

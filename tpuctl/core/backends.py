@@ -42,6 +42,7 @@ def is_tpu_type(accelerator_type: str) -> bool:
     rule that every TPU type starts with "v"."""
     return bool(re.match(r"^(v\d+[a-z]*|tpu\d+[a-z]*)-\d+$", accelerator_type or ""))
 
+
 KERAS_MIN_TENSORFLOW = (2, 16, 1)
 _MIN = ".".join(map(str, KERAS_MIN_TENSORFLOW))
 

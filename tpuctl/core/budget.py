@@ -134,7 +134,9 @@ def over(doc: dict[str, Any], periods: list[list[float]] | None = None, now: flo
         return 0.0, ""
     used = spent(doc.get("periods", []) if periods is None else periods, hourly, now, doc.get("extra", []))
     # what was spent, then the cap: the note once said the cap as the spend ("$50.00 spent" of $74.86, issue 52.7)
-    return used / usd, (f"{REASON}: {dollars(used)} spent of {dollars(usd)}" if used >= usd else "")
+    # a spend is a running sum (6.2983...): shown to the cent, finer only below one
+    shown_used = dollars(round(used, 2) if used >= 0.01 else used)
+    return used / usd, (f"{REASON}: {shown_used} spent of {dollars(usd)}" if used >= usd else "")
 
 
 def shown(doc: dict[str, Any], periods: list[list[float]]) -> dict[str, object]:

@@ -223,8 +223,9 @@ def install(cfg: dict[str, Any], code: Path, temp: Path, env: dict[str, str], sh
         found = subprocess.run([str(env_dir / "bin" / "python"), "-c", jobenv.FIND_LIBTPU], env=env, text=True,
                                capture_output=True).stdout.strip()
         libtpu = found or str(jobenv.purelib(env_dir) / "libtpu" / "libtpu.so")
-        # a single-host TPU VM, TensorFlow pip-installed: the PJRT pair Google's harness sets (tpuenv.py)
-        for k, v in tpu_environment("tensorflow", {"arch": "vm", "hosts": 1}, "v", libtpu).items():
+        # a single-host TPU VM, TensorFlow pip-installed: the PJRT pair Google's harness sets (tpuenv.py); Kaggle's
+        # and Colab's TPUs are single-host v5e (or v2/v6e) VMs, whatever name the notebook gives the accelerator
+        for k, v in tpu_environment("tensorflow", {"arch": "vm", "hosts": 1}, "v5litepod-8", libtpu).items():
             env.setdefault(k, v)
         if found and env.get("TF_PLUGGABLE_DEVICE_LIBRARY_PATH") == found:
             say(f"TensorFlow's TPU library: {found}")
