@@ -1,7 +1,9 @@
 """`tpuctl up` wall time against its slowest resource, with the fake TPU and Compute APIs taking DELAY s per
 operation (goal: ratio <= 1.3, measured after imports). Also runs the same resources one after another, the way a
 script of gcloud commands would, as the baseline in this same process. The Multislice row: `up --slices 4` against
-one slice through the same queued path (goal: within 1.2x).
+one slice through the same queued path (goal: within 1.2x). The Compute Engine rows (issue 48): `up --type v6e-16
+--api compute`, a 4-host MIG, whose critical path is two dependent operations (the workload policy and the instance
+template, then the MIG that names both), against 2 x DELAY (goal <= 1.3), and `--slices 2`, which takes no longer.
 
     python bench/bench_up.py [DELAY]
 """
@@ -49,6 +51,11 @@ def main():
                 "--yes", *slices)
         results[name] = time.perf_counter() - t
         run_cli("down", "-c", name, "--yes", "--delete-bucket")
+    for name, slices in (("m1", []), ("m2", ["--slices", "2"])):
+        t = time.perf_counter()
+        run_cli("up", "--type", "v6e-16", "--api", "compute", "--zone", "us-east5-a", "-c", name, "--yes", *slices)
+        results[name] = time.perf_counter() - t
+        run_cli("down", "-c", name, "--yes", "--delete-bucket")
 
     # Baseline: the node architecture's resources created one after another (TPU, then VM).
     from tpuctl.core.models import Arch, ClusterSpec, ClusterState, ProviderName
@@ -69,6 +76,9 @@ def main():
         print(f"tpuctl up --arch {arch:<5}  : {wall:6.1f} s   ratio to slowest {wall / DELAY:4.2f} (goal <= 1.3)")
     print(f"up --queued, one slice  : {results['q1']:6.1f} s")
     print(f"up --queued --slices 4  : {results['q4']:6.1f} s   {results['q4'] / results['q1']:.2f}x one slice (goal <= 1.2)")
+    for name, what in (("m1", "--api compute v6e-16   "), ("m2", "  ... --slices 2       ")):
+        print(f"up {what}: {results[name]:6.1f} s   ratio to policy+template, then MIG (2 x {DELAY:g} s) "
+              f"{results[name] / (2 * DELAY):4.2f} (goal <= 1.3)")
     print(f"sequential node baseline: {sequential:6.1f} s   tpuctl up --arch node is {sequential / results['node']:.2f}x faster")
 
 
