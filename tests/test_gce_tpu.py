@@ -310,3 +310,37 @@ def test_every_request_body_has_only_fields_the_compute_api_has(cloud, cli, monk
     assert seen >= {"insert", "tpl_insert", "rp_insert", "mig_insert"}
     assert _unknown_fields({"machineType": "x", "acceleratorType": "y"}, compute_v1.Instance.pb().DESCRIPTOR) \
         == ["acceleratorType"]   # the check itself finds a field the API does not have
+
+
+@pytest.mark.slow(40)
+def test_two_slices_of_migs_run_one_jax_job_with_megascale_and_the_agents_cluster(cloud, cli, tmp_path, monkeypatch):
+    """`--slices 2` through Compute Engine: a MIG per slice, one run on both slices' hosts, each with MEGASCALE_* on
+    slice 0's worker 0 and the agent's JAX cluster (coordinator on the same host, process id slice x hosts +
+    worker), as jax.distributed.initialize() needs where its own detection finds no cluster (host/jaxcluster.py)."""
+    hosts = _hosts(cloud, monkeypatch)
+    code, out, err = cli("up", "--type", "tpu7x-8", "--slices", "2", "--zone", ZONE, "-c", "ir", "--yes")
+    assert code == 0, err
+    assert sorted(k[2] for k in cloud.compute.migs) == ["tpuctl-ir-0", "tpuctl-ir-1"]
+    _wait_agents(hosts, 2)
+    keys = ["TPUCTL_WORKER", "TPUCTL_NUM_WORKERS", "MEGASCALE_NUM_SLICES", "MEGASCALE_SLICE_ID",
+            "MEGASCALE_COORDINATOR_ADDRESS", "TPUCTL_JAX_COORDINATOR", "TPUCTL_JAX_NUM_PROCESSES",
+            "TPUCTL_JAX_PROCESS_ID"]
+    job = make_job(tmp_path, f"import os\nprint(' '.join(f'{{k}}={{os.environ.get(k, \"-\")}}' for k in {keys!r}))\n",
+                   'framework = "jax"\n')
+    code, out, err = cli("submit", str(job), "-c", "ir")
+    assert code == 0, err + "".join(h.agent_out() for hs in hosts.hosts.values() for h in hs)
+    seen = []
+    for k in (0, 1):
+        code, out, err = cli("logs", "-c", "ir", "--slice", str(k), "--worker", "0")
+        assert code == 0, err
+        seen.append(dict(kv.split("=", 1) for kv in out.split()))
+    coordinator = seen[0]["MEGASCALE_COORDINATOR_ADDRESS"].split(":")[0]
+    assert coordinator not in ("", "-")
+    for k, env in enumerate(seen):
+        assert env["MEGASCALE_NUM_SLICES"] == "2" and env["MEGASCALE_SLICE_ID"] == str(k), env
+        assert env["TPUCTL_WORKER"] == str(k) and env["TPUCTL_NUM_WORKERS"] == "2", env
+        assert env["MEGASCALE_COORDINATOR_ADDRESS"].split(":")[0] == coordinator, env
+        assert env["TPUCTL_JAX_COORDINATOR"] == f"{coordinator}:8482" and env["TPUCTL_JAX_NUM_PROCESSES"] == "2", env
+        assert env["TPUCTL_JAX_PROCESS_ID"] == str(k), env
+    assert [r["state"] for r in json.loads(cli("jobs", "-c", "ir", "--json")[1])] == ["succeeded"]
+    assert cli("down", "-c", "ir", "--yes")[0] == 0
