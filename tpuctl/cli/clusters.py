@@ -100,17 +100,7 @@ def up(
     from .recovery import RecoverFlags, arm as arm_recovery, plan as recovery_plan
     recovery = RecoverFlags.parse(recover, max_recoveries, recover_for, watcher)
     price = prov.price(spec)
-    con.err.print(f"[bold]Plan for cluster {spec.name}[/]" + (f" (project {spec.project}):" if spec.project else ":"))
-    for row in prov.plan(spec):
-        con.err.print(f"  {row.kind:<6} {row.name}  [dim]{row.where}[/]")
-    con.err.print(f"  cost   {price.text} while it exists")
-    from ..core.lifecycle import show_duration
-    if spec.autostop:
-        con.err.print(f"  stop   the host ends the compute after {show_duration(spec.autostop)} with no run")
-    if spec.max_duration:
-        con.err.print(f"  stop   the host ends the compute {show_duration(spec.max_duration)} after it is made")
-    for line in recovery_plan(spec, prov, recovery):
-        con.err.print(f"  {line}")
+    _show_plan(con, spec, prov, price.text, recovery_plan(spec, prov, recovery))
     from .notices import after_up, before_up
     notices = before_up(spec, prov, prior, budget, notify_to)
     if dry_run:
@@ -289,6 +279,21 @@ def _from_labels(name: str, project: Optional[str], provider: Optional[str],
                           "`tpuctl ls --project P` lists what carries tpuctl's label")
     console().err.print(f"no local state for {name}: found by its labels in project {proj}")
     return st, prov
+
+
+def _show_plan(con: Any, spec: "ClusterSpec", prov: Any, price: str, recovery: list[str]) -> None:
+    """up's plan: what it makes and where, what it costs, what ends it, what recovers it."""
+    from ..core.lifecycle import show_duration
+    con.err.print(f"[bold]Plan for cluster {spec.name}[/]" + (f" (project {spec.project}):" if spec.project else ":"))
+    for row in prov.plan(spec):
+        con.err.print(f"  {row.kind:<6} {row.name}  [dim]{row.where}[/]")
+    con.err.print(f"  cost   {price} while it exists")
+    if spec.autostop:
+        con.err.print(f"  stop   the host ends the compute after {show_duration(spec.autostop)} with no run")
+    if spec.max_duration:
+        con.err.print(f"  stop   the host ends the compute {show_duration(spec.max_duration)} after it is made")
+    for line in recovery:
+        con.err.print(f"  {line}")
 
 
 def _lifecycle(spec: "ClusterSpec", autostop: Optional[str], max_duration: Optional[str]) -> None:

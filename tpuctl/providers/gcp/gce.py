@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from ...core.catalog import ComputeShape, compute_shape, region_of, tpu_type
 from ...core.errors import ErrorKind, TpuctlError
@@ -422,35 +422,6 @@ class ComputeTpus:
             self._delete("ResourcePoliciesClient", f"delete workload policy {policy_name(spec)}", {"region": region},
                          resource_policy=policy_name(spec))
 
-    # -- listing (ls) ---------------------------------------------------------------------------------------------
-    def list_labelled(self) -> list[dict[str, str]]:
-        """Templates, workload policies and MIGs described as tpuctl's (the TPU VMs carry the label: inventory.py)."""
-        out = []
-        for t in call(lambda: list(self._c("InstanceTemplatesClient").list(project=self.project)),
-                      what="list instance templates"):
-            if LABEL in t.properties.labels:
-                out.append({"cluster": t.properties.labels[LABEL], "kind": "template", "name": t.name, "zone": "",
-                            "arch": "vm", "type": t.properties.machine_type, "state": "READY", "api": "compute",
-                            "part": "yes"})
-        client = self._c("ResourcePoliciesClient")
-        for region, scoped in call(lambda: list(client.aggregated_list(project=self.project)),
-                                   what="list resource policies"):
-            for p in scoped.resource_policies:
-                if owner_of(p.description):
-                    out.append({"cluster": owner_of(p.description), "kind": "workload policy", "name": p.name,
-                                "zone": region.removeprefix("regions/"), "arch": "vm",
-                                "type": p.workload_policy.accelerator_topology, "state": "READY", "api": "compute",
-                                "part": "yes"})
-        migs = self._c("InstanceGroupManagersClient")
-        for zone, scoped in call(lambda: list(migs.aggregated_list(project=self.project)), what="list MIGs"):
-            for m in scoped.instance_group_managers:
-                if owner_of(m.description):
-                    tpu, slices = shape_in(m.description)
-                    out.append({"cluster": owner_of(m.description), "kind": "mig", "name": m.name,
-                                "zone": zone.removeprefix("zones/"), "arch": "vm", "type": tpu, "slices": str(slices),
-                                "state": "STABLE" if m.status.is_stable else "UPDATING", "api": "compute"})
-        return out
-
 
 def teardown_list(spec: ClusterSpec) -> list[str]:
     if spec.tpu_type and not is_mig(spec):
@@ -491,7 +462,7 @@ def permissions_needed(spec: ClusterSpec) -> dict[str, str]:
     return {n: role for n in names}
 
 
-def _together(calls: list[Callable[[], Any]]) -> list[Any]:
+def _together(calls: Sequence[Callable[[], Any]]) -> list[Any]:
     """Each call in a thread of its own, every one waited for (none left in flight, its outcome unknown, when
     another fails or Ctrl-C comes); the first failure in call order raised, else the answers in order."""
     if len(calls) == 1:

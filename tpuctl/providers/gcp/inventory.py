@@ -8,7 +8,7 @@ from typing import Callable
 
 from ...core import layout, runs
 from ...core.models import LABEL, Arch, ClusterSpec, ClusterState, Grant, Phase, ProviderName, default_bucket
-from . import compute, gce, storage
+from . import compute, gce, gce_inventory, storage
 from .gcs_store import GcsStore
 from .queued import QueuedApi
 from .tpu import TpuApi
@@ -72,7 +72,7 @@ class GcpInventory:
             out.append({"cluster": QueuedApi.labels(q)[LABEL], "kind": "queued", "name": parts[-1], "zone": parts[3],
                         "arch": "vm", "type": q.tpu.node_spec[0].node.accelerator_type
                         + (f" x {ms.node_count}" if ms.node_count > 1 else ""), "state": QueuedApi.state(q)})
-        compute_tpus = gce.ComputeTpus(project).list_labelled()
+        compute_tpus = gce_inventory.list_labelled(project)
         migs = [r["name"] for r in compute_tpus if r["kind"] == "mig"]
         for zone, vm in compute.list_labelled(project):
             if vm.labels.get(ROLE_LABEL) == "tpu":   # a Compute Engine TPU VM (gce.py): one of a MIG is the MIG's
