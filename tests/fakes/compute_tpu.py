@@ -171,6 +171,8 @@ class TpuCompute:
             return self._error(409, "alreadyExists", f"The resource 'projects/{project}/regions/{region}/"
                                                      f"resourcePolicies/{body['name']}' already exists")
         wp = body.get("workloadPolicy") or {}
+        if wp.get("type") not in ("HIGH_THROUGHPUT", "HIGH_AVAILABILITY"):   # WorkloadPolicy.Type (compute_v1)
+            return self._error(400, "invalid", "Invalid value for field 'resource.workloadPolicy.type'")
         if wp.get("acceleratorTopology") and wp.get("type") != "HIGH_THROUGHPUT":
             return self._error(400, "invalid", "Accelerator topology is only supported for high throughput workload "
                                                "policies.")

@@ -336,84 +336,22 @@ class FakeGke:
 
 
 class FakePolicies(FakeCompute):
-    """FakeCompute with regional resource policies and regional operations (google-cloud-compute
-    resource_policies/transports/rest_base.py: `/compute/v1/projects/{project}/regions/{region}/resourcePolicies
-    [/{resource_policy}]`; region_operations: `.../regions/{region}/operations/{operation}`). A policy a node pool
-    still names cannot be deleted: Compute answers 400 `resourceInUseByAnotherResource` (compute/docs/reference/
-    rest/v1 errors; "The resource_policy resource ... is already being used by ...")."""
-
-    _ROUTES = [
-        ("POST", r"^/compute/v1/projects/(?P<project>[^/]+)/regions/(?P<region>[^/]+)/resourcePolicies$",
-         "policy_insert"),
-        ("GET", r"^/compute/v1/projects/(?P<project>[^/]+)/regions/(?P<region>[^/]+)/resourcePolicies/(?P<name>[^/]+)$",
-         "policy_get"),
-        ("DELETE", r"^/compute/v1/projects/(?P<project>[^/]+)/regions/(?P<region>[^/]+)/resourcePolicies/"
-                   r"(?P<name>[^/]+)$", "policy_delete"),
-        ("GET", r"^/compute/v1/projects/(?P<project>[^/]+)/regions/(?P<region>[^/]+)/operations/(?P<op>[^/]+)$",
-         "region_operation"),
-    ]
+    """FakeCompute, whose regional resource policies and operations (fakes/compute_tpu.py: one fake of them for
+    the Compute Engine TPU path and GKE alike) learn of GKE's node pools: a policy a node pool still names cannot be
+    deleted, Compute answering 400 `resourceInUseByAnotherResource` (compute/docs/reference/rest/v1 errors; "The
+    resource_policy resource ... is already being used by ...")."""
 
     def __init__(self, gke: FakeGke):
         super().__init__()
         self.gke = gke
-        self.policies = {}   # (project, region, name) -> ResourcePolicy JSON
         gke.policies = self
 
     def exists(self, project, region, name):
         return (project, region, name) in self.policies
 
-    def handle(self, method, path, body, member=None):
-        for verb, rx, action in self._ROUTES:
-            m = re.match(rx, path)
-            if verb == method and m:
-                with self.lock:
-                    self.calls.append((action, path))
-                    if self.faults[action]:
-                        return self._error(*self.faults[action].pop(0))
-                    self._advance()
-                    return getattr(self, "do_" + action)(body, **m.groupdict())
-        return super().handle(method, path, body, member)
-
-    def _rop(self, project, region, kind, target, finish):
-        name = f"operation-r{next(self._ids)}"
-        op = {"kind": "compute#operation", "name": name, "operationType": kind, "status": "RUNNING",
-              "region": f"projects/{project}/regions/{region}", "targetLink": target,
-              "at": time.monotonic() + self.delay, "finish": finish}
-        self.ops[name] = op
-        if self.delay == 0:
-            self._advance()
-        return 200, {k: v for k, v in op.items() if k not in ("at", "finish")}
-
-    def do_policy_insert(self, body, project, region):
-        key = (project, region, body.get("name", ""))
-        if key in self.policies:
-            return self._error(409, "alreadyExists", f"The resource '{body.get('name')}' already exists")
-        wp = body.get("workloadPolicy") or {}
-        if wp.get("type") not in ("HIGH_THROUGHPUT", "HIGH_AVAILABILITY"):
-            return self._error(400, "invalid", "Invalid value for field 'resource.workloadPolicy.type'")
-        self.policies[key] = dict(body, region=region, status="READY")
-        return self._rop(project, region, "insert", body["name"], lambda: None)
-
-    def do_policy_get(self, body, project, region, name):
-        p = self.policies.get((project, region, name))
-        if p is None:
-            return self._error(404, "notFound", f"The resource 'projects/{project}/regions/{region}/resourcePolicies/"
-                                                f"{name}' was not found")
-        return 200, p
-
-    def do_policy_delete(self, body, project, region, name):
-        if (project, region, name) not in self.policies:
-            return self.do_policy_get(body, project, region, name)
-        users = [p["name"] for _, p in self.gke.pools()
-                 if (p.get("placementPolicy") or {}).get("policyName") == name]
-        if users:
-            return self._error(400, "resourceInUseByAnotherResource", f"The resource_policy resource 'projects/"
-                               f"{project}/regions/{region}/resourcePolicies/{name}' is already being used by "
-                               f"'{users[0]}'")
-
-        def finish():
-            self.policies.pop((project, region, name), None)
-        return self._rop(project, region, "delete", name, finish)
-
-    def do_region_operation(self, body, project, region, op):
-        return self.do_operation(body, project, region, op)   # one table of operations, zonal and regional
+    def _in_use(self, project, link):
+        name = link.rsplit("/", 1)[-1]
+        pool = next((p["name"] for _, p in self.gke.pools()
+                     if "/resourcePolicies/" in link and (p.get("placementPolicy") or {}).get("policyName") == name),
+                    None)
+        return pool or super()._in_use(project, link)
