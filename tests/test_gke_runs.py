@@ -112,7 +112,7 @@ def _jobset(fake, run_id):
 
 def _ended(fake, run_id, kind):
     return until(lambda: any(c["type"] == kind for c in (_jobset(fake, run_id) or {}).get("status", {})
-                             .get("conditions", [])), 30, f"JobSet {kind}")
+                             .get("conditions", [])), 90, f"JobSet {kind}")
 
 
 def _pod_logs(fake):

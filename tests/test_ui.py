@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import until
+from conftest import tpuctl_at_a_terminal, until
 from fakes.libtpu_metrics import FakeLibtpuMetrics
 from jobs import make_job
 from ui_server import _can_connect, ui_server
@@ -106,7 +106,8 @@ def _serve(tmp, env, libtpu_port):
     # data a killed submit left (core/orphans.py): what the leftovers page must name, with the command removing it
     store.write(layout.submitting(ORPHAN), json.dumps({"left_by": "a submit killed before its job.json"}).encode())
     store.write(layout.run_data(ORPHAN) + "corpus.txt", b"x" * 1000)
-    proc = subprocess.Popen([sys.executable, "-m", "tpuctl", "ui", "--no-browser"], env=env, stdout=subprocess.PIPE,
+    # SIGINT as a terminal's Ctrl-C, even where the suite runs with it ignored (a background job of a script)
+    proc = subprocess.Popen(tpuctl_at_a_terminal("ui", "--no-browser"), env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     url = proc.stdout.readline().strip()
     assert url.startswith("http://127.0.0.1:") and "/?token=" in url, proc.stderr.read()

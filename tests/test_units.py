@@ -288,12 +288,13 @@ def _fake_jax_and_keras(monkeypatch, calls: list, n: int):
     import types
     dev = types.SimpleNamespace(platform="tpu")
     jax = types.SimpleNamespace(distributed=types.SimpleNamespace(initialize=lambda: calls.append("initialize")),
-                                devices=lambda: calls.append("devices") or [dev] * n)
+                                devices=lambda: calls.append("devices") or [dev] * n,
+                                process_count=lambda: 1, process_index=lambda: 0)
     dist = types.SimpleNamespace(list_devices=lambda: calls.append("list_devices") or [f"tpu:{i}" for i in range(n)],
                                  DataParallel=lambda devices: ("DataParallel", tuple(devices)),
                                  set_distribution=lambda d: calls.append(("set", d)))
     monkeypatch.setitem(sys.modules, "jax", jax)
-    monkeypatch.setitem(sys.modules, "keras", types.SimpleNamespace(distribution=dist))
+    monkeypatch.setitem(sys.modules, "keras", types.SimpleNamespace(distribution=dist, __version__="3.12.0"))
 
 
 def test_jax_replicas_span_every_device_and_a_run_across_hosts_initialises_first(monkeypatch):
