@@ -170,7 +170,7 @@ if DATA.startswith("gs://"):
 run = dict(CONFIG, root=str(ROOT), previous_dir=str(KEEP_DIR), data_from=data_from,
            deadline=SESSION_HOURS * 3600, accelerator="v5litepod-1" if tpu else "notebook",
            tensorflow=CONFIG["tensorflow"] if tpu else "")
-print(f"job {JOB}: outputs and checkpoints kept in {KEEP_DIR}" +
+line(f"job {JOB}: outputs and checkpoints kept in {KEEP_DIR}" +
       ("; Colab's free TPU is one v5e chip (v5e-1): one replica" if tpu else "; no TPU here: this Jupyter's packages"))
 done = threading.Event()
 
@@ -190,12 +190,12 @@ finally:
     keep()
     if drive is not None:
         drive.flush_and_unmount()   # what was copied reaches Drive before the session can end
-        print("Drive flushed and unmounted")
+        line("Drive flushed and unmounted")
 if (WORK / CONFIG["names"]["continue_mark"]).exists():
-    print(f"The session's time is up; the checkpoint is in {KEEP_DIR}: run this notebook again to go on.")
+    line(f"The session's time is up; the checkpoint is in {KEEP_DIR}: run this notebook again to go on.")
 elif rc != 0:   # 127: not prepared (inputs, install or TPU check: the line above says which)
     hint = "; on Colab: Runtime, Change runtime type, v5e-1 TPU" if rc == 127 and drive is not None else ""
     raise RuntimeError(f"the job exited with code {rc}{hint}")
 else:
-    print(f"done: outputs in {KEEP_DIR / CONFIG['names']['output']}")
+    line(f"done: outputs in {KEEP_DIR / CONFIG['names']['output']}")
 '''

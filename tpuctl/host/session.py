@@ -62,8 +62,15 @@ print(f"tpuctl: TensorFlow {tf.__version__} sees {len(cores)} TPU core(s)", flus
 '''
 
 
+def line(text: str) -> None:
+    """One line in one write: print() writes the text and its newline apart, and a notebook kernel flushing between
+    the two (ipykernel's OutStream flushes on a 0.2 s timer of its own) shows an output holding only the newline."""
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
 def say(text: str) -> None:
-    print(f"tpuctl: {text}", flush=True)
+    line(f"tpuctl: {text}")
 
 
 def find_marked(top: Path, names: list[str]) -> dict[str, Path]:
@@ -329,7 +336,7 @@ def main(cfg: dict[str, Any]) -> int:
     env = environment(cfg, dirs, deadline_at)
     if cfg.get("framework") == "keras":
         from tpuctl.core import backends
-        print(backends.line(*keras_backend(cfg)), flush=True)
+        line(backends.line(*keras_backend(cfg)))
     show, end = output_filter(cfg)
     if install(cfg, dirs["code"], temp, env, show) != 0:
         end()
