@@ -3,6 +3,7 @@ and printing), made once for the module: the real command in its own process, it
 driven by Playwright (skipped, with the reason, only where no Chromium can be had)."""
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -299,8 +300,9 @@ def test_a_slow_cloud_does_not_delay_a_page(site, monkeypatch):
         code, body, _ = _get(base + "/?token=t")
         took = time.monotonic() - started
         assert code == 200 and took < 1.0, took
-        assert b'"age": "asking (0s)"' in body and b'"status": {}' in body
-        for path, said in (("/runs?cluster=uitest", b"uitest: its store has not answered (asking (0s))"),
+        # asking for 0 s, or 1 s where a loaded machine let a second pass since the server began asking
+        assert re.search(rb'"age": "asking \([01]s\)"', body) and b'"status": {}' in body
+        for path, said in (("/runs?cluster=uitest", b"uitest: its store has not answered (asking ("),
                            (f"/run/uitest/{site['runs']['good']}", b'"pending": "its store has not answered (asking')):
             started = time.monotonic()
             code, body, _ = _get(base + path + ("&" if "?" in path else "?") + "token=t")
