@@ -85,7 +85,9 @@ def test_on_any_jupyter_the_notebook_runs_the_job_and_resumes_it(env, cli, tmp_p
     assert len(texts) >= 2 and "run this notebook again" in texts[0], texts[0]
     assert "data says hello from the data" in texts[0] and "resuming at 0" in texts[0]
     assert f"cmd {MARKERS}\n" in texts[-1] and f"env {MARKERS}\n" in texts[-1]   # as written: data, not a template
-    assert "step 10" in texts[-1] and (keep / "output" / "step").read_text() == "10"
+    # step 10 printed by whichever session reached it: a loaded machine can end that session between the job's last
+    # checkpoint and its exit, and the next one then only resumes at 10 and finishes
+    assert any("step 10" in t for t in texts) and (keep / "output" / "step").read_text() == "10"
     assert all("resuming at 0" not in t for t in texts[1:])
 
 
