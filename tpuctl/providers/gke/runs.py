@@ -22,7 +22,7 @@ from ...core.runs import RunState, RunStatus
 from ...core.store import BlobStore
 from ...core.errors import ErrorKind, TpuctlError
 from ...core.jobspec import JobSpec
-from . import frameworks, jobset_install, kube, kueue, manifest, tputypes
+from . import frameworks, jobset_install, kube, kueue, maintenance, manifest, tputypes
 
 Connect = Callable[[dict[str, Any]], Any]
 
@@ -71,10 +71,13 @@ class GkeRuns:
     restarts = True   # the JobSet's failurePolicy.maxRestarts = submit --max-restarts (manifest.py)
     default_restarts = DEFAULT_RESTARTS
 
-    def __init__(self, connect: Connect = _connect) -> None:
+    def __init__(self, connect: Connect = _connect, upgrades: Any = maintenance) -> None:
         self.connect = connect
+        self.upgrades = upgrades   # hold(rec) / release(rec): node upgrades held off while runs are active
         self.looked: dict[str, float] = {}     # run -> when its JobSet was last read
         self.said: dict[str, str] = {}
+        self.ended: set[str] = set()   # runs whose end this process has seen (the hold looked at once each)
+        self.seen: dict[str, tuple[ClusterState, BlobStore]] = {}   # run -> where advance last looked at it
 
     def check_run(self, st: ClusterState, job: JobSpec, max_restarts: int, queue: str, priority: str) -> str:
         frameworks.check_job(job.name, job.framework, job.env, job.keras_backend)
@@ -108,6 +111,28 @@ class GkeRuns:
                 progress("waiting for JobSet's webhooks (its controller is not serving yet)")
                 time.sleep(1.0)
         progress(f"JobSet {js['metadata']['name']} created")
+        try:   # on a cluster tpuctl made (maintenance.py); a failure leaves the run as it is, exposed to upgrades
+            if self.upgrades.hold(dict(st.record.get("gke") or {})):
+                progress(f"node upgrades held off for up to {maintenance.hold_days():g} days while runs are active")
+        except TpuctlError as e:
+            progress(f"node upgrades not held off ({e.message}): one would restart the run from its checkpoint")
+
+    def _release_if_idle(self, st: ClusterState, store: BlobStore, api: Any, run_id: str) -> None:
+        """The run ended: with no other run's JobSet still active (not ended, its run not final in the store), the
+        exclusion goes (maintenance.release). A failure is left to its end time (maintenance.hold_days) or the next
+        run's end."""
+        if run_id in self.ended:
+            return
+        self.ended.add(run_id)
+        for js in jobsets_of(api, st.name):
+            other = str(js["metadata"].get("labels", {}).get(manifest.LABEL_RUN, ""))
+            if not condition(js) and other.lower() != run_id.lower() and \
+                    not (other and runs.status(store, other).state.final):
+                return
+        try:
+            self.upgrades.release(dict(st.record.get("gke") or {}))
+        except TpuctlError:
+            pass
 
     def advance(self, st: ClusterState, store: BlobStore, run_id: str, follow: bool = False) -> str:
         now = time.monotonic()
@@ -123,6 +148,9 @@ class GkeRuns:
         ended = condition(js)
         if ended and not runs.status(store, run_id).state.final:
             self._end_unreported(api, store, run_id, js, pods, ended)
+        self.seen[run_id] = (st, store)
+        if ended or runs.status(store, run_id).state.final:
+            self._release_if_idle(st, store, api, run_id)
         queued = "" if ended else queued_words(api, js)
         if queued or (not ended and stuck_words(pods)):
             _note(store, run_id, queued or stuck_words(pods))   # `status` and `jobs` say it, never a bare pending
@@ -165,6 +193,7 @@ class GkeRuns:
             time.sleep(step)
         api = self._api(st)
         kube.delete(api, jobset_path(manifest.DEFAULT_NAMESPACE, run_id))
+        self._release_if_idle(st, store, api, run_id)
         deadline = time.monotonic() + manifest.GRACE_SECONDS + cancel_grace()
         while pods_of(api, run_id) and time.monotonic() < deadline:   # Terminating until their processes end
             time.sleep(step)
@@ -196,7 +225,12 @@ class GkeRuns:
             progress(f"JobSet {js['metadata']['name']} deleted")
 
     def let_go(self, run_id: str) -> None:
+        """A follower (`submit`, `logs -f`) is done with the run: if it ended, the hold may go (the follower saw
+        its end in the store, after its last look at the JobSet)."""
         self.said.pop(run_id, None)
+        seen = self.seen.pop(run_id, None)
+        if seen is not None and runs.status(seen[1], run_id).state.final:
+            self._release_if_idle(seen[0], seen[1], self._api(seen[0]), run_id)
 
 
 def queued_words(api: Any, js: dict[str, Any]) -> str:
