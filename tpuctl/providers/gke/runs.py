@@ -303,23 +303,51 @@ def words(js: dict[str, Any], pods: list[dict[str, Any]]) -> str:
 PULL_FAILURES = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName")
 
 
-def stuck_words(pods: list[dict[str, Any]]) -> str:
-    """What keeps a run's pods Pending, said with where and the fix (issue 49 item 4): an image the node cannot
-    pull, or no node the scheduler can put the pod on (PodScheduled False, reason Unschedulable: Kubernetes docs,
-    "Pod Lifecycle: Pod conditions"); "" when nothing does."""
+def stuck_seconds() -> float:
+    """How long a pod may wait on its image or on a node before `status`, `jobs` and `submit` say it is stuck
+    (TPUCTL_GKE_STUCK_SECONDS, 180 s: a first pull of a large image, or a node pool GKE is still repairing, takes
+    a while and ends by itself; 0 says it at once)."""
+    return knobs.number("TPUCTL_GKE_STUCK_SECONDS", 180)
+
+
+def _since(stamp: str | None, now: float) -> float | None:
+    """Seconds since a Kubernetes timestamp (RFC 3339, "2026-11-28T17:00:00Z"), None when there is none."""
+    if not stamp:
+        return None
+    import datetime as dt
+    try:
+        return now - dt.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def stuck_words(pods: list[dict[str, Any]], now: float | None = None) -> str:
+    """What keeps a run's pods Pending past stuck_seconds(), said with how long, where and the fix (issue 49 item
+    4): an image the node cannot pull (waiting since the kubelet took the pod: `status.startTime`, "RFC 3339 date
+    and time at which the object was acknowledged by the Kubelet"), or no node the scheduler can put the pod on
+    (PodScheduled False, reason Unschedulable, since that condition's lastTransitionTime: Kubernetes docs, "Pod
+    Lifecycle: Pod conditions"); "" when nothing does, or not for that long yet. A pod without those times is taken
+    as stuck from now: said once the threshold is 0."""
+    now = time.time() if now is None else now
+    limit = stuck_seconds()
     for p in pods:
         name = p.get("metadata", {}).get("name", "?")
-        for cs in p.get("status", {}).get("containerStatuses", []):
+        status = p.get("status", {})
+        for cs in status.get("containerStatuses", []):
             waiting = cs.get("state", {}).get("waiting") or {}
-            if waiting.get("reason") in PULL_FAILURES:
+            took = _since(status.get("startTime"), now) or 0.0
+            if waiting.get("reason") in PULL_FAILURES and took >= limit:
                 image = next((c.get("image") for c in p.get("spec", {}).get("containers", [])), "?")
-                return (f"pod {name} cannot pull image {image} ({waiting['reason']}: {waiting.get('message', '')}); "
-                        "fix: `tpuctl up --image` with an image the node pools can pull (a private cluster needs "
-                        "egress to its registry, or the image in Artifact Registry)")
-        for c in p.get("status", {}).get("conditions", []):
-            if c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == "Unschedulable":
-                return (f"pod {name} is unschedulable ({c.get('message') or 'no node fits'}); fix: check the TPU "
-                        "node pools are there and RUNNING (`tpuctl status`), or that no other run holds them")
+                return (f"pod {name} stuck for {took / 60:.0f} min: cannot pull image {image} ({waiting['reason']}: "
+                        f"{waiting.get('message', '')}); fix: `tpuctl up --image` with an image the node pools can "
+                        "pull (a private cluster needs egress to its registry, or the image in Artifact Registry)")
+        for c in status.get("conditions", []):
+            took = _since(c.get("lastTransitionTime"), now) or 0.0
+            if c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == "Unschedulable" \
+                    and took >= limit:
+                why = c.get("message") or "no node fits"
+                return (f"pod {name} stuck for {took / 60:.0f} min: unschedulable ({why}); fix: check the TPU node "
+                        "pools are there and RUNNING (`tpuctl status`), or that no other run holds them")
     return ""
 
 
