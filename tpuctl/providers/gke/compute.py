@@ -101,7 +101,7 @@ class GkeCompute:
         together([functools.partial(self._ensure_pool, st, c.location, name, pool, account, reporter, made)
                   for pool in rec["node_pools"]])
         reporter.resource("jobset", name, self.install_jobset(rec), final=True)
-        if spec.kueue:   # a cluster this `up` made (planning refuses --kueue with --gke-cluster): down deletes it all
+        if spec.kueue:   # in a cluster this `up` made, down deletes it all; in an adopted one, down leaves it
             reporter.resource("kueue", name, self.install_kueue(rec), final=True)
         return rec
 
@@ -167,6 +167,8 @@ class GkeCompute:
                 together([functools.partial(container.delete_pool, spec.project, c.location, name, pool, spec.name,
                                             progress_of(reporter, "pool", pool)) for pool in pool_names(spec)])
                 reporter.resource("gke", name, "kept (adopted: not tpuctl's to delete)", final=True)
+                if spec.kueue:   # installed by `up --kueue` or found: others' runs may queue on it now
+                    reporter.resource("kueue", name, "kept (adopted cluster: others may queue on it)", final=True)
             else:
                 container.delete_cluster(spec.project, name, spec.name, progress_of(reporter, "gke", name))
         wp = policy_name(spec)

@@ -98,14 +98,19 @@ def _queue_path(obj: dict[str, Any]) -> str:
 
 
 def ensure_kueue(api: Any, shape: SliceShape, slices: int, progress: Callable[[str], None] = lambda s: None,
-                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> str:
-    """Kueue's release (when the cluster lacks it), then the queue objects; returns what was done."""
+                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
+                 adopted: bool = False) -> str:
+    """Kueue's release (when the cluster lacks it), then the queue objects; returns what was done. In an adopted
+    cluster (`up --gke-cluster C --kueue`) a Kueue already there is its owner's: nothing is applied to it (its
+    ClusterQueue may be named as xpk names it, `cluster-queue`, and ours would replace its quota)."""
     said = "found"
     if kube.get(api, CRD_PATH) is None:
         progress(f"installing Kueue {KUEUE_VERSION}")
         for obj in release_objects():
             kube.apply(api, _path(obj), obj)
         said = "installed"
+    elif adopted:
+        return "found (the cluster's own, left as it is: `submit --queue` picks one of its LocalQueues)"
     end = clock() + jobset_install.ready_seconds()
     step = 0.1
     todo = queue_objects(shape, slices)
