@@ -108,7 +108,8 @@ def test_one_slice_up_then_down_leaves_nothing(gke, cli):
 def test_two_slices_make_two_node_pools_and_up_again_makes_nothing(gke, cli):
     code, out, err = _up(cli, "two", "--type", "v5litepod-16", "--zone", "us-west4-a", "--slices", "2")
     assert code == 0, err
-    assert [p["name"] for _, p in gke.fake.pools()] == ["system", "tpuctl-two-np-0", "tpuctl-two-np-1"]
+    # made at once (issue 49 item 8): in whichever order GKE received them
+    assert sorted(p["name"] for _, p in gke.fake.pools()) == ["system", "tpuctl-two-np-0", "tpuctl-two-np-1"]
     made = len(gke.fake.mutating_calls())
     code, out, err = _up(cli, "two", "--type", "v5litepod-16", "--zone", "us-west4-a", "--slices", "2")
     assert code == 0, err
@@ -308,8 +309,10 @@ def test_up_kueue_installs_kueue_with_a_queue_for_the_node_pools(gke, cli):
     assert flavor["spec"]["nodeLabels"] == {"cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice",
                                             "cloud.google.com/gke-tpu-topology": "4x4"}
     cq = objs["/apis/kueue.x-k8s.io/v1beta1/clusterqueues/cluster-queue"]
-    assert cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"] == [{"name": "google.com/tpu",
-                                                                           "nominalQuota": 32}]
+    group = cq["spec"]["resourceGroups"][0]
+    assert group["coveredResources"] == ["google.com/tpu", "cpu", "memory"]   # issue 49 item 10: cpu/memory too
+    assert group["flavors"][0]["resources"][0] == {"name": "google.com/tpu", "nominalQuota": 32}
+    assert flavor["spec"]["tolerations"] == [{"key": "google.com/tpu", "operator": "Exists", "effect": "NoSchedule"}]
     assert "/apis/kueue.x-k8s.io/v1beta1/namespaces/default/localqueues/multislice-queue" in objs
     assert {p.rsplit("/", 1)[1] for p in objs if "/priorityclasses/" in p} == {"very-low", "low", "medium", "high",
                                                                                "very-high"}

@@ -81,7 +81,6 @@ def test_adopted_cluster_is_planned_as_kept_and_without_the_fee(env, cli):
     (("--type", "v6e-16", "--zone", "us-east5-b", "--reservation", "R_1"), "invalid --reservation"),
     (("--type", "v6e-16", "--zone", "us-east5-b", "--gke-cluster", "team", "--network", "v"), "has its own"),
     (("--type", "v6e-16", "--zone", "us-east5-b", "--network", "Bad_Net"), "invalid --network"),
-    (("--type", "v6e-16", "--zone", "us-east5-b", "--gke-cluster", "team", "--kueue"), "is its owner's"),
     # issue 49 item 3: no TensorFlow on GKE, said before anything is made
     (("--type", "v6e-16", "--zone", "us-east5-b", "--framework", "tensorflow"), "TensorFlow does not run on GKE"),
 ])

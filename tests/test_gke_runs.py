@@ -253,9 +253,10 @@ def test_a_disrupted_pod_restarts_the_run_by_default(gke, cli, tmp_path):
     until(lambda: runs.status(cluster_store(), run_id).state is runs.RunState.SUCCEEDED, 30, "the run succeeded")
 
 
-def test_a_pod_that_cannot_pull_its_image_or_be_scheduled_is_said_not_pending(gke, cli, tmp_path):
+def test_a_pod_that_cannot_pull_its_image_or_be_scheduled_is_said_not_pending(gke, cli, tmp_path, monkeypatch):
     # issue 49 item 4: `jobs` and `status` say what keeps the pods Pending, where, and the fix
     fake, cluster, make = gke
+    monkeypatch.setenv("TPUCTL_GKE_STUCK_SECONDS", "0")   # said at once (test_gke_stuck.py: the threshold)
     st = make("gimg", "v6e-1")
     st.record["gke"]["image"] = "registry.example/team/none:1"
     state.save(st)
@@ -265,7 +266,8 @@ def test_a_pod_that_cannot_pull_its_image_or_be_scheduled_is_said_not_pending(gk
     run_id = out.strip()
     said = until(lambda: (lambda o: o if "cannot pull image" in o else "")("".join(cli("jobs", "-c", "gimg")[1:])),
                  30, "jobs saying the image")
-    assert "registry.example/team/none:1 (ImagePullBackOff" in " ".join(said.split()), said
+    assert "stuck for 0 min: cannot pull image registry.example/team/none:1 (ImagePullBackOff" in \
+        " ".join(said.split()), said
     assert "cannot pull image" in runs.status(cluster_store(), run_id).note
     code, out, err = cli("cancel", run_id, "-c", "gimg")
     assert code == 0, err

@@ -73,6 +73,14 @@ def test_up_submit_logs_download_down_on_gke(both, cli, tmp_path):
     assert code == 0, err
     assert "hello from slice 0 worker 0" in out   # submit follows worker 0's log
     (run_id,) = _run_ids(kube)
+    # issue 49 item 5: node upgrades held off on the cluster tpuctl made while the run was active, and lifted
+    # once submit saw it end with no other run active
+    assert "node upgrades held off for up to 30 days" in err
+    sets = [b["maintenancePolicy"]["window"].get("maintenanceExclusions", {}) for a, _, b in gke.fake.calls
+            if a == "set_maintenance"]
+    assert [list(x) for x in sets] == [["tpuctl-runs"], []]
+    assert sets[0]["tpuctl-runs"]["maintenanceExclusionOptions"]["scope"] in ("NO_MINOR_OR_NODE_UPGRADES", 2)
+    assert gke.fake.exclusions(PROJ, "us-east5-b", "tpuctl-e2e") == {}
     _ended(kube, run_id, "Completed")
     pods = [o for p, o in kube.objects.items() if "/pods/" in p]
     assert {p["spec"]["nodeName"] for p in pods} == {f"gke-tpuctl-e2e-np-{k}-{i}" for k in (0, 1) for i in (0, 1)}

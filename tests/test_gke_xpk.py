@@ -6,7 +6,10 @@ xpk's manifests in tests/xpk_manifests/ were written by xpk itself, offline:
         --docker-image python:3.12 --command "echo hi" --project p --zone us-central1-a \
         --dry-run --skip-validation --output-manifest-file F
 (xpk 1.16.0 from PyPI, in a virtual environment of its own: it pins kubernetes==35.0.0 and urllib3<2.6, which
-tpuctl's environment does not share). With TPUCTL_XPK=/path/to/xpk set, the test runs that command instead of
+tpuctl's environment does not share). The v6e-16x1-PRIORITY.yaml files add `--priority PRIORITY` (xpk's five
+PriorityClasses; the plain files are its default, medium), regenerated with xpk 1.16.0 (issue 49 item 9): xpk
+writes the same JobSet but for the pods' priorityClassName, and its Kueue label is always its LocalQueue
+`multislice-queue`. With TPUCTL_XPK=/path/to/xpk set, the test runs that command instead of
 reading the saved files, so a newer xpk can be compared at once."""
 import os
 import subprocess
@@ -84,14 +87,16 @@ REQUIRED = ["apiVersion", "kind", "metadata.annotations.alpha.jobset.sigs.k8s.io
             "spec.replicatedJobs[].template.spec.template.spec.priorityClassName"]
 
 
-def xpk_manifest(tpu_type: str, slices: int, tmp_path: Path) -> dict:
+def xpk_manifest(tpu_type: str, slices: int, tmp_path: Path, priority: str = "medium") -> dict:
     exe = os.environ.get("TPUCTL_XPK")
     if not exe:
-        return yaml.safe_load((SAVED / f"{tpu_type}x{slices}.yaml").read_text())
+        suffix = "" if priority == "medium" else f"-{priority}"
+        return yaml.safe_load((SAVED / f"{tpu_type}x{slices}{suffix}.yaml").read_text())
     out = tmp_path / "xpk.yaml"
     subprocess.run([exe, "workload", "create", "--cluster", "c1", "--workload", "w1", "--tpu-type", tpu_type,
                     "--num-slices", str(slices), "--docker-image", "python:3.12", "--command", "echo hi",
                     "--project", "p", "--zone", "us-central1-a", "--dry-run", "--skip-validation",
+                    "--priority", priority,
                     "--output-manifest-file", str(out)], check=True, capture_output=True, timeout=300,
                    env={**os.environ, "TELEMETRY_ENABLED": "false", "HOME": str(tmp_path)})
     return yaml.safe_load(out.read_text())
@@ -124,14 +129,16 @@ def explained(path: str) -> bool:
     return any(path == d or path.startswith(d + ".") or path.startswith(d + "[") for d in DIFFERENCES)
 
 
-@pytest.mark.parametrize("tpu_type,slices", CASES)
-def test_tpuctl_agrees_with_xpk_on_every_listed_field(tpu_type, slices, tmp_path):
+@pytest.mark.parametrize("tpu_type,slices,priority", [*((t, n, "medium") for t, n in CASES),
+                                                      *(("v6e-16", 1, p) for p in ("very-low", "low", "high",
+                                                                                   "very-high"))])
+def test_tpuctl_agrees_with_xpk_on_every_listed_field(tpu_type, slices, priority, tmp_path):
     shape = tputypes.shape(tpu_type)
     ours = manifest.build_jobset(manifest.RunObjects(
         cluster="c1", run_id="20261126-084500-123-ab12", shape=shape, slices=slices, max_restarts=0,
         image="python:3.12", store_uri="gs://b", agent_version="1.0", workload_policy="tpuctl-c1-wp",
-        queue="multislice-queue", priority="medium"))
-    theirs = xpk_manifest(tpu_type, slices, tmp_path)
+        queue="multislice-queue", priority=priority))
+    theirs = xpk_manifest(tpu_type, slices, tmp_path, priority)
     diff = differences(ours, theirs)
     unexplained = {p: d for p, d in diff.items() if not explained(p)}
     assert not unexplained, f"differences from xpk with no reason listed: {unexplained}"

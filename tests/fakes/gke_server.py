@@ -9,10 +9,17 @@ are the request message as JSON (`"body": "*"`: {"cluster": {...}}, {"nodePool":
 numeric enums, as numbers: both are read. Each behaviour below cites its source beside it. Faults:
   fake.faults["create_pool"].append((400, "FAILED_PRECONDITION", "..."))   the next such HTTP call fails at once
   fake.op_faults["create_pool"].append((8, "... ZONE_RESOURCE_POOL_EXHAUSTED ..."))  its operation ends with this
+  fake.pool_faults["tpuctl-x-np-1"] = (8, "...")   that node pool's create operation ends with this
 Operations finish after `delay` seconds (0: at once, on the next read).
-`one_op_per_cluster`: no source settles whether GKE runs two node pool operations of one cluster at once (old
-clusters answered FAILED_PRECONDITION "cluster is running incompatible operation": kubernetes-engine/docs/
-troubleshooting; newer ones queue them), so the fake answers either way and the tests pass under both.
+Concurrent operations (kubernetes-engine/docs/troubleshooting/concurrent-operations): "GKE generally allows only
+one cluster-level operation or one operation per node pool at a time", GKE's own (a control plane upgrade, an
+automatic repair) counting too; a refused call reads "Cluster is running incompatible operation OPERATION_NAME" or
+"Operation OPERATION_NAME is currently ACTIONING cluster CLUSTER_NAME. Please wait and try again once it is done".
+So a cluster-level operation refuses every other, and a node pool's refuses another on the same pool. Whether two
+node pools of one cluster are made at once is not settled by that page ("Creating, ... or deleting node pools" is
+among its "cluster operations"); xpk creates them up to 100 at a time (core/nodepool.py: run_commands(...,
+batch=100)), so GKE accepts it at least there. `one_op_per_cluster` makes the fake refuse that too, and the tests
+pass under both. `gke_operation(...)` starts one of GKE's own (an upgrade) for a while.
 """
 from __future__ import annotations
 
@@ -38,8 +45,10 @@ _ROUTES = [
     ("GET", _LOC + r"/clusters/(?P<cluster>[^/]+)/nodePools/(?P<pool>[^/:]+)$", "get_pool"),
     ("DELETE", _LOC + r"/clusters/(?P<cluster>[^/]+)/nodePools/(?P<pool>[^/:]+)$", "delete_pool"),
     ("GET", _LOC + r"/operations/(?P<op>[^/:]+)$", "operation"),
+    ("POST", _LOC + r"/clusters/(?P<cluster>[^/:]+):setMaintenancePolicy$", "set_maintenance"),
 ]
-MUTATING = {"create_cluster", "delete_cluster", "create_pool", "delete_pool"}
+MUTATING = {"create_cluster", "delete_cluster", "create_pool", "delete_pool", "set_maintenance"}
+_SCOPES = {0: "NO_UPGRADES", 1: "NO_MINOR_UPGRADES", 2: "NO_MINOR_OR_NODE_UPGRADES"}
 # container_v1 enums, by number, for a client that sends numeric enums (types/cluster_service.py)
 _CHANNELS = {0: "UNSPECIFIED", 1: "RAPID", 2: "REGULAR", 3: "STABLE", 4: "EXTENDED"}
 _PLACEMENT = {0: "TYPE_UNSPECIFIED", 1: "COMPACT"}
@@ -53,6 +62,14 @@ TPU7X_MIN = "1.34.0-gke.2201000"
 def _vkey(v):
     m = re.match(r"^(\d+)\.(\d+)\.(\d+)(?:-gke\.(\d+))?", v or "")
     return tuple(int(g or 0) for g in m.groups()) if m else (0,)
+
+
+def _ts(value):
+    """A google.protobuf.Timestamp as JSON (RFC 3339, "2026-11-28T17:00:00Z", maybe with fractions) -> epoch s."""
+    import datetime as dt
+    if not value:
+        return None
+    return dt.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
 
 
 def _name(value, names):
@@ -73,6 +90,10 @@ class FakeGke:
         self.ops = {}
         self.faults = collections.defaultdict(list)
         self.op_faults = collections.defaultdict(list)
+        self.pool_faults = {}   # node pool name -> (code, message) its create operation ends with
+        self.upgrade_before = {}   # action -> seconds of GKE's own operation started just before that call
+        self.stale_answer = (409, ("ABORTED", "Cluster maintenance policy was updated concurrently."))
+        self.policy_edits_before_set = 0
         self.calls = []
         self.one_op_per_cluster = False
         self.versions = list(VERSIONS)
@@ -98,9 +119,25 @@ class FakeGke:
             self.ops.clear()
             self.faults.clear()
             self.op_faults.clear()
+            self.pool_faults.clear()
+            self.upgrade_before.clear()
+            self.stale_answer = (409, ("ABORTED", "Cluster maintenance policy was updated concurrently."))
+            self.policy_edits_before_set = 0
             self.calls.clear()
             self.delay, self.one_op_per_cluster, self.versions = 0.0, False, list(VERSIONS)
             self.on_pool_ready = []
+
+    def dns_only(self, cluster, allow_external=True):
+        """The cluster (JSON) with its IP endpoints off: its Kubernetes API answers only on its DNS endpoint
+        (container_v1 ControlPlaneEndpointsConfig: ip_endpoints_config.enabled "Controls whether to allow direct IP
+        access"; dns_endpoint_config.endpoint "A DNS format address ... Ex: uid.us-central1.gke.goog"). Its
+        `endpoint` names a port nothing listens on (an IP address nobody reaches), its DNS endpoint the fake
+        Kubernetes API; `allow_external=False`: that endpoint refuses user traffic (allow_external_traffic)."""
+        cluster["endpoint"] = "http://127.0.0.1:9"
+        cluster["controlPlaneEndpointsConfig"] = {
+            "ipEndpointsConfig": {"enabled": False},
+            "dnsEndpointConfig": {"endpoint": self.kube_endpoint, "allowExternalTraffic": allow_external}}
+        return cluster
 
     def mutating_calls(self):
         return [c for c in self.calls if c[0] in MUTATING]
@@ -122,6 +159,8 @@ class FakeGke:
                 code, status, message = self.faults[action].pop(0)
                 return code, (status, message)
             self._advance()
+            if action in self.upgrade_before:
+                self.gke_operation(m["project"], m["location"], m["cluster"], self.upgrade_before.pop(action))
             return getattr(self, "do_" + action)(body, **m.groupdict())
 
     # -- operations ------------------------------------------------------------------------------------
@@ -132,17 +171,38 @@ class FakeGke:
                 op["status"] = "DONE"
                 op.pop("finish")()
 
-    def _busy(self, project, location, cluster):
-        return any(o["status"] != "DONE" and o["key"] == (project, location, cluster) for o in self.ops.values())
+    def _busy(self, project, location, cluster, pool=None):
+        """The refusal a new operation gets while another runs (the rule and messages in the module's doc), or None.
+        `pool`: the node pool a node-pool operation acts on; None for a cluster-level one."""
+        for o in self.ops.values():
+            if o["status"] == "DONE" or o["key"] != (project, location, cluster):
+                continue
+            if o["pool"] is None or pool is None or o["pool"] == pool:
+                return 400, ("FAILED_PRECONDITION", f"Cluster is running incompatible operation {o['name']}.")
+            if self.one_op_per_cluster:
+                return 400, ("FAILED_PRECONDITION", f"Operation {o['name']} is currently creating node pool "
+                             f"{o['pool']} of cluster {cluster}. Please wait and try again once it is done.")
+        return None
 
-    def _op(self, project, location, cluster, kind, target, finish, action):
+    def gke_operation(self, project, location, cluster, seconds, kind="UPGRADE_MASTER"):
+        """One of GKE's own cluster-level operations (a control plane upgrade), running `seconds` from now
+        (`upgrade_before[action] = seconds`: from the next such call, which it then refuses)."""
+        with self.lock:
+            delay, self.delay = self.delay, seconds
+            try:
+                self._op(project, location, cluster, kind, cluster, lambda error: None, kind)
+            finally:
+                self.delay = delay
+
+    def _op(self, project, location, cluster, kind, target, finish, action, pool=None):
         """An Operation as container_v1 returns it (types `Operation`: name, operationType, status, selfLink,
         targetLink, location; `error` a google.rpc.Status once DONE with a failure)."""
         name = f"operation-{next(self._ids)}"
         error = self.op_faults[action].pop(0) if self.op_faults[action] else None
         op = {"name": name, "operationType": kind, "status": "RUNNING", "location": location, "zone": location,
               "selfLink": f"projects/{project}/locations/{location}/operations/{name}",
-              "targetLink": target, "at": time.monotonic() + self.delay, "key": (project, location, cluster)}
+              "targetLink": target, "at": time.monotonic() + self.delay, "key": (project, location, cluster),
+              "pool": pool}
         if error:
             op["error"] = {"code": error[0], "message": error[1]}
             op["statusMessage"] = error[1]
@@ -157,7 +217,7 @@ class FakeGke:
 
     @staticmethod
     def _show(op):
-        return {k: v for k, v in op.items() if k not in ("at", "finish", "key")}
+        return {k: v for k, v in op.items() if k not in ("at", "finish", "key", "pool")}
 
     def do_operation(self, body, project, location, op):
         o = self.ops.get(op)
@@ -204,6 +264,7 @@ class FakeGke:
                  nodePools=[dict(p, status="PROVISIONING", locations=p.get("locations") or [location])
                             for p in c.get("nodePools") or []],
                  releaseChannel={"channel": _name((c.get("releaseChannel") or {}).get("channel"), _CHANNELS)})
+        self._bump_policy(c)   # every cluster has a policy version to quote (MaintenancePolicy.resource_version)
         self.clusters[(project, location, name)] = c
 
         def finish(error):
@@ -229,14 +290,60 @@ class FakeGke:
         c = self._cluster(project, location, cluster)
         if c is None:
             return self._missing(project, location, cluster)
-        if self.one_op_per_cluster and self._busy(project, c["location"], cluster):
-            return 400, ("FAILED_PRECONDITION", f"Cluster is running incompatible operation.")
+        busy = self._busy(project, c["location"], cluster)
+        if busy:
+            return busy
         c["status"] = "STOPPING"
 
         def finish(error):
             if not error:   # its node pools go with it
                 self.clusters.pop((project, c["location"], cluster), None)
         return self._op(project, c["location"], cluster, "DELETE_CLUSTER", cluster, finish, "delete_cluster")
+
+    # -- maintenance policy ------------------------------------------------------------------------------
+    def do_set_maintenance(self, body, project, location, cluster):
+        """clusters.setMaintenancePolicy (container_v1 SetMaintenancePolicyRequest): the whole policy replaces the
+        old ("An empty field clears the existing maintenance policy"); MaintenancePolicy.resource_version must be
+        the current one ("Make a get() request to the cluster to get the current resource version and include it
+        with requests to set the policy"). What GKE answers to a stale version is not documented: `stale_answer`
+        is one plausible answer (409 ABORTED) or another (400 FAILED_PRECONDITION), and the tests pass under both.
+        An exclusion needs an end after its start, and a "No upgrades" one lasts at most 30 days
+        (kubernetes-engine/docs/concepts/maintenance-windows-and-exclusions). `policy_edits_before_set`: another
+        party sets the policy just before the next such call (its version moves). Cluster-level: it refuses while
+        another operation runs, as any (module doc)."""
+        c = self._cluster(project, location, cluster)
+        if c is None:
+            return self._missing(project, location, cluster)
+        if self.policy_edits_before_set:
+            self.policy_edits_before_set -= 1
+            self._bump_policy(c)
+        policy = dict(body.get("maintenancePolicy") or {})
+        have = (c.get("maintenancePolicy") or {}).get("resourceVersion", "")
+        if policy.get("resourceVersion", "") != have:
+            return self.stale_answer
+        for key, w in ((policy.get("window") or {}).get("maintenanceExclusions") or {}).items():
+            start, end = _ts(w.get("startTime")), _ts(w.get("endTime"))
+            scope = _name((w.get("maintenanceExclusionOptions") or {}).get("scope", 0), _SCOPES) or "NO_UPGRADES"
+            if start is None or end is None or end <= start:
+                return 400, ("INVALID_ARGUMENT", f"Maintenance exclusion \"{key}\" needs an end time after its "
+                                                 "start time.")
+            if scope == "NO_UPGRADES" and end - start > 30 * 86400:
+                return 400, ("INVALID_ARGUMENT", f"Maintenance exclusion \"{key}\" of scope NO_UPGRADES is longer "
+                                                 "than 30 days.")
+        busy = self._busy(project, c["location"], cluster)
+        if busy:
+            return busy
+        c["maintenancePolicy"] = policy
+        self._bump_policy(c)
+        return self._op(project, c["location"], cluster, "SET_MAINTENANCE_POLICY", cluster, lambda error: None,
+                        "set_maintenance")
+
+    def _bump_policy(self, c):
+        c.setdefault("maintenancePolicy", {})["resourceVersion"] = f"v{next(self._ids)}"
+
+    def exclusions(self, project, location, cluster):
+        c = self._cluster(project, location, cluster)
+        return ((c.get("maintenancePolicy") or {}).get("window") or {}).get("maintenanceExclusions") or {}
 
     # -- node pools -------------------------------------------------------------------------------------
     def do_create_pool(self, body, project, location, cluster):
@@ -246,8 +353,9 @@ class FakeGke:
         p = dict(body.get("nodePool") or {})
         if any(q["name"] == p.get("name") for q in c["nodePools"]):
             return 409, ("ALREADY_EXISTS", f"Already exists: node pool \"{p.get('name')}\".")
-        if self.one_op_per_cluster and self._busy(project, location, cluster):
-            return 400, ("FAILED_PRECONDITION", "Cluster is running incompatible operation.")
+        busy = self._busy(project, location, cluster, p.get("name"))
+        if busy:
+            return busy
         refused = self._refuse_tpu_pool(project, c, p)
         if refused:
             return 400, ("INVALID_ARGUMENT", refused)
@@ -258,8 +366,11 @@ class FakeGke:
             p["status"] = "ERROR" if error else "RUNNING"
             for hook in [] if error else self.on_pool_ready:
                 hook(cluster, p)
+        error = self.pool_faults.pop(p.get("name"), None)
+        if error:
+            self.op_faults["create_pool"].insert(0, error)
         return self._op(project, location, cluster, "CREATE_NODE_POOL", f"{cluster}/nodePools/{p['name']}", finish,
-                        "create_pool")
+                        "create_pool", pool=p.get("name"))
 
     def _refuse_tpu_pool(self, project, c, p):
         """What GKE refuses of a TPU node pool, with sources:
@@ -323,8 +434,9 @@ class FakeGke:
         code, p = self.do_get_pool(body, project, location, cluster, pool)
         if code != 200:
             return code, p
-        if self.one_op_per_cluster and self._busy(project, location, cluster):
-            return 400, ("FAILED_PRECONDITION", "Cluster is running incompatible operation.")
+        busy = self._busy(project, location, cluster, pool)
+        if busy:
+            return busy
         p["status"] = "STOPPING"
         c = self._cluster(project, location, cluster)
 
@@ -332,7 +444,7 @@ class FakeGke:
             if not error:
                 c["nodePools"] = [q for q in c["nodePools"] if q is not p]
         return self._op(project, location, cluster, "DELETE_NODE_POOL", f"{cluster}/nodePools/{pool}", finish,
-                        "delete_pool")
+                        "delete_pool", pool=pool)
 
 
 class FakePolicies(FakeCompute):

@@ -212,6 +212,9 @@ class FakeCluster:
                     # the kubelet reports the pull's failure in the container's waiting state, and the pod stays
                     # Pending (Kubernetes docs, "Images": ErrImagePull, then ImagePullBackOff)
                     pod["spec"]["nodeName"] = node
+                    # startTime: "RFC 3339 date and time at which the object was acknowledged by the Kubelet"
+                    # (Kubernetes API, PodStatus): when its pulls began
+                    pod["status"].setdefault("startTime", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
                     pod["status"]["containerStatuses"] = [{"name": pod["spec"]["containers"][0]["name"], "state": {
                         "waiting": {"reason": "ImagePullBackOff", "message": "Back-off pulling image "
                                     f"\"{pod['spec']['containers'][0]['image']}\""}}}]
@@ -236,7 +239,12 @@ class FakeCluster:
             labels = node["metadata"]["labels"]
             if all(labels.get(k) == v for k, v in want.items()) and node["metadata"]["name"] not in busy:
                 return str(node["metadata"]["name"])
-        pod["status"]["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]
+        # lastTransitionTime: when the condition last changed (Kubernetes docs, "Pod conditions"): kept while the
+        # pod stays unschedulable
+        was = next((c for c in pod["status"].get("conditions", []) if c.get("reason") == "Unschedulable"), {})
+        pod["status"]["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                                        "lastTransitionTime": was.get("lastTransitionTime") or
+                                        time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}]
         return ""
 
     def _start(self, path: str, pod: dict[str, Any]) -> None:

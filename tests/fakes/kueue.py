@@ -18,8 +18,13 @@ line xpk's pinned v0.17 keeps):
   fit once lower-priority admitted ones are gone evicts them: condition Evicted True, reason Preempted
   (workload_types.go WorkloadEvictedByPreemption), Admitted and QuotaReserved False, the JobSet suspended again,
   and the Workload goes back to the queue, to be admitted again when quota frees (docs "Preemption");
-- a Workload whose JobSet completed or failed is Finished and holds no quota.
-Not modelled: cohorts, borrowing, admission checks, multiple flavors per resource, fair sharing."""
+- a Workload whose JobSet completed or failed is Finished and holds no quota;
+- a Workload whose pods request a resource (non-zero; a container's requests, else its limits, which Kubernetes
+  copies to requests) that no resource group of the ClusterQueue covers stays pending: "couldn't assign flavors to
+  pod set NAME: resource R unavailable in ClusterQueue" (pkg/scheduler/flavorassigner/flavorassigner.go
+  `findFlavorForPodSetResource`; its test "zero resource request not in clusterQueue should succeed").
+Not modelled: cohorts, borrowing, admission checks, multiple flavors per resource, fair sharing, quota of
+resources other than google.com/tpu (cpu and memory are checked for coverage only)."""
 from __future__ import annotations
 
 import itertools
@@ -98,12 +103,16 @@ class FakeKueue:
         path = f"{API}/namespaces/{ns}/workloads/jobset-{name}"
         if path in self.kube.objects:
             return
-        sets, prio_name = [], ""
+        sets, prio_name, requested = [], "", set()
         for rj in js["spec"]["replicatedJobs"]:
             job = rj["template"]["spec"]
             pod = job["template"]["spec"]
             prio_name = prio_name or pod.get("priorityClassName", "")
             per_pod = sum(int(c.get("resources", {}).get("limits", {}).get(TPU, 0)) for c in pod["containers"])
+            for c in pod["containers"]:
+                res = c.get("resources", {})
+                asked = {**res.get("limits", {}), **res.get("requests", {})}
+                requested.update(r for r, q in asked.items() if str(q).strip() not in ("0", "0m", ""))
             count = int(rj.get("replicas", 1)) * int(job.get("parallelism", 1))
             sets.append({"name": rj["name"], "count": count, "tpu": per_pod * count})
         prio = self.kube.objects.get(f"/apis/scheduling.k8s.io/v1/priorityclasses/{prio_name}", {}).get("value", 0)
@@ -114,16 +123,19 @@ class FakeKueue:
                      "priorityClassName": prio_name, "podSets": [{"name": s["name"], "count": s["count"]}
                                                                   for s in sets]},
             "status": {"conditions": []}, "_tpu": sum(s["tpu"] for s in sets), "_seq": next(self.seq),
-            "_podset": sets[0]["name"]})
+            "_podset": sets[0]["name"], "_requests": sorted(requested)})
 
-    def _queue_of(self, wl: dict[str, Any]) -> tuple[int, str]:
+    def _queue_of(self, wl: dict[str, Any]) -> tuple[int, str, set[str]]:
+        """The google.com/tpu quota of the Workload's ClusterQueue, its flavor, and every resource it covers."""
         lq = self.kube.objects.get(f"{API}/namespaces/{wl['metadata']['namespace']}/localqueues/"
                                    f"{wl['spec']['queueName']}")
         if lq is None:
-            return 0, ""
+            return 0, "", set()
         cq = self.kube.objects[f"{API}/clusterqueues/{lq['spec']['clusterQueue']}"]
+        covered = {r for g in cq["spec"]["resourceGroups"] for r in g.get("coveredResources", [])}
         flavor = cq["spec"]["resourceGroups"][0]["flavors"][0]
-        return int(flavor["resources"][0]["nominalQuota"]), str(flavor["name"])
+        tpu = next(int(r["nominalQuota"]) for r in flavor["resources"] if r["name"] == TPU)
+        return tpu, str(flavor["name"]), covered
 
     def _suspend(self, wl: dict[str, Any], value: bool) -> None:
         js = self._jobset_of(wl)
@@ -135,7 +147,12 @@ class FakeKueue:
         pending = sorted((w for w in live if not _cond(w, "Admitted")),
                          key=lambda w: (-int(w["spec"]["priority"]), w["_seq"]))
         for wl in pending:
-            quota, flavor = self._queue_of(wl)
+            quota, flavor, covered = self._queue_of(wl)
+            uncovered = [r for r in wl.get("_requests", []) if r not in covered]
+            if uncovered:
+                _set(wl, "QuotaReserved", False, "Pending", f"couldn't assign flavors to pod set {wl['_podset']}: "
+                     f"resource {uncovered[0]} unavailable in ClusterQueue")
+                continue
             admitted = [w for w in live if _cond(w, "Admitted")]
             free = quota - sum(w["_tpu"] for w in admitted)
             if wl["_tpu"] > free:

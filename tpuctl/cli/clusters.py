@@ -31,7 +31,8 @@ API = typer.Option(None, "--api", help="Google Cloud: tpu (the Cloud TPU API, de
 RESERVATION = typer.Option(None, "--reservation", help="GKE: the Compute Engine reservation (its name) the TPU node "
                            "pools consume.")
 KUEUE = typer.Option(False, "--kueue", help="GKE: install Kueue (pinned, shipped with tpuctl) with a queue for the "
-                    "node pools' TPUs and xpk's priority classes, so runs queue as on a team's cluster.")
+                    "node pools' TPUs and xpk's priority classes, so runs queue as on a team's cluster. With "
+                    "--gke-cluster: only if that cluster has no Kueue, and down leaves it.")
 KUBE_CONTEXT = typer.Option(None, "--kube-context", help="GKE: reach the cluster's Kubernetes API through this "
                             "kubeconfig context (default: GKE's endpoint and your Google credentials).")
 

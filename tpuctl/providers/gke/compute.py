@@ -9,11 +9,13 @@ slices, tpu_type.
 """
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable
 
 from ...core.errors import ErrorKind, TpuctlError
 from ...core.models import ClusterState, HostFacts, require_owned
 from ..base import Compute, Created, Reporter, progress_of
+from ..gcp.gce import _together as together   # each call in a thread, all waited for, the first failure raised
 from . import container, policy
 from .planning import SYSTEM_MACHINE, SYSTEM_POOL, cluster_name, policy_name, pool_names
 from .tputypes import TPU7X_MIN_GKE_VERSION, shape
@@ -81,15 +83,25 @@ class GkeCompute:
                                                                     lambda m: None)))
         c = self._ensure_cluster(st, name, reporter, made)
         account = spec.service_account or self.default_account(spec.project)
+        try:
+            endpoint, ca = container.api_endpoint(c)
+        except TpuctlError:
+            if not spec.kube_context:   # with one, the context is the way in: the endpoint only marks it reachable
+                raise
+            endpoint, ca = c.endpoint or c.control_plane_endpoints_config.dns_endpoint_config.endpoint, ""
         rec = {"project": spec.project, "location": c.location, "cluster": name, "adopted": bool(spec.gke_cluster),
-               "endpoint": c.endpoint, "ca_certificate": c.master_auth.cluster_ca_certificate,
+               "endpoint": endpoint, "ca_certificate": ca,
                "node_pools": pool_names(spec), "workload_policy": wp, "service_account": account,
                "image": spec.image, "slices": spec.slices, "tpu_type": spec.tpu_type, "context": spec.kube_context}
         st.record["gke"] = rec
-        for pool in rec["node_pools"]:
-            self._ensure_pool(st, c.location, name, pool, account, reporter, made)
+        # All at once, as xpk makes them (core/nodepool.py: run_commands(create_commands, ..., batch=100)): `up
+        # --slices N` takes one node pool's time, not N. Each is waited for; the first failure in order is raised
+        # after all have ended, and ensure() undoes what was made (container._start waits out a cluster that runs
+        # one operation at a time).
+        together([functools.partial(self._ensure_pool, st, c.location, name, pool, account, reporter, made)
+                  for pool in rec["node_pools"]])
         reporter.resource("jobset", name, self.install_jobset(rec), final=True)
-        if spec.kueue:   # a cluster this `up` made (planning refuses --kueue with --gke-cluster): down deletes it all
+        if spec.kueue:   # in a cluster this `up` made, down deletes it all; in an adopted one, down leaves it
             reporter.resource("kueue", name, self.install_kueue(rec), final=True)
         return rec
 
@@ -152,10 +164,11 @@ class GkeCompute:
         c = container.find_cluster(spec.project, name)
         if c is not None:
             if spec.gke_cluster:
-                for pool in pool_names(spec):
-                    container.delete_pool(spec.project, c.location, name, pool, spec.name,
-                                          progress_of(reporter, "pool", pool))
+                together([functools.partial(container.delete_pool, spec.project, c.location, name, pool, spec.name,
+                                            progress_of(reporter, "pool", pool)) for pool in pool_names(spec)])
                 reporter.resource("gke", name, "kept (adopted: not tpuctl's to delete)", final=True)
+                if spec.kueue:   # installed by `up --kueue` or found: others' runs may queue on it now
+                    reporter.resource("kueue", name, "kept (adopted cluster: others may queue on it)", final=True)
             else:
                 container.delete_cluster(spec.project, name, spec.name, progress_of(reporter, "gke", name))
         wp = policy_name(spec)

@@ -78,7 +78,34 @@ def pick_version(project: str, location: str, at_least: str) -> str:
     return offered[-1]
 
 
-def _wait(project: str, location: str, op: Any, what: str, progress: Progress) -> None:
+# A call refused because another operation runs on the cluster (GKE's own upgrade or repair, or, on a cluster that
+# runs one at a time, another node pool's create). kubernetes-engine/docs/troubleshooting/concurrent-operations:
+# "Cluster is running incompatible operation OPERATION_NAME", "Cluster is currently being created, deleted, updated
+# or repaired and cannot be updated", "Operation OPERATION_NAME is currently ACTIONING cluster CLUSTER_NAME. Please
+# wait and try again once it is done"; its fix is to wait for that operation and retry. Matched on the words, not
+# on the HTTP code, which that page does not give.
+_BUSY = re.compile(r"incompatible operation|currently being (created|deleted|updated|repaired)|"
+                   r"please wait and try again", re.I)
+
+
+def _start(fn: Callable[..., Any], what: str, doing: str, progress: Progress, **kwargs: Any) -> Any:
+    """call(fn, **kwargs), retried while GKE answers that another operation runs on the cluster, until deadline();
+    `doing` is said once it started."""
+    started: list[Any] = []
+
+    def attempt() -> tuple[bool, str]:
+        try:
+            started[:] = [call(fn, what=what, **kwargs)]
+            return True, doing
+        except TpuctlError as e:
+            if not _BUSY.search(e.message):
+                raise
+            return False, "waiting for another operation on the cluster"
+    wait(attempt, what, deadline(), progress)
+    return started[0]
+
+
+def wait_operation(project: str, location: str, op: Any, what: str) -> None:
     client = clients.container()
     name = f"{_parent(project, location)}/operations/{op.name}"
 
@@ -89,6 +116,30 @@ def _wait(project: str, location: str, op: Any, what: str, progress: Progress) -
     done = call(client.get_operation, name=name, what=what)
     if done.error and done.error.code:
         raise classify_text(done.error.code, done.error.message, what)
+
+
+def api_endpoint(c: Any) -> tuple[str, str]:
+    """(endpoint, base64 CA) through which the cluster's Kubernetes API is reached, as gcloud's get-credentials
+    picks it (googlecloudsdk api_lib/container/util.py `_GetClusterEndpoint`): a cluster whose IP endpoints are off
+    (container_v1 ControlPlaneEndpointsConfig.ip_endpoints_config.enabled: "Controls whether to allow direct IP
+    access") is reached on its DNS endpoint (dns_endpoint_config.endpoint: "A DNS format address. This is
+    accessible from the public internet. Ex: uid.us-central1.gke.goog"), with the same Google token and no cluster
+    CA: gcloud writes none for it (kubeconfig.py `Cluster(..., has_dns_endpoint=True)`), the endpoint's certificate
+    being publicly trusted. One that refuses outside traffic (allow_external_traffic false) is refused here as
+    gcloud refuses it (AllowExternalTrafficIsDisabledError)."""
+    cfg = c.control_plane_endpoints_config
+    if "ip_endpoints_config" not in cfg or cfg.ip_endpoints_config.enabled:
+        return c.endpoint, c.master_auth.cluster_ca_certificate
+    dns = cfg.dns_endpoint_config
+    if not dns.endpoint:
+        raise TpuctlError(ErrorKind.INPUT, f"GKE cluster {c.name} has its IP endpoints off and no DNS endpoint",
+                          f"gcloud container clusters update {c.name} --location={c.location} --enable-dns-access")
+    if "allow_external_traffic" in dns and not dns.allow_external_traffic:
+        raise TpuctlError(ErrorKind.INPUT, f"GKE cluster {c.name} has its IP endpoints off and its DNS endpoint "
+                          "refuses outside traffic: tpuctl cannot reach its Kubernetes API",
+                          f"gcloud container clusters update {c.name} --location={c.location} --enable-dns-access, "
+                          "or give `up --kube-context` a context that reaches it")
+    return dns.endpoint, ""
 
 
 def wait_ready(what: str, read: Callable[[], Any], progress: Progress) -> Any:
@@ -132,7 +183,7 @@ def create_cluster(project: str, zone: str, cluster: Any, progress: Progress) ->
     progress("creating")
     try:
         op = call(clients.container().create_cluster, parent=_parent(project, zone), cluster=cluster, what=what)
-        _wait(project, zone, op, what, progress)
+        wait_operation(project, zone, op, what)
     except TpuctlError as e:
         if "network" in e.message.lower() and not cluster.network:
             # a project without the `default` VPC (Cluster.network: "If left unspecified, the default network
@@ -148,12 +199,11 @@ def delete_cluster(project: str, name: str, cluster_label: str, progress: Progre
     if c is None:
         return
     require_owned(c.resource_labels, cluster_label, f"GKE cluster {name}")
-    progress("deleting")
     what = f"delete GKE cluster {name}"
     try:
-        op = call(clients.container().delete_cluster, name=f"{_parent(project, c.location)}/clusters/{name}",
-                  what=what)
-        _wait(project, c.location, op, what, progress)
+        op = _start(clients.container().delete_cluster, what, "deleting", progress,
+                    name=f"{_parent(project, c.location)}/clusters/{name}")
+        wait_operation(project, c.location, op, what)
     except TpuctlError as e:
         if e.kind is not ErrorKind.NOT_FOUND:
             raise
@@ -196,10 +246,9 @@ def list_pools(project: str, location: str, cluster: str) -> list[Any]:
 
 def create_pool(project: str, location: str, cluster: str, pool: Any, progress: Progress) -> None:
     what = f"create node pool {pool.name}"
-    progress("creating")
-    op = call(clients.container().create_node_pool, parent=f"{_parent(project, location)}/clusters/{cluster}",
-              node_pool=pool, what=what)
-    _wait(project, location, op, what, progress)
+    op = _start(clients.container().create_node_pool, what, "creating", progress,
+                parent=f"{_parent(project, location)}/clusters/{cluster}", node_pool=pool)
+    wait_operation(project, location, op, what)
     progress("RUNNING")
 
 
@@ -208,12 +257,11 @@ def delete_pool(project: str, location: str, cluster: str, name: str, cluster_la
     if pool is None:
         return
     require_owned(pool.config.resource_labels, cluster_label, f"node pool {name} of {cluster}")
-    progress("deleting")
     what = f"delete node pool {name}"
     try:
-        op = call(clients.container().delete_node_pool,
-                  name=f"{_parent(project, location)}/clusters/{cluster}/nodePools/{name}", what=what)
-        _wait(project, location, op, what, progress)
+        op = _start(clients.container().delete_node_pool, what, "deleting", progress,
+                    name=f"{_parent(project, location)}/clusters/{cluster}/nodePools/{name}")
+        wait_operation(project, location, op, what)
     except TpuctlError as e:
         if e.kind is not ErrorKind.NOT_FOUND:
             raise

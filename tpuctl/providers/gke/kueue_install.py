@@ -5,17 +5,19 @@ The shipped `kueue-v0.17.8.yaml` is the release's `manifests.yaml` as its Makefi
 release-artifacts IMAGE_REGISTRY=registry.k8s.io/kueue GIT_TAG=v0.17.8`, .github/ISSUE_TEMPLATE/NEW_RELEASE.md:
 `kustomize edit set image controller=registry.k8s.io/kueue/kueue:v0.17.8` in config/components/manager, then
 `kustomize build config/default`), assembled from kubernetes-sigs/kueue at tag v0.17.8 with `kubectl kustomize
-config/default` (kustomize v5.5.0), because the GitHub release asset cannot be fetched here. Which version xpk
-pins is not settled here: GKE_FACTS.md says v0.17.x for xpk 1.16.0; the one stored copy of xpk's
-core/kueue_manager.py read (commit 04890e1) defaults to v0.12.2. v0.17.8 is the newest of the v0.17 line in
-kubernetes-sigs/kueue's tags. Installed as its README says: `kubectl apply --server-side -f
+config/default` (kustomize v5.5.0), because the GitHub release asset cannot be fetched here. xpk pins the v0.17
+line: its newest source read (AI-Hypercomputer/xpk 367c838, 2026-06-25) has `KUEUE_VERSION = Version("v0.17.1")`
+in src/xpk/core/kueue_manager.py (an older copy, 04890e1, had v0.12.2). v0.17.8 is the newest of the v0.17 line
+in kubernetes-sigs/kueue's tags. Installed as its README says: `kubectl apply --server-side -f
 .../releases/download/v0.17.8/manifests.yaml`.
 
 The queue objects, as xpk's src/xpk/templates/kueue_config.yaml.j2 makes them (read at commit 8c43c44: its
 ResourceFlavor's nodeLabels, the ClusterQueue's `namespaceSelector: {}`, `reclaimWithinCohort: Never`,
 `withinClusterQueue: LowerPriority`, the LocalQueue in `default`, the PriorityClasses' values):
 one ResourceFlavor for the node pools' TPU shape (their accelerator and topology labels, and the google.com/tpu
-toleration), a ClusterQueue whose google.com/tpu nominalQuota is every node pool's chips with
+toleration: xpk's flavor has none, its pods carry it, as tpuctl's do; Kueue adds a flavor's tolerations to the pods
+it admits, so a pod that lacks it still lands on the TPU nodes' taint), a ClusterQueue whose google.com/tpu
+nominalQuota is every node pool's chips (cpu and memory covered too: UNBOUNDED) with
 `preemption.withinClusterQueue: LowerPriority`, a LocalQueue in the runs' namespace, and xpk's five
 PriorityClasses (very-low 100 ... very-high 1000). Kueue's webhooks, like JobSet's, are `failurePolicy: Fail`
 until its controller serves: they are applied once its Deployment is Available, retried while a webhook is down."""
@@ -40,6 +42,15 @@ CLUSTER_QUEUE = "cluster-queue"
 # xpk's PriorityClasses (templates/kueue_config.yaml.j2: very-low 100, low 250, medium 500, high 750, very-high
 # 1000; medium is xpk's default --priority)
 PRIORITIES = {"very-low": 100, "low": 250, "medium": 500, "high": 750, "very-high": 1000}
+# cpu and memory covered beside google.com/tpu. Kueue refuses a Workload whose pods request a resource no resource
+# group of the ClusterQueue covers ("resource cpu unavailable in ClusterQueue": kubernetes-sigs/kueue
+# pkg/scheduler/flavorassigner/flavorassigner.go findFlavorForPodSetResource; a zero request passes), so without
+# them any pod asking for cpu or memory (a sidecar, a user's own manifest, an xpk workload with requests) would
+# never be admitted. xpk covers them when given --cpu-limit/--memory-limit (core/kueue_manager.py
+# `__build_template_context`: coveredResources [managed_resource, "cpu", "memory"] in the one flavor). tpuctl's
+# quota for them is no limit: the TPU chips are what the queue shares, and each node's own allocatable bounds
+# what its pods get (the kube-scheduler's check).
+UNBOUNDED = {"cpu": 1_000_000, "memory": "1000Ti"}
 _PLURALS = {"APIService": ("apiservices", False)}
 
 
@@ -69,9 +80,10 @@ def queue_objects(shape: SliceShape, slices: int, namespace: str = manifest.DEFA
     queue = {"apiVersion": api, "kind": "ClusterQueue", "metadata": {"name": CLUSTER_QUEUE}, "spec": {
         "namespaceSelector": {},
         "preemption": {"reclaimWithinCohort": "Never", "withinClusterQueue": "LowerPriority"},
-        "resourceGroups": [{"coveredResources": [manifest.TPU_RESOURCE], "flavors": [{
+        "resourceGroups": [{"coveredResources": [manifest.TPU_RESOURCE, *UNBOUNDED], "flavors": [{
             "name": flavor_name(shape),
-            "resources": [{"name": manifest.TPU_RESOURCE, "nominalQuota": shape.chips * slices}]}]}]}}
+            "resources": [{"name": manifest.TPU_RESOURCE, "nominalQuota": shape.chips * slices},
+                          *({"name": r, "nominalQuota": q} for r, q in UNBOUNDED.items())]}]}]}}
     local = {"apiVersion": api, "kind": "LocalQueue", "metadata": {"name": LOCAL_QUEUE, "namespace": namespace},
              "spec": {"clusterQueue": CLUSTER_QUEUE}}
     prios = [{"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": n}, "value": v,
@@ -86,14 +98,19 @@ def _queue_path(obj: dict[str, Any]) -> str:
 
 
 def ensure_kueue(api: Any, shape: SliceShape, slices: int, progress: Callable[[str], None] = lambda s: None,
-                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> str:
-    """Kueue's release (when the cluster lacks it), then the queue objects; returns what was done."""
+                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
+                 adopted: bool = False) -> str:
+    """Kueue's release (when the cluster lacks it), then the queue objects; returns what was done. In an adopted
+    cluster (`up --gke-cluster C --kueue`) a Kueue already there is its owner's: nothing is applied to it (its
+    ClusterQueue may be named as xpk names it, `cluster-queue`, and ours would replace its quota)."""
     said = "found"
     if kube.get(api, CRD_PATH) is None:
         progress(f"installing Kueue {KUEUE_VERSION}")
         for obj in release_objects():
             kube.apply(api, _path(obj), obj)
         said = "installed"
+    elif adopted:
+        return "found (the cluster's own, left as it is: `submit --queue` picks one of its LocalQueues)"
     end = clock() + jobset_install.ready_seconds()
     step = 0.1
     todo = queue_objects(shape, slices)

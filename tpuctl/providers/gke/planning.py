@@ -97,9 +97,6 @@ def make_spec(name: str, flags: UpFlags) -> ClusterSpec:
         if flags.spot:   # one capacity type per node pool, as xpk's --reservation/--spot/--on-demand (core/capacity.py)
             raise bad_input("--spot and --reservation exclude each other: spot nodes use no reservation",
                             "pick one")
-    if flags.gke_cluster and flags.kueue:
-        raise bad_input("--kueue installs Kueue in a cluster `up` makes; an adopted cluster's Kueue (or its lack) "
-                        "is its owner's", "leave --kueue out: `submit --queue` uses the adopted cluster's own Kueue")
     if flags.gke_cluster and (flags.network or flags.subnetwork):
         raise bad_input("--network and --subnetwork are for a cluster `up` makes; --gke-cluster's has its own",
                         "leave them out with --gke-cluster")
@@ -197,7 +194,12 @@ def plan(spec: ClusterSpec) -> list[PlanRow]:
         rows.append(PlanRow("pool", pool, f"{shape_text} in {zone}"
                             + (f", slice {k} of {spec.slices}" if spec.slices > 1 else "")))
     rows.append(PlanRow("jobset", "JobSet controller", "installed in the cluster if missing"))
-    if spec.kueue:
+    if spec.kueue and spec.gke_cluster:   # issue 49 item 10: "(or adopts, when the user asks)": --kueue is the ask
+        rows.append(PlanRow("kueue", "Kueue v0.17.8", "installed in the adopted cluster only if it has no Kueue (one "
+                                                     "it has is left as it is: `submit --queue` uses its queues), "
+                                                     f"with LocalQueue multislice-queue over {s.chips * spec.slices} "
+                                                     "google.com/tpu; `down` leaves it (others may queue on it)"))
+    elif spec.kueue:
         rows.append(PlanRow("kueue", "Kueue v0.17.8", "installed, with LocalQueue multislice-queue over "
                                                      f"{s.chips * spec.slices} google.com/tpu and xpk's priority "
                                                      "classes"))

@@ -40,7 +40,7 @@ def install_kueue(rec: dict[str, Any]) -> str:
     from . import kube, tputypes
     from .kueue_install import ensure_kueue
     return ensure_kueue(kube.for_record(rec, clients.access_token), tputypes.shape(str(rec["tpu_type"])),
-                        int(rec.get("slices") or 1))
+                        int(rec.get("slices") or 1), adopted=bool(rec.get("adopted")))
 
 
 class GkeProvider:

@@ -22,7 +22,7 @@ from ...core.runs import RunState, RunStatus
 from ...core.store import BlobStore
 from ...core.errors import ErrorKind, TpuctlError
 from ...core.jobspec import JobSpec
-from . import frameworks, jobset_install, kube, kueue, manifest, tputypes
+from . import frameworks, jobset_install, kube, kueue, maintenance, manifest, tputypes
 
 Connect = Callable[[dict[str, Any]], Any]
 
@@ -71,10 +71,13 @@ class GkeRuns:
     restarts = True   # the JobSet's failurePolicy.maxRestarts = submit --max-restarts (manifest.py)
     default_restarts = DEFAULT_RESTARTS
 
-    def __init__(self, connect: Connect = _connect) -> None:
+    def __init__(self, connect: Connect = _connect, upgrades: Any = maintenance) -> None:
         self.connect = connect
+        self.upgrades = upgrades   # hold(rec) / release(rec): node upgrades held off while runs are active
         self.looked: dict[str, float] = {}     # run -> when its JobSet was last read
         self.said: dict[str, str] = {}
+        self.ended: set[str] = set()   # runs whose end this process has seen (the hold looked at once each)
+        self.seen: dict[str, tuple[ClusterState, BlobStore]] = {}   # run -> where advance last looked at it
 
     def check_run(self, st: ClusterState, job: JobSpec, max_restarts: int, queue: str, priority: str) -> str:
         frameworks.check_job(job.name, job.framework, job.env, job.keras_backend)
@@ -108,6 +111,28 @@ class GkeRuns:
                 progress("waiting for JobSet's webhooks (its controller is not serving yet)")
                 time.sleep(1.0)
         progress(f"JobSet {js['metadata']['name']} created")
+        try:   # on a cluster tpuctl made (maintenance.py); a failure leaves the run as it is, exposed to upgrades
+            if self.upgrades.hold(dict(st.record.get("gke") or {})):
+                progress(f"node upgrades held off for up to {maintenance.hold_days():g} days while runs are active")
+        except TpuctlError as e:
+            progress(f"node upgrades not held off ({e.message}): one would restart the run from its checkpoint")
+
+    def _release_if_idle(self, st: ClusterState, store: BlobStore, api: Any, run_id: str) -> None:
+        """The run ended: with no other run's JobSet still active (not ended, its run not final in the store), the
+        exclusion goes (maintenance.release). A failure is left to its end time (maintenance.hold_days) or the next
+        run's end."""
+        if run_id in self.ended:
+            return
+        self.ended.add(run_id)
+        for js in jobsets_of(api, st.name):
+            other = str(js["metadata"].get("labels", {}).get(manifest.LABEL_RUN, ""))
+            if not condition(js) and other.lower() != run_id.lower() and \
+                    not (other and runs.status(store, other).state.final):
+                return
+        try:
+            self.upgrades.release(dict(st.record.get("gke") or {}))
+        except TpuctlError:
+            pass
 
     def advance(self, st: ClusterState, store: BlobStore, run_id: str, follow: bool = False) -> str:
         now = time.monotonic()
@@ -123,6 +148,9 @@ class GkeRuns:
         ended = condition(js)
         if ended and not runs.status(store, run_id).state.final:
             self._end_unreported(api, store, run_id, js, pods, ended)
+        self.seen[run_id] = (st, store)
+        if ended or runs.status(store, run_id).state.final:
+            self._release_if_idle(st, store, api, run_id)
         queued = "" if ended else queued_words(api, js)
         if queued or (not ended and stuck_words(pods)):
             _note(store, run_id, queued or stuck_words(pods))   # `status` and `jobs` say it, never a bare pending
@@ -165,6 +193,7 @@ class GkeRuns:
             time.sleep(step)
         api = self._api(st)
         kube.delete(api, jobset_path(manifest.DEFAULT_NAMESPACE, run_id))
+        self._release_if_idle(st, store, api, run_id)
         deadline = time.monotonic() + manifest.GRACE_SECONDS + cancel_grace()
         while pods_of(api, run_id) and time.monotonic() < deadline:   # Terminating until their processes end
             time.sleep(step)
@@ -196,7 +225,12 @@ class GkeRuns:
             progress(f"JobSet {js['metadata']['name']} deleted")
 
     def let_go(self, run_id: str) -> None:
+        """A follower (`submit`, `logs -f`) is done with the run: if it ended, the hold may go (the follower saw
+        its end in the store, after its last look at the JobSet)."""
         self.said.pop(run_id, None)
+        seen = self.seen.pop(run_id, None)
+        if seen is not None and runs.status(seen[1], run_id).state.final:
+            self._release_if_idle(seen[0], seen[1], self._api(seen[0]), run_id)
 
 
 def queued_words(api: Any, js: dict[str, Any]) -> str:
@@ -269,23 +303,51 @@ def words(js: dict[str, Any], pods: list[dict[str, Any]]) -> str:
 PULL_FAILURES = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName")
 
 
-def stuck_words(pods: list[dict[str, Any]]) -> str:
-    """What keeps a run's pods Pending, said with where and the fix (issue 49 item 4): an image the node cannot
-    pull, or no node the scheduler can put the pod on (PodScheduled False, reason Unschedulable: Kubernetes docs,
-    "Pod Lifecycle: Pod conditions"); "" when nothing does."""
+def stuck_seconds() -> float:
+    """How long a pod may wait on its image or on a node before `status`, `jobs` and `submit` say it is stuck
+    (TPUCTL_GKE_STUCK_SECONDS, 180 s: a first pull of a large image, or a node pool GKE is still repairing, takes
+    a while and ends by itself; 0 says it at once)."""
+    return knobs.number("TPUCTL_GKE_STUCK_SECONDS", 180)
+
+
+def _since(stamp: str | None, now: float) -> float | None:
+    """Seconds since a Kubernetes timestamp (RFC 3339, "2026-11-28T17:00:00Z"), None when there is none."""
+    if not stamp:
+        return None
+    import datetime as dt
+    try:
+        return now - dt.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def stuck_words(pods: list[dict[str, Any]], now: float | None = None) -> str:
+    """What keeps a run's pods Pending past stuck_seconds(), said with how long, where and the fix (issue 49 item
+    4): an image the node cannot pull (waiting since the kubelet took the pod: `status.startTime`, "RFC 3339 date
+    and time at which the object was acknowledged by the Kubelet"), or no node the scheduler can put the pod on
+    (PodScheduled False, reason Unschedulable, since that condition's lastTransitionTime: Kubernetes docs, "Pod
+    Lifecycle: Pod conditions"); "" when nothing does, or not for that long yet. A pod without those times is taken
+    as stuck from now: said once the threshold is 0."""
+    now = time.time() if now is None else now
+    limit = stuck_seconds()
     for p in pods:
         name = p.get("metadata", {}).get("name", "?")
-        for cs in p.get("status", {}).get("containerStatuses", []):
+        status = p.get("status", {})
+        for cs in status.get("containerStatuses", []):
             waiting = cs.get("state", {}).get("waiting") or {}
-            if waiting.get("reason") in PULL_FAILURES:
+            took = _since(status.get("startTime"), now) or 0.0
+            if waiting.get("reason") in PULL_FAILURES and took >= limit:
                 image = next((c.get("image") for c in p.get("spec", {}).get("containers", [])), "?")
-                return (f"pod {name} cannot pull image {image} ({waiting['reason']}: {waiting.get('message', '')}); "
-                        "fix: `tpuctl up --image` with an image the node pools can pull (a private cluster needs "
-                        "egress to its registry, or the image in Artifact Registry)")
-        for c in p.get("status", {}).get("conditions", []):
-            if c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == "Unschedulable":
-                return (f"pod {name} is unschedulable ({c.get('message') or 'no node fits'}); fix: check the TPU "
-                        "node pools are there and RUNNING (`tpuctl status`), or that no other run holds them")
+                return (f"pod {name} stuck for {took / 60:.0f} min: cannot pull image {image} ({waiting['reason']}: "
+                        f"{waiting.get('message', '')}); fix: `tpuctl up --image` with an image the node pools can "
+                        "pull (a private cluster needs egress to its registry, or the image in Artifact Registry)")
+        for c in status.get("conditions", []):
+            took = _since(c.get("lastTransitionTime"), now) or 0.0
+            if c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == "Unschedulable" \
+                    and took >= limit:
+                why = c.get("message") or "no node fits"
+                return (f"pod {name} stuck for {took / 60:.0f} min: unschedulable ({why}); fix: check the TPU node "
+                        "pools are there and RUNNING (`tpuctl status`), or that no other run holds them")
     return ""
 
 
