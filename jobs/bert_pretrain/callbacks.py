@@ -2,7 +2,10 @@
 --checkpoint-every, on the optimizer's step whatever the epoch, on either backend."""
 from __future__ import annotations
 
+import importlib.util
+import os
 import sys
+import tempfile
 import time
 import types
 
@@ -18,7 +21,7 @@ class Board:
 
     def __init__(self, logdir: str | None, backend: str):
         """logdir None: writes nothing (a host other than the first, across hosts)."""
-        self.tf = self.writer = None
+        self.tf = self.writer = self.mirror = None
         if logdir is None:
             return
         if backend == "tensorflow":
@@ -29,6 +32,13 @@ class Board:
             from tensorboard.summary import Writer
         except ImportError:
             return
+        if "://" in logdir and not tensorflow_installed():
+            # No file system for gs:// here: TensorBoard's stub hands it to fsspec, which asks for gcsfs ("Please
+            # install gcsfs to access Google Storage", fsspec/registry.py) on a JAX host without TensorFlow (a TPU
+            # VM on a base runtime, Compute Engine's TPU image). Events go to a local directory, copied to logdir
+            # through the job's store client at each flush.
+            local = tempfile.mkdtemp(prefix="tensorboard-")
+            self.mirror, logdir = (local, logdir), local
         if "://" not in logdir:
             # TensorBoard's writer reaches files through `tensorboard.compat.tf`, which is TensorFlow wherever it is
             # installed (about 5 s to import) unless a module `tensorboard.compat.notf` exists, TensorBoard's own
@@ -48,6 +58,15 @@ class Board:
             for k, v in values.items():
                 self.writer.add_scalar(k, v, step=step)
         self.writer.flush()
+        if self.mirror:
+            import fileio
+            local, remote = self.mirror
+            for name in os.listdir(local):
+                fileio.copy(os.path.join(local, name), f"{remote}/{name}")
+
+
+def tensorflow_installed() -> bool:
+    return importlib.util.find_spec("tensorflow") is not None
 
 
 class Progress(keras.callbacks.Callback):
