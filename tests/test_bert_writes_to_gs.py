@@ -1,13 +1,13 @@
 """jobs/bert_pretrain writing its outputs to gs:// on JAX hosts, as found running it on tpuctl's simulated two-host
 slice (test_bert_on_sim_hosts.py): the weights every host builds, and TensorBoard's events without TensorFlow.
 
-The same initial weights on every host of a run, whatever the chief alone did before: across hosts only process 0 writes the run's files (train.describe), and a write to gs:// draws from Python's
-random (google-resumable-media's multipart boundary: _upload.py get_boundary, random.randrange), from which every
-unseeded Keras initializer and dropout seed is drawn too (keras/src/random/seed_generator.py make_default_seed).
-Seeded before those writes, the two hosts of a slice built different weights and JAX refused them ("... passed to
-device_put is not the same on each process"): found running the job on tpuctl's simulated two-host slice
-(test_bert_on_sim_hosts.py). Here in one JAX process: the weights built after the chief's writes drew from Python's
-random (as many draws as a few uploads) equal those built after none."""
+The same initial weights on every host of a run, whatever the chief alone did before: across hosts only process 0
+writes the run's files (train.describe), and a write to gs:// draws from Python's random (google-resumable-media's
+multipart boundary: _upload.py get_boundary, random.randrange), from which every unseeded Keras initializer and
+dropout seed is drawn too (keras/src/random/seed_generator.py make_default_seed). Seeded before those writes, the
+two hosts of a slice built different weights and JAX refused them ("... passed to device_put is not the same on
+each process"). Here in one JAX process: the weights built after the chief's writes drew from Python's random (as
+many draws as a few uploads) equal those built after none."""
 import os
 import shutil
 import subprocess
