@@ -47,10 +47,10 @@ def test_the_chiefs_writes_do_not_change_the_weights_it_builds(tmp_path):
     assert len(weights) == 2 and weights["3"] == weights["0"], weights
 
 
-def test_tensorboard_events_reach_gs_without_tensorflow(tmp_path, monkeypatch):
-    """A JAX host without TensorFlow (a TPU VM on a base runtime, Compute Engine's TPU image) has no file system
-    for a gs:// log directory: TensorBoard's TF-free stub hands it to fsspec, which wants gcsfs. The events are
-    written locally and copied there through the job's store client (fileio) at each flush."""
+def test_tensorboard_events_reach_gs_on_jax_without_tensorflow(tmp_path, monkeypatch):
+    """On JAX a gs:// log directory has no file system but TensorFlow's, and none on a host without TensorFlow (a TPU
+    VM on a base runtime, Compute Engine's TPU image): TensorBoard's TF-free stub hands it to fsspec, which wants
+    gcsfs. The events are written locally and copied there through the job's store client (fileio) at each flush."""
     sys.path.insert(0, str(JOB))
     import callbacks
     import fileio
@@ -62,7 +62,6 @@ def test_tensorboard_events_reach_gs_without_tensorflow(tmp_path, monkeypatch):
         copied.append(dst)
         (bucket / dst.removeprefix("gs://b/")).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(src, bucket / dst.removeprefix("gs://b/"))
-    monkeypatch.setattr(callbacks, "tensorflow_installed", lambda: False)
     monkeypatch.setitem(sys.modules, "tensorboard.compat.notf", type(sys)("tensorboard.compat.notf"))
     monkeypatch.setattr(fileio, "copy", copy)
     board = callbacks.Board("gs://b/run/tensorboard/train", "jax")
