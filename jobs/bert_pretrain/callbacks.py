@@ -2,7 +2,9 @@
 --checkpoint-every, on the optimizer's step whatever the epoch, on either backend."""
 from __future__ import annotations
 
+import os
 import sys
+import tempfile
 import time
 import types
 
@@ -18,7 +20,7 @@ class Board:
 
     def __init__(self, logdir: str | None, backend: str):
         """logdir None: writes nothing (a host other than the first, across hosts)."""
-        self.tf = self.writer = None
+        self.tf = self.writer = self.mirror = None
         if logdir is None:
             return
         if backend == "tensorflow":
@@ -29,12 +31,18 @@ class Board:
             from tensorboard.summary import Writer
         except ImportError:
             return
-        if "://" not in logdir:
-            # TensorBoard's writer reaches files through `tensorboard.compat.tf`, which is TensorFlow wherever it is
-            # installed (about 5 s to import) unless a module `tensorboard.compat.notf` exists, TensorBoard's own
-            # switch to its TensorFlow-free stub (tensorboard/compat/__init__.py). The stub writes local files; a
-            # gs:// log directory keeps TensorFlow's file system where TensorFlow is installed.
-            sys.modules.setdefault("tensorboard.compat.notf", types.ModuleType("tensorboard.compat.notf"))
+        if "://" in logdir:
+            # Events go to a local directory, copied to logdir through the job's store client at each flush. A gs://
+            # log directory has no file system here but TensorFlow's (5 s to import), and none at all on a JAX host
+            # without TensorFlow (a TPU VM on a base runtime, Compute Engine's TPU image): TensorBoard's stub hands
+            # it to fsspec, which asks for gcsfs ("Please install gcsfs to access Google Storage",
+            # fsspec/registry.py).
+            local = tempfile.mkdtemp(prefix="tensorboard-")
+            self.mirror, logdir = (local, logdir), local
+        # TensorBoard's writer reaches files through `tensorboard.compat.tf`, which is TensorFlow wherever it is
+        # installed (about 5 s to import) unless a module `tensorboard.compat.notf` exists, TensorBoard's own switch
+        # to its TensorFlow-free stub (tensorboard/compat/__init__.py), which writes local files.
+        sys.modules.setdefault("tensorboard.compat.notf", types.ModuleType("tensorboard.compat.notf"))
         self.writer = Writer(logdir)
 
     def write(self, values: dict, step: int) -> None:
@@ -48,6 +56,11 @@ class Board:
             for k, v in values.items():
                 self.writer.add_scalar(k, v, step=step)
         self.writer.flush()
+        if self.mirror:
+            import fileio
+            local, remote = self.mirror
+            for name in os.listdir(local):
+                fileio.copy(os.path.join(local, name), f"{remote}/{name}")
 
 
 class Progress(keras.callbacks.Callback):

@@ -153,7 +153,6 @@ def main(argv=None, strategy=None) -> dict:
     from data import dataset
     from model import BertConfig, BertPretrainer, example_inputs
     backend = keras.backend.backend()
-    runtime.seed(a.seed)   # on JAX without importing TensorFlow
     if a.deterministic and backend == "tensorflow":
         import tensorflow as tf
         tf.config.experimental.enable_op_determinism()
@@ -182,6 +181,11 @@ def main(argv=None, strategy=None) -> dict:
         print(f"bert: host {host[0]} of {host[1]} feeds {batch // host[1]} of each batch", flush=True)
     if chief:
         describe(out, config, a.data)
+    # Seeded here, after the chief's own writes: every unseeded initializer and dropout draws its seed from Python's
+    # random (runtime.seed), which a write to gs:// draws from too (google-resumable-media's multipart boundary,
+    # _upload.py get_boundary: random.randrange), so across hosts the processes would build different weights and
+    # JAX refuses them (device_put: "is not the same on each process"). On JAX without importing TensorFlow.
+    runtime.seed(a.seed)
     with strategy.scope():
         model = BertPretrainer(config)
         lr = runtime.schedule(base_lr, batch, at_batch, warmup, a.steps, rule="sqrt")

@@ -20,6 +20,9 @@ hosts and agents go through a real pip against a real HTTP index with no network
   `Requires-Dist: tensorflow<2.21,>=2.20`).
 - tensorflow X: PyPI's TensorFlow. An install that pulls it beside tensorflow-tpu leaves two distributions of
   `tensorflow` behind, which is what the tests look for.
+- keras (PyPI's, as this environment installed it: `WheelIndex.serve_installed`): a job that needs Keras 3 on JAX
+  installs it from the index, as a real host installs it from PyPI (no TPU image has it: tpu_host.py), so the real
+  library, not a stand-in, is what runs there.
 - tensorflow-cpu X: what the legacy TPU Node's companion VM installs to match the node (the fake TPU API's
   TensorFlow versions), and what Kaggle's TPU image holds (KAGGLE_TPU_TF: Kaggle/docker-python tpu/requirements.in,
   `tensorflow-cpu==${TENSORFLOW_VERSION}`, 2.20.0 in tpu/config.txt).
@@ -152,13 +155,54 @@ def libtpu_wheel(dest: Path, version: str) -> Path:
                                                  "libtpu/libtpu.so": f"stand-in libtpu {version}\n"})
 
 
+def installed_wheel(dest: Path, dist_name: str) -> Path:
+    """A wheel of this environment's installed `dist_name`, pure Python (its WHEEL says Root-Is-Purelib: true and
+    Tag: py3-none-any; anything else is refused): the files its RECORD lists, as the wheel that installed them held
+    them. Left out: bytecode (__pycache__, which pip writes at install) and what an installer adds to .dist-info
+    (INSTALLER, REQUESTED, direct_url.json: packaging.python.org "Recording installed projects" and "Recording the
+    Direct URL Origin"); RECORD made again for what the wheel holds, with each file's sha256 and size, RECORD itself
+    without (packaging.python.org "Binary distribution format", the .dist-info directory)."""
+    import base64
+    import hashlib
+    import zipfile
+    from importlib import metadata
+    dist = metadata.distribution(dist_name)
+    wheel = dist.read_text("WHEEL") or ""
+    if "Root-Is-Purelib: true" not in wheel or "Tag: py3-none-any" not in wheel:
+        raise ValueError(f"{dist_name} is not a pure-Python wheel: {wheel!r}")
+    info = f"{dist.metadata['Name'].replace('-', '_')}-{dist.version}.dist-info"
+    installed_only = {f"{info}/{n}" for n in ("INSTALLER", "REQUESTED", "direct_url.json", "RECORD")}
+    files = [f for f in dist.files or [] if "__pycache__" not in f.parts and str(f) not in installed_only
+             and not str(f).startswith("..")]
+    dest.mkdir(parents=True, exist_ok=True)
+    path = dest / f"{info.removesuffix('.dist-info')}-py3-none-any.whl"
+    part = path.with_name(path.name + ".part")   # the index lists the directory: never a half-written wheel
+    record = []
+    with zipfile.ZipFile(part, "w") as z:   # stored, not deflated: made once a session, read over loopback
+        for f in files:
+            data = f.read_binary()
+            z.writestr(str(f), data)
+            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+            record.append(f"{f},sha256={digest},{len(data)}")
+        z.writestr(f"{info}/RECORD", "\n".join(record + [f"{info}/RECORD,,"]) + "\n")
+    part.replace(path)
+    return path
+
+
 class WheelIndex:
     def __init__(self, root: Path) -> None:
         self.root = build(root)
+        self._lock = threading.Lock()
         handler = functools.partial(_Quiet, directory=str(self.root))
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/"
+
+    def serve_installed(self, dist_name: str) -> None:
+        """Serve this environment's `dist_name` from now on (installed_wheel; made once)."""
+        with self._lock:
+            if not list(self.root.glob(f"{dist_name.replace('-', '_')}-*.whl")):
+                installed_wheel(self.root, dist_name)
 
     def stop(self) -> None:
         self.server.shutdown()

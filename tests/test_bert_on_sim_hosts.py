@@ -1,0 +1,129 @@
+"""jobs/bert_pretrain on JAX across the two hosts of a slice, through tpuctl and the fakes (issues 48 and 50): `up`
+a two-host Compute Engine MIG (`--type tpu7x-16`), `submit` the job, the logs of both hosts, `download`, `down`.
+
+The hosts are the simulated ones (fakes/tpu_host.py) booted from the MIG's template: their image has no Keras, as
+Google's TPU images have none, so the agent installs the job's requirements.txt as on a real host, with pip, from
+the package index, which serves this environment's own Keras as PyPI serves it (fakes/pyindex.py installed_wheel).
+JAX runs on the hosts' CPUs, one device each, its collectives over gloo. JAX finds a TPU slice's peers itself
+only where libtpu finds TPU chips (jax/_src/cloud_tpu_init.py sets running_in_cloud_tpu_vm, which GceTpuCluster's
+detection requires, jax/_src/clusters/cloud_tpu_cluster.py), and the hosts' names resolve to nothing here (the
+simulated hosts share this machine's loopback, with no DNS for instance names), so the hosts are given the
+coordinator as a cluster of CPUs is, by JAX_COORDINATOR_ADDRESS on an ephemeral port; each process's id is the
+worker id the agent learned from the VM's metadata (tpu-env's TPU_WORKER_ID, TPUCTL_WORKER: tpuctl.runtime
+jax_replicas). What each host read and wrote is traced with test_bert_multihost's DRIVER hooks, around the job's
+own run.py."""
+import json
+import os
+import shutil
+from importlib.metadata import version
+from pathlib import Path
+
+import pytest
+from conftest import PROJECT
+from fakes.tpu_host import image_site
+from test_bert_multihost import DRIVER, _notes, _port
+from test_gce_tpu import ZONE, _hosts, _wait_agents
+
+pytestmark = pytest.mark.usefixtures("no_leak")
+
+JOB = Path(__file__).parent.parent / "jobs" / "bert_pretrain"
+STEPS, BATCH = 6, 4   # per replica: global 8, each host feeding 4 of each batch
+# run.py's flags (a generated corpus, small) then train.py's, as test_bert_multihost trains
+ARGS = ["--sample-mb", "0.6", "--vocab-size", "3000", "--seq-length", "64", "--max-predictions-per-seq", "10",
+        "--preset", "tiny", "--steps", str(STEPS), "--batch-size", str(BATCH), "--log-every", "2",
+        "--checkpoint-every", "2", "--deterministic", "--learning-rate", "1e-2", "--warmup-steps", "1"]
+# run.py under DRIVER's hooks (everything before its `import train`), noting into trace.jsonl beside the code
+TRACED = '''import os, sys
+HERE = os.path.dirname(os.path.abspath(__file__))
+hooks = open(os.path.join(HERE, "driver.py")).read().split("import train\\n")[0]
+sys.argv = [sys.argv[0], HERE, os.path.join(HERE, "trace.jsonl"), *sys.argv[1:]]
+exec(compile(hooks, "driver.py", "exec"))
+import run
+run.main(sys.argv[3:])
+'''
+
+
+def traced_job(root: Path) -> Path:
+    """jobs/bert_pretrain as it is, its command run.py under the trace (TRACED)."""
+    assert DRIVER.count("import train\n") == 1
+    job = root / "bert_pretrain"
+    shutil.copytree(JOB, job, ignore=shutil.ignore_patterns("__pycache__", ".tpuctl-cache"))
+    toml = (job / "tpuctl.toml").read_text()
+    assert 'command = "python run.py"' in toml
+    (job / "tpuctl.toml").write_text(toml.replace('command = "python run.py"', 'command = "python traced.py"'))
+    (job / "driver.py").write_text(DRIVER)
+    (job / "traced.py").write_text(TRACED)
+    return job
+
+
+def jax_on_cpus(hosts) -> None:
+    """Each host's JAX: its CPU (one device), gloo collectives, the coordinator on an ephemeral port of this
+    machine; the suite's compilation cache (conftest) where there is one; worker 1 polls for worker 0's prepared
+    data every half second (run.py's TPUCTL_PREPARE_POLL_SECONDS, 5 by default)."""
+    hosts.env.update(JAX_PLATFORMS="cpu", JAX_CPU_COLLECTIVES_IMPLEMENTATION="gloo",
+                     JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{_port()}", TPUCTL_PREPARE_POLL_SECONDS="0.5",
+                     **{k: v for k, v in os.environ.items() if k.startswith("JAX_COMPILATION_CACHE")
+                        or k == "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"})
+
+
+def traces(found, into: Path) -> list[dict]:
+    """What each worker's job noted (DRIVER's notes), read from its host's disk, by worker id."""
+    into.mkdir()
+    for h in found:
+        [trace] = list(h.root.glob("**/trace.jsonl"))
+        shutil.copy(trace, into / f"w{h.worker}.jsonl")
+    return [_notes(into, f"w{w}") for w in range(len(found))]
+
+
+@pytest.mark.slow(200)
+def test_bert_on_a_two_host_compute_mig_trains_once_across_both(cloud, cli, tmp_path, monkeypatch, wheel_index):
+    across_two_hosts(cloud, cli, tmp_path, monkeypatch, wheel_index, "ubuntu-accel",
+                     "--type", "tpu7x-16", "--zone", ZONE)
+
+
+def across_two_hosts(cloud, cli, tmp_path, monkeypatch, wheel_index, image: str, *up: str) -> None:
+    """`up` (flags `up`) of two hosts booting `image`, the BERT job on both, its logs, outputs, `down`."""
+    wheel_index.serve_installed("keras")
+    hosts = _hosts(cloud, monkeypatch)
+    jax_on_cpus(hosts)
+    code, out, err = cli("up", *up, "-c", "bert", "--yes")
+    assert code == 0, err
+    found = _wait_agents(hosts, 2)
+    code, out, err = cli("submit", str(traced_job(tmp_path)), "-c", "bert", "--", *ARGS)
+    logs = [out] + [cli("logs", "-c", "bert", "--worker", "1")[1]]
+    assert code == 0, out[-5000:] + err[-2000:] + "\n--- worker 1\n" + logs[1][-5000:]
+    # the job's Keras: none in the image, the index's (this environment's), installed by pip into the job's
+    # environment on each host
+    assert not list(image_site(image).glob("keras*"))
+    for h in found:
+        assert [p.name for p in h.root.glob("home/agent/envs/*/lib/python*/site-packages/keras-*.dist-info")] == \
+            [f"keras-{version('keras')}.dist-info"]
+    # two JAX processes, one per host, each feeding half of every global batch
+    for w, log in enumerate(logs):
+        assert "backend: jax, 2 cpu replica(s)" in log, log[-3000:]
+        assert f"bert: host {w} of 2 feeds {BATCH} of each batch" in log, log[-3000:]
+    losses = [float(line.split()[3]) for line in logs[0].splitlines() if line.startswith("step ")]
+    assert len(losses) == STEPS // 2 and losses[-1] < losses[0], losses
+    # each host read its own examples (rows before masks; batches made ahead of need were never trained on)
+    notes = traces(found, tmp_path / "traces")
+    seen = [{r for b, rows in n["batch"].items() if b < STEPS for r in rows} for n in notes]
+    assert len(seen[0]) == len(seen[1]) == STEPS * BATCH and not seen[0] & seen[1]
+    # only worker 0 wrote: the prepared data, the run's outputs, its checkpoints
+    assert notes[1]["write"] == [], notes[1]["write"]
+    assert any("ckpt-6.weights.h5" in w[1] for w in notes[0]["write"])
+    [run] = json.loads(cli("jobs", "-c", "bert", "--json")[1])
+    assert run["state"] == "succeeded" and run["step"] == STEPS
+    from google.cloud import storage
+    bucket = storage.Client(project=PROJECT).bucket(f"{PROJECT}-tpuctl-bert")
+    ckpts = sorted(b.name.rsplit("/", 1)[1] for b in bucket.list_blobs(prefix=f"runs/{run['id']}/output/checkpoints/")
+                   if b.name.endswith(".weights.h5"))
+    assert ckpts == ["ckpt-2.weights.h5", "ckpt-4.weights.h5", "ckpt-6.weights.h5"], ckpts
+    # TensorBoard's events too, on a host without TensorFlow (callbacks.Board copies them through the store client)
+    assert list(bucket.list_blobs(prefix=f"runs/{run['id']}/output/tensorboard/train/events.out.tfevents."))
+    code, out, err = cli("download", run["id"], "-c", "bert", "-o", str(tmp_path / "got"))
+    assert code == 0, err
+    assert (tmp_path / "got" / "checkpoints" / "ckpt-6.weights.h5").stat().st_size > 0
+    assert (tmp_path / "got" / "vocab.txt").exists() and (tmp_path / "got" / "metrics.json").exists()
+    code, out, err = cli("down", "-c", "bert", "--yes")
+    assert code == 0, err
+    assert cloud.leaks() == []
