@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 from ...core.catalog import ComputeShape, compute_shape, region_of, tpu_type
 from ...core.errors import ErrorKind, TpuctlError
 from ...core.models import LABEL, ClusterSpec, require_owned
+from ...core.together import together
 from ..base import Progress
 from . import clients
 from .compute import network_of, wait_operation
@@ -342,7 +343,7 @@ class ComputeTpus:
         so `up` takes two operations' time whatever the number of slices (bench/bench_up.py), not 1 + 2N."""
         names = spec.node_names
         progress(f"creating workload policy and instance template{'s' if len(names) > 1 else ''}")
-        made = _together([functools.partial(
+        made = together([functools.partial(
             self._insert, "ResourcePoliciesClient", f"create workload policy {policy_name(spec)}",
             {"region": region_of(zone)}, resource_policy_resource=build_policy(spec))] + [functools.partial(
                 self._insert, "InstanceTemplatesClient", f"create instance template {template_name(name)}", {},
@@ -350,7 +351,7 @@ class ComputeTpus:
                 for name in names])[1:]
         ours = all([m or self._template_is(name, labels[NONCE_LABEL]) for name, m in zip(names, made)])
         progress(f"creating MIG{'s' if len(names) > 1 else ''} {', '.join(names)}")
-        _together([functools.partial(self._insert, "InstanceGroupManagersClient", f"create MIG {name} in {zone}",
+        together([functools.partial(self._insert, "InstanceGroupManagersClient", f"create MIG {name} in {zone}",
                                      {"zone": zone}, instance_group_manager_resource=build_mig(spec, name, zone))
                    for name in names])
         return ours
@@ -460,20 +461,3 @@ def permissions_needed(spec: ClusterSpec) -> dict[str, str]:
         names = [f"compute.{r}.{v}" for r in ("instanceTemplates", "instanceGroupManagers", "resourcePolicies")
                  for v in ("create", "delete")]
     return {n: role for n in names}
-
-
-def _together(calls: Sequence[Callable[[], Any]]) -> list[Any]:
-    """Each call in a thread of its own, every one waited for (none left in flight, its outcome unknown, when
-    another fails or Ctrl-C comes); the first failure in call order raised, else the answers in order."""
-    if len(calls) == 1:
-        return [calls[0]()]
-    from concurrent.futures import ThreadPoolExecutor
-    from concurrent.futures import wait as wait_all
-    with ThreadPoolExecutor(len(calls)) as pool:
-        futures = [pool.submit(c) for c in calls]
-        wait_all(futures)
-    for f in futures:
-        failed = f.exception()
-        if failed is not None:
-            raise failed
-    return [f.result() for f in futures]

@@ -15,7 +15,7 @@ from typing import Any, Callable
 from ...core.errors import ErrorKind, TpuctlError
 from ...core.models import ClusterState, HostFacts, require_owned
 from ..base import Compute, Created, Reporter, progress_of
-from ..gcp.gce import _together as together   # each call in a thread, all waited for, the first failure raised
+from ...core.together import together
 from . import container, policy
 from .planning import SYSTEM_MACHINE, SYSTEM_POOL, cluster_name, policy_name, pool_names
 from .tputypes import TPU7X_MIN_GKE_VERSION, shape
