@@ -9,6 +9,7 @@ the next-sentence loss), each term and accuracy, examples/s; the same values go 
 --checkpoint-minutes (at a log line), or at every multiple of --checkpoint-every, and always at the end, in
 OUTPUT/checkpoints (--output, default $TPUCTL_OUTPUT_DIR; the format is checkpoints.py's, read by either backend);
 a restarted run resumes from the latest (or from --resume-from) and seeks past the batches it already consumed.
+A step is a batch consumed, whether or not mixed_float16's loss scale skipped its update.
 Masks are made afresh per batch as the data is read (--static-masks: prepare.py's). Across hosts (JAX), each host
 reads its own part of the data and feeds its share of each global batch; the first host alone writes files. Keras
 runs callbacks only between executions of --steps-per-execution steps, so both intervals are rounded up to a
