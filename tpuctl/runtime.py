@@ -337,12 +337,17 @@ def _timed_save(log: Any, saved: list[float]) -> Iterator[None]:
         saved.append(took)
 
 
-def metrics_callback(every: int | None = None, path: str | None = None) -> Any:
+def metrics_callback(every: int | None = None, path: str | None = None, start: int | None = None,
+                     end: int | None = None) -> Any:
     """A Keras callback that rewrites `metrics.json` (tpuctl/metrics.py) in the output directory: at the end of
     each epoch (a job whose epochs are its log intervals, as jobs/bert_pretrain's are), or every `every` steps.
-    The step is the optimizer's iteration count; a resumed run continues the history it finds there. What
-    callbacks before it put into `logs` is recorded too. Each start of training and the time spent in steps are
-    recorded for goodput (core/goodput.py); the step reached is written at least every TPUCTL_PROGRESS_SECONDS (10).
+    The step: `start` (default: the optimizer's iteration count when training starts) plus the batches Keras has
+    run since, counted on the host from its batch index, at most `end`; so no batch waits for the device to tell
+    its step, and a job that counts its steps as batches consumed (jobs/bert_pretrain, whose loss-scaled steps
+    may be skipped) passes its own start. A resumed run continues the history it finds there. What callbacks
+    before it put into `logs` is recorded too (values still on the device are read only when recorded). Each start
+    of training and the time spent in steps are recorded for goodput (core/goodput.py); the step reached is written
+    at least every TPUCTL_PROGRESS_SECONDS (10).
     A save the job makes inside `with callback.checkpointing():` counts as checkpoint time, never as step time, even
     when it runs inside a batch (a callback before this one saving at a batch's end)."""
     keras = _keras()
@@ -362,7 +367,11 @@ def metrics_callback(every: int | None = None, path: str | None = None) -> Any:
             self.log = (parse(found) if found is not None else None) or MetricsLog()
 
         def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
-            self.log.begin(step_of(self.model), time.time())
+            self.step = step_of(self.model) if start is None else start
+            self.log.begin(self.step, time.time())
+
+        def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+            self.base = self.step   # Keras's batch index starts again each epoch
 
         def on_train_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:
             self.t0 = time.perf_counter()
@@ -372,7 +381,7 @@ def metrics_callback(every: int | None = None, path: str | None = None) -> Any:
             return _timed_save(self.log, self.saved if hasattr(self, "saved") else [])
 
         def _record(self, logs: dict[str, Any] | None) -> None:
-            self.log.record(step_of(self.model), logs or {})
+            self.log.record(self.step, logs or {})
             write(self.log)
 
         def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
@@ -380,7 +389,8 @@ def metrics_callback(every: int | None = None, path: str | None = None) -> Any:
                 self._record(logs)
 
         def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
-            step = step_of(self.model)
+            step = self.base + batch + 1
+            self.step = step = step if end is None else min(step, end)
             self.log.stepped(step, time.perf_counter() - self.t0 - sum(getattr(self, "saved", [])), time.time())
             if every and step % every == 0:
                 self._record(logs)
@@ -392,7 +402,7 @@ def metrics_callback(every: int | None = None, path: str | None = None) -> Any:
 
         def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
             # a run whose last step is not a multiple of `every` still ends with its last step in the file
-            if every and self.log.step < step_of(self.model) and getattr(self, "last", None):
+            if every and self.log.step < self.step and getattr(self, "last", None):
                 self._record(self.last)
             else:
                 write(self.log)   # with what came after the last record: a final checkpoint's time
@@ -421,8 +431,10 @@ def sync(model: Any) -> None:
 
 
 def step_of(model: Any) -> int:
-    """The optimizer's step, without a sync: inside a JAX fit() the model's own variables lag behind the state the
-    train function carries (`model._jax_state`, what the trainer hands callbacks), so read it there."""
+    """The optimizer's step, without putting the trainer's state back into the model (sync): inside a JAX fit()
+    the model's own variables lag behind the state the train function carries (`model._jax_state`, what the
+    trainer hands callbacks), so read it there. Reading it waits for the device to finish the step that made it:
+    a callback that wants the step after every batch counts batches instead (metrics_callback)."""
     opt = model.optimizer
     state = getattr(model, "_jax_state", None)
     if state and state.get("optimizer_variables") and not getattr(model, "_jax_state_synced", True):

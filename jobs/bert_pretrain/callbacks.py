@@ -1,5 +1,10 @@
 """What train.py does between steps: a log line and TensorBoard every --log-every steps, checkpoints every
---checkpoint-every, on the optimizer's step whatever the epoch, on either backend."""
+--checkpoint-every, on either backend. The step is the batches the run has consumed, counted on the host: reading
+the optimizer's iteration count (a device value) after each batch would wait for that batch's step to finish, and
+under mixed_float16 it does not advance on a step the loss scale skips (Keras's LossScaleOptimizer applies nothing
+then: keras/src/optimizers/loss_scale_optimizer.py, whose `iterations` is the inner optimizer's), which would
+leave the data position, the checkpoints' names and --steps out of line with the batches read. Values on the
+device are read only at the steps that log or save (Lazy below)."""
 from __future__ import annotations
 
 import os
@@ -63,20 +68,55 @@ class Board:
                 fileio.copy(os.path.join(local, name), f"{remote}/{name}")
 
 
-class Progress(keras.callbacks.Callback):
-    """Log and TensorBoard on the optimizer's step; each line averages its own interval (metrics are reset)."""
+class Lazy(keras.callbacks.CallbackList):
+    """Keras's CallbackList turns every batch's logs into Python floats before any callback sees them
+    (keras/src/callbacks/callback_list.py, _on_train_batch_end -> python_utils.pythonify_logs), which waits for the
+    device to finish that batch's step: the host cannot queue the next one meanwhile. (Keras skips it only when no
+    callback has an on_train_batch_end, or on JAX runs them in a thread when all are `async_safe`; ours change the
+    model between steps, so they run in line.) This list hands a train batch's logs on as the backend's own values
+    (jax.Array, tf.Tensor): a callback calls float() on them only at the steps it logs. fit() takes a CallbackList
+    as it is (keras/src/backend/jax/trainer.py and tensorflow/trainer.py: `if not isinstance(callbacks,
+    CallbackList)`), so this one is made as fit would make it: with a History, the model and fit's params."""
+
+    def __init__(self, callbacks: list, model, steps: int):
+        super().__init__(callbacks, add_history=True, model=model, verbose=0, epochs=1, steps=steps)
+
+    def on_train_batch_end(self, batch, logs=None):
+        logs = dict(logs or {})   # one dict for all: Progress adds examples_per_s for the metrics callback
+        for callback in self.callbacks:
+            callback.on_train_batch_end(batch, logs=logs)
+
+
+class Stepped(keras.callbacks.Callback):
+    """Knows the step from Keras's batch index alone: fit runs one epoch of the steps left (train.py), so after
+    batch index i the run has consumed `start` + i + 1 batches; no more than `steps` (Keras reports a last
+    execution of --steps-per-execution steps cut short by the data's end as a whole one:
+    keras/src/trainers/epoch_iterator.py)."""
+
+    def __init__(self, start: int, steps: int):
+        super().__init__()
+        self.start, self.steps, self.step = start, steps, start
+
+    def stepped(self, batch: int) -> int:
+        self.step = min(self.start + batch + 1, self.steps)
+        return self.step
+
+
+class Progress(Stepped):
+    """Log and TensorBoard every `every` steps and at the last; each line averages its own interval (metrics are
+    reset). Only those steps read the logs' device values."""
 
     def __init__(self, start: int, steps: int, every: int, batch: int, lr, board: Board, history: dict,
                  chief: bool = True):
-        super().__init__()
-        self.start, self.steps, self.every, self.batch, self.lr, self.board = start, steps, every, batch, lr, board
+        super().__init__(start, steps)
+        self.every, self.batch, self.lr, self.board = every, batch, lr, board
         self.history, self.chief = history, chief
 
     def on_train_begin(self, logs=None):
         self.t, self.at = time.perf_counter(), self.start
 
-    def on_train_batch_end(self, _, logs=None):
-        step = runtime.step_of(self.model)
+    def on_train_batch_end(self, batch, logs=None):
+        step = self.stepped(batch)
         logs = logs if logs is not None else {}
         if step % self.every and step < self.steps:
             return
@@ -95,18 +135,18 @@ class Progress(keras.callbacks.Callback):
         self.model.reset_metrics()
 
 
-class Saver(keras.callbacks.Callback):
+class Saver(Stepped):
     """Checkpoints once the metrics callback has recorded the step: a kill between the two leaves metrics.json
     ahead of the checkpoint, never behind it, so goodput counts the steps a resume re-does. Each save is timed
     as checkpoint time (metrics.checkpointing), not as training. When: at every multiple of `every`, or (every
-    None) at the first log line `minutes` after the last save; and at the end, whatever step the optimizer reached
-    (one that skipped loss-scale steps under mixed_float16 ends short of --steps). Across hosts every host saves
-    at the same steps (Keras's save is a collective there: checkpoints.save) and only the first (`chief`) writes."""
+    None) at the first log line `minutes` after the last save; and at the end (--steps, or where a callback
+    stopped the run). Across hosts every host saves at the same steps (Keras's save is a collective there:
+    checkpoints.save) and only the first (`chief`) writes."""
 
-    def __init__(self, directory: str, steps: int, every: int | None, log_every: int, metrics, history: dict,
-                 minutes: float = 10.0, chief: bool = True):
-        super().__init__()
-        self.directory, self.steps, self.every, self.log_every = directory, steps, every, log_every
+    def __init__(self, directory: str, start: int, steps: int, every: int | None, log_every: int, metrics,
+                 history: dict, minutes: float = 10.0, chief: bool = True):
+        super().__init__(start, steps)
+        self.directory, self.every, self.log_every = directory, every, log_every
         self.metrics, self.history, self.minutes, self.chief = metrics, history, minutes, chief
         self.saved, self.saved_at = -1, time.monotonic()
 
@@ -119,13 +159,16 @@ class Saver(keras.callbacks.Callback):
 
     def save(self, step: int) -> None:
         if step != self.saved:
+            # the steps still queued on the device finish first, outside the checkpoint's time (one value of the
+            # last step's state waits for that step, and so for all before it)
+            runtime.sync(self.model)
+            self.model.optimizer.iterations.numpy()
             with self.metrics.checkpointing():
-                runtime.sync(self.model)
                 checkpoints.save(self.directory, step, self.model, write=self.chief)
         self.saved, self.saved_at = step, time.monotonic()
 
-    def on_train_batch_end(self, _, logs=None):
-        step = runtime.step_of(self.model)
+    def on_train_batch_end(self, batch, logs=None):
+        step = self.stepped(batch)
         last = step >= self.steps
         # A notebook service's session is ending (Kaggle's): stop at a log line, so the next session's lines
         # average the same steps as an uninterrupted run's, with a checkpoint there.
@@ -138,4 +181,4 @@ class Saver(keras.callbacks.Callback):
             self.history["continue"] = True
 
     def on_train_end(self, logs=None):
-        self.save(runtime.step_of(self.model))
+        self.save(self.step)

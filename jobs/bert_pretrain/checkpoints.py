@@ -31,6 +31,12 @@ def steps(directory: str) -> list[int]:
                   if (m := _NAME.search(p)))
 
 
+def step_of(base: str) -> int:
+    """The step DIR/ckpt-N was saved at: N, the batches its run had consumed (train.py's step, which under loss
+    scaling can be ahead of the optimizer's iteration count it holds)."""
+    return int(base.rsplit("ckpt-", 1)[1])
+
+
 def latest(directory: str) -> str | None:
     """DIR/ckpt-N (without suffix) of the newest checkpoint, or None."""
     found = steps(directory)

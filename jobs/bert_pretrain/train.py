@@ -9,6 +9,7 @@ the next-sentence loss), each term and accuracy, examples/s; the same values go 
 --checkpoint-minutes (at a log line), or at every multiple of --checkpoint-every, and always at the end, in
 OUTPUT/checkpoints (--output, default $TPUCTL_OUTPUT_DIR; the format is checkpoints.py's, read by either backend);
 a restarted run resumes from the latest (or from --resume-from) and seeks past the batches it already consumed.
+A step is a batch consumed, whether or not mixed_float16's loss scale skipped its update.
 Masks are made afresh per batch as the data is read (--static-masks: prepare.py's). Across hosts (JAX), each host
 reads its own part of the data and feeds its share of each global batch; the first host alone writes files. Keras
 runs callbacks only between executions of --steps-per-execution steps, so both intervals are rounded up to a
@@ -124,21 +125,24 @@ def masks_for(a, backend: str):
     return masking.Masks(sp, a.masked_lm_prob, a.vocab_size)
 
 
-def restore(a, model, opt, ckpt_dir: str) -> None:
-    """The latest checkpoint of this run (or --resume-from's), else --init-from's weights for a new phase."""
+def restore(a, model, opt, ckpt_dir: str) -> int:
+    """The latest checkpoint of this run (or --resume-from's), else --init-from's weights for a new phase. Returns
+    the step to go on from: the batches consumed, as the checkpoint's name says (checkpoints.step_of)."""
     import checkpoints
     from tpuctl import runtime
     src = checkpoints.latest(ckpt_dir) or (checkpoints.find(a.resume_from) if a.resume_from else None)
     if src:
         checkpoints.restore(src, model, opt)
-        print(f"bert: resumed from step {int(opt.iterations.numpy())} ({src})", flush=True)
-    elif a.init_from or a.init_from_run:
+        print(f"bert: resumed from step {checkpoints.step_of(src)} ({src})", flush=True)
+        return checkpoints.step_of(src)
+    if a.init_from or a.init_from_run:
         given = a.init_from or f"{runtime.output_of(a.init_from_run)}/checkpoints"
         init = checkpoints.find(given)
         if init is None:
             raise SystemExit(f"train.py: no checkpoint in {given}")
         checkpoints.restore(init, model)   # the weights only: the optimizer and its step start afresh
         print(f"bert: initialised from {init}", flush=True)
+    return 0
 
 
 def main(argv=None, strategy=None) -> dict:
@@ -149,7 +153,7 @@ def main(argv=None, strategy=None) -> dict:
     runtime.require_keras("3.7", "jobs/bert_pretrain (the masked-LM loss's mean_with_sample_weight reduction)")
 
     import losses
-    from callbacks import Board, Progress, Saver
+    from callbacks import Board, Lazy, Progress, Saver
     from data import dataset
     from model import BertConfig, BertPretrainer, example_inputs
     backend = keras.backend.backend()
@@ -198,8 +202,9 @@ def main(argv=None, strategy=None) -> dict:
         example = example_inputs(a.seq_length, a.max_predictions_per_seq)
         model(example, training=True)
         losses.build(model, example, *losses.example_targets(a.max_predictions_per_seq))
-        restore(a, model, model.optimizer, f"{out}/checkpoints")
-    start = int(model.optimizer.iterations.numpy())
+        # the step is the batches consumed, counted on the host (callbacks.py); the optimizer's own count falls
+        # behind it by every step mixed_float16's loss scale skips
+        start = restore(a, model, model.optimizer, f"{out}/checkpoints")
     if start >= a.steps:
         print(f"bert: already at step {start} >= {a.steps}; nothing to do", flush=True)
         return {"step": start}
@@ -208,10 +213,10 @@ def main(argv=None, strategy=None) -> dict:
     ds = dataset(a.data, batch // host[1], a.seq_length, a.max_predictions_per_seq, seed=a.seed, skip=start,
                  host=host, masks=masks)
     history: dict = {}
-    metrics = runtime.metrics_callback(every=log_every, path=f"{out}/metrics.json")
+    metrics = runtime.metrics_callback(every=log_every, path=f"{out}/metrics.json", start=start, end=a.steps)
     board = Board(f"{out}/tensorboard/train" if chief else None, backend)
     progress = Progress(start, a.steps, log_every, batch, lr, board, history, chief)
-    saver = Saver(f"{out}/checkpoints", a.steps, ckpt_every, log_every, metrics, history,
+    saver = Saver(f"{out}/checkpoints", start, a.steps, ckpt_every, log_every, metrics, history,
                   minutes=a.checkpoint_minutes, chief=chief)
     # Exactly the steps left: Keras 3 runs whole executions of --steps-per-execution steps while steps_per_epoch
     # lasts (keras/src/trainers/epoch_iterator.py), so a data source that ends at the last step is what stops a
@@ -220,7 +225,7 @@ def main(argv=None, strategy=None) -> dict:
     data = ds.take(left) if backend == "tensorflow" else (b for b in itertools.islice(iter(ds), left))
     model.fit(data, steps_per_epoch=left, epochs=1, verbose=0,
               shuffle=False,   # the pipeline shuffles, seeded
-              callbacks=[progress, metrics, saver])
+              callbacks=Lazy([progress, metrics, saver], model, left))
     if history.get("continue"):
         raise SystemExit(runtime.CONTINUE_CODE)
     if a.eval_data:
@@ -231,7 +236,8 @@ def main(argv=None, strategy=None) -> dict:
             return_dict=True).items()}
         print("eval  " + "  ".join(f"{k} {v:.4f}" for k, v in history["eval"].items()), flush=True)
     runtime.sync(model)
-    return {"step": int(model.optimizer.iterations.numpy()), **history}
+    # "updates": the optimizer's own count, short of "step" by the steps a float16 loss scale skipped
+    return {"step": saver.step, "updates": int(model.optimizer.iterations.numpy()), **history}
 
 
 if __name__ == "__main__":

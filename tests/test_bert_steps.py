@@ -1,0 +1,161 @@
+"""jobs/bert_pretrain's step is the batches it consumed, counted on the host (issue 50, "defaults a user can keep"):
+its callbacks read the device only at the steps that log or save, and under mixed_float16, where Keras's
+LossScaleOptimizer skips the update of a step whose gradients overflow (its `iterations` stays put:
+keras/src/optimizers/loss_scale_optimizer.py), a run stopped and resumed reads on from the batch it stopped at and
+ends at --steps with its checkpoint, as an uninterrupted run does. On the JAX backend (one CPU device), float16
+forced as an older GPU gets it, and a huge first loss scale so that the first steps overflow."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+JOB = Path(__file__).parent.parent / "jobs" / "bert_pretrain"
+sys.path.insert(0, str(JOB))
+
+import corpus  # noqa: E402
+import prepare  # noqa: E402
+
+STEPS, EVERY = 12, 4
+
+# train.main with notes beside it: each read of a device value by the host (a jax.Array made a Python number or a
+# numpy array: jax/_src/array.py's conversions, numpy's array and asarray, which Keras's convert_to_numpy and
+# Variable.numpy use) tagged with the number of the train-function call before it;
+# the batch numbers the reader makes (records.Batches.make: the data position); each checkpoint's step with the
+# optimizer's count in it. The policy is forced to mixed_float16 (runtime.mixed_precision picks it from the
+# device: float16 on a GPU without bfloat16), and Keras's compile() wraps the optimizer in a LossScaleOptimizer
+# (keras/src/trainers/trainer.py) starting at 2**24, so that the first steps' float16 gradients overflow.
+DRIVER = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import jax, keras, numpy as np
+from jax._src import array
+from keras.src.backend.jax import trainer as jax_trainer
+from keras.src.trainers import trainer
+import checkpoints, records
+from tpuctl import runtime
+notes = {"made": [], "reads": [], "saved": []}
+calls = [None]
+def read():
+    if calls[0] is not None:
+        notes["reads"].append(calls[0])
+for name in ("__float__", "__int__", "__bool__", "__index__", "__array__", "__format__", "item", "tolist"):
+    def method(self, *a, _real=getattr(array.ArrayImpl, name), **k):
+        read()
+        return _real(self, *a, **k)
+    setattr(array.ArrayImpl, name, method)
+for name in ("array", "asarray"):   # numpy reads a CPU jax.Array by the buffer protocol, past its __array__
+    def function(x, *a, _real=getattr(np, name), **k):
+        if isinstance(x, jax.Array):
+            read()
+        return _real(x, *a, **k)
+    setattr(np, name, function)
+make_train_function = jax_trainer.JAXTrainer.make_train_function
+def counted(self, force=False):
+    make_train_function(self, force)
+    step = self.train_function
+    def train_function(state, data):
+        calls[0] = (calls[0] or 0) + 1
+        return step(state, data)
+    self.train_function = train_function
+jax_trainer.JAXTrainer.make_train_function = counted
+make = records.Batches.make
+def made(self, b):
+    notes["made"].append(int(b))
+    return make(self, b)
+records.Batches.make = made
+save = checkpoints.save
+def saved(directory, step, model, **kw):
+    notes["saved"].append([step, int(model.optimizer.iterations.numpy())])
+    return save(directory, step, model, **kw)
+checkpoints.save = saved
+def float16(kind, bfloat16_gpu=None):
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    return "mixed_float16"
+runtime.mixed_precision = float16
+class Huge(trainer.LossScaleOptimizer):
+    def __init__(self, inner, **kw):
+        super().__init__(inner, initial_scale=2.0 ** 24, **kw)
+trainer.LossScaleOptimizer = Huge
+import train
+try:
+    notes["result"] = train.main(sys.argv[2:])
+except SystemExit as e:
+    notes["exit"] = e.code
+print("NOTES " + json.dumps(notes))
+"""
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """An uninterrupted run of STEPS, and the same run stopped at its first log line (a notebook session ending:
+    a checkpoint, exit 85) and started again. One JAX compilation cache for the three: the runs after the first
+    load its programs instead of compiling them again (most of a run's time here)."""
+    root = tmp_path_factory.mktemp("steps")
+    corpus.generate(str(root / "c.txt"), 0.15, seed=1)
+    summary = prepare.main(["--input", str(root / "c.txt"), "--output", str(root / "prep"), "--workers", "1",
+                            "--vocab-size", "1000", "--max-seq-length", "32", "--max-predictions-per-seq", "5",
+                            "--seed", "7"])
+    env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu", CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="2",
+               JAX_COMPILATION_CACHE_DIR=str(root / "jax-cache"), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
+    for name in ("XLA_FLAGS", "TF_USE_LEGACY_KERAS", "TPUCTL_OUTPUT_DIR", "TPUCTL_SESSION_DEADLINE", "TPUCTL_WORKER"):
+        env.pop(name, None)
+
+    def run(out: str, **extra) -> dict:
+        args = ["--data", f"{root}/prep/part-*.tfrecord", "--vocab-size", str(summary["vocab_size"]),
+                "--preset", "tiny", "--seq-length", "32", "--max-predictions-per-seq", "5", "--batch-size", "4",
+                "--steps", str(STEPS), "--log-every", str(EVERY), "--checkpoint-every", str(EVERY),
+                "--deterministic", "--output", str(root / out)]
+        r = subprocess.run([sys.executable, "-c", DRIVER, str(JOB), *args], capture_output=True, text=True,
+                           env={**env, **extra}, timeout=600)
+        assert r.returncode == 0 and "NOTES " in r.stdout, r.stderr[-3000:]
+        notes = json.loads(r.stdout.split("NOTES ", 1)[1])
+        lines = {int(ln.split()[1]): ln.split("examples/s")[0] for ln in r.stdout.splitlines()
+                 if ln.startswith("step ")}
+        return {**notes, "stdout": r.stdout, "lines": lines, "out": root / out}
+    whole = run("whole")
+    # the session's deadline passed long ago: the job stops at its first log line
+    cut = run("cut", TPUCTL_SESSION_DEADLINE="1")
+    again = run("cut")
+    return whole, cut, again
+
+
+@pytest.mark.slow(60)   # the three runs of the module's fixture, whichever test comes first
+def test_the_host_reads_the_device_only_at_the_steps_that_log_or_save(runs):
+    """Keras's own CallbackList turns each batch's logs into floats, and the job read the optimizer's step after
+    every batch: the host waited for each step before it could queue the next. Now only the log and checkpoint
+    steps (every EVERY) read anything: STEPS / EVERY steps of STEPS."""
+    whole, cut, again = runs
+    assert sorted(set(whole["reads"])) == [4, 8, 12]
+    assert sorted(set(cut["reads"])) == [4]
+    assert sorted(set(again["reads"])) == [4, 8]   # the resumed run's calls 4 and 8: steps 8 and 12
+
+
+@pytest.mark.slow(60)
+def test_a_run_that_skips_loss_scale_steps_resumes_at_the_batch_it_stopped_and_ends_at_steps(runs):
+    whole, cut, again = runs
+    # the uninterrupted run: float16 steps were skipped, yet it ends at STEPS batches with its checkpoint there
+    assert "mixed_float16" in whole["stdout"]
+    assert whole["result"]["step"] == STEPS and whole["result"]["updates"] < STEPS
+    assert [s for s, _ in whole["saved"]] == [4, 8, 12]
+    assert sorted(whole["lines"]) == [4, 8, 12]
+    assert whole["made"][:STEPS] == list(range(STEPS))
+    # stopped at step 4, where the optimizer had applied fewer updates than the batches it consumed
+    assert cut["exit"] == 85 and "checkpoint at step 4" in cut["stdout"]
+    [(step, updates)] = cut["saved"]
+    assert step == 4 and updates < 4, cut["saved"]
+    assert cut["made"][:4] == [0, 1, 2, 3]
+    # resumed: reads on from batch 4, the batches the uninterrupted run read next, and ends as it did
+    assert "resumed from step 4" in again["stdout"]
+    assert again["made"][:STEPS - 4] == whole["made"][4:STEPS]
+    assert again["result"]["step"] == STEPS and [s for s, _ in again["saved"]] == [8, 12]
+    assert again["result"]["updates"] == whole["result"]["updates"]
+    assert again["lines"] == {s: whole["lines"][s] for s in (8, 12)}   # every metric, to the printed digit
+    assert sorted(p.name for p in (again["out"] / "checkpoints").glob("*.weights.h5")) == \
+        ["ckpt-12.weights.h5", "ckpt-4.weights.h5", "ckpt-8.weights.h5"]
+    metrics = json.loads((again["out"] / "metrics.json").read_text())
+    assert metrics["step"] == STEPS and [a["from"] for a in metrics["attempts"]] == [0, 4]
