@@ -311,8 +311,8 @@ def test_checkpoints_by_time_fall_on_log_lines():
     class Log:
         def checkpointing(self):
             raise AssertionError
-    saver = callbacks.Saver("unused", 100, None, 10, Log(), {}, minutes=0.0)
+    saver = callbacks.Saver("unused", 0, 100, None, 10, Log(), {}, minutes=0.0)
     assert saver._due(20) and not saver._due(25)
-    saver = callbacks.Saver("unused", 100, None, 10, Log(), {}, minutes=10.0)
+    saver = callbacks.Saver("unused", 0, 100, None, 10, Log(), {}, minutes=10.0)
     assert not saver._due(20)   # ten minutes have not passed
-    assert callbacks.Saver("unused", 100, 7, 10, Log(), {})._due(14)   # --checkpoint-every: steps, not time
+    assert callbacks.Saver("unused", 0, 100, 7, 10, Log(), {})._due(14)   # --checkpoint-every: steps, not time
