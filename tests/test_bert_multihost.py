@@ -114,7 +114,7 @@ def _notes(logs: Path, name: str) -> dict:
             out["batch"][value[0]] = value[1]
         elif kind == "write":
             out["write"].append(value)
-        else:
+        elif kind == "result":
             out["result"] = value
     return out
 

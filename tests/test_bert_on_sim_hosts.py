@@ -15,11 +15,13 @@ own run.py."""
 import json
 import os
 import shutil
+import signal
 from importlib.metadata import version
 from pathlib import Path
 
 import pytest
-from conftest import PROJECT
+from conftest import PROJECT, until
+from fakes.procs import marked
 from fakes.tpu_host import image_site
 from test_bert_multihost import DRIVER, _notes, _port
 from test_gce_tpu import ZONE, _hosts, _wait_agents
@@ -32,19 +34,32 @@ STEPS, BATCH = 6, 4   # per replica: global 8, each host feeding 4 of each batch
 ARGS = ["--sample-mb", "0.6", "--vocab-size", "3000", "--seq-length", "64", "--max-predictions-per-seq", "10",
         "--preset", "tiny", "--steps", str(STEPS), "--batch-size", str(BATCH), "--log-every", "2",
         "--checkpoint-every", "2", "--deterministic", "--learning-rate", "1e-2", "--warmup-steps", "1"]
-# run.py under DRIVER's hooks (everything before its `import train`), noting into trace.jsonl beside the code
-TRACED = '''import os, sys
+# run.py under DRIVER's hooks (everything before its `import train`), noting into trace.jsonl beside the code: each
+# start of the job, then what it read and wrote. Where the package holds `hold-at` (a checkpoint's file name), the
+# chief's first start stops for good once it has written that file, as a host that hangs: the test then kills a job
+TRACED = '''import os, sys, time
 HERE = os.path.dirname(os.path.abspath(__file__))
 hooks = open(os.path.join(HERE, "driver.py")).read().split("import train\\n")[0]
 sys.argv = [sys.argv[0], HERE, os.path.join(HERE, "trace.jsonl"), *sys.argv[1:]]
 exec(compile(hooks, "driver.py", "exec"))
+note("start", os.environ["TPUCTL_WORKER"])
+hold = os.path.join(HERE, "hold-at")
+if os.environ["TPUCTL_WORKER"] == "0" and os.path.exists(hold) and not os.path.exists(hold + ".done"):
+    at, copy = open(hold).read().strip(), fileio.copy
+    def holding(src, dst):
+        copy(src, dst)
+        if dst.endswith("/" + at):
+            open(hold + ".done", "w").close()
+            note("held", at)
+            time.sleep(3600)
+    fileio.copy = holding
 import run
 run.main(sys.argv[3:])
 '''
 
 
-def traced_job(root: Path) -> Path:
-    """jobs/bert_pretrain as it is, its command run.py under the trace (TRACED)."""
+def traced_job(root: Path, hold_at: str = "") -> Path:
+    """jobs/bert_pretrain as it is, its command run.py under the trace (TRACED); `hold_at`: TRACED's hold."""
     assert DRIVER.count("import train\n") == 1
     job = root / "bert_pretrain"
     shutil.copytree(JOB, job, ignore=shutil.ignore_patterns("__pycache__", ".tpuctl-cache"))
@@ -53,6 +68,8 @@ def traced_job(root: Path) -> Path:
     (job / "tpuctl.toml").write_text(toml.replace('command = "python run.py"', 'command = "python traced.py"'))
     (job / "driver.py").write_text(DRIVER)
     (job / "traced.py").write_text(TRACED)
+    if hold_at:
+        (job / "hold-at").write_text(hold_at)
     return job
 
 
@@ -126,4 +143,81 @@ def across_two_hosts(cloud, cli, tmp_path, monkeypatch, wheel_index, image: str,
     assert (tmp_path / "got" / "vocab.txt").exists() and (tmp_path / "got" / "metrics.json").exists()
     code, out, err = cli("down", "-c", "bert", "--yes")
     assert code == 0, err
+    assert cloud.leaks() == []
+
+
+def starts(host) -> list[dict]:
+    """What each start of the job on `host` read and wrote (TRACED's notes, split at each start): batch -> rows,
+    the files written, whether it held."""
+    [trace] = list(host.root.glob("**/trace.jsonl"))
+    found: list[dict] = []
+    for line in trace.read_text().splitlines():
+        kind, value = json.loads(line)
+        if kind == "start":
+            found.append({"batch": {}, "write": [], "held": False})
+        elif kind == "batch":
+            found[-1]["batch"][value[0]] = value[1]
+        elif kind == "write":
+            found[-1]["write"].append(value)
+        elif kind == "held":
+            found[-1]["held"] = True
+    return found
+
+
+def job_pids(host) -> list[int]:
+    """The job's Python on `host` (run under TRACED): its processes that carry the host's agent home and run
+    traced.py."""
+    def argv(pid: int) -> list[bytes]:
+        try:
+            return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:   # gone since
+            return []
+    return [pid for pid in marked("TPUCTL_AGENT_HOME", host.env["TPUCTL_AGENT_HOME"]) if b"traced.py" in argv(pid)]
+
+
+@pytest.mark.slow(240)
+def test_bert_on_a_v4_16_whose_job_is_killed_on_one_host_resumes_step_exactly_on_both(
+        cloud, cli, tmp_path, monkeypatch, wheel_index):
+    """A v4-16 (two hosts, through the TPU API): the chief writes ckpt-2 and hangs; the other host's job is killed
+    (SIGKILL, as the kernel's OOM killer does) while it waits in the next step's collective. tpuctl restarts the
+    run on both hosts (round 2, `submit --max-restarts 1`); each goes on from the checkpoint with the batch after
+    it, reading the rows its first start had made for those batches, and the run ends at --steps."""
+    wheel_index.serve_installed("keras")
+    hosts = _hosts(cloud, monkeypatch)
+    jax_on_cpus(hosts)
+    assert cli("up", "--type", "v4-16", "--zone", "us-central2-b", "-c", "bert", "--yes")[0] == 0
+    found = sorted(_wait_agents(hosts, 2), key=lambda h: h.worker)
+    code, out, err = cli("submit", str(traced_job(tmp_path, hold_at="ckpt-2.weights.h5")), "-c", "bert",
+                         "--max-restarts", "1", "--detach", "--", *ARGS)
+    assert code == 0, err
+    run_id = out.split()[-1]
+
+    def first_starts_ready():   # the chief held; each host's reader had made every batch of the run ahead of need
+        got = [starts(h) if list(h.root.glob("**/trace.jsonl")) else [] for h in found]
+        return all(got) and got[0][0]["held"] and all(set(range(STEPS)) <= set(s[0]["batch"]) for s in got)
+    until(first_starts_ready, 600, lambda: cli("logs", run_id, "-c", "bert", "--all-hosts")[1][-5000:], every=0.5)
+    [pid] = job_pids(found[1])
+    os.kill(pid, signal.SIGKILL)
+    code, out, err = cli("logs", run_id, "-c", "bert", "--follow")
+    assert code == 0, out[-5000:] + err[-2000:]
+    [run] = json.loads(cli("jobs", "-c", "bert", "--json")[1])
+    assert run["state"] == "succeeded" and run["step"] == STEPS, run
+    assert "the job exited 137: the run restarts on every host (round 2; submit --max-restarts 1)" in \
+        cli("logs", run_id, "-c", "bert", "--worker", "1")[1]
+    assert "bert: resumed from step 2" in out, out[-5000:]
+    for w, h in enumerate(found):
+        first, second = starts(h)
+        # the second start went on from the checkpoint: the batch after it, each with the first start's rows
+        assert min(second["batch"]) == 2, (w, sorted(second["batch"]))
+        for b in range(2, STEPS):
+            assert second["batch"][b] == first["batch"][b], (w, b)
+        assert not first["batch"].keys() - set(range(STEPS + 8)) and min(first["batch"]) == 0
+    # the chief wrote ckpt-2 in its first start, ckpt-4 and ckpt-6 in its second; the other host nothing
+    chief = starts(found[0])
+    def weights(start):
+        return [w[1].rsplit("/", 1)[1] for w in start["write"] if w[0] == "copy" and w[1].endswith(".weights.h5")]
+    assert weights(chief[0]) == ["ckpt-2.weights.h5"]
+    assert weights(chief[1]) == ["ckpt-4.weights.h5", "ckpt-6.weights.h5"]
+    assert all(s["write"] == [] for s in starts(found[1]))
+    assert cli("down", "-c", "bert", "--yes")[0] == 0
     assert cloud.leaks() == []

@@ -11,9 +11,9 @@ import time
 from pathlib import Path
 
 
-def _marked(marker: bytes) -> list[int]:
-    """Live processes whose environment holds `marker` (a zombie's environ reads empty, so it is not one)."""
-    found = []
+def marked(name: str, value: str) -> list[int]:
+    """Live processes whose environment holds `name=value` (a zombie's environ reads empty, so it is not one)."""
+    marker, found = f"{name}={value}".encode(), []
     for proc in Path("/proc").iterdir():
         try:
             if proc.name.isdigit() and marker in (proc / "environ").read_bytes().split(b"\0"):
@@ -27,10 +27,9 @@ def kill_marked(name: str, value: str, wait: float = 0.0) -> None:
     """SIGKILL to every process with `name=value` in its environment; with `wait`, up to that many seconds until
     none is left alive (a signal is delivered when the process is next scheduled, so a busy one may still write
     for a moment after kill() returned)."""
-    marker = f"{name}={value}".encode()
     deadline = time.monotonic() + wait
     while True:
-        pids = _marked(marker)
+        pids = marked(name, value)
         for pid in pids:
             try:
                 os.kill(pid, signal.SIGKILL)
