@@ -36,9 +36,9 @@ import jax, keras, numpy as np
 from jax._src import array
 from keras.src.backend.jax import trainer as jax_trainer
 from keras.src.trainers import trainer
-import checkpoints, records
+import callbacks, checkpoints, records
 from tpuctl import runtime
-notes = {"made": [], "reads": [], "saved": []}
+notes = {"made": [], "reads": [], "saved": [], "board": []}
 calls = [None]
 def read():
     if calls[0] is not None:
@@ -73,6 +73,13 @@ def saved(directory, step, model, **kw):
     notes["saved"].append([step, int(model.optimizer.iterations.numpy())])
     return save(directory, step, model, **kw)
 checkpoints.save = saved
+board = callbacks.Board.write
+def boarded(self, values, step):
+    notes["board"].append([step, values["learning_rate"]])
+    return board(self, values, step)
+callbacks.Board.write = boarded
+schedule, schedules = runtime.schedule, []
+runtime.schedule = lambda *a, **k: schedules.append(schedule(*a, **k)) or schedules[-1]
 def float16(kind, bfloat16_gpu=None):
     keras.mixed_precision.set_global_policy("mixed_float16")
     return "mixed_float16"
@@ -86,6 +93,7 @@ try:
     notes["result"] = train.main(sys.argv[2:])
 except SystemExit as e:
     notes["exit"] = e.code
+notes["lr"] = [float(schedules[0](n)) for n in range(int(sys.argv[sys.argv.index("--steps") + 1]) + 1)]
 print("NOTES " + json.dumps(notes))
 """
 
@@ -143,6 +151,9 @@ def test_a_run_that_skips_loss_scale_steps_resumes_at_the_batch_it_stopped_and_e
     assert whole["result"]["step"] == STEPS and whole["result"]["updates"] < STEPS
     assert [s for s, _ in whole["saved"]] == [4, 8, 12]
     assert sorted(whole["lines"]) == [4, 8, 12]
+    # TensorBoard's learning rate is the optimizer's own (its schedule at its updates), not the schedule at the step
+    assert whole["board"] == [[s, whole["lr"][u]] for s, u in whole["saved"]]
+    assert any(whole["lr"][u] != whole["lr"][s] for s, u in whole["saved"])
     assert whole["made"][:STEPS] == list(range(STEPS))
     # stopped at step 4, where the optimizer had applied fewer updates than the batches it consumed
     assert cut["exit"] == 85 and "checkpoint at step 4" in cut["stdout"]

@@ -130,8 +130,10 @@ class Progress(Stepped):
             print(f"step {step:6d}  loss {values['loss']:.4f}  mlm_loss {values['mlm_loss']:.4f}  "
                   f"mlm_acc {values['mlm_acc']:.4f}  nsp_loss {values['nsp_loss']:.4f}  "
                   f"nsp_acc {values['nsp_acc']:.4f}  examples/s {rate:7.1f}", flush=True)
-        self.board.write({**values, "learning_rate": float(self.lr(step))}, step)
         runtime.sync(self.model)   # JAX: the reset below must reach the state the next step starts from
+        # the rate the optimizer applies next: its schedule at its own count of updates (what Keras's
+        # optimizer.learning_rate reads), behind the step by the updates a float16 loss scale skipped
+        self.board.write({**values, "learning_rate": float(self.lr(runtime.step_of(self.model)))}, step)
         self.model.reset_metrics()
 
 
