@@ -98,38 +98,91 @@ print("NOTES " + json.dumps(notes))
 """
 
 
+# The same reads on the TensorFlow backend (float32, as on a CPU): each read of an EagerTensor's value
+# (tensorflow/python/framework/ops.py _EagerTensorBase's conversions, which numpy's reads go through), tagged with
+# the train-function call before it, and whether Keras's trainer made it: its train function reads whether the
+# tf.data iterator still had a batch (keras/src/backend/tensorflow/trainer.py `function`:
+# `if not opt_outputs.has_value(): raise StopIteration`) once per execution of --steps-per-execution steps.
+TF_DRIVER = """
+import json, sys, traceback
+sys.path.insert(0, sys.argv[1])
+from tensorflow.python.framework import ops
+from keras.src.backend.tensorflow import trainer as tf_trainer
+notes = {"reads": [], "keras": []}
+calls = [None]
+for name in ("__float__", "__int__", "__bool__", "__index__", "__array__", "__format__", "numpy"):
+    def method(self, *a, _real=getattr(ops._EagerTensorBase, name), **k):
+        if calls[0] is not None:
+            caller = traceback.extract_stack(limit=2)[0]
+            keras_own = caller.filename == tf_trainer.__file__ and "has_value" in (caller.line or "")
+            notes["keras" if keras_own else "reads"].append(calls[0])
+        return _real(self, *a, **k)
+    setattr(ops._EagerTensorBase, name, method)
+make_train_function = tf_trainer.TensorFlowTrainer.make_train_function
+def counted(self, force=False):
+    make_train_function(self, force)
+    step = self.train_function
+    def train_function(data):
+        calls[0] = (calls[0] or 0) + 1
+        return step(data)
+    self.train_function = train_function
+tf_trainer.TensorFlowTrainer.make_train_function = counted
+import train
+notes["result"] = train.main(sys.argv[2:])
+print("NOTES " + json.dumps(notes))
+"""
+
+
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    """An uninterrupted run of STEPS, and the same run stopped at its first log line (a notebook session ending:
-    a checkpoint, exit 85) and started again. One JAX compilation cache for the three: the runs after the first
-    load its programs instead of compiling them again (most of a run's time here)."""
+def small(tmp_path_factory):
+    """A small prepared corpus, and a way to train on it under a driver: (driver, output, backend, env) -> notes."""
     root = tmp_path_factory.mktemp("steps")
     corpus.generate(str(root / "c.txt"), 0.15, seed=1)
     summary = prepare.main(["--input", str(root / "c.txt"), "--output", str(root / "prep"), "--workers", "1",
                             "--vocab-size", "1000", "--max-seq-length", "32", "--max-predictions-per-seq", "5",
                             "--seed", "7"])
-    env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu", CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="2",
+    env = dict(os.environ, JAX_PLATFORMS="cpu", CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="2",
                JAX_COMPILATION_CACHE_DIR=str(root / "jax-cache"), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
     for name in ("XLA_FLAGS", "TF_USE_LEGACY_KERAS", "TPUCTL_OUTPUT_DIR", "TPUCTL_SESSION_DEADLINE", "TPUCTL_WORKER"):
         env.pop(name, None)
 
-    def run(out: str, **extra) -> dict:
+    def run(driver: str, out: str, backend: str = "jax", **extra) -> dict:
         args = ["--data", f"{root}/prep/part-*.tfrecord", "--vocab-size", str(summary["vocab_size"]),
                 "--preset", "tiny", "--seq-length", "32", "--max-predictions-per-seq", "5", "--batch-size", "4",
                 "--steps", str(STEPS), "--log-every", str(EVERY), "--checkpoint-every", str(EVERY),
                 "--deterministic", "--output", str(root / out)]
-        r = subprocess.run([sys.executable, "-c", DRIVER, str(JOB), *args], capture_output=True, text=True,
-                           env={**env, **extra}, timeout=600)
+        r = subprocess.run([sys.executable, "-c", driver, str(JOB), *args], capture_output=True, text=True,
+                           env={**env, "KERAS_BACKEND": backend, **extra}, timeout=600)
         assert r.returncode == 0 and "NOTES " in r.stdout, r.stderr[-3000:]
         notes = json.loads(r.stdout.split("NOTES ", 1)[1])
         lines = {int(ln.split()[1]): ln.split("examples/s")[0] for ln in r.stdout.splitlines()
                  if ln.startswith("step ")}
         return {**notes, "stdout": r.stdout, "lines": lines, "out": root / out}
-    whole = run("whole")
+    return run
+
+
+@pytest.fixture(scope="module")
+def runs(small):
+    """An uninterrupted run of STEPS, and the same run stopped at its first log line (a notebook session ending:
+    a checkpoint, exit 85) and started again. One JAX compilation cache for the three: the runs after the first
+    load its programs instead of compiling them again (most of a run's time here)."""
+    whole = small(DRIVER, "whole")
     # the session's deadline passed long ago: the job stops at its first log line
-    cut = run("cut", TPUCTL_SESSION_DEADLINE="1")
-    again = run("cut")
+    cut = small(DRIVER, "cut", TPUCTL_SESSION_DEADLINE="1")
+    again = small(DRIVER, "cut")
     return whole, cut, again
+
+
+@pytest.mark.slow(40)
+def test_on_tensorflow_the_job_reads_the_device_only_at_the_steps_that_log_or_save(small):
+    """The job's own reads on TensorFlow fall on the log and checkpoint steps alone, as on JAX. Keras's TensorFlow
+    trainer adds one read per execution of --steps-per-execution steps (whether the dataset had a batch left): the
+    job's default off TPU is one step per execution, so off TPU that read is per step; on a TPU (100 steps per
+    execution) one in a hundred."""
+    tf = small(TF_DRIVER, "tf", backend="tensorflow")
+    assert tf["result"]["step"] == STEPS and sorted(tf["lines"]) == [4, 8, 12]
+    assert sorted(set(tf["reads"])) == [4, 8, 12]
+    assert tf["keras"] == list(range(1, STEPS + 1))
 
 
 @pytest.mark.slow(60)   # the three runs of the module's fixture, whichever test comes first
