@@ -4,7 +4,7 @@ import json
 import re
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
@@ -12,6 +12,7 @@ from conftest import until
 from jobs import make_job
 from tpuctl.core import budget, layout, notify, runs
 from tpuctl.core.store import LocalStore
+from fakes.wire import serve
 
 
 class Receiver:
@@ -52,9 +53,7 @@ class Receiver:
 
             def log_message(self, *a):
                 pass
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), H)
-        self.server.daemon_threads = True
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.server = serve(H)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hooks/SECRET-TOKEN"
 
     def events(self):

@@ -17,10 +17,11 @@ import json
 import re
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 from fakes import compute_tpu
 from fakes.compute_tpu import TpuCompute
+from fakes.wire import serve
 
 MUTATING = {"insert", "delete", "fw_insert", "fw_delete"} | compute_tpu.MUTATING
 _ROUTES = [
@@ -83,8 +84,7 @@ class FakeCompute(TpuCompute):
                 send_json(self, code, payload)
             do_GET = do_POST = do_DELETE = _go
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        self.httpd = serve(Handler)
         return f"http://127.0.0.1:{self.httpd.server_port}"
 
     def stop(self):

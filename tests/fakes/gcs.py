@@ -38,9 +38,10 @@ import socket
 import threading
 import time
 import urllib.parse
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 from gcp_storage_emulator.server import create_server
+from fakes.wire import serve
 
 _KEPT = ("location", "labels", "iamConfiguration")
 _OBJECT_ROLE = "roles/storage.objectAdmin"
@@ -117,9 +118,7 @@ class FakeGcs:
                 self.wfile.write(data)
             do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _go
 
-        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        return server
+        return serve(Handler)
 
     def stop(self):
         for server in [self.httpd, *self.identity_servers]:

@@ -38,13 +38,14 @@ import json
 import threading
 import time
 import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any, Callable
 from urllib.parse import parse_qs, urlparse
 
 import yaml
 
 from tpuctl.providers.gke import schema
+from fakes.wire import serve
 
 JOBSET_CRD = "jobsets.jobset.x-k8s.io"
 KUEUE_CRD = "workloads.kueue.x-k8s.io"
@@ -90,10 +91,9 @@ class FakeKube:
         self.controller_delay = 0.5     # seconds from the JobSet controller's apply to its webhooks serving
         self.due: list[tuple[float, Callable[[], None]]] = []   # (monotonic time, what then happens)
         handler = type("H", (_Handler,), {"kube": self})
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self.server.daemon_threads = True
+        self.server = serve(handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
 
     def stop(self) -> None:
         self.server.shutdown()

@@ -57,10 +57,11 @@ import tarfile
 import threading
 import time
 import zipfile
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 from fakes.procs import kill_marked
+from fakes.wire import Server, serve
 from kagglesdk.blobs.types.blob_api_service import ApiStartBlobUploadRequest, ApiStartBlobUploadResponse
 from kagglesdk.datasets.types.dataset_api_service import (ApiCreateDatasetRequest, ApiCreateDatasetResponse,
                                                           ApiDeleteDatasetRequest, ApiGetDatasetStatusRequest,
@@ -101,7 +102,7 @@ class FakeKaggle:
         self.session_env: dict[str, str] = {}   # what a session's internet serves: the tests' package index
         self.lock = threading.RLock()
         self._ids = itertools.count(1)
-        self.httpd: ThreadingHTTPServer | None = None
+        self.httpd: Server | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -116,8 +117,7 @@ class FakeKaggle:
 
             do_PUT = do_GET = do_POST
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        self.httpd = serve(Handler)
 
     def env(self) -> dict[str, str]:
         """What points kagglesdk at this fake (module docstring): its TEST endpoint, through this fake as its proxy.

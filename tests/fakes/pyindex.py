@@ -39,10 +39,11 @@ from __future__ import annotations
 
 import functools
 import threading
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from http.server import SimpleHTTPRequestHandler
 from pathlib import Path
 
 from fakes.tpu_server import TF_VERSIONS
+from fakes.wire import serve
 from jobs import build_wheel
 
 KAGGLE_TPU_TF = "2.20.0"
@@ -194,8 +195,7 @@ class WheelIndex:
         self.root = build(root)
         self._lock = threading.Lock()
         handler = functools.partial(_Quiet, directory=str(self.root))
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.server = serve(handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/"
 
     def serve_installed(self, dist_name: str) -> None:

@@ -31,10 +31,9 @@ from __future__ import annotations
 import json
 import os
 import re
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
-from fakes.wire import send_error, send_json
+from fakes.wire import send_error, send_json, serve
 
 _ROUTE = re.compile(r"^/v1/projects/(?P<project>[^/:]+):(?P<method>testIamPermissions|getIamPolicy)$")
 # Every tpu.* permission, as Google's Cloud TPU roles page lists TPU Admin's `tpu.*`
@@ -171,8 +170,7 @@ class FakeResourceManager:
                         if fake.allows(member, p, f"projects/{m['project']}", "cloudresourcemanager.googleapis.com")]
                 send_json(self, 200, {"permissions": held} if held else {})
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.server = serve(Handler)
         return f"http://127.0.0.1:{self.server.server_address[1]}"
 
     def stop(self) -> None:

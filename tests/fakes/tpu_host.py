@@ -40,13 +40,13 @@ import signal
 import subprocess
 import sys
 import sysconfig
-import threading
 import time
 import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 from fakes.procs import kill_marked
+from fakes.wire import serve
 
 SYSTEMCTL = """#!/bin/bash
 # systemctl daemon-reload | enable --now UNIT | is-active UNIT: run the unit's ExecStart detached, with Environment=
@@ -155,8 +155,7 @@ class _Metadata:
                 self.end_headers()
                 self.wfile.write(body)
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.server = serve(Handler)
         self.host = f"127.0.0.1:{self.server.server_port}"
 
     def stop(self):

@@ -24,7 +24,7 @@ import re
 import threading
 import time
 from concurrent import futures
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import grpc
 from google.cloud import tpu_v1, tpu_v2
@@ -32,6 +32,7 @@ from google.longrunning import operations_pb2
 from google.protobuf import any_pb2, empty_pb2
 from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
+from fakes.wire import serve
 
 MUTATING = {"CreateNode", "DeleteNode", "StartNode", "StopNode", "UpdateNode", "CreateQueuedResource",
             "DeleteQueuedResource"}
@@ -147,8 +148,7 @@ class FakeTpu:
                             return send_error(self, 400, "FAILED_PRECONDITION", refused[0])
                 send_json(self, 200, {"name": op.name, "done": op.done})
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        self.httpd = serve(Handler)
         return f"http://127.0.0.1:{self.httpd.server_port}"
 
     def mutating_calls(self) -> list:
