@@ -96,7 +96,8 @@ if start == 0:
         time.sleep(0.1)
 for step in range(start + 1, 17):
     time.sleep(0.1)
-    open(ck, "w").write(str(step))
+    open(ck + ".new", "w").write(str(step))   # then renamed: a kill at any moment leaves a whole checkpoint
+    os.replace(ck + ".new", ck)
     print("step", step, flush=True)
     if step == 4 and start == 0:
         sys.exit(85)

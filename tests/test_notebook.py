@@ -19,7 +19,8 @@ start = int(open(ck).read()) if os.path.exists(ck) else 0
 print("resuming at", start, flush=True)
 for step in range(start + 1, 11):
     time.sleep(0.2)
-    open(ck, "w").write(str(step))
+    open(ck + ".new", "w").write(str(step))   # then renamed: a session that ends at any moment leaves a whole one
+    os.replace(ck + ".new", ck)
     print("step", step, flush=True)
 """
 MARKERS = "@OUTPUT@ @EXIT@ @CONTINUE@ @CONTINUE_MARK@ @STORE@"
