@@ -205,6 +205,7 @@ def test_bert_on_a_v4_16_whose_job_is_killed_on_one_host_resumes_step_exactly_on
     assert "the job exited 137: the run restarts on every host (round 2; submit --max-restarts 1)" in \
         cli("logs", run_id, "-c", "bert", "--worker", "1")[1]
     assert "bert: resumed from step 2" in out, out[-5000:]
+    trained = []
     for w, h in enumerate(found):
         first, second = starts(h)
         # the second start went on from the checkpoint: the batch after it, each with the first start's rows
@@ -212,6 +213,11 @@ def test_bert_on_a_v4_16_whose_job_is_killed_on_one_host_resumes_step_exactly_on
         for b in range(2, STEPS):
             assert second["batch"][b] == first["batch"][b], (w, b)
         assert not first["batch"].keys() - set(range(STEPS + 8)) and min(first["batch"]) == 0
+        trained.append({r for b in range(STEPS) for r in (first if b < 2 else second)["batch"][b]})
+    # across both starts each host trained on its own examples, and the loss fell
+    assert len(trained[0]) == len(trained[1]) == STEPS * BATCH and not trained[0] & trained[1]
+    losses = [float(line.split()[3]) for line in out.splitlines() if line.startswith("step ")]
+    assert len(losses) == STEPS // 2 and losses[-1] < losses[0], losses
     # the chief wrote ckpt-2 in its first start, ckpt-4 and ckpt-6 in its second; the other host nothing
     chief = starts(found[0])
     def weights(start):
