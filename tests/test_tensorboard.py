@@ -173,3 +173,53 @@ def test_without_tensorboard_one_line_names_the_extra(env, cli, monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == "tensorboard" else real(n, *a))
     code, out, err = cli("tensorboard", "-c", "x")
     assert code == 2 and "TensorBoard is not installed" in err and "tpuctl[tensorboard]" in err
+
+
+# A TensorBoard as `python -m tensorboard.main` starts it, for serve(): its first start loses the port race as
+# werkzeug reports it (werkzeug/serving.py BaseWSGIServer.__init__ on EADDRINUSE: the OS error's text, then "Port
+# N is in use by another program. ...", exit 1), the next binds a free port and says so as TensorBoard does.
+RACED_THEN_SERVES = """#!{python}
+import os, socket, sys, time
+starts = os.path.join({state!r}, "starts")
+open(starts, "a").write("x")
+if len(open(starts).read()) <= {races}:
+    print("Address already in use", file=sys.stderr)
+    print("Port 6006 is in use by another program. Either identify and stop that program, or start the server "
+          "with a different port.", file=sys.stderr)
+    sys.exit(1)
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+s.listen()
+print(f"TensorBoard 2.20.0 at http://localhost:{{s.getsockname()[1]}}/ (Press CTRL+C to quit)", flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("races, served", [(1, True), (3, True), (4, False)])
+def test_a_tensorboard_that_lost_its_port_to_another_is_started_again(tmp_path, monkeypatch, races, served):
+    """Two TensorBoards started at once (two `tpuctl tensorboard`, two test suites) can find the same port free and
+    one loses the bind; werkzeug then ends it instead of TensorBoard's scan going on to the next port. tpuctl starts
+    it again (board.PORT_RACES times) before it gives up in one line."""
+    from tpuctl.cli import tensorboard as board
+    from tpuctl.core.errors import TpuctlError
+    monkeypatch.setenv("TPUCTL_HOME", str(tmp_path / "home"))
+    fake = tmp_path / "python"
+    fake.write_text(RACED_THEN_SERVES.format(python=sys.executable, state=str(tmp_path), races=races))
+    fake.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(fake))
+    said: list[str] = []
+
+    class Sources:
+        def sync(self):
+            return 0
+
+        def logdir_spec(self):
+            return "r:" + str(tmp_path)
+    if served:
+        assert board.serve(Sources(), None, "127.0.0.1", said.append, stopped=lambda: bool(said)) == 0
+        assert said and said[0].startswith("http://localhost:"), said
+    else:
+        with pytest.raises(TpuctlError, match="is in use by another program"):
+            board.serve(Sources(), None, "127.0.0.1", said.append)
+        assert said == []
+    assert len((tmp_path / "starts").read_text()) == min(races + 1, board.PORT_RACES + 1)

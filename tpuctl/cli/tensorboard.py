@@ -87,48 +87,71 @@ def check_port(port: int, host: str) -> int:
 _SERVING = re.compile(rb"TensorBoard \S+ at \S+?:(\d+)/? \(Press CTRL\+C")
 
 
+# Werkzeug's words when the port TensorBoard found free was bound by another program before it could bind it
+# (werkzeug/serving.py BaseWSGIServer.__init__: on EADDRINUSE it prints them and exits 1, so TensorBoard's scan of
+# ports from 6006, which moves on only on its own TensorBoardPortInUseError, ends there): two TensorBoards started
+# at once, as two `tpuctl tensorboard` can be. Started again, its scan passes the port now taken.
+_PORT_RACE = "is in use by another program"
+PORT_RACES = 3
+
+
 def serve(sources: Sources, port: Optional[int], host: str, ready: Callable[[str], None],
           stopped: Callable[[], bool] = lambda: False) -> int:
     """Run TensorBoard until it exits or the user interrupts; syncs cached runs meanwhile. Returns its exit code.
     Without a port, TensorBoard takes the first free one from 6006 itself (program.py: with no --port it tries 100
     in turn, binding each): a port tpuctl probed and released could be taken by another TensorBoard before this one
-    bound it, and the other's would then be announced as this one's."""
+    bound it, and the other's would then be announced as this one's. One that lost that race (_PORT_RACE) before it
+    served is started again, up to PORT_RACES times."""
     log = state.home() / "tensorboard.log"
     log.parent.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.Popen([sys.executable, "-m", "tensorboard.main", "--logdir_spec", sources.logdir_spec(),
-                             *(["--port", str(port)] if port is not None else []), "--host", host,
-                             "--reload_interval", "5"],
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    output = _Output(proc, log)
     def terminated(signum: int, frame: object) -> None:
         raise SystemExit(128 + signum)   # through the `finally` below: TensorBoard never outlives the CLI
     previous = signal.signal(signal.SIGTERM, terminated)
     try:
-        announced = False
-        next_sync = 0.0
-        while proc.poll() is None and not stopped():
-            if time.monotonic() >= next_sync:
-                sources.sync()
-                next_sync = time.monotonic() + sync_seconds()
-            bound = None if announced else output.port
-            if bound is not None and _listening(host, bound):
-                ready(f"http://{'localhost' if host in ('127.0.0.1', 'localhost') else host}:{bound}/")
-                announced = True
-            time.sleep(0.2)
-        if proc.poll() is not None and proc.returncode != 0:
-            output.thread.join(5)
-            tail = output.tail[-3:]
-            raise TpuctlError(ErrorKind.ERROR, f"TensorBoard exited with code {proc.returncode}: "
-                              + " / ".join(tail), f"its whole output is in {log}")
-        return 0
+        for race in range(PORT_RACES + 1):
+            proc = subprocess.Popen([sys.executable, "-m", "tensorboard.main", "--logdir_spec",
+                                     sources.logdir_spec(), *(["--port", str(port)] if port is not None else []),
+                                     "--host", host, "--reload_interval", "5"],
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            try:
+                output = _Output(proc, log)
+                announced = _watch(proc, output, sources, host, ready, stopped)
+                if proc.poll() is None or proc.returncode == 0:
+                    return 0
+                output.thread.join(5)
+                if port is None and not announced and race < PORT_RACES and \
+                        any(_PORT_RACE in line for line in output.tail):
+                    continue
+                raise TpuctlError(ErrorKind.ERROR, f"TensorBoard exited with code {proc.returncode}: "
+                                  + " / ".join(output.tail), f"its whole output is in {log}")
+            finally:
+                if proc.poll() is None:
+                    proc.terminate()
+                    try:
+                        proc.wait(10)
+                    except subprocess.TimeoutExpired:
+                        proc.kill()
+        return 0   # not reached: the last race raises
     finally:
         signal.signal(signal.SIGTERM, previous)
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+
+
+def _watch(proc: subprocess.Popen[bytes], output: _Output, sources: Sources, host: str, ready: Callable[[str], None],
+           stopped: Callable[[], bool]) -> bool:
+    """Syncs the runs while TensorBoard runs and tpuctl is not stopped; says its address once it listens there.
+    Whether it did."""
+    announced = False
+    next_sync = 0.0
+    while proc.poll() is None and not stopped():
+        if time.monotonic() >= next_sync:
+            sources.sync()
+            next_sync = time.monotonic() + sync_seconds()
+        bound = None if announced else output.port
+        if bound is not None and _listening(host, bound):
+            ready(f"http://{'localhost' if host in ('127.0.0.1', 'localhost') else host}:{bound}/")
+            announced = True
+        time.sleep(0.2)
+    return announced
 
 
 class _Output:
