@@ -108,7 +108,8 @@ def serve(sources: Sources, port: Optional[int], host: str, ready: Callable[[str
         raise SystemExit(128 + signum)   # through the `finally` below: TensorBoard never outlives the CLI
     previous = signal.signal(signal.SIGTERM, terminated)
     try:
-        for race in range(PORT_RACES + 1):
+        race = 0
+        while True:
             proc = subprocess.Popen([sys.executable, "-m", "tensorboard.main", "--logdir_spec",
                                      sources.logdir_spec(), *(["--port", str(port)] if port is not None else []),
                                      "--host", host, "--reload_interval", "5"],
@@ -121,6 +122,7 @@ def serve(sources: Sources, port: Optional[int], host: str, ready: Callable[[str
                 output.thread.join(5)
                 if port is None and not announced and race < PORT_RACES and \
                         any(_PORT_RACE in line for line in output.tail):
+                    race += 1
                     continue
                 raise TpuctlError(ErrorKind.ERROR, f"TensorBoard exited with code {proc.returncode}: "
                                   + " / ".join(output.tail), f"its whole output is in {log}")
@@ -131,7 +133,6 @@ def serve(sources: Sources, port: Optional[int], host: str, ready: Callable[[str
                         proc.wait(10)
                     except subprocess.TimeoutExpired:
                         proc.kill()
-        return 0   # not reached: the last race raises
     finally:
         signal.signal(signal.SIGTERM, previous)
 
