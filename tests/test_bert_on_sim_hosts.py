@@ -23,7 +23,7 @@ import pytest
 from conftest import PROJECT, until
 from fakes.procs import marked
 from fakes.tpu_host import image_site
-from test_bert_multihost import DRIVER, _notes, _port
+from test_bert_multihost import DRIVER, _port
 from test_gce_tpu import ZONE, _hosts, _wait_agents
 
 pytestmark = pytest.mark.usefixtures("no_leak")
@@ -83,15 +83,6 @@ def jax_on_cpus(hosts) -> None:
                         or k == "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"})
 
 
-def traces(found, into: Path) -> list[dict]:
-    """What each worker's job noted (DRIVER's notes), read from its host's disk, by worker id."""
-    into.mkdir()
-    for h in found:
-        [trace] = list(h.root.glob("**/trace.jsonl"))
-        shutil.copy(trace, into / f"w{h.worker}.jsonl")
-    return [_notes(into, f"w{w}") for w in range(len(found))]
-
-
 @pytest.mark.slow(200)
 def test_bert_on_a_two_host_compute_mig_trains_once_across_both(cloud, cli, tmp_path, monkeypatch, wheel_index):
     across_two_hosts(cloud, cli, tmp_path, monkeypatch, wheel_index, "ubuntu-accel",
@@ -122,7 +113,10 @@ def across_two_hosts(cloud, cli, tmp_path, monkeypatch, wheel_index, image: str,
     losses = [float(line.split()[3]) for line in logs[0].splitlines() if line.startswith("step ")]
     assert len(losses) == STEPS // 2 and losses[-1] < losses[0], losses
     # each host read its own examples (rows before masks; batches made ahead of need were never trained on)
-    notes = traces(found, tmp_path / "traces")
+    notes = []
+    for h in sorted(found, key=lambda h: h.worker):
+        [only] = starts(h)   # the job started once on each host
+        notes.append(only)
     seen = [{r for b, rows in n["batch"].items() if b < STEPS for r in rows} for n in notes]
     assert len(seen[0]) == len(seen[1]) == STEPS * BATCH and not seen[0] & seen[1]
     # only worker 0 wrote: the prepared data, the run's outputs, its checkpoints
