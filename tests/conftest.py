@@ -16,6 +16,7 @@ import atexit
 import logging
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -102,6 +103,14 @@ def until(cond, timeout=60.0, what="", every=0.05):
             said = what() if callable(what) else what
             raise AssertionError(f"waited {timeout:g}s for {said}")
         time.sleep(every)
+
+
+def kill_dead(pid: int) -> None:
+    """SIGKILL pid and wait until it has ended: kill() only marks the signal pending, and on a loaded machine the
+    process can still read as running (its /proc state and cmdline unchanged) when the next command looks at it."""
+    from tpuctl.core.processes import running
+    os.kill(pid, signal.SIGKILL)
+    until(lambda: not running(pid), 10, f"pid {pid} to end after SIGKILL")
 
 
 @dataclass

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from conftest import until
+from conftest import kill_dead, until
 from jobs import make_job, tpuctl_within
 from tpuctl.core import layout, runs, state
 from tpuctl.providers.local import LocalProvider
@@ -195,15 +195,13 @@ time.sleep(float(os.environ.get("QUIET_SECONDS", "3")))
 
 
 def test_a_killed_agent_never_leaves_two_attempts_running(quick_local, cli, tmp_path):
-    import signal
     job = make_job(tmp_path, QUIET, '[env]\nQUIET_SECONDS = "600"\n')
     code, out, err = cli("submit", str(job), "-c", "faults", "--detach")
     run_id = out.strip()
     store = LocalProvider().store(quick_local)
     _wait_running(store, run_id)
     first = runs.status(store, run_id)
-    os.kill(quick_local.host.pid, signal.SIGKILL)           # the agent dies; its quiet job lives on
-    time.sleep(0.5)
+    kill_dead(quick_local.host.pid)                         # the agent dies; its quiet job lives on
     assert os.path.exists(f"/proc/{first.pid}")
     assert cli("up", "--provider", "local", "-c", "faults")[0] == 0   # restarts the agent
     # attempt 2 is recorded STARTING before its process exists; wait for RUNNING, well inside the 90 s staleness

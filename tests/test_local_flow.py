@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import tpuctl_at_a_terminal, until
+from conftest import kill_dead, tpuctl_at_a_terminal, until
 from jobs import ENV_JOB, FIDELITY_JOB, SLEEP_JOB, fidelity_expected, make_job, make_wheel
 from tpuctl.core import state
 from tpuctl.core.models import ProviderName
@@ -24,14 +24,7 @@ def test_up_is_idempotent_and_restarts_a_dead_agent(local, cli):
     assert LocalProvider().agent_alive(local)
     assert cli("up", "--provider", "local", "-c", "loc")[0] == 0
     assert state.load("loc").host.pid == pid  # no second agent
-    os.kill(pid, signal.SIGKILL)
-    deadline = time.time() + 5
-    while LocalProvider().agent_alive(local) and time.time() < deadline:
-        try:
-            os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            pass
-        time.sleep(0.05)
+    kill_dead(pid)
     code, out, err = cli("status", "-c", "loc", "--json")
     assert json.loads(out)["resources"]["agent"]["state"] == "DEAD"
     code, out, err = cli("up", "--provider", "local", "-c", "loc")

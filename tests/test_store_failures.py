@@ -3,7 +3,6 @@ when the agent starts, and a local agent that died being started again by the ne
 import errno
 import json
 import os
-import signal
 import subprocess
 import threading
 import time
@@ -11,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import until
+from conftest import kill_dead, until
 from jobs import make_job, submit_to_store
 from tpuctl.core import layout, runs
 from tpuctl.core.runs import RunState
@@ -175,18 +174,18 @@ def test_the_agent_waits_for_a_store_it_cannot_read_yet(tmp_path, capfd):
 
 def test_a_killed_local_agent_is_restarted_by_the_next_submit_and_logs(local_up, cli, tmp_path):
     st = local_up("revive")
-    os.kill(st.host.pid, signal.SIGKILL)
+    kill_dead(st.host.pid)
     code, out, err = cli("submit", str(make_job(tmp_path, "print('ran')\n")), "-c", "revive")
     assert code == 0 and out.strip() == "ran", err
     assert "was not running: restarted it" in err
     from tpuctl.core import state
     pid = state.load("revive").host.pid
     assert pid != st.host.pid
-    os.kill(pid, signal.SIGKILL)
+    kill_dead(pid)
     code, out, err = cli("submit", str(make_job(tmp_path, "print('again')\n", name="j2")), "-c", "revive",
                          "--detach")
     assert code == 0 and "restarted it" in err
-    os.kill(state.load("revive").host.pid, signal.SIGKILL)
+    kill_dead(state.load("revive").host.pid)
     code, out, err = cli("logs", "-c", "revive", "-f")
     assert code == 0 and out.strip() == "again" and "restarted it" in err, err
 
