@@ -33,7 +33,7 @@ import json, os, sys, hashlib
 sys.path.insert(0, sys.argv[1])
 log = open(sys.argv[2], "a")
 import fileio, records
-from tpuctl import runtime
+from tpuctl.runtime import metrics_file
 def note(kind, value):
     log.write(json.dumps([kind, value]) + "\\n"); log.flush()
 rows_of = records.Batches.rows_of
@@ -48,11 +48,11 @@ for name in ("write", "copy", "remove", "makedirs"):
         note("write", [_name, str(a[-1] if _name == "copy" else a[0])])
         return _real(*a)
     setattr(fileio, name, wrapped)
-real_text = runtime._write_text
+real_text = metrics_file.write_text
 def text(target, *a, **k):
     note("write", ["text", target])
     return real_text(target, *a, **k)
-runtime._write_text = text
+metrics_file.write_text = text
 import train
 result = train.main(sys.argv[3:])
 note("result", {"step": result["step"], "loss": result.get("loss", [])})

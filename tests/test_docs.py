@@ -190,9 +190,14 @@ def test_the_runtime_list_names_every_public_part_of_tpuctl_runtime():
     from tpuctl import runtime
     section = (ROOT / "docs" / "jobs.md").read_text().split("## `tpuctl.runtime`", 1)[1].split("\n## ", 1)[0]
     internal = {"prefer_legacy_keras", "legacy_keras", "Replicas"}   # what tpuctl's agent and jax_replicas use
-    public = [n for n, v in vars(runtime).items() if not n.startswith("_") and n not in internal
-              and ((inspect.isfunction(v) or inspect.isclass(v)) and v.__module__ == runtime.__name__
-                   or n.endswith("_CODE"))]
+    public = [n for n in runtime.__all__ if n not in internal]
+    # every public function, class and code of its modules is named in __all__ (what `from tpuctl import runtime` offers)
+    parts = [m for m in vars(runtime).values() if inspect.ismodule(m) and m.__name__.startswith(runtime.__name__ + ".")]
+    unlisted = [f"{m.__name__}.{n}" for m in parts for n, v in vars(m).items() if not n.startswith("_")
+                and ((inspect.isfunction(v) or inspect.isclass(v)) and v.__module__ == m.__name__
+                     or n.endswith("_CODE")) and n not in runtime.__all__]
+    assert parts and unlisted == [f"{runtime.__name__}.keras_env.{n}" for n in ("keras_module", "tf_module")] + \
+        [f"{runtime.__name__}.files.{n}" for n in ("records_metrics", "write_text", "read_bytes")]
     assert "Progress" in public
     missing = [n for n in public if f"`{n}" not in section]
     assert not missing, f"jobs.md's tpuctl.runtime list lacks {missing}"

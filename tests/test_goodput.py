@@ -41,7 +41,7 @@ def test_progress_keeps_attempts_across_restarts(tmp_path, monkeypatch):
 
 
 def test_only_the_first_host_of_a_run_across_hosts_writes_metrics(tmp_path, monkeypatch):
-    """Every host runs the same steps: goodput counts the run once, as for one slice (runtime._records_metrics)."""
+    """Every host runs the same steps: goodput counts the run once, as for one slice (runtime/files.py records_metrics)."""
     from tpuctl import runtime
     monkeypatch.setenv("TPUCTL_OUTPUT_DIR", str(tmp_path))
     monkeypatch.delenv("TPUCTL_STORE", raising=False)

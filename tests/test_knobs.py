@@ -51,7 +51,7 @@ def test_good_values_are_read_and_polls_and_counts_keep_their_bounds(monkeypatch
 
 def test_every_tpuctl_number_read_in_the_package_goes_through_knobs():
     """No `float(os.environ...)` / `int(os.environ...)` of a TPUCTL_ variable is left outside knobs.py (but what
-    tpuctl itself sets for a job, which runtime.py reads), and every knob named in a call is in the table."""
+    tpuctl itself sets for a job, which runtime/ reads), and every knob named in a call is in the table."""
     bare, named = [], set()
     set_by_tpuctl = ("TPUCTL_NUM_WORKERS", "TPUCTL_SESSION_DEADLINE", "TPUCTL_WORKER", "TPUCTL_JAX_")
     for path in PKG.rglob("*.py"):

@@ -118,7 +118,7 @@ def test_google_and_grpc_are_imported_only_under_providers_gcp():
 MAY_IMPORT = {
     "core": ("core",),
     "host": ("core", "host", "runtime", "providers.stores"),
-    "runtime": ("core", "providers.stores"),   # a job's metrics.json into the store without TensorFlow
+    "runtime": ("core", "runtime", "providers.stores"),   # a job's metrics.json into the store without TensorFlow
     "providers": ("core", "providers"),
     "control": ("core", "control", "providers"),
     "cli": ("core", "cli", "control", "providers", "agent", "ui"),
@@ -126,7 +126,7 @@ MAY_IMPORT = {
     "agent": ("host",),
     "watcher": ("core", "control", "providers"),
 }
-TOP_LEVEL = {"tpuctl", "tpuctl.__main__", "tpuctl.runtime", "tpuctl.agent", "tpuctl.watcher"}
+TOP_LEVEL = {"tpuctl", "tpuctl.__main__", "tpuctl.agent", "tpuctl.watcher"}
 
 
 def _room(module: str) -> str:
@@ -150,7 +150,7 @@ def test_every_module_lives_in_the_room_for_where_it_runs():
     loose = sorted(set(agent_package.modules(PKG)) - TOP_LEVEL)
     assert [m for m in loose if m.count(".") < 2 and m not in ("tpuctl." + r for r in MAY_IMPORT)] == []
     assert {p.name for p in PKG.iterdir() if p.is_dir() and p.name != "__pycache__"} == \
-        {r for r in MAY_IMPORT if (PKG / r).is_dir()} == {"cli", "control", "core", "host", "providers", "ui"}
+        {r for r in MAY_IMPORT if (PKG / r).is_dir()} == {"cli", "control", "core", "host", "providers", "runtime", "ui"}
 
 
 def test_each_room_imports_only_the_rooms_below_it():
@@ -173,9 +173,10 @@ def test_the_host_wheel_holds_what_the_host_runs_and_runs_from_it_alone(tmp_path
     names = zipfile.ZipFile(io.BytesIO(agent_package.build())).namelist()
     shipped = {n for n in names if n.endswith(".py")}
     rooms = {n.split("/")[1] for n in shipped if n.count("/") > 1}
-    assert rooms == {"core", "host", "providers"}
+    assert rooms == {"core", "host", "providers", "runtime"}
     assert {f"tpuctl/host/{p.name}" for p in (PKG / "host").glob("*.py")} <= shipped
-    assert {"tpuctl/agent.py", "tpuctl/runtime.py", "tpuctl/providers/gcp/gcs_store.py"} <= shipped
+    assert {"tpuctl/agent.py", "tpuctl/runtime/__init__.py", "tpuctl/runtime/metrics_file.py",
+            "tpuctl/providers/gcp/gcs_store.py"} <= shipped
     assert not {"tpuctl/providers/gcp/provider.py", "tpuctl/core/catalog.py"} & shipped
     zipfile.ZipFile(io.BytesIO(agent_package.build())).extractall(tmp_path)
     # Only the wheel on the path (-S: no site-packages): every module it holds imports.

@@ -1,4 +1,5 @@
 """Unit tests: catalog, config precedence, error classification from captured payloads, waits, runtime choice."""
+import os
 import subprocess
 import sys
 
@@ -222,14 +223,14 @@ def test_runtime_leaves_the_keras_of_a_job_alone(tmp_path):
 ])
 def test_runtime_finds_the_tpu_from_its_environment(environ, expect, monkeypatch):
     from tpuctl import runtime
-    monkeypatch.setattr(runtime.os.path, "exists", lambda p: False)   # no /dev/accel0 on this machine
+    monkeypatch.setattr(os.path, "exists", lambda p: False)   # no /dev/accel0 on this machine
     assert runtime.tpu_target(environ) == expect
 
 
 def test_tpu_vm_device_files_mean_a_local_tpu(monkeypatch):
     # Kaggle and Colab TPU VMs set nothing of ours: the device files say it (/dev/accel0 v4+, /dev/vfio/0 v5e+)
     from tpuctl import runtime
-    monkeypatch.setattr(runtime.os.path, "exists", lambda p: p == "/dev/vfio/0")
+    monkeypatch.setattr(os.path, "exists", lambda p: p == "/dev/vfio/0")
     assert runtime.tpu_target({}) == ("local", False)
 
 

@@ -10,7 +10,7 @@ at once): issue 52.7. Now a value that is not a finite number within its knob's 
 
 KNOBS holds each knob's bounds (not its default, which stays beside the code that uses it); reading one not
 listed is a programming error (KeyError), so a new knob cannot skip the check. What tpuctl itself sets for a
-job (TPUCTL_NUM_WORKERS, TPUCTL_SESSION_DEADLINE: runtime.py) is no knob.
+job (TPUCTL_NUM_WORKERS, TPUCTL_SESSION_DEADLINE: runtime/) is no knob.
 """
 from __future__ import annotations
 
@@ -55,8 +55,8 @@ KNOBS: dict[str, Bounds] = {
     "TPUCTL_WORKER": Bounds(0, 1 << 20, whole=True),
     "TPUCTL_NOTIFY_TIMEOUT": _POLL, "TPUCTL_NOTIFY_RETRY_FOR": _WAIT, "TPUCTL_NOTIFY_BACKOFF": _POLL,
     "TPUCTL_NOTIFY_EXIT_WAIT": _WAIT, "TPUCTL_NOTIFY_IDLE": _WAIT, "TPUCTL_APPRISE_INSTALL_WAIT": _POLL,
-    "TPUCTL_PROGRESS_SECONDS": _POLL,
-    "TPUCTL_TPU_METRICS_SECONDS": _WAIT,   # 0: no chip sampling (host/chipsampler.py)   # read by the job itself (runtime.py), from the agent's environment
+    "TPUCTL_PROGRESS_SECONDS": _POLL,   # read by the job itself (runtime/metrics_file.py), from the agent's environment
+    "TPUCTL_TPU_METRICS_SECONDS": _WAIT,   # 0: no chip sampling (host/chipsampler.py)
     # the CLI and the watcher (control/, cli/, providers/)
     "TPUCTL_POLL_INTERVAL": _POLL, "TPUCTL_RETRY_BASE": _WAIT, "TPUCTL_TEARDOWN_WAIT": _WAIT,
     "TPUCTL_WATCH_POLL": _POLL, "TPUCTL_RECOVER_BACKOFF": _WAIT, "TPUCTL_LEASE_WAIT": _WAIT,
