@@ -21,6 +21,9 @@ import corpus  # noqa: E402
 import prepare  # noqa: E402
 
 STEPS, EVERY = 12, 4
+# One worker takes the module (--dist loadgroup): its fixtures are made once per worker, and the three runs of
+# `runs` cost about 80 s, which two workers each paid when the tests were spread.
+pytestmark = pytest.mark.xdist_group("bert_steps")
 
 # train.main with notes beside it: each read of a device value by the host (a jax.Array made a Python number or a
 # numpy array: jax/_src/array.py's conversions, numpy's array and asarray, which Keras's convert_to_numpy and
