@@ -4,7 +4,6 @@ import json
 
 import pytest
 import requests
-from conftest import PROJECT
 
 from tpuctl.core import state
 from tpuctl.core.errors import ErrorKind, Scope

@@ -131,7 +131,6 @@ def test_up_again_with_no_flags_finishes_what_a_cut_off_up_left_being_made(gke, 
     pool["status"] = "PROVISIONING"
     gke.fake._op(PROJ, "us-east5-b", "tpuctl-cut", "CREATE_NODE_POOL", "np-1",
                  lambda error: pool.update(status="RUNNING"), "create_pool")
-    made = len(gke.fake.mutating_calls())
     gke.fake.calls.clear()
     code, out, err = cli("up", "-c", "cut", "--yes")   # the provider, type, zone and slices as they were
     assert code == 0, err

@@ -4,7 +4,7 @@ cluster that has none (the user's `--kueue` is the ask), applies nothing to one 
 Kueue, whoever installed it."""
 from __future__ import annotations
 
-from test_gke_flow import PROJ, _their_cluster, _up, gke, _gke_servers  # noqa: F401  (fixtures)
+from test_gke_flow import _their_cluster, _up, gke, _gke_servers  # noqa: F401  (fixtures)
 from tpuctl.providers.gke import kueue_install
 
 CQ = "/apis/kueue.x-k8s.io/v1beta1/clusterqueues/cluster-queue"

@@ -5,14 +5,12 @@ pod's real command: tpuctl's agent wheel fetched from the bucket (the fake GCS) 
 image, then `python -m tpuctl.agent --run`. Also: a restart on exit 42, a failure on exit 1, cancel deleting the
 JobSet, and a pod whose agent never started read through pods/log."""
 import os
-import sys
 import sysconfig
 import time
 import venv
 
 import pytest
 
-from tpuctl import __version__
 from tpuctl.core import layout, runs, state
 from tpuctl.core.models import ClusterSpec, ClusterState, Framework, HostFacts, Phase, ProviderName, cluster_record
 from tpuctl.providers import agent_package

@@ -6,7 +6,7 @@ import re
 import pytest
 from rich.console import Console
 
-from tpuctl.core import layout, runindex, runs
+from tpuctl.core import layout, runindex
 from tpuctl.core.runs import RunSpec, RunState, RunStatus
 from tpuctl.core.store import LocalStore
 from tpuctl.control.submission import resolve_run

@@ -2,7 +2,6 @@
 when the agent starts, and a local agent that died being started again by the next command."""
 import errno
 import json
-import os
 import subprocess
 import threading
 import time

@@ -21,7 +21,6 @@ import argparse
 import itertools
 import os
 import sys
-import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

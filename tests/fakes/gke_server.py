@@ -26,7 +26,6 @@ from __future__ import annotations
 import base64
 import collections
 import itertools
-import json
 import re
 import threading
 import time

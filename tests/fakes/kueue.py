@@ -175,7 +175,7 @@ class FakeKueue:
                     _set(v, "Admitted", False, "NoReservation")
                     _set(v, "QuotaReserved", False, "Pending", "Preempted")
                     self._suspend(v, True)
-            _set(wl, "QuotaReserved", True, "QuotaReserved", f"Quota reserved in ClusterQueue cq")
+            _set(wl, "QuotaReserved", True, "QuotaReserved", "Quota reserved in ClusterQueue cq")
             _set(wl, "Admitted", True, "Admitted", "The workload is admitted")
             if any(c["type"] == "Evicted" for c in wl["status"]["conditions"]):
                 _set(wl, "Evicted", False, "QuotaReserved", "Previously: Preempted")

@@ -307,7 +307,6 @@ class ComputeTpus:
         """Make the slices and wait until every VM runs; True when THIS run made them. As tpu.TpuApi.create: what
         carries our nonce is ours (a create whose answer was lost), and on failure only that is removed."""
         labels = {**spec.labels, NONCE_LABEL: nonce}
-        shape = shape_of(spec)
         try:
             if not is_mig(spec):
                 progress("creating VM")
@@ -445,8 +444,8 @@ def check_capacity_flags(spec: ClusterSpec) -> None:
         raise bad_input("--flex-start needs --max-duration D: Google deletes flex-start VMs after it",
                         "add --max-duration, from 10m to 7d (for example --max-duration 8h)")
     if not FLEX_MIN_SECONDS <= spec.max_duration <= FLEX_MAX_SECONDS:
-        raise bad_input(f"--max-duration with --flex-start is from 10 minutes to at most 7 days (about-resize-"
-                        f"requests)", "for example --max-duration 8h")
+        raise bad_input("--max-duration with --flex-start is from 10 minutes to at most 7 days (about-resize-"
+                        "requests)", "for example --max-duration 8h")
 
 
 def permissions_needed(spec: ClusterSpec) -> dict[str, str]:

@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 from ...core import knobs
 from ...core.errors import ErrorKind, TpuctlError
-from ...core.models import LABEL, require_owned
+from ...core.models import require_owned
 from ..base import Progress
 from ..gcp import clients
 from ..gcp.errors import classify_text

@@ -178,7 +178,7 @@ def price(spec: ClusterSpec) -> Price:
 def plan(spec: ClusterSpec) -> list[PlanRow]:
     s = shape(spec.tpu_type)
     zone = spec.zones[0]
-    rows = [PlanRow("gke", spec.gke_cluster, f"existing cluster, adopted (down leaves it)") if spec.gke_cluster else
+    rows = [PlanRow("gke", spec.gke_cluster, "existing cluster, adopted (down leaves it)") if spec.gke_cluster else
             PlanRow("gke", spec.tpu_name, f"new Standard cluster in {zone}, one {SYSTEM_MACHINE} system node; "
                                           f"${MANAGEMENT_FEE:.2f}/hour management fee"
                                           + (f"; version >= {TPU7X_MIN_GKE_VERSION}" if s.family == "tpu7x" else "")
