@@ -18,6 +18,7 @@ from .operations import call, get_or_none, wait
 from .tpu import NONCE_LABEL
 
 IMAGE = "projects/debian-cloud/global/images/family/debian-12"
+ROLE_LABEL = "tpuctl-role"   # what a VM tpuctl made is for: "tpu" (gce_requests.py), "watcher" (watcher_vm.py)
 DEADLINE = 600.0
 
 

@@ -1,11 +1,11 @@
 """What `ls` finds of the Compute Engine TPU path besides its labelled VMs (inventory.py lists those): instance
 templates labelled as tpuctl's, and workload policies and MIGs whose description names their cluster (neither
-resource has labels: gce.description)."""
+resource has labels: gce_requests.description)."""
 from __future__ import annotations
 
 from ...core.models import LABEL
 from . import clients
-from .gce import owner_of, shape_in
+from .gce_requests import owner_of, shape_in
 from .operations import call
 
 

@@ -8,11 +8,11 @@ from typing import Callable
 
 from ...core import layout, runs
 from ...core.models import LABEL, Arch, ClusterSpec, ClusterState, Grant, Phase, ProviderName, default_bucket
-from . import compute, gce, gce_inventory, storage
+from . import compute, gce_inventory, gce_requests, storage
+from .compute import ROLE_LABEL
 from .gcs_store import GcsStore
 from .queued import QueuedApi
 from .tpu import TpuApi
-from .watcher_vm import ROLE_LABEL
 
 
 class GcpInventory:
@@ -77,7 +77,7 @@ class GcpInventory:
         for zone, vm in compute.list_labelled(project):
             if vm.labels.get(ROLE_LABEL) == "tpu":   # a Compute Engine TPU VM (gce.py): one of a MIG is the MIG's
                 if not any(vm.name.startswith(f"{m}-") for m in migs):
-                    tpu, slices = gce.shape_in(vm.description)
+                    tpu, slices = gce_requests.shape_in(vm.description)
                     out.append({"cluster": vm.labels[LABEL], "kind": "tpu", "name": vm.name, "zone": zone,
                                 "arch": "vm", "type": tpu, "slices": str(slices), "state": vm.status,
                                 "api": "compute"})

@@ -12,7 +12,7 @@ from ...core.lifecycle import parse_duration, show_duration
 from ...core.models import (Arch, ClusterSpec, Framework, ProviderName, check_bucket_name, check_project,
                             check_gce_name, check_service_account, default_bucket)
 from ..base import PlanRow, Price, UpFlags
-from . import clients, gce, project
+from . import clients, gce_requests, project
 
 
 def make_spec(name: str, flags: UpFlags) -> ClusterSpec:
@@ -40,14 +40,14 @@ def make_spec(name: str, flags: UpFlags) -> ClusterSpec:
         raise bad_input("--api compute makes TPU VMs: a TPU Node (--arch node) is the Cloud TPU API's only",
                         "leave --arch node out")
     try:
-        framework = Framework(flags.framework or (Framework.JAX if t.family in gce.NO_TENSORFLOW
+        framework = Framework(flags.framework or (Framework.JAX if t.family in gce_requests.NO_TENSORFLOW
                                                   else Framework.TENSORFLOW).value)
         if framework is Framework.KERAS:
             raise ValueError(framework)
     except ValueError:
         raise bad_input(f"unknown --framework {flags.framework!r}", "use tensorflow (default), jax or pytorch "
                         "(a Keras 3 job runs on either image: its backend follows the runtime)")
-    if framework is Framework.TENSORFLOW and t.family in gce.NO_TENSORFLOW:
+    if framework is Framework.TENSORFLOW and t.family in gce_requests.NO_TENSORFLOW:
         raise bad_input(f"Google offers no TensorFlow for {t.family} TPUs", "use --framework jax (Keras 3 jobs run "
                         "on JAX) or --framework pytorch")
     if arch is Arch.NODE and framework is not Framework.TENSORFLOW:
@@ -191,21 +191,22 @@ def plan(spec: ClusterSpec) -> list[PlanRow]:
 def _compute_plan(spec: ClusterSpec) -> list[PlanRow]:
     """Through Compute Engine (gce.py): one VM, or per slice an instance template and a MIG, and one workload
     policy; the provisioning model and what it means."""
-    t, shape = tpu_type(spec.tpu_type), gce.shape_of(spec)
+    t, shape = tpu_type(spec.tpu_type), gce_requests.shape_of(spec)
     where = " or ".join(spec.zones)
     model = ("spot: preempted VMs are deleted and made again" if spec.spot else
              f"flex-start: waits for capacity, deleted after {show_duration(spec.max_duration)}" if spec.flex_start
              else f"reservation-bound to {spec.reservation}" if spec.reservation else "on demand")
     head = f"{spec.tpu_type} ({t.chips} chips) through Compute Engine, {model}, in {where}"
-    if not gce.is_mig(spec):
+    if not gce_requests.is_mig(spec):
         return [PlanRow("vm", spec.tpu_name, f"{head}: one {shape.machine_type} VM, image "
-                        f"{gce.IMAGE_FAMILIES[t.family]}")]
-    rows = [PlanRow("policy", gce.policy_name(spec), f"workload policy HIGH_THROUGHPUT, topology {shape.topology}")]
+                        f"{gce_requests.IMAGE_FAMILIES[t.family]}")]
+    rows = [PlanRow("policy", gce_requests.policy_name(spec),
+                    f"workload policy HIGH_THROUGHPUT, topology {shape.topology}")]
     for k, name in enumerate(spec.node_names):
-        rows.append(PlanRow("template", gce.template_name(name), f"{shape.machine_type}, image "
-                            f"{gce.IMAGE_FAMILIES[t.family]}"))
-        rows.append(PlanRow("mig", name, f"{head}: {shape.vms} VMs" + (" made all at once (bulk)" if gce.bulk(spec)
-                                                                        else "")
+        rows.append(PlanRow("template", gce_requests.template_name(name), f"{shape.machine_type}, image "
+                            f"{gce_requests.IMAGE_FAMILIES[t.family]}"))
+        rows.append(PlanRow("mig", name, f"{head}: {shape.vms} VMs"
+                            + (" made all at once (bulk)" if gce_requests.bulk(spec) else "")
                             + (f", slice {k} of {spec.slices}" if spec.slices > 1 else "")))
     return rows
 

@@ -13,7 +13,7 @@ from ...core.catalog import region_of, tpu_type
 from ...core.errors import ErrorKind, Scope, TpuctlError
 from ...core.models import Arch, ClusterSpec, ClusterState, Framework, ProviderName, cluster_record
 from ..base import Compute, Enforcement, Placement, PlanRow, Price, Progress, Reporter, UpFlags, progress_of
-from . import clients, firewall, gce, permissions, planning, storage, teardown
+from . import clients, firewall, gce, gce_requests, permissions, planning, storage, teardown
 from .gcs_store import GcsStore
 from .health import Health
 from .iam import BucketIam
@@ -54,11 +54,11 @@ class GcpProvider:
     # -- making and removing -----------------------------------------------------------------------------
     def preflight(self, spec: ClusterSpec) -> list[str]:
         if spec.api:
-            gce.check_capacity_flags(spec)   # --max-duration is known only once the CLI has read it
+            gce_requests.check_capacity_flags(spec)   # --max-duration is known only once the CLI has read it
         clients.preflight()
         firewall.check(spec, tpu_type(spec.tpu_type).hosts)   # read-only; refused before anything is made
         if spec.project not in self._checked:   # the CLI asks before its prompt, `up` again: ask Google once
-            warnings = permissions.check(spec, gce.permissions_needed(spec) if spec.api else None)
+            warnings = permissions.check(spec, gce_requests.permissions_needed(spec) if spec.api else None)
             if spec.autostop or spec.max_duration:   # refused now rather than found out after the TPU exists
                 warnings += permissions.check_self_teardown(spec, self.grants.workload_accounts(spec)[0])
             self._checked[spec.project] = warnings
@@ -75,7 +75,7 @@ class GcpProvider:
         """The runtime for this zone, asked of the zone before its bucket or grants are made."""
         t = tpu_type(spec.tpu_type)
         if spec.api:   # no TPU runtime: Google's TPU-optimised Ubuntu image family, the agent installs the stack
-            return gce.IMAGE_FAMILIES[t.family]
+            return gce_requests.IMAGE_FAMILIES[t.family]
         versions = Topology.tpu(spec).versions(placement.zone)
         if spec.runtime:
             if versions and spec.runtime not in versions:
@@ -181,6 +181,6 @@ class GcpProvider:
 
     def teardown_list(self, st: ClusterState) -> list[str]:
         if st.spec.api:
-            return gce.teardown_list(st.spec)
+            return gce_requests.teardown_list(st.spec)
         return ([f"queued resource {st.spec.qr_name}"] if st.spec.queued else []) + [f"TPU {st.spec.tpu_name}"] \
             + ([f"VM {st.spec.vm_name}"] if st.spec.arch is Arch.NODE else [])

@@ -13,7 +13,7 @@ from ...core import layout, runs
 from ...core.models import Arch, ClusterSpec, ClusterState
 from ...core.store import BlobStore
 from ..base import Enforcement
-from . import gce
+from . import gce_requests
 
 # Which permission Google checks for a queued resource's create and delete is not documented (the REST reference
 # shows none that could be read here). Google's Cloud TPU roles page (cloud.google.com/iam/docs/roles-permissions/
@@ -33,7 +33,7 @@ REACH = {"roles/tpu.admin": "create and delete every TPU and queued resource in 
 def _steps(spec: ClusterSpec) -> list[tuple[str, str]]:
     """(what, the permission checked for it) of each deletion, in order; known before anything exists."""
     if spec.api:   # Compute Engine (gce.py): the TPU VM, or each slice's MIG, which deletes its VMs
-        return [("mig", "compute.instanceGroupManagers.delete")] if gce.is_mig(spec) \
+        return [("mig", "compute.instanceGroupManagers.delete")] if gce_requests.is_mig(spec) \
             else [("vm", "compute.instances.delete")]
     return ([("queued", QUEUED_DELETE)] if spec.queued else []) + [("node", "tpu.nodes.delete")] \
         + ([("vm", "compute.instances.delete")] if spec.arch is Arch.NODE else [])
@@ -54,7 +54,7 @@ def targets(st: ClusterState) -> list[dict[str, str]]:
     s = st.spec
     if s.api:   # the host's own slice (slice 0: worker 0 asks) last; a MIG's template and policy are left to `down`
         zonal = f"compute/v1/projects/{s.project}/zones/{st.zone}"
-        if not gce.is_mig(s):
+        if not gce_requests.is_mig(s):
             return [{"api": "compute", "path": f"{zonal}/instances/{s.tpu_name}",
                      "permission": "compute.instances.delete", "kind": "vm"}]
         return [{"api": "compute", "path": f"{zonal}/instanceGroupManagers/{name}",

@@ -28,6 +28,7 @@ from ...core.errors import ErrorKind, TpuctlError, bad_input
 from ...core.models import Arch, ClusterSpec, ClusterState
 from ..base import Progress, Reporter, progress_of
 from . import compute, permissions
+from .compute import ROLE_LABEL
 from .iam import BucketIam
 
 MACHINE_TYPE = "e2-micro"
@@ -37,7 +38,6 @@ FREE_TIER_ZONES = {"us-central1": ("us-central1-a", "us-central1-b", "us-central
                    "us-west1": ("us-west1-a", "us-west1-b", "us-west1-c"),
                    "us-east1": ("us-east1-b", "us-east1-c", "us-east1-d")}
 FREE_TIER_REGIONS = tuple(FREE_TIER_ZONES)
-ROLE_LABEL = "tpuctl-role"
 
 # permission -> the role that carries it, and every predefined role known to carry it
 # A queued request is checked by tpu.nodes.create and tpu.nodes.delete like a node (teardown.QUEUED_DELETE: no

@@ -1,0 +1,184 @@
+"""What a TPU cluster asks of Compute Engine (gce.py makes and reads it): the names of its VMs, templates, MIGs and
+workload policy, the descriptions that mark them as the cluster's, the request bodies (pure: google-cloud-compute
+types, so every field is one the API has), the permissions they need and the flags they constrain. Facts and
+sources: ../shared/GCE_TPU_FACTS.md (§ numbers below).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ...core.catalog import ComputeShape, compute_shape, region_of, tpu_type
+from ...core.models import ClusterSpec
+from .compute import ROLE_LABEL, network_of
+
+# Google's TPU-optimised Ubuntu images (§2 "Boot image": project ubuntu-os-accelerator-images, the families in use
+# in Google's and vLLM's guides; the family list page itself could not be read).
+IMAGE_PROJECT = "ubuntu-os-accelerator-images"
+IMAGE_FAMILIES = {"tpu7x": "ubuntu-accel-2404-amd64-tpu-tpu7x", "v6e": "ubuntu-accel-2204-amd64-tpu-v5e-v5p-v6e",
+                  "v5p": "ubuntu-accel-2204-amd64-tpu-v5e-v5p-v6e"}
+# Families Google offers no TPU TensorFlow for (TPU7x: its guides are JAX and PyTorch only, §5).
+NO_TENSORFLOW = frozenset({"tpu7x"})
+SCOPES = ["https://www.googleapis.com/auth/cloud-platform"]   # set explicitly: gcloud's default is narrower (§2)
+
+
+def image(family: str) -> str:
+    return f"projects/{IMAGE_PROJECT}/global/images/family/{IMAGE_FAMILIES[family]}"
+
+
+def template_name(node: str) -> str:
+    """One template per slice (MIG): each carries its slice's number (`tpuctl-slice` metadata), which the host's
+    start-up script reads where Google's tpu-env has no MEGASCALE_SLICE_ID (a Multislice of MIGs is tpuctl's own)."""
+    return f"{node}-template"
+
+
+def policy_name(spec: ClusterSpec) -> str:
+    return f"{spec.tpu_name}-wp"
+
+
+def shape_of(spec: ClusterSpec) -> ComputeShape:
+    return compute_shape(tpu_type(spec.tpu_type))
+
+
+def description(spec: ClusterSpec) -> str:
+    """Templates, policies and MIGs carry no labels (InstanceTemplate, ResourcePolicy, InstanceGroupManager in the
+    Compute discovery document): this description is how `ls` and `down` know them as the cluster's, and what a
+    cluster rebuilt from them (`down -c NAME --project P`) is: "tpuctl cluster NAME TYPE xSLICES"."""
+    return f"tpuctl cluster {spec.name} {spec.tpu_type} x{spec.slices}"
+
+
+def owner_of(desc: str) -> str:
+    words = (desc or "").split()
+    return words[2] if len(words) >= 3 and words[:2] == ["tpuctl", "cluster"] else ""
+
+
+def shape_in(desc: str) -> tuple[str, int]:
+    """(TPU type, slices) a description names; ("", 1) when it names none."""
+    words = (desc or "").split()
+    return (words[3], int(words[4][1:])) if len(words) >= 5 and words[4][1:].isdigit() else ("", 1)
+
+
+def build_scheduling(spec: ClusterSpec) -> Any:
+    """TERMINATE on host maintenance (TPU VMs cannot live-migrate, §2); SPOT with the STOP action Google's TPU Spot
+    template uses (tpu/docs/spot-compute); FLEX_START with maxRunDuration and DELETE; RESERVATION_BOUND with DELETE
+    ("DELETE is a required parameter for RESERVATION_BOUND + MIG", §3)."""
+    from google.cloud import compute_v1 as c
+    s = c.Scheduling(on_host_maintenance="TERMINATE")
+    if spec.spot:
+        s.provisioning_model, s.instance_termination_action, s.automatic_restart = "SPOT", "STOP", False
+    elif spec.flex_start:
+        s.provisioning_model, s.instance_termination_action = "FLEX_START", "DELETE"
+        s.max_run_duration = c.Duration(seconds=spec.max_duration)
+    elif spec.reservation:
+        s.provisioning_model, s.instance_termination_action = "RESERVATION_BOUND", "DELETE"
+    return s
+
+
+def _common(spec: ClusterSpec, zone: str, script: str, service_account: str, labels: dict[str, str],
+            slice_id: int = 0) -> dict:
+    from google.cloud import compute_v1 as c
+    t = tpu_type(spec.tpu_type)
+    out: dict[str, Any] = dict(
+        labels={**labels, ROLE_LABEL: "tpu"}, description=description(spec),
+        disks=[c.AttachedDisk(boot=True, auto_delete=True, initialize_params=c.AttachedDiskInitializeParams(
+            source_image=image(t.family), disk_size_gb=100))],
+        network_interfaces=[c.NetworkInterface(**network_of(spec, zone), access_configs=[
+            c.AccessConfig(name="External NAT", type_="ONE_TO_ONE_NAT")])],
+        service_accounts=[c.ServiceAccount(email=service_account or "default", scopes=SCOPES)],
+        metadata=c.Metadata(items=[c.Items(key="startup-script", value=script),
+                                   c.Items(key="tpuctl-slice", value=str(slice_id))]),
+        scheduling=build_scheduling(spec))
+    if shape_of(spec).machine_type == "ct6e-standard-8t":   # "CT6e 8-chip VMs require single-threaded cores" (§2)
+        out["advanced_machine_features"] = c.AdvancedMachineFeatures(threads_per_core=1)
+    if spec.reservation:   # gcloud's key for --reservation (§2 reservationAffinity)
+        out["reservation_affinity"] = c.ReservationAffinity(
+            consume_reservation_type="SPECIFIC_RESERVATION", key="compute.googleapis.com/reservation-name",
+            values=[spec.reservation])
+    return out
+
+
+def build_instance(spec: ClusterSpec, zone: str, script: str, service_account: str, labels: dict[str, str]) -> Any:
+    """Instance.machineType is a zonal partial URL (§2)."""
+    from google.cloud import compute_v1 as c
+    return c.Instance(name=spec.tpu_name, machine_type=f"zones/{zone}/machineTypes/{shape_of(spec).machine_type}",
+                      **_common(spec, zone, script, service_account, labels))
+
+
+def build_template(spec: ClusterSpec, node: str, zone: str, script: str, service_account: str,
+                   labels: dict[str, str]) -> Any:
+    """InstanceProperties.machineType takes the bare name only: a URL there is an INTERNAL_ERROR (§2)."""
+    from google.cloud import compute_v1 as c
+    common = _common(spec, zone, script, service_account, labels, spec.node_names.index(node))
+    return c.InstanceTemplate(name=template_name(node), description=description(spec),
+                              properties=c.InstanceProperties(machine_type=shape_of(spec).machine_type, **common))
+
+
+def build_policy(spec: ClusterSpec) -> Any:
+    from google.cloud import compute_v1 as c
+    return c.ResourcePolicy(name=policy_name(spec), description=description(spec),
+                            workload_policy=c.ResourcePolicyWorkloadPolicy(
+                                type_="HIGH_THROUGHPUT", accelerator_topology=shape_of(spec).topology))
+
+
+def is_mig(spec: ClusterSpec) -> bool:
+    """Whether the cluster is MIGs (a multi-host slice, or a Multislice) rather than one bare VM; a cluster rebuilt
+    from a template or policy alone (no type known) counts as MIGs."""
+    return not spec.tpu_type or shape_of(spec).vms > 1 or spec.slices > 1
+
+
+def bulk(spec: ClusterSpec) -> bool:
+    """Bulk mode ("creates VMs all at once") "supports the reservation-bound and flex-start provisioning models" only;
+    with flex-start, repairs must be off (about-bulk-mode, §3)."""
+    return spec.flex_start or bool(spec.reservation)
+
+
+def build_mig(spec: ClusterSpec, name: str, zone: str) -> Any:
+    from google.cloud import compute_v1 as c
+    mig = c.InstanceGroupManager(
+        name=name, description=description(spec), base_instance_name=name, target_size=shape_of(spec).vms,
+        instance_template=f"projects/{spec.project}/global/instanceTemplates/{template_name(name)}",
+        resource_policies=c.InstanceGroupManagerResourcePolicies(
+            workload_policy=f"projects/{spec.project}/regions/{region_of(zone)}/resourcePolicies/{policy_name(spec)}"))
+    if bulk(spec):
+        mig.target_size_policy = c.InstanceGroupManagerTargetSizePolicy(mode="BULK")
+        mig.instance_lifecycle_policy = c.InstanceGroupManagerInstanceLifecyclePolicy(
+            default_action_on_failure="DO_NOTHING")
+    return mig
+
+
+def teardown_list(spec: ClusterSpec) -> list[str]:
+    if spec.tpu_type and not is_mig(spec):
+        return [f"VM {spec.tpu_name}"]
+    return [f"MIG {n} and its VMs" for n in spec.node_names] + [f"instance template {template_name(n)}"
+                                                                for n in spec.node_names] \
+        + [f"workload policy {policy_name(spec)}"]
+
+
+FLEX_MAX_SECONDS = 7 * 86400   # "The run duration must be between 10 minutes and 7 days" (about-resize-requests, §4)
+FLEX_MIN_SECONDS = 600
+
+
+def check_capacity_flags(spec: ClusterSpec) -> None:
+    """--flex-start needs --max-duration: a flex-start VM's maxRunDuration, which Google enforces (§4)."""
+    from ...core.errors import bad_input
+    if not spec.flex_start:
+        return
+    if not spec.max_duration:
+        raise bad_input("--flex-start needs --max-duration D: Google deletes flex-start VMs after it",
+                        "add --max-duration, from 10m to 7d (for example --max-duration 8h)")
+    if not FLEX_MIN_SECONDS <= spec.max_duration <= FLEX_MAX_SECONDS:
+        raise bad_input("--max-duration with --flex-start is from 10 minutes to at most 7 days (about-resize-"
+                        "requests)", "for example --max-duration 8h")
+
+
+def permissions_needed(spec: ClusterSpec) -> dict[str, str]:
+    """What the caller needs in the project, each -> the role that carries it: Compute Instance Admin (v1), the one
+    role the multi-host slice quickstart asks for beside Service Account User (compute/docs/tpus/quickstart-create-
+    tpu-multi-host-slice; GCE_TPU_FACTS §7). The names of the template, MIG and policy permissions follow
+    compute/docs/access/iam; that MIG resize and bulk need nothing beyond them is not documented."""
+    role = "roles/compute.instanceAdmin.v1"
+    if not is_mig(spec):
+        names = ["compute.instances.create", "compute.instances.delete"]
+    else:
+        names = [f"compute.{r}.{v}" for r in ("instanceTemplates", "instanceGroupManagers", "resourcePolicies")
+                 for v in ("create", "delete")]
+    return {n: role for n in names}
