@@ -251,7 +251,8 @@ def test_429_waits_its_retry_after_and_gives_up_after_ten_attempts(kaggle):
     from email.utils import format_datetime
     from types import SimpleNamespace
     from tpuctl.core.errors import TpuctlError
-    from tpuctl.providers.kaggle.client import Kaggle, retry_after
+    from tpuctl.providers.kaggle.client import Kaggle
+    from tpuctl.providers.kaggle.retries import retry_after
     k = Kaggle()
     kaggle.throttle_every, kaggle.retry_after = 2, "0.4"
     kaggle.api_calls = 0

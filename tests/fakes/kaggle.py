@@ -190,7 +190,7 @@ class FakeKaggle:
         self.deleted_slugs, self.deleted = "free", set()
         self.output_attach_delay = 0.0
         self.delete_stops_session, self.detached = True, []
-        self.cut_uploads, self.partial = 0, {}   # uploads cut mid-file (_put), and what arrived of them
+        self.cut_uploads, self.partial = 0, {}   # uploads cut mid-file (blobs.put), and what arrived of them
         self.resumable_uploads = True
         self.ref_style = "code"
         self.dataset_processing = 0.3

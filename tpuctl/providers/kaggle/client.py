@@ -11,52 +11,21 @@ kernels ("Permission 'kernels.get' was denied ... most likely a wrong kernel slu
 elsewhere.
 
 Uploads follow kaggle_api_extended's `_upload_blob`: StartBlobUpload answers a token and a URL, the bytes go there
-in one PUT, and the token names the file in CreateDataset.
+in one PUT (blobs.py), and the token names the file in CreateDataset. The retry rules are retries.py's.
 """
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
-from datetime import datetime, timezone
-from email.utils import parsedate_to_datetime
-from pathlib import Path
 from typing import Any, Callable
 
-from ...core import knobs
 from ...core.errors import ErrorKind, TpuctlError
 from . import auth
+from .blobs import put
+from .retries import ATTEMPTS, backoff, retry_after, unsent
 
-ATTEMPTS = 10   # kaggle_api_extended `with_retry(max_retries=10)`
 _OWNERS: dict[str, str] = {}   # API token -> its username (IntrospectToken), in this process
-
-
-def retry_after(response: Any) -> float | None:
-    """The seconds a 429's Retry-After asks for (RFC 9110 10.2.3: seconds or an HTTP date), None without one."""
-    value = response.headers.get("Retry-After") if response is not None else None
-    if value is None:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        return max(0.0, (parsedate_to_datetime(value) - datetime.now(timezone.utc)).total_seconds())
-    except (TypeError, ValueError):
-        return None
-
-
-def _backoff(attempt: int) -> float:
-    """kaggle_api_extended `_calculate_backoff_delay`: 0.5 s x 1.7^attempt (TPUCTL_RETRY_BASE replaces 0.5)."""
-    return knobs.number("TPUCTL_RETRY_BASE", 0.5) * 1.7 ** attempt
-
-
-def _unsent(e: Exception) -> bool:
-    """The request cannot have reached Kaggle: the connection itself was refused or timed out."""
-    import requests
-    return isinstance(e, requests.ConnectTimeout) or "NewConnectionError" in repr(e) or \
-        "Connection refused" in str(e)
 
 
 class SourceRefused(TpuctlError):
@@ -125,12 +94,12 @@ class Kaggle:
                 status = e.response.status_code if e.response is not None else 0
                 if status == 429 and attempt < ATTEMPTS:
                     wait = retry_after(e.response)
-                    time.sleep(_backoff(attempt) if wait is None else wait)
+                    time.sleep(backoff(attempt) if wait is None else wait)
                     continue
                 raise http_error(what, status, e, self.creds.source) from None
             except requests.ConnectionError as e:
-                if attempt < ATTEMPTS and (not makes or _unsent(e)):
-                    time.sleep(_backoff(attempt))
+                if attempt < ATTEMPTS and (not makes or unsent(e)):
+                    time.sleep(backoff(attempt))
                     continue
                 error = Unanswered if makes else TpuctlError
                 raise error(ErrorKind.ERROR, f"{what}: cannot reach Kaggle ({type(e).__name__})",
@@ -162,7 +131,7 @@ class Kaggle:
         req = ApiStartBlobUploadRequest()
         req.type, req.name, req.content_length = ApiBlobType.DATASET, name, len(data)
         r = self._call(f"upload {name}", lambda c: c.blobs.blob_api_client.start_blob_upload(req))
-        _put(name, r.create_url, data)
+        put(name, r.create_url, data)
         return str(r.token)
 
     def dataset_status(self, slug: str) -> str:
@@ -200,7 +169,7 @@ class Kaggle:
                     return
                 if attempt == ATTEMPTS:
                     raise
-                time.sleep(_backoff(attempt))
+                time.sleep(backoff(attempt))
         if r.error:
             raise TpuctlError(ErrorKind.REFUSED, f"Kaggle refused dataset {slug}: {r.error}", "")
 
@@ -241,7 +210,7 @@ class Kaggle:
                     return slug, 1
                 if attempt == ATTEMPTS:
                     raise
-                time.sleep(_backoff(attempt))
+                time.sleep(backoff(attempt))
         if r.error:
             raise TpuctlError(ErrorKind.REFUSED, f"Kaggle refused to run {slug}: {r.error}", _hint(r.error))
         if r.invalid_dataset_sources:   # kaggle_api_extended kernels_push_cli: "not valid dataset sources"
@@ -303,65 +272,6 @@ class Kaggle:
         except TpuctlError as e:
             if e.kind is not ErrorKind.NOT_FOUND:
                 raise
-
-
-def fetch(url: str, dest: Path) -> None:
-    """A signed output URL's file to `dest` (written whole, then renamed)."""
-    import requests
-    with requests.get(url, timeout=600, stream=True) as r:
-        if r.status_code != 200:
-            raise TpuctlError(ErrorKind.ERROR, f"download of {dest.name} failed: HTTP {r.status_code}", "try again")
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        tmp = dest.with_name(f".{dest.name}.part")
-        with open(tmp, "wb") as f:
-            for chunk in r.iter_content(1 << 20):
-                f.write(chunk)
-        os.replace(tmp, dest)
-
-
-def _put(name: str, url: str, data: bytes) -> None:
-    """One input file's upload to the URL StartBlobUpload gave. A cut one (a 5xx or 429, a connection cut) asks what
-    arrived (_arrived) and sends the rest, up to ATTEMPTS times with the client's backoff: that file alone, never the
-    whole dataset again."""
-    import requests
-    start = 0
-    for attempt in range(1, ATTEMPTS + 1):
-        # the rest of the file from `start` (all of it at first): a cut upload resumes where it stopped, as
-        # kaggle_api_extended `upload_complete` does with `Content-Range: bytes A-B/N`
-        headers = {"Content-Range": f"bytes {start}-{len(data) - 1}/{len(data)}"} if start else {}
-        try:
-            put = requests.put(url, data=data[start:], headers=headers, timeout=600)
-            if put.status_code in (200, 201):
-                return
-            if put.status_code not in (429, 500, 502, 503, 504):
-                raise TpuctlError(ErrorKind.ERROR, f"upload of {name} failed: HTTP {put.status_code}", "submit again")
-        except requests.RequestException:
-            pass   # a connection cut: ask what arrived, below
-        if attempt == ATTEMPTS:
-            raise TpuctlError(ErrorKind.ERROR, f"upload of {name} failed {ATTEMPTS} times", "submit again")
-        time.sleep(_backoff(attempt))
-        arrived = _arrived(url, len(data))
-        if arrived is None:
-            return
-        start = arrived
-
-
-def _arrived(url: str, size: int) -> int | None:
-    """How much of an upload of `size` bytes reached `url` (kaggle_api_extended `_resume_upload`, Google's resumable
-    upload protocol): None when all of it (200/201); else the offset to resume from (308 with `Range: bytes=0-K`:
-    K+1; no Range, an expired upload (404) or any other answer: 0, from the start)."""
-    import requests
-    try:
-        r = requests.put(url, headers={"Content-Length": "0", "Content-Range": f"bytes */{size}"}, timeout=60)
-    except requests.RequestException:
-        return 0
-    if r.status_code in (200, 201):
-        return None
-    rng = r.headers.get("Range", "") if r.status_code == 308 else ""
-    try:
-        return int(rng.rsplit("-", 1)[1]) + 1 if rng.startswith("bytes=0-") else 0
-    except ValueError:
-        return 0
 
 
 def missing_client(python: tuple[int, ...]) -> TpuctlError:

@@ -27,7 +27,8 @@ from ...core.models import ClusterState
 from ...core.runs import RunState, RunStatus
 from ...core.store import BlobStore
 from . import inputs, kernel, runlog
-from .client import Kaggle, SourceRefused, fetch, slugify
+from .blobs import fetch
+from .client import Kaggle, SourceRefused, slugify
 from .livelog import LiveLog
 
 DATASETS = inputs.DATASETS
