@@ -335,7 +335,7 @@ def test_a_pod_whose_agent_never_started_shows_its_own_log(gke, cli, tmp_path):
 
 
 def test_the_run_in_words_names_conditions_restarts_phases_and_nodes():
-    from tpuctl.providers.gke.runs import words
+    from tpuctl.providers.gke.jobset_status import words
     js = {"metadata": {"name": "tpuctl-x"}, "spec": {"failurePolicy": {"maxRestarts": 3}},
           "status": {"restarts": 1, "conditions": [{"type": "Failed", "status": "True", "reason": "ReachedMaxRestarts"}]}}
     pods = [{"spec": {"nodeName": f"gke-np-{i}"}, "status": {"phase": ph}} for i, ph in enumerate(["Failed", "Running"])]

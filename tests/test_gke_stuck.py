@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from tpuctl.providers.gke.runs import stuck_words
+from tpuctl.providers.gke.jobset_status import stuck_words
 
 NOW = time.mktime((2026, 11, 28, 17, 0, 0, 0, 0, 0)) - time.timezone
 

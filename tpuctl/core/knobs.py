@@ -66,7 +66,7 @@ KNOBS: dict[str, Bounds] = {
     "TPUCTL_FORBIDDEN_GRACE": _WAIT, "TPUCTL_GKE_DEADLINE": _WAIT, "TPUCTL_GKE_POLL_SECONDS": _WAIT,
     "TPUCTL_GKE_CANCEL_GRACE": _WAIT, "TPUCTL_GKE_JOBSET_READY_SECONDS": _WAIT, "TPUCTL_KAGGLE_INPUT_WAIT": _WAIT, "TPUCTL_KAGGLE_DATASET_WAIT": _WAIT,
     "TPUCTL_GKE_HOLD_DAYS": Bounds(0.0, 30.0, above=True, unit="days"),   # providers/gke/maintenance.py
-    "TPUCTL_GKE_STUCK_SECONDS": _WAIT,   # providers/gke/runs.py stuck_words
+    "TPUCTL_GKE_STUCK_SECONDS": _WAIT,   # providers/gke/jobset_status.py stuck_words
     "TPUCTL_KAGGLE_POLL": _POLL, "TPUCTL_KAGGLE_STREAM_RETRY": _POLL, "TPUCTL_KAGGLE_SESSION_SECONDS": _POLL,
     "TPUCTL_KAGGLE_GRACE_SECONDS": _WAIT,
     # the page (`tpuctl ui`: ui/)
