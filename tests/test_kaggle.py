@@ -847,13 +847,13 @@ def test_a_dataset_slug_a_deleted_dataset_still_holds_gets_a_fresh_one_at_once(k
 
 def test_output_names_that_would_leave_the_output_directory_are_refused_with_the_name(tmp_path):
     """Kaggle lists a session's output files by the names the job gave them; nothing says they are checked."""
-    from tpuctl.providers.kaggle import kernel, sessions
+    from tpuctl.providers.kaggle import kernel, outputs
     out = tmp_path / "output"
     out.mkdir()
     names = [f"{kernel.OUTPUT}/../../evil", f"{kernel.OUTPUT}//etc/passwd", f"{kernel.OUTPUT}/a/../../x"]
     refused = []
-    marks, code, progressed = sessions._fetch_output([(n, "http://127.0.0.1:9/never") for n in names], out,
-                                                     refused.append)
+    marks, code, progressed = outputs.fetch_output([(n, "http://127.0.0.1:9/never") for n in names], out,
+                                                   refused.append)
     assert len(refused) == 3 and all(repr(n) in r for n, r in zip(names, refused)), refused
     assert not progressed and list(tmp_path.iterdir()) == [out] and list(out.iterdir()) == []
 

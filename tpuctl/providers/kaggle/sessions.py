@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any, Callable
 
 from ...core import knobs, layout, runindex, runs
@@ -27,9 +27,9 @@ from ...core.models import ClusterState
 from ...core.runs import RunState, RunStatus
 from ...core.store import BlobStore
 from . import inputs, kernel, runlog
-from .blobs import fetch
 from .client import Kaggle, SourceRefused, slugify
 from .livelog import LiveLog
+from .outputs import fetch_output
 
 DATASETS = inputs.DATASETS
 ORPHAN_SECONDS = 600        # a submit writes the run's record within moments of its job.json: this is generous
@@ -217,7 +217,7 @@ class KaggleSessions(_NoQueue):
         if live:
             live.stop()
         files, log = k.kernel_output(s["kernel"])
-        marks, exit_code, progressed = _fetch_output(files, Path(store.local_path(layout.run_output(run_id))),
+        marks, exit_code, progressed = fetch_output(files, Path(store.local_path(layout.run_output(run_id))),
                                                      lambda why: runlog.chunk(store, run_id, rec, f"--- {why} ---\n"))
         if exit_code is not None:
             s["exit_code"] = exit_code
@@ -299,33 +299,6 @@ class KaggleSessions(_NoQueue):
         store.write(DATASETS, b"[]")
 
 
-def _fetch_output(files: list[tuple[str, str]], out: Path,
-                  refused: Callable[[str], None]) -> tuple[set[str], int | None, bool]:
-    """A session's output (name, url) into the run's output directory `out`: (the marks it left, the job's exit code
-    when it left one, whether any output file changed: a checkpoint to resume from); `refused` is told why of each
-    file not downloaded (confined)."""
-    marks: set[str] = set()
-    exit_code, progressed = None, False
-    for name, url in files:
-        if name in (kernel.CONTINUE_MARK, kernel.EXIT_MARK):
-            marks.add(name)
-            if name == kernel.EXIT_MARK:
-                tmp = out.parent / f".{kernel.EXIT_MARK}"
-                fetch(url, tmp)
-                exit_code = int(tmp.read_text() or 1)
-                tmp.unlink()
-        elif name.startswith(kernel.OUTPUT + "/"):
-            try:
-                dest = confined(out, name[len(kernel.OUTPUT) + 1:], name)
-            except TpuctlError as e:
-                refused(e.message)
-                continue
-            before = dest.read_bytes() if dest.is_file() else None
-            fetch(url, dest)
-            progressed = progressed or dest.read_bytes() != before
-    return marks, exit_code, progressed
-
-
 def _digest(dataset: str) -> str:
     """The inputs' digest in the run's dataset slug, `tpuctl-<digest>[-<suffix>]` (a fresh slug's suffix: inputs.py)."""
     return dataset.removeprefix("tpuctl-").split("-")[0]
@@ -376,20 +349,6 @@ def _push_waiting(push: Callable[[], tuple[str, int]], keep: Callable[[], bool])
             if not keep():
                 raise HoldLost(ErrorKind.ERROR, "another tpuctl took the run over while its next session waited "
                                   "for its input", "it pushes the session itself") from None
-
-
-def confined(out: Path, rel: str, name: str) -> Path:
-    """Where output file `rel` goes under `out`: a name Kaggle lists that would land outside it (absolute, or with
-    `..`) is refused with the name. A session's names are the job's own files, which it could name at will, and
-    nothing the API documents says the names are checked (ApiKernelSessionOutputFile.file_name is a plain string)."""
-    parts = PurePosixPath(rel).parts
-    if not rel or rel.startswith("/") or ".." in parts or "\\" in rel:
-        raise TpuctlError(ErrorKind.REFUSED, f"Kaggle's output of the session names {name!r}, outside the run's "
-                          "output directory: not downloaded", "the job should write under its output directory only")
-    dest = out / rel
-    if not dest.resolve().is_relative_to(out.resolve()):   # a link already there that points out
-        raise TpuctlError(ErrorKind.REFUSED, f"output file {name!r} would be written outside {out}", "")
-    return dest
 
 
 def poll_seconds(s: dict[str, Any]) -> float:
