@@ -234,12 +234,13 @@ def test_the_pages_in_a_browser(site, page):
     assert "metrics.json" in page.inner_text("#outputs")
     assert f"tpuctl logs {good} -c uitest -f" in page.inner_text("#commands")
     assert "s0/w0: n/a (libtpu's runtime metrics service" in page.inner_text("#chips-shown")
-    assert "step 60 loss 0.167" in page.inner_text("#log-text")
+    # the log comes by its own request (app.js followLog), not with the run's page: waited for, as the live run's is
+    page.wait_for_selector("#log-text:has-text('step 60 loss 0.167')")
     _shot(page, "run")
 
     page.goto(f"{site['base']}/run/uitest/{bad}")
     page.wait_for_selector("#events li:has-text('failed (exit code 3)')")
-    assert "about to fail" in page.inner_text("#log-text")
+    page.wait_for_selector("#log-text:has-text('about to fail')")
     page.wait_for_selector("#events li:has-text('to http://127.0.0.1/*** given up')")
 
     page.click("nav >> text=Runs")   # every cluster's runs: the cluster named in each row
