@@ -21,8 +21,9 @@ import corpus  # noqa: E402
 import prepare  # noqa: E402
 
 STEPS, EVERY = 12, 4
-# One worker takes the module (--dist loadgroup): its fixtures are made once per worker, and the three runs of
-# `runs` cost about 80 s, which two workers each paid when the tests were spread.
+# One worker takes the module (--dist loadgroup), and its fixtures are made once per process (session scope): the
+# three runs of `runs` cost about 80 s, which two workers each paid when the tests were spread, and which one worker
+# paid twice when the slowest-first order put another module's tests between these (a module fixture is torn down).
 pytestmark = pytest.mark.xdist_group("bert_steps")
 
 # train.main with notes beside it: each read of a device value by the host (a jax.Array made a Python number or a
@@ -136,7 +137,7 @@ print("NOTES " + json.dumps(notes))
 """
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def small(tmp_path_factory):
     """A small prepared corpus, and a way to train on it under a driver: (driver, output, backend, env) -> notes."""
     root = tmp_path_factory.mktemp("steps")
@@ -164,7 +165,7 @@ def small(tmp_path_factory):
     return run
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def runs(small):
     """An uninterrupted run of STEPS, and the same run stopped at its first log line (a notebook session ending:
     a checkpoint, exit 85) and started again. One JAX compilation cache for the three: the runs after the first

@@ -291,8 +291,8 @@ def test_a_slow_cloud_does_not_delay_a_page(site, monkeypatch):
     from tpuctl.control import status as status_flow
     from tpuctl.ui import runview, views
 
-    def slow(real):
-        return lambda *a: (time.sleep(5), real(*a))[1]
+    def slow(real):   # keywords too: the page asks status(st, prov, repair=False), and a TypeError there came back
+        return lambda *a, **k: (time.sleep(5), real(*a, **k))[1]   # at once, before the page when loaded
     monkeypatch.setattr(status_flow, "status", slow(status_flow.status))
     monkeypatch.setattr(views, "_rows", slow(views._rows))
     monkeypatch.setattr(runview, "run", slow(runview.run))
