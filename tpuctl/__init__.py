@@ -10,7 +10,7 @@ import sys as _sys
 __version__ = "0.1.0"
 
 # Ctrl-C presses the command line has seen; a KeyboardInterrupt raised inside a finalizer or a callback is printed
-# as "Exception ignored" and lost, so the CLI reads this when its command returns (cli/clusters.py main).
+# as "Exception ignored" and lost, so the CLI reads this when its command returns (cli/entry.py main).
 sigints: list[int] = []
 
 
