@@ -5,6 +5,7 @@ import json
 import pytest
 from conftest import PROJECT, until
 
+from fakes import compute_tpu
 from jobs import make_job
 from test_watch import fast  # noqa: F401 - a fixture
 
@@ -55,6 +56,9 @@ def test_tpu7x_single_host_is_one_vm_and_down_leaves_nothing(cloud, cli):
     assert vm["serviceAccounts"][0]["scopes"] == ["https://www.googleapis.com/auth/cloud-platform"]
     assert vm["disks"][0]["initializeParams"]["sourceImage"] == \
         "projects/ubuntu-os-accelerator-images/global/images/family/ubuntu-accel-2404-amd64-tpu-tpu7x"
+    assert vm["disks"][0]["initializeParams"]["diskType"] == \
+        f"https://www.googleapis.com/compute/v1/projects/{PROJECT}/zones/{ZONE}/diskTypes/hyperdisk-balanced"
+    assert vm["networkInterfaces"][0]["nicType"] == "GVNIC" and vm["networkInterfaces"][0]["accessConfigs"]
     assert vm["labels"]["tpuctl-cluster"] == "ir" and "advancedMachineFeatures" not in vm
     script = next(i["value"] for i in vm["metadata"]["items"] if i["key"] == "startup-script")
     assert 'ROLE="tpu-vm"' in script and 'ACCELERATOR="tpu7x-8"' in script
@@ -146,6 +150,8 @@ def test_flex_start_mig_is_bulk_with_repairs_off_and_a_run_duration(cloud, cli, 
     assert tpl["machineType"] == "ct6e-standard-4t"
     assert tpl["scheduling"] == {"onHostMaintenance": "TERMINATE", "provisioningModel": "FLEX_START",
                                  "instanceTerminationAction": "DELETE", "maxRunDuration": {"seconds": "7200"}}
+    assert tpl["reservationAffinity"] == {"consumeReservationType": "NO_RESERVATION"}   # Google's flex-start example
+    assert tpl["disks"][0]["initializeParams"]["diskType"] == "hyperdisk-balanced"   # a template: the bare name
     m = cloud.compute.migs[(PROJECT, "us-east5-a", "tpuctl-ir")]["mig"]
     assert m["targetSize"] == 4 and m["targetSizePolicy"] == {"mode": "BULK"}
     assert m["instanceLifecyclePolicy"] == {"defaultActionOnFailure": "DO_NOTHING"}
@@ -288,6 +294,49 @@ def _unknown_fields(doc, descriptor, where=""):
     return bad
 
 
+def test_disk_size_and_type_and_internal_ips_reach_the_vm(cloud, cli):
+    code, out, err = cli("up", "--type", "v5p-8", "--api", "compute", "--zone", "us-east5-a", "-c", "ir",
+                         "--disk-size", "500", "--disk-type", "hyperdisk-ml", "--internal-ips", "--yes")
+    assert code == 0, err
+    vm = cloud.compute.instances[(PROJECT, "us-east5-a", "tpuctl-ir")]
+    assert vm["disks"][0]["initializeParams"]["diskSizeGb"] == "500"
+    assert vm["disks"][0]["initializeParams"]["diskType"].endswith("/zones/us-east5-a/diskTypes/hyperdisk-ml")
+    assert "accessConfigs" not in vm["networkInterfaces"][0] and "nicType" not in vm["networkInterfaces"][0]
+
+
+@pytest.mark.parametrize("flags, want", [
+    (["--type", "tpu7x-8", "--disk-type", "pd-balanced"], "one of hyperdisk-balanced, hyperdisk-ml"),
+    (["--type", "tpu7x-8", "--disk-size", "5"], "a boot disk is 10 to 65536 GB"),
+    (["--type", "v5litepod-8", "--disk-size", "200"], "--disk-size applies to --api compute only"),
+    (["--type", "tpu7x-8", "--flex-wait", "1h"], "add --flex-start"),
+])
+def test_disk_and_network_flags_refused_before_anything_is_made(cloud, cli, flags, want):
+    code, out, err = cli("up", *flags, "--zone", ZONE if "tpu7x" in flags[1] else "us-west4-a", "-c", "ir", "--yes")
+    assert code != 0 and want in err and "Traceback" not in err, err
+    assert cloud.mutating_calls() == []
+
+
+@pytest.mark.parametrize("machine, disk, refused", [
+    ("tpu7x-standard-4t", None, True), ("tpu7x-standard-4t", "pd-balanced", True),
+    ("tpu7x-standard-4t", "hyperdisk-balanced", False), ("ct5p-hightpu-4t", "pd-balanced", False),
+    ("ct6e-standard-4t", "hyperdisk-ml", False), ("ct5p-hightpu-4t", "hyperdisk-balanced", True)])
+def test_the_fake_refuses_a_tpu_boot_disk_without_a_listed_type(cloud, machine, disk, refused):
+    """tpu/docs/storage-options-compute's table, as the fake answers it; an instance names the type by URL, a template
+    by its bare name."""
+    params = {"sourceImage": "projects/ubuntu-os-accelerator-images/global/images/family/x"}
+    vm = {"name": "d", "machineType": f"zones/{ZONE}/machineTypes/{machine}", "scheduling": {
+        "onHostMaintenance": "TERMINATE"}, "disks": [{"boot": True, "initializeParams": dict(params, **(
+            {"diskType": f"zones/{ZONE}/diskTypes/{disk}"} if disk else {}))}]}
+    code, _ = cloud.compute.handle("POST", f"/compute/v1/projects/{PROJECT}/zones/{ZONE}/instances", vm)
+    assert (code == 400) is refused
+    tpl = {"name": "t", "properties": {"machineType": machine, "disks": [{"boot": True, "initializeParams": dict(
+        params, **({"diskType": disk} if disk else {}))}]}}
+    code, _ = cloud.compute.handle("POST", f"/compute/v1/projects/{PROJECT}/global/instanceTemplates", tpl)
+    assert (code == 400) is refused
+    cloud.compute.instances.clear()
+    cloud.compute.templates.clear()
+
+
 @pytest.mark.slow(35)
 def test_every_request_body_has_only_fields_the_compute_api_has(cloud, cli, monkeypatch):
     """Each body tpuctl sent, read from the fake, against google-cloud-compute's compute_v1 messages (their JSON
@@ -308,6 +357,21 @@ def test_every_request_body_has_only_fields_the_compute_api_has(cloud, cli, monk
         message = getattr(compute_v1, BODY_TYPES[action]).pb().DESCRIPTOR
         assert _unknown_fields(body, message) == [], (action, body)
     assert seen >= {"insert", "tpl_insert", "rp_insert", "mig_insert"}
+    # per family: the boot disk type (a URL on an instance, the bare name in a template), reservation affinity and
+    # NIC type (issue 59: tpu/docs/storage-options-compute; Google's flex-start example; gVNIC on TPU7x)
+    want_disk = {"tpu7x": "hyperdisk-balanced", "ct6e": "hyperdisk-balanced", "ct5p": "pd-balanced"}
+    for action, body in cloud.compute.bodies:
+        props = body.get("properties", body) if action in ("insert", "tpl_insert") else None
+        if props is None or props["machineType"].rsplit("/", 1)[-1] not in compute_tpu.TPU_MACHINES:
+            continue
+        series = props["machineType"].rsplit("/", 1)[-1].split("-")[0]
+        disk = props["disks"][0]["initializeParams"]["diskType"]
+        assert disk == want_disk[series] if action == "tpl_insert" else disk.endswith(f"/diskTypes/{want_disk[series]}")
+        model = props["scheduling"].get("provisioningModel")
+        affinity = props.get("reservationAffinity", {}).get("consumeReservationType")
+        assert affinity == {"FLEX_START": "NO_RESERVATION", "RESERVATION_BOUND": "SPECIFIC_RESERVATION"}.get(model), \
+            (model, affinity)
+        assert (props["networkInterfaces"][0].get("nicType") == "GVNIC") is (series == "tpu7x")
     assert _unknown_fields({"machineType": "x", "acceleratorType": "y"}, compute_v1.Instance.pb().DESCRIPTOR) \
         == ["acceleratorType"]   # the check itself finds a field the API does not have
 

@@ -185,7 +185,8 @@ class FakeCompute(TpuCompute):
 
     def _insert_tpu_vm(self, body, project, zone):
         """A TPU VM: it boots its host while PROVISIONING; a stockout ends the operation with the error and no VM
-        (§9); a flex-start VM waits in PENDING first (§6), which the fake shortens to nothing."""
+        (§9). A flex-start VM with a wait (params.requestValidForDuration) of 90 s or more is PENDING first
+        (instance-lifecycle, §4): compute_tpu.flex_vm says for how long and how it ends."""
         key = (project, zone, body["name"])
         error = self.op_faults["insert"].pop(0) if self.op_faults["insert"] else None
         if zone in self.stockout_zones:
@@ -193,6 +194,8 @@ class FakeCompute(TpuCompute):
         inst = dict(body, status="PROVISIONING", zone=zone, id=str(next(self._ids)),
                     networkInterfaces=[dict(n, networkIP=f"10.0.{len(self.instances) % 250}.2")
                                        for n in body.get("networkInterfaces", [])])
+        if not error and self.flex_pending(body):
+            return self.flex_vm(key, inst)
         if not error:
             self.instances[key] = inst
             self.boot_tpu_vm(project, zone, body["name"], body, 0, [body["name"]])
@@ -203,6 +206,7 @@ class FakeCompute(TpuCompute):
         return self._op(project, zone, "insert", body["name"], finish, error)
 
     def do_get(self, body, project, zone, name):
+        self.flex_tick((project, zone, name))
         inst = self.instances.get((project, zone, name))
         if inst is None:
             return self._error(404, "notFound", f"The resource 'projects/{project}/zones/{zone}/instances/{name}' "
@@ -237,6 +241,7 @@ class FakeCompute(TpuCompute):
         return self._op(project, zone, "delete", name, finish)
 
     def do_operation(self, body, project, zone, op):
+        self.flex_tick_op(op)
         o = self.ops.get(op)
         if o is None:
             return self._error(404, "notFound", f"operation {op} not found")

@@ -13,6 +13,18 @@ Knobs a test sets (all reset by the `cloud` fixture through reset_tpu()):
   on_preempt          what a MIG does when one VM of a slice is preempted (UNVERIFIED, §3): "repair" (the default
                       REPAIR action recreates it) or "nothing" (it stays TERMINATED)
   flex_wait           seconds a flex-start request waits for capacity before its VMs are made
+  mig_refusal         (where, code, message): Google refuses to make a MIG's VMs for a reason other than capacity
+                      (a machine type the zone lacks, a bad reservation, a service account the caller may not use, a
+                      topology the policy cannot hold), said where `where` names: "lastAttempt" (each managed
+                      instance's lastAttempt.errors, and listErrors), "bulk" (a bulk MIG's status.bulkInstanceOperation.
+                      lastProgressCheck.error) or "topology" (status.appliedAcceleratorTopologies[] FAILED with
+                      stateDetails.error). The MIG keeps trying, as a real one does (§3 "States you can observe")
+  mig_refusal_zones   the zones mig_refusal applies in (empty: every zone)
+  flex_polls          a single flex-start VM with a wait of >= 90 s is PENDING for this many reads of it (or of its
+                      insert operation), standing for its wait (instance-lifecycle, §4)
+  flex_no_capacity    zones where that wait ends without capacity: Compute Engine deletes the VM (§4)
+  flex_op_waits       whether the insert operation stays RUNNING while the VM is PENDING, ending in an error when
+                      the VM is deleted (UNVERIFIED either way, §4: tests run both ways)
 """
 from __future__ import annotations
 
@@ -46,6 +58,12 @@ MUTATING = {"tpl_insert", "tpl_delete", "rp_insert", "rp_delete", "mig_insert", 
 STOCKOUT = ("ZONE_RESOURCE_POOL_EXHAUSTED",
             "The zone 'projects/{project}/zones/{zone}' does not have enough resources available to fulfill the "
             "request.  Try a different zone, or try again later.")   # §9, troubleshooting-resource-availability
+# Boot disk types per TPU machine series: Google's "TPU storage options" table (tpu/docs/storage-options-compute):
+# TPU7x and v6e take Hyperdisk Balanced or Hyperdisk ML, v5p Balanced PD or Hyperdisk ML. A TPU VM's disk without
+# one of them is refused here: compute_v1's default "depends on the machine series" and names no TPU series, so a
+# request without a type is one whose outcome nothing documents.
+DISK_TYPES = {"tpu7x": ("hyperdisk-balanced", "hyperdisk-ml"), "ct6e": ("hyperdisk-balanced", "hyperdisk-ml"),
+              "ct5p": ("pd-balanced", "hyperdisk-ml")}
 # Google's TPU image families (§2); a TPU VM booted from another image has no simulated host.
 ACCEL_IMAGES = ("ubuntu-os-accelerator-images",)
 
@@ -72,6 +90,12 @@ class TpuCompute:
         self.agent_worker_number = False
         self.on_preempt = "repair"
         self.flex_wait = 0.0
+        self.mig_refusal = None
+        self.mig_refusal_zones = set()
+        self.flex_polls = 3
+        self.flex_no_capacity = set()
+        self.flex_op_waits = False
+        self.flex = {}   # (project, zone, name) -> {"left": reads before the wait ends, "op": its insert operation}
 
     # -- helpers --------------------------------------------------------------------------------------------------
     def _failed(self, op, code, message, status=503):
@@ -108,6 +132,24 @@ class TpuCompute:
             return None
         if props.get("scheduling", {}).get("onHostMaintenance") != "TERMINATE":
             return self._error(400, "invalid", "Instances with guest accelerators do not support live migration.")
+        return self.check_tpu_disk(props, machine, template=False)
+
+    def check_tpu_disk(self, props, machine, template):
+        """The boot disk's type is one the series takes (DISK_TYPES); an instance names it by full or partial URL,
+        a template by bare name (compute_v1 AttachedDiskInitializeParams.disk_type). The refusal texts are
+        UNVERIFIED."""
+        kinds = DISK_TYPES[machine.split("-")[0]]
+        sent = props.get("disks", [{}])[0].get("initializeParams", {}).get("diskType", "")
+        if template and "/" in sent:
+            return self._error(400, "invalid", f"Invalid value for field 'resource.properties.disks[0]."
+                                               f"initializeParams.diskType': '{sent}'. Specify a disk type name.")
+        if not template and sent and "/diskTypes/" not in sent:
+            return self._error(400, "invalid", f"Invalid value for field 'resource.disks[0].initializeParams."
+                                               f"diskType': '{sent}'. Must be a URL to a valid disk type.")
+        if sent.rsplit("/", 1)[-1] not in kinds:
+            return self._error(400, "invalid", f"[{machine}] does not support disk type "
+                                               f"[{sent.rsplit('/', 1)[-1] or 'the default'}]; use one of "
+                                               f"{', '.join(kinds)}.")
         return None
 
     def boot_tpu_vm(self, project, zone, name, props, worker, peers):
@@ -127,6 +169,53 @@ class TpuCompute:
                         attributes=attributes, first_worker=worker, hostname=name,
                         agent_worker_number=self.agent_worker_number)
 
+    # -- a single flex-start VM (§4) -------------------------------------------------------------------------------
+    @staticmethod
+    def flex_pending(body):
+        wait = int(body.get("params", {}).get("requestValidForDuration", {}).get("seconds", 0))
+        return body.get("scheduling", {}).get("provisioningModel") == "FLEX_START" and wait >= 90
+
+    def flex_vm(self, key, inst):
+        project, zone, name = key
+        inst["status"] = "PENDING"   # Instance.status PENDING: "waiting for available capacity from DWS" (§6)
+        self.instances[key] = inst
+        code, op = self._op(project, zone, "insert", name, lambda: None)
+        if self.flex_op_waits:
+            self.ops[op["name"]].update(status="RUNNING", at=float("inf"))
+            op["status"] = "RUNNING"
+        self.flex[key] = {"left": self.flex_polls, "op": op["name"]}
+        return code, op
+
+    def flex_tick_op(self, op_name):
+        key = next((k for k, f in self.flex.items() if f["op"] == op_name), None)
+        if key is not None:
+            self.flex_tick(key)
+
+    def flex_tick(self, key):
+        """One read of a PENDING flex-start VM: when its wait is over it runs, or, without capacity in its zone, is
+        deleted ("Otherwise, you encounter an error and Compute Engine deletes the Flex-start VM", §4). The
+        insert's error code then is UNVERIFIED: a made-up one, so that tpuctl cannot depend on it."""
+        f = self.flex.get(key)
+        if f is None:
+            return
+        f["left"] -= 1
+        if f["left"] > 0:
+            return
+        del self.flex[key]
+        op = self.ops[f["op"]]
+        project, zone, name = key
+        if zone in self.flex_no_capacity:
+            self.instances.pop(key, None)
+            if op["status"] != "DONE":
+                self._failed(op, "UNVERIFIED_FLEX_WAIT_ENDED", "The request for capacity expired.")
+        else:
+            inst = self.instances[key]
+            inst["status"] = "RUNNING"
+            self.boot_tpu_vm(project, zone, name, inst, 0, [name])
+        if op["status"] != "DONE":
+            op["status"] = "DONE"
+            op.pop("finish", None)
+
     # -- instance templates (global: §3) --------------------------------------------------------------------------
     def do_tpl_insert(self, body, project):
         key = (project, body["name"])
@@ -136,6 +225,10 @@ class TpuCompute:
         machine = body.get("properties", {}).get("machineType", "")
         if "/" in machine:   # "only accepts a machine type name ... INTERNAL_ERROR" (§2)
             return self._error(500, "internalError", "Internal error. Please try again or contact Google Support.")
+        if machine in TPU_MACHINES:
+            refused = self.check_tpu_disk(body["properties"], machine, template=True)
+            if refused:
+                return refused
         self.templates[key] = dict(body, kind="compute#instanceTemplate", id=str(next(self._ids)),
                                    selfLink=f"projects/{project}/global/instanceTemplates/{body['name']}")
         return self._global_op(project, "insert", body["name"], lambda: None)
@@ -252,6 +345,9 @@ class TpuCompute:
         base = m["mig"]["baseInstanceName"]
         while len(m["managed"]) < want:
             m["managed"].append({"name": f"{base}-{_suffix()}", "currentAction": "CREATING", "worker": None})
+        if self.mig_refusal and (not self.mig_refusal_zones or zone in self.mig_refusal_zones):
+            self._refuse(m)
+            return
         waiting = m["model"] == "FLEX_START" and time.monotonic() - m["since"] < self.flex_wait
         if zone in self.stockout_zones or waiting:
             if zone in self.stockout_zones:
@@ -259,7 +355,9 @@ class TpuCompute:
                 for mi in m["managed"]:
                     if mi["currentAction"] == "CREATING":
                         mi["lastAttempt"] = {"errors": {"errors": [{"code": code, "message": message}]}}
-                if not m["bulk"]:
+                if m["bulk"]:   # a bulk MIG says why it waits in its progress check (§3 "Atomic creation")
+                    m["progress_error"] = {"errors": [{"code": code, "message": message}]}
+                else:
                     m["errors"] = [{"error": {"code": code, "message": message},
                                     "instanceActionDetails": {"action": "CREATING", "instance": mi["name"]},
                                     "timestamp": "2026-11-28T00:00:00Z"} for mi in m["managed"]]
@@ -278,6 +376,26 @@ class TpuCompute:
                                    for n in props.get("networkInterfaces", [])])
             self.boot_tpu_vm(project, zone, mi["name"], props, worker, peers)
         m["errors"] = []
+        m.pop("progress_error", None)
+
+    def _refuse(self, m):
+        """mig_refusal: the VMs stay CREATING (a MIG retries, so without reading these fields a client sees
+        CREATING until its own deadline), with the error where Google puts it (compute_v1 ManagedInstance.
+        last_attempt.errors, InstanceGroupManagerStatusBulkInstanceOperation.last_progress_check.error,
+        InstanceGroupManagerStatusAcceleratorTopology.state/state_details; §3 "States you can observe"). The codes
+        tests use are UNVERIFIED: no captured TPU MIG refusal was found."""
+        where, code, message = self.mig_refusal
+        errors = {"errors": [{"code": code, "message": message}]}
+        if where == "lastAttempt":
+            for mi in m["managed"]:
+                mi["lastAttempt"] = {"errors": errors}
+            m["errors"] = [{"error": {"code": code, "message": message},
+                            "instanceActionDetails": {"action": "CREATING", "instance": mi["name"]},
+                            "timestamp": "2026-11-28T00:00:00Z"} for mi in m["managed"]]
+        elif where == "bulk":
+            m["progress_error"] = errors
+        else:
+            m["topology_error"] = errors
 
     def _mig_or_404(self, project, zone, name):
         m = self.migs.get((project, zone, name))
@@ -303,7 +421,22 @@ class TpuCompute:
             inst = self.instances.get((project, zone, mi["name"]))
             s = (inst["status"] if inst else "PENDING").lower()
             statuses[s] = statuses.get(s, 0) + 1
-        return 200, dict(m["mig"], status={"isStable": busy == 0, "currentInstanceStatuses": statuses},
+        status = {"isStable": busy == 0, "currentInstanceStatuses": statuses}
+        if m["bulk"]:   # InstanceGroupManagerStatusBulkInstanceOperation (§3 "Atomic creation")
+            check = {"timestamp": "2026-11-28T00:00:00Z"}
+            if m.get("progress_error"):
+                check["error"] = m["progress_error"]
+            status["bulkInstanceOperation"] = {"inProgress": busy > 0, "lastProgressCheck": check}
+        wp = m["mig"].get("resourcePolicies", {}).get("workloadPolicy", "").split("/")
+        policy = self.policies.get((project, wp[-3], wp[-1])) if len(wp) >= 3 else None
+        topology = (policy or {}).get("workloadPolicy", {}).get("acceleratorTopology")
+        if topology:   # InstanceGroupManagerStatusAcceleratorTopology: ACTIVATING while made, ACTIVE when all run
+            applied = {"acceleratorTopology": topology, "state": "ACTIVE" if busy == 0 else "ACTIVATING"}
+            if m.get("topology_error"):
+                applied.update(state="FAILED", stateDetails={"error": m["topology_error"],
+                                                             "timestamp": "2026-11-28T00:00:00Z"})
+            status["appliedAcceleratorTopologies"] = [applied]
+        return 200, dict(m["mig"], status=status,
                          currentActions={"creating": busy, "none": len(m["managed"]) - busy})
 
     def do_mig_managed(self, body, project, zone, name):

@@ -23,6 +23,14 @@ GKE_CLUSTER = typer.Option(None, "--gke-cluster", help="GKE: use this existing S
                            "down) instead of making tpuctl-CLUSTER.")
 FLEX_START = typer.Option(False, "--flex-start", help="--api compute: flex-start VMs, ended after --max-duration "
                           "(at most 7d).")
+# --api compute's own options of `up` (providers/gcp/gce_requests.py)
+FLEX_WAIT = typer.Option(None, "--flex-wait", help="--flex-start, one VM: how long it waits for capacity (default 1h, "
+                         "90s to 2h) before Google deletes it and up tries the next zone.")
+DISK_SIZE = typer.Option(None, "--disk-size", help="--api compute: boot disk size in GB (default 100).")
+DISK_TYPE = typer.Option(None, "--disk-type", help="--api compute: boot disk type (default per TPU family: "
+                         "hyperdisk-balanced for tpu7x and v6e, pd-balanced for v5p).")
+INTERNAL_IPS = typer.Option(False, "--internal-ips", help="--api compute: no external IP on the TPU VMs (the "
+                            "network needs Cloud NAT or Private Google Access).")
 API = typer.Option(None, "--api", help="Google Cloud: tpu (the Cloud TPU API, default) or compute (Compute Engine "
                    "VMs and MIGs; always for tpu7x).")
 RESERVATION = typer.Option(None, "--reservation", help="GKE: the Compute Engine reservation (its name) the TPU node "
@@ -60,6 +68,10 @@ def up(
     valid_until: Optional[str] = typer.Option(None, "--valid-until",
                                               help="How long a --queued request may wait (2h, 1d) before it expires."),
     flex_start: bool = FLEX_START,
+    flex_wait: Optional[str] = FLEX_WAIT,
+    disk_size: Optional[int] = DISK_SIZE,
+    disk_type: Optional[str] = DISK_TYPE,
+    internal_ips: bool = INTERNAL_IPS,
     api: Optional[str] = API,
     slices: Optional[int] = typer.Option(None, "--slices", help="Multislice: N slices of --type (v4 or newer), one "
                                          "run across them (JAX, PyTorch); GKE: one node pool each."),
@@ -90,7 +102,8 @@ def up(
                     framework=framework, queued=queued, valid_until=valid_until, flex_start=flex_start,
                     slices=slices, network=network, subnetwork=subnetwork, gke_cluster=gke_cluster, image=image,
                     reservation=reservation, kube_context=kube_context, create_firewall=create_firewall, kueue=kueue,
-                    api=api)
+                    api=api, flex_wait=flex_wait, disk_size=disk_size, disk_type=disk_type,
+                    internal_ips=internal_ips)
     if prior and prior.spec.provider is prov.name:
         flags.remember(prior.spec)
     spec = prov.make_spec(cluster_name(cluster, pick=False), flags)

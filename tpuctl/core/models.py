@@ -160,6 +160,10 @@ class ClusterSpec(JsonRecord):
     kueue: bool = False             # `up --kueue` (GKE): Kueue installed with a queue for the node pools' TPUs
     api: str = ""                   # Google Cloud: "compute" makes the TPU as Compute Engine VMs/MIGs; "": TPU API
     flex_start: bool = False        # `up --flex-start` (--api compute): flex-start VMs, ended after max_duration
+    flex_wait: int = 0              # `up --flex-wait` (--api compute): seconds a flex-start VM waits for capacity
+    disk_size: int = 0              # `up --disk-size` (--api compute): boot disk GB; 0: tpuctl's default
+    disk_type: str = ""             # `up --disk-type` (--api compute): boot disk type; "": the TPU family's
+    internal_ips: bool = False      # `up --internal-ips` (--api compute): TPU VMs without external addresses
 
     # Fields that name what a cluster IS: `up` refuses to change them on an existing cluster.
     IDENTITY = ("provider", "tpu_type", "arch", "project", "store", "slices", "api")

@@ -78,6 +78,10 @@ class UpFlags:
     kube_context: str | None = None
     kueue: bool = False
     api: str | None = None           # Google Cloud: "tpu" or "compute" (providers/gcp/planning.py)
+    flex_wait: str | None = None     # --api compute's own (providers/gcp/gce_requests.py)
+    disk_size: int | None = None
+    disk_type: str | None = None
+    internal_ips: bool = False
 
     def remember(self, spec: ClusterSpec) -> None:
         """`up -c NAME` on an existing cluster: each flag not given again takes the value the cluster was made
@@ -121,6 +125,9 @@ class UpFlags:
         self.queued = self.queued or spec.queued
         self.api = self.api or spec.api or None
         self.flex_start = self.flex_start or spec.flex_start
+        self.disk_size = self.disk_size or spec.disk_size or None
+        self.disk_type = self.disk_type or spec.disk_type or None
+        self.internal_ips = self.internal_ips or spec.internal_ips
         self.reservation = self.reservation or spec.reservation or None
         self.network = self.network or spec.network or None
         self.subnetwork = self.subnetwork or spec.subnetwork or None
@@ -135,7 +142,8 @@ class UpFlags:
                  "valid_until": "--valid-until", "flex_start": "--flex-start", "slices": "--slices",
                  "network": "--network", "subnetwork": "--subnetwork", "gke_cluster": "--gke-cluster",
                  "image": "--image", "reservation": "--reservation", "kube_context": "--kube-context",
-                 "kueue": "--kueue", "api": "--api"}
+                 "kueue": "--kueue", "api": "--api", "flex_wait": "--flex-wait", "disk_size": "--disk-size",
+                 "disk_type": "--disk-type", "internal_ips": "--internal-ips"}
         return [flag for attr, flag in names.items() if getattr(self, attr) not in (None, False, "", [])]
 
 

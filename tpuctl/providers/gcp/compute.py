@@ -6,7 +6,7 @@ client built without our client_options, so against an emulator it would call co
 """
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 from ...core.catalog import region_of
 from ...core.errors import ErrorKind, TpuctlError
@@ -83,7 +83,9 @@ def build_instance(spec: ClusterSpec, zone: str, script: str, labels: dict[str, 
         metadata=c.Metadata(items=[c.Items(key="startup-script", value=script)]))
 
 
-def wait_operation(project: str, op: Any, what: str, zone: str = "", region: str = "") -> None:
+def wait_operation(project: str, op: Any, what: str, zone: str = "", region: str = "",
+                   deadline: float = DEADLINE, progress: Progress | None = None,
+                   describe: Callable[[], str] | None = None) -> None:
     """Poll a zonal, regional or global operation (the client the resource's scope names) to DONE, then read its
     `error` ourselves: the client raises only when httpErrorStatusCode and httpErrorMessage are both set
     (../shared/GCE_TPU_FACTS.md §9), so an operation that failed without them would otherwise pass as success."""
@@ -97,8 +99,8 @@ def wait_operation(project: str, op: Any, what: str, zone: str = "", region: str
 
     def poll() -> tuple[bool, str]:
         cur = call(ops.get, project=project, operation=op.name, **where, what=what)
-        return cur.status == type(cur).Status.DONE, "working"
-    wait(poll, what, DEADLINE)
+        return cur.status == type(cur).Status.DONE, describe() if describe else "working"
+    wait(poll, what, deadline, progress)
     done = call(ops.get, project=project, operation=op.name, **where, what=what)
     if done.error and done.error.errors:
         e = done.error.errors[0]

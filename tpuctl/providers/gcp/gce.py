@@ -19,23 +19,25 @@ by tpuctl itself (compute.wait_operation).
 from __future__ import annotations
 
 import functools
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ...core.catalog import region_of
-from ...core.errors import ErrorKind, TpuctlError
+from ...core.errors import ErrorKind, Scope, TpuctlError
 from ...core.models import LABEL, ClusterSpec, require_owned
 from ...core.together import together
 from ..base import Progress
 from . import clients
 from .compute import wait_operation
-from .gce_requests import (build_instance, build_mig, build_policy, build_template, bulk, is_mig, owner_of,
-                           policy_name, template_name)
+from .gce_requests import (FLEX_WAIT_DEFAULT, build_instance, build_mig, build_policy, build_template, bulk, is_mig,
+                           owner_of, policy_name, template_name)
 from .operations import call, get_or_none, wait
 from .tpu import NONCE_LABEL
 
 CREATE_DEADLINE = 1800.0
 DELETE_DEADLINE = 900.0
+OPERATION_DEADLINE = 600.0   # an insert's operation (compute.DEADLINE); a flex-start VM's adds its whole wait
 # Instance.status -> the TPU API node state it means here (module docstring; Instance.status enum, §6).
 _STATE = {"RUNNING": "READY", "PROVISIONING": "CREATING", "STAGING": "CREATING", "PENDING": "CREATING",
           "REPAIRING": "REPAIRING", "TERMINATED": "PREEMPTED", "STOPPED": "PREEMPTED", "STOPPING": "STOPPING",
@@ -60,11 +62,97 @@ class Slice:
     service_account: str = ""
     network_endpoints: list[Endpoint] = field(default_factory=list)
     instances: list[str] = field(default_factory=list)
+    # What Google says stands in the way of a MIG's VMs, as (where, code, message): read on every poll (mig_errors)
+    errors: list[tuple[str, str, str]] = field(default_factory=list)
+    status: str = ""   # a bare VM's own Instance.status (PENDING: a flex-start VM waiting for capacity)
 
 
 # -- reading ----------------------------------------------------------------------------------------------------------
 def _enum(value: Any) -> str:
     return value if isinstance(value, str) else getattr(value, "name", str(value))
+
+
+def flex_wait(spec: ClusterSpec) -> int:
+    return spec.flex_wait or FLEX_WAIT_DEFAULT
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min" if seconds >= 60 else f"{seconds:.0f} s"
+
+
+def no_flex_capacity(spec: ClusterSpec, zone: str, said: str) -> TpuctlError:
+    """A flex-start VM gone after waiting: "when the wait ends without capacity ... Compute Engine deletes the
+    Flex-start VM" (compute/docs/instances/instance-lifecycle, §4). That is this zone's answer: `up` tries the next."""
+    return TpuctlError(ErrorKind.CAPACITY, f"no flex-start capacity for {spec.tpu_type} in {zone} within "
+                       f"{_minutes(flex_wait(spec))}: Google deleted the waiting VM" + (f" ({said})" if said else ""),
+                       "add more --zone values, a longer --flex-wait (at most 2h), or try later", Scope.ZONE)
+
+
+def _errors(where: str, error: Any) -> list[tuple[str, str, str]]:
+    """(where, code, message) of a compute_v1 Error (or ManagedInstanceLastAttemptErrors): both carry `errors[]`
+    of Errors{code, message}."""
+    return [(where, e.code, e.message) for e in (error.errors if error else [])]
+
+
+def mig_errors(mig: Any, members: list[Any]) -> list[tuple[str, str, str]]:
+    """Every error Google reports on a MIG still making its VMs, from the three places compute_v1 1.57 has for
+    them (GCE_TPU_FACTS §3 "States you can observe"): each ManagedInstance.last_attempt.errors (the last try at
+    that VM); a bulk MIG's InstanceGroupManagerStatus.bulk_instance_operation.last_progress_check.error (a bulk
+    MIG makes no VM until all can be made, so its members may say nothing); and each
+    status.applied_accelerator_topologies[] whose state is FAILED or INCOMPLETE, with state_details.error (the
+    workload policy's topology). A MIG retries all of these itself: without reading them, a refused MIG reads
+    CREATING until our deadline."""
+    out: list[tuple[str, str, str]] = []
+    for m in members:
+        if m.last_attempt and m.last_attempt.errors:
+            out += _errors(f"VM {m.name}'s last attempt", m.last_attempt.errors)
+    status = mig.status
+    if status and status.bulk_instance_operation and status.bulk_instance_operation.last_progress_check:
+        out += _errors("the bulk creation's last progress check",
+                       status.bulk_instance_operation.last_progress_check.error)
+    for t in (status.applied_accelerator_topologies if status else []):
+        if _enum(t.state) in ("FAILED", "INCOMPLETE") and t.state_details:
+            out += _errors(f"accelerator topology {t.accelerator_topology} {_enum(t.state)}", t.state_details.error)
+    return list(dict.fromkeys(out))
+
+
+# Errors a MIG reports that are not capacity: each -> (kind, scope, hint). The codes Google uses in lastAttempt
+# and progress checks are not documented for TPU MIGs, so the message is matched as well (GCE_TPU_FACTS §9: the
+# machine-type text is gcloud's own regex in surface/compute/instances/create.py).
+_REFUSALS: list[tuple[str, ErrorKind, Scope, str]] = [
+    (r"[Mm]achine type .*does not exist in zone|not available in zone|not supported in zone", ErrorKind.INPUT,
+     Scope.ZONE, "this zone does not offer the slice's machine type: give --zone values where `gcloud compute "
+                 "machine-types list --filter=name=MACHINE` lists it"),
+    (r"[Rr]eservation", ErrorKind.INPUT, Scope.GLOBAL,
+     "check --reservation: it must exist in this zone (or be shared, projects/P/reservations/R), match the machine "
+     "type and have room: `gcloud compute reservations describe R --zone ZONE`"),
+    (r"[Ss]ervice ?[Aa]ccount|actAs|serviceAccountUser|PERMISSION|[Pp]ermission", ErrorKind.PERMISSION,
+     Scope.GLOBAL, "you need roles/iam.serviceAccountUser (iam.serviceAccounts.actAs) on the VMs' service account, "
+                   "which must exist: grant it, or pass --service-account ACCOUNT that you may use"),
+    (r"[Tt]opology|[Ww]orkload policy|resourcePolicies", ErrorKind.INPUT, Scope.GLOBAL,
+     "the workload policy's accelerator topology does not fit this machine type or zone: check `gcloud compute "
+     "resource-policies describe POLICY --region REGION`, or try another --zone"),
+]
+
+
+def refused(name: str, zone: str, errors: list[tuple[str, str, str]], wait_for_capacity: bool) -> TpuctlError | None:
+    """What `up` does with a MIG's errors: a stockout or quota moves to the next zone as a failed VM insert does
+    (a bulk MIG, which waits for all its capacity by design, keeps waiting); anything else Google keeps retrying
+    is said at once, Google's own words and a hint, since waiting cannot mend it."""
+    import re
+    from .errors import classify_text
+    for where, code, message in errors:
+        if code in _STOCKOUT or "QUOTA" in code:
+            if wait_for_capacity:
+                continue
+            return classify_text(code, message, f"create {name} in {zone}")
+        text = f"{code}: {message}"
+        kind, scope, hint = next(((k, sc, h) for rx, k, sc, h in _REFUSALS if re.search(rx, text)),
+                                 (ErrorKind.ERROR, Scope.GLOBAL,
+                                  "fix what Google names, then run `tpuctl up` again (what this run made is removed)"))
+        return TpuctlError(kind, f"Google refused the VMs of MIG {name} in {zone} ({where}): {code}: {message}",
+                           hint, scope)
+    return None
 
 
 class ComputeTpus:
@@ -103,13 +191,15 @@ class ComputeTpus:
     def _slice_of_vm(self, name: str, vm: Any) -> Slice:
         eps = [Endpoint(n.network_i_p) for n in vm.network_interfaces]
         sa = vm.service_accounts[0].email if vm.service_accounts else ""
-        return Slice(name, _STATE.get(vm.status, "STATE_UNSPECIFIED"), dict(vm.labels), sa, eps[:1], [vm.name])
+        return Slice(name, _STATE.get(vm.status, "STATE_UNSPECIFIED"), dict(vm.labels), sa, eps[:1], [vm.name],
+                     status=_enum(vm.status))
 
     def _slice_of_mig(self, name: str, zone: str, mig: Any) -> Slice:
         """A MIG is as good as its worst VM: one lost is the slice's loss; a VM the MIG is (re-)creating is
         coming; fewer VMs than the target with nothing in progress is missing ones (§3 "Preemption or repair")."""
         labels = {LABEL: owner_of(mig.description)} if owner_of(mig.description) else {}
         members = self.managed(name, zone)
+        errors = mig_errors(mig, members)
         states: list[str] = []
         vms: list[str] = []
         eps: list[Endpoint] = []
@@ -134,7 +224,7 @@ class ComputeTpus:
                     eps.append(Endpoint(vm.network_interfaces[0].network_i_p if vm.network_interfaces else ""))
                     sa = sa or (vm.service_accounts[0].email if vm.service_accounts else "")
                     labels = {**labels, **dict(vm.labels)}
-        return Slice(name, worst, labels, sa, eps, vms)
+        return Slice(name, worst, labels, sa, eps, vms, errors)
 
     @staticmethod
     def state(node: Slice) -> str:
@@ -146,19 +236,17 @@ class ComputeTpus:
             raise TpuctlError(ErrorKind.ERROR, f"TPU {name} disappeared in {zone}", "run the same command again")
         return node
 
-    def stockout(self, name: str, zone: str) -> TpuctlError | None:
-        """A MIG's creation errors (listErrors) naming a stockout or quota: the zone cannot give the slice now."""
+    def list_errors(self, name: str, zone: str) -> list[tuple[str, str, str]]:
+        """A MIG's creation errors (listErrors: InstanceManagedByIgmError), which outlive a VM's last attempt."""
         client = self._c("InstanceGroupManagersClient")
         errors = call(lambda: list(client.list_errors(project=self.project, zone=zone, instance_group_manager=name)),
                       what=f"list the errors of MIG {name}")
-        for e in errors:
-            if e.error.code in _STOCKOUT:
-                from .errors import classify_text
-                return classify_text(e.error.code, e.error.message, f"create {name} in {zone}")
-        return None
+        return [(f"listErrors ({_enum(e.instance_action_details.action)} {e.instance_action_details.instance})"
+                 if e.instance_action_details else "listErrors", e.error.code, e.error.message) for e in errors]
 
     # -- making ---------------------------------------------------------------------------------------------------
-    def _insert(self, kind: str, what: str, scope: dict[str, Any], **kwargs: Any) -> bool:
+    def _insert(self, kind: str, what: str, scope: dict[str, Any], deadline: float = OPERATION_DEADLINE,
+                progress: Progress | None = None, describe: Callable[[], str] | None = None, **kwargs: Any) -> bool:
         """Insert and wait for the operation; False when the name is taken (409: adopted by the caller)."""
         try:
             op = call(getattr(self._c(kind), "insert_unary"), project=self.project, **scope, **kwargs, what=what)
@@ -167,7 +255,7 @@ class ComputeTpus:
             if isinstance(e.__cause__, Conflict):
                 return False
             raise
-        wait_operation(self.project, op, what, **scope)
+        wait_operation(self.project, op, what, **scope, deadline=deadline, progress=progress, describe=describe)
         return True
 
     def create(self, spec: ClusterSpec, zone: str, script: str, service_account: str, nonce: str,
@@ -177,9 +265,27 @@ class ComputeTpus:
         labels = {**spec.labels, NONCE_LABEL: nonce}
         try:
             if not is_mig(spec):
-                progress("creating VM")
-                ours = self._insert("InstancesClient", f"create VM {spec.tpu_name} in {zone}", {"zone": zone},
-                                    instance_resource=build_instance(spec, zone, script, service_account, labels))
+                progress("creating VM" + (f", waiting up to {_minutes(flex_wait(spec))} for flex-start capacity"
+                                          if spec.flex_start else ""))
+                began = time.monotonic()
+
+                def waiting() -> str:
+                    return (f"waiting for flex-start capacity, {_minutes(time.monotonic() - began)} of "
+                            f"{_minutes(flex_wait(spec))}")
+                try:
+                    # a flex-start insert may stay RUNNING for the whole wait (UNVERIFIED, §4): never given up
+                    # on, nor its VM deleted, at the usual operation deadline
+                    ours = self._insert("InstancesClient", f"create VM {spec.tpu_name} in {zone}", {"zone": zone},
+                                        deadline=flex_wait(spec) + OPERATION_DEADLINE if spec.flex_start
+                                        else OPERATION_DEADLINE,
+                                        progress=progress if spec.flex_start else None,
+                                        describe=waiting if spec.flex_start else None,
+                                        instance_resource=build_instance(spec, zone, script, service_account,
+                                                                         labels))
+                except TpuctlError as e:
+                    if spec.flex_start and e.kind is not ErrorKind.TIMEOUT and self.find(spec.tpu_name, zone) is None:
+                        raise no_flex_capacity(spec, zone, e.message) from e
+                    raise
                 if not ours:
                     vm = self.get(spec.tpu_name, zone)
                     require_owned(vm.labels, spec.name, f"VM {spec.tpu_name} in {zone}")
@@ -224,27 +330,45 @@ class ComputeTpus:
         return ours
 
     def wait_ready(self, spec: ClusterSpec, zone: str, progress: Progress) -> None:
-        """Every slice READY. A MIG that cannot get capacity keeps trying (its listErrors name a stockout); that is
-        this zone's failure, so `up` moves on. A flex-start or bulk request waits for capacity instead (§9)."""
+        """Every slice READY. A MIG that cannot get capacity keeps trying (its VMs' last attempts and listErrors name
+        a stockout); that is this zone's failure, so `up` moves on. A flex-start or bulk request waits for capacity
+        instead (§9). Any other error Google reports on a MIG ends the wait on the poll that first sees it (refused);
+        `create` then removes what this run made."""
+        single_flex = spec.flex_start and not is_mig(spec)
+        began = time.monotonic()
+
         def poll() -> tuple[bool, str]:
             states = {}
             for name in spec.node_names:
                 s = self.find(name, zone)
+                if s is None and single_flex:   # Google deletes a flex-start VM whose wait ended (§4)
+                    raise no_flex_capacity(spec, zone, "")
                 if s is None:
                     raise TpuctlError(ErrorKind.ERROR, f"TPU {name} disappeared while waiting",
                                       "run the same command again")
+                if single_flex and s.status == "PENDING":
+                    waited = time.monotonic() - began
+                    states[name] = (f"PENDING: waiting for flex-start capacity, {_minutes(waited)} of "
+                                    f"{_minutes(flex_wait(spec))}")
+                    continue
                 if s.state == "PREEMPTED":
                     raise TpuctlError(ErrorKind.PREEMPTED, f"TPU {name} was preempted while being made",
                                       "run `tpuctl up` again to recreate it")
-                if s.state in ("CREATING", "MISSING") and s.instances != [name] and not bulk(spec):
-                    err = self.stockout(name, zone)
+                if s.state in ("CREATING", "MISSING") and s.instances != [name]:
+                    found = s.errors + ([] if s.errors or bulk(spec) else self.list_errors(name, zone))
+                    err = refused(name, zone, found, wait_for_capacity=bulk(spec))
                     if err is not None:
                         raise err
+                    short = next((m for _, c, m in found if c in _STOCKOUT or "QUOTA" in c), "")
+                    if short:   # a bulk MIG waiting for capacity: say so while waiting, and at the deadline
+                        states[name] = f"{s.state}, waiting for capacity: {short.splitlines()[0][:160]}"
+                        continue
                 states[name] = s.state
             worst = next((v for v in states.values() if v != "READY"), "READY")
             return worst == "READY", worst
-        wait(poll, f"TPU {spec.tpu_name}", CREATE_DEADLINE if not spec.flex_start else spec.max_duration + 86400.0,
-             progress)
+        deadline = CREATE_DEADLINE if not spec.flex_start else \
+            flex_wait(spec) + CREATE_DEADLINE if single_flex else spec.max_duration + 86400.0
+        wait(poll, f"TPU {spec.tpu_name}", deadline, progress)
 
     # -- removing -------------------------------------------------------------------------------------------------
     def _delete(self, kind: str, what: str, scope: dict[str, Any], **kwargs: Any) -> None:

@@ -19,6 +19,19 @@ IMAGE_FAMILIES = {"tpu7x": "ubuntu-accel-2404-amd64-tpu-tpu7x", "v6e": "ubuntu-a
 # Families Google offers no TPU TensorFlow for (TPU7x: its guides are JAX and PyTorch only, §5).
 NO_TENSORFLOW = frozenset({"tpu7x"})
 SCOPES = ["https://www.googleapis.com/auth/cloud-platform"]   # set explicitly: gcloud's default is narrower (§2)
+# Boot disk types each family takes, the default first: Google's "TPU storage options" table (tpu/docs/storage-
+# options-compute): TPU7x and v6e take Hyperdisk Balanced or Hyperdisk ML, v5p Balanced Persistent Disk or
+# Hyperdisk ML. compute_v1's AttachedDiskInitializeParams.disk_type names no TPU series for its default (which
+# "depends on the machine series"), so the type is always sent. Whether Hyperdisk ML can be a TPU VM's *boot* disk
+# is not said there (UNVERIFIED): it is accepted as listed, and Google's answer is shown if it refuses.
+DISK_TYPES = {"tpu7x": ("hyperdisk-balanced", "hyperdisk-ml"), "v6e": ("hyperdisk-balanced", "hyperdisk-ml"),
+              "v5p": ("pd-balanced", "hyperdisk-ml")}
+DISK_GB = 100
+DISK_GB_RANGE = (10, 65536)   # a boot disk at least the image's 10 GB; 64 TiB is Hyperdisk Balanced's largest
+# A flex-start VM's wait (params.requestValidForDuration, §4): PENDING exists only for a wait of 90 s or more
+# (compute/docs/instances/instance-lifecycle); the largest accepted wait is 2 hours by several third-party flex-start
+# tools (the Google page that states it could not be read: UNVERIFIED). tpuctl waits 1 hour unless told.
+FLEX_WAIT_DEFAULT, FLEX_WAIT_MIN, FLEX_WAIT_MAX = 3600, 90, 7200
 
 
 def image(family: str) -> str:
@@ -74,15 +87,25 @@ def build_scheduling(spec: ClusterSpec) -> Any:
 
 
 def _common(spec: ClusterSpec, zone: str, script: str, service_account: str, labels: dict[str, str],
-            slice_id: int = 0) -> dict:
+            slice_id: int = 0, template: bool = False) -> dict:
+    """What a TPU VM and a template's properties share. The boot disk's type is a URL on an instance and the bare
+    name in a template (compute_v1 AttachedDiskInitializeParams.disk_type: "When creating a single instance, you
+    must provide either the full or partial URL ... When creating an instance template ... without a URL")."""
     from google.cloud import compute_v1 as c
     t = tpu_type(spec.tpu_type)
+    kind = disk_type(spec)
+    nic: dict[str, Any] = dict(network_of(spec, zone))
+    if not spec.internal_ips:   # --internal-ips: no access config is no external address (Cloud NAT for egress)
+        nic["access_configs"] = [c.AccessConfig(name="External NAT", type_="ONE_TO_ONE_NAT")]
+    if t.family == "tpu7x":   # gVNIC, as the live TPU7x configurations set it (vllm-project/ci-infra; §"Corrections")
+        nic["nic_type"] = "GVNIC"
     out: dict[str, Any] = dict(
         labels={**labels, ROLE_LABEL: "tpu"}, description=description(spec),
         disks=[c.AttachedDisk(boot=True, auto_delete=True, initialize_params=c.AttachedDiskInitializeParams(
-            source_image=image(t.family), disk_size_gb=100))],
-        network_interfaces=[c.NetworkInterface(**network_of(spec, zone), access_configs=[
-            c.AccessConfig(name="External NAT", type_="ONE_TO_ONE_NAT")])],
+            source_image=image(t.family), disk_size_gb=spec.disk_size or DISK_GB,
+            disk_type=kind if template else
+            f"https://www.googleapis.com/compute/v1/projects/{spec.project}/zones/{zone}/diskTypes/{kind}"))],
+        network_interfaces=[c.NetworkInterface(**nic)],
         service_accounts=[c.ServiceAccount(email=service_account or "default", scopes=SCOPES)],
         metadata=c.Metadata(items=[c.Items(key="startup-script", value=script),
                                    c.Items(key="tpuctl-slice", value=str(slice_id))]),
@@ -93,21 +116,29 @@ def _common(spec: ClusterSpec, zone: str, script: str, service_account: str, lab
         out["reservation_affinity"] = c.ReservationAffinity(
             consume_reservation_type="SPECIFIC_RESERVATION", key="compute.googleapis.com/reservation-name",
             values=[spec.reservation])
+    elif spec.flex_start:   # Google's flex-start REST example sends it beside FLEX_START (ai-hypercomputer/docs/
+        # create/create-vm; §4): flex-start capacity is never a reservation's
+        out["reservation_affinity"] = c.ReservationAffinity(consume_reservation_type="NO_RESERVATION")
     return out
 
 
 def build_instance(spec: ClusterSpec, zone: str, script: str, service_account: str, labels: dict[str, str]) -> Any:
     """Instance.machineType is a zonal partial URL (§2)."""
     from google.cloud import compute_v1 as c
-    return c.Instance(name=spec.tpu_name, machine_type=f"zones/{zone}/machineTypes/{shape_of(spec).machine_type}",
-                      **_common(spec, zone, script, service_account, labels))
+    vm = c.Instance(name=spec.tpu_name, machine_type=f"zones/{zone}/machineTypes/{shape_of(spec).machine_type}",
+                    **_common(spec, zone, script, service_account, labels))
+    if spec.flex_start:   # the wait for capacity: InstanceParams.request_valid_for_duration, "Relevant only for
+        # Instances.Insert API" (compute_v1); PENDING only for a wait of 90 s or more (instance-lifecycle, §4)
+        vm.params = c.InstanceParams(request_valid_for_duration=c.Duration(
+            seconds=spec.flex_wait or FLEX_WAIT_DEFAULT))
+    return vm
 
 
 def build_template(spec: ClusterSpec, node: str, zone: str, script: str, service_account: str,
                    labels: dict[str, str]) -> Any:
     """InstanceProperties.machineType takes the bare name only: a URL there is an INTERNAL_ERROR (§2)."""
     from google.cloud import compute_v1 as c
-    common = _common(spec, zone, script, service_account, labels, spec.node_names.index(node))
+    common = _common(spec, zone, script, service_account, labels, spec.node_names.index(node), template=True)
     return c.InstanceTemplate(name=template_name(node), description=description(spec),
                               properties=c.InstanceProperties(machine_type=shape_of(spec).machine_type, **common))
 
@@ -155,6 +186,49 @@ def teardown_list(spec: ClusterSpec) -> list[str]:
 
 FLEX_MAX_SECONDS = 7 * 86400   # "The run duration must be between 10 minutes and 7 days" (about-resize-requests, §4)
 FLEX_MIN_SECONDS = 600
+
+
+def compute_flags(flags: Any, family: str, api: str) -> dict[str, Any]:
+    """--flex-wait, --disk-size, --disk-type, --internal-ips (UpFlags) checked: the ClusterSpec fields they set.
+    Each is Compute Engine's own; without --api compute it is refused, not ignored."""
+    from ...core.errors import bad_input
+    from ...core.lifecycle import parse_duration
+    given = [f for f, v in (("--flex-wait", flags.flex_wait), ("--disk-size", flags.disk_size),
+                            ("--disk-type", flags.disk_type), ("--internal-ips", flags.internal_ips)) if v]
+    if not api:
+        if given:
+            raise bad_input(f"{', '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to --api compute only",
+                            "add --api compute, or leave them out")
+        return {}
+    out: dict[str, Any] = {"internal_ips": bool(flags.internal_ips)}
+    if flags.disk_type:
+        if flags.disk_type not in DISK_TYPES[family]:
+            raise bad_input(f"--disk-type {flags.disk_type}: a {family} VM's boot disk is one of "
+                            f"{', '.join(DISK_TYPES[family])} (tpu/docs/storage-options-compute)",
+                            f"use --disk-type {DISK_TYPES[family][0]}, or leave it out")
+        out["disk_type"] = flags.disk_type
+    if flags.disk_size is not None:
+        low, high = DISK_GB_RANGE
+        if not low <= flags.disk_size <= high:
+            raise bad_input(f"--disk-size {flags.disk_size}: a boot disk is {low} to {high} GB",
+                            f"for example --disk-size {DISK_GB * 2}")
+        out["disk_size"] = flags.disk_size
+    if flags.flex_wait:
+        if not flags.flex_start:
+            raise bad_input("--flex-wait is how long a --flex-start VM waits for capacity", "add --flex-start")
+        wait = parse_duration(flags.flex_wait, "--flex-wait")
+        if not FLEX_WAIT_MIN <= wait <= FLEX_WAIT_MAX:
+            raise bad_input(f"--flex-wait is from {FLEX_WAIT_MIN}s (a shorter wait is no wait: compute/docs/"
+                            f"instances/instance-lifecycle) to {FLEX_WAIT_MAX // 3600}h",
+                            "for example --flex-wait 1h")
+        out["flex_wait"] = wait
+    elif flags.flex_start:
+        out["flex_wait"] = FLEX_WAIT_DEFAULT
+    return out
+
+
+def disk_type(spec: ClusterSpec) -> str:
+    return spec.disk_type or DISK_TYPES[tpu_type(spec.tpu_type).family][0]
 
 
 def check_capacity_flags(spec: ClusterSpec) -> None:

@@ -64,6 +64,7 @@ def make_spec(name: str, flags: UpFlags) -> ClusterSpec:
                         "TPU Ubuntu image and the agent installs the job's stack", "leave --runtime out")
     bucket = check_bucket_name(flags.bucket or default_bucket(proj, name))
     queued, valid_until = _queueing(flags, arch, api)
+    compute_only = gce_requests.compute_flags(flags, t.family, api)
     if flags.slices is not None:
         multislice.check(flags.slices, t.family, arch is Arch.NODE, t.name)
         queued = not api   # through the TPU API a Multislice is had only through a queued resource
@@ -76,7 +77,7 @@ def make_spec(name: str, flags: UpFlags) -> ClusterSpec:
         vm_type=check_vm_type(flags.vm_type or DEFAULT_VM_TYPE) if arch is Arch.NODE else "",
         network=check_gce_name(flags.network, "--network") if flags.network else "",
         subnetwork=_subnetwork(flags, zones), create_firewall=flags.create_firewall, api=api,
-        flex_start=flags.flex_start,
+        flex_start=flags.flex_start, **compute_only,
         reservation=check_gce_name(flags.reservation, "--reservation") if flags.reservation else "")
 
 
