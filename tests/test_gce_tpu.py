@@ -408,3 +408,34 @@ def test_two_slices_of_migs_run_one_jax_job_with_megascale_and_the_agents_cluste
         assert env["TPUCTL_JAX_PROCESS_ID"] == str(k), env
     assert [r["state"] for r in json.loads(cli("jobs", "-c", "ir", "--json")[1])] == ["succeeded"]
     assert cli("down", "-c", "ir", "--yes")[0] == 0
+
+
+@pytest.mark.slow(30)
+@pytest.mark.parametrize("op_waits", [False, True], ids=["insert-done-vm-pending", "insert-running-while-pending"])
+def test_a_flex_start_vm_waits_for_capacity_and_moves_on_when_google_deletes_it(cloud, cli, monkeypatch, op_waits):
+    """A single flex-start VM asks to wait (params.requestValidForDuration, --flex-wait) and is PENDING meanwhile;
+    where its wait ends without capacity Compute Engine deletes it (instance-lifecycle), which is that zone's answer:
+    `up` tries the next zone, where the VM waits 3 polls and runs. Whether the insert stays RUNNING meanwhile is
+    not documented: both ways."""
+    _hosts(cloud, monkeypatch)   # --max-duration: up waits for the host's word that it can end the compute
+    cloud.compute.flex_op_waits, cloud.compute.flex_polls = op_waits, 3
+    cloud.compute.flex_no_capacity = {ZONE}
+    code, out, err = cli("up", "--type", "tpu7x-8", "--flex-start", "--max-duration", "2h", "--flex-wait", "30m",
+                         "--zone", f"{ZONE},us-central1-ai1a", "-c", "ir", "--yes")
+    assert code == 0, err
+    assert f"no flex-start capacity for tpu7x-8 in {ZONE} within 30 min" in err and "trying us-central1-ai1a" in err
+    assert "waiting for flex-start capacity" in err, err
+    [(action, first), (_, second)] = [(a, b) for a, b in cloud.compute.bodies if a == "insert"]
+    assert first["params"] == {"requestValidForDuration": {"seconds": "1800"}}
+    assert first["reservationAffinity"] == {"consumeReservationType": "NO_RESERVATION"}
+    assert cloud.compute.instances[(PROJECT, "us-central1-ai1a", "tpuctl-ir")]["status"] == "RUNNING"
+    assert not any(k[1] == ZONE for k in cloud.compute.instances)
+    assert cli("down", "-c", "ir", "--yes")[0] == 0
+
+
+@pytest.mark.parametrize("wait, want", [("60s", "--flex-wait is from 90s"), ("3h", "to 2h")])
+def test_flex_wait_out_of_range_is_refused(cloud, cli, wait, want):
+    code, out, err = cli("up", "--type", "tpu7x-8", "--flex-start", "--max-duration", "2h", "--flex-wait", wait,
+                         "--zone", ZONE, "-c", "ir", "--yes")
+    assert code != 0 and want in err and "Traceback" not in err, err
+    assert cloud.mutating_calls() == []
