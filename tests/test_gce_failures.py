@@ -44,6 +44,7 @@ def _polls_before_cleanup(cloud):
 ], ids=["last-attempt", "bulk-progress-check", "topology-failed"])
 def test_a_mig_google_refuses_ends_up_within_one_poll_and_leaves_nothing(cloud, cli, short_deadline, where, error,
                                                                         flags, said):
+    cloud.compute.add_reservation(PROJECT, ZONE, "r1", "dense")   # bulk: a reservation-bound MIG
     cloud.compute.mig_refusal = (where, *error)
     code, out, err = cli("up", "--type", "tpu7x-16", "--zone", ZONE, "-c", "ir", *flags, "--yes")
     assert code != 0 and "Traceback" not in err, err
@@ -64,6 +65,7 @@ def test_a_bulk_mig_without_capacity_waits_and_says_so(cloud, cli, short_deadlin
     """A bulk MIG (here reservation-bound) waits for all its capacity by design: a stockout in its progress check is
     no reason to leave the zone, and the wait's end says what Google said."""
     cloud.compute.stockout_zones = {ZONE}
+    cloud.compute.add_reservation(PROJECT, ZONE, "r1", "dense")
     code, out, err = cli("up", "--type", "tpu7x-16", "--zone", ZONE, "--reservation", "r1", "-c", "ir", "--yes")
     assert code != 0 and "still CREATING" in err, err
     assert cloud.leaks() == []

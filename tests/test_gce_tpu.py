@@ -159,13 +159,38 @@ def test_flex_start_mig_is_bulk_with_repairs_off_and_a_run_duration(cloud, cli, 
         == "4x4"
 
 
-def test_reservation_is_bound_and_specific(cloud, cli):
-    code, out, err = cli("up", "--type", "tpu7x-8", "--reservation", "cal-1", "--zone", ZONE, "-c", "ir", "--yes")
+@pytest.mark.parametrize("kind, reservation, model", [
+    ("calendar", "cal-1", "RESERVATION_BOUND"), ("dense", "d-1", "RESERVATION_BOUND"),
+    ("default", "r-1", None), ("default", "projects/shared-p/reservations/r-2", None)])
+def test_reservation_is_bound_only_when_calendar_or_dense_and_always_specific(cloud, cli, kind, reservation, model):
+    """RESERVATION_BOUND "only for a specific reservation with either a calendar reservation mode or a dense
+    deployment type" (gcloud instances/flags.py): tpuctl reads the reservation to know (FutureReservation.
+    reservationMode, Reservation.deploymentType); any other is consumed by a STANDARD VM with a SPECIFIC affinity. A
+    reservation shared from another project is named projects/P/reservations/R."""
+    project, name = (reservation.split("/")[1], reservation.split("/")[3]) if "/" in reservation else (PROJECT,
+                                                                                                       reservation)
+    cloud.compute.add_reservation(project, ZONE, name, kind)
+    code, out, err = cli("up", "--type", "tpu7x-8", "--reservation", reservation, "--zone", ZONE, "-c", "ir", "--yes")
     assert code == 0, err
     vm = cloud.compute.instances[(PROJECT, ZONE, "tpuctl-ir")]
-    assert vm["scheduling"]["provisioningModel"] == "RESERVATION_BOUND"
+    assert vm["scheduling"].get("provisioningModel") == model, vm["scheduling"]
     assert vm["reservationAffinity"] == {"consumeReservationType": "SPECIFIC_RESERVATION",
-                                         "key": "compute.googleapis.com/reservation-name", "values": ["cal-1"]}
+                                         "key": "compute.googleapis.com/reservation-name", "values": [reservation]}
+
+
+def test_a_reservation_elsewhere_moves_on_and_a_multi_host_one_is_bulk_only_when_bound(cloud, cli):
+    cloud.compute.add_reservation(PROJECT, "us-central1-ai1a", "r-1", "default")
+    code, out, err = cli("up", "--type", "tpu7x-16", "--reservation", "r-1", "--zone", f"{ZONE},us-central1-ai1a",
+                         "-c", "ir", "--dry-run")
+    assert code == 0 and "a calendar-mode or dense one is RESERVATION_BOUND" in err, err
+    code, out, err = cli("up", "--type", "tpu7x-16", "--reservation", "r-1", "--zone", f"{ZONE},us-central1-ai1a",
+                         "-c", "ir", "--yes")
+    assert code == 0, err
+    assert f"reservation r-1 is not in {ZONE}" in err and "trying us-central1-ai1a" in err, err
+    m = cloud.compute.migs[(PROJECT, "us-central1-ai1a", "tpuctl-ir")]["mig"]
+    assert "targetSizePolicy" not in m   # bulk mode takes reservation-bound (and flex-start) only
+    tpl = cloud.compute.templates[(PROJECT, "tpuctl-ir-template")]["properties"]
+    assert "provisioningModel" not in tpl["scheduling"] and tpl["reservationAffinity"]["values"] == ["r-1"]
 
 
 def test_single_host_runs_a_jax_job_end_to_end(cloud, cli, tmp_path, monkeypatch):
@@ -343,6 +368,7 @@ def test_every_request_body_has_only_fields_the_compute_api_has(cloud, cli, monk
     names are the wire's: the discovery document's camelCase)."""
     from google.cloud import compute_v1
     _hosts(cloud, monkeypatch)   # --max-duration: up waits for the hosts' word that they can end the compute
+    cloud.compute.add_reservation(PROJECT, ZONE, "r1", "dense")
     for k, flags in enumerate([["--type", "tpu7x-8", "--spot"], ["--type", "tpu7x-16", "--reservation", "r1"],
                                ["--type", "v6e-16", "--api", "compute", "--flex-start", "--max-duration", "1h"],
                                ["--type", "v6e-8", "--api", "compute", "--slices", "2"]]):
@@ -439,3 +465,22 @@ def test_flex_wait_out_of_range_is_refused(cloud, cli, wait, want):
                          "--zone", ZONE, "-c", "ir", "--yes")
     assert code != 0 and want in err and "Traceback" not in err, err
     assert cloud.mutating_calls() == []
+
+
+def test_the_multislice_coordinator_is_worker_0_of_slice_0_whatever_the_names(cloud, cli):
+    """A MIG's VMs are named with a random suffix and numbered by Google (tpu-env TPU_WORKER_ID, §5): the record's
+    coordinator (MEGASCALE_COORDINATOR_ADDRESS on every host) is the VM Google calls worker 0 of slice 0, here the
+    last by name."""
+    from tpuctl.core import state
+    cloud.compute.workers_against_names = True
+    code, out, err = cli("up", "--type", "tpu7x-16", "--slices", "2", "--zone", ZONE, "-c", "ir", "--yes")
+    assert code == 0, err
+
+    def worker(inst):
+        env = next(i["value"] for i in inst["metadata"]["items"] if i["key"] == "tpu-env")
+        return int(env.split("TPU_WORKER_ID: '")[1].split("'")[0])
+    slice0 = {k[2]: v for k, v in cloud.compute.instances.items() if k[2].startswith("tpuctl-ir-0-")}
+    first_by_name, zero = min(slice0), next(n for n, v in slice0.items() if worker(v) == 0)
+    assert first_by_name != zero   # the case the issue names: name order and worker order disagree
+    assert state.load("ir").host.ip == slice0[zero]["networkInterfaces"][0]["networkIP"]
+    assert cli("down", "-c", "ir", "--yes")[0] == 0

@@ -156,7 +156,7 @@ class FakeCompute(TpuCompute):
         key = (project, zone, body["name"])
         if key in self.instances:
             return self._error(409, "alreadyExists", f"The resource '{body['name']}' already exists")
-        refused = self.check_tpu_instance(body, zone)
+        refused = self.check_tpu_instance(body, zone, project)
         if refused:
             return refused
         if body["machineType"].rsplit("/", 1)[-1] in compute_tpu.TPU_MACHINES:

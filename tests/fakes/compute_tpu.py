@@ -20,6 +20,7 @@ Knobs a test sets (all reset by the `cloud` fixture through reset_tpu()):
                       lastProgressCheck.error) or "topology" (status.appliedAcceleratorTopologies[] FAILED with
                       stateDetails.error). The MIG keeps trying, as a real one does (§3 "States you can observe")
   mig_refusal_zones   the zones mig_refusal applies in (empty: every zone)
+  workers_against_names  a MIG's worker ids (tpu-env TPU_WORKER_ID) run against its VMs' name order
   flex_polls          a single flex-start VM with a wait of >= 90 s is PENDING for this many reads of it (or of its
                       insert operation), standing for its wait (instance-lifecycle, §4)
   flex_no_capacity    zones where that wait ends without capacity: Compute Engine deletes the VM (§4)
@@ -53,6 +54,8 @@ ROUTES = [
     ("POST", _P + r"/zones/(?P<zone>[^/]+)/instanceGroupManagers/(?P<name>[^/]+)/listManagedInstances$", "mig_managed"),
     ("GET", _P + r"/zones/(?P<zone>[^/]+)/instanceGroupManagers/(?P<name>[^/]+)/listErrors$", "mig_errors"),
     ("GET", _P + r"/aggregated/instanceGroupManagers$", "mig_aggregated"),
+    ("GET", _P + r"/zones/(?P<zone>[^/]+)/reservations/(?P<name>[^/]+)$", "reservation_get"),
+    ("GET", _P + r"/zones/(?P<zone>[^/]+)/futureReservations$", "future_list"),
 ]
 MUTATING = {"tpl_insert", "tpl_delete", "rp_insert", "rp_delete", "mig_insert", "mig_delete"}
 STOCKOUT = ("ZONE_RESOURCE_POOL_EXHAUSTED",
@@ -92,6 +95,9 @@ class TpuCompute:
         self.flex_wait = 0.0
         self.mig_refusal = None
         self.mig_refusal_zones = set()
+        self.workers_against_names = False
+        self.reservations = {}          # (project, zone, name) -> Reservation (add_reservation)
+        self.future_reservations = []   # (project, zone, FutureReservation)
         self.flex_polls = 3
         self.flex_no_capacity = set()
         self.flex_op_waits = False
@@ -122,7 +128,7 @@ class TpuCompute:
         return 200, {"kind": "compute#machineType", "name": name, "zone": zone, "accelerators": [
             {"guestAcceleratorType": name.split("-")[0], "guestAcceleratorCount": TPU_MACHINES[name]}]}
 
-    def check_tpu_instance(self, props, zone):
+    def check_tpu_instance(self, props, zone, project=None):
         """What Compute Engine refuses of a TPU VM, at once (a 400 on the insert, §9): a machine type the zone does not
         have; a TPU VM that would live-migrate (onHostMaintenance must be TERMINATE, §2)."""
         machine = props["machineType"].rsplit("/", 1)[-1]
@@ -132,7 +138,8 @@ class TpuCompute:
             return None
         if props.get("scheduling", {}).get("onHostMaintenance") != "TERMINATE":
             return self._error(400, "invalid", "Instances with guest accelerators do not support live migration.")
-        return self.check_tpu_disk(props, machine, template=False)
+        return self.check_tpu_disk(props, machine, template=False) or \
+            (self.check_reservation(props, project, zone) if project else None)
 
     def check_tpu_disk(self, props, machine, template):
         """The boot disk's type is one the series takes (DISK_TYPES); an instance names it by full or partial URL,
@@ -168,6 +175,56 @@ class TpuCompute:
                         kind="gce-tpu", image="ubuntu-accel", tpu_env={"TPU_WORKER_ID": worker},
                         attributes=attributes, first_worker=worker, hostname=name,
                         agent_worker_number=self.agent_worker_number)
+
+    # -- reservations (read only: tests make them) -------------------------------------------------------------------
+    def add_reservation(self, project, zone, name, kind="default"):
+        """A reservation of `kind`: "dense" (Reservation.deploymentType DENSE), "calendar" (the reservation a
+        calendar-mode future reservation delivers into: FutureReservation.reservationMode CALENDAR, reservationName),
+        or "default" (neither). compute_v1 1.57 field names."""
+        r = {"kind": "compute#reservation", "name": name, "zone": zone, "status": "READY",
+             "specificReservationRequired": True}
+        if kind == "dense":
+            r["deploymentType"] = "DENSE"
+        self.reservations[(project, zone, name)] = r
+        if kind == "calendar":
+            self.future_reservations.append((project, zone, {"kind": "compute#futureReservation", "name": f"fr-{name}",
+                                                             "reservationMode": "CALENDAR", "reservationName": name}))
+
+    def bound_reservation(self, project, zone, affinity):
+        """The reservation a SPECIFIC affinity names (its value: a name, or projects/P/reservations/R), and whether
+        it is one RESERVATION_BOUND may consume (calendar-mode or dense: gcloud instances/flags.py)."""
+        value = (affinity.get("values") or [""])[0]
+        parts = value.split("/")
+        key = (parts[1], zone, parts[3]) if len(parts) == 4 else (project, zone, value)
+        r = self.reservations.get(key)
+        calendar = any(p == key[0] and z == zone and f["reservationName"] == key[2]
+                       for p, z, f in self.future_reservations)
+        return r, r is not None and (r.get("deploymentType") == "DENSE" or calendar)
+
+    def check_reservation(self, props, project, zone):
+        """A VM that names a reservation: it must be in the zone; RESERVATION_BOUND only against a calendar-mode or
+        dense one. The texts are UNVERIFIED."""
+        affinity = props.get("reservationAffinity") or {}
+        model = props.get("scheduling", {}).get("provisioningModel", "STANDARD")
+        if affinity.get("consumeReservationType") != "SPECIFIC_RESERVATION":
+            return None
+        r, bound = self.bound_reservation(project, zone, affinity)
+        if r is None:
+            return self._error(400, "invalid", f"Reservation {affinity['values'][0]} not found in zone {zone}.")
+        if model == "RESERVATION_BOUND" and not bound:
+            return self._error(400, "invalid", "RESERVATION_BOUND provisioning model requires a reservation in "
+                                               "calendar mode or of the dense deployment type.")
+        return None
+
+    def do_reservation_get(self, body, project, zone, name):
+        r = self.reservations.get((project, zone, name))
+        if r is None:
+            return self._error(404, "notFound", f"The resource 'projects/{project}/zones/{zone}/reservations/{name}' "
+                                                "was not found")
+        return 200, r
+
+    def do_future_list(self, body, project, zone):
+        return 200, {"items": [f for p, z, f in self.future_reservations if p == project and z == zone]}
 
     # -- a single flex-start VM (§4) -------------------------------------------------------------------------------
     @staticmethod
@@ -316,6 +373,9 @@ class TpuCompute:
         if props["machineType"] in TPU_MACHINES and body.get("targetSize", 0) > 1 and not wp:
             # "a workload policy is required" for a multi-host TPU MIG (about-workload-policies, §1)
             return self._error(400, "invalid", "A workload policy is required for a multi-host TPU slice.")
+        refused = self.check_reservation(props, project, zone)
+        if refused:
+            return refused
         model = props.get("scheduling", {}).get("provisioningModel", "STANDARD")
         bulk = body.get("targetSizePolicy", {}).get("mode") == "BULK"
         if bulk and model not in ("FLEX_START", "RESERVATION_BOUND"):   # about-bulk-mode limitations (§3)
@@ -345,6 +405,10 @@ class TpuCompute:
         base = m["mig"]["baseInstanceName"]
         while len(m["managed"]) < want:
             m["managed"].append({"name": f"{base}-{_suffix()}", "currentAction": "CREATING", "worker": None})
+        if self.workers_against_names and all(mi["worker"] is None for mi in m["managed"]):
+            # worker ids in creation order, which the random suffixes need not follow (§3 "Instance names"): here
+            # made to disagree with name order outright
+            m["managed"].sort(key=lambda mi: mi["name"], reverse=True)
         if self.mig_refusal and (not self.mig_refusal_zones or zone in self.mig_refusal_zones):
             self._refuse(m)
             return
@@ -369,8 +433,16 @@ class TpuCompute:
             worker = mi["worker"] if mi["worker"] is not None else worker   # a repaired VM keeps its place
             mi.update(currentAction="NONE", worker=worker)
             mi.pop("lastAttempt", None)
+            # Google's own metadata beside the template's: tpu-env (TPU_WORKER_ID) and worker-network-endpoints
+            # as hostnames (§5, cluster-toolkit PR #6351), as instance metadata items, which is what the metadata
+            # server serves as instance/attributes/ (compute/docs/metadata/overview: custom metadata)
+            google = [{"key": "tpu-env", "value": f"TPU_WORKER_ID: '{worker}'\nTOPOLOGY: 'unused'"},
+                      {"key": "worker-network-endpoints", "value": ",".join(peers)}]
+            if self.agent_worker_number:
+                google.append({"key": "agent-worker-number", "value": str(worker)})
             self.instances[(project, zone, mi["name"])] = dict(
                 props, name=mi["name"], zone=zone, status="RUNNING", id=str(next(self._ids)),
+                metadata={"items": props.get("metadata", {}).get("items", []) + google},
                 machineType=f"zones/{zone}/machineTypes/{props['machineType']}",
                 networkInterfaces=[dict(n, networkIP=f"10.0.{len(self.instances) % 250}.{worker + 2}")
                                    for n in props.get("networkInterfaces", [])])

@@ -57,7 +57,10 @@ OTHER_PERMISSIONS = ("compute.instances.create", "compute.instances.delete", "co
                      # Compute Engine TPUs' templates and MIGs (compute/docs/access/iam; A4/A3U MIG page names
                      # compute.instanceGroupManagers.create, GCE_TPU_FACTS §7)
                      "compute.instanceTemplates.create", "compute.instanceTemplates.delete",
-                     "compute.instanceGroupManagers.create", "compute.instanceGroupManagers.delete")
+                     "compute.instanceGroupManagers.create", "compute.instanceGroupManagers.delete",
+                     # a MIG reads its template (compute/docs/access/iam: instanceTemplates.useReadOnly), and a
+                     # reservation is read to tell its kind (issue 59)
+                     "compute.instanceTemplates.useReadOnly", "compute.reservations.get")
 # Predefined roles as prefixes of the permissions they carry (a subset: what tpuctl and its hosts ask).
 ROLES = {
     "roles/owner": ("",),
@@ -70,7 +73,9 @@ ROLES = {
     # Compute Instance Admin (v1) also carries templates, MIGs and resource policies: the multi-host slice quickstart
     # asks for it alone (compute/docs/tpus/quickstart-create-tpu-multi-host-slice, GCE_TPU_FACTS §7)
     "roles/compute.instanceAdmin.v1": ("compute.instances.", "compute.instanceTemplates.",
-                                       "compute.instanceGroupManagers.", "compute.resourcePolicies."),
+                                       "compute.instanceGroupManagers.", "compute.resourcePolicies.",
+                                       "compute.reservations."),
+    "roles/iam.serviceAccountUser": ("iam.serviceAccounts.actAs",),
 }
 ATTRIBUTE_SERVICES = {"cloudresourcemanager.googleapis.com", "compute.googleapis.com", "storage.googleapis.com"}
 _COND = re.compile(r'^resource\.name\s*(==\s*"(?P<eq>[^"]*)"|\.startsWith\("(?P<prefix>[^"]*)"\))$')

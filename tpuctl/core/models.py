@@ -164,6 +164,7 @@ class ClusterSpec(JsonRecord):
     disk_size: int = 0              # `up --disk-size` (--api compute): boot disk GB; 0: tpuctl's default
     disk_type: str = ""             # `up --disk-type` (--api compute): boot disk type; "": the TPU family's
     internal_ips: bool = False      # `up --internal-ips` (--api compute): TPU VMs without external addresses
+    reservation_bound: bool = False  # --api compute: the reservation is calendar-mode or dense (read at up, gce.py)
 
     # Fields that name what a cluster IS: `up` refuses to change them on an existing cluster.
     IDENTITY = ("provider", "tpu_type", "arch", "project", "store", "slices", "api")

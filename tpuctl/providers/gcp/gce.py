@@ -18,6 +18,7 @@ by tpuctl itself (compute.wait_operation).
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
 from dataclasses import dataclass, field
@@ -31,7 +32,7 @@ from ..base import Progress
 from . import clients
 from .compute import wait_operation
 from .gce_requests import (FLEX_WAIT_DEFAULT, build_instance, build_mig, build_policy, build_template, bulk, is_mig,
-                           owner_of, policy_name, template_name)
+                           owner_of, policy_name, reservation_parts, template_name)
 from .operations import call, get_or_none, wait
 from .tpu import NONCE_LABEL
 
@@ -70,6 +71,21 @@ class Slice:
 # -- reading ----------------------------------------------------------------------------------------------------------
 def _enum(value: Any) -> str:
     return value if isinstance(value, str) else getattr(value, "name", str(value))
+
+
+def worker_of(vm: Any) -> int:
+    """The worker id Google gave a MIG's VM: tpu-env's TPU_WORKER_ID (`KEY: 'value'` lines), else agent-worker-number,
+    from its metadata items (GCE_TPU_FACTS §5: both are the VM's metadata; JAX and the hosts read the same keys from
+    the metadata server, which serves the instance's metadata items). A MIG's VM names end in a random suffix (§3
+    "Instance names"), so name order says nothing of which VM is worker 0, the coordinator. A VM with neither key
+    sorts last."""
+    items = {i.key: i.value for i in (vm.metadata.items if vm.metadata else [])}
+    for line in items.get("tpu-env", "").splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "TPU_WORKER_ID" and value.strip().strip("'").isdigit():
+            return int(value.strip().strip("'"))
+    number = items.get("agent-worker-number", "")
+    return int(number) if number.isdigit() else 1 << 30
 
 
 def flex_wait(spec: ClusterSpec) -> int:
@@ -218,12 +234,13 @@ class ComputeTpus:
         order = ("PREEMPTED", "MISSING", "STOPPING", "STOPPED", "DELETING", "REPAIRING", "CREATING")
         worst = next((s for s in order if s in states), "READY" if states else "CREATING")
         if worst == "READY":
-            for vm_name in sorted(vms):
-                vm = self._instance(vm_name, zone)
-                if vm is not None:
-                    eps.append(Endpoint(vm.network_interfaces[0].network_i_p if vm.network_interfaces else ""))
-                    sa = sa or (vm.service_accounts[0].email if vm.service_accounts else "")
-                    labels = {**labels, **dict(vm.labels)}
+            found = [(vm_name, vm) for vm_name in sorted(vms) if (vm := self._instance(vm_name, zone)) is not None]
+            found.sort(key=lambda f: worker_of(f[1]))   # stable: name order where Google says no worker id
+            vms = [vm_name for vm_name, _ in found] + [v for v in vms if v not in {n for n, _ in found}]
+            for _, vm in found:
+                eps.append(Endpoint(vm.network_interfaces[0].network_i_p if vm.network_interfaces else ""))
+                sa = sa or (vm.service_accounts[0].email if vm.service_accounts else "")
+                labels = {**labels, **dict(vm.labels)}
         return Slice(name, worst, labels, sa, eps, vms, errors)
 
     @staticmethod
@@ -258,10 +275,41 @@ class ComputeTpus:
         wait_operation(self.project, op, what, **scope, deadline=deadline, progress=progress, describe=describe)
         return True
 
+    def reservation_bound(self, spec: ClusterSpec, zone: str) -> bool:
+        """Whether --reservation is one a RESERVATION_BOUND VM consumes: of the dense deployment type (compute_v1
+        Reservation.deployment_type DENSE), or the reservation a calendar-mode future reservation delivers into
+        (FutureReservation.reservation_mode CALENDAR, its reservation_name ours). gcloud's flag help draws the line
+        there (command_lib/compute/instances/flags.py); any other is consumed through STANDARD and a SPECIFIC
+        affinity. A reservation is zonal: one not in this zone is this zone's failure, and `up` tries the next."""
+        project, name = reservation_parts(spec)
+        r = get_or_none(self._c("ReservationsClient").get, project=project, zone=zone, reservation=name,
+                        what=f"read reservation {spec.reservation}")
+        if r is None:
+            raise TpuctlError(ErrorKind.INPUT, f"reservation {spec.reservation} is not in {zone}",
+                              "give --zone the reservation's zone (`gcloud compute reservations list`), or name a "
+                              "shared one as projects/P/reservations/R", Scope.ZONE)
+        if _enum(r.deployment_type) == "DENSE":
+            return True
+        try:
+            futures = call(lambda: list(self._c("FutureReservationsClient").list(project=project, zone=zone)),
+                           what="list future reservations")
+        except TpuctlError as e:
+            if e.kind is not ErrorKind.PERMISSION:
+                raise
+            return False   # cannot tell: STANDARD, which Google refuses in words up shows if it is wrong
+        return any(f.reservation_name == name and _enum(f.reservation_mode) == "CALENDAR" for f in futures)
+
+    def resolved(self, spec: ClusterSpec, zone: str) -> ClusterSpec:
+        """The spec with what only Google can say filled in (reservation_bound), for this zone."""
+        if not spec.reservation or spec.reservation_bound:
+            return spec
+        return dataclasses.replace(spec, reservation_bound=self.reservation_bound(spec, zone))
+
     def create(self, spec: ClusterSpec, zone: str, script: str, service_account: str, nonce: str,
                progress: Progress, accepted: Callable[[], None] = lambda: None) -> bool:
         """Make the slices and wait until every VM runs; True when THIS run made them. As tpu.TpuApi.create: what
         carries our nonce is ours (a create whose answer was lost), and on failure only that is removed."""
+        spec = self.resolved(spec, zone)
         labels = {**spec.labels, NONCE_LABEL: nonce}
         try:
             if not is_mig(spec):
@@ -334,6 +382,7 @@ class ComputeTpus:
         a stockout); that is this zone's failure, so `up` moves on. A flex-start or bulk request waits for capacity
         instead (§9). Any other error Google reports on a MIG ends the wait on the poll that first sees it (refused);
         `create` then removes what this run made."""
+        spec = self.resolved(spec, zone)
         single_flex = spec.flex_start and not is_mig(spec)
         began = time.monotonic()
 

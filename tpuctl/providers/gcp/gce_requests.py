@@ -70,10 +70,37 @@ def shape_in(desc: str) -> tuple[str, int]:
     return (words[3], int(words[4][1:])) if len(words) >= 5 and words[4][1:].isdigit() else ("", 1)
 
 
+# What `up` reads to tell the two kinds of reservation apart (gce.ComputeTpus.reservation_bound), as the dry run says it
+RESERVATION_CHECK = ("read at up: a calendar-mode or dense one is RESERVATION_BOUND, any other STANDARD with a "
+                     "SPECIFIC affinity")
+
+
+def check_reservation(value: str) -> str:
+    """--reservation: a reservation of the project (its name) or one shared with it from another
+    (`projects/P/reservations/R`, the value gcloud's --reservation takes for a shared reservation, §2
+    reservationAffinity)."""
+    from ...core.models import check_gce_name, check_project
+    parts = value.split("/")
+    if len(parts) == 4 and parts[0] == "projects" and parts[2] == "reservations":
+        check_project(parts[1])
+        check_gce_name(parts[3], "--reservation")
+        return value
+    return check_gce_name(value, "--reservation")
+
+
+def reservation_parts(spec: ClusterSpec) -> tuple[str, str]:
+    """(project, name) of --reservation: a shared one's own project, else the cluster's."""
+    parts = spec.reservation.split("/")
+    return (parts[1], parts[3]) if len(parts) == 4 else (spec.project, spec.reservation)
+
+
 def build_scheduling(spec: ClusterSpec) -> Any:
     """TERMINATE on host maintenance (TPU VMs cannot live-migrate, §2); SPOT with the STOP action Google's TPU Spot
     template uses (tpu/docs/spot-compute); FLEX_START with maxRunDuration and DELETE; RESERVATION_BOUND with DELETE
-    ("DELETE is a required parameter for RESERVATION_BOUND + MIG", §3)."""
+    ("DELETE is a required parameter for RESERVATION_BOUND + MIG", §3), only for a reservation in calendar mode or
+    of the dense deployment type ("a specific reservation with either a calendar reservation mode or a dense
+    deployment type", gcloud command_lib/compute/instances/flags.py); any other reservation is consumed by a
+    STANDARD VM with the SPECIFIC affinity alone."""
     from google.cloud import compute_v1 as c
     s = c.Scheduling(on_host_maintenance="TERMINATE")
     if spec.spot:
@@ -81,7 +108,7 @@ def build_scheduling(spec: ClusterSpec) -> Any:
     elif spec.flex_start:
         s.provisioning_model, s.instance_termination_action = "FLEX_START", "DELETE"
         s.max_run_duration = c.Duration(seconds=spec.max_duration)
-    elif spec.reservation:
+    elif spec.reservation and spec.reservation_bound:
         s.provisioning_model, s.instance_termination_action = "RESERVATION_BOUND", "DELETE"
     return s
 
@@ -159,7 +186,7 @@ def is_mig(spec: ClusterSpec) -> bool:
 def bulk(spec: ClusterSpec) -> bool:
     """Bulk mode ("creates VMs all at once") "supports the reservation-bound and flex-start provisioning models" only;
     with flex-start, repairs must be off (about-bulk-mode, §3)."""
-    return spec.flex_start or bool(spec.reservation)
+    return spec.flex_start or (bool(spec.reservation) and spec.reservation_bound)
 
 
 def build_mig(spec: ClusterSpec, name: str, zone: str) -> Any:
@@ -250,9 +277,17 @@ def permissions_needed(spec: ClusterSpec) -> dict[str, str]:
     tpu-multi-host-slice; GCE_TPU_FACTS §7). The names of the template, MIG and policy permissions follow
     compute/docs/access/iam; that MIG resize and bulk need nothing beyond them is not documented."""
     role = "roles/compute.instanceAdmin.v1"
-    if not is_mig(spec):
-        names = ["compute.instances.create", "compute.instances.delete"]
+    # the VMs run as a service account: creating them is acting as it (iam.serviceAccounts.actAs, Service Account
+    # User, which the multi-host quickstart asks for beside Compute Instance Admin)
+    extra = {"iam.serviceAccounts.actAs": "roles/iam.serviceAccountUser"}
+    if spec.reservation:   # reservations.get and futureReservations.list (gce.ComputeTpus.reservation_bound)
+        names = ["compute.reservations.get"]
     else:
-        names = [f"compute.{r}.{v}" for r in ("instanceTemplates", "instanceGroupManagers", "resourcePolicies")
-                 for v in ("create", "delete")]
-    return {n: role for n in names}
+        names = []
+    if not is_mig(spec):
+        names += ["compute.instances.create", "compute.instances.delete"]
+    else:
+        names += [f"compute.{r}.{v}" for r in ("instanceTemplates", "instanceGroupManagers", "resourcePolicies")
+                  for v in ("create", "delete")]
+        names.append("compute.instanceTemplates.useReadOnly")   # a MIG made from a template (compute/docs/access/iam)
+    return {**{n: role for n in names}, **extra}

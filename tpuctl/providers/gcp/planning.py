@@ -78,7 +78,7 @@ def make_spec(name: str, flags: UpFlags) -> ClusterSpec:
         network=check_gce_name(flags.network, "--network") if flags.network else "",
         subnetwork=_subnetwork(flags, zones), create_firewall=flags.create_firewall, api=api,
         flex_start=flags.flex_start, **compute_only,
-        reservation=check_gce_name(flags.reservation, "--reservation") if flags.reservation else "")
+        reservation=gce_requests.check_reservation(flags.reservation) if flags.reservation else "")
 
 
 def _api(flags: UpFlags, t: TpuType) -> str:
@@ -196,7 +196,8 @@ def _compute_plan(spec: ClusterSpec) -> list[PlanRow]:
     where = " or ".join(spec.zones)
     model = ("spot: preempted VMs are deleted and made again" if spec.spot else
              f"flex-start: waits for capacity, deleted after {show_duration(spec.max_duration)}" if spec.flex_start
-             else f"reservation-bound to {spec.reservation}" if spec.reservation else "on demand")
+             else f"reservation {spec.reservation} ({gce_requests.RESERVATION_CHECK})" if spec.reservation
+             else "on demand")
     head = f"{spec.tpu_type} ({t.chips} chips) through Compute Engine, {model}, in {where}"
     if not gce_requests.is_mig(spec):
         return [PlanRow("vm", spec.tpu_name, f"{head}: one {shape.machine_type} VM, image "
@@ -207,7 +208,8 @@ def _compute_plan(spec: ClusterSpec) -> list[PlanRow]:
         rows.append(PlanRow("template", gce_requests.template_name(name), f"{shape.machine_type}, image "
                             f"{gce_requests.IMAGE_FAMILIES[t.family]}"))
         rows.append(PlanRow("mig", name, f"{head}: {shape.vms} VMs"
-                            + (" made all at once (bulk)" if gce_requests.bulk(spec) else "")
+                            + (" made all at once (bulk)" if gce_requests.bulk(spec) else
+                               " (bulk if the reservation is calendar-mode or dense)" if spec.reservation else "")
                             + (f", slice {k} of {spec.slices}" if spec.slices > 1 else "")))
     return rows
 

@@ -154,7 +154,7 @@ class GcpProvider:
         if not st.zone:
             raise TpuctlError(ErrorKind.NOT_FOUND, f"cluster {st.name} has no host yet", f"tpuctl up -c {st.name}")
         where = [f"--zone={st.zone}", f"--project={s.project}"]
-        if s.api:   # a Compute Engine VM: the slice's VMs in name order (which is worker N is not documented)
+        if s.api:   # a Compute Engine VM: the slice's VMs in worker order (gce.worker_of: Google's TPU_WORKER_ID)
             argv = ["gcloud", "compute", "ssh", self._vm_of_worker(st, worker), *where]
         elif s.arch is Arch.NODE:
             argv = ["gcloud", "compute", "ssh", s.vm_name, *where]
@@ -167,7 +167,7 @@ class GcpProvider:
         hosts = max(1, st.host.hosts)
         node = st.spec.node_names[min(worker // hosts, len(st.spec.node_names) - 1)]
         found = gce.ComputeTpus(st.spec.project).find(node, st.zone)
-        vms = sorted(found.instances) if found else []
+        vms = list(found.instances) if found else []
         if not vms:
             raise TpuctlError(ErrorKind.NOT_FOUND, f"cluster {st.name} has no VM for worker {worker}",
                               f"tpuctl status -c {st.name}")
