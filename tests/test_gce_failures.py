@@ -92,3 +92,12 @@ def test_mig_errors_reads_the_three_places_by_their_compute_v1_names():
     got = gce.mig_errors(mig, members)
     assert [(code, message) for _, code, message in got] == [("Y", "n"), ("X", "m"), ("T", "t")]
     assert gce.mig_errors(c.InstanceGroupManager(), [c.ManagedInstance(name="vm")]) == []
+
+
+def test_a_zone_without_the_machine_type_moves_a_single_vm_to_the_next_zone(cloud, cli):
+    """The insert's 400 (the text gcloud's own regex matches, GCE_TPU_FACTS §9) is that zone's answer, not the end."""
+    cloud.compute.machine_missing_zones = {ZONE}
+    code, out, err = cli("up", "--type", "tpu7x-8", "--zone", f"{ZONE},us-central1-ai1a", "-c", "ir", "--yes")
+    assert code == 0, err
+    assert "does not exist in zone" in err and "trying us-central1-ai1a" in err, err
+    assert (PROJECT, "us-central1-ai1a", "tpuctl-ir") in cloud.compute.instances

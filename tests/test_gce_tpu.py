@@ -149,7 +149,9 @@ def test_flex_start_mig_is_bulk_with_repairs_off_and_a_run_duration(cloud, cli, 
     tpl = cloud.compute.templates[(PROJECT, "tpuctl-ir-template")]["properties"]
     assert tpl["machineType"] == "ct6e-standard-4t"
     assert tpl["scheduling"] == {"onHostMaintenance": "TERMINATE", "provisioningModel": "FLEX_START",
-                                 "instanceTerminationAction": "DELETE", "maxRunDuration": {"seconds": "7200"}}
+                                 "instanceTerminationAction": "DELETE", "maxRunDuration": {"seconds": "8100"}}
+    # Google's run duration 15 min after the host's own deadline: the host deletes the MIG first, which would
+    # otherwise make its VMs again after Google deleted them at the end of their run (issue 59)
     assert tpl["reservationAffinity"] == {"consumeReservationType": "NO_RESERVATION"}   # Google's flex-start example
     assert tpl["disks"][0]["initializeParams"]["diskType"] == "hyperdisk-balanced"   # a template: the bare name
     m = cloud.compute.migs[(PROJECT, "us-east5-a", "tpuctl-ir")]["mig"]
@@ -484,3 +486,25 @@ def test_the_multislice_coordinator_is_worker_0_of_slice_0_whatever_the_names(cl
     assert first_by_name != zero   # the case the issue names: name order and worker order disagree
     assert state.load("ir").host.ip == slice0[zero]["networkInterfaces"][0]["networkIP"]
     assert cli("down", "-c", "ir", "--yes")[0] == 0
+
+
+@pytest.mark.parametrize("tpu, policies", [("tpu7x-16", ["tpuctl-ir-0-wp", "tpuctl-ir-1-wp"]), ("tpu7x-8", [])])
+def test_one_workload_policy_per_multi_host_slice_and_none_for_single_hosts(cloud, cli, tpu, policies):
+    """As xpk and vllm-project/ci-infra's TPU7x modules do (GCE_TPU_FACTS "Corrections")."""
+    code, out, err = cli("up", "--type", tpu, "--slices", "2", "--zone", ZONE, "-c", "ir", "--yes")
+    assert code == 0, err
+    assert sorted(k[2] for k in cloud.compute.policies) == policies
+    for k in (0, 1):
+        m = cloud.compute.migs[(PROJECT, ZONE, f"tpuctl-ir-{k}")]["mig"]
+        assert m.get("resourcePolicies", {}).get("workloadPolicy", "").rsplit("/", 1)[-1] == \
+            (f"tpuctl-ir-{k}-wp" if policies else "")
+    assert cli("down", "-c", "ir", "--yes")[0] == 0
+    assert cloud.leaks() == []
+
+
+def test_down_removes_the_one_policy_a_cluster_made_before_issue_59(cloud, cli):
+    assert cli("up", "--type", "tpu7x-16", "--slices", "2", "--zone", ZONE, "-c", "ir", "--yes")[0] == 0
+    old = dict(cloud.compute.policies[(PROJECT, "us-central1", "tpuctl-ir-0-wp")], name="tpuctl-ir-wp")
+    cloud.compute.policies[(PROJECT, "us-central1", "tpuctl-ir-wp")] = old
+    assert cli("down", "-c", "ir", "--yes")[0] == 0
+    assert cloud.leaks() == []

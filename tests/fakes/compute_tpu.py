@@ -20,6 +20,7 @@ Knobs a test sets (all reset by the `cloud` fixture through reset_tpu()):
                       lastProgressCheck.error) or "topology" (status.appliedAcceleratorTopologies[] FAILED with
                       stateDetails.error). The MIG keeps trying, as a real one does (§3 "States you can observe")
   mig_refusal_zones   the zones mig_refusal applies in (empty: every zone)
+  machine_missing_zones  zones without the TPU machine types: a VM insert there is refused at once (a 400, §9)
   workers_against_names  a MIG's worker ids (tpu-env TPU_WORKER_ID) run against its VMs' name order
   flex_polls          a single flex-start VM with a wait of >= 90 s is PENDING for this many reads of it (or of its
                       insert operation), standing for its wait (instance-lifecycle, §4)
@@ -96,6 +97,7 @@ class TpuCompute:
         self.mig_refusal = None
         self.mig_refusal_zones = set()
         self.workers_against_names = False
+        self.machine_missing_zones = set()   # zones whose catalog lacks the TPU machine types: a VM insert is a 400
         self.reservations = {}          # (project, zone, name) -> Reservation (add_reservation)
         self.future_reservations = []   # (project, zone, FutureReservation)
         self.flex_polls = 3
@@ -136,6 +138,10 @@ class TpuCompute:
             return self._error(400, "invalid", f"This user agent is not allowed to use the machine type [{machine}].")
         if machine not in TPU_MACHINES:
             return None
+        if zone in self.machine_missing_zones:   # the text gcloud's own regex matches (§9 "Machine type not in zone")
+            return self._error(400, "invalid", f"Invalid value for field 'resource.machineType': "
+                                               f"'zones/{zone}/machineTypes/{machine}'. Machine type with name "
+                                               f"'{machine}' does not exist in zone '{zone}'.")
         if props.get("scheduling", {}).get("onHostMaintenance") != "TERMINATE":
             return self._error(400, "invalid", "Instances with guest accelerators do not support live migration.")
         return self.check_tpu_disk(props, machine, template=False) or \

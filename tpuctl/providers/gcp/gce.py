@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -32,13 +33,16 @@ from ..base import Progress
 from . import clients
 from .compute import wait_operation
 from .gce_requests import (FLEX_WAIT_DEFAULT, build_instance, build_mig, build_policy, build_template, bulk, is_mig,
-                           owner_of, policy_name, reservation_parts, template_name)
+                           multi_host, owner_of, policies_to_delete, policy_name, reservation_parts,
+                           template_name)
 from .operations import call, get_or_none, wait
 from .tpu import NONCE_LABEL
 
+# Deadlines per kind of operation: making a slice (its VMs running), deleting a VM or a MIG (whose operation ends
+# only when all its VMs are gone: a TPU VM's shutdown), and any other operation (a template, a policy, an insert).
 CREATE_DEADLINE = 1800.0
 DELETE_DEADLINE = 900.0
-OPERATION_DEADLINE = 600.0   # an insert's operation (compute.DEADLINE); a flex-start VM's adds its whole wait
+OPERATION_DEADLINE = 600.0   # compute.DEADLINE; a flex-start VM's insert adds its whole wait
 # Instance.status -> the TPU API node state it means here (module docstring; Instance.status enum, §6).
 _STATE = {"RUNNING": "READY", "PROVISIONING": "CREATING", "STAGING": "CREATING", "PENDING": "CREATING",
           "REPAIRING": "REPAIRING", "TERMINATED": "PREEMPTED", "STOPPED": "PREEMPTED", "STOPPING": "STOPPING",
@@ -155,7 +159,6 @@ def refused(name: str, zone: str, errors: list[tuple[str, str, str]], wait_for_c
     """What `up` does with a MIG's errors: a stockout or quota moves to the next zone as a failed VM insert does
     (a bulk MIG, which waits for all its capacity by design, keeps waiting); anything else Google keeps retrying
     is said at once, Google's own words and a hint, since waiting cannot mend it."""
-    import re
     from .errors import classify_text
     for where, code, message in errors:
         if code in _STOCKOUT or "QUOTA" in code:
@@ -333,6 +336,8 @@ class ComputeTpus:
                 except TpuctlError as e:
                     if spec.flex_start and e.kind is not ErrorKind.TIMEOUT and self.find(spec.tpu_name, zone) is None:
                         raise no_flex_capacity(spec, zone, e.message) from e
+                    if re.search(_REFUSALS[0][0], e.message):   # the zone lacks the machine type: try the next
+                        raise TpuctlError(e.kind, e.message, _REFUSALS[0][3], Scope.ZONE) from e
                     raise
                 if not ours:
                     vm = self.get(spec.tpu_name, zone)
@@ -360,16 +365,20 @@ class ComputeTpus:
 
     def _create_migs(self, spec: ClusterSpec, zone: str, script: str, service_account: str,
                      labels: dict[str, str], progress: Progress) -> bool:
-        """The workload policy and each slice's template at once, then every slice's MIG at once: a MIG names both,
-        so `up` takes two operations' time whatever the number of slices (bench/bench_up.py), not 1 + 2N."""
+        """Each multi-host slice's workload policy and each slice's template at once, then every slice's MIG at
+        once: a MIG names both, so `up` takes two operations' time whatever the number of slices (bench/
+        bench_up.py), not 1 + 2N."""
         names = spec.node_names
-        progress(f"creating workload policy and instance template{'s' if len(names) > 1 else ''}")
+        policies = [n for n in names if multi_host(spec)]
+        progress(("creating workload polic" + ("ies and " if len(policies) > 1 else "y and ") if policies else
+                  "creating ") + f"instance template{'s' if len(names) > 1 else ''}")
         made = together([functools.partial(
-            self._insert, "ResourcePoliciesClient", f"create workload policy {policy_name(spec)}",
-            {"region": region_of(zone)}, resource_policy_resource=build_policy(spec))] + [functools.partial(
-                self._insert, "InstanceTemplatesClient", f"create instance template {template_name(name)}", {},
-                instance_template_resource=build_template(spec, name, zone, script, service_account, labels))
-                for name in names])[1:]
+            self._insert, "InstanceTemplatesClient", f"create instance template {template_name(name)}", {},
+            instance_template_resource=build_template(spec, name, zone, script, service_account, labels))
+            for name in names] + [functools.partial(
+                self._insert, "ResourcePoliciesClient", f"create workload policy {policy_name(name)}",
+                {"region": region_of(zone)}, resource_policy_resource=build_policy(spec, name)) for name in policies])
+        made = made[:len(names)]
         ours = all([m or self._template_is(name, labels[NONCE_LABEL]) for name, m in zip(names, made)])
         progress(f"creating MIG{'s' if len(names) > 1 else ''} {', '.join(names)}")
         together([functools.partial(self._insert, "InstanceGroupManagersClient", f"create MIG {name} in {zone}",
@@ -420,10 +429,11 @@ class ComputeTpus:
         wait(poll, f"TPU {spec.tpu_name}", deadline, progress)
 
     # -- removing -------------------------------------------------------------------------------------------------
-    def _delete(self, kind: str, what: str, scope: dict[str, Any], **kwargs: Any) -> None:
+    def _delete(self, kind: str, what: str, scope: dict[str, Any], deadline: float = OPERATION_DEADLINE,
+                **kwargs: Any) -> None:
         try:
             op = call(getattr(self._c(kind), "delete_unary"), project=self.project, **scope, **kwargs, what=what)
-            wait_operation(self.project, op, what, **scope)
+            wait_operation(self.project, op, what, **scope, deadline=deadline)
         except TpuctlError as e:
             if e.kind is not ErrorKind.NOT_FOUND:
                 raise
@@ -438,13 +448,15 @@ class ComputeTpus:
                     raise TpuctlError(ErrorKind.REFUSED, f"MIG {name} in {zone} is not cluster {spec.name}'s "
                                       f"(its description: {mig.description!r})", "delete it yourself if it is yours")
                 progress(f"deleting MIG {name}")
+                # a MIG's delete operation ends once its VMs are gone (§3 "Delete"): a VM's own deadline
                 self._delete("InstanceGroupManagersClient", f"delete MIG {name}", {"zone": zone},
-                             instance_group_manager=name)
+                             deadline=DELETE_DEADLINE, instance_group_manager=name)
             vm = self._instance(name, zone)
             if vm is not None:
                 require_owned(dict(vm.labels), spec.name, f"VM {name} in {zone}")
                 progress(f"deleting VM {name}")
-                self._delete("InstancesClient", f"delete VM {name}", {"zone": zone}, instance=name)
+                self._delete("InstancesClient", f"delete VM {name}", {"zone": zone}, deadline=DELETE_DEADLINE,
+                             instance=name)
         for name in spec.node_names:
             t = self._template(name)
             if t is not None:
@@ -453,12 +465,14 @@ class ComputeTpus:
                 self._delete("InstanceTemplatesClient", f"delete instance template {template_name(name)}", {},
                              instance_template=template_name(name))
         region = region_of(zone)
-        p = get_or_none(self._c("ResourcePoliciesClient").get, project=self.project, region=region,
-                        resource_policy=policy_name(spec), what="get workload policy")
-        if p is not None:
+        for policy in policies_to_delete(spec):
+            p = get_or_none(self._c("ResourcePoliciesClient").get, project=self.project, region=region,
+                            resource_policy=policy, what="get workload policy")
+            if p is None:
+                continue
             if owner_of(p.description) != spec.name:
-                raise TpuctlError(ErrorKind.REFUSED, f"workload policy {policy_name(spec)} is not cluster "
+                raise TpuctlError(ErrorKind.REFUSED, f"workload policy {policy} is not cluster "
                                   f"{spec.name}'s", "delete it yourself if it is yours")
-            progress("deleting workload policy")
-            self._delete("ResourcePoliciesClient", f"delete workload policy {policy_name(spec)}", {"region": region},
-                         resource_policy=policy_name(spec))
+            progress(f"deleting workload policy {policy}")
+            self._delete("ResourcePoliciesClient", f"delete workload policy {policy}", {"region": region},
+                         resource_policy=policy)

@@ -44,8 +44,27 @@ def template_name(node: str) -> str:
     return f"{node}-template"
 
 
-def policy_name(spec: ClusterSpec) -> str:
-    return f"{spec.tpu_name}-wp"
+def policy_name(node: str) -> str:
+    """One workload policy per multi-host slice (MIG), none for a single-host one, as xpk (a policy only for a slice
+    of more than one VM) and vllm-project/ci-infra's TPU7x modules (one per multi-host slice) do: GCE_TPU_FACTS
+    "Corrections". A single host is a VM with no ICI to another (about-workload-policies asks for one for multi-host
+    MIGs only)."""
+    return f"{node}-wp"
+
+
+def policy_names(spec: ClusterSpec) -> list[str]:
+    """The workload policies the cluster makes: one per slice of several hosts."""
+    return [policy_name(n) for n in spec.node_names] if multi_host(spec) else []
+
+
+def policies_to_delete(spec: ClusterSpec) -> list[str]:
+    """What `down` looks for: each slice's, and the one policy a cluster made before issue 59 (named for the cluster,
+    `tpuctl-NAME-wp`: the same name as a single slice's)."""
+    return list(dict.fromkeys([policy_name(n) for n in spec.node_names] + [policy_name(spec.tpu_name)]))
+
+
+def multi_host(spec: ClusterSpec) -> bool:
+    return bool(spec.tpu_type) and shape_of(spec).vms > 1
 
 
 def shape_of(spec: ClusterSpec) -> ComputeShape:
@@ -94,7 +113,14 @@ def reservation_parts(spec: ClusterSpec) -> tuple[str, str]:
     return (parts[1], parts[3]) if len(parts) == 4 else (spec.project, spec.reservation)
 
 
-def build_scheduling(spec: ClusterSpec) -> Any:
+# A flex-start MIG's VMs end at maxRunDuration, and a MIG whose VMs are gone makes them again to reach its target
+# size (issue 59): the host's own deadline (--max-duration: it deletes the MIG, teardown.py) must come first, so
+# Google's run duration is set this much later, within the 7-day maximum. At --max-duration 7d there is no room left:
+# the two coincide (docs/compute-engine.md says so).
+FLEX_MIG_GRACE = 900
+
+
+def build_scheduling(spec: ClusterSpec, mig: bool = False) -> Any:
     """TERMINATE on host maintenance (TPU VMs cannot live-migrate, §2); SPOT with the STOP action Google's TPU Spot
     template uses (tpu/docs/spot-compute); FLEX_START with maxRunDuration and DELETE; RESERVATION_BOUND with DELETE
     ("DELETE is a required parameter for RESERVATION_BOUND + MIG", §3), only for a reservation in calendar mode or
@@ -107,7 +133,8 @@ def build_scheduling(spec: ClusterSpec) -> Any:
         s.provisioning_model, s.instance_termination_action, s.automatic_restart = "SPOT", "STOP", False
     elif spec.flex_start:
         s.provisioning_model, s.instance_termination_action = "FLEX_START", "DELETE"
-        s.max_run_duration = c.Duration(seconds=spec.max_duration)
+        s.max_run_duration = c.Duration(seconds=min(spec.max_duration + FLEX_MIG_GRACE, FLEX_MAX_SECONDS) if mig
+                                        else spec.max_duration)
     elif spec.reservation and spec.reservation_bound:
         s.provisioning_model, s.instance_termination_action = "RESERVATION_BOUND", "DELETE"
     return s
@@ -136,7 +163,7 @@ def _common(spec: ClusterSpec, zone: str, script: str, service_account: str, lab
         service_accounts=[c.ServiceAccount(email=service_account or "default", scopes=SCOPES)],
         metadata=c.Metadata(items=[c.Items(key="startup-script", value=script),
                                    c.Items(key="tpuctl-slice", value=str(slice_id))]),
-        scheduling=build_scheduling(spec))
+        scheduling=build_scheduling(spec, mig=template))
     if shape_of(spec).machine_type == "ct6e-standard-8t":   # "CT6e 8-chip VMs require single-threaded cores" (§2)
         out["advanced_machine_features"] = c.AdvancedMachineFeatures(threads_per_core=1)
     if spec.reservation:   # gcloud's key for --reservation (§2 reservationAffinity)
@@ -170,9 +197,9 @@ def build_template(spec: ClusterSpec, node: str, zone: str, script: str, service
                               properties=c.InstanceProperties(machine_type=shape_of(spec).machine_type, **common))
 
 
-def build_policy(spec: ClusterSpec) -> Any:
+def build_policy(spec: ClusterSpec, node: str) -> Any:
     from google.cloud import compute_v1 as c
-    return c.ResourcePolicy(name=policy_name(spec), description=description(spec),
+    return c.ResourcePolicy(name=policy_name(node), description=description(spec),
                             workload_policy=c.ResourcePolicyWorkloadPolicy(
                                 type_="HIGH_THROUGHPUT", accelerator_topology=shape_of(spec).topology))
 
@@ -193,9 +220,10 @@ def build_mig(spec: ClusterSpec, name: str, zone: str) -> Any:
     from google.cloud import compute_v1 as c
     mig = c.InstanceGroupManager(
         name=name, description=description(spec), base_instance_name=name, target_size=shape_of(spec).vms,
-        instance_template=f"projects/{spec.project}/global/instanceTemplates/{template_name(name)}",
-        resource_policies=c.InstanceGroupManagerResourcePolicies(
-            workload_policy=f"projects/{spec.project}/regions/{region_of(zone)}/resourcePolicies/{policy_name(spec)}"))
+        instance_template=f"projects/{spec.project}/global/instanceTemplates/{template_name(name)}")
+    if multi_host(spec):
+        mig.resource_policies = c.InstanceGroupManagerResourcePolicies(
+            workload_policy=f"projects/{spec.project}/regions/{region_of(zone)}/resourcePolicies/{policy_name(name)}")
     if bulk(spec):
         mig.target_size_policy = c.InstanceGroupManagerTargetSizePolicy(mode="BULK")
         mig.instance_lifecycle_policy = c.InstanceGroupManagerInstanceLifecyclePolicy(
@@ -208,7 +236,7 @@ def teardown_list(spec: ClusterSpec) -> list[str]:
         return [f"VM {spec.tpu_name}"]
     return [f"MIG {n} and its VMs" for n in spec.node_names] + [f"instance template {template_name(n)}"
                                                                 for n in spec.node_names] \
-        + [f"workload policy {policy_name(spec)}"]
+        + [f"workload policy {p}" for p in (policy_names(spec) if spec.tpu_type else policies_to_delete(spec))]
 
 
 FLEX_MAX_SECONDS = 7 * 86400   # "The run duration must be between 10 minutes and 7 days" (about-resize-requests, §4)

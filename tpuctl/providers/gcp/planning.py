@@ -202,9 +202,11 @@ def _compute_plan(spec: ClusterSpec) -> list[PlanRow]:
     if not gce_requests.is_mig(spec):
         return [PlanRow("vm", spec.tpu_name, f"{head}: one {shape.machine_type} VM, image "
                         f"{gce_requests.IMAGE_FAMILIES[t.family]}")]
-    rows = [PlanRow("policy", gce_requests.policy_name(spec),
-                    f"workload policy HIGH_THROUGHPUT, topology {shape.topology}")]
+    rows = []
     for k, name in enumerate(spec.node_names):
+        if gce_requests.multi_host(spec):
+            rows.append(PlanRow("policy", gce_requests.policy_name(name),
+                                f"workload policy HIGH_THROUGHPUT, topology {shape.topology}"))
         rows.append(PlanRow("template", gce_requests.template_name(name), f"{shape.machine_type}, image "
                             f"{gce_requests.IMAGE_FAMILIES[t.family]}"))
         rows.append(PlanRow("mig", name, f"{head}: {shape.vms} VMs"
