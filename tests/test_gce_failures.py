@@ -5,7 +5,7 @@ to the next zone, anything else ends `up` on the poll that first sees it, in Goo
 import pytest
 from conftest import PROJECT
 
-from tpuctl.providers.gcp import gce
+from tpuctl.providers.gcp import gce, gce_errors
 
 pytestmark = pytest.mark.usefixtures("no_leak")
 
@@ -89,9 +89,9 @@ def test_mig_errors_reads_the_three_places_by_their_compute_v1_names():
     members = [c.ManagedInstance(name="vm-a", last_attempt=c.ManagedInstanceLastAttempt(
         errors=c.ManagedInstanceLastAttemptErrors(errors=[c.Errors(code="Y", message="n")]))),
         c.ManagedInstance(name="vm-b")]
-    got = gce.mig_errors(mig, members)
+    got = gce_errors.mig_errors(mig, members)
     assert [(code, message) for _, code, message in got] == [("Y", "n"), ("X", "m"), ("T", "t")]
-    assert gce.mig_errors(c.InstanceGroupManager(), [c.ManagedInstance(name="vm")]) == []
+    assert gce_errors.mig_errors(c.InstanceGroupManager(), [c.ManagedInstance(name="vm")]) == []
 
 
 def test_a_zone_without_the_machine_type_moves_a_single_vm_to_the_next_zone(cloud, cli):

@@ -18,7 +18,6 @@ by tpuctl itself (compute.wait_operation).
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
 import re
 import time
@@ -32,9 +31,11 @@ from ...core.together import together
 from ..base import Progress
 from . import clients
 from .compute import wait_operation
-from .gce_requests import (FLEX_WAIT_DEFAULT, build_instance, build_mig, build_policy, build_template, bulk, is_mig,
-                           multi_host, owner_of, policies_to_delete, policy_name, reservation_parts,
-                           template_name)
+from .gce_errors import (REFUSALS, STOCKOUT, enum as _enum, flex_wait, list_errors, mig_errors, minutes as _minutes,
+                         no_flex_capacity, refused)
+from .gce_requests import (build_instance, build_mig, build_policy, build_template, bulk, is_mig, multi_host,
+                           owner_of, policies_to_delete, policy_name, template_name)
+from .gce_reservations import resolved
 from .operations import call, get_or_none, wait
 from .tpu import NONCE_LABEL
 
@@ -50,7 +51,6 @@ _STATE = {"RUNNING": "READY", "PROVISIONING": "CREATING", "STAGING": "CREATING",
 # ManagedInstance.currentAction values that mean the MIG is bringing the VM (back) up (§3 "States").
 _MIG_BUSY = {"CREATING", "CREATING_WITHOUT_RETRIES", "RECREATING", "RESTARTING", "STARTING", "REFRESHING",
              "VERIFYING", "RESUMING"}
-_STOCKOUT = ("ZONE_RESOURCE_POOL_EXHAUSTED", "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS", "QUOTA_EXCEEDED")
 
 
 @dataclass
@@ -73,10 +73,6 @@ class Slice:
 
 
 # -- reading ----------------------------------------------------------------------------------------------------------
-def _enum(value: Any) -> str:
-    return value if isinstance(value, str) else getattr(value, "name", str(value))
-
-
 def worker_of(vm: Any) -> int:
     """The worker id Google gave a MIG's VM: tpu-env's TPU_WORKER_ID (`KEY: 'value'` lines), else agent-worker-number,
     from its metadata items (GCE_TPU_FACTS §5: both are the VM's metadata; JAX and the hosts read the same keys from
@@ -90,88 +86,6 @@ def worker_of(vm: Any) -> int:
             return int(value.strip().strip("'"))
     number = items.get("agent-worker-number", "")
     return int(number) if number.isdigit() else 1 << 30
-
-
-def flex_wait(spec: ClusterSpec) -> int:
-    return spec.flex_wait or FLEX_WAIT_DEFAULT
-
-
-def _minutes(seconds: float) -> str:
-    return f"{seconds / 60:.0f} min" if seconds >= 60 else f"{seconds:.0f} s"
-
-
-def no_flex_capacity(spec: ClusterSpec, zone: str, said: str) -> TpuctlError:
-    """A flex-start VM gone after waiting: "when the wait ends without capacity ... Compute Engine deletes the
-    Flex-start VM" (compute/docs/instances/instance-lifecycle, §4). That is this zone's answer: `up` tries the next."""
-    return TpuctlError(ErrorKind.CAPACITY, f"no flex-start capacity for {spec.tpu_type} in {zone} within "
-                       f"{_minutes(flex_wait(spec))}: Google deleted the waiting VM" + (f" ({said})" if said else ""),
-                       "add more --zone values, a longer --flex-wait (at most 2h), or try later", Scope.ZONE)
-
-
-def _errors(where: str, error: Any) -> list[tuple[str, str, str]]:
-    """(where, code, message) of a compute_v1 Error (or ManagedInstanceLastAttemptErrors): both carry `errors[]`
-    of Errors{code, message}."""
-    return [(where, e.code, e.message) for e in (error.errors if error else [])]
-
-
-def mig_errors(mig: Any, members: list[Any]) -> list[tuple[str, str, str]]:
-    """Every error Google reports on a MIG still making its VMs, from the three places compute_v1 1.57 has for
-    them (GCE_TPU_FACTS §3 "States you can observe"): each ManagedInstance.last_attempt.errors (the last try at
-    that VM); a bulk MIG's InstanceGroupManagerStatus.bulk_instance_operation.last_progress_check.error (a bulk
-    MIG makes no VM until all can be made, so its members may say nothing); and each
-    status.applied_accelerator_topologies[] whose state is FAILED or INCOMPLETE, with state_details.error (the
-    workload policy's topology). A MIG retries all of these itself: without reading them, a refused MIG reads
-    CREATING until our deadline."""
-    out: list[tuple[str, str, str]] = []
-    for m in members:
-        if m.last_attempt and m.last_attempt.errors:
-            out += _errors(f"VM {m.name}'s last attempt", m.last_attempt.errors)
-    status = mig.status
-    if status and status.bulk_instance_operation and status.bulk_instance_operation.last_progress_check:
-        out += _errors("the bulk creation's last progress check",
-                       status.bulk_instance_operation.last_progress_check.error)
-    for t in (status.applied_accelerator_topologies if status else []):
-        if _enum(t.state) in ("FAILED", "INCOMPLETE") and t.state_details:
-            out += _errors(f"accelerator topology {t.accelerator_topology} {_enum(t.state)}", t.state_details.error)
-    return list(dict.fromkeys(out))
-
-
-# Errors a MIG reports that are not capacity: each -> (kind, scope, hint). The codes Google uses in lastAttempt
-# and progress checks are not documented for TPU MIGs, so the message is matched as well (GCE_TPU_FACTS §9: the
-# machine-type text is gcloud's own regex in surface/compute/instances/create.py).
-_REFUSALS: list[tuple[str, ErrorKind, Scope, str]] = [
-    (r"[Mm]achine type .*does not exist in zone|not available in zone|not supported in zone", ErrorKind.INPUT,
-     Scope.ZONE, "this zone does not offer the slice's machine type: give --zone values where `gcloud compute "
-                 "machine-types list --filter=name=MACHINE` lists it"),
-    (r"[Rr]eservation", ErrorKind.INPUT, Scope.GLOBAL,
-     "check --reservation: it must exist in this zone (or be shared, projects/P/reservations/R), match the machine "
-     "type and have room: `gcloud compute reservations describe R --zone ZONE`"),
-    (r"[Ss]ervice ?[Aa]ccount|actAs|serviceAccountUser|PERMISSION|[Pp]ermission", ErrorKind.PERMISSION,
-     Scope.GLOBAL, "you need roles/iam.serviceAccountUser (iam.serviceAccounts.actAs) on the VMs' service account, "
-                   "which must exist: grant it, or pass --service-account ACCOUNT that you may use"),
-    (r"[Tt]opology|[Ww]orkload policy|resourcePolicies", ErrorKind.INPUT, Scope.GLOBAL,
-     "the workload policy's accelerator topology does not fit this machine type or zone: check `gcloud compute "
-     "resource-policies describe POLICY --region REGION`, or try another --zone"),
-]
-
-
-def refused(name: str, zone: str, errors: list[tuple[str, str, str]], wait_for_capacity: bool) -> TpuctlError | None:
-    """What `up` does with a MIG's errors: a stockout or quota moves to the next zone as a failed VM insert does
-    (a bulk MIG, which waits for all its capacity by design, keeps waiting); anything else Google keeps retrying
-    is said at once, Google's own words and a hint, since waiting cannot mend it."""
-    from .errors import classify_text
-    for where, code, message in errors:
-        if code in _STOCKOUT or "QUOTA" in code:
-            if wait_for_capacity:
-                continue
-            return classify_text(code, message, f"create {name} in {zone}")
-        text = f"{code}: {message}"
-        kind, scope, hint = next(((k, sc, h) for rx, k, sc, h in _REFUSALS if re.search(rx, text)),
-                                 (ErrorKind.ERROR, Scope.GLOBAL,
-                                  "fix what Google names, then run `tpuctl up` again (what this run made is removed)"))
-        return TpuctlError(kind, f"Google refused the VMs of MIG {name} in {zone} ({where}): {code}: {message}",
-                           hint, scope)
-    return None
 
 
 class ComputeTpus:
@@ -256,14 +170,6 @@ class ComputeTpus:
             raise TpuctlError(ErrorKind.ERROR, f"TPU {name} disappeared in {zone}", "run the same command again")
         return node
 
-    def list_errors(self, name: str, zone: str) -> list[tuple[str, str, str]]:
-        """A MIG's creation errors (listErrors: InstanceManagedByIgmError), which outlive a VM's last attempt."""
-        client = self._c("InstanceGroupManagersClient")
-        errors = call(lambda: list(client.list_errors(project=self.project, zone=zone, instance_group_manager=name)),
-                      what=f"list the errors of MIG {name}")
-        return [(f"listErrors ({_enum(e.instance_action_details.action)} {e.instance_action_details.instance})"
-                 if e.instance_action_details else "listErrors", e.error.code, e.error.message) for e in errors]
-
     # -- making ---------------------------------------------------------------------------------------------------
     def _insert(self, kind: str, what: str, scope: dict[str, Any], deadline: float = OPERATION_DEADLINE,
                 progress: Progress | None = None, describe: Callable[[], str] | None = None, **kwargs: Any) -> bool:
@@ -278,41 +184,11 @@ class ComputeTpus:
         wait_operation(self.project, op, what, **scope, deadline=deadline, progress=progress, describe=describe)
         return True
 
-    def reservation_bound(self, spec: ClusterSpec, zone: str) -> bool:
-        """Whether --reservation is one a RESERVATION_BOUND VM consumes: of the dense deployment type (compute_v1
-        Reservation.deployment_type DENSE), or the reservation a calendar-mode future reservation delivers into
-        (FutureReservation.reservation_mode CALENDAR, its reservation_name ours). gcloud's flag help draws the line
-        there (command_lib/compute/instances/flags.py); any other is consumed through STANDARD and a SPECIFIC
-        affinity. A reservation is zonal: one not in this zone is this zone's failure, and `up` tries the next."""
-        project, name = reservation_parts(spec)
-        r = get_or_none(self._c("ReservationsClient").get, project=project, zone=zone, reservation=name,
-                        what=f"read reservation {spec.reservation}")
-        if r is None:
-            raise TpuctlError(ErrorKind.INPUT, f"reservation {spec.reservation} is not in {zone}",
-                              "give --zone the reservation's zone (`gcloud compute reservations list`), or name a "
-                              "shared one as projects/P/reservations/R", Scope.ZONE)
-        if _enum(r.deployment_type) == "DENSE":
-            return True
-        try:
-            futures = call(lambda: list(self._c("FutureReservationsClient").list(project=project, zone=zone)),
-                           what="list future reservations")
-        except TpuctlError as e:
-            if e.kind is not ErrorKind.PERMISSION:
-                raise
-            return False   # cannot tell: STANDARD, which Google refuses in words up shows if it is wrong
-        return any(f.reservation_name == name and _enum(f.reservation_mode) == "CALENDAR" for f in futures)
-
-    def resolved(self, spec: ClusterSpec, zone: str) -> ClusterSpec:
-        """The spec with what only Google can say filled in (reservation_bound), for this zone."""
-        if not spec.reservation or spec.reservation_bound:
-            return spec
-        return dataclasses.replace(spec, reservation_bound=self.reservation_bound(spec, zone))
-
     def create(self, spec: ClusterSpec, zone: str, script: str, service_account: str, nonce: str,
                progress: Progress, accepted: Callable[[], None] = lambda: None) -> bool:
         """Make the slices and wait until every VM runs; True when THIS run made them. As tpu.TpuApi.create: what
         carries our nonce is ours (a create whose answer was lost), and on failure only that is removed."""
-        spec = self.resolved(spec, zone)
+        spec = resolved(spec, zone)
         labels = {**spec.labels, NONCE_LABEL: nonce}
         try:
             if not is_mig(spec):
@@ -336,15 +212,15 @@ class ComputeTpus:
                 except TpuctlError as e:
                     if spec.flex_start and e.kind is not ErrorKind.TIMEOUT and self.find(spec.tpu_name, zone) is None:
                         raise no_flex_capacity(spec, zone, e.message) from e
-                    if re.search(_REFUSALS[0][0], e.message):   # the zone lacks the machine type: try the next
-                        raise TpuctlError(e.kind, e.message, _REFUSALS[0][3], Scope.ZONE) from e
+                    if re.search(REFUSALS[0][0], e.message):   # the zone lacks the machine type: try the next
+                        raise TpuctlError(e.kind, e.message, REFUSALS[0][3], Scope.ZONE) from e
                     raise
                 if not ours:
                     vm = self.get(spec.tpu_name, zone)
                     require_owned(vm.labels, spec.name, f"VM {spec.tpu_name} in {zone}")
                     ours = vm.labels.get(NONCE_LABEL) == nonce
             else:
-                ours = self._create_migs(spec, zone, script, service_account, labels, progress)
+                ours = _create_migs(self, spec, zone, script, service_account, labels, progress)
             accepted()
             self.wait_ready(spec, zone, progress)
             return ours
@@ -363,35 +239,12 @@ class ComputeTpus:
         t = self._template(node)
         return t is not None and t.properties.labels.get(NONCE_LABEL) == nonce
 
-    def _create_migs(self, spec: ClusterSpec, zone: str, script: str, service_account: str,
-                     labels: dict[str, str], progress: Progress) -> bool:
-        """Each multi-host slice's workload policy and each slice's template at once, then every slice's MIG at
-        once: a MIG names both, so `up` takes two operations' time whatever the number of slices (bench/
-        bench_up.py), not 1 + 2N."""
-        names = spec.node_names
-        policies = [n for n in names if multi_host(spec)]
-        progress(("creating workload polic" + ("ies and " if len(policies) > 1 else "y and ") if policies else
-                  "creating ") + f"instance template{'s' if len(names) > 1 else ''}")
-        made = together([functools.partial(
-            self._insert, "InstanceTemplatesClient", f"create instance template {template_name(name)}", {},
-            instance_template_resource=build_template(spec, name, zone, script, service_account, labels))
-            for name in names] + [functools.partial(
-                self._insert, "ResourcePoliciesClient", f"create workload policy {policy_name(name)}",
-                {"region": region_of(zone)}, resource_policy_resource=build_policy(spec, name)) for name in policies])
-        made = made[:len(names)]
-        ours = all([m or self._template_is(name, labels[NONCE_LABEL]) for name, m in zip(names, made)])
-        progress(f"creating MIG{'s' if len(names) > 1 else ''} {', '.join(names)}")
-        together([functools.partial(self._insert, "InstanceGroupManagersClient", f"create MIG {name} in {zone}",
-                                     {"zone": zone}, instance_group_manager_resource=build_mig(spec, name, zone))
-                   for name in names])
-        return ours
-
     def wait_ready(self, spec: ClusterSpec, zone: str, progress: Progress) -> None:
         """Every slice READY. A MIG that cannot get capacity keeps trying (its VMs' last attempts and listErrors name
         a stockout); that is this zone's failure, so `up` moves on. A flex-start or bulk request waits for capacity
         instead (§9). Any other error Google reports on a MIG ends the wait on the poll that first sees it (refused);
         `create` then removes what this run made."""
-        spec = self.resolved(spec, zone)
+        spec = resolved(spec, zone)
         single_flex = spec.flex_start and not is_mig(spec)
         began = time.monotonic()
 
@@ -413,11 +266,11 @@ class ComputeTpus:
                     raise TpuctlError(ErrorKind.PREEMPTED, f"TPU {name} was preempted while being made",
                                       "run `tpuctl up` again to recreate it")
                 if s.state in ("CREATING", "MISSING") and s.instances != [name]:
-                    found = s.errors + ([] if s.errors or bulk(spec) else self.list_errors(name, zone))
+                    found = s.errors + ([] if s.errors or bulk(spec) else list_errors(self.project, name, zone))
                     err = refused(name, zone, found, wait_for_capacity=bulk(spec))
                     if err is not None:
                         raise err
-                    short = next((m for _, c, m in found if c in _STOCKOUT or "QUOTA" in c), "")
+                    short = next((m for _, c, m in found if c in STOCKOUT or "QUOTA" in c), "")
                     if short:   # a bulk MIG waiting for capacity: say so while waiting, and at the deadline
                         states[name] = f"{s.state}, waiting for capacity: {short.splitlines()[0][:160]}"
                         continue
@@ -476,3 +329,27 @@ class ComputeTpus:
             progress(f"deleting workload policy {policy}")
             self._delete("ResourcePoliciesClient", f"delete workload policy {policy}", {"region": region},
                          resource_policy=policy)
+
+
+def _create_migs(api: ComputeTpus, spec: ClusterSpec, zone: str, script: str, service_account: str,
+                 labels: dict[str, str], progress: Progress) -> bool:
+    """Each multi-host slice's workload policy and each slice's template at once, then every slice's MIG at
+    once: a MIG names both, so `up` takes two operations' time whatever the number of slices (bench/
+    bench_up.py), not 1 + 2N."""
+    names = spec.node_names
+    policies = [n for n in names if multi_host(spec)]
+    progress(("creating workload polic" + ("ies and " if len(policies) > 1 else "y and ") if policies else
+              "creating ") + f"instance template{'s' if len(names) > 1 else ''}")
+    made = together([functools.partial(
+        api._insert, "InstanceTemplatesClient", f"create instance template {template_name(name)}", {},
+        instance_template_resource=build_template(spec, name, zone, script, service_account, labels))
+        for name in names] + [functools.partial(
+            api._insert, "ResourcePoliciesClient", f"create workload policy {policy_name(name)}",
+            {"region": region_of(zone)}, resource_policy_resource=build_policy(spec, name)) for name in policies])
+    made = made[:len(names)]
+    ours = all([m or api._template_is(name, labels[NONCE_LABEL]) for name, m in zip(names, made)])
+    progress(f"creating MIG{'s' if len(names) > 1 else ''} {', '.join(names)}")
+    together([functools.partial(api._insert, "InstanceGroupManagersClient", f"create MIG {name} in {zone}",
+                                 {"zone": zone}, instance_group_manager_resource=build_mig(spec, name, zone))
+               for name in names])
+    return ours
