@@ -199,16 +199,18 @@ def _compute_plan(spec: ClusterSpec) -> list[PlanRow]:
              else f"reservation {spec.reservation} ({gce_requests.RESERVATION_CHECK})" if spec.reservation
              else "on demand")
     head = f"{spec.tpu_type} ({t.chips} chips) through Compute Engine, {model}, in {where}"
+    disk = (f", boot disk {spec.disk_size or gce_requests.DISK_GB} GB {gce_requests.disk_type(spec)}"
+            + (", no external IP" if spec.internal_ips else ""))
     if not gce_requests.is_mig(spec):
         return [PlanRow("vm", spec.tpu_name, f"{head}: one {shape.machine_type} VM, image "
-                        f"{gce_requests.IMAGE_FAMILIES[t.family]}")]
+                        f"{gce_requests.IMAGE_FAMILIES[t.family]}{disk}")]
     rows = []
     for k, name in enumerate(spec.node_names):
         if gce_requests.multi_host(spec):
             rows.append(PlanRow("policy", gce_requests.policy_name(name),
                                 f"workload policy HIGH_THROUGHPUT, topology {shape.topology}"))
         rows.append(PlanRow("template", gce_requests.template_name(name), f"{shape.machine_type}, image "
-                            f"{gce_requests.IMAGE_FAMILIES[t.family]}"))
+                            f"{gce_requests.IMAGE_FAMILIES[t.family]}{disk}"))
         rows.append(PlanRow("mig", name, f"{head}: {shape.vms} VMs"
                             + (" made all at once (bulk)" if gce_requests.bulk(spec) else
                                " (bulk if the reservation is calendar-mode or dense)" if spec.reservation else "")
