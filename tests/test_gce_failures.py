@@ -82,6 +82,10 @@ def test_mig_errors_reads_the_three_places_by_their_compute_v1_names():
                 error=err)),
         applied_accelerator_topologies=[
             c.InstanceGroupManagerStatusAcceleratorTopology(accelerator_topology="2x2x2", state="ACTIVATING"),
+            c.InstanceGroupManagerStatusAcceleratorTopology(   # short of VMs: not a refusal (capacity would count)
+                accelerator_topology="2x2x2", state="INCOMPLETE",
+                state_details=c.InstanceGroupManagerStatusAcceleratorTopologyAcceleratorTopologyStateDetails(
+                    error=c.Error(errors=[c.Errors(code="Z", message="insufficient running VMs")]))),
             c.InstanceGroupManagerStatusAcceleratorTopology(
                 accelerator_topology="2x2x2", state="FAILED",
                 state_details=c.InstanceGroupManagerStatusAcceleratorTopologyAcceleratorTopologyStateDetails(

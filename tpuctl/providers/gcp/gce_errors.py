@@ -49,7 +49,9 @@ def mig_errors(mig: Any, members: list[Any]) -> list[tuple[str, str, str]]:
     MIG makes no VM until all can be made, so its members may say nothing); and each
     status.applied_accelerator_topologies[] whose state is FAILED or INCOMPLETE, with state_details.error (the
     workload policy's topology). A MIG retries all of these itself: without reading them, a refused MIG reads
-    CREATING until our deadline."""
+    CREATING until our deadline. INCOMPLETE is also what a slice short of VMs reads ("insufficient number of running
+    VMs", compute_v1's enum), perhaps while they are still being made: only a capacity error of its counts, never a
+    reason to end `up`; FAILED's errors all count."""
     out: list[tuple[str, str, str]] = []
     for m in members:
         if m.last_attempt and m.last_attempt.errors:
@@ -60,7 +62,8 @@ def mig_errors(mig: Any, members: list[Any]) -> list[tuple[str, str, str]]:
                        status.bulk_instance_operation.last_progress_check.error)
     for t in (status.applied_accelerator_topologies if status else []):
         if enum(t.state) in ("FAILED", "INCOMPLETE") and t.state_details:
-            out += _errors(f"accelerator topology {t.accelerator_topology} {enum(t.state)}", t.state_details.error)
+            said = _errors(f"accelerator topology {t.accelerator_topology} {enum(t.state)}", t.state_details.error)
+            out += [e for e in said if enum(t.state) == "FAILED" or e[1] in STOCKOUT]
     return list(dict.fromkeys(out))
 
 
