@@ -105,3 +105,15 @@ def test_a_zone_without_the_machine_type_moves_a_single_vm_to_the_next_zone(clou
     assert code == 0, err
     assert "does not exist in zone" in err and "trying us-central1-ai1a" in err, err
     assert (PROJECT, "us-central1-ai1a", "tpuctl-ir") in cloud.compute.instances
+
+
+def test_a_flex_start_vm_is_not_given_up_at_the_operation_deadline(cloud, cli, monkeypatch):
+    """A flex-start insert may stay RUNNING for the whole wait (UNVERIFIED, GCE_TPU_FACTS §4): the operation
+    deadline that ends other inserts must not end it, nor make `up` delete what is queued."""
+    monkeypatch.setattr(gce, "OPERATION_DEADLINE", 0.3)
+    cloud.compute.flex_op_waits, cloud.compute.flex_polls, cloud.compute.flex_no_capacity = True, 12, {ZONE}
+    code, out, err = cli("up", "--type", "tpu7x-8", "--flex-start", "--max-duration", "1h", "--zone", ZONE,
+                         "-c", "ir", "--yes")
+    assert code != 0 and "no flex-start capacity for tpu7x-8" in err and "after 0s" not in err, err
+    assert [a for a, _ in cloud.compute.calls].count("delete") == 0   # Google deleted it; tpuctl had no need
+    assert cloud.leaks() == []

@@ -230,12 +230,25 @@ def test_multi_host_workers_learn_their_ids_from_metadata(cloud, cli, tmp_path, 
     assert cli("down", "-c", "ir", "--yes")[0] == 0
 
 
-def test_a_missing_compute_permission_stops_up_before_anything_is_made(cloud, cli):
+@pytest.mark.parametrize("missing, role", [
+    ("compute.instanceGroupManagers.create", "roles/compute.instanceAdmin.v1"),
+    ("compute.instanceTemplates.useReadOnly", "roles/compute.instanceAdmin.v1")])   # a MIG reads its template
+def test_a_missing_compute_permission_stops_up_before_anything_is_made(cloud, cli, missing, role):
     from fakes.resource_manager import OTHER_PERMISSIONS, TPU_PERMISSIONS
-    cloud.iam.held = set(TPU_PERMISSIONS + OTHER_PERMISSIONS) - {"compute.instanceGroupManagers.create"}
+    cloud.iam.held = set(TPU_PERMISSIONS + OTHER_PERMISSIONS) - {missing}
     code, out, err = cli("up", "--type", "tpu7x-16", "--zone", ZONE, "-c", "ir", "--yes")
-    assert code != 0 and "compute.instanceGroupManagers.create" in err and "roles/compute.instanceAdmin.v1" in err
+    assert code != 0 and missing in err and role in err, err
     assert cloud.mutating_calls() == []
+
+
+def test_acting_as_the_vms_service_account_is_named_before_anything_is_made(cloud, cli):
+    """The VMs run as a service account: the caller needs iam.serviceAccounts.actAs, which a grant on that account
+    alone may give, so a project that lacks it is a warning (permissions.py), said before anything is made."""
+    from fakes.resource_manager import OTHER_PERMISSIONS, TPU_PERMISSIONS
+    cloud.iam.held = set(TPU_PERMISSIONS + OTHER_PERMISSIONS) - {"iam.serviceAccounts.actAs"}
+    code, out, err = cli("up", "--type", "tpu7x-8", "--zone", ZONE, "-c", "ir", "--yes")
+    assert code == 0 and "iam.serviceAccounts.actAs" in err and "roles/iam.serviceAccountUser" in err, err
+    assert err.index("iam.serviceAccounts.actAs") < err.index("creating VM"), err
 
 
 @pytest.mark.parametrize("tpu, gone", [("tpu7x-8", "instance"), ("tpu7x-16", "mig")])

@@ -305,9 +305,9 @@ def permissions_needed(spec: ClusterSpec) -> dict[str, str]:
     tpu-multi-host-slice; GCE_TPU_FACTS §7). The names of the template, MIG and policy permissions follow
     compute/docs/access/iam; that MIG resize and bulk need nothing beyond them is not documented."""
     role = "roles/compute.instanceAdmin.v1"
-    # the VMs run as a service account: creating them is acting as it (iam.serviceAccounts.actAs, Service Account
-    # User, which the multi-host quickstart asks for beside Compute Instance Admin)
-    extra = {"iam.serviceAccounts.actAs": "roles/iam.serviceAccountUser"}
+    # iam.serviceAccounts.actAs (the VMs run as a service account: Service Account User, which the multi-host
+    # quickstart asks for beside Compute Instance Admin) is asked on every path by permissions.check, as a warning
+    # only, since a grant on the service account itself would do
     if spec.reservation:   # reservations.get and futureReservations.list (gce.ComputeTpus.reservation_bound)
         names = ["compute.reservations.get"]
     else:
@@ -318,4 +318,4 @@ def permissions_needed(spec: ClusterSpec) -> dict[str, str]:
         names += [f"compute.{r}.{v}" for r in ("instanceTemplates", "instanceGroupManagers", "resourcePolicies")
                   for v in ("create", "delete")]
         names.append("compute.instanceTemplates.useReadOnly")   # a MIG made from a template (compute/docs/access/iam)
-    return {**{n: role for n in names}, **extra}
+    return {n: role for n in names}
