@@ -522,3 +522,9 @@ def test_down_removes_the_one_policy_a_cluster_made_before_issue_59(cloud, cli):
     cloud.compute.policies[(PROJECT, "us-central1", "tpuctl-ir-wp")] = old
     assert cli("down", "-c", "ir", "--yes")[0] == 0
     assert cloud.leaks() == []
+
+
+def test_the_plan_says_how_long_a_flex_start_vm_waits(cloud, cli):
+    code, out, err = cli("up", "--type", "tpu7x-8", "--flex-start", "--max-duration", "2h", "--flex-wait", "30m",
+                         "--zone", ZONE, "-c", "ir", "--dry-run")
+    assert code == 0 and "flex-start: waits for capacity up to 30m, deleted after 2h" in " ".join(err.split()), err

@@ -195,7 +195,8 @@ def _compute_plan(spec: ClusterSpec) -> list[PlanRow]:
     t, shape = tpu_type(spec.tpu_type), gce_requests.shape_of(spec)
     where = " or ".join(spec.zones)
     model = ("spot: preempted VMs are deleted and made again" if spec.spot else
-             f"flex-start: waits for capacity, deleted after {show_duration(spec.max_duration)}" if spec.flex_start
+             f"flex-start: waits for capacity{_flex_wait(spec)}, deleted after {show_duration(spec.max_duration)}"
+             if spec.flex_start
              else f"reservation {spec.reservation} ({gce_requests.RESERVATION_CHECK})" if spec.reservation
              else "on demand")
     head = f"{spec.tpu_type} ({t.chips} chips) through Compute Engine, {model}, in {where}"
@@ -216,6 +217,12 @@ def _compute_plan(spec: ClusterSpec) -> list[PlanRow]:
                                " (bulk if the reservation is calendar-mode or dense)" if spec.reservation else "")
                             + (f", slice {k} of {spec.slices}" if spec.slices > 1 else "")))
     return rows
+
+
+def _flex_wait(spec: ClusterSpec) -> str:
+    """A single flex-start VM's wait (--flex-wait), after which Google deletes it; a MIG's bulk request waits on."""
+    wait = spec.flex_wait or gce_requests.FLEX_WAIT_DEFAULT
+    return "" if gce_requests.is_mig(spec) else f" up to {show_duration(wait)}"
 
 
 def _store_rows(spec: ClusterSpec) -> list[PlanRow]:
