@@ -94,3 +94,14 @@ def test_tpu7x_is_a_tpu_to_the_agent():
     record = {"arch": "vm", "hosts": 1, "runtime": "ubuntu-accel-2404-amd64-tpu-tpu7x", "tensorflow_from": "pip"}
     assert backends.for_host(record, "tpu7x-8", True)[0] == "jax"
     assert tpuenv.tpu_environment("pytorch", record, "tpu7x-8") == {"PJRT_DEVICE": "TPU"}
+
+
+def test_up_again_keeps_the_compute_engine_flags_the_cluster_was_made_with():
+    from tpuctl.core.models import ClusterSpec
+    from tpuctl.providers.base import UpFlags
+    spec = ClusterSpec(name="c", provider="gcp", tpu_type="tpu7x-8", project="p", api="compute", flex_start=True,
+                       flex_wait=1800, disk_size=200, disk_type="hyperdisk-ml", internal_ips=True)
+    flags = UpFlags()
+    flags.remember(spec)
+    assert (flags.flex_start, flags.flex_wait, flags.disk_size, flags.disk_type, flags.internal_ips) == \
+        (True, "1800s", 200, "hyperdisk-ml", True)

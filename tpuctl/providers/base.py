@@ -125,6 +125,7 @@ class UpFlags:
         self.queued = self.queued or spec.queued
         self.api = self.api or spec.api or None
         self.flex_start = self.flex_start or spec.flex_start
+        self.flex_wait = self.flex_wait or (f"{spec.flex_wait}s" if spec.flex_wait and self.flex_start else None)
         self.disk_size = self.disk_size or spec.disk_size or None
         self.disk_type = self.disk_type or spec.disk_type or None
         self.internal_ips = self.internal_ips or spec.internal_ips
