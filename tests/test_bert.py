@@ -348,7 +348,7 @@ runpy.run_path(script, run_name="__main__")
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.slow(60)
+@pytest.mark.slow(80)
 def test_deterministic_resume_after_sigkill_repeats_the_uninterrupted_run(prepared, tmp_path, backend):
     """Two steps on each side of the checkpoint a SIGKILLed run resumes from: its lines, to the printed digit, are
     the uninterrupted run's."""
@@ -432,7 +432,7 @@ def test_a_jax_run_imports_no_tensorflow_where_it_is_installed_and_seeds_as_kera
     assert list((tmp_path / "out" / "tensorboard").rglob("*tfevents*"))
 
 
-@pytest.mark.slow(60)
+@pytest.mark.slow(90)
 def test_a_checkpoint_resumes_on_the_other_backend(prepared, tmp_path):
     """JAX to step 2, TensorFlow on to 4, JAX on to 6: each resumes the other's .weights.h5 (weights, optimizer
     state and step), and the loss keeps falling (a learning rate of 1e-2, as test_bert_multihost's, for a fall
