@@ -7,20 +7,24 @@ on one machine. So a test must:
 - write only under tmp_path / tmp_path_factory (or TPUCTL_HOME, which the `env` fixture points there): never a fixed
   path, the home directory, or a name in /tmp two runs would share;
 - set environment variables with monkeypatch, and make every wait short through its environment variable;
-- build what many tests share once per process (a session fixture: the fakes, the wheel index), never rely on
-  another test having run first or in the same process (a module fixture is made once per worker that runs one
-  of its tests; mark tests with pytest.mark.xdist_group only where they must share one process);
+- build what many tests share once per process (a session fixture: the fakes, the wheel index), and what costs
+  tens of CPU-seconds once per run (built_once: a prepared corpus, a set of BERT runs, under a file lock); never
+  rely on another test having run first or in the same process (a module fixture is made once per worker that runs
+  one of its tests; mark tests with pytest.mark.xdist_group only where they must share one process);
 - carry `@pytest.mark.slow(SECONDS)` when it takes a minute or so: the slowest start first (below).
 """
 import atexit
+import fcntl
 import logging
 import os
+import resource
 import shutil
 import signal
 import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 
@@ -77,6 +81,15 @@ def _one_jax_compilation_cache() -> None:
 
 
 _one_jax_compilation_cache()
+
+# XLA's CPU compiler at its lowest optimisation (xla/debug_options_flags.cc: xla_backend_optimization_level, LLVM's
+# -O level; xla_llvm_disable_expensive_passes): the BERT job's programs on JAX compile in 13.5 CPU-seconds instead of
+# 19.4 for a cold start, and the handful of steps a test runs go no slower to matter; the losses printed were the
+# same to the last digit here. Every process of the run inherits it, and the runs a test compares share it. Tests
+# that set XLA_FLAGS themselves (a count of CPU devices) put it first.
+FAST_XLA_FLAGS = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
+if not os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ["XLA_FLAGS"] = f"{FAST_XLA_FLAGS} {os.environ.get('XLA_FLAGS', '')}".strip()
 
 
 def tpuctl_at_a_terminal(*args: str) -> list[str]:
@@ -164,6 +177,65 @@ def pytest_collection_modifyitems(items):
     items.sort(key=lambda item: -_slow_seconds(item))
 
 
+def pytest_addoption(parser):
+    parser.addoption("--cpu-durations", type=int, default=0, metavar="N",
+                     help="show the N tests that used the most CPU (tests/conftest.py _cpu_seconds); 0: off")
+
+
+def _cpu_seconds(counted: dict) -> float:
+    """CPU seconds (user + system) of this test process and its descendants so far: its own, its reaped children's
+    (getrusage), and the zombies it holds: a process orphaned under it (its subreaper, above: a simulated host's
+    agent, a local agent) is never reaped, so its time and that of the children it reaped is read from its /proc
+    stat (utime, stime, cutime, cstime), each zombie counted once (`counted`: pid and start time). CPU rather than
+    wall time: on a shared machine wall time says more about the neighbours than about the test."""
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    total = own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+    tick, me = os.sysconf("SC_CLK_TCK"), str(os.getpid())
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] == "Z" and fields[1] == me:
+            key = (pid, fields[19])
+            counted.setdefault(key, sum(int(t) for t in fields[11:15]) / tick)
+    return total + sum(counted.values())
+
+
+_ZOMBIES_COUNTED: dict = {}
+_CPU_AT_START = pytest.StashKey[float]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    if item.config.getoption("cpu_durations"):
+        item.stash[_CPU_AT_START] = _cpu_seconds(_ZOMBIES_COUNTED)
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    if call.when == "teardown" and _CPU_AT_START in item.stash:   # set up, run and torn down: the test's whole cost
+        report.user_properties.append(("cpu_seconds", _cpu_seconds(_ZOMBIES_COUNTED) - item.stash[_CPU_AT_START]))
+    return report
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    n = config.getoption("cpu_durations")
+    if not n:
+        return
+    cpu = [(dict(r.user_properties).get("cpu_seconds"), r.nodeid) for r in terminalreporter.stats.get("", [])
+           + terminalreporter.stats.get("passed", []) + terminalreporter.stats.get("failed", [])
+           + terminalreporter.stats.get("error", []) if getattr(r, "when", "") == "teardown"]
+    cpu = sorted(((s, i) for s, i in cpu if s is not None), reverse=True)
+    terminalreporter.write_sep("=", f"{min(n, len(cpu))} tests by CPU seconds (user + system, with their processes)")
+    for seconds, nodeid in cpu[:n]:
+        terminalreporter.write_line(f"{seconds:8.1f}  {nodeid}")
+    terminalreporter.write_line(f"{sum(s for s, _ in cpu):8.1f}  all {len(cpu)} tests")
+
+
 def _hang_log_removed_if_empty() -> None:
     try:
         if os.path.getsize(HANG_LOG) == 0:
@@ -204,6 +276,30 @@ def _servers():
     compute.stop()
     gcs.stop()
     iam.stop()
+
+
+def built_once(tmp_path_factory, name: str, build) -> Path:
+    """A directory that `build(directory)` fills once per run of the suite, whichever test process asks first: the
+    others wait for it under a file lock and then read what it left. For what costs tens of CPU-seconds and several
+    test files or workers need (a prepared corpus, a set of training runs): a session fixture alone is made once per
+    xdist worker, and pytest.mark.xdist_group, which would put its tests on one worker, depends on pytest and
+    pytest-xdist agreeing on node ids (pyproject's pin, test_xdist_groups.py). `name` says what the contents depend
+    on (their arguments): two callers that name the same directory must mean the same build. The directory sits in
+    the run's own temporary root (the xdist workers' basetemps share their parent; a run of its own uses its
+    basetemp), so a second suite running at once builds its own. A build that raised leaves no marker, and the next
+    caller builds again."""
+    base = tmp_path_factory.getbasetemp()
+    root = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "built-once"
+    root.mkdir(exist_ok=True)
+    target, done = root / name, root / f"{name}.done"
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)   # released when the file closes, also if this process dies
+        if not done.exists():
+            shutil.rmtree(target, ignore_errors=True)
+            target.mkdir()
+            build(target)
+            done.touch()
+    return target
 
 
 @pytest.fixture(scope="session")
@@ -345,14 +441,18 @@ def cli(capsys):
 
 @pytest.fixture(scope="session")
 def jax_python(tmp_path_factory):
-    """An interpreter with Keras 3 and JAX and NO TensorFlow, made once per test session: this environment's packages
+    """An interpreter with Keras 3 and JAX and NO TensorFlow: this environment's packages
     less its TensorFlow stack, Keras and tpuctl (fakes/kaggle.py image_python), then `pip install keras jax
     tokenizers` from pip's cache / the package index. tpuctl comes from the checkout (PYTHONPATH) where a test runs it
-    there; its site-packages also stands for the JAX and Keras of Kaggle's TPU image (FakeKaggle.tpu_jax_site)."""
+    there; its site-packages also stands for the JAX and Keras of Kaggle's TPU image (FakeKaggle.tpu_jax_site).
+    Made once for the run (built_once): the install unpacks jaxlib, and three files' tests on as many workers
+    need it."""
     import subprocess
     import sys
     from fakes.kaggle import image_python
-    python = image_python(tmp_path_factory.mktemp("jax-env"), "jax-env", tensorflow_cpu=False)
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q",
-                    "--disable-pip-version-check", "keras>=3", "jax", "tokenizers>=0.15"], check=True)
-    return python
+
+    def build(root):
+        python = image_python(root, "jax-env", tensorflow_cpu=False)
+        subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q",
+                        "--disable-pip-version-check", "keras>=3", "jax", "tokenizers>=0.15"], check=True)
+    return built_once(tmp_path_factory, "jax-env", build) / "jax-env" / "bin" / "python"

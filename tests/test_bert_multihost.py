@@ -16,15 +16,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import FAST_XLA_FLAGS
 
 JOB = Path(__file__).parent.parent / "jobs" / "bert_pretrain"
 sys.path.insert(0, str(JOB))
 
-import corpus  # noqa: E402
 import masking  # noqa: E402
 import prepare  # noqa: E402
 
 SEQ, PRED = 64, 10
+STEPS = 4   # a checkpoint every 2: a resume is two steps on each side of the one it starts from
 
 # train.main with what each process reads and writes recorded beside it: the fixed-width rows of each batch (before
 # masks), and every file it writes (the job's own fileio, and runtime's metrics.json)
@@ -53,6 +54,16 @@ def text(target, *a, **k):
     note("write", ["text", target])
     return real_text(target, *a, **k)
 metrics_file.write_text = text
+hold = os.environ.get("TEST_HOLD_AFTER", "")   # a checkpoint's file name: the chief hangs once it has written it
+if hold and os.environ.get("TPUCTL_WORKER") == "0":
+    import time
+    copy = fileio.copy
+    def holding(src, dst):
+        copy(src, dst)
+        if dst.endswith("/" + hold):
+            note("held", hold)
+            time.sleep(3600)
+    fileio.copy = holding
 import train
 result = train.main(sys.argv[3:])
 note("result", {"step": result["step"], "loss": result.get("loss", [])})
@@ -61,12 +72,10 @@ note("result", {"step": result["step"], "loss": result.get("loss", [])})
 
 @pytest.fixture(scope="module")
 def prepared(tmp_path_factory):
-    root = tmp_path_factory.mktemp("mh")
-    corpus.generate(str(root / "c.txt"), 0.6, seed=1)
-    summary = prepare.main(["--input", str(root / "c.txt"), "--output", str(root / "prep"), "--workers", "2",
-                            "--vocab-size", "3000", "--max-seq-length", str(SEQ), "--max-predictions-per-seq",
-                            str(PRED), "--seed", "7", "--chunk-mb", "0.25"])
-    return root / "prep", summary
+    """test_bert.py's corpus and preparation (--vocab-size 3000, SEQ, PRED, --seed 7, --chunk-mb 0.25), made once for
+    the run."""
+    from test_bert import prepared_corpus
+    return prepared_corpus(tmp_path_factory)
 
 
 def _port() -> int:
@@ -75,7 +84,7 @@ def _port() -> int:
         return s.getsockname()[1]
 
 
-def _start(prep, summary, out: Path, logs: Path, steps: int, tag: str) -> list[subprocess.Popen]:
+def _start(prep, summary, out: Path, logs: Path, steps: int, tag: str, **extra: str) -> list[subprocess.Popen]:
     port = _port()
     args = ["--data", f"{prep}/part-*.tfrecord", "--vocab-size", str(summary["vocab_size"]), "--seq-length", str(SEQ),
             "--max-predictions-per-seq", str(PRED), "--batch-size", "4", "--steps", str(steps), "--log-every", "2",
@@ -85,8 +94,8 @@ def _start(prep, summary, out: Path, logs: Path, steps: int, tag: str) -> list[s
     for i in range(2):
         env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu", CUDA_VISIBLE_DEVICES="",
                    TF_CPP_MIN_LOG_LEVEL="2", TPUCTL_NUM_WORKERS="2", TPUCTL_WORKER=str(i),
-                   JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}", JAX_CPU_COLLECTIVES_IMPLEMENTATION="gloo")
-        env.pop("XLA_FLAGS", None)   # one CPU device per process, as one host per process
+                   JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}", JAX_CPU_COLLECTIVES_IMPLEMENTATION="gloo", **extra)
+        env["XLA_FLAGS"] = FAST_XLA_FLAGS   # one CPU device per process (no device count), as one host per process
         env.pop("TF_USE_LEGACY_KERAS", None)   # set, it makes runtime pick tf-keras: TensorFlow, one process each
         env.pop("TPUCTL_OUTPUT_DIR", None)
         procs.append(subprocess.Popen([sys.executable, "-c", DRIVER, str(JOB), str(logs / f"{tag}-{i}.jsonl"), *args],
@@ -106,7 +115,7 @@ def _wait(procs, logs: Path, tag: str) -> None:
 
 
 def _notes(logs: Path, name: str) -> dict:
-    out: dict = {"batch": {}, "write": [], "result": None}
+    out: dict = {"batch": {}, "write": [], "result": None, "held": False}
     path = logs / f"{name}.jsonl"
     for line in path.read_text().splitlines() if path.exists() else []:
         kind, value = json.loads(line)
@@ -116,6 +125,8 @@ def _notes(logs: Path, name: str) -> dict:
             out["write"].append(value)
         elif kind == "result":
             out["result"] = value
+        elif kind == "held":
+            out["held"] = True
     return out
 
 
@@ -127,55 +138,55 @@ def _weights(path: Path) -> list[np.ndarray]:
     return [v for _, v in sorted(found, key=lambda kv: kv[0])]
 
 
-@pytest.mark.slow(300)
+@pytest.mark.slow(190)
 def test_two_jax_hosts_train_on_disjoint_data_one_writes_and_a_kill_resumes_step_exactly(prepared, tmp_path):
     prep, summary = prepared
     logs = tmp_path / "logs"
     logs.mkdir()
-    # uninterrupted, 6 steps
+    # uninterrupted, STEPS steps
     ref = tmp_path / "ref"
-    _wait(_start(prep, summary, ref, logs, 6, "ref"), logs, "ref")
+    _wait(_start(prep, summary, ref, logs, STEPS, "ref"), logs, "ref")
     assert "backend: jax, 2 cpu replica(s)" in (logs / "ref-0.out").read_text()
     hosts = [_notes(logs, f"ref-{i}") for i in range(2)]
-    assert all(h["result"]["step"] == 6 for h in hosts)
+    assert all(h["result"]["step"] == STEPS for h in hosts)
     losses = hosts[0]["result"]["loss"]
-    assert len(losses) == 3 and losses[-1] < losses[0], losses
+    assert len(losses) == STEPS // 2 and losses[-1] < losses[0], losses
     # each host read its own examples: no row of one host's batches is in the other's
     # (batches past the last step were made ahead of need, and never trained on)
-    seen = [{r for b, rows in h["batch"].items() if b < 6 for r in rows} for h in hosts]
-    assert len(seen[0]) == len(seen[1]) == 6 * 4 and not seen[0] & seen[1]
+    seen = [{r for b, rows in h["batch"].items() if b < STEPS for r in rows} for h in hosts]
+    assert len(seen[0]) == len(seen[1]) == STEPS * 4 and not seen[0] & seen[1]
     # only the first host wrote anything (the second's checkpoints stayed in its temporary files)
     assert hosts[1]["write"] == [], hosts[1]["write"]
-    assert any("ckpt-6.weights.h5" in w[1] for w in hosts[0]["write"])
+    assert any(f"ckpt-{STEPS}.weights.h5" in w[1] for w in hosts[0]["write"])
     assert sorted(p.name for p in (ref / "checkpoints").iterdir() if p.name.endswith(".h5")) == \
-        ["ckpt-2.weights.h5", "ckpt-4.weights.h5", "ckpt-6.weights.h5"]
+        [f"ckpt-{s}.weights.h5" for s in range(2, STEPS + 1, 2)]
 
-    # the same run killed (both hosts, as a preempted slice) once a checkpoint exists, then run again
+    # the same run killed (both hosts, as a preempted slice) once its step-2 checkpoint is written: the chief hangs
+    # there (DRIVER's TEST_HOLD_AFTER), the other host waits in the next step's collective; then run again
     run = tmp_path / "run"
-    procs = _start(prep, summary, run, logs, 6, "killed")
+    procs = _start(prep, summary, run, logs, STEPS, "killed", TEST_HOLD_AFTER="ckpt-2.weights.h5")
     deadline = time.time() + 600
-    while time.time() < deadline and not (run / "checkpoints" / "ckpt-2.weights.h5").exists() \
-            and all(p.poll() is None for p in procs):
+    while time.time() < deadline and not _notes(logs, "killed-0")["held"] and all(p.poll() is None for p in procs):
         time.sleep(0.2)
     for p in procs:
         p.send_signal(signal.SIGKILL)
         p.wait()
     saved = sorted(int(p.name.split("-")[1].split(".")[0]) for p in (run / "checkpoints").glob("ckpt-*.weights.h5"))
-    assert saved and saved[-1] < 6, saved
-    _wait(_start(prep, summary, run, logs, 6, "resumed"), logs, "resumed")
+    assert saved == [2], (saved, (logs / "killed-0.out").read_text()[-3000:])
+    _wait(_start(prep, summary, run, logs, STEPS, "resumed"), logs, "resumed")
     for i in range(2):
         out = (logs / f"resumed-{i}.out").read_text()
-        assert f"resumed from step {saved[-1]}" in out, out[-2000:]
+        assert "resumed from step 2" in out, out[-2000:]
         resumed = _notes(logs, f"resumed-{i}")
         # each host went on from the batch after the checkpoint, with the rows the uninterrupted run read there
-        assert min(resumed["batch"]) == saved[-1]
+        assert min(resumed["batch"]) == 2
         for b, rows in resumed["batch"].items():
-            if b < 6:
+            if b < STEPS:
                 assert rows == hosts[i]["batch"][b], b
     assert _notes(logs, "resumed-1")["write"] == []
     # and reached the uninterrupted run's weights, bit for bit
-    for mine, theirs in zip(_weights(run / "checkpoints" / "ckpt-6.weights.h5"),
-                            _weights(ref / "checkpoints" / "ckpt-6.weights.h5")):
+    for mine, theirs in zip(_weights(run / "checkpoints" / f"ckpt-{STEPS}.weights.h5"),
+                            _weights(ref / "checkpoints" / f"ckpt-{STEPS}.weights.h5")):
         assert np.array_equal(mine, theirs)
 
 

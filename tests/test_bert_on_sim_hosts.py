@@ -20,7 +20,7 @@ from importlib.metadata import version
 from pathlib import Path
 
 import pytest
-from conftest import PROJECT, until
+from conftest import FAST_XLA_FLAGS, PROJECT, until
 from fakes.procs import marked
 from fakes.tpu_host import image_site
 from test_bert_multihost import DRIVER, _port
@@ -29,7 +29,7 @@ from test_gce_tpu import ZONE, _hosts, _wait_agents
 pytestmark = pytest.mark.usefixtures("no_leak")
 
 JOB = Path(__file__).parent.parent / "jobs" / "bert_pretrain"
-STEPS, BATCH = 6, 4   # per replica: global 8, each host feeding 4 of each batch
+STEPS, BATCH = 4, 4   # per replica: global 8, each host feeding 4 of each batch; a checkpoint every 2 steps
 # run.py's flags (a generated corpus, small) then train.py's, as test_bert_multihost trains
 ARGS = ["--sample-mb", "0.6", "--vocab-size", "3000", "--seq-length", "64", "--max-predictions-per-seq", "10",
         "--preset", "tiny", "--steps", str(STEPS), "--batch-size", str(BATCH), "--log-every", "2",
@@ -75,10 +75,11 @@ def traced_job(root: Path, hold_at: str = "") -> Path:
 
 def jax_on_cpus(hosts) -> None:
     """Each host's JAX: its CPU (one device), gloo collectives, the coordinator on an ephemeral port of this
-    machine; the suite's compilation cache (conftest) where there is one; worker 1 polls for worker 0's prepared
+    machine; the suite's compilation cache and XLA flags (conftest) where there is one; worker 1 polls for worker 0's prepared
     data every half second (run.py's TPUCTL_PREPARE_POLL_SECONDS, 5 by default)."""
     hosts.env.update(JAX_PLATFORMS="cpu", JAX_CPU_COLLECTIVES_IMPLEMENTATION="gloo",
                      JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{_port()}", TPUCTL_PREPARE_POLL_SECONDS="0.5",
+                     XLA_FLAGS=FAST_XLA_FLAGS,
                      **{k: v for k, v in os.environ.items() if k.startswith("JAX_COMPILATION_CACHE")
                         or k == "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"})
 
@@ -121,19 +122,19 @@ def across_two_hosts(cloud, cli, tmp_path, monkeypatch, wheel_index, image: str,
     assert len(seen[0]) == len(seen[1]) == STEPS * BATCH and not seen[0] & seen[1]
     # only worker 0 wrote: the prepared data, the run's outputs, its checkpoints
     assert notes[1]["write"] == [], notes[1]["write"]
-    assert any("ckpt-6.weights.h5" in w[1] for w in notes[0]["write"])
+    assert any(f"ckpt-{STEPS}.weights.h5" in w[1] for w in notes[0]["write"])
     [run] = json.loads(cli("jobs", "-c", "bert", "--json")[1])
     assert run["state"] == "succeeded" and run["step"] == STEPS
     from google.cloud import storage
     bucket = storage.Client(project=PROJECT).bucket(f"{PROJECT}-tpuctl-bert")
     ckpts = sorted(b.name.rsplit("/", 1)[1] for b in bucket.list_blobs(prefix=f"runs/{run['id']}/output/checkpoints/")
                    if b.name.endswith(".weights.h5"))
-    assert ckpts == ["ckpt-2.weights.h5", "ckpt-4.weights.h5", "ckpt-6.weights.h5"], ckpts
+    assert ckpts == [f"ckpt-{s}.weights.h5" for s in range(2, STEPS + 1, 2)], ckpts
     # TensorBoard's events too, on a host without TensorFlow (callbacks.Board copies them through the store client)
     assert list(bucket.list_blobs(prefix=f"runs/{run['id']}/output/tensorboard/train/events.out.tfevents."))
     code, out, err = cli("download", run["id"], "-c", "bert", "-o", str(tmp_path / "got"))
     assert code == 0, err
-    assert (tmp_path / "got" / "checkpoints" / "ckpt-6.weights.h5").stat().st_size > 0
+    assert (tmp_path / "got" / "checkpoints" / f"ckpt-{STEPS}.weights.h5").stat().st_size > 0
     assert (tmp_path / "got" / "vocab.txt").exists() and (tmp_path / "got" / "metrics.json").exists()
     code, out, err = cli("down", "-c", "bert", "--yes")
     assert code == 0, err
@@ -212,12 +213,12 @@ def test_bert_on_a_v4_16_whose_job_is_killed_on_one_host_resumes_step_exactly_on
     assert len(trained[0]) == len(trained[1]) == STEPS * BATCH and not trained[0] & trained[1]
     losses = [float(line.split()[3]) for line in out.splitlines() if line.startswith("step ")]
     assert len(losses) == STEPS // 2 and losses[-1] < losses[0], losses
-    # the chief wrote ckpt-2 in its first start, ckpt-4 and ckpt-6 in its second; the other host nothing
+    # the chief wrote ckpt-2 in its first start, the later ones in its second; the other host nothing
     chief = starts(found[0])
     def weights(start):
         return [w[1].rsplit("/", 1)[1] for w in start["write"] if w[0] == "copy" and w[1].endswith(".weights.h5")]
     assert weights(chief[0]) == ["ckpt-2.weights.h5"]
-    assert weights(chief[1]) == ["ckpt-4.weights.h5", "ckpt-6.weights.h5"]
+    assert weights(chief[1]) == [f"ckpt-{s}.weights.h5" for s in range(4, STEPS + 1, 2)]
     assert all(s["write"] == [] for s in starts(found[1]))
     assert cli("down", "-c", "bert", "--yes")[0] == 0
     assert cloud.leaks() == []

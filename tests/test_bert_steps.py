@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import FAST_XLA_FLAGS, built_once
 
 JOB = Path(__file__).parent.parent / "jobs" / "bert_pretrain"
 sys.path.insert(0, str(JOB))
@@ -21,10 +22,6 @@ import corpus  # noqa: E402
 import prepare  # noqa: E402
 
 STEPS, EVERY = 12, 4
-# Meant to put the module on one worker (--dist loadgroup), so that `runs` (three BERT runs, about 80 s) is made once:
-# with pytest 9.2.0 and pytest-xdist 3.8.0 the group is not applied (its tests still run on two workers, each making
-# the fixture; a two-file example does the same), which is left to a later session.
-pytestmark = pytest.mark.xdist_group("bert_steps")
 
 # train.main with notes beside it: each read of a device value by the host (a jax.Array made a Python number or a
 # numpy array: jax/_src/array.py's conversions, numpy's array and asarray, which Keras's convert_to_numpy and
@@ -139,51 +136,63 @@ print("NOTES " + json.dumps(notes))
 
 @pytest.fixture(scope="session")
 def small(tmp_path_factory):
-    """A small prepared corpus, and a way to train on it under a driver: (driver, output, backend, env) -> notes."""
-    root = tmp_path_factory.mktemp("steps")
-    corpus.generate(str(root / "c.txt"), 0.15, seed=1)
-    summary = prepare.main(["--input", str(root / "c.txt"), "--output", str(root / "prep"), "--workers", "1",
-                            "--vocab-size", "1000", "--max-seq-length", "32", "--max-predictions-per-seq", "5",
-                            "--seed", "7"])
+    """A small prepared corpus (made once for the run: conftest.built_once), and a way to train on it under a driver:
+    (driver, output directory, backend, env) -> notes. The suite's JAX compilation cache (conftest) is inherited."""
+    def build(root):
+        corpus.generate(str(root / "c.txt"), 0.15, seed=1)
+        summary = prepare.main(["--input", str(root / "c.txt"), "--output", str(root / "prep"), "--workers", "1",
+                                "--vocab-size", "1000", "--max-seq-length", "32", "--max-predictions-per-seq", "5",
+                                "--seed", "7"])
+        (root / "summary.json").write_text(json.dumps(summary))
+    root = built_once(tmp_path_factory, "steps-prep", build)
+    summary = json.loads((root / "summary.json").read_text())
     env = dict(os.environ, JAX_PLATFORMS="cpu", CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="2",
-               JAX_COMPILATION_CACHE_DIR=str(root / "jax-cache"), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
-    for name in ("XLA_FLAGS", "TF_USE_LEGACY_KERAS", "TPUCTL_OUTPUT_DIR", "TPUCTL_SESSION_DEADLINE", "TPUCTL_WORKER"):
+               XLA_FLAGS=FAST_XLA_FLAGS)   # one CPU device
+    for name in ("TF_USE_LEGACY_KERAS", "TPUCTL_OUTPUT_DIR", "TPUCTL_SESSION_DEADLINE", "TPUCTL_WORKER"):
         env.pop(name, None)
 
-    def run(driver: str, out: str, backend: str = "jax", **extra) -> dict:
+    def run(driver: str, out: Path, backend: str = "jax", **extra) -> dict:
         args = ["--data", f"{root}/prep/part-*.tfrecord", "--vocab-size", str(summary["vocab_size"]),
                 "--preset", "tiny", "--seq-length", "32", "--max-predictions-per-seq", "5", "--batch-size", "4",
                 "--steps", str(STEPS), "--log-every", str(EVERY), "--checkpoint-every", str(EVERY),
-                "--deterministic", "--output", str(root / out)]
+                "--deterministic", "--output", str(out)]
         r = subprocess.run([sys.executable, "-c", driver, str(JOB), *args], capture_output=True, text=True,
                            env={**env, "KERAS_BACKEND": backend, **extra}, timeout=600)
         assert r.returncode == 0 and "NOTES " in r.stdout, r.stderr[-3000:]
         notes = json.loads(r.stdout.split("NOTES ", 1)[1])
         lines = {int(ln.split()[1]): ln.split("examples/s")[0] for ln in r.stdout.splitlines()
                  if ln.startswith("step ")}
-        return {**notes, "stdout": r.stdout, "lines": lines, "out": root / out}
+        return {**notes, "stdout": r.stdout, "lines": lines, "out": str(out)}
     return run
 
 
 @pytest.fixture(scope="session")
-def runs(small):
+def runs(small, tmp_path_factory):
     """An uninterrupted run of STEPS, and the same run stopped at its first log line (a notebook session ending:
-    a checkpoint, exit 85) and started again. One JAX compilation cache for the three: the runs after the first
-    load its programs instead of compiling them again (most of a run's time here)."""
-    whole = small(DRIVER, "whole")
-    # the session's deadline passed long ago: the job stops at its first log line
-    cut = small(DRIVER, "cut", TPUCTL_SESSION_DEADLINE="1")
-    again = small(DRIVER, "cut")
-    return whole, cut, again
+    a checkpoint, exit 85) and started again; made once for the run whichever test asks first (conftest.built_once:
+    their notes in runs.json, their outputs beside it). The runs after the first load the programs the first
+    compiled from the suite's JAX compilation cache."""
+    def build(root):
+        whole = small(DRIVER, root / "whole")
+        # the session's deadline passed long ago: the job stops at its first log line
+        cut = small(DRIVER, root / "cut", TPUCTL_SESSION_DEADLINE="1")
+        again = small(DRIVER, root / "cut")
+        (root / "runs.json").write_text(json.dumps([whole, cut, again]))
+    root = built_once(tmp_path_factory, "steps-runs", build)
+    made = json.loads((root / "runs.json").read_text())
+    for r in made:   # JSON's keys are strings: the step numbers of the printed lines back to ints
+        r["lines"] = {int(k): v for k, v in r["lines"].items()}
+        r["out"] = Path(r["out"])
+    return made
 
 
 @pytest.mark.slow(40)
-def test_on_tensorflow_the_job_reads_the_device_only_at_the_steps_that_log_or_save(small):
+def test_on_tensorflow_the_job_reads_the_device_only_at_the_steps_that_log_or_save(small, tmp_path):
     """The job's own reads on TensorFlow fall on the log and checkpoint steps alone, as on JAX. Keras's TensorFlow
     trainer adds one read per execution of --steps-per-execution steps (whether the dataset had a batch left): the
     job's default off TPU is one step per execution, so off TPU that read is per step; on a TPU (100 steps per
     execution) one in a hundred."""
-    tf = small(TF_DRIVER, "tf", backend="tensorflow")
+    tf = small(TF_DRIVER, tmp_path / "tf", backend="tensorflow")
     assert tf["result"]["step"] == STEPS and sorted(tf["lines"]) == [4, 8, 12]
     assert sorted(set(tf["reads"])) == [4, 8, 12]
     assert tf["keras"] == list(range(1, STEPS + 1))

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import FAST_XLA_FLAGS
 
 JOB = Path(__file__).parent.parent / "jobs" / "bert_pretrain"
 # train.main twice, with the run's description (the chief's writes) drawing `n` numbers from Python's random; the
@@ -38,7 +39,7 @@ for n in map(int, sys.argv[3:]):
 @pytest.mark.slow(30)
 def test_the_chiefs_writes_do_not_change_the_weights_it_builds(tmp_path):
     env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu", CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="2")
-    env.pop("XLA_FLAGS", None)
+    env["XLA_FLAGS"] = FAST_XLA_FLAGS   # one CPU device
     env.pop("TF_USE_LEGACY_KERAS", None)
     r = subprocess.run([sys.executable, "-c", PROBE, str(JOB), str(tmp_path), "3", "0"], env=env, text=True,
                        capture_output=True, timeout=300)

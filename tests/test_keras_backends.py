@@ -160,14 +160,19 @@ def test_without_tensorflow_a_keras_job_runs_on_jax(jax_machine):
 
 
 @needs_keras3_bert
-@pytest.mark.slow(75)
+@pytest.mark.slow(60)
 def test_without_tensorflow_the_bert_job_trains_on_jax(jax_machine):
-    code, out, err = _tpuctl(jax_machine, "submit", str(BERT), "-c", "kj", "--", "--preset", "tiny", "--steps", "30",
+    """The job as submitted (run.py: a generated corpus, its preparation, train.py), small: a 0.3 MB corpus, a 2,000
+    word vocabulary, sequences of 64, 20 steps of 8 (run.py's defaults, 2 MB, 30,000 words and 128, took 39
+    CPU-seconds for the same proof, 21 now)."""
+    code, out, err = _tpuctl(jax_machine, "submit", str(BERT), "-c", "kj", "--", "--preset", "tiny", "--sample-mb",
+                             "0.3", "--vocab-size", "2000", "--seq-length", "64", "--max-predictions-per-seq", "10",
+                             "--batch-size", "8", "--steps", "20", "--log-every", "10", "--learning-rate", "1e-2",
                              timeout=580)
     assert code == 0, out + err
     assert "tpuctl: keras backend jax" in out
-    losses = [float(x) for x in __import__("re").findall(r"loss[ =:]+([0-9.]+)", out)]
-    assert len(losses) >= 2 and losses[-1] < losses[0], out
+    losses = [float(ln.split()[3]) for ln in out.splitlines() if ln.startswith("step ")]
+    assert len(losses) == 2 and losses[-1] < losses[0], out
 
 
 def test_the_bert_jobs_toml_is_a_keras_job_once_ported():

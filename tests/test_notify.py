@@ -4,7 +4,6 @@ import json
 import re
 import threading
 import time
-from http.server import BaseHTTPRequestHandler
 
 import pytest
 
@@ -12,7 +11,7 @@ from conftest import until
 from jobs import make_job
 from tpuctl.core import budget, layout, notify, runs
 from tpuctl.core.store import LocalStore
-from fakes.wire import serve
+from fakes.wire import QuietHandler, serve
 
 
 class Receiver:
@@ -23,7 +22,7 @@ class Receiver:
         self.posts, self.tries, self.answers, self.gets, self.auth = [], 0, list(answers), 0, []
         me = self
 
-        class H(BaseHTTPRequestHandler):
+        class H(QuietHandler):
             def do_GET(self):   # what urllib sends on after a 302 to a POST: the method changed, the body gone
                 me.gets += 1
                 self.send_response(200)
@@ -50,9 +49,6 @@ class Receiver:
                 self.send_response(answer)
                 self.end_headers()
                 self.wfile.write(b"ok")
-
-            def log_message(self, *a):
-                pass
         self.server = serve(H)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hooks/SECRET-TOKEN"
 

@@ -17,11 +17,10 @@ import json
 import re
 import threading
 import time
-from http.server import BaseHTTPRequestHandler
 
 from fakes import compute_tpu
 from fakes.compute_tpu import TpuCompute
-from fakes.wire import serve
+from fakes.wire import QuietHandler, serve
 
 MUTATING = {"insert", "delete", "fw_insert", "fw_delete"} | compute_tpu.MUTATING
 _ROUTES = [
@@ -68,11 +67,8 @@ class FakeCompute(TpuCompute):
     def start(self) -> str:
         fake = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             protocol_version = "HTTP/1.1"
-
-            def log_message(self, *a):
-                pass
 
             def _go(self):
                 length = int(self.headers.get("Content-Length") or 0)

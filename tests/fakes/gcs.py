@@ -38,10 +38,9 @@ import socket
 import threading
 import time
 import urllib.parse
-from http.server import BaseHTTPRequestHandler
 
 from gcp_storage_emulator.server import create_server
-from fakes.wire import serve
+from fakes.wire import QuietHandler, serve
 
 _KEPT = ("location", "labels", "iamConfiguration")
 _OBJECT_ROLE = "roles/storage.objectAdmin"
@@ -93,11 +92,8 @@ class FakeGcs:
     def _serve(self, identity):
         fake = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             protocol_version = "HTTP/1.1"
-
-            def log_message(self, *a):
-                pass
 
             def _go(self):
                 length = int(self.headers.get("Content-Length") or 0)

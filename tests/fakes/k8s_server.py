@@ -38,14 +38,13 @@ import json
 import threading
 import time
 import uuid
-from http.server import BaseHTTPRequestHandler
 from typing import Any, Callable
 from urllib.parse import parse_qs, urlparse
 
 import yaml
 
 from tpuctl.providers.gke import schema
-from fakes.wire import serve
+from fakes.wire import QuietHandler, serve
 
 JOBSET_CRD = "jobsets.jobset.x-k8s.io"
 KUEUE_CRD = "workloads.kueue.x-k8s.io"
@@ -184,11 +183,8 @@ class FakeKube:
         return schema.version_schema(crd, "v1alpha2") if crd else None
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(QuietHandler):
     kube: FakeKube
-
-    def log_message(self, *args: Any) -> None:
-        pass
 
     def _send(self, code: int, doc: Any, text: bool = False) -> None:
         data = doc if text else json.dumps(doc).encode()

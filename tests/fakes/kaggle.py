@@ -61,7 +61,7 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 from fakes.procs import kill_marked
-from fakes.wire import Server, serve
+from fakes.wire import QuietHandler, Server, serve
 from kagglesdk.blobs.types.blob_api_service import ApiStartBlobUploadRequest, ApiStartBlobUploadResponse
 from kagglesdk.datasets.types.dataset_api_service import (ApiCreateDatasetRequest, ApiCreateDatasetResponse,
                                                           ApiDeleteDatasetRequest, ApiGetDatasetStatusRequest,
@@ -108,10 +108,7 @@ class FakeKaggle:
     def start(self) -> None:
         fake = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *a):
-                pass
-
+        class Handler(QuietHandler):
             def do_POST(self):
                 fake._serve(self)
 

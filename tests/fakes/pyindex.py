@@ -43,7 +43,7 @@ from http.server import SimpleHTTPRequestHandler
 from pathlib import Path
 
 from fakes.tpu_server import TF_VERSIONS
-from fakes.wire import serve
+from fakes.wire import QuietHandler, serve
 from jobs import build_wheel
 
 KAGGLE_TPU_TF = "2.20.0"
@@ -209,6 +209,5 @@ class WheelIndex:
         self.server.server_close()
 
 
-class _Quiet(SimpleHTTPRequestHandler):
-    def log_message(self, *a) -> None:
-        pass
+class _Quiet(QuietHandler, SimpleHTTPRequestHandler):
+    """Files from the index's directory (SimpleHTTPRequestHandler), with the fakes' quiet log."""

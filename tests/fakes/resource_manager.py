@@ -31,9 +31,8 @@ from __future__ import annotations
 import json
 import os
 import re
-from http.server import BaseHTTPRequestHandler
 
-from fakes.wire import send_error, send_json, serve
+from fakes.wire import QuietHandler, send_error, send_json, serve
 
 _ROUTE = re.compile(r"^/v1/projects/(?P<project>[^/:]+):(?P<method>testIamPermissions|getIamPolicy)$")
 # Every tpu.* permission, as Google's Cloud TPU roles page lists TPU Admin's `tpu.*`
@@ -135,10 +134,7 @@ class FakeResourceManager:
     def start(self) -> str:
         fake = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *a):   # quiet
-                pass
-
+        class Handler(QuietHandler):
             def do_POST(self):
                 m = _ROUTE.match(self.path.split("?")[0])
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")

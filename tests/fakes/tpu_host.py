@@ -42,11 +42,10 @@ import sys
 import sysconfig
 import time
 import uuid
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 from fakes.procs import kill_marked
-from fakes.wire import serve
+from fakes.wire import QuietHandler, serve
 
 SYSTEMCTL = """#!/bin/bash
 # systemctl daemon-reload | enable --now UNIT | is-active UNIT: run the unit's ExecStart detached, with Environment=
@@ -137,10 +136,7 @@ class _Metadata:
                                 {"access_token": f"token-of-{email}", "expires_in": 3599, "token_type": "Bearer"})})
         values = self.values
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *a):
-                pass
-
+        class Handler(QuietHandler):
             def do_GET(self):
                 key = self.path.split("?", 1)[0].removeprefix("/computeMetadata/v1/")
                 if self.headers.get("Metadata-Flavor") != "Google":

@@ -24,7 +24,6 @@ import re
 import threading
 import time
 from concurrent import futures
-from http.server import BaseHTTPRequestHandler
 
 import grpc
 from google.cloud import tpu_v1, tpu_v2
@@ -32,7 +31,7 @@ from google.longrunning import operations_pb2
 from google.protobuf import any_pb2, empty_pb2
 from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
-from fakes.wire import serve
+from fakes.wire import QuietHandler, serve
 
 MUTATING = {"CreateNode", "DeleteNode", "StartNode", "StopNode", "UpdateNode", "CreateQueuedResource",
             "DeleteQueuedResource"}
@@ -111,10 +110,7 @@ class FakeTpu:
         route = re.compile(r"^/v(?P<v>[12])/(?P<name>projects/[^/]+/locations/[^/]+/(?P<kind>nodes|queuedResources)"
                            r"/[^/]+)$")
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *a):
-                pass
-
+        class Handler(QuietHandler):
             def do_DELETE(self):
                 from fakes.resource_manager import member_of
                 from fakes.wire import send_error, send_json
