@@ -16,7 +16,7 @@ from ..core.errors import ErrorKind, TpuctlError, bad_input
 
 if TYPE_CHECKING:
     from ..core.models import ClusterSpec, ClusterState
-    from ..providers.base import Provider
+    from ..providers.base import PlanRow, Provider
 
 # GKE's own options of `up` (providers/gke/planning.py)
 GKE_CLUSTER = typer.Option(None, "--gke-cluster", help="GKE: use this existing Standard cluster (never deleted by "
@@ -93,14 +93,22 @@ def up(
                     api=api)
     if prior and prior.spec.provider is prov.name:
         flags.remember(prior.spec)
+    # Everything below up to the plan is checked alike with and without --dry-run, before a line is printed: the
+    # dry run refuses what `up` refuses (issue 63.3)
     spec = prov.make_spec(cluster_name(cluster, pick=False), flags)
-    _lifecycle(spec, autostop, max_duration)
+    lifecycle_notes = _lifecycle(spec, autostop, max_duration)
+    if prior and prior.spec.provider is prov.name:
+        from ..control.up import check_compatible
+        check_compatible(spec, prior)   # an existing cluster's name with other flags
     from .recovery import RecoverFlags, arm as arm_recovery, plan as recovery_plan
     recovery = RecoverFlags.parse(recover, max_recoveries, recover_for, watcher)
+    rows = prov.plan(spec)   # a provider refuses here what only the whole spec shows (--flex-start's duration)
     price = prov.price(spec)
-    _show_plan(con, spec, prov, price.text, recovery_plan(spec, prov, recovery))
+    recovery_lines = recovery_plan(spec, prov, recovery)
     from .notices import after_up, before_up
     notices = before_up(spec, prov, prior, budget, notify_to)
+    _show_plan(con, spec, rows, price.text, lifecycle_notes + recovery_lines)
+    notices.show()
     if dry_run:
         con.err.print("dry run: nothing was created")
         return
@@ -279,11 +287,11 @@ def _from_labels(name: str, project: Optional[str], provider: Optional[str],
     return st, prov
 
 
-def _show_plan(con: Any, spec: "ClusterSpec", prov: Any, price: str, recovery: list[str]) -> None:
+def _show_plan(con: Any, spec: "ClusterSpec", rows: "list[PlanRow]", price: str, recovery: list[str]) -> None:
     """up's plan: what it makes and where, what it costs, what ends it, what recovers it."""
     from ..core.lifecycle import show_duration
     con.err.print(f"[bold]Plan for cluster {spec.name}[/]" + (f" (project {spec.project}):" if spec.project else ":"))
-    for row in prov.plan(spec):
+    for row in rows:
         con.err.print(f"  {row.kind:<6} {row.name}  [dim]{row.where}[/]")
     con.err.print(f"  cost   {price} while it exists")
     if spec.autostop:
@@ -294,18 +302,24 @@ def _show_plan(con: Any, spec: "ClusterSpec", prov: Any, price: str, recovery: l
         con.err.print(f"  {line}")
 
 
-def _lifecycle(spec: "ClusterSpec", autostop: Optional[str], max_duration: Optional[str]) -> None:
+def _lifecycle(spec: "ClusterSpec", autostop: Optional[str], max_duration: Optional[str]) -> list[str]:
     """--autostop / --max-duration (or the config's autostop / max_duration); when neither is given on a re-run,
-    the cluster keeps what it had."""
+    the cluster keeps what it had. Returns the plan's lines for a limit given as 0 or off (issue 63.3: `--max-duration
+    0` is no limit, said so rather than left silent)."""
     from ..core import state
     from ..core.lifecycle import parse_duration
     prior = state.load(spec.name)
     cfg = settings()
-    for attr, flag, key, value in (("autostop", "--autostop", "autostop", autostop),
-                                   ("max_duration", "--max-duration", "max_duration", max_duration)):
+    notes = []
+    for attr, flag, key, value, what in (
+            ("autostop", "--autostop", "autostop", autostop, "nothing ends an idle host"),
+            ("max_duration", "--max-duration", "max_duration", max_duration, "no deadline")):
         given = cfg.setting(key, value, None)
         setattr(spec, attr, parse_duration(str(given), flag) if given is not None
                 else (getattr(prior.spec, attr) if prior else 0))
+        if given is not None and not getattr(spec, attr):
+            notes.append(f"stop   {what} ({flag} {given} turns it off): the compute runs until `tpuctl down`")
+    return notes
 
 
 from . import runs, results, recovery, notices, webui  # noqa: E402,F401 - registers the run commands after the cluster ones (--help's order)

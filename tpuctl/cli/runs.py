@@ -133,20 +133,14 @@ def submit(ctx: typer.Context,
         with contextlib.redirect_stdout(sys.stderr if manifest_file == "-" else sys.stdout):   # stdout: the YAML
             _submit_preview(job, None if offline else cluster, provider, offline=offline, pod_runs=True)
         return
-    if dry_run:
+    if dry_run:   # what the real submit refuses of this cluster, refused here too (issue 63.3)
+        target = _dry_run_cluster(cluster, provider)
+        if target is not None:
+            _check_run_flags(*target, job, chain, keep_inputs, max_restarts, queue, priority)
         _submit_preview(job, cluster, provider)
         return
     st, prov = cluster_and_provider(cluster, provider)
-    if chain is not None and (prov.remote_runs is None or chain < 1):
-        raise bad_input(f"--chain {chain}: " + ("must be at least 1" if prov.remote_runs else
-                        f"cluster {st.name}'s runs do not run in sessions"),
-                        "--chain applies to --provider kaggle clusters, e.g. --chain 5")
-    if keep_inputs and prov.remote_runs is None:
-        raise bad_input(f"--keep-inputs: cluster {st.name}'s runs have no input dataset to keep",
-                        "--keep-inputs applies to --provider kaggle clusters")
-    restarts = max_restarts if max_restarts is not None else \
-        prov.remote_runs.default_restarts if prov.remote_runs is not None else 0
-    _check_max_restarts(restarts, st, prov)
+    restarts = _check_run_flags(st, prov, job, chain, keep_inputs, max_restarts, queue, priority)
     with con.Reporter() as rep:
         if down:   # refused before the run exists when the host could not end the compute after it
             from ..control.up import arm
@@ -188,6 +182,37 @@ def say_left_out(job: "JobSpec") -> None:
                             f"({human_bytes(d.bytes)}) in {where} that `tpuctl download` wrote; list "
                             f"{'them' if d.directory == '.' else d.directory + '/'} in {job.root.name}/.tpuctlignore "
                             "to leave them out without this note", style="yellow", markup=False)
+
+
+def _dry_run_cluster(cluster: Optional[str], provider: Optional[str]) -> "tuple[ClusterState, Provider] | None":
+    """The cluster a dry run would submit to, when there is one to check against (a dry run needs none)."""
+    from ..core import state
+    try:
+        name = cluster_name(cluster)
+    except TpuctlError:   # several clusters and none named
+        return None
+    if state.load(name) is None:
+        return None
+    return cluster_and_provider(cluster, provider)
+
+
+def _check_run_flags(st: "ClusterState", prov: "Provider", job: "JobSpec", chain: Optional[int], keep_inputs: bool,
+                     max_restarts: Optional[int], queue: Optional[str], priority: Optional[str]) -> int:
+    """submit's flags against the cluster, offline: the real submit and its dry run ask the same; returns the
+    restarts the run gets."""
+    from ..control import submission
+    if chain is not None and (prov.remote_runs is None or chain < 1):
+        raise bad_input(f"--chain {chain}: " + ("must be at least 1" if prov.remote_runs else
+                        f"cluster {st.name}'s runs do not run in sessions"),
+                        "--chain applies to --provider kaggle clusters, e.g. --chain 5")
+    if keep_inputs and prov.remote_runs is None:
+        raise bad_input(f"--keep-inputs: cluster {st.name}'s runs have no input dataset to keep",
+                        "--keep-inputs applies to --provider kaggle clusters")
+    restarts = max_restarts if max_restarts is not None else \
+        prov.remote_runs.default_restarts if prov.remote_runs is not None else 0
+    _check_max_restarts(restarts, st, prov)
+    submission.check_offline(st, prov, job, queue or "", priority or "")
+    return restarts
 
 
 def _check_max_restarts(n: int, st: "ClusterState", prov: "Provider") -> None:

@@ -44,6 +44,25 @@ def _check_keras_tensorflow(st: ClusterState, job: JobSpec) -> None:
         raise bad_input(f"job {job.name} on cluster {st.name}: {why}", hint)
 
 
+def check_offline(st: ClusterState, provider: Provider, job: JobSpec, queue: str = "", priority: str = "") -> None:
+    """What the cluster's record refuses of a job, asked without the cloud: `submit` and `submit --dry-run` alike
+    (issue 63.3: a dry run refuses what the real command refuses)."""
+    if st.spec.slices > 1 and job.framework is Framework.TENSORFLOW:
+        raise bad_input(f"job {job.name} is TensorFlow (no `framework` in tpuctl.toml): TPUStrategy does not span "
+                        f"slices, and cluster {st.name} has {st.spec.slices}",
+                        'use one larger slice (`tpuctl up --type ...` without --slices), or a JAX or PyTorch job '
+                        '(framework = "jax")')
+    if st.spec.slices > 1 and job.framework is Framework.KERAS and \
+            backends.forced(job.env, job.keras_backend)[0] == "tensorflow":
+        raise bad_input(f"job {job.name} forces Keras's TensorFlow backend: TPUStrategy does not span slices, and "
+                        f"cluster {st.name} has {st.spec.slices}",
+                        "let tpuctl pick the backend (JAX on Multislice): remove keras_backend / [env] KERAS_BACKEND")
+    _check_keras_tensorflow(st, job)
+    if provider.remote_runs is None and (queue or priority):
+        raise bad_input("--queue and --priority apply to --provider gke clusters (Kueue)",
+                        f"leave them out: cluster {st.name}'s runs start as soon as its agent takes them")
+
+
 def submit(st: ClusterState, provider: Provider, job: JobSpec, args: list[str], transfer: datasync.Transfer,
            reporter: Reporter, down_after: bool = False, sessions: int = 0,
            keep_inputs: bool = False, max_restarts: int = 0,
@@ -59,25 +78,12 @@ def submit(st: ClusterState, provider: Provider, job: JobSpec, args: list[str], 
     if st.phase is not Phase.READY:
         raise TpuctlError(ErrorKind.NOT_FOUND, f"cluster {st.name} is not ready (its `up` did not finish)",
                           f"run `tpuctl up -c {st.name} ...` again")
-    if st.spec.slices > 1 and job.framework is Framework.TENSORFLOW:
-        raise bad_input(f"job {job.name} is TensorFlow (no `framework` in tpuctl.toml): TPUStrategy does not span "
-                        f"slices, and cluster {st.name} has {st.spec.slices}",
-                        'use one larger slice (`tpuctl up --type ...` without --slices), or a JAX or PyTorch job '
-                        '(framework = "jax")')
-    if st.spec.slices > 1 and job.framework is Framework.KERAS and \
-            backends.forced(job.env, job.keras_backend)[0] == "tensorflow":
-        raise bad_input(f"job {job.name} forces Keras's TensorFlow backend: TPUStrategy does not span slices, and "
-                        f"cluster {st.name} has {st.spec.slices}",
-                        "let tpuctl pick the backend (JAX on Multislice): remove keras_backend / [env] KERAS_BACKEND")
-    _check_keras_tensorflow(st, job)
+    check_offline(st, provider, job, queue, priority)
     if provider.remote_runs is not None:
         picked = provider.remote_runs.check_run(st, job, max_restarts, queue, priority)
         if picked != queue:
             reporter.info(f"the run waits in queue {picked}, cluster {st.name}'s only one (--queue names another)")
         queue = picked
-    elif queue or priority:
-        raise bad_input("--queue and --priority apply to --provider gke clusters (Kueue)",
-                        f"leave them out: cluster {st.name}'s runs start as soon as its agent takes them")
     st = provider.revive(st, reporter)
     provider.check_ready(st)
     if st.runtime and job.framework not in (st.spec.framework, Framework.KERAS):   # Keras 3 follows the runtime
