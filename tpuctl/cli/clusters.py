@@ -16,7 +16,7 @@ from ..core.errors import ErrorKind, TpuctlError, bad_input
 
 if TYPE_CHECKING:
     from ..core.models import ClusterSpec, ClusterState
-    from ..providers.base import PlanRow, Provider
+    from ..providers.base import PlanRow, Provider, UpFlags
 
 # GKE's own options of `up` (providers/gke/planning.py)
 GKE_CLUSTER = typer.Option(None, "--gke-cluster", help="GKE: use this existing Standard cluster (never deleted by "
@@ -95,11 +95,7 @@ def up(
         flags.remember(prior.spec)
     # Everything below up to the plan is checked alike with and without --dry-run, before a line is printed: the
     # dry run refuses what `up` refuses (issue 63.3)
-    spec = prov.make_spec(cluster_name(cluster, pick=False), flags)
-    lifecycle_notes = _lifecycle(spec, autostop, max_duration)
-    if prior and prior.spec.provider is prov.name:
-        from ..control.up import check_compatible
-        check_compatible(spec, prior)   # an existing cluster's name with other flags
+    spec, lifecycle_notes = _spec(prov, prior, cluster_name(cluster, pick=False), flags, autostop, max_duration)
     from .recovery import RecoverFlags, arm as arm_recovery, plan as recovery_plan
     recovery = RecoverFlags.parse(recover, max_recoveries, recover_for, watcher)
     rows = prov.plan(spec)   # a provider refuses here what only the whole spec shows (--flex-start's duration)
@@ -300,6 +296,18 @@ def _show_plan(con: Any, spec: "ClusterSpec", rows: "list[PlanRow]", price: str,
         con.err.print(f"  stop   the host ends the compute {show_duration(spec.max_duration)} after it is made")
     for line in recovery:
         con.err.print(f"  {line}")
+
+
+def _spec(prov: "Provider", prior: "ClusterState | None", name: str, flags: "UpFlags", autostop: Optional[str],
+          max_duration: Optional[str]) -> "tuple[ClusterSpec, list[str]]":
+    """up's spec from its flags and the config, refused where an existing cluster of that name is something else;
+    with the plan's lines for limits given as off."""
+    spec = prov.make_spec(name, flags)
+    notes = _lifecycle(spec, autostop, max_duration)
+    if prior and prior.spec.provider is prov.name:
+        from ..control.up import check_compatible
+        check_compatible(spec, prior)   # an existing cluster's name with other flags
+    return spec, notes
 
 
 def _lifecycle(spec: "ClusterSpec", autostop: Optional[str], max_duration: Optional[str]) -> list[str]:

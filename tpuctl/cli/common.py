@@ -14,6 +14,8 @@ from .. import __version__
 from ..core.errors import ExitCode, bad_input
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from ..core.models import ClusterState
     from ..providers.base import Provider
 
@@ -176,3 +178,30 @@ def check_worker(st: "ClusterState", worker: int) -> None:
     if not 0 <= worker < workers:
         raise bad_input(f"cluster {st.name} has {workers} worker{'s' * (workers > 1)}",
                         f"--worker takes 0 to {workers - 1}")
+
+
+def writable_dir(path: "Path", flag: str, named: "Path | None" = None) -> None:
+    """A folder the user named (-o), or the folder it would be made in: one that cannot be is their input, said
+    with the path and the fix, never an internal error (issue 63.4). Made by the command itself, later. `named`:
+    what the user named, when `path` is the folder of a file."""
+    import os
+    shown = named or path
+    probe = path.absolute()
+    while not probe.exists() and probe != probe.parent:   # exists() is False below a file, too
+        probe = probe.parent
+    if not probe.is_dir():
+        raise bad_input(f"{flag} {shown}: {probe} is a file, not a folder", f"pass {flag} a path whose folders are "
+                        "folders, or remove that file")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise bad_input(f"{flag} {shown}: {probe} is not writable by you", f"pass {flag} a folder you may write to")
+
+
+def cannot_write(e: OSError, path: "Path", flag: str) -> Exception:
+    """An OSError writing under a path the user named: their input's fault (a read-only or special file system),
+    said as one line; any other error is returned as it is."""
+    where = str(e.filename or "")
+    if where and (where == str(path) or where.startswith(str(path).rstrip("/") + "/") or
+                  str(path).startswith(where.rstrip("/") + "/")):
+        return bad_input(f"{flag} {path}: cannot write {where} ({e.strerror})",
+                         f"pass {flag} a folder you may write to")
+    return e

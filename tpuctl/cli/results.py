@@ -55,6 +55,7 @@ def download(run_id: Optional[str] = typer.Argument(None, help="Run id (default:
 
     from ..control import download as dl, submission
     from ..core import runs
+    from .common import cannot_write, writable_dir
     check_run_ids(run_id)
     con = console()
     st, prov = cluster_and_provider(cluster, provider)
@@ -64,8 +65,13 @@ def download(run_id: Optional[str] = typer.Argument(None, help="Run id (default:
     target = Path(dest or rid)
     if target.exists() and not target.is_dir():
         raise bad_input(f"{target} exists and is not a directory", "pass -o DIR")
-    with con.Reporter() as rep:
-        got = dl.outputs(store, rid, target, lambda total: rep.transfer(total, "download", f"run {rid}'s outputs"))
+    writable_dir(target, "-o")
+    try:
+        with con.Reporter() as rep:
+            got = dl.outputs(store, rid, target, lambda total: rep.transfer(total, "download",
+                                                                             f"run {rid}'s outputs"))
+    except OSError as e:
+        raise cannot_write(e, target, "-o") from None
     if got.files == 0:
         con.err.print(f"run {rid} has no outputs yet (a job writes them under $TPUCTL_OUTPUT_DIR)")
         return

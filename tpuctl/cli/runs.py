@@ -349,7 +349,15 @@ def notebook(ctx: typer.Context, job_dir: str = typer.Argument(..., help="Direct
     say_left_out(job)
     doc = nb.build(job, list(ctx.args), data_uri, embed_limit_mb)
     target = Path(output or f"{job.name}.ipynb")
-    target.write_text(json.dumps(doc, indent=1))
+    from .common import cannot_write, writable_dir
+    if target.is_dir():
+        raise bad_input(f"-o {target} is a folder", f"name the notebook file, e.g. -o {target / (job.name + '.ipynb')}")
+    writable_dir(target.parent, "-o", target)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)   # `-o out/job.ipynb` makes out/, as download -o does
+        target.write_text(json.dumps(doc, indent=1))
+    except OSError as e:
+        raise cannot_write(e, target, "-o") from None
     console().err.print(f"[green]{target}[/]: {target.stat().st_size / 1e6:.1f} MB, the job, "
                         f"{'its data' if not data_uri else 'the data from ' + data_uri} and tpuctl inside; on Colab: "
                         "File, Upload notebook, Runtime, Change runtime type, v5e-1 TPU, Run all")

@@ -40,6 +40,10 @@ class Kaggle:
     """One authenticated client; each method is one API call (or one upload)."""
 
     def __init__(self) -> None:
+        try:   # before any call (a login file's refresh is one): on Python 3.10 the extra installs no client
+            import kagglesdk  # noqa: F401
+        except ImportError:
+            raise missing_client(sys.version_info[:2]) from None
         self.creds = auth.find()
         self.user, self._token = self.creds.user, self.creds.token
         if not self.creds.token and not self.creds.key:   # kaggle auth login's file: its token, refreshed
