@@ -25,8 +25,8 @@ FLEX_START = typer.Option(False, "--flex-start", help="--api compute: flex-start
                           "(at most 7d).")
 API = typer.Option(None, "--api", help="Google Cloud: tpu (the Cloud TPU API, default) or compute (Compute Engine "
                    "VMs and MIGs; always for tpu7x).")
-RESERVATION = typer.Option(None, "--reservation", help="GKE: the Compute Engine reservation (its name) the TPU node "
-                           "pools consume.")
+RESERVATION = typer.Option(None, "--reservation", help="--api compute or GKE: the Compute Engine reservation (its "
+                           "name) the TPU VMs or node pools consume.")
 KUEUE = typer.Option(False, "--kueue", help="GKE: install Kueue (pinned, shipped with tpuctl) with a queue for the "
                     "node pools' TPUs and xpk's priority classes, so runs queue as on a team's cluster. With "
                     "--gke-cluster: only if that cluster has no Kueue, and down leaves it.")
@@ -95,7 +95,8 @@ def up(
         flags.remember(prior.spec)
     # Everything below up to the plan is checked alike with and without --dry-run, before a line is printed: the
     # dry run refuses what `up` refuses (issue 63.3)
-    spec, lifecycle_notes = _spec(prov, prior, cluster_name(cluster, pick=False), flags, autostop, max_duration)
+    spec, lifecycle_notes = _spec(prov, prior, cluster_name(cluster, pick=False), flags, autostop, max_duration,
+                                  provider)
     from .recovery import RecoverFlags, arm as arm_recovery, plan as recovery_plan
     recovery = RecoverFlags.parse(recover, max_recoveries, recover_for, watcher)
     rows = prov.plan(spec)   # a provider refuses here what only the whole spec shows (--flex-start's duration)
@@ -108,6 +109,7 @@ def up(
     if dry_run:
         con.err.print("dry run: nothing was created")
         return
+    state.remember_provider(prov.name.value)   # a failed `up` still tells the hints which provider is in use
     warnings = prov.preflight(spec)   # no credentials or permissions: say so now, not after a yes
     if recovery.on_vm and prov.watcher_host is not None:
         warnings += prov.watcher_host.check(spec)
@@ -299,14 +301,21 @@ def _show_plan(con: Any, spec: "ClusterSpec", rows: "list[PlanRow]", price: str,
 
 
 def _spec(prov: "Provider", prior: "ClusterState | None", name: str, flags: "UpFlags", autostop: Optional[str],
-          max_duration: Optional[str]) -> "tuple[ClusterSpec, list[str]]":
+          max_duration: Optional[str], provider: Optional[str]) -> "tuple[ClusterSpec, list[str]]":
     """up's spec from its flags and the config, refused where an existing cluster of that name is something else;
     with the plan's lines for limits given as off."""
-    spec = prov.make_spec(name, flags)
+    try:
+        spec = prov.make_spec(name, flags)
+    except TpuctlError as e:   # `up -c NAME --type ...` where NAME is a local cluster: the name is the mistake
+        if prior is None or provider or "apply to" not in e.message:
+            raise
+        raise bad_input(f"cluster {name} already exists (provider {prior.spec.provider.value}), and {e.message}",
+                        f"to make another cluster, name it: `tpuctl up -c OTHER ...`; to replace this one, "
+                        f"`tpuctl down -c {name}` first") from None
     notes = _lifecycle(spec, autostop, max_duration)
-    if prior and prior.spec.provider is prov.name:
+    if prior:
         from ..control.up import check_compatible
-        check_compatible(spec, prior)   # an existing cluster's name with other flags
+        check_compatible(spec, prior)   # an existing cluster's name with other flags (another provider, type, ...)
     return spec, notes
 
 

@@ -24,7 +24,7 @@ def logs(run_id: Optional[str] = typer.Argument(None, help="Run id (default: the
     from ..core import backends, hostlogs, runs
     from ..control import submission
     check_run_ids(run_id)
-    st, prov = cluster_and_provider(cluster, provider)
+    st, prov = cluster_and_provider(cluster, provider, run_id)
     check_worker(st, worker)
     slices = max(1, st.spec.slices)
     if not 0 <= slice_ < slices:
@@ -58,7 +58,7 @@ def download(run_id: Optional[str] = typer.Argument(None, help="Run id (default:
     from .common import cannot_write, writable_dir
     check_run_ids(run_id)
     con = console()
-    st, prov = cluster_and_provider(cluster, provider)
+    st, prov = cluster_and_provider(cluster, provider, run_id)
     store = prov.store(st)
     rid = submission.resolve_run(store, run_id)
     submission.refresh(st, prov, store, [rid])

@@ -161,7 +161,7 @@ def cancel(run_id: str = typer.Argument(..., help="Run id."), cluster: Optional[
     """Ask the agent to stop a run (SIGTERM, then SIGKILL after a grace period)."""
     from ..control import submission
     check_run_ids(run_id)
-    st, prov = cluster_and_provider(cluster, provider)
+    st, prov = cluster_and_provider(cluster, provider, run_id)
     store = prov.store(st)
     if prov.remote_runs is not None:
         rid = submission.resolve_run(store, run_id)
@@ -230,11 +230,13 @@ def _gke_manifest(job: "JobSpec", cluster: Optional[str], provider: Optional[str
     """`--manifest FILE` (with --type/--slices when no GKE cluster is named): the run's JobSet, written offline.
     With `--provider gke --type T` and no -c no local cluster is looked up (any there is of another run)."""
     from ..core import state
-    if path is None or not dry_run:
+    if not dry_run:
         raise bad_input("--type, --slices and --manifest belong to a GKE dry run",
                         "tpuctl submit JOB --dry-run --provider gke --type v6e-16 --manifest run.yaml")
     from ..providers.gke import dryrun, frameworks
     frameworks.check_job(job.name, job.framework, job.env, job.keras_backend)
+    if path is None:
+        return   # `--dry-run --provider gke --type T`: the plan alone, no manifest asked for (issue 63.5)
     if cluster is None and tpu_type is not None:
         name, st = dryrun.NO_CLUSTER, None
     else:

@@ -25,6 +25,9 @@ def make_spec(name: str, flags: UpFlags) -> ClusterSpec:
     gke_only = [f for f, v in (("--gke-cluster", flags.gke_cluster), ("--image", flags.image),
                                ("--reservation", flags.reservation if not api else None),
                                ("--kube-context", flags.kube_context), ("--kueue", flags.kueue)) if v]
+    if gke_only == ["--reservation"]:   # the Compute Engine path takes one too (issue 63.5: the hint names it)
+        raise bad_input("--reservation applies to --api compute and --provider gke: the Cloud TPU API path takes "
+                        "none", "add --api compute (its VMs consume the reservation), or drop --reservation")
     if gke_only:
         one = len(gke_only) == 1
         raise bad_input(f"{', '.join(gke_only)} appl{'ies' if one else 'y'} to --provider gke only"

@@ -103,7 +103,10 @@ class Kaggle:
                 raise http_error(what, status, e, self.creds.source) from None
             except requests.ConnectionError as e:
                 if attempt < ATTEMPTS and (not makes or unsent(e)):
-                    time.sleep(backoff(attempt))
+                    wait = backoff(attempt)   # said, not silent: the ten tries take minutes (issue 63.5)
+                    print(f"! {what}: cannot reach Kaggle ({type(e).__name__}); retrying ({attempt}/{ATTEMPTS - 1}) "
+                          f"in {wait:.1f}s", file=sys.stderr, flush=True)
+                    time.sleep(wait)
                     continue
                 error = Unanswered if makes else TpuctlError
                 raise error(ErrorKind.ERROR, f"{what}: cannot reach Kaggle ({type(e).__name__})",
