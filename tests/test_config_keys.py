@@ -68,3 +68,17 @@ def test_no_project_names_every_place_a_project_comes_from(env, cli):
     flat = " ".join(err.split())
     assert code == 2 and "no Google Cloud project given" in flat, err
     assert all(w in flat for w in ("--project", "TPUCTL_PROJECT", "GOOGLE_CLOUD_PROJECT", "config file")), err
+
+
+def test_the_compute_engine_page_is_linked_and_the_jobs_page_names_every_column():
+    """Issue 63.8: docs/compute-engine.md reachable from the README, index.md and gke.md; no nav title says TPU7x
+    means GKE; jobs.md names every column `tpuctl jobs` prints; index.md's "Where to start" lists the UI."""
+    from tpuctl.cli import results
+    for page in ("README.md", "docs/index.md", "docs/gke.md"):
+        assert "compute-engine.md" in (ROOT / page).read_text(), page
+    assert "GKE and TPU7x" not in (ROOT / "mkdocs.yml").read_text()
+    start = (ROOT / "docs" / "index.md").read_text().split("## Where to start")[1].split("##")[0]
+    assert "(ui.md)" in start and "(compute-engine.md)" in start
+    jobs_md = " ".join((ROOT / "docs" / "jobs.md").read_text().split())
+    columns = ["id", "job"] + list(results.JOBS_DROPPED_FIRST)
+    assert all(f"`{c}`" in jobs_md for c in columns + ["state", "started", "duration"]), columns
