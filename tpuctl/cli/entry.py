@@ -76,7 +76,8 @@ def main(argv: Optional[List[str]] = None) -> None:
 def _main(argv: Optional[List[str]] = None) -> None:
     # State, the debug log, the local store and what the local agent unpacks may hold a job's [env] secrets:
     # everything tpuctl creates is private to its user (dirs 0700, files 0600).
-    os.umask(0o077)
+    from ..core import umask
+    umask.private()   # the user's own umask is kept for what is theirs (downloaded outputs)
     forget_said()
     try:
         sigints.clear()

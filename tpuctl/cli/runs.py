@@ -283,6 +283,9 @@ def _submit_preview(job: "JobSpec", cluster: Optional[str], provider: Optional[s
             store = cluster_and_provider(cluster, provider)[1].store(st)
         except TpuctlError as e:   # no credentials, say: still show what is known offline
             con.err.print(f"[yellow]! cannot compare with cluster {st.name}'s store: {e.message}[/]")
+    large = submission.large_job_warning(job)   # as submit warns (issue 63.6)
+    if large:
+        con.err.print(f"! {large}", style="yellow", markup=False)
     with con.Reporter() as rep:
         p = submission.preview(job, store, lambda total: rep.transfer(total, "hash"))
     human = con.human_bytes

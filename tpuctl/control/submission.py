@@ -33,6 +33,15 @@ def warn_package_bytes() -> int:
     return knobs.count("TPUCTL_PACKAGE_WARN_BYTES", 100 << 20)
 
 
+def large_job_warning(job: JobSpec) -> str:
+    """The warning for a job directory past warn_package_bytes, "" under it: submit and its dry run say the same."""
+    unpacked = packaging.size(job.root, job.data)
+    if unpacked <= warn_package_bytes():
+        return ""
+    return (f"the job directory holds {human_bytes(unpacked)} besides its data: it is packed and uploaded as code; "
+            "list large inputs under `data` in tpuctl.toml (synced once, skipped when unchanged)")
+
+
 def _check_keras_tensorflow(st: ClusterState, job: JobSpec) -> None:
     """A Keras 3 job that would run on a TensorFlow older than Keras 3 supports (core/backends.py)."""
     if job.framework is not Framework.KERAS or not st.runtime:
@@ -91,15 +100,16 @@ def submit(st: ClusterState, provider: Provider, job: JobSpec, args: list[str], 
                       f"{st.spec.framework.value} image ({st.runtime}); "
                       f"`tpuctl up --framework {job.framework.value}` on a new cluster matches them")
     store = provider.store(st)
-    unpacked = packaging.size(job.root, job.data)
-    if unpacked > warn_package_bytes():
-        reporter.warn(f"the job directory holds {human_bytes(unpacked)} besides its data: it is packed and uploaded "
-                      "as code; list large inputs under `data` in tpuctl.toml (synced once, skipped when unchanged)")
+    large = large_job_warning(job)
+    if large:
+        reporter.warn(large)
     with tempfile.TemporaryDirectory() as tmp:
         pkg = Path(tmp) / "job.tar.gz"
         sha = packaging.build_file(job.root, job.data, pkg)   # on disk, streamed: never the whole job in memory
         pkg_key = layout.job_package(sha)
         if pkg_key not in store.stats(pkg_key):
+            # said before it starts, so the line's time is the upload's (issue 63.6: it read 0s, said only at the end)
+            reporter.resource("package", sha[:12], f"uploading {human_bytes(pkg.stat().st_size)}", final=False)
             with said_full(store):
                 store.upload_file(str(pkg), pkg_key, lambda n: None)   # content-addressed: a rewrite is harmless
             reporter.resource("package", sha[:12], f"uploaded {human_bytes(pkg.stat().st_size)}", final=True)
@@ -138,6 +148,7 @@ def _write_run(store: BlobStore, st: ClusterState, job: JobSpec, args: list[str]
     written and left unqueued."""
     if job.data:
         orphans.begin(store, run_id)
+        reporter.resource("data", layout.run_data(run_id), "syncing", final=False)   # its line's time starts here
     try:
         synced = datasync.sync(store, job.data, job.data_as, run_id, transfer,
                                 lambda total: reporter.transfer(total, "hash")) if job.data else {}

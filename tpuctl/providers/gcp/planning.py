@@ -165,7 +165,9 @@ def price(spec: ClusterSpec) -> Price:
     t = tpu_type(spec.tpu_type)
     p = t.spot_price_hour if spec.spot else t.price_hour
     if p is None:
-        return Price(None, f"{'spot ' if spec.spot else ''}price of {t.family} not in the catalog")
+        # the words GKE's plan uses (providers/gke/planning.py): one TPU7x, one line, on either path (issue 63.6)
+        return Price(None, f"unknown: {spec.tpu_type} has no {'spot ' if spec.spot else ''}price in tpuctl's catalog "
+                     "(cloud.google.com/tpu/pricing)")
     if spec.flex_start:   # "discounts (up to 53%)" (GCE_TPU_FACTS §8): the on-demand rate is the most it costs
         return Price(p * spec.slices, f"at most ${p * spec.slices:.2f}/hour (flex-start: up to 53% less)")
     total = p * spec.slices + (VM_PRICES.get(spec.vm_type, 0.0) if spec.arch is Arch.NODE else 0.0)
