@@ -102,7 +102,8 @@
   window.addEventListener("resize", () => {
     for (const u of Object.values(charts)) u.setSize({width: chartWidth(), height: 220});
   });
-  function chart(id, title, points, label) {
+  // A loss falls over orders of magnitude: its chart has a log scale (issue 63.7), where every value is above 0.
+  function chart(id, title, points, label, logScale) {
     const xs = points.map((p) => p[0]), ys = points.map((p) => p[1]);
     let box = document.getElementById(id);
     if (!box) {
@@ -111,20 +112,29 @@
     }
     box.dataset.points = String(xs.length);
     if (charts[id]) { charts[id].setData([xs, ys]); return; }
-    charts[id] = new uPlot({width: chartWidth(), height: 220, scales: {x: {time: label === "time"}},
-      axes: [{label: label}, {}], series: [{label: label}, {label: title, stroke: "#1a73e8", width: 2}]},
-      [xs, ys], box);
+    const log10 = logScale && ys.length > 0 && ys.every((y) => y > 0);
+    if (log10) box.dataset.scale = "log";
+    charts[id] = new uPlot({width: chartWidth(), height: 220,
+      scales: Object.assign({x: {time: label === "time"}}, log10 ? {y: {distr: 3}} : {}),
+      axes: [{label: label}, {}], series: [{label: label}, {label: title + (log10 ? " (log scale)" : ""),
+        stroke: "#1a73e8", width: 2}]}, [xs, ys], box);
   }
 
+  // The run's id and cluster head its page (issue 63.7); goodput on this machine is said for what it is.
   function drawRunSummary(d) {
     const r = d.row || {};
-    section("summary", d.job + ": " + d.command, table(["state", "step", "loss", "goodput", "cost", "duration",
-      "restarts", "tpu"], [runRow(r, false).slice(2)]));
+    section("summary", "Run " + d.id + " on cluster " + d.cluster,
+      h("p", {class: "dim"}, d.job + ": " + d.command),
+      table(["state", "step", "loss", "goodput", "cost", "duration", "restarts", "tpu"], [runRow(r, false).slice(2)]),
+      d.provider === "local" && r.goodput !== null && r.goodput !== undefined ? h("p", {class: "dim", id: "goodput-note"},
+        "goodput: the share of the run's time spent in training steps it kept (at most 100%). On this machine " +
+        "(--provider local) it measures the CPU or GPU here, and a run of seconds is mostly start-up: it says " +
+        "little about a TPU.") : null);
   }
 
   function drawRunCharts(d) {
     if (!document.getElementById("charts")) app.append(h("section", {id: "charts"}, h("h2", {}, "Metrics")));
-    d.metrics.forEach((m) => chart("metric-" + m.name, m.name, m.points, "step"));
+    d.metrics.forEach((m) => chart("metric-" + m.name, m.name, m.points, "step", m.name === "loss"));
     for (const [host, c] of Object.entries(d.chips)) {
       const hist = c.history || {};
       if ((hist.duty_cycle_pct || []).length) chart("chips-" + host, "duty cycle % (" + host + ", " + c.source + ")",
@@ -141,8 +151,8 @@
   function drawRunRest(d) {
     section("events", "Events", h("ol", {class: "events"}, d.events.map((e) =>
       h("li", {}, h("time", {}, when(e.time)), " ", e.what))));
-    section("outputs", "Outputs", d.outputs.length ? table(["path", "bytes"], d.outputs.map((o) =>
-      [o.path, String(o.bytes)])) : h("p", {}, "No outputs yet."));
+    section("outputs", "Outputs", d.outputs.length ? table(["path", "size"], d.outputs.map((o) =>
+      [o.path, h("span", {title: o.bytes + " bytes"}, o.size || String(o.bytes))])) : h("p", {}, "No outputs yet."));
     section("commands", "Commands", h("ul", {class: "commands"}, d.commands.map((c) => h("li", {},
       h("code", {}, c), " ", h("button", {type: "button", "data-copy": c}, "copy")))));
     if (d.links.length) section("links", "Google Cloud", h("ul", {}, d.links.map((l) =>
