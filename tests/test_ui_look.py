@@ -53,7 +53,7 @@ open(os.path.join(os.environ["TPUCTL_OUTPUT_DIR"], "model.bin"), "wb").write(b"x
 """
 
 
-def test_the_run_page_in_a_browser(local_up, cli, tmp_path):
+def test_the_run_page_in_a_browser(local_up, cli, tmp_path, monkeypatch):
     """The run's id and cluster head the page; the loss has a log scale; goodput is explained on this machine; a
     finished run offers no cancel; sizes are human; events are sentences; the legend fits 400 px."""
     import shutil
@@ -65,6 +65,7 @@ def test_the_run_page_in_a_browser(local_up, cli, tmp_path):
     if exe is None:
         pytest.skip("no Chromium here (apt-get install -y chromium)")
     from playwright.sync_api import sync_playwright
+    monkeypatch.setenv("TPUCTL_UI_POLL_SECONDS", "0.3")
     local_up("look")
     code, out, err = cli("submit", str(make_job(tmp_path, LOSS_JOB)), "-c", "look")
     assert code == 0, err
@@ -85,5 +86,18 @@ def test_the_run_page_in_a_browser(local_up, cli, tmp_path):
             assert "started on" in events and "finished" in events and "host " not in events, events
             legend = page.eval_on_selector("#metric-loss .u-legend", "e => e.getBoundingClientRect().width")
             assert legend <= 400
+            # a sweep: two runs picked on the runs page, their losses on one chart
+            assert cli("submit", str(make_job(tmp_path / "b", LOSS_JOB.replace("10.0 / s", "20.0 / s"))), "-c",
+                       "look")[0] == 0
+            page.goto(f"{base}/runs?cluster=look")
+            page.wait_for_selector("table.runs input.pick")
+            boxes = page.locator("table.runs input.pick")   # found again at each use: the poll redraws the table
+            for i in range(boxes.count()):
+                boxes.nth(i).check()
+            page.wait_for_selector("#compare-chart[data-runs='2'] canvas")
+            assert page.get_attribute("#compare-chart", "data-scale") == "log"
+            assert run_id in page.inner_text("#compare .u-legend")
+            page.wait_for_timeout(1500)   # the table is drawn again by its poll: what was picked stays picked
+            assert page.eval_on_selector_all("table.runs input.pick", "bs => bs.map(b => b.checked)") == [True, True]
         finally:
             browser.close()

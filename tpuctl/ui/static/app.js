@@ -77,14 +77,59 @@
 
   function drawRuns(d) {
     const all = !d.cluster;
-    const cols = ["id"].concat(all ? ["cluster"] : [], ["job", "state", "step", "loss", "goodput", "cost", "duration",
-      "restarts", "tpu"]);
+    const cols = ["compare", "id"].concat(all ? ["cluster"] : [], ["job", "state", "step", "loss", "goodput", "cost",
+      "duration", "restarts", "tpu"]);
     const base = "/runs?" + (d.cluster ? "cluster=" + encodeURIComponent(d.cluster) + "&" : "") + "page=";
     const pager = h("p", {class: "pager"}, d.page > 0 ? h("a", {href: base + (d.page - 1), rel: "prev"}, "newer") : null,
       " page " + (d.page + 1) + " ", d.more ? h("a", {href: base + (d.page + 1), rel: "next"}, "older") : null);
     section("runs", d.cluster ? "Runs of " + d.cluster : "Runs of every cluster",
-      d.rows.length ? table(cols, d.rows.map((r) => runRow(r, all)), "runs") : h("p", {}, "No runs yet."),
+      d.rows.length ? table(cols, d.rows.map((r) => [pickBox(r, all)].concat(runRow(r, all))), "runs") :
+        h("p", {}, "No runs yet."),
       pager, (d.problems || []).map((p) => h("p", {class: "bad"}, p)));
+  }
+
+  // --- comparing runs: the runs picked on the runs page, their loss curves on one chart (a sweep, issue 63.7) -------
+  const picked = new Map();   // "cluster/id" -> its label, kept across the table's redraws
+  const COLORS = ["#1a73e8", "#d93025", "#188038", "#f9ab00", "#9334e6", "#12b5cb", "#e8710a", "#5f6368"];
+  let compared = null;
+  function pickBox(r, all) {
+    const key = r.cluster + "/" + r.id;
+    const box = h("input", {type: "checkbox", class: "pick", "data-key": key, "aria-label": "compare " + r.id,
+      checked: picked.has(key) ? "checked" : null});
+    box.addEventListener("change", () => {
+      if (box.checked) picked.set(key, {cluster: r.cluster, id: r.id, label: r.id + (all ? " (" + r.cluster + ")" : "")});
+      else picked.delete(key);
+      drawCompare();
+    });
+    return box;
+  }
+  function drawCompare() {
+    const want = [...picked.values()];
+    if (compared) { compared.destroy(); compared = null; delete charts.compare; }
+    if (!want.length) { const s = document.getElementById("compare"); if (s) s.remove(); return; }
+    Promise.all(want.map((r) => fetch("/api/run?cluster=" + encodeURIComponent(r.cluster) + "&id=" +
+      encodeURIComponent(r.id), {credentials: "same-origin"}).then((x) => x.ok ? x.json() : null).catch(() => null)))
+      .then((got) => {
+        if (want.length !== picked.size) return;   // picked again meanwhile: that draw wins
+        const tables = [], series = [{label: "step"}];
+        got.forEach((d, i) => {
+          const loss = d && (d.metrics || []).find((m) => m.name === "loss");
+          if (!loss || !loss.points.length) return;
+          tables.push([loss.points.map((p) => p[0]), loss.points.map((p) => p[1])]);
+          series.push({label: want[i].label, stroke: COLORS[(series.length - 1) % COLORS.length], width: 2,
+            spanGaps: true});
+        });
+        const fig = h("figure", {id: "compare-chart", class: "chart", "data-runs": String(tables.length)},
+          h("figcaption", {}, "loss"));
+        section("compare", "Loss of the runs picked", tables.length ? fig :
+          h("p", {}, "None of the runs picked has reported a loss yet."));
+        if (!tables.length || compared) return;
+        const log10 = tables.every((t) => t[1].every((y) => y > 0));
+        if (log10) fig.dataset.scale = "log";
+        compared = charts.compare = new uPlot({width: chartWidth(), height: 260,
+          scales: Object.assign({x: {time: false}}, log10 ? {y: {distr: 3}} : {}), axes: [{label: "step"}, {}],
+          series: series}, uPlot.join(tables), fig);
+      });
   }
 
   // --- leftovers --------------------------------------------------------------------------------------------------
