@@ -69,3 +69,14 @@ def test_kaggle_without_its_client_says_what_it_needs(env, cli, monkeypatch):
     monkeypatch.setenv("KAGGLE_API_TOKEN", "tok")
     code, out, err = cli("up", "-c", "kg", "--provider", "kaggle", "--type", "v5e-8", "--yes")
     said_once(code, err, 2, "--provider kaggle needs Python 3.11 or newer", "this is Python 3.10")
+
+
+def test_a_state_folder_you_may_not_write_is_said_with_the_fix(env, cli, monkeypatch):
+    """As root (the tests' CI) no folder refuses a write: the refusal is made where the state file is written."""
+    from tpuctl.core import state
+
+    def refused(st):
+        raise PermissionError(13, "Permission denied", str(state.home() / "clusters" / f"{st.name}.json"))
+    monkeypatch.setattr(state, "save", refused)
+    code, out, err = cli("up", "-c", "p", "--provider", "local")
+    said_once(code, err, 2, "tpuctl keeps its state in", "Permission denied", "point TPUCTL_HOME at a folder")

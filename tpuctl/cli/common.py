@@ -199,6 +199,8 @@ def _cluster_of_run(run_id: str) -> Optional[str]:
             if e.kind is ErrorKind.INPUT:   # ambiguous there: it has the run, and says so once asked with -c
                 found.append(name)
             continue
+        except Exception:  # noqa: BLE001 - a store that cannot be asked now (no credentials, no network): not it
+            continue
         found.append(name)
     if len(found) > 1:
         raise bad_input(f"run {run_id} matches runs on {len(found)} clusters: {', '.join(found)}",
