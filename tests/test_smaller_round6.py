@@ -63,3 +63,31 @@ def test_tpu7x_zones_are_checked_on_gke_as_on_compute_engine(env, cli):
         code, out, err = cli("up", "-c", "z", "--provider", provider, "--type", "tpu7x-8", "--zone", "europe-west9-a",
                              "--project", "proj-one", "--dry-run")
         assert code == 2 and "tpu7x-8 is not offered in europe-west9-a" in err and "us-central1-c" in err, err
+
+
+def test_an_older_python_is_refused_by_requires_python_in_one_line(tmp_path):
+    """What `pip install` says on a Python older than the floor (3.9 against >=3.10): the same path as here, with the
+    floor raised one minor above this Python. pip's own line, from the metadata hatchling writes, no traceback. (It
+    held before issue 63; checked here so it keeps holding.)"""
+    import re
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent
+    pyproject = (root / "pyproject.toml").read_text()
+    floor = re.search(r'^requires-python = ">=(3\.\d+)"$', pyproject, re.M).group(1)
+    assert f"Python {floor} or newer" in (root / "README.md").read_text()
+    (tmp_path / "tpuctl").mkdir()
+    shutil.copy(root / "tpuctl" / "__init__.py", tmp_path / "tpuctl")
+    shutil.copytree(root / "templates", tmp_path / "templates")
+    shutil.copy(root / "README.md", tmp_path)
+    newer = f"{sys.version_info[0]}.{sys.version_info[1] + 1}"
+    (tmp_path / "pyproject.toml").write_text(pyproject.replace(f'requires-python = ">={floor}"',
+                                                               f'requires-python = ">={newer}"'))
+    r = subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--no-deps", "--no-index",
+                        "--no-build-isolation", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    errors = [line for line in r.stderr.splitlines() if line.startswith("ERROR:")]
+    assert r.returncode != 0 and "Traceback" not in r.stderr, r.stderr
+    assert errors == [f"ERROR: Package 'tpuctl' requires a different Python: {sys.version.split()[0]} not in "
+                      f"'>={newer}'"], r.stderr
