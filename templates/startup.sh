@@ -41,7 +41,7 @@ WORKER="$(meta instance/attributes/agent-worker-number || true)"
 WORKER="${WORKER:-0}"
 # A Multislice node's slice: `MEGASCALE_SLICE_ID: 'K'` in the tpu-env attribute (MaxText multihost_job.py reads it
 # with grep '^MEGASCALE_SLICE_ID' | cut -d "'" -f 2); absent on one slice. A Multislice of Compute Engine MIGs is
-# tpuctl's own: each slice's template says its number in `tpuctl-slice` (providers/gcp/gce.py).
+# tpuctl's own: each slice's instance template says its number in the `tpuctl-slice` metadata attribute.
 SLICE="$(echo "$TPU_ENV" | grep '^MEGASCALE_SLICE_ID' | cut -d "'" -f 2 || true)"
 [ -n "$SLICE" ] || SLICE="$(meta instance/attributes/tpuctl-slice || true)"
 SLICE="${SLICE:-0}"

@@ -47,7 +47,7 @@ def _wait_agents(hosts, n, timeout=180):
 def test_tpu7x_single_host_is_one_vm_and_down_leaves_nothing(cloud, cli):
     code, out, err = cli("up", "--type", "tpu7x-8", "--zone", ZONE, "-c", "ir", "--dry-run")
     assert code == 0, err
-    assert "through Compute Engine" in err and "tpu7x-standard-4t" in err and "price of tpu7x not in" in err
+    assert "through Compute Engine" in err and "tpu7x-standard-4t" in err and "tpu7x-8 has no price in" in err
     assert "boot disk 100 GB hyperdisk-balanced" in " ".join(err.split()), err
     code, out, err = cli("up", "--type", "tpu7x-8", "--zone", ZONE, "-c", "ir", "--yes")
     assert code == 0, err

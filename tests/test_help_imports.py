@@ -34,9 +34,10 @@ print(json.dumps({"rendered": rendered, "loaded": sorted(set(sys.modules) - befo
 TYPER_ALONE = "import json, sys, typer, typer.main; print(json.dumps(sorted(sys.modules)))"
 
 # What help may load beyond `import typer`: the command line's modules, the error type they raise, the TPUCTL_*
-# knobs' check every command runs first (math and os), and the parts of typer's copy of click that render help, a
-# text codec.
-ALLOWED = ("__future__", "tpuctl", "tpuctl.cli", "tpuctl.core", "tpuctl.core.errors", "tpuctl.core.knobs")
+# knobs' check every command runs first (math and os), the user's umask kept as tpuctl sets its own (os alone), and
+# the parts of typer's copy of click that render help, a text codec.
+ALLOWED = ("__future__", "tpuctl", "tpuctl.cli", "tpuctl.core", "tpuctl.core.errors", "tpuctl.core.knobs",
+           "tpuctl.core.umask")
 ALLOWED_PREFIXES = ("tpuctl.cli.", "typer._click.", "encodings.")
 
 

@@ -16,14 +16,6 @@ def shards(pattern: str) -> list[str]:
     return files
 
 
-def split(ex: dict, to_int, ones) -> tuple:
-    """A parsed batch -> (x, y, sample weights), as the model and losses.objective take them."""
-    x = {k: to_int(ex[k]) for k in ("input_ids", "input_mask", "segment_ids", "masked_lm_positions")}
-    y = {"mlm": to_int(ex["masked_lm_ids"]), "nsp": to_int(ex["next_sentence_labels"])}
-    w = {"mlm": ex["masked_lm_weights"], "nsp": ones(ex["next_sentence_labels"])}
-    return x, y, w
-
-
 def dataset(pattern: str, batch: int, max_seq: int, max_pred: int, seed: int = 0, training: bool = True,
             skip: int = 0, backend: str | None = None, host: tuple[int, int] = (0, 1), masks=None):
     """Training: shards in a seeded order, shuffled with a seed, repeated; `batch` examples per host (`host`:
@@ -53,6 +45,8 @@ def tf_dataset(pattern: str, batch: int, max_seq: int, max_pred: int, seed: int 
                        num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     if training:
         ds = ds.shuffle(10000, seed=seed)
+
+    from records import split   # the one definition both readers share (records.py holds it: no TensorFlow)
 
     def remasked(number, ex):
         import numpy as np

@@ -55,7 +55,7 @@ def build(model, x, y, sample_weight=None) -> None:
 
 
 def example_targets(max_pred: int) -> tuple[dict, dict]:
-    """(y, sample weights) of one sequence, shaped as data.split gives them: what builds the objective's variables."""
+    """(y, sample weights) of one sequence, shaped as records.split gives them: what builds the objective's variables."""
     import numpy as np
     return ({"mlm": np.zeros([1, max_pred], np.int32), "nsp": np.zeros([1, 1], np.int32)},
             {"mlm": np.ones([1, max_pred], np.float32), "nsp": np.ones([1, 1], np.float32)})

@@ -22,8 +22,15 @@ import threading
 
 import fixedrows
 import numpy as np
-from data import split
 from masking import Masks, remask
+
+
+def split(ex: dict, to_int, ones) -> tuple:
+    """A parsed batch -> (x, y, sample weights), as the model and losses.objective take them."""
+    x = {k: to_int(ex[k]) for k in ("input_ids", "input_mask", "segment_ids", "masked_lm_positions")}
+    y = {"mlm": to_int(ex["masked_lm_ids"]), "nsp": to_int(ex["next_sentence_labels"])}
+    w = {"mlm": ex["masked_lm_weights"], "nsp": ones(ex["next_sentence_labels"])}
+    return x, y, w
 
 
 def assign(files: list[str], host: int, hosts: int) -> tuple[list[str], int, int]:

@@ -16,7 +16,7 @@ from ..core.errors import ErrorKind, TpuctlError, bad_input
 
 if TYPE_CHECKING:
     from ..core.models import ClusterSpec, ClusterState
-    from ..providers.base import Provider
+    from ..providers.base import PlanRow, Provider, UpFlags
 
 # GKE's own options of `up` (providers/gke/planning.py)
 GKE_CLUSTER = typer.Option(None, "--gke-cluster", help="GKE: use this existing Standard cluster (never deleted by "
@@ -33,8 +33,8 @@ INTERNAL_IPS = typer.Option(False, "--internal-ips", help="--api compute: no ext
                             "network needs Cloud NAT or Private Google Access).")
 API = typer.Option(None, "--api", help="Google Cloud: tpu (the Cloud TPU API, default) or compute (Compute Engine "
                    "VMs and MIGs; always for tpu7x).")
-RESERVATION = typer.Option(None, "--reservation", help="GKE: the Compute Engine reservation (its name) the TPU node "
-                           "pools consume.")
+RESERVATION = typer.Option(None, "--reservation", help="--api compute or GKE: the Compute Engine reservation (its "
+                           "name) the TPU VMs or node pools consume.")
 KUEUE = typer.Option(False, "--kueue", help="GKE: install Kueue (pinned, shipped with tpuctl) with a queue for the "
                     "node pools' TPUs and xpk's priority classes, so runs queue as on a team's cluster. With "
                     "--gke-cluster: only if that cluster has no Kueue, and down leaves it.")
@@ -106,17 +106,23 @@ def up(
                     internal_ips=internal_ips)
     if prior and prior.spec.provider is prov.name:
         flags.remember(prior.spec)
-    spec = prov.make_spec(cluster_name(cluster, pick=False), flags)
-    _lifecycle(spec, autostop, max_duration)
+    # Everything below up to the plan is checked alike with and without --dry-run, before a line is printed: the
+    # dry run refuses what `up` refuses (issue 63.3)
+    spec, lifecycle_notes = _spec(prov, prior, cluster_name(cluster, pick=False), flags, autostop, max_duration,
+                                  provider)
     from .recovery import RecoverFlags, arm as arm_recovery, plan as recovery_plan
     recovery = RecoverFlags.parse(recover, max_recoveries, recover_for, watcher)
+    rows = prov.plan(spec)   # a provider refuses here what only the whole spec shows (--flex-start's duration)
     price = prov.price(spec)
-    _show_plan(con, spec, prov, price.text, recovery_plan(spec, prov, recovery))
+    recovery_lines = recovery_plan(spec, prov, recovery)
     from .notices import after_up, before_up
     notices = before_up(spec, prov, prior, budget, notify_to)
+    _show_plan(con, spec, rows, price.text, lifecycle_notes + recovery_lines)
+    notices.show()
     if dry_run:
         con.err.print("dry run: nothing was created")
         return
+    state.remember_provider(prov.name.value)   # a failed `up` still tells the hints which provider is in use
     warnings = prov.preflight(spec)   # no credentials or permissions: say so now, not after a yes
     if recovery.on_vm and prov.watcher_host is not None:
         warnings += prov.watcher_host.check(spec)
@@ -292,11 +298,11 @@ def _from_labels(name: str, project: Optional[str], provider: Optional[str],
     return st, prov
 
 
-def _show_plan(con: Any, spec: "ClusterSpec", prov: Any, price: str, recovery: list[str]) -> None:
+def _show_plan(con: Any, spec: "ClusterSpec", rows: "list[PlanRow]", price: str, recovery: list[str]) -> None:
     """up's plan: what it makes and where, what it costs, what ends it, what recovers it."""
     from ..core.lifecycle import show_duration
     con.err.print(f"[bold]Plan for cluster {spec.name}[/]" + (f" (project {spec.project}):" if spec.project else ":"))
-    for row in prov.plan(spec):
+    for row in rows:
         con.err.print(f"  {row.kind:<6} {row.name}  [dim]{row.where}[/]")
     con.err.print(f"  cost   {price} while it exists")
     if spec.autostop:
@@ -307,18 +313,43 @@ def _show_plan(con: Any, spec: "ClusterSpec", prov: Any, price: str, recovery: l
         con.err.print(f"  {line}")
 
 
-def _lifecycle(spec: "ClusterSpec", autostop: Optional[str], max_duration: Optional[str]) -> None:
+def _spec(prov: "Provider", prior: "ClusterState | None", name: str, flags: "UpFlags", autostop: Optional[str],
+          max_duration: Optional[str], provider: Optional[str]) -> "tuple[ClusterSpec, list[str]]":
+    """up's spec from its flags and the config, refused where an existing cluster of that name is something else;
+    with the plan's lines for limits given as off."""
+    try:
+        spec = prov.make_spec(name, flags)
+    except TpuctlError as e:   # `up -c NAME --type ...` where NAME is a local cluster: the name is the mistake
+        if prior is None or provider or "apply to" not in e.message:
+            raise
+        raise bad_input(f"cluster {name} already exists (provider {prior.spec.provider.value}), and {e.message}",
+                        f"to make another cluster, name it: `tpuctl up -c OTHER ...`; to replace this one, "
+                        f"`tpuctl down -c {name}` first") from None
+    notes = _lifecycle(spec, autostop, max_duration)
+    if prior:
+        from ..control.up import check_compatible
+        check_compatible(spec, prior)   # an existing cluster's name with other flags (another provider, type, ...)
+    return spec, notes
+
+
+def _lifecycle(spec: "ClusterSpec", autostop: Optional[str], max_duration: Optional[str]) -> list[str]:
     """--autostop / --max-duration (or the config's autostop / max_duration); when neither is given on a re-run,
-    the cluster keeps what it had."""
+    the cluster keeps what it had. Returns the plan's lines for a limit given as 0 or off (issue 63.3: `--max-duration
+    0` is no limit, said so rather than left silent)."""
     from ..core import state
     from ..core.lifecycle import parse_duration
     prior = state.load(spec.name)
     cfg = settings()
-    for attr, flag, key, value in (("autostop", "--autostop", "autostop", autostop),
-                                   ("max_duration", "--max-duration", "max_duration", max_duration)):
+    notes = []
+    for attr, flag, key, value, what in (
+            ("autostop", "--autostop", "autostop", autostop, "nothing ends an idle host"),
+            ("max_duration", "--max-duration", "max_duration", max_duration, "no deadline")):
         given = cfg.setting(key, value, None)
         setattr(spec, attr, parse_duration(str(given), flag) if given is not None
                 else (getattr(prior.spec, attr) if prior else 0))
+        if given is not None and not getattr(spec, attr):
+            notes.append(f"stop   {what} ({flag} {given} turns it off): the compute runs until `tpuctl down`")
+    return notes
 
 
 from . import runs, results, recovery, notices, webui  # noqa: E402,F401 - registers the run commands after the cluster ones (--help's order)

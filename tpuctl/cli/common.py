@@ -11,9 +11,11 @@ import typer
 from typer.core import TyperGroup
 
 from .. import __version__
-from ..core.errors import ExitCode, bad_input
+from ..core.errors import ErrorKind, ExitCode, TpuctlError, bad_input
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from ..core.models import ClusterState
     from ..providers.base import Provider
 
@@ -100,18 +102,20 @@ _said: set[str] = set()
 
 
 def _the_cluster() -> str:
-    from ..core.state import cluster_names
+    from ..core.state import cluster_names, live_cluster_names
     names = cluster_names()
     if not names or "default" in names:
         return "default"   # none: `no cluster named 'default'`, whose hint says how to make one
+    live = live_cluster_names()   # a cluster taken down (its state kept) is no one's default (issue 63.5)
+    only = "the only one here" if not live or len(live) == len(names) else "the only one here not down"
+    names = live if live else names
     if len(names) > 1:
         raise bad_input(f"no -c, and {len(names)} clusters here: {', '.join(names)}",
                         f"name one (-c {names[0]}), or set one for every command: TPUCTL_CLUSTER={names[0]} or "
                         "`cluster = \"NAME\"` in ~/.config/tpuctl/config.toml")
     if names[0] not in _said:
         _said.add(names[0])
-        console().err.print(f"using cluster {names[0]}, the only one here (-c NAME picks another)", style="dim",
-                            markup=False)
+        console().err.print(f"using cluster {names[0]}, {only} (-c NAME picks another)", style="dim", markup=False)
     return names[0]
 
 
@@ -161,14 +165,50 @@ def declined() -> None:
     raise typer.Exit(ExitCode.ERROR)   # docs/troubleshooting.md's exit table: 1 also means "declined"
 
 
-def cluster_and_provider(cluster: Optional[str], provider: Optional[str]) -> "tuple[ClusterState, Provider]":
+def cluster_and_provider(cluster: Optional[str], provider: Optional[str],
+                         run_id: Optional[str] = None) -> "tuple[ClusterState, Provider]":
+    """`run_id`: a command about one run, without -c or a `cluster` setting, uses the one cluster that has it."""
     from ..providers import registry
     from ..control.status import load
-    st = load(cluster_name(cluster))
+    found = _cluster_of_run(run_id) if run_id and cluster is None and \
+        settings().setting("cluster", None, None) is None else None
+    st = load(found or cluster_name(cluster))
     if provider and provider != st.spec.provider.value:
         raise bad_input(f"cluster {st.name} uses provider {st.spec.provider.value}, not {provider}",
                         "drop --provider")
     return st, registry.get(st.spec.provider)
+
+
+def _cluster_of_run(run_id: str) -> Optional[str]:
+    """The one cluster here (not down) whose store has the run (a whole id, or a unique start or end of one), when
+    there are several to pick from (issue 63.5: a unique run id needs no -c); None: the usual pick applies."""
+    from ..core.state import live_cluster_names, load as load_state
+    from ..control.submission import resolve_run
+    from ..providers import registry
+    live = live_cluster_names()
+    if len(live) < 2:
+        return None
+    found = []
+    for name in live:
+        st = load_state(name)
+        if st is None:
+            continue
+        try:
+            resolve_run(registry.get(st.spec.provider).store(st), run_id)
+        except TpuctlError as e:
+            if e.kind is ErrorKind.INPUT:   # ambiguous there: it has the run, and says so once asked with -c
+                found.append(name)
+            continue
+        except Exception:  # noqa: BLE001 - a store that cannot be asked now (no credentials, no network): not it
+            continue
+        found.append(name)
+    if len(found) > 1:
+        raise bad_input(f"run {run_id} matches runs on {len(found)} clusters: {', '.join(found)}",
+                        f"name the cluster: -c {found[0]}")
+    if found and found[0] not in _said:
+        _said.add(found[0])
+        console().err.print(f"run {run_id} is on cluster {found[0]}", style="dim", markup=False)
+    return found[0] if found else None
 
 
 def check_worker(st: "ClusterState", worker: int) -> None:
@@ -176,3 +216,30 @@ def check_worker(st: "ClusterState", worker: int) -> None:
     if not 0 <= worker < workers:
         raise bad_input(f"cluster {st.name} has {workers} worker{'s' * (workers > 1)}",
                         f"--worker takes 0 to {workers - 1}")
+
+
+def writable_dir(path: "Path", flag: str, named: "Path | None" = None) -> None:
+    """A folder the user named (-o), or the folder it would be made in: one that cannot be is their input, said
+    with the path and the fix, never an internal error (issue 63.4). Made by the command itself, later. `named`:
+    what the user named, when `path` is the folder of a file."""
+    import os
+    shown = named or path
+    probe = path.absolute()
+    while not probe.exists() and probe != probe.parent:   # exists() is False below a file, too
+        probe = probe.parent
+    if not probe.is_dir():
+        raise bad_input(f"{flag} {shown}: {probe} is a file, not a folder", f"pass {flag} a path whose folders are "
+                        "folders, or remove that file")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise bad_input(f"{flag} {shown}: {probe} is not writable by you", f"pass {flag} a folder you may write to")
+
+
+def cannot_write(e: OSError, path: "Path", flag: str) -> Exception:
+    """An OSError writing under a path the user named: their input's fault (a read-only or special file system),
+    said as one line; any other error is returned as it is."""
+    where = str(e.filename or "")
+    if where and (where == str(path) or where.startswith(str(path).rstrip("/") + "/") or
+                  str(path).startswith(where.rstrip("/") + "/")):
+        return bad_input(f"{flag} {path}: cannot write {where} ({e.strerror})",
+                         f"pass {flag} a folder you may write to")
+    return e

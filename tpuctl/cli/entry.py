@@ -30,6 +30,21 @@ def _debug_log(exc: BaseException) -> str:
     return str(path)
 
 
+def _home_unusable(e: BaseException) -> tuple[str, str] | None:
+    """An OSError on a path inside tpuctl's state folder (TPUCTL_HOME, else ~/.local/state/tpuctl): a HOME or
+    TPUCTL_HOME that is a file, or not writable, is the user's setting, not tpuctl's bug (issue 63.4)."""
+    from ..core.state import home
+    name = str(getattr(e, "filename", "") or "") if isinstance(e, OSError) else ""
+    root = str(home())
+    if not name or not (name == root or name.startswith(root.rstrip("/") + "/") or root.startswith(name + "/")):
+        return None
+    assert isinstance(e, OSError)
+    fix = "point TPUCTL_HOME at a folder you may write to (it is made if missing)"
+    if not os.environ.get("TPUCTL_HOME"):
+        fix = fix.replace("point", "set") + f", or fix {'XDG_STATE_HOME' if os.environ.get('XDG_STATE_HOME') else 'HOME'}"
+    return f"tpuctl keeps its state in {root}, and cannot use it: {e.strerror} ({name})", fix
+
+
 def _is_parser_error(e: BaseException) -> bool:
     """typer's command-line parser errors (raised from typer's own copy of click, so not click's classes: matched
     by what they offer instead of by importing click)."""
@@ -61,7 +76,8 @@ def main(argv: Optional[List[str]] = None) -> None:
 def _main(argv: Optional[List[str]] = None) -> None:
     # State, the debug log, the local store and what the local agent unpacks may hold a job's [env] secrets:
     # everything tpuctl creates is private to its user (dirs 0700, files 0600).
-    os.umask(0o077)
+    from ..core import umask
+    umask.private()   # the user's own umask is kept for what is theirs (downloaded outputs)
     forget_said()
     try:
         sigints.clear()
@@ -90,6 +106,10 @@ def _main(argv: Optional[List[str]] = None) -> None:
         if _is_parser_error(e):
             _usage_error(e)
         path = _debug_log(e)
+        home_said = _home_unusable(e)
+        if home_said:
+            console().print_error(*home_said)
+            sys.exit(ExitCode.INPUT)
         if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):   # a disk of this machine's
             where = f"the device that holds {e.filename}" if e.filename else "a device tpuctl was writing to"
             console().print_error(f"no space left on {where}",

@@ -24,12 +24,18 @@ class Notices:
     keep_urls: bool = True          # no --notify given: the cluster keeps what it had
     usd: float = 0.0
     hourly: float = 0.0
+    lines: list[str] = field(default_factory=list)   # the plan's budget and notify lines
+
+    def show(self) -> None:
+        for line in self.lines:
+            console().err.print(line, markup=False)
 
 
 def before_up(spec: ClusterSpec, prov: Provider, prior: ClusterState | None, usd_flag: Optional[str],
               notify_flags: List[str]) -> Notices:
     """--notify and --budget (or the config's `notify` and `budget`; on a re-run without them, what the cluster
-    had), checked before anything is made: a budget no more than already spent is refused."""
+    had), checked before the plan is printed and anything is made: a budget no more than already spent is refused.
+    The plan's lines are `show()`n after the plan."""
     from ..core import budget, notify   # here: notify brings urllib.request and http.client, which help does not need
     cfg = settings()
     given = notify_flags or cfg.setting("notify", None, None)
@@ -44,14 +50,12 @@ def before_up(spec: ClusterSpec, prov: Provider, prior: ClusterState | None, usd
     hourly = budget.hourly(prov.price(spec).hourly)
     line = budget.check_up(out.usd, hourly, prior.periods if prior else [], spec.name, store_doc.get("extra", []))
     out.hourly = hourly or 0.0
-    con = console()
     if line:
-        con.err.print(f"  budget {line}", markup=False)
-    for u in urls:
-        con.err.print(f"  notify {notify.mask(u)}", markup=False)
+        out.lines.append(f"  budget {line}")
+    out.lines += [f"  notify {notify.mask(u)}" for u in urls]
     if off:
-        con.err.print("  notify off: the cluster's notification URLs are removed (a run's own --notify still holds)",
-                      markup=False)
+        out.lines.append("  notify off: the cluster's notification URLs are removed (a run's own --notify still "
+                         "holds)")
     return out
 
 

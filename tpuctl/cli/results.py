@@ -24,7 +24,7 @@ def logs(run_id: Optional[str] = typer.Argument(None, help="Run id (default: the
     from ..core import backends, hostlogs, runs
     from ..control import submission
     check_run_ids(run_id)
-    st, prov = cluster_and_provider(cluster, provider)
+    st, prov = cluster_and_provider(cluster, provider, run_id)
     check_worker(st, worker)
     slices = max(1, st.spec.slices)
     if not 0 <= slice_ < slices:
@@ -55,17 +55,23 @@ def download(run_id: Optional[str] = typer.Argument(None, help="Run id (default:
 
     from ..control import download as dl, submission
     from ..core import runs
+    from .common import cannot_write, writable_dir
     check_run_ids(run_id)
     con = console()
-    st, prov = cluster_and_provider(cluster, provider)
+    st, prov = cluster_and_provider(cluster, provider, run_id)
     store = prov.store(st)
     rid = submission.resolve_run(store, run_id)
     submission.refresh(st, prov, store, [rid])
     target = Path(dest or rid)
     if target.exists() and not target.is_dir():
         raise bad_input(f"{target} exists and is not a directory", "pass -o DIR")
-    with con.Reporter() as rep:
-        got = dl.outputs(store, rid, target, lambda total: rep.transfer(total, "download", f"run {rid}'s outputs"))
+    writable_dir(target, "-o")
+    try:
+        with con.Reporter() as rep:
+            got = dl.outputs(store, rid, target, lambda total: rep.transfer(total, "download",
+                                                                             f"run {rid}'s outputs"))
+    except OSError as e:
+        raise cannot_write(e, target, "-o") from None
     if got.files == 0:
         con.err.print(f"run {rid} has no outputs yet (a job writes them under $TPUCTL_OUTPUT_DIR)")
         return

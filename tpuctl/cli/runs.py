@@ -133,20 +133,14 @@ def submit(ctx: typer.Context,
         with contextlib.redirect_stdout(sys.stderr if manifest_file == "-" else sys.stdout):   # stdout: the YAML
             _submit_preview(job, None if offline else cluster, provider, offline=offline, pod_runs=True)
         return
-    if dry_run:
+    if dry_run:   # what the real submit refuses of this cluster, refused here too (issue 63.3)
+        target = _dry_run_cluster(cluster, provider)
+        if target is not None:
+            _check_run_flags(*target, job, chain, keep_inputs, max_restarts, queue, priority)
         _submit_preview(job, cluster, provider)
         return
     st, prov = cluster_and_provider(cluster, provider)
-    if chain is not None and (prov.remote_runs is None or chain < 1):
-        raise bad_input(f"--chain {chain}: " + ("must be at least 1" if prov.remote_runs else
-                        f"cluster {st.name}'s runs do not run in sessions"),
-                        "--chain applies to --provider kaggle clusters, e.g. --chain 5")
-    if keep_inputs and prov.remote_runs is None:
-        raise bad_input(f"--keep-inputs: cluster {st.name}'s runs have no input dataset to keep",
-                        "--keep-inputs applies to --provider kaggle clusters")
-    restarts = max_restarts if max_restarts is not None else \
-        prov.remote_runs.default_restarts if prov.remote_runs is not None else 0
-    _check_max_restarts(restarts, st, prov)
+    restarts = _check_run_flags(st, prov, job, chain, keep_inputs, max_restarts, queue, priority)
     with con.Reporter() as rep:
         if down:   # refused before the run exists when the host could not end the compute after it
             from ..control.up import arm
@@ -167,7 +161,7 @@ def cancel(run_id: str = typer.Argument(..., help="Run id."), cluster: Optional[
     """Ask the agent to stop a run (SIGTERM, then SIGKILL after a grace period)."""
     from ..control import submission
     check_run_ids(run_id)
-    st, prov = cluster_and_provider(cluster, provider)
+    st, prov = cluster_and_provider(cluster, provider, run_id)
     store = prov.store(st)
     if prov.remote_runs is not None:
         rid = submission.resolve_run(store, run_id)
@@ -190,6 +184,37 @@ def say_left_out(job: "JobSpec") -> None:
                             "to leave them out without this note", style="yellow", markup=False)
 
 
+def _dry_run_cluster(cluster: Optional[str], provider: Optional[str]) -> "tuple[ClusterState, Provider] | None":
+    """The cluster a dry run would submit to, when there is one to check against (a dry run needs none)."""
+    from ..core import state
+    try:
+        name = cluster_name(cluster)
+    except TpuctlError:   # several clusters and none named
+        return None
+    if state.load(name) is None:
+        return None
+    return cluster_and_provider(cluster, provider)
+
+
+def _check_run_flags(st: "ClusterState", prov: "Provider", job: "JobSpec", chain: Optional[int], keep_inputs: bool,
+                     max_restarts: Optional[int], queue: Optional[str], priority: Optional[str]) -> int:
+    """submit's flags against the cluster, offline: the real submit and its dry run ask the same; returns the
+    restarts the run gets."""
+    from ..control import submission
+    if chain is not None and (prov.remote_runs is None or chain < 1):
+        raise bad_input(f"--chain {chain}: " + ("must be at least 1" if prov.remote_runs else
+                        f"cluster {st.name}'s runs do not run in sessions"),
+                        "--chain applies to --provider kaggle clusters, e.g. --chain 5")
+    if keep_inputs and prov.remote_runs is None:
+        raise bad_input(f"--keep-inputs: cluster {st.name}'s runs have no input dataset to keep",
+                        "--keep-inputs applies to --provider kaggle clusters")
+    restarts = max_restarts if max_restarts is not None else \
+        prov.remote_runs.default_restarts if prov.remote_runs is not None else 0
+    _check_max_restarts(restarts, st, prov)
+    submission.check_offline(st, prov, job, queue or "", priority or "")
+    return restarts
+
+
 def _check_max_restarts(n: int, st: "ClusterState", prov: "Provider") -> None:
     """--max-restarts is the host agent's to honour: a service's sessions (Kaggle) chain by CONTINUE_CODE instead."""
     if n < 0:
@@ -205,11 +230,13 @@ def _gke_manifest(job: "JobSpec", cluster: Optional[str], provider: Optional[str
     """`--manifest FILE` (with --type/--slices when no GKE cluster is named): the run's JobSet, written offline.
     With `--provider gke --type T` and no -c no local cluster is looked up (any there is of another run)."""
     from ..core import state
-    if path is None or not dry_run:
+    if not dry_run:
         raise bad_input("--type, --slices and --manifest belong to a GKE dry run",
                         "tpuctl submit JOB --dry-run --provider gke --type v6e-16 --manifest run.yaml")
     from ..providers.gke import dryrun, frameworks
     frameworks.check_job(job.name, job.framework, job.env, job.keras_backend)
+    if path is None:
+        return   # `--dry-run --provider gke --type T`: the plan alone, no manifest asked for (issue 63.5)
     if cluster is None and tpu_type is not None:
         name, st = dryrun.NO_CLUSTER, None
     else:
@@ -256,6 +283,9 @@ def _submit_preview(job: "JobSpec", cluster: Optional[str], provider: Optional[s
             store = cluster_and_provider(cluster, provider)[1].store(st)
         except TpuctlError as e:   # no credentials, say: still show what is known offline
             con.err.print(f"[yellow]! cannot compare with cluster {st.name}'s store: {e.message}[/]")
+    large = submission.large_job_warning(job)   # as submit warns (issue 63.6)
+    if large:
+        con.err.print(f"! {large}", style="yellow", markup=False)
     with con.Reporter() as rep:
         p = submission.preview(job, store, lambda total: rep.transfer(total, "hash"))
     human = con.human_bytes
@@ -324,7 +354,15 @@ def notebook(ctx: typer.Context, job_dir: str = typer.Argument(..., help="Direct
     say_left_out(job)
     doc = nb.build(job, list(ctx.args), data_uri, embed_limit_mb)
     target = Path(output or f"{job.name}.ipynb")
-    target.write_text(json.dumps(doc, indent=1))
+    from .common import cannot_write, writable_dir
+    if target.is_dir():
+        raise bad_input(f"-o {target} is a folder", f"name the notebook file, e.g. -o {target / (job.name + '.ipynb')}")
+    writable_dir(target.parent, "-o", target)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)   # `-o out/job.ipynb` makes out/, as download -o does
+        target.write_text(json.dumps(doc, indent=1))
+    except OSError as e:
+        raise cannot_write(e, target, "-o") from None
     console().err.print(f"[green]{target}[/]: {target.stat().st_size / 1e6:.1f} MB, the job, "
                         f"{'its data' if not data_uri else 'the data from ' + data_uri} and tpuctl inside; on Colab: "
                         "File, Upload notebook, Runtime, Change runtime type, v5e-1 TPU, Run all")

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Callable
 
-from ..core import downloaded, layout
+from ..core import downloaded, layout, umask
 from ..core.datasync import WORKERS, Transfer
 from ..core.errors import ErrorKind, TpuctlError
 from ..core.md5cache import Md5Cache
@@ -55,6 +56,28 @@ def _grow(store: BlobStore, key: str, target: Path, advance: Callable[[int], Non
     return None
 
 
+def _give_mode(store: BlobStore, key: str, target: Path) -> None:
+    """A fetched file gets the mode the user's umask gives a new file, executable where the store's own file is (a
+    local store; a bucket keeps no modes), never tpuctl's private 0600: the outputs are the user's (issue 63.6)."""
+    executable = False
+    where = store.local_path(key)
+    if "://" not in where:
+        try:
+            executable = bool(os.stat(where).st_mode & stat.S_IXUSR)
+        except OSError:
+            pass
+    try:
+        os.chmod(target, umask.user_file_mode(executable))
+    except OSError:
+        pass   # a file system without modes: what it gave stays
+
+
+def _new_dirs(dest: Path, targets: list[Path]) -> list[Path]:
+    """The folders a download is about to make (dest, those above it, and those under it its files land in)."""
+    dirs = {dest, *dest.absolute().parents} | {p for t in targets for p in t.parents if dest in p.parents}
+    return sorted((d for d in dirs if not d.exists()), key=lambda d: len(d.parts))
+
+
 def outputs(store: BlobStore, run_id: str, dest: Path, transfer: Transfer,
             want: Callable[[str], bool] = lambda rel: True, in_place: bool = False) -> Fetched:
     """Fetch the run's output files whose path (relative to the output directory) `want` accepts. `in_place`:
@@ -71,6 +94,7 @@ def outputs(store: BlobStore, run_id: str, dest: Path, transfer: Transfer,
             continue
         todo.append((key, target, size))
     cache.save()
+    made = _new_dirs(dest, [t for _, t, _ in todo])
     # before anything is fetched: a download stopped half way is still never packed by a `submit` (downloaded.py)
     if remote:
         downloaded.record(dest, run_id, [key[len(prefix):] for key in remote])
@@ -82,4 +106,9 @@ def outputs(store: BlobStore, run_id: str, dest: Path, transfer: Transfer,
                 (lambda k, t: store.download_file(k, str(t), advance))
             for f in [pool.submit(fetch, key, target) for key, target, _ in todo]:
                 f.result()
+        for key, target, _ in todo:
+            _give_mode(store, key, target)
+    for d in made:
+        if d.is_dir():
+            os.chmod(d, umask.user_file_mode(executable=True))
     return Fetched(len(remote), len(todo), total, unchanged)

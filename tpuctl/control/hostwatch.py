@@ -8,11 +8,12 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from ..core import knobs, layout
+from ..core import knobs, layout, metrics, runindex
 from ..core.errors import ErrorKind, TpuctlError
 from ..core.lease import Lease
 from ..core.models import ClusterState
 from ..providers.base import Provider, Reporter
+from ..core import runs
 from ..core.runs import RunState, RunStatus, stale_seconds
 from . import armed
 
@@ -35,6 +36,7 @@ class HostWatch:
         self.checked = 0.0
         self.revive_at = 0.0                  # the next look at the agent: at once on the first poll
         self.revived_at: float | None = None  # when this follower restarted it
+        self.behind: tuple[float, str] | None = None   # (when looked, the run this one waits behind or "")
 
     def _resume(self) -> str:
         return (f"bring the host back with `tpuctl up -c {self.st.name} ...` (the run resumes where it stopped), "
@@ -48,6 +50,9 @@ class HostWatch:
             self._revive(now)
         beat = status.heartbeat
         if status.state is RunState.QUEUED:
+            if self._queued_behind(now):   # a live agent busy with another run: waiting is the plan, not a fault
+                self.queued_since = self.quiet_since = None
+                return
             self.queued_since = self.queued_since if self.queued_since is not None else now
         quiet = (status.state in (RunState.RUNNING, RunState.STARTING, RunState.INTERRUPTED) and beat is not None
                  and time.time() - beat > stale_seconds()) \
@@ -77,6 +82,40 @@ class HostWatch:
                                   self._resume())
             if self.quiet_since == now:
                 self.warn(f"the recovery watcher on {watcher} is bringing it back; following on")
+
+    def _queued_behind(self, now: float) -> bool:
+        """Whether a live agent of this cluster heartbeats on another run (a cluster runs one run at a time: the
+        agent takes the next queued run when its run ends, host/agent.py). Said once per run waited behind; the
+        heartbeats are read at most as often as an agent writes them."""
+        if self.behind is not None and now - self.behind[0] < runs.heartbeat_seconds():
+            return bool(self.behind[1])
+        said = self.behind[1] if self.behind else ""
+        other, words = self._busy_with()
+        self.behind = (now, other)
+        if other and other != said:
+            self.warn(f"run {self.run_id} is queued behind run {other} ({words}) on cluster {self.st.name}; it "
+                      f"starts when that one ends (a cluster runs one run at a time; to run both at once, submit "
+                      f"to another cluster)")
+        return bool(other)
+
+    def _busy_with(self) -> tuple[str, str]:
+        """(a run of this cluster's queue that its agent heartbeats on now, its state and step in words), or ("", "").
+        The run's own status, which the agent rewrites every few seconds while it runs it (runs.heartbeat_seconds),
+        not the agent's heartbeat, which names its run only every half minute (host/agent.py beat_if_quiet)."""
+        try:
+            store = self.p.store(self.st)
+            for other in runindex.queued(store, ensured=True, report=lambda m: None):
+                if other == self.run_id:
+                    continue
+                st = runs.status(store, other)
+                if st.state not in (RunState.RUNNING, RunState.STARTING) or st.heartbeat is None \
+                        or time.time() - st.heartbeat > stale_seconds():
+                    continue
+                m = metrics.parse(store.read(layout.run_metrics(other)))
+                return other, st.state.value + (f", step {m.step}" if m is not None and m.step is not None else "")
+        except (TpuctlError, OSError, ValueError):
+            pass   # a store that cannot be read now: the usual silence rules apply
+        return "", ""
 
     def _revive(self, now: float) -> None:
         before = self.st.host.pid

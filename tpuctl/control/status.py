@@ -16,10 +16,11 @@ from ..providers.base import Provider
 def load(name: str) -> ClusterState:
     st = state.load(name)
     if st is None:
-        names = state.cluster_names()
+        names, live = state.cluster_names(), state.live_cluster_names()
+        shown = [n if n in live else f"{n} (down)" for n in names]
         raise TpuctlError(ErrorKind.NOT_FOUND, f"no cluster named {name!r} " + (
-            f"(clusters here: {', '.join(names)})" if names else "(none made yet on this machine)"),
-            (f"-c {names[0]} to use it; " if len(names) == 1 else "") + state.how_to_make(name))
+            f"(clusters here: {', '.join(shown)})" if names else "(none made yet on this machine)"),
+            (f"-c {live[0]} to use it; " if len(live) == 1 else "") + state.how_to_make(name))
     return st
 
 

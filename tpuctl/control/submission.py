@@ -33,6 +33,15 @@ def warn_package_bytes() -> int:
     return knobs.count("TPUCTL_PACKAGE_WARN_BYTES", 100 << 20)
 
 
+def large_job_warning(job: JobSpec) -> str:
+    """The warning for a job directory past warn_package_bytes, "" under it: submit and its dry run say the same."""
+    unpacked = packaging.size(job.root, job.data)
+    if unpacked <= warn_package_bytes():
+        return ""
+    return (f"the job directory holds {human_bytes(unpacked)} besides its data: it is packed and uploaded as code; "
+            "list large inputs under `data` in tpuctl.toml (synced once, skipped when unchanged)")
+
+
 def _check_keras_tensorflow(st: ClusterState, job: JobSpec) -> None:
     """A Keras 3 job that would run on a TensorFlow older than Keras 3 supports (core/backends.py)."""
     if job.framework is not Framework.KERAS or not st.runtime:
@@ -42,6 +51,25 @@ def _check_keras_tensorflow(st: ClusterState, job: JobSpec) -> None:
     if refusal:
         why, hint = refusal
         raise bad_input(f"job {job.name} on cluster {st.name}: {why}", hint)
+
+
+def check_offline(st: ClusterState, provider: Provider, job: JobSpec, queue: str = "", priority: str = "") -> None:
+    """What the cluster's record refuses of a job, asked without the cloud: `submit` and `submit --dry-run` alike
+    (issue 63.3: a dry run refuses what the real command refuses)."""
+    if st.spec.slices > 1 and job.framework is Framework.TENSORFLOW:
+        raise bad_input(f"job {job.name} is TensorFlow (no `framework` in tpuctl.toml): TPUStrategy does not span "
+                        f"slices, and cluster {st.name} has {st.spec.slices}",
+                        'use one larger slice (`tpuctl up --type ...` without --slices), or a JAX or PyTorch job '
+                        '(framework = "jax")')
+    if st.spec.slices > 1 and job.framework is Framework.KERAS and \
+            backends.forced(job.env, job.keras_backend)[0] == "tensorflow":
+        raise bad_input(f"job {job.name} forces Keras's TensorFlow backend: TPUStrategy does not span slices, and "
+                        f"cluster {st.name} has {st.spec.slices}",
+                        "let tpuctl pick the backend (JAX on Multislice): remove keras_backend / [env] KERAS_BACKEND")
+    _check_keras_tensorflow(st, job)
+    if provider.remote_runs is None and (queue or priority):
+        raise bad_input("--queue and --priority apply to --provider gke clusters (Kueue)",
+                        f"leave them out: cluster {st.name}'s runs start as soon as its agent takes them")
 
 
 def submit(st: ClusterState, provider: Provider, job: JobSpec, args: list[str], transfer: datasync.Transfer,
@@ -59,25 +87,12 @@ def submit(st: ClusterState, provider: Provider, job: JobSpec, args: list[str], 
     if st.phase is not Phase.READY:
         raise TpuctlError(ErrorKind.NOT_FOUND, f"cluster {st.name} is not ready (its `up` did not finish)",
                           f"run `tpuctl up -c {st.name} ...` again")
-    if st.spec.slices > 1 and job.framework is Framework.TENSORFLOW:
-        raise bad_input(f"job {job.name} is TensorFlow (no `framework` in tpuctl.toml): TPUStrategy does not span "
-                        f"slices, and cluster {st.name} has {st.spec.slices}",
-                        'use one larger slice (`tpuctl up --type ...` without --slices), or a JAX or PyTorch job '
-                        '(framework = "jax")')
-    if st.spec.slices > 1 and job.framework is Framework.KERAS and \
-            backends.forced(job.env, job.keras_backend)[0] == "tensorflow":
-        raise bad_input(f"job {job.name} forces Keras's TensorFlow backend: TPUStrategy does not span slices, and "
-                        f"cluster {st.name} has {st.spec.slices}",
-                        "let tpuctl pick the backend (JAX on Multislice): remove keras_backend / [env] KERAS_BACKEND")
-    _check_keras_tensorflow(st, job)
+    check_offline(st, provider, job, queue, priority)
     if provider.remote_runs is not None:
         picked = provider.remote_runs.check_run(st, job, max_restarts, queue, priority)
         if picked != queue:
             reporter.info(f"the run waits in queue {picked}, cluster {st.name}'s only one (--queue names another)")
         queue = picked
-    elif queue or priority:
-        raise bad_input("--queue and --priority apply to --provider gke clusters (Kueue)",
-                        f"leave them out: cluster {st.name}'s runs start as soon as its agent takes them")
     st = provider.revive(st, reporter)
     provider.check_ready(st)
     if st.runtime and job.framework not in (st.spec.framework, Framework.KERAS):   # Keras 3 follows the runtime
@@ -85,15 +100,16 @@ def submit(st: ClusterState, provider: Provider, job: JobSpec, args: list[str], 
                       f"{st.spec.framework.value} image ({st.runtime}); "
                       f"`tpuctl up --framework {job.framework.value}` on a new cluster matches them")
     store = provider.store(st)
-    unpacked = packaging.size(job.root, job.data)
-    if unpacked > warn_package_bytes():
-        reporter.warn(f"the job directory holds {human_bytes(unpacked)} besides its data: it is packed and uploaded "
-                      "as code; list large inputs under `data` in tpuctl.toml (synced once, skipped when unchanged)")
+    large = large_job_warning(job)
+    if large:
+        reporter.warn(large)
     with tempfile.TemporaryDirectory() as tmp:
         pkg = Path(tmp) / "job.tar.gz"
         sha = packaging.build_file(job.root, job.data, pkg)   # on disk, streamed: never the whole job in memory
         pkg_key = layout.job_package(sha)
         if pkg_key not in store.stats(pkg_key):
+            # said before it starts, so the line's time is the upload's (issue 63.6: it read 0s, said only at the end)
+            reporter.resource("package", sha[:12], f"uploading {human_bytes(pkg.stat().st_size)}", final=False)
             with said_full(store):
                 store.upload_file(str(pkg), pkg_key, lambda n: None)   # content-addressed: a rewrite is harmless
             reporter.resource("package", sha[:12], f"uploaded {human_bytes(pkg.stat().st_size)}", final=True)
@@ -132,6 +148,7 @@ def _write_run(store: BlobStore, st: ClusterState, job: JobSpec, args: list[str]
     written and left unqueued."""
     if job.data:
         orphans.begin(store, run_id)
+        reporter.resource("data", layout.run_data(run_id), "syncing", final=False)   # its line's time starts here
     try:
         synced = datasync.sync(store, job.data, job.data_as, run_id, transfer,
                                 lambda total: reporter.transfer(total, "hash")) if job.data else {}

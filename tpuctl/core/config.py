@@ -1,7 +1,7 @@
 """Settings precedence: flag > environment > config file > default; and where the Google Cloud project comes from.
 
 Config file: $TPUCTL_CONFIG, else $XDG_CONFIG_HOME/tpuctl/config.toml (keys: provider, project, zone, cluster,
-autostop, max_duration, notify, budget).
+autostop, max_duration, notify, budget, api); each key also works as TPUCTL_<KEY> in the environment (README).
 """
 from __future__ import annotations
 
@@ -19,7 +19,10 @@ if sys.version_info >= (3, 11):
 else:  # Python 3.10
     import tomli as tomllib
 
-_KEYS = {"provider", "project", "zone", "cluster", "autostop", "max_duration", "notify", "budget"}
+# Every key the docs name (tests/test_config_keys.py reads them from README and docs/ and tries each, in the file
+# and as TPUCTL_<KEY>).
+KEYS = ("provider", "project", "zone", "cluster", "autostop", "max_duration", "notify", "budget", "api")
+_KEYS = set(KEYS)
 
 
 def config_path() -> Path:
@@ -77,7 +80,9 @@ def _gcloud_project() -> str:
 
 
 def project(flag_value: str | None) -> str:
-    """--project, GOOGLE_CLOUD_PROJECT, CLOUDSDK_CORE_PROJECT, config file, gcloud's active config; "" if none.
-    (Application Default Credentials come last, in providers/gcp/project.py: only it imports google.auth.)"""
-    return (flag_value or os.environ.get("GOOGLE_CLOUD_PROJECT") or os.environ.get("CLOUDSDK_CORE_PROJECT")
-            or str(file_settings().get("project") or "") or _gcloud_project())
+    """--project, TPUCTL_PROJECT (as every key: README), GOOGLE_CLOUD_PROJECT, CLOUDSDK_CORE_PROJECT, config file,
+    gcloud's active config; "" if none. (Application Default Credentials come last, in providers/gcp/project.py:
+    only it imports google.auth.)"""
+    return (flag_value or os.environ.get("TPUCTL_PROJECT") or os.environ.get("GOOGLE_CLOUD_PROJECT")
+            or os.environ.get("CLOUDSDK_CORE_PROJECT") or str(file_settings().get("project") or "")
+            or _gcloud_project())

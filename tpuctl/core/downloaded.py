@@ -46,8 +46,9 @@ def record(directory: Path, run_id: str, files: Iterable[str]) -> None:
     if files <= listed(directory):
         return
     directory.mkdir(parents=True, exist_ok=True)
-    with open(directory / f"{MARKER}.lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)   # released when the file closes
+    lock = os.open(directory, os.O_RDONLY)   # the directory itself is locked: no lock file is left beside the outputs
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)   # released when it is closed
         doc: dict[str, Any] = {}
         try:
             doc = json.loads((directory / MARKER).read_bytes())
@@ -60,3 +61,5 @@ def record(directory: Path, run_id: str, files: Iterable[str]) -> None:
         tmp = directory / f"{MARKER}.{os.getpid()}.{threading.get_ident()}.tmp"
         tmp.write_text(json.dumps(doc, indent=1))
         os.replace(tmp, directory / MARKER)
+    finally:
+        os.close(lock)

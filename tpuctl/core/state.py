@@ -57,6 +57,13 @@ def _remembered() -> set[str]:
         return set()
 
 
+def remember_provider(provider: str) -> None:
+    """An `up` of `provider` about to make something, which may fail before any state is saved: the hints that say
+    how to make a cluster then name that provider's way, not the local provider's (issue 63.5)."""
+    home().mkdir(parents=True, exist_ok=True)
+    _remember_provider(provider)
+
+
 def _remember_provider(provider: str) -> None:
     """Note that a cluster of `provider` was made here: the hints that say how to make one follow the providers the
     user works with even once every cluster is gone (`down --delete-bucket` removes a cluster's state). Appended, one
@@ -100,6 +107,12 @@ def remove(name: str) -> None:
 def cluster_names() -> list[str]:
     d = home() / "clusters"
     return sorted(p.stem for p in d.glob("*.json")) if d.is_dir() else []
+
+
+def live_cluster_names() -> list[str]:
+    """The clusters here not taken down (a down cluster's state is kept for `up` to bring it back)."""
+    from .models import Phase
+    return [st.name for st in all_clusters() if st.phase is not Phase.DOWN]
 
 
 def all_clusters(unreadable: Callable[[TpuctlError], None] = lambda e: None) -> list[ClusterState]:

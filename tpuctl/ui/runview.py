@@ -10,6 +10,7 @@ from typing import Any
 from ..control import armed, submission
 from ..core import backends, hostlogs, knobs, layout, metrics, notify, runs, utilisation
 from ..core.errors import ErrorKind, TpuctlError
+from ..core.sizes import human_bytes
 from ..core.store import BlobStore
 from . import links
 from .views import cluster, costed
@@ -50,17 +51,20 @@ def run(name: str, run_id: str) -> dict[str, Any]:
                               "history": (d or {}).get("history", {}), "latest": (d or {}).get("chips", [])}
                       for label, d in chips.items()},
             "hosts": who, "events": events(store, run_id), "outputs": outputs(store, run_id),
-            "commands": commands(name, run_id), "links": links.for_run(st, run_id)}
+            "commands": commands(name, run_id, runs.status(store, run_id).state.final),
+            "links": links.for_run(st, run_id), "provider": st.spec.provider.value}
 
 
-def commands(name: str, run_id: str) -> list[str]:
-    return [f"tpuctl logs {run_id} -c {name} -f", f"tpuctl download {run_id} -c {name}",
-            f"tpuctl cancel {run_id} -c {name}", f"tpuctl tensorboard {run_id} -c {name}"]
+def commands(name: str, run_id: str, final: bool = False) -> list[str]:
+    """What to type about the run; a finished run is offered no `cancel` (issue 63.7)."""
+    return [f"tpuctl logs {run_id} -c {name} -f", f"tpuctl download {run_id} -c {name}"] \
+        + ([] if final else [f"tpuctl cancel {run_id} -c {name}"]) + [f"tpuctl tensorboard {run_id} -c {name}"]
 
 
 def outputs(store: BlobStore, run_id: str) -> list[dict[str, Any]]:
+    """Each output with its size in bytes and as people read it (issue 63.7)."""
     prefix = layout.run_output(run_id) + "/"
-    return [{"path": k[len(prefix):], "bytes": size} for k, size in store.list(prefix)]
+    return [{"path": k[len(prefix):], "bytes": size, "size": human_bytes(size)} for k, size in store.list(prefix)]
 
 
 def _read(store: BlobStore, key: str) -> dict[str, Any]:
@@ -91,9 +95,7 @@ def events(store: BlobStore, run_id: str) -> list[dict[str, Any]]:
             e = _read(store, key)
             t = float(e.get("time") or 0)
             if e.get("run") == run_id or (not e.get("run") and start <= t <= end):
-                said = ", ".join(f"{k} {v}" for k, v in e.items() if k not in ("event", "cluster", "run", "time",
-                                                                              "log_tail"))
-                out.append({"time": t, "what": f"{e.get('event')}" + (f": {said}" if said else "")})
+                out.append({"time": t, "what": sentence(e)})
     for r in armed.recoveries(store):
         t = float(r.get("detected_at", 0))
         if start <= t <= end:
@@ -114,6 +116,43 @@ def events(store: BlobStore, run_id: str) -> list[dict[str, Any]]:
         code = "" if st.exit_code is None else f" (exit code {st.exit_code})"
         out.append({"time": st.ended or end, "what": f"{st.state.value}{code}" + (f": {st.note}" if st.note else "")})
     return sorted(out, key=lambda e: e["time"])
+
+
+def _n(v: Any, unit: str = "") -> str:
+    return f"{round(v, 4) if isinstance(v, float) else v}{unit}"
+
+
+def sentence(e: dict[str, Any]) -> str:
+    """A recorded notification (core/notify.py) as the page says it: a sentence, not its fields (issue 63.7)."""
+    event = str(e.get("event") or "")
+    f = {k: v for k, v in e.items() if k not in ("event", "cluster", "run", "time", "log_tail") and v not in (None, "")}
+    said = {
+        "run.started": lambda: f"started on {f.get('host', 'its host')}",
+        "run.restarted": lambda: (f"started again on {f.get('host', 'its host')}, attempt {f.get('attempt', '?')}"
+                                  + (f" (restart {f['restart']} after exit code {f.get('exit_code', '?')})"
+                                     if f.get("restart") else "") + (f", round {f['round']}" if "round" in f else "")),
+        "run.finished": lambda: ("finished" + (f" with loss {_n(f['loss'])}" if "loss" in f else "")
+                                 + (f" after {_n(f['duration_s'], ' s')}" if "duration_s" in f else "")
+                                 + (f", goodput {_n(f['goodput_pct'], '%')}" if "goodput_pct" in f else "")
+                                 + (f", cost ${f['cost_usd']:.2f}" if "cost_usd" in f else "")),
+        "run.failed": lambda: f"failed with exit code {f.get('exit_code', '?')}",
+        "cluster.preempted": lambda: (f"the cluster's compute was lost ({f.get('lost', 'preempted')})"
+                                      + (f" in {f['zone']}" if "zone" in f else "")),
+        "cluster.recovered": lambda: (f"the cluster was brought back (recovery {f.get('recovery', '?')}"
+                                      + (f", in {_n(f['took_s'], ' s')}" if "took_s" in f else "")
+                                      + (f", in {f['zone']}" if "zone" in f else "") + ")"),
+        "cluster.stopped": lambda: f"the cluster's compute was ended: {f.get('why') or f.get('reason', '')}",
+        "cluster.recovery_given_up": lambda: "recovery was given up" + (f": {f['why']}" if "why" in f else ""),
+        "budget.warning": lambda: (f"the budget is nearly spent: ${float(f.get('spent_usd', 0)):.2f} of "
+                                   f"${float(f.get('budget_usd', 0)):.2f}"),
+    }.get(event)
+    if said is not None:
+        try:
+            return said()
+        except (TypeError, ValueError):
+            pass   # a field of another shape (an older agent's): its fields, as they are
+    rest = ", ".join(f"{k.replace('_', ' ')} {_n(v)}" for k, v in f.items())
+    return event.replace(".", " ").replace("_", " ") + (f": {rest}" if rest else "")
 
 
 def _chunk_number(key: str) -> int:

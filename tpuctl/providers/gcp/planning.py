@@ -25,6 +25,9 @@ def make_spec(name: str, flags: UpFlags) -> ClusterSpec:
     gke_only = [f for f, v in (("--gke-cluster", flags.gke_cluster), ("--image", flags.image),
                                ("--reservation", flags.reservation if not api else None),
                                ("--kube-context", flags.kube_context), ("--kueue", flags.kueue)) if v]
+    if gke_only == ["--reservation"]:   # the Compute Engine path takes one too (issue 63.5: the hint names it)
+        raise bad_input("--reservation applies to --api compute and --provider gke: the Cloud TPU API path takes "
+                        "none", "add --api compute (its VMs consume the reservation), or drop --reservation")
     if gke_only:
         one = len(gke_only) == 1
         raise bad_input(f"{', '.join(gke_only)} appl{'ies' if one else 'y'} to --provider gke only"
@@ -163,7 +166,9 @@ def price(spec: ClusterSpec) -> Price:
     t = tpu_type(spec.tpu_type)
     p = t.spot_price_hour if spec.spot else t.price_hour
     if p is None:
-        return Price(None, f"{'spot ' if spec.spot else ''}price of {t.family} not in the catalog")
+        # the words GKE's plan uses (providers/gke/planning.py): one TPU7x, one line, on either path (issue 63.6)
+        return Price(None, f"unknown: {spec.tpu_type} has no {'spot ' if spec.spot else ''}price in tpuctl's catalog "
+                     "(cloud.google.com/tpu/pricing)")
     if spec.flex_start:   # "discounts (up to 53%)" (GCE_TPU_FACTS §8): the on-demand rate is the most it costs
         return Price(p * spec.slices, f"at most ${p * spec.slices:.2f}/hour (flex-start: up to 53% less)")
     total = p * spec.slices + (VM_PRICES.get(spec.vm_type, 0.0) if spec.arch is Arch.NODE else 0.0)

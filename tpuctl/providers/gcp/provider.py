@@ -43,6 +43,8 @@ class GcpProvider:
         return planning.make_spec(name, flags)
 
     def plan(self, spec: ClusterSpec) -> list[PlanRow]:
+        if spec.api:   # --max-duration is read after make_spec: checked here, by `up` and its dry run alike
+            gce_requests.check_capacity_flags(spec)
         return planning.plan(spec)
 
     def price(self, spec: ClusterSpec) -> Price:

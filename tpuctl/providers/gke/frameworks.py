@@ -25,7 +25,8 @@ POD_RUNS = "JAX (a Keras 3 job: Keras's JAX backend), installed in the pod from 
 def check_job(name: str, framework: Framework, env: Mapping[str, str], keras_backend: str) -> None:
     """`submit` and `submit --dry-run --provider gke`: a TensorFlow job, or a Keras job forcing TensorFlow, refused."""
     if framework is Framework.TENSORFLOW:
-        raise bad_input(f"job {name} is TensorFlow (no `framework` in tpuctl.toml says otherwise): {WHY}",
+        raise bad_input(f'job {name} is TensorFlow (framework = "tensorflow", what tpuctl.toml means when it names '
+                        f"no framework): {WHY}",
                         'set framework = "jax" or "pytorch" in tpuctl.toml, or "keras" for a Keras 3 job (JAX on '
                         "GKE); or run it with --provider gcp")
     forced, where = backends.forced(env, keras_backend)

@@ -115,17 +115,16 @@ def make_spec(name: str, flags: UpFlags) -> ClusterSpec:
 
 def _zone(s: SliceShape, zones: list[str]) -> str:
     """One zone: the node pools live there (a slice's nodes are in one zone; a failover to another zone would
-    need another cluster). Families in the catalog are checked against its zones; TPU7x has no table yet."""
+    need another cluster). Checked against the catalog's zones, TPU7x's too, as the Compute Engine path checks them
+    (issue 63.6)."""
     given = [z.strip() for item in zones for z in item.split(",") if z.strip()]
     if not given and setting("zone", None):
         given = [str(setting("zone", None))]
     if len(set(given)) > 1:
         raise bad_input(f"--provider gke takes one --zone, not {', '.join(given)}",
                         "the cluster's TPU node pools live in one zone: pick one")
-    if s.family == "tpu7x":
-        if not given:
-            raise bad_input("no zone given", "add --zone, a zone that offers TPU7x (e.g. us-central1-c)")
-        return check_zones(tpu_type("v6e-1"), given)[0]   # its form only
+    if s.family == "tpu7x" and not given:
+        raise bad_input("no zone given", "add --zone, a zone that offers TPU7x (e.g. us-central1-c)")
     t = tpu_type(s.tpu_type)
     zone = check_zones(t, given)[0]
     if zone not in t.zones:

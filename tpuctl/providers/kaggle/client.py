@@ -40,6 +40,10 @@ class Kaggle:
     """One authenticated client; each method is one API call (or one upload)."""
 
     def __init__(self) -> None:
+        try:   # before any call (a login file's refresh is one): on Python 3.10 the extra installs no client
+            import kagglesdk  # noqa: F401
+        except ImportError:
+            raise missing_client(sys.version_info[:2]) from None
         self.creds = auth.find()
         self.user, self._token = self.creds.user, self.creds.token
         if not self.creds.token and not self.creds.key:   # kaggle auth login's file: its token, refreshed
@@ -99,7 +103,10 @@ class Kaggle:
                 raise http_error(what, status, e, self.creds.source) from None
             except requests.ConnectionError as e:
                 if attempt < ATTEMPTS and (not makes or unsent(e)):
-                    time.sleep(backoff(attempt))
+                    wait = backoff(attempt)   # said, not silent: the ten tries take minutes (issue 63.5)
+                    print(f"! {what}: cannot reach Kaggle ({type(e).__name__}); retrying ({attempt}/{ATTEMPTS - 1}) "
+                          f"in {wait:.1f}s", file=sys.stderr, flush=True)
+                    time.sleep(wait)
                     continue
                 error = Unanswered if makes else TpuctlError
                 raise error(ErrorKind.ERROR, f"{what}: cannot reach Kaggle ({type(e).__name__})",

@@ -77,14 +77,59 @@
 
   function drawRuns(d) {
     const all = !d.cluster;
-    const cols = ["id"].concat(all ? ["cluster"] : [], ["job", "state", "step", "loss", "goodput", "cost", "duration",
-      "restarts", "tpu"]);
+    const cols = ["compare", "id"].concat(all ? ["cluster"] : [], ["job", "state", "step", "loss", "goodput", "cost",
+      "duration", "restarts", "tpu"]);
     const base = "/runs?" + (d.cluster ? "cluster=" + encodeURIComponent(d.cluster) + "&" : "") + "page=";
     const pager = h("p", {class: "pager"}, d.page > 0 ? h("a", {href: base + (d.page - 1), rel: "prev"}, "newer") : null,
       " page " + (d.page + 1) + " ", d.more ? h("a", {href: base + (d.page + 1), rel: "next"}, "older") : null);
     section("runs", d.cluster ? "Runs of " + d.cluster : "Runs of every cluster",
-      d.rows.length ? table(cols, d.rows.map((r) => runRow(r, all)), "runs") : h("p", {}, "No runs yet."),
+      d.rows.length ? table(cols, d.rows.map((r) => [pickBox(r, all)].concat(runRow(r, all))), "runs") :
+        h("p", {}, "No runs yet."),
       pager, (d.problems || []).map((p) => h("p", {class: "bad"}, p)));
+  }
+
+  // --- comparing runs: the runs picked on the runs page, their loss curves on one chart (a sweep, issue 63.7) -------
+  const picked = new Map();   // "cluster/id" -> its label, kept across the table's redraws
+  const COLORS = ["#1a73e8", "#d93025", "#188038", "#f9ab00", "#9334e6", "#12b5cb", "#e8710a", "#5f6368"];
+  let compared = null;
+  function pickBox(r, all) {
+    const key = r.cluster + "/" + r.id;
+    const box = h("input", {type: "checkbox", class: "pick", "data-key": key, "aria-label": "compare " + r.id,
+      checked: picked.has(key) ? "checked" : null});
+    box.addEventListener("change", () => {
+      if (box.checked) picked.set(key, {cluster: r.cluster, id: r.id, label: r.id + (all ? " (" + r.cluster + ")" : "")});
+      else picked.delete(key);
+      drawCompare();
+    });
+    return box;
+  }
+  function drawCompare() {
+    const want = [...picked.values()];
+    if (compared) { compared.destroy(); compared = null; delete charts.compare; }
+    if (!want.length) { const s = document.getElementById("compare"); if (s) s.remove(); return; }
+    Promise.all(want.map((r) => fetch("/api/run?cluster=" + encodeURIComponent(r.cluster) + "&id=" +
+      encodeURIComponent(r.id), {credentials: "same-origin"}).then((x) => x.ok ? x.json() : null).catch(() => null)))
+      .then((got) => {
+        if (want.length !== picked.size) return;   // picked again meanwhile: that draw wins
+        const tables = [], series = [{label: "step"}];
+        got.forEach((d, i) => {
+          const loss = d && (d.metrics || []).find((m) => m.name === "loss");
+          if (!loss || !loss.points.length) return;
+          tables.push([loss.points.map((p) => p[0]), loss.points.map((p) => p[1])]);
+          series.push({label: want[i].label, stroke: COLORS[(series.length - 1) % COLORS.length], width: 2,
+            spanGaps: true});
+        });
+        const fig = h("figure", {id: "compare-chart", class: "chart", "data-runs": String(tables.length)},
+          h("figcaption", {}, "loss"));
+        section("compare", "Loss of the runs picked", tables.length ? fig :
+          h("p", {}, "None of the runs picked has reported a loss yet."));
+        if (!tables.length || compared) return;
+        const log10 = tables.every((t) => t[1].every((y) => y > 0));
+        if (log10) fig.dataset.scale = "log";
+        compared = charts.compare = new uPlot({width: chartWidth(), height: 260,
+          scales: Object.assign({x: {time: false}}, log10 ? {y: {distr: 3}} : {}), axes: [{label: "step"}, {}],
+          series: series}, uPlot.join(tables), fig);
+      });
   }
 
   // --- leftovers --------------------------------------------------------------------------------------------------
@@ -102,7 +147,8 @@
   window.addEventListener("resize", () => {
     for (const u of Object.values(charts)) u.setSize({width: chartWidth(), height: 220});
   });
-  function chart(id, title, points, label) {
+  // A loss falls over orders of magnitude: its chart has a log scale (issue 63.7), where every value is above 0.
+  function chart(id, title, points, label, logScale) {
     const xs = points.map((p) => p[0]), ys = points.map((p) => p[1]);
     let box = document.getElementById(id);
     if (!box) {
@@ -111,20 +157,29 @@
     }
     box.dataset.points = String(xs.length);
     if (charts[id]) { charts[id].setData([xs, ys]); return; }
-    charts[id] = new uPlot({width: chartWidth(), height: 220, scales: {x: {time: label === "time"}},
-      axes: [{label: label}, {}], series: [{label: label}, {label: title, stroke: "#1a73e8", width: 2}]},
-      [xs, ys], box);
+    const log10 = logScale && ys.length > 0 && ys.every((y) => y > 0);
+    if (log10) box.dataset.scale = "log";
+    charts[id] = new uPlot({width: chartWidth(), height: 220,
+      scales: Object.assign({x: {time: label === "time"}}, log10 ? {y: {distr: 3}} : {}),
+      axes: [{label: label}, {}], series: [{label: label}, {label: title + (log10 ? " (log scale)" : ""),
+        stroke: "#1a73e8", width: 2}]}, [xs, ys], box);
   }
 
+  // The run's id and cluster head its page (issue 63.7); goodput on this machine is said for what it is.
   function drawRunSummary(d) {
     const r = d.row || {};
-    section("summary", d.job + ": " + d.command, table(["state", "step", "loss", "goodput", "cost", "duration",
-      "restarts", "tpu"], [runRow(r, false).slice(2)]));
+    section("summary", "Run " + d.id + " on cluster " + d.cluster,
+      h("p", {class: "dim"}, d.job + ": " + d.command),
+      table(["state", "step", "loss", "goodput", "cost", "duration", "restarts", "tpu"], [runRow(r, false).slice(2)]),
+      d.provider === "local" && r.goodput !== null && r.goodput !== undefined ? h("p", {class: "dim", id: "goodput-note"},
+        "goodput: the share of the run's time spent in training steps it kept (at most 100%). On this machine " +
+        "(--provider local) it measures the CPU or GPU here, and a run of seconds is mostly start-up: it says " +
+        "little about a TPU.") : null);
   }
 
   function drawRunCharts(d) {
     if (!document.getElementById("charts")) app.append(h("section", {id: "charts"}, h("h2", {}, "Metrics")));
-    d.metrics.forEach((m) => chart("metric-" + m.name, m.name, m.points, "step"));
+    d.metrics.forEach((m) => chart("metric-" + m.name, m.name, m.points, "step", m.name === "loss"));
     for (const [host, c] of Object.entries(d.chips)) {
       const hist = c.history || {};
       if ((hist.duty_cycle_pct || []).length) chart("chips-" + host, "duty cycle % (" + host + ", " + c.source + ")",
@@ -141,8 +196,8 @@
   function drawRunRest(d) {
     section("events", "Events", h("ol", {class: "events"}, d.events.map((e) =>
       h("li", {}, h("time", {}, when(e.time)), " ", e.what))));
-    section("outputs", "Outputs", d.outputs.length ? table(["path", "bytes"], d.outputs.map((o) =>
-      [o.path, String(o.bytes)])) : h("p", {}, "No outputs yet."));
+    section("outputs", "Outputs", d.outputs.length ? table(["path", "size"], d.outputs.map((o) =>
+      [o.path, h("span", {title: o.bytes + " bytes"}, o.size || String(o.bytes))])) : h("p", {}, "No outputs yet."));
     section("commands", "Commands", h("ul", {class: "commands"}, d.commands.map((c) => h("li", {},
       h("code", {}, c), " ", h("button", {type: "button", "data-copy": c}, "copy")))));
     if (d.links.length) section("links", "Google Cloud", h("ul", {}, d.links.map((l) =>
