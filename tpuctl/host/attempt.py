@@ -30,6 +30,7 @@ from ..core.runs import RunSpec, RunState, RunStatus
 from ..runtime import prefer_legacy_keras
 from . import heldoutput, jaxcluster, jobenv, kerasbackend, megascale, podruntime
 from .contexts import Seat
+from .doctor import Doctor, Stall
 from .halts import Halts
 from .heldoutput import HeldOutput
 from .jobprocs import start
@@ -68,6 +69,8 @@ class AttemptHost(Seat, Protocol):
 
     def wait_tpu_address(self, heartbeat: Callable[[], None]) -> str: ...
 
+    def idle_limit(self) -> str: ...
+
 
 class Attempt:
     def __init__(self, agent: AttemptHost, run_id: str, attempt: int, job: RunSpec | None,
@@ -88,13 +91,18 @@ class Attempt:
         self.halts = Halts(agent.store, run_id, agent.stop, agent.guard.failed, limit)   # what ends it from outside
         self.events = RunEvents(agent.store, str(agent.record.get("cluster", "")), run_id, attempt, agent.worker,
                                 agent.host, self.started)
+        self.doctor: Doctor | None = None   # the stall check while the job runs (doctor.py)
+        self.failure = ""                   # the cause of the last failed start (failures.py)
 
     def status(self, state: RunState, exit_code: int | None = None, pid: int | None = None, note: str = "",
                ended: float | None = None) -> None:
         """`ended`: a final status's end time, when it is written again (heldoutput.py)."""
+        stalled = self.doctor.stalled if self.doctor else None
         self.a.write_status(self.run_id, RunStatus(state=state, exit_code=exit_code, pid=pid, started=self.started,
                                                    attempt=self.attempt, note=note, restarts=self.restarts,
-                                                   ended=(ended or time.time()) if state.final else None))
+                                                   ended=(ended or time.time()) if state.final else None,
+                                                   stalled_since=stalled.since if stalled else None,
+                                                   failure=self.failure))
 
     def run(self) -> int:
         """The job's exit code (127: the run could not be prepared; 130: cancelled before it started)."""
@@ -102,15 +110,9 @@ class Attempt:
             self.status(RunState.CANCELLED)   # cancelled while queued: it never starts
             return 130
         self.status(RunState.STARTING)
-        quiet = None if self.job is not None and self.job.env.get("TPUCTL_TF_PREAMBLE") == "1" else \
-            PreambleFilter(gpu=self.a.accelerator.startswith("gpu"))
-        shipper = LogShipper(self.a.store, self.run_id, self.a.worker, quiet, self.a.guard)
-        if self.attempt > 1:
-            why = "the previous attempt's host stopped" if self.resumed_after_stop \
-                else "the previous host stopped heartbeating"
-            shipper.note(f"{why}; run resumed on {self.a.host} (attempt {self.attempt})", fresh_line=True)
+        shipper = self._shipper()
         try:
-            job = self._prepare(shipper)
+            job = prepare(self, shipper)
         except Exception as e:  # noqa: BLE001 - reported in the run's own log and status
             if self.a.stop.is_set():
                 return self._interrupted(shipper, None)
@@ -121,9 +123,10 @@ class Attempt:
         if self.a.stop.is_set():
             return self._interrupted(shipper, None)
         tf = kerasbackend.tensorflow_to_install(job, self.a.record, self.a.accelerator)
-        script, env_dir = self._script(job, tf)
+        script, env_dir = job_script(self, job, tf)
         rounds = Rounds.of(self.a, self.a.stop, self.run_id, job)
         n = rounds.join() if rounds else 1
+        self.doctor = Doctor(self.a, self.run_id, job, self.attempt, self.work / "stacks")
         wait = 0.0   # the restart backoff (restarts.backoff)
         while True:
             if rounds:
@@ -133,18 +136,23 @@ class Attempt:
                     return self._not_started(shipper, rounds, n, why_not)
                 self.restarts = rounds.restarts(n)
             env = environment(self.a, self.run_id, job, tf, env_dir)
-            env["TPUCTL_RESTARTS"] = str(self.restarts)
+            env.update(TPUCTL_RESTARTS=str(self.restarts), TPUCTL_STACKS_DIR=self.doctor.fresh_stacks_dir())
             proc = self._launch(script, env, shipper)
             if isinstance(proc, int):
                 return proc
             self.events.started(self.restarts, n, self.exited)
-            supervisor = Supervisor(self._watch(), proc, shipper, (lambda: rounds.watch(n)) if rounds else None)
+            supervisor = self._supervisor(proc, shipper, rounds, n)
             rc, cancelled = supervisor.run()
-            # a job tpuctl ended itself (a cancel, the budget) is not the host's stop: no wait for the agent's SIGTERM
-            if not cancelled and rc != 0 and self._host_stopping(rc, bool(supervisor.superseded)):
+            # a job tpuctl ended itself (a cancel, the budget, a stall) is not the host's stop: no wait for its SIGTERM
+            if not cancelled and rc != 0 and self._host_stopping(rc, bool(supervisor.superseded or supervisor.stalled)):
                 return self._interrupted(shipper, rc)   # the host's stop: never a restart, never the run's end
+            if supervisor.stalled and not rounds:
+                ended, wait = self._after_stall(shipper, supervisor.stalled, rc, job, wait)
+                if ended is not None:
+                    return ended
+                continue
             if later := supervisor.superseded or lost_host(self, rounds, n, rc, cancelled):
-                n, ended = self._next_round(shipper, *later)
+                n, ended = self._next_round(shipper, *later, rc=rc)
                 if ended is not None:
                     return ended
                 continue
@@ -177,6 +185,17 @@ class Attempt:
         state = {Decision.DONE: RunState.SUCCEEDED, Decision.FAIL: RunState.FAILED}.get(decision, RunState.CANCELLED)
         return self._end(shipper, state, rc, cancelled, runs.cancelled_by(self.a.store, self.run_id) * cancelled)
 
+    def _shipper(self) -> LogShipper:
+        """The run's log on this host, which says first why a later attempt took the run over."""
+        quiet = None if self.job is not None and self.job.env.get("TPUCTL_TF_PREAMBLE") == "1" else \
+            PreambleFilter(gpu=self.a.accelerator.startswith("gpu"))
+        shipper = LogShipper(self.a.store, self.run_id, self.a.worker, quiet, self.a.guard)
+        if self.attempt > 1:
+            why = "the previous attempt's host stopped" if self.resumed_after_stop \
+                else "the previous host stopped heartbeating"
+            shipper.note(f"{why}; run resumed on {self.a.host} (attempt {self.attempt})", fresh_line=True)
+        return shipper
+
     def _end(self, shipper: LogShipper, state: RunState, rc: int, cancelled: bool, why: str = "") -> int:
         """The run's end on this host: its output shipped, its final status, its event."""
         if why:
@@ -192,18 +211,23 @@ class Attempt:
             shipper.settle(self.a.stop, lambda _: None)   # nothing held, or the agent stops: what is lost is marked
             lost = f"{shipper.unshipped} bytes of output were not shipped ({self.a.guard.problem or 'store full'})"
             self.status(state, exit_code=rc, note=lost if shipper.unshipped else note)
-        self.events.ended(rc, cancelled)
+        self.events.ended(rc, cancelled, self.failure if state in (RunState.FAILED, RunState.STALLED) else "")
         return rc
 
     def _watch(self) -> Watch:
         """What the supervisor of this attempt's job reads and calls (supervisor.py)."""
         a = self.a
         return Watch(self.run_id, a.stop, self.halts, lambda pid: self.status(RunState.RUNNING, pid=pid),
-                     a.clock.busy, a.beat_if_quiet, a.guard.failed)
+                     a.clock.busy, a.beat_if_quiet, a.guard.failed, a.idle_limit)
 
-    def _next_round(self, shipper: LogShipper, why: str, called: dict[str, Any]) -> tuple[int, int | None]:
+    def _next_round(self, shipper: LogShipper, why: str, called: dict[str, Any],
+                    rc: int | None = None) -> tuple[int, int | None]:
         """A later round another host (or this one's watch) asked for: (the round, None) to start it, or (0, the
-        exit code) when it ends the run (rounds.py)."""
+        exit code) when it ends the run (rounds.py); a round that ends the run for a stall ends it `stalled`, with
+        this host's job's own exit code `rc`."""
+        self.failure = "stalled" if called.get("stalled") else self.failure
+        if called.get("end") == "stalled":
+            return 0, self._end(shipper, RunState.STALLED, 143 if rc is None else rc, False, why)
         if called.get("end"):
             return 0, self._end(shipper, RunState.FAILED, int(called.get("exit_code") or 1), False, why)
         shipper.note(f"{why}: the run restarts on every host (round {called['round']})", fresh_line=True)
@@ -221,14 +245,35 @@ class Attempt:
         except (OSError, ValueError) as e:
             return self._end(shipper, RunState.FAILED, 127, False, f"cannot start the job: {type(e).__name__}: {e}")
 
-    def _restart(self, shipper: LogShipper, rc: int, limit: int, wait: float) -> int | None:
+    def _supervisor(self, proc: subprocess.Popen[bytes], shipper: LogShipper, rounds: Rounds | None,
+                    n: int) -> Supervisor:
+        """The started job's supervisor, with the run doctor watching it (a stall in a run across hosts is a
+        round: Rounds.for_stall)."""
+        assert self.doctor is not None
+        self.doctor.begin()
+        return Supervisor(self._watch(), proc, shipper, (lambda: rounds.watch(n)) if rounds else None, self.doctor,
+                          lambda: self.restarts, (lambda s: rounds.for_stall(n, s.why, s.action)) if rounds else None)
+
+    def _after_stall(self, shipper: LogShipper, stall: Stall, rc: int, job: RunSpec,
+                     wait: float) -> tuple[int | None, float]:
+        """A job on one host ended for a stall (doctor.py): a restart (None: start it again) or the run's end as
+        `stalled` (its exit code); and the restart backoff's wait."""
+        self.failure = "stalled"
+        if stall.action == "restart":
+            wait = backoff(wait, time.monotonic() - self.began)
+            return self._restart(shipper, rc, job.max_restarts, wait, "the run stalled"), wait
+        return self._end(shipper, RunState.STALLED, rc, False,
+                         f"the run stalled ({stall.why}): ended (submit --on-stall {job.on_stall}"
+                         + (f", --max-restarts {job.max_restarts} spent" if job.on_stall == "restart" else "") + ")"), wait
+
+    def _restart(self, shipper: LogShipper, rc: int, limit: int, wait: float, what: str = "") -> int | None:
         """A restart on this host after `wait` seconds (restarts.backoff), said in the log: None to start the job
         again, or the exit code when a cancel, the cluster's limit or the agent's stop came during the wait. The
         restart counts once the wait is over, and a run ended during it keeps the job's own last exit code: one
         cancelled there counted a restart that never ran and showed exit 130, tpuctl's "interrupted" (issue 52.7)."""
         n = self.restarts + 1
         self.exited = rc
-        shipper.note(f"the job exited {rc}; restart {n} of {limit} (submit --max-restarts), from its "
+        shipper.note(f"{what or f'the job exited {rc}'}; restart {n} of {limit} (submit --max-restarts), from its "
                      f"checkpoint, in {wait:g}s (the wait doubles while the job keeps failing, up to a minute)",
                      fresh_line=True)
         why = wait_out(wait, self.a.stop, self.halts.why_not_restart,
@@ -274,42 +319,44 @@ class Attempt:
         self.status(RunState.INTERRUPTED, exit_code=rc, note=why)
         return 128 + signal.SIGTERM if rc is None else rc
 
-    def _prepare(self, shipper: LogShipper) -> RunSpec:
-        job, a = self.job, self.a
-        knobs.check()   # the agent's TPUCTL_* waits, read later as the job runs: a bad one ends the run here, said
-        if job is None:
-            raise RuntimeError(f"{layout.run_job(self.run_id)} is unreadable")
-        pkg = a.store.read(layout.job_package(job.package))
-        if pkg is None:
-            raise RuntimeError(f"package {job.package} is missing from the store")
-        if hashlib.sha256(pkg).hexdigest() != job.package:
-            raise RuntimeError(f"package {job.package} does not match its sha256 name")
-        unpack(pkg, self.code_dir, *a.package_limits())
-        megascale.check(megascale.read(a.record), a.slice)
-        if a.record.get("arch") == "node" and not a.tpu_address():
-            shipper.note("waiting for the TPU node's address (tpuctl up writes it once the node is READY)")
-            if not a.wait_tpu_address(lambda: self.status(RunState.STARTING)):
-                raise RuntimeError("the TPU node's address never appeared in the cluster record")
-        return job
 
-    def _script(self, job: RunSpec, tf: str) -> tuple[str, Path | None]:
-        """The job's bash script, and its own environment when it needs one (requirements, TensorFlow `tf`, or
-        JAX for a Keras job where the image has none); a Keras job's backend said first."""
-        a = self.a
-        script = "set -e\n" + kerasbackend.said(job, a.record, a.accelerator)
-        jax = kerasbackend.jax_to_install(job, a.record, a.accelerator)
-        env_dir = None
-        if job.requirements or tf or jax:
-            env_dir, make = jobenv.plan(a.home, self.code_dir, job.requirements, self.work, tf, jax,
-                                        pjrt_from_python(tf, a.record, job.env))
-            script += make
-        if tf and env_dir and podruntime.applies(a.record, kerasbackend.framework(job, a.record, a.accelerator)):
-            script += shlex.join(podruntime.command(a.store.uri, self.run_id, self.attempt, a.workers, a.host,
-                                                    str(env_dir / "bin" / "python"))) + "\n"
-        # As written, through bash: `prepare && train`, `cd sub && ...`, `VAR=1 python ...` all work; arguments
-        # after `--` are appended shell-quoted (to the last command of a list).
-        return script + "set +e\n" + job.command + "".join(" " + shlex.quote(x) for x in job.args) + "\n", env_dir
+def prepare(at: Attempt, shipper: LogShipper) -> RunSpec:
+    """The run's package checked and unpacked, its slice's settings checked, a legacy node's address awaited."""
+    job, a = at.job, at.a
+    knobs.check()   # the agent's TPUCTL_* waits, read later as the job runs: a bad one ends the run here, said
+    if job is None:
+        raise RuntimeError(f"{layout.run_job(at.run_id)} is unreadable")
+    pkg = a.store.read(layout.job_package(job.package))
+    if pkg is None:
+        raise RuntimeError(f"package {job.package} is missing from the store")
+    if hashlib.sha256(pkg).hexdigest() != job.package:
+        raise RuntimeError(f"package {job.package} does not match its sha256 name")
+    unpack(pkg, at.code_dir, *a.package_limits())
+    megascale.check(megascale.read(a.record), a.slice)
+    if a.record.get("arch") == "node" and not a.tpu_address():
+        shipper.note("waiting for the TPU node's address (tpuctl up writes it once the node is READY)")
+        if not a.wait_tpu_address(lambda: at.status(RunState.STARTING)):
+            raise RuntimeError("the TPU node's address never appeared in the cluster record")
+    return job
 
+
+def job_script(at: Attempt, job: RunSpec, tf: str) -> tuple[str, Path | None]:
+    """The job's bash script, and its own environment when it needs one (requirements, TensorFlow `tf`, or
+    JAX for a Keras job where the image has none); a Keras job's backend said first."""
+    a = at.a
+    script = "set -e\n" + kerasbackend.said(job, a.record, a.accelerator)
+    jax = kerasbackend.jax_to_install(job, a.record, a.accelerator)
+    env_dir = None
+    if job.requirements or tf or jax:
+        env_dir, make = jobenv.plan(a.home, at.code_dir, job.requirements, at.work, tf, jax,
+                                    pjrt_from_python(tf, a.record, job.env))
+        script += make
+    if tf and env_dir and podruntime.applies(a.record, kerasbackend.framework(job, a.record, a.accelerator)):
+        script += shlex.join(podruntime.command(a.store.uri, at.run_id, at.attempt, a.workers, a.host,
+                                                str(env_dir / "bin" / "python"))) + "\n"
+    # As written, through bash: `prepare && train`, `cd sub && ...`, `VAR=1 python ...` all work; arguments
+    # after `--` are appended shell-quoted (to the last command of a list).
+    return script + "set +e\n" + job.command + "".join(" " + shlex.quote(x) for x in job.args) + "\n", env_dir
 
 
 def environment(a: AttemptHost, run_id: str, job: RunSpec, tf: str = "", env_dir: Path | None = None) -> dict[str, str]:

@@ -57,6 +57,7 @@ class LogShipper:
         self.dropped = 0           # held output beyond the bound, never shipped
         self.retry_at = 0.0        # while the store refuses, when to try again
         self.backoff = 0.5
+        self.received = 0          # bytes the job wrote: progress, for a job that reports no steps (stall.py)
 
     def note(self, text: str, fresh_line: bool = False) -> None:
         """A line of the agent's own into the run's log, in order with the job's output; fresh_line starts it on a
@@ -143,6 +144,7 @@ class LogShipper:
                 if not data:
                     self._end()
                     return
+                self.received += len(data)
                 if self.quiet is not None:
                     data = self.quiet.feed(data)
                     if not data:
