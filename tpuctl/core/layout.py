@@ -180,6 +180,12 @@ def run_stacks(run_id: str, worker: int) -> str:
     return f"{run_prefix(run_id)}stacks-w{worker}.txt"
 
 
+def host_sick(host: str) -> str:
+    """A host that failed to get its TPU twice in a row (host/failures.py): `status` names it; it is to be
+    replaced through the lost-host path."""
+    return f"tpuctl/sick/{host}.json"
+
+
 def run_stalls(run_id: str) -> str:
     """The run's stalls (host/doctor.py), one record each: when its progress stopped, when it was seen, what was
     done; goodput counts the time as badput `stalled` (goodput.py)."""

@@ -28,7 +28,7 @@ from ..core.lifecycle import Clock
 from ..core.packaging import unpack
 from ..core.runs import RunSpec, RunState, RunStatus
 from ..runtime import prefer_legacy_keras
-from . import heldoutput, jaxcluster, jobenv, kerasbackend, megascale, podruntime
+from . import failures, heldoutput, jaxcluster, jobenv, kerasbackend, megascale, podruntime
 from .contexts import Seat
 from .doctor import Doctor, Stall
 from .halts import Halts
@@ -93,6 +93,7 @@ class Attempt:
                                 agent.host, self.started)
         self.doctor: Doctor | None = None   # the stall check while the job runs (doctor.py)
         self.failure = ""                   # the cause of the last failed start (failures.py)
+        self.tally = failures.Tally()
 
     def status(self, state: RunState, exit_code: int | None = None, pid: int | None = None, note: str = "",
                ended: float | None = None) -> None:
@@ -143,7 +144,6 @@ class Attempt:
             self.events.started(self.restarts, n, self.exited)
             supervisor = self._supervisor(proc, shipper, rounds, n)
             rc, cancelled = supervisor.run()
-            # a job tpuctl ended itself (a cancel, the budget, a stall) is not the host's stop: no wait for its SIGTERM
             if not cancelled and rc != 0 and self._host_stopping(rc, bool(supervisor.superseded or supervisor.stalled)):
                 return self._interrupted(shipper, rc)   # the host's stop: never a restart, never the run's end
             if supervisor.stalled and not rounds:
@@ -156,9 +156,10 @@ class Attempt:
                 if ended is not None:
                     return ended
                 continue
-            decision = decide(rc, cancelled, self.restarts, job.max_restarts)
+            decision = triage(self, rc, cancelled, job, shipper)
             if decision is Decision.RESTART and rounds:
-                n = int(rounds.call(n + 1, f"{rounds.label(self.a.worker)}'s job exited {rc}", counts=True)["round"])
+                n = int(rounds.call(n + 1, f"{rounds.label(self.a.worker)}'s job exited {rc}",
+                                    counts=not self.tally.free)["round"])
                 shipper.note(f"the job exited {rc}: the run restarts on every host (round {n}; submit "
                              f"--max-restarts {job.max_restarts})", fresh_line=True)
                 continue
@@ -225,7 +226,8 @@ class Attempt:
         """A later round another host (or this one's watch) asked for: (the round, None) to start it, or (0, the
         exit code) when it ends the run (rounds.py); a round that ends the run for a stall ends it `stalled`, with
         this host's job's own exit code `rc`."""
-        self.failure = "stalled" if called.get("stalled") else self.failure
+        self.failure = "stalled" if called.get("stalled") else "lost-host" if not (called.get("counts") or
+                                                                                   called.get("end")) else self.failure
         if called.get("end") == "stalled":
             return 0, self._end(shipper, RunState.STALLED, 143 if rc is None else rc, False, why)
         if called.get("end"):
@@ -239,7 +241,7 @@ class Attempt:
         tpuctl's submit let through, or E2BIG)."""
         if self.halts.cancel_asked():   # before the first start and before every restart: a cancel wins at once
             return self._end(shipper, RunState.CANCELLED, 130, True, "cancelled: the job is not started again")
-        self.began = time.monotonic()
+        self.began, self.tally.oom_before = time.monotonic(), failures.oom_kills()
         try:
             return start(script, self.code_dir, env)
         except (OSError, ValueError) as e:
@@ -271,11 +273,11 @@ class Attempt:
         again, or the exit code when a cancel, the cluster's limit or the agent's stop came during the wait. The
         restart counts once the wait is over, and a run ended during it keeps the job's own last exit code: one
         cancelled there counted a restart that never ran and showed exit 130, tpuctl's "interrupted" (issue 52.7)."""
-        n = self.restarts + 1
+        n = self.restarts + (not self.tally.free)   # a TPU's failure (failures.py) is not counted
         self.exited = rc
-        shipper.note(f"{what or f'the job exited {rc}'}; restart {n} of {limit} (submit --max-restarts), from its "
-                     f"checkpoint, in {wait:g}s (the wait doubles while the job keeps failing, up to a minute)",
-                     fresh_line=True)
+        shipper.note(f"{what or f'the job exited {rc}'}; " + (f"restart {n} of {limit} (submit --max-restarts)"
+                     if not self.tally.free else "restarted, not counted") + f", from its checkpoint, in {wait:g}s "
+                     "(the wait doubles while the job keeps failing, up to a minute)", fresh_line=True)
         why = wait_out(wait, self.a.stop, self.halts.why_not_restart,
                        lambda left: self.status(RunState.RUNNING, note=f"restart {n} in {left:.0f}s"))
         if why and self.a.stop.is_set():
@@ -298,8 +300,9 @@ class Attempt:
 
     def _host_stopping(self, rc: int, superseded: bool) -> bool:
         """Whether the job's end is the host's stop: the agent is being stopped, or the job died of a signal and the
-        agent's own SIGTERM follows within SIGNAL_WAIT_SECONDS. A job that saved and exited 143 reads the same. A job
-        a new round ended (rounds.py) was signalled by tpuctl: only the agent's stop counts then."""
+        agent's own SIGTERM follows within SIGNAL_WAIT_SECONDS (a job that saved and exited 143 reads the same). A
+        job tpuctl ended itself (`superseded`: a new round, rounds.py, or a stall, doctor.py) was signalled by
+        tpuctl: only the agent's stop counts then; a cancel or the budget never asks (no wait for the SIGTERM)."""
         if superseded:
             return self.a.stop.is_set()
         if self.a.external_restarts and self.job is not None and \
@@ -312,12 +315,38 @@ class Attempt:
         """The agent is being stopped: not the run's end. Recorded `interrupted` (with what the job exited with), so
         the next agent on this host or on its replacement resumes it at once (claims.py)."""
         why = f"the agent was stopped on {self.a.host} (the host shutting down, maintenance or a preemption)"
+        self.failure = "preempted" if self.a.stop.is_set() else self.failure
         if self.a.external_restarts and not self.a.stop.is_set():   # a GKE pod's job exited for a JobSet restart
             why = f"the job exited {rc}: the JobSet restarts the run"
         shipper.note(f"{why}; the run resumes when an agent starts again", fresh_line=True)
         shipper.flush(last=True)
         self.status(RunState.INTERRUPTED, exit_code=rc, note=why)
         return 128 + signal.SIGTERM if rc is None else rc
+
+
+def triage(at: Attempt, rc: int, cancelled: bool, job: RunSpec, shipper: LogShipper) -> Decision:
+    """restarts.decide, after the failure's cause (failures.py), said in the log: an OOM is never restarted; a TPU
+    busy or missing is restarted once, not counted, after its lockfile is cleared, and a second time on this host
+    marks the host sick and fails the run."""
+    decision = decide(rc, cancelled, at.restarts, job.max_restarts)
+    at.tally.free = False
+    if cancelled or rc == 0:
+        return decision
+    oom = at.tally.oom_before >= 0 and failures.oom_kills() > at.tally.oom_before
+    f = failures.classify(rc, bytes(shipper.tail).decode(errors="replace"), oom)
+    at.failure = f.cause
+    said = f"the job failed ({f.cause}" + (f": {f.line}" if f.line else "") + f"): {f.hint}"
+    if f.restartable is True:
+        at.tally.device += 1
+        if at.tally.device > 1:
+            failures.mark_sick(at.a.store, at.a.host, at.a.worker, said)
+            shipper.note(f"{said}; a second time on {at.a.host}: the host is marked sick", fresh_line=True)
+            return Decision.FAIL
+        shipper.note(f"{said}; {failures.clear_lockfile()}", fresh_line=True)
+        at.tally.free = True
+        return Decision.RESTART
+    shipper.note(said, fresh_line=True)
+    return Decision.FAIL if f.restartable is False else decision
 
 
 def prepare(at: Attempt, shipper: LogShipper) -> RunSpec:

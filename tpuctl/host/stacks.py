@@ -8,8 +8,8 @@ that imports tpuctl.runtime instead registers CPython's faulthandler on SIGUSR1 
 thread's stack to its own file in TPUCTL_STACKS_DIR; the agent sends the signal and reads the file: no ptrace, no
 pause, nothing to install, in any container. faulthandler says file, function and line, newest first, up to 100
 frames and 100 threads (docs.python.org/3/library/faulthandler.html). A process is signalled only when its file is
-there and /proc/PID/status shows SIGUSR1 caught (SigCgt): SIGUSR1 kills a process with no handler (exit -10,
-../shared RUN_HEALTH_FACTS.md §1). A Python process without the handler gets `py-spy dump --nonblocking` where
+there and /proc/PID/status shows SIGUSR1 caught (SigCgt): SIGUSR1 kills a process with no handler (Popen.returncode -10,
+checked on Linux). A Python process without the handler gets `py-spy dump --nonblocking` where
 py-spy is installed and permitted; anything else (not Python, or no way in) is said with its wait channel only."""
 from __future__ import annotations
 
