@@ -27,7 +27,7 @@ from .environment import (CONTINUE_CODE, RESTART_CODE, data_dir, output_dir, out
                           session_ending)
 from .keras_env import backend, legacy_keras, prefer_legacy_keras, require_keras, version_tuple
 from .metrics_file import Progress, metrics_callback
-from .stacks import arm as _arm_stacks
+from .stacks import _arm as _arm_stacks
 from .training import agree, scaled_lr, schedule, seed, step_of, sync
 
 __all__ = ["CONTINUE_CODE", "RESTART_CODE", "Progress", "Replicas", "agree", "backend", "data_dir", "global_batch",

@@ -15,7 +15,7 @@ from typing import IO
 _armed: dict[int, IO[str]] = {}   # pid -> its open file: faulthandler writes to the descriptor, kept open here
 
 
-def arm() -> bool:
+def _arm() -> bool:
     """Register the handler once per process; True when this process's stacks can be asked for."""
     where = os.environ.get("TPUCTL_STACKS_DIR", "")
     sig = getattr(signal, "SIGUSR1", None)
