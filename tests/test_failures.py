@@ -168,3 +168,4 @@ def test_a_tpu_busy_twice_on_one_host_marks_it_sick(local, cli, tmp_path):
     store = open_store(local.spec.store)
     sick = [json.loads(store.read(k)) for k, _ in store.list("tpuctl/sick/")]
     assert len(sick) == 1 and "device-busy" in sick[0]["why"], sick
+    assert sick[0]["host"] in json.loads(cli("status", "-c", "fl", "--json")[1])["sick"]

@@ -114,6 +114,7 @@ def test_on_stall_notify_keeps_the_run_and_shows_it_stalled(doctor_env, local_up
     row = _row(cli, "dr")
     assert row["state"] == "running" and not row["exit_code"], row   # it runs on, stalled
     assert "running, stalled since" in cli("jobs", "-c", "dr")[1]
+    assert run_id in json.loads(cli("status", "-c", "dr", "--json")[1])["stalled"]
     assert cli("cancel", run_id, "-c", "dr")[0] == 0
     until(lambda: _row(cli, "dr")["state"] == "cancelled", 20, "the cancel", every=0.2)
 
@@ -269,3 +270,22 @@ def test_autostop_counts_a_stalled_run_as_idle_once_notified(doctor_env, local_u
     out, row = _submit(cli, "da", _job(tmp_path), "--on-stall", "notify")
     assert row["state"] == "stalled" and "autostop" in out, (row, out)
     _wait_stopped("da", timeout=20)
+
+
+def test_a_gke_pod_leaves_a_stalls_restart_to_its_jobset():
+    """On GKE the JobSet restarts the run (host/attempt.py's run_one): a stall to restart exits the pod with the job's
+    code (the pod failure policy restarts 143) instead of restarting the job inside it."""
+    from types import SimpleNamespace
+
+    from tpuctl.host.attempt import after_stall
+    from tpuctl.host.doctor import Stall
+    calls = []
+    at = SimpleNamespace(a=SimpleNamespace(external_restarts=True), failure="", began=0.0,
+                         _interrupted=lambda shipper, rc: calls.append(("interrupted", rc)) or rc,
+                         _restart=lambda *a: calls.append(("restart",)), _end=lambda *a: calls.append(("end",)))
+    job = runs.RunSpec(id="r", name="j", command="c", package="p", max_restarts=2)
+    assert after_stall(at, None, Stall("why", 1.0, "restart"), 143, job, 0.0)[0] == 143
+    assert calls == [("interrupted", 143)] and at.failure == "stalled"
+    at.a.external_restarts = False
+    after_stall(at, None, Stall("why", 1.0, "restart"), 143, job, 0.0)
+    assert calls[-1] == ("restart",)

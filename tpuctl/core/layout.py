@@ -180,10 +180,13 @@ def run_stacks(run_id: str, worker: int) -> str:
     return f"{run_prefix(run_id)}stacks-w{worker}.txt"
 
 
+SICK_PREFIX = "tpuctl/sick/"
+
+
 def host_sick(host: str) -> str:
     """A host that failed to get its TPU twice in a row (host/failures.py): `status` names it; it is to be
     replaced through the lost-host path."""
-    return f"tpuctl/sick/{host}.json"
+    return f"{SICK_PREFIX}{host}.json"
 
 
 def run_stalls(run_id: str) -> str:

@@ -147,7 +147,7 @@ class Attempt:
             if not cancelled and rc != 0 and self._host_stopping(rc, bool(supervisor.superseded or supervisor.stalled)):
                 return self._interrupted(shipper, rc)   # the host's stop: never a restart, never the run's end
             if supervisor.stalled and not rounds:
-                ended, wait = self._after_stall(shipper, supervisor.stalled, rc, job, wait)
+                ended, wait = after_stall(self, shipper, supervisor.stalled, rc, job, wait)
                 if ended is not None:
                     return ended
                 continue
@@ -256,18 +256,6 @@ class Attempt:
         return Supervisor(self._watch(), proc, shipper, (lambda: rounds.watch(n)) if rounds else None, self.doctor,
                           lambda: self.restarts, (lambda s: rounds.for_stall(n, s.why, s.action)) if rounds else None)
 
-    def _after_stall(self, shipper: LogShipper, stall: Stall, rc: int, job: RunSpec,
-                     wait: float) -> tuple[int | None, float]:
-        """A job on one host ended for a stall (doctor.py): a restart (None: start it again) or the run's end as
-        `stalled` (its exit code); and the restart backoff's wait."""
-        self.failure = "stalled"
-        if stall.action == "restart":
-            wait = backoff(wait, time.monotonic() - self.began)
-            return self._restart(shipper, rc, job.max_restarts, wait, "the run stalled"), wait
-        return self._end(shipper, RunState.STALLED, rc, False,
-                         f"the run stalled ({stall.why}): ended (submit --on-stall {job.on_stall}"
-                         + (f", --max-restarts {job.max_restarts} spent" if job.on_stall == "restart" else "") + ")"), wait
-
     def _restart(self, shipper: LogShipper, rc: int, limit: int, wait: float, what: str = "") -> int | None:
         """A restart on this host after `wait` seconds (restarts.backoff), said in the log: None to start the job
         again, or the exit code when a cancel, the cluster's limit or the agent's stop came during the wait. The
@@ -317,11 +305,28 @@ class Attempt:
         why = f"the agent was stopped on {self.a.host} (the host shutting down, maintenance or a preemption)"
         self.failure = "preempted" if self.a.stop.is_set() else self.failure
         if self.a.external_restarts and not self.a.stop.is_set():   # a GKE pod's job exited for a JobSet restart
-            why = f"the job exited {rc}: the JobSet restarts the run"
+            why = f"the job exited {rc}" + (" (stalled)" if self.failure == "stalled" else "") + \
+                ": the JobSet restarts the run"
         shipper.note(f"{why}; the run resumes when an agent starts again", fresh_line=True)
         shipper.flush(last=True)
         self.status(RunState.INTERRUPTED, exit_code=rc, note=why)
         return 128 + signal.SIGTERM if rc is None else rc
+
+
+def after_stall(at: Attempt, shipper: LogShipper, stall: Stall, rc: int, job: RunSpec,
+                wait: float) -> tuple[int | None, float]:
+    """A job on one host ended for a stall (doctor.py): a restart (None: start it again), or the run's end as
+    `stalled` (its exit code); and the restart backoff's wait. A GKE pod leaves the restart to its JobSet: it
+    exits with the job's code, which the pod failure policy restarts (restarts.py)."""
+    at.failure = "stalled"
+    if stall.action == "restart" and at.a.external_restarts:
+        return at._interrupted(shipper, rc), wait
+    if stall.action == "restart":
+        wait = backoff(wait, time.monotonic() - at.began)
+        return at._restart(shipper, rc, job.max_restarts, wait, "the run stalled"), wait
+    return at._end(shipper, RunState.STALLED, rc, False,
+                   f"the run stalled ({stall.why}): ended (submit --on-stall {job.on_stall}"
+                   + (f", --max-restarts {job.max_restarts} spent" if job.on_stall == "restart" else "") + ")"), wait
 
 
 def triage(at: Attempt, rc: int, cancelled: bool, job: RunSpec, shipper: LogShipper) -> Decision:
