@@ -289,3 +289,33 @@ def test_a_gke_pod_leaves_a_stalls_restart_to_its_jobset():
     at.a.external_restarts = False
     after_stall(at, None, Stall("why", 1.0, "restart"), 143, job, 0.0)
     assert calls[-1] == ("restart",)
+
+
+# A job that reports no steps and does not import tpuctl.runtime: its output is its progress. It prints, starts a
+# child that is not Python (sleep), and waits for it.
+SILENT_JOB = """
+import subprocess
+print("loading", flush=True)
+subprocess.run(["sleep", "600"])
+"""
+
+
+def test_a_job_without_steps_stalls_on_its_output_and_its_processes_are_shown(doctor_env, local_up, cli, tmp_path,
+                                                                            monkeypatch):
+    monkeypatch.setenv("PATH", "/nonexistent-py-spy-free:" + os.environ["PATH"])
+    st = local_up("dr")
+    out, row = _submit(cli, "dr", make_job(tmp_path, SILENT_JOB), "--on-stall", "stop")
+    assert row["state"] == "stalled", row
+    (stall,) = runs.stalls(_store(st), row["id"])
+    assert stall["at"] - stall["since"] >= 3 * WINDOW - 0.5   # not before the start-up window (3 windows)
+    assert "no step reported and no output" in stall["why"]
+    stacks = (_store(st).read(layout.run_stacks(row["id"], 0)) or b"").decode()
+    assert "sleep 600" in stacks and "wchan=" in stacks, stacks   # the process tree, with what each waits in
+    assert "python" in stacks and "(no stack" in stacks or "py-spy" in stacks, stacks
+
+
+def test_logs_stacks_of_a_run_that_never_stalled_says_so(doctor_env, local_up, cli, tmp_path):
+    local_up("dr")
+    out, row = _submit(cli, "dr", _job(tmp_path, EXIT_AFTER="1"))
+    code, out, err = cli("logs", row["id"], "-c", "dr", "--stacks")
+    assert code == 3 and "has no stacks" in err and "stall" in err

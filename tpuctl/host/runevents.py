@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ..core import budget, goodput, layout, metrics, notify
+from ..core import budget, goodput, layout, metrics, notify, runs
 from ..core.store import BlobStore
 
 TAIL_LINES = 10
@@ -55,7 +55,8 @@ class RunEvents:
         fields: dict[str, Any] = {"exit_code": 0}
         if m and m.attempts:
             first = min(first, m.attempts[0]["start"])
-            fields["goodput_pct"] = goodput.breakdown(m.attempts, first, now)["goodput_pct"]
+            stalls = [float(d["since"]) for d in runs.stalls(store, self.run_id) if d.get("since")]
+            fields["goodput_pct"] = goodput.breakdown(m.attempts, first, now, stalls)["goodput_pct"]
         fields["duration_s"] = round(now - first, 1)
         hourly = float(budget.read(store).get("hourly") or 0)
         if hourly:
