@@ -169,3 +169,20 @@ def test_a_tpu_busy_twice_on_one_host_marks_it_sick(local, cli, tmp_path):
     sick = [json.loads(store.read(k)) for k, _ in store.list("tpuctl/sick/")]
     assert len(sick) == 1 and "device-busy" in sick[0]["why"], sick
     assert sick[0]["host"] in json.loads(cli("status", "-c", "fl", "--json")[1])["sick"]
+
+
+def test_a_sick_hosts_run_waits_for_the_recovery_watcher_when_armed(local_up, cli, tmp_path, monkeypatch):
+    """Armed for recovery (`up --recover`), a sick host's run is not failed at once: it restarts here, uncounted,
+    while the watcher replaces the host (control/watch.py; this machine is not replaced), up to SICK_RESTARTS."""
+    monkeypatch.setenv("TPUCTL_RESTART_BACKOFF", "0.01")
+    monkeypatch.setenv("TPUCTL_RESTART_BACKOFF_MAX", "0.05")
+    monkeypatch.setenv("TPUCTL_LIBTPU_LOCKFILE", str(tmp_path / "libtpu_lockfile"))
+    local_up("fl", "--recover")
+    job = make_job(tmp_path, LOCK_JOB, '[env]\nALWAYS_BUSY = "1"\n')
+    code, out, err = cli("submit", str(job), "-c", "fl")
+    assert code == 1
+    starts = [line for line in out.splitlines() if line.startswith("The TPU is already in use")]
+    assert len(starts) == failures.SICK_RESTARTS + 1, out
+    assert "the recovery watcher replaces it" in out
+    row = _row(cli)
+    assert row["state"] == "failed" and row["failure"] == "device-busy" and row["restarts"] == 0, row

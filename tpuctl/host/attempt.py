@@ -345,8 +345,12 @@ def triage(at: Attempt, rc: int, cancelled: bool, job: RunSpec, shipper: LogShip
         at.tally.device += 1
         if at.tally.device > 1:
             failures.mark_sick(at.a.store, at.a.host, at.a.worker, said)
-            shipper.note(f"{said}; a second time on {at.a.host}: the host is marked sick", fresh_line=True)
-            return Decision.FAIL
+            waits = at.tally.device <= failures.SICK_RESTARTS and failures.replaced_by_watcher(at.a.store)
+            shipper.note(f"{said}; a second time on {at.a.host}: the host is marked sick" + (
+                "; the recovery watcher replaces it and the run resumes there (meanwhile it restarts here, not "
+                "counted)" if waits else ""), fresh_line=True)
+            at.tally.free = waits
+            return Decision.RESTART if waits else Decision.FAIL
         shipper.note(f"{said}; {failures.clear_lockfile()}", fresh_line=True)
         at.tally.free = True
         return Decision.RESTART

@@ -165,6 +165,19 @@ def clear_lockfile() -> str:
     return f"removed {path}, which no process held"
 
 
+SICK_RESTARTS = 8   # restarts a sick host's run waits through for the recovery watcher to replace the host
+
+
+def replaced_by_watcher(store: BlobStore) -> bool:
+    """Whether the cluster is armed for recovery (`up --recover`: layout.WATCH_ARMED, control/armed.py), whose
+    watcher replaces a sick host (control/watch.py)."""
+    try:
+        doc = json.loads(store.read(layout.WATCH_ARMED) or b"null")
+    except ValueError:
+        return False
+    return bool(isinstance(doc, dict) and doc.get("armed") and not doc.get("ended"))
+
+
 def mark_sick(store: BlobStore, host: str, worker: int, why: str) -> None:
     """This host failed to get its TPU twice: recorded for `status` and for the host's replacement."""
     store.write(layout.host_sick(host), json.dumps({"host": host, "worker": worker, "why": why,
