@@ -569,11 +569,11 @@ def test_this_machine_is_not_replaced_when_sick(tmp_path):
     from types import SimpleNamespace
 
     from tpuctl.control.watch import Watcher
-    from tpuctl.core.models import ProviderName
     store = LocalStore(str(tmp_path))
     store.write(layout.host_sick("vm"), b'{"host": "vm", "why": "device-busy twice"}')
-    me = SimpleNamespace(p=SimpleNamespace(name=ProviderName.LOCAL), store=store)
+    from tpuctl.providers.local import LocalProvider
+    me = SimpleNamespace(p=LocalProvider(), store=store)
     assert Watcher._sick(me) is None
-    me.p.name = ProviderName.GCP
+    me.p = SimpleNamespace(watcher_host=object())   # Google Cloud's: a watcher VM can watch it
     why, records = Watcher._sick(me)
     assert "vm: device-busy twice" in why and records == [layout.host_sick("vm")]

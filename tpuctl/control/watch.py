@@ -20,7 +20,7 @@ from typing import Any, Callable
 from ..core import knobs, layout, notify, runs, state
 from ..core.errors import ErrorKind, TpuctlError
 from ..core.lease import Lease
-from ..core.models import ClusterState, Phase, ProviderName
+from ..core.models import ClusterState, Phase
 from ..core.store import BlobStore
 from ..providers.base import Provider, Reporter, WatcherHost
 from . import armed, budgetstop, recovering, up as up_flow
@@ -119,8 +119,10 @@ class Watcher:
         on the new host. A TPU slice goes whole: a host event on one VM of a slice interrupts all of it
         (cloud.google.com/kubernetes-engine/docs/concepts/handle-disruption-gpu-tpu). (why, the sick records), or
         None when no host is sick."""
-        if self.p.name is ProviderName.LOCAL:
-            return None   # this machine is not replaced: `status` says the host is sick
+        if self.p.watcher_host is None:
+            # compute no watcher VM can watch from outside is this machine (or a service's): not replaced, `status`
+            # says the host is sick
+            return None
         found = [(k, runs.read_object(self.store, k)) for k, _ in self.store.list(layout.SICK_PREFIX)]
         if not found:
             return None
