@@ -319,3 +319,25 @@ def test_logs_stacks_of_a_run_that_never_stalled_says_so(doctor_env, local_up, c
     out, row = _submit(cli, "dr", _job(tmp_path, EXIT_AFTER="1"))
     code, out, err = cli("logs", row["id"], "-c", "dr", "--stacks")
     assert code == 3 and "has no stacks" in err and "stall" in err
+
+
+def test_stacks_of_a_python_process_named_otherwise_and_a_process_tree(tmp_path):
+    """host/stacks.py alone: a console script's process is named for the script (here: /proc/self/comm rewritten),
+    and is still asked for its stacks; its child that is not Python is in the tree with its wait channel."""
+    from pathlib import Path
+
+    from tpuctl.host import stacks
+    code = ("import subprocess, time\nfrom tpuctl import runtime\nopen('/proc/self/comm', 'w').write('train')\n"
+            "child = subprocess.Popen(['sleep', '60'])\ntime.sleep(0.5)\ndef hold():\n    time.sleep(60)\nprint('ready', flush=True)\n"
+            "hold()\n")
+    p = subprocess.Popen([sys.executable, "-c", code], env=dict(os.environ, TPUCTL_STACKS_DIR=str(tmp_path)),
+                         stdout=subprocess.PIPE, start_new_session=True)
+    try:
+        assert p.stdout.readline().strip() == b"ready"
+        kids = [int(x) for x in open(f"/proc/{p.pid}/task/{p.pid}/children").read().split()]
+        text = stacks.dump([p.pid, *kids], Path(tmp_path))
+        assert "sleep 60" in text and "wchan=" in text and len(text.split("\n--- pid")[0].splitlines()) == 3, text
+        assert "in hold" in text and "faulthandler" in text, text
+    finally:
+        os.killpg(p.pid, 9)
+        p.wait()

@@ -45,7 +45,7 @@ def _stat(pid: int) -> tuple[str, int]:
 
 
 def command(pid: int) -> str:
-    cmd = _read(f"/proc/{pid}/cmdline").replace("\0", " ").strip()
+    cmd = _read(f"/proc/{pid}/cmdline").replace("\0", " ").strip().replace("\n", "\\n")   # one line a process
     return cmd[:200] or _read(f"/proc/{pid}/comm").strip()
 
 
@@ -79,8 +79,16 @@ def tree(pids: list[int]) -> str:
     return "\n".join(lines)
 
 
-def _python(pid: int) -> bool:
-    return "python" in os.path.basename(_read(f"/proc/{pid}/comm").strip() or command(pid).split(" ")[0])
+def _python(pid: int, where: Path | None) -> bool:
+    """A Python process: it registered its stacks file (runtime/stacks.py), or its executable is a python (a
+    console script's comm is the script's name, its exe the interpreter)."""
+    if where is not None and (where / f"{pid}.txt").exists():
+        return True
+    try:
+        exe = os.path.basename(os.readlink(f"/proc/{pid}/exe"))
+    except OSError:
+        exe = ""
+    return "python" in exe or "python" in _read(f"/proc/{pid}/comm")
 
 
 def _faulthandler(pid: int, where: Path, wait: float) -> str | None:
@@ -124,7 +132,7 @@ def dump(pids: list[int], where: Path | None) -> str:
     out = ["process tree (pid [state wchan=what the kernel waits in] command):", tree(pids) or "(no process)", ""]
     wait = knobs.number("TPUCTL_STACKS_WAIT", 3)
     for pid in pids:
-        if not _python(pid):
+        if not _python(pid, where):
             continue
         text = _faulthandler(pid, where, wait) if where is not None else None
         how = "faulthandler, through tpuctl.runtime"
