@@ -341,3 +341,11 @@ def test_stacks_of_a_python_process_named_otherwise_and_a_process_tree(tmp_path)
     finally:
         os.killpg(p.pid, 9)
         p.wait()
+
+
+def test_submit_down_ends_a_notified_stalled_run_and_the_compute(doctor_env, local_up, cli, tmp_path):
+    from test_lifecycle import _wait_stopped
+    local_up("dd")
+    out, row = _submit(cli, "dd", _job(tmp_path), "--on-stall", "notify", "--down")
+    assert row["state"] == "stalled" and "submit --down" in out, (row, out)
+    _wait_stopped("dd", timeout=20)

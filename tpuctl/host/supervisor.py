@@ -148,8 +148,9 @@ class Supervisor:
         assert doctor is not None
         seen = self._guarded(lambda: doctor.check(self._pids(), self.shipper.received, self.restarts()), "stall")
         if seen is None and doctor.stalled is not None and doctor.stalled.action == "notify":
-            idle = self.at.idle_limit()
-            if idle:   # a stalled run, notified, is idle: autostop ends it, then the compute
+            idle = self.at.idle_limit() or ("submit --down: a stalled run counts as ended" if doctor.job.down_after
+                                            else "")
+            if idle:   # a stalled run, notified, is idle: autostop (or --down) ends it, then the compute
                 seen = Stall(f"{doctor.stalled.why}; {idle}", doctor.stalled.since, "stop")
                 self.shipper.note(f"{idle}: the stalled run ends", fresh_line=True)
         if seen is None:
