@@ -257,6 +257,9 @@ def test_two_hosts_stall_both_stacks_saved_and_the_round_restarts_on_both(doctor
         rounds = [json.loads(store.read(k)) for k, _ in store.list(layout.run_rounds(run_id)) if k.endswith(".json")]
         assert any(r.get("stalled") and r.get("counts") for r in rounds), rounds
         assert _row(cli, "dr2")["restarts"] == 1
+        from tpuctl.ui import runview
+        said = [e["what"] for e in runview.events(store, run_id)]
+        assert sum(w.startswith("run.stalled") for w in said) == 1, said   # once, whichever host saw it first
     finally:
         agent.terminate()
         agent.wait(30)

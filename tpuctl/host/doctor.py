@@ -42,11 +42,12 @@ class Doctor:
         self.next_look = 0.0
         self.stalled: Stall | None = None   # the stall this job is in (notify: until it moves again)
         self.dumped = False
+        self.seen = 0   # stalls seen since the run's last restart (a notified run may stall again)
 
     def begin(self) -> None:
         """The job (re)started: a new watch, the earlier stall forgotten."""
         self.watch = StallWatch(time.time(), self.job.stall_after)
-        self.next_look, self.stalled, self.dumped = 0.0, None, False
+        self.next_look, self.stalled, self.dumped, self.seen = 0.0, None, False, 0
 
     def fresh_stacks_dir(self) -> str:
         """TPUCTL_STACKS_DIR for a start of the job, emptied of an earlier start's files."""
@@ -108,8 +109,9 @@ class Doctor:
                              json.dumps(doc).encode())
         except Exception:  # noqa: BLE001 - the event still goes
             pass
-        notify.emit(self.store, "run.stalled", f"run.stalled-{self.run_id}-a{self.attempt}-r{restarts}-"
-                    f"{int(s.since)}", self.cluster, self.run_id, host=self.host, worker=self.worker,
+        self.seen += 1   # the key is the same on every host that sees this stall: it is sent once
+        notify.emit(self.store, "run.stalled", f"run.stalled-{self.run_id}-r{restarts}-s{self.seen}", self.cluster,
+                    self.run_id, host=self.host, worker=self.worker,
                     since=round(s.since, 1), action=s.action, why=s.why,
                     stacks=layout.run_stacks(self.run_id, self.worker))
 
