@@ -331,8 +331,8 @@ def test_stacks_of_a_python_process_named_otherwise_and_a_process_tree(tmp_path)
 
     from tpuctl.host import stacks
     code = ("import subprocess, time\nfrom tpuctl import runtime\nopen('/proc/self/comm', 'w').write('train')\n"
-            "child = subprocess.Popen(['sleep', '60'])\ntime.sleep(0.5)\ndef hold():\n    time.sleep(60)\nprint('ready', flush=True)\n"
-            "hold()\n")
+            "child = subprocess.Popen(['sleep', '60'])\ntime.sleep(0.5)\ndef hold():\n    print('ready', flush=True)\n"
+            "    time.sleep(60)\nhold()\n")
     p = subprocess.Popen([sys.executable, "-c", code], env=dict(os.environ, TPUCTL_STACKS_DIR=str(tmp_path)),
                          stdout=subprocess.PIPE, start_new_session=True)
     try:
