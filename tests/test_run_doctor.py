@@ -119,19 +119,21 @@ def test_on_stall_notify_keeps_the_run_and_shows_it_stalled(doctor_env, local_up
     until(lambda: _row(cli, "dr")["state"] == "cancelled", 20, "the cancel", every=0.2)
 
 
-def test_a_silent_compile_shorter_than_the_start_up_window_is_not_a_stall(doctor_env, local_up, cli, tmp_path):
-    """Busy 2 s (twice the window, under the 3 s start-up window) with no output and no step, then steps."""
+def test_a_silent_compile_shorter_than_the_start_up_window_is_not_a_stall(doctor_env, local_up, cli, tmp_path,
+                                                                          monkeypatch):
+    """Busy 2.5 s (over the 1.5 s window, under the 4.5 s start-up window) with no output and no step, then steps."""
+    monkeypatch.setenv("TPUCTL_STALL_SECONDS", "1.5")
     st = local_up("dr")
-    code, out, err = cli("submit", str(_job(tmp_path, BUSY="2", STEPS="5", EXIT_AFTER="1")), "-c", "dr")
+    code, out, err = cli("submit", str(_job(tmp_path, BUSY="2.5", STEPS="5", EXIT_AFTER="1")), "-c", "dr")
     assert code == 0, (out, err)
     row = _row(cli, "dr")
     assert row["state"] == "succeeded" and not runs.stalls(_store(st), row["id"]), row
 
 
 def test_a_slow_but_steady_job_is_never_stalled(doctor_env, local_up, cli, tmp_path):
-    """Steps 1.5x the window apart: the window grows to 10 step times once the job reports one."""
+    """Steps 1.3x the window apart: the window grows to 10 step times once the job reports one."""
     st = local_up("dr")
-    code, out, err = cli("submit", str(_job(tmp_path, STEPS="4", STEP_SECONDS=str(1.5 * WINDOW), EXIT_AFTER="1")),
+    code, out, err = cli("submit", str(_job(tmp_path, STEPS="4", STEP_SECONDS=str(1.3 * WINDOW), EXIT_AFTER="1")),
                          "-c", "dr")
     assert code == 0, (out, err)
     assert not runs.stalls(_store(st), _row(cli, "dr")["id"])
