@@ -100,6 +100,9 @@ class Supervisor:
         if not self.cancelled and now - self.last_cancel_check >= 1.0:
             self.last_cancel_check = now
             self._check_cancel(now)
+        if self.doctor is not None and not (self.cancelled or self.stopping or self.superseded or self.stalled) \
+                and self.main_ended is None:
+            self._check_stall(now)   # at the doctor's own pace (doctor.poll): a window may be seconds in a test
         if self.main_ended is None and self.proc.poll() is not None:
             self.main_ended = now
         if self.main_ended is not None and not self.left and now - self.main_ended >= self.drain:
@@ -136,9 +139,6 @@ class Supervisor:
                     self._guarded(lambda: doctor.dump(self._pids(), why), "stacks")
                 self.procs.signal(signal.SIGTERM)   # the job checkpoints in its grace, as when its host stops
                 self.kill_at = now + stop_grace()
-        if self.doctor is not None and not (self.cancelled or self.stopping or self.superseded or self.stalled) \
-                and self.main_ended is None:
-            self._check_stall(now)
 
     def _pids(self) -> list[int]:
         return [self.proc.pid] + self.procs.processes()
@@ -147,7 +147,8 @@ class Supervisor:
         doctor = self.doctor
         assert doctor is not None
         seen = self._guarded(lambda: doctor.check(self._pids(), self.shipper.received, self.restarts()), "stall")
-        if seen is None and doctor.stalled is not None and doctor.stalled.action == "notify":
+        if seen is None and doctor.stalled is not None and doctor.stalled.action == "notify" and \
+                now - self.last_cancel_check < 0.1:   # once a cancel check (a second), not every pass
             idle = self.at.idle_limit() or ("submit --down: a stalled run counts as ended" if doctor.job.down_after
                                             else "")
             if idle:   # a stalled run, notified, is idle: autostop (or --down) ends it, then the compute
