@@ -209,6 +209,32 @@ def test_a_preempted_node_is_recreated_and_the_watch_ends_with_its_run(cloud, cl
     assert "ended" in json.loads(cli("status", "-c", "w", "--json")[1])["recovery"]
 
 
+def test_a_host_marked_sick_is_deleted_and_recreated_by_the_lost_hosts_path(cloud, cli, fast, no_leak):
+    """Issue 60 item 4: a host whose agent failed to get its TPU twice (tpuctl/host/failures.py) wrote
+    tpuctl/sick/HOST.json; the watcher deletes its TPU and re-creates it as it does a preempted one, once."""
+    _up(cli)
+    created = len(_creates(cloud))
+    w = Running()
+    until(lambda: any("holding its lease" in m for m in w.said.lines), what="the lease")
+    from tpuctl.core import state
+    from tpuctl.providers import registry
+    store = registry.get("gcp").store(state.load("w"))
+    store.write(layout.host_sick("t1v-n-1-w-0"), json.dumps({"host": "t1v-n-1-w-0", "worker": 0,
+                                                             "why": "device-busy twice"}).encode())
+    until(lambda: _recoveries(cloud), what="a recovery")
+    deletes = [c for c in cloud.tpu.mutating_calls() if "DeleteNode" in str(c)]
+    assert len(deletes) == 1 and len(_creates(cloud)) == created + 1
+    assert cloud.tpu.nodes[2][NODE].state.name == "READY"
+    [rec] = _recoveries(cloud)
+    assert "marked sick" in rec["lost"] and "t1v-n-1-w-0" in rec["lost"], rec
+    assert not store.list(layout.SICK_PREFIX)   # handled once
+    time.sleep(0.5)
+    assert len(_creates(cloud)) == created + 1
+    from tpuctl.control import armed
+    armed.end(store, "test over")
+    w.wait()
+
+
 def test_a_suspended_queued_request_is_asked_for_again(cloud, cli, fast, no_leak):
     _up(cli, "--queued", "--spot")
     w = Running()
@@ -536,3 +562,18 @@ def test_up_refuses_a_hidden_tpu_at_once_rather_than_waiting_for_ready(cloud, cl
     code, out, err = cli("up", "-c", "w")
     assert code == 1 and "HIDDEN, which does not become READY by waiting" in err and "tpuctl down" in err, err
     assert time.time() - started < 60
+
+
+def test_this_machine_is_not_replaced_when_sick(tmp_path):
+    """Issue 60 item 4: on the local provider a sick host is said (`status`), never replaced."""
+    from types import SimpleNamespace
+
+    from tpuctl.control.watch import Watcher
+    store = LocalStore(str(tmp_path))
+    store.write(layout.host_sick("vm"), b'{"host": "vm", "why": "device-busy twice"}')
+    from tpuctl.providers.local import LocalProvider
+    me = SimpleNamespace(p=LocalProvider(), store=store)
+    assert Watcher._sick(me) is None
+    me.p = SimpleNamespace(watcher_host=object())   # Google Cloud's: a watcher VM can watch it
+    why, records = Watcher._sick(me)
+    assert "vm: device-busy twice" in why and records == [layout.host_sick("vm")]

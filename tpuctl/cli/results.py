@@ -1,6 +1,7 @@
 """What runs show: logs, download, tensorboard, jobs. Registered on the app after runs.py (--help's order)."""
 from __future__ import annotations
 
+import time
 from typing import Any, List, Optional
 
 import typer
@@ -19,6 +20,8 @@ def logs(run_id: Optional[str] = typer.Argument(None, help="Run id (default: the
          all_hosts: bool = typer.Option(False, "--all-hosts", help="Every host's output, each line prefixed "
                                         "[sK/wW]."),
          give_up_after: float = typer.Option(900.0, "--give-up-after", help="Seconds to follow a silent host."),
+         stacks: bool = typer.Option(False, "--stacks", help="Print the stacks every host's job had when the run "
+                                     "stalled (stacks-wN.txt), instead of its output."),
          provider: Optional[str] = PROVIDER) -> None:
     """Print a run's output, raw, on stdout."""
     from ..core import backends, hostlogs, runs
@@ -34,6 +37,8 @@ def logs(run_id: Optional[str] = typer.Argument(None, help="Run id (default: the
     worker += slice_ * max(1, st.host.hosts)   # the host's index across slices (host/agent.py)
     store = prov.store(st)
     rid = submission.resolve_run(store, run_id)
+    if stacks:
+        raise typer.Exit(_stacks(store, rid, worker if (worker or slice_) else None))
     job = runs.job(store, rid)
     record = {"arch": st.spec.arch.value, "runtime": st.runtime, "slices": st.spec.slices}   # as in the cluster record
     framework = backends.program_framework(job.framework, job.env, job.keras_backend, record) if job else "tensorflow"
@@ -43,6 +48,23 @@ def logs(run_id: Optional[str] = typer.Argument(None, help="Run id (default: the
                              f"worker {worker} serves the TPU runtime")
         return
     raise typer.Exit(follow_run(store, rid, st, prov, worker, follow, give_up_after, who))
+
+
+def _stacks(store: Any, run_id: str, worker: Optional[int]) -> int:
+    """The stacks the run doctor saved (host/doctor.py), every host's (or --worker's), each after a header line."""
+    from ..core import layout
+    prefix = layout.run_prefix(run_id) + "stacks-w"
+    keys = sorted((k for k, _ in store.list(prefix)), key=lambda k: int(k[len(prefix):-len(".txt")] or 0))
+    if worker is not None:
+        keys = [k for k in keys if k == layout.run_stacks(run_id, worker)]
+    if not keys:
+        raise TpuctlError(ErrorKind.NOT_FOUND, f"run {run_id} has no stacks" + (f" of worker {worker}" if worker
+                                                                                 is not None else ""),
+                          "the run doctor saves them when a run stalls (submit --stall-after)")
+    for k in keys:
+        print(f"==> {k.rsplit('/', 1)[-1]} <==", flush=True)
+        print((store.read(k) or b"").decode(errors="replace"), flush=True)
+    return 0
 
 
 @app.command()
@@ -146,6 +168,11 @@ def jobs(cluster: Optional[str] = CLUSTER,
     for r in rows:
         if r.get("state") == "cancelled" and "--budget is spent" in str(r.get("note") or ""):
             r["state"] = "cancelled (budget)"   # the cluster's cap ended it, not a user's cancel
+        if r.get("stalled_since"):   # since its last progress (host/doctor.py); `running, stalled`: --on-stall notify
+            since = time.strftime('%H:%M:%S', time.localtime(float(str(r['stalled_since']))))
+            r["state"] = f"{'' if r['state'] == 'stalled' else str(r['state']) + ', '}stalled since {since}"
+        if r.get("failure") and r.get("state") == "failed":
+            r["state"] = f"failed ({r['failure']})"   # the cause (host/failures.py)
         if r.get("restarts"):
             r["state"] = f"{r['state']} ({r['restarts']} restart{'s' * (r['restarts'] != 1)})"
     if spend:

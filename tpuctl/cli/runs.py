@@ -102,6 +102,15 @@ def submit(ctx: typer.Context,
                                                       "signal tpuctl did not send, as xpk does (default 0; GKE: the "
                                                       "JobSet's maxRestarts, default 5, which node disruptions "
                                                       "count against too)."),
+           stall_after: Optional[str] = typer.Option(None, "--stall-after", help="Call the run stalled when its "
+                                                     "step (or, before its first step, its output) has not moved for "
+                                                     "this long, e.g. 20m (10s and up; off: never). Default: the "
+                                                     "larger of 15m and 10x the median step time, and 45m before "
+                                                     "the first step (installs and the first compile)."),
+           on_stall: str = typer.Option("restart", "--on-stall", help="What a stall does, after every host's "
+                                        "stacks are saved (`tpuctl logs RUN --stacks`) and run.stalled is sent: "
+                                        "notify (only), restart (a new attempt, within --max-restarts; then stop) "
+                                        "or stop (the run ends `stalled`)."),
            notify_to: List[str] = typer.Option([], "--notify", help="Send this run's events to a webhook or "
                                                "Apprise URL (repeatable), besides the cluster's."),
            tpu_type: Optional[str] = typer.Option(None, "--type", help="GKE dry run without a cluster: the TPU type "
@@ -122,6 +131,9 @@ def submit(ctx: typer.Context,
     from ..core.notify import check_urls
     con = console()
     urls = check_urls(notify_to)
+    stall = _stall_after(stall_after)
+    if on_stall not in ("notify", "restart", "stop"):
+        raise bad_input(f"--on-stall {on_stall!r} is not notify, restart or stop", "e.g. --on-stall stop")
     job = jobspec.load(job_dir, data)          # the job's own mistakes first, before any cluster is looked for
     say_left_out(job)                          # links out of the job are refused here too
     jobspec.check_launchable(job.command, list(ctx.args), job.env)   # what no host could start
@@ -147,7 +159,8 @@ def submit(ctx: typer.Context,
             arm(st, prov, lambda s: rep.resource("--down", "host", s))
         run_id, _ = submission.submit(st, prov, job, list(ctx.args), rep.transfer, rep, down_after=down,
                                       sessions=chain or 0, keep_inputs=keep_inputs, max_restarts=restarts,
-                                      notify_urls=urls, queue=queue or "", priority=priority or "")
+                                      notify_urls=urls, queue=queue or "", priority=priority or "",
+                                      stall_after=stall, on_stall=on_stall)
     if detach:
         print(run_id)
         return
@@ -213,6 +226,19 @@ def _check_run_flags(st: "ClusterState", prov: "Provider", job: "JobSpec", chain
     _check_max_restarts(restarts, st, prov)
     submission.check_offline(st, prov, job, queue or "", priority or "")
     return restarts
+
+
+def _stall_after(text: Optional[str]) -> float:
+    """--stall-after in seconds: 0 (not given) for the default rule, -1 for off (host/stall.py)."""
+    from ..core.lifecycle import parse_duration
+    if text is None:
+        return 0.0
+    seconds = parse_duration(text, "--stall-after")
+    if seconds == 0:
+        return -1.0
+    if seconds < 10:
+        raise bad_input(f"--stall-after {text} is under 10 seconds", "e.g. --stall-after 20m (10s and up, or off)")
+    return float(seconds)
 
 
 def _check_max_restarts(n: int, st: "ClusterState", prov: "Provider") -> None:

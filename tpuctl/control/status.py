@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from ..core import budget, layout, runs, state
+from ..core import budget, layout, runindex, runs, state
 from ..core.errors import ErrorKind, TpuctlError
 from ..core.lifecycle import show_duration
 from ..core.sizes import human_bytes
@@ -45,6 +45,7 @@ def status(st: ClusterState, provider: Provider, repair: bool = True) -> dict[st
     info.update(watch)
     info["orphan_data"] = orphan_data(st, provider, repair)
     info["notifications"] = undelivered(st, provider)
+    info.update(doctor(st, provider) if st.phase is Phase.READY else {})
     armed = _armed(st, provider, record) if (st.spec.autostop or st.deadline) and st.phase is Phase.READY and not stopped \
         else ""
     if st.spec.autostop:
@@ -151,6 +152,24 @@ def _store_full(st: ClusterState, provider: Provider) -> tuple[str, str] | None:
         return (f"the store is full: {free} bytes free at {st.spec.store} (runs cannot save checkpoints or logs; "
                 "the next submit is refused)", fix)
     return None
+
+
+def doctor(st: ClusterState, provider: Provider) -> dict[str, str]:
+    """What the run doctor found (host/doctor.py, host/failures.py): the running runs that stalled, since when
+    (`stalled`), and hosts marked sick (`sick`); nothing when all is well or the store cannot be read."""
+    out: dict[str, str] = {}
+    try:
+        store = provider.store(st)
+        stalled = [(r, s.stalled_since) for r in runindex.queued(store, ensured=True)
+                   if (s := runs.status(store, r)).stalled_since and not s.state.final]
+        sick = [runs.read_object(store, k) for k, _ in store.list(layout.SICK_PREFIX)]
+    except Exception:  # noqa: BLE001 - a nicety in status: a store that cannot be read shows none
+        return out
+    if stalled:
+        out["stalled"] = "; ".join(f"run {r} since {when(float(t or 0))}" for r, t in stalled)
+    if sick:
+        out["sick"] = "; ".join(f"{d.get('host')} ({d.get('why')})" for d in sick)
+    return out
 
 
 def undelivered(st: ClusterState, provider: Provider) -> str:

@@ -75,11 +75,13 @@ def check_offline(st: ClusterState, provider: Provider, job: JobSpec, queue: str
 def submit(st: ClusterState, provider: Provider, job: JobSpec, args: list[str], transfer: datasync.Transfer,
            reporter: Reporter, down_after: bool = False, sessions: int = 0,
            keep_inputs: bool = False, max_restarts: int = 0,
-           notify_urls: list[str] | None = None, queue: str = "", priority: str = "") -> tuple[str, dict[str, int]]:
+           notify_urls: list[str] | None = None, queue: str = "", priority: str = "", stall_after: float = 0.0,
+           on_stall: str = "restart") -> tuple[str, dict[str, int]]:
     """Everything up to the written job.json (and, where runs execute on a service, its hand-over); returns (run
     id, data sync summary). `sessions`: how many sessions a service's run may chain through (0: the default);
     `keep_inputs`: the service keeps the run's inputs once it ends; `max_restarts`: how often the host restarts a
-    job that exits 42 or dies by a signal (host/restarts.py); `queue`, `priority`: Kueue's, on GKE."""
+    job that exits 42 or dies by a signal (host/restarts.py); `queue`, `priority`: Kueue's, on GKE; `stall_after`,
+    `on_stall`: the run doctor's window (0: the default rule, -1: off) and action (host/stall.py, doctor.py)."""
     check_launchable(job.command, args, job.env)   # before anything is uploaded: what no host could start
     if st.phase is Phase.DOWN:
         raise TpuctlError(ErrorKind.NOT_FOUND, f"cluster {st.name} is down (its {provider.store_noun} is kept)",
@@ -119,7 +121,7 @@ def submit(st: ClusterState, provider: Provider, job: JobSpec, args: list[str], 
     try:
         with said_full(store):   # what _write_run wrote of the run is removed first (orphans.py)
             synced, interrupted = _write_run(store, st, job, args, run_id, transfer, reporter, down_after, sha,
-                                             max_restarts, notify_urls or [], queue, priority)
+                                             max_restarts, notify_urls or [], queue, priority, stall_after, on_stall)
     except datasync.Interrupted as e:
         raise TpuctlError(ErrorKind.INTERRUPTED, f"submit stopped while sending data: run {run_id} was never "
                           f"submitted and keeps no data; {e.stored} of {e.missing} new data contents "
@@ -141,7 +143,8 @@ def submit(st: ClusterState, provider: Provider, job: JobSpec, args: list[str], 
 
 def _write_run(store: BlobStore, st: ClusterState, job: JobSpec, args: list[str], run_id: str,
                transfer: datasync.Transfer, reporter: Reporter, down_after: bool, sha: str, max_restarts: int,
-               notify_urls: list[str], queue: str = "", priority: str = "") -> tuple[dict[str, int], bool]:
+               notify_urls: list[str], queue: str = "", priority: str = "", stall_after: float = 0.0,
+               on_stall: str = "restart") -> tuple[dict[str, int], bool]:
     """The run's data, then its job.json, queue entry and index entry; returns the data sync summary and whether
     a Ctrl-C came once the job.json was being written. A run stopped before its job.json is written (Ctrl-C, a
     failed upload) leaves no data (orphans.py); once it is, Ctrl-C waits for the entries, so a run is never
@@ -159,7 +162,8 @@ def _write_run(store: BlobStore, st: ClusterState, job: JobSpec, args: list[str]
         spec = RunSpec(id=run_id, name=job.name, command=job.command, args=list(args), env=job.env, package=sha,
                        requirements=job.requirements, submitted=time.time(), cluster=st.name,
                        framework=job.framework.value, down_after=down_after, tensorflow=job.tensorflow,
-                       max_restarts=max_restarts, keras_backend=job.keras_backend, queue=queue, priority=priority)
+                       max_restarts=max_restarts, keras_backend=job.keras_backend, queue=queue, priority=priority,
+                       stall_after=stall_after, on_stall=on_stall)
         with interrupts.held() as interrupted:
             notify.save_run_urls(store, run_id, notify_urls)   # before the run exists: its host reads them
             if not store.create(layout.run_job(run_id), json.dumps(spec.to_json(), indent=2).encode()):
@@ -260,13 +264,15 @@ def _row(store: BlobStore, run_id: str, repair: bool = True) -> dict[str, object
     if not st.state.final and st.heartbeat and time.time() - st.heartbeat > STALE_SECONDS:
         shown = "lost?"   # no heartbeat for 2 minutes: the host may be gone
     losses = [v for _, v in m.history.get("loss", [])] if m else []
+    stalls = [float(d["since"]) for d in runs.stalls(store, run_id) if d.get("since")] if m and m.attempts else []
     parts = goodput.breakdown(m.attempts, min(start or m.attempts[0]["start"], m.attempts[0]["start"]),
-                              end or time.time()) if m and m.attempts else None
+                              end or time.time(), stalls) if m and m.attempts else None
     return {"id": run_id, "name": job.name, "state": shown,
             "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(start)) if start else "",
             "started_at": start,
             "duration": round((end or time.time()) - start, 1) if start else None,
             "exit_code": st.exit_code, "attempt": st.attempt, "note": st.note, "restarts": st.restarts,
+            "stalled_since": st.stalled_since, "failure": st.failure or None,
             "step": m.step if m else None, "loss": m.metrics.get("loss") if m else None,
             "loss_curve": metrics.sparkline(losses),
             "goodput": parts.pop("goodput_pct") if parts else None, "goodput_parts": parts,

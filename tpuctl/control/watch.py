@@ -94,6 +94,8 @@ class Watcher:
             return None
         self._say_resumptions()
         lost = self.p.compute_lost(self.st) if self.st.phase is Phase.READY else "a re-create was interrupted"
+        sick = None if lost else self._sick()
+        lost = lost or (sick[0] if sick else None)
         if not lost:
             self._tell_if_held()
             return None
@@ -106,8 +108,33 @@ class Watcher:
         over = budgetstop.spent(self.store, self.st)
         if over:
             return budgetstop.stop(self.st, self.p, self.r, self.store, over, self.where, lost)
+        if sick:
+            self._replace(lost, sick[1])
         self.recover(lost)
         return None
+
+    def _sick(self) -> tuple[str, list[str]] | None:
+        """A host its agent marked sick (host/failures.py: it failed to get its TPU twice) is replaced by the lost
+        host's path: its compute deleted here, then re-created as any lost compute is (`recover`); the run resumes
+        on the new host. A TPU slice goes whole: a host event on one VM of a slice interrupts all of it
+        (cloud.google.com/kubernetes-engine/docs/concepts/handle-disruption-gpu-tpu). (why, the sick records), or
+        None when no host is sick."""
+        if self.p.watcher_host is None:
+            # compute no watcher VM can watch from outside is this machine (or a service's): not replaced, `status`
+            # says the host is sick
+            return None
+        found = [(k, runs.read_object(self.store, k)) for k, _ in self.store.list(layout.SICK_PREFIX)]
+        if not found:
+            return None
+        said = "; ".join(f"{d.get('host') or k}: {d.get('why', '')}" for k, d in found)
+        return f"a host was marked sick ({said})", [k for k, _ in found]
+
+    def _replace(self, why: str, records: list[str]) -> None:
+        """The sick host's compute deleted, so that `recover` re-creates it; its records go once it is."""
+        self.r.warn(f"cluster {self.st.name}: {why}; deleting its compute to re-create it")
+        self.p.delete_compute(self.st, self.r)
+        for k in records:
+            self.store.delete(k)
 
     def _hold(self) -> bool:
         """Hold the lease (renewing it), or stand by while another watcher does."""

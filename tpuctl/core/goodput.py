@@ -16,6 +16,9 @@ lifetime (its first claim to its end):
 - disruption: from an interrupted attempt's last step to the next attempt's start (the TPU lost, re-created, booted,
   the job restarted): what that library splits into accelerator initialisation, training preparation and program
   startup after a restart;
+- stalled: from an attempt's last step to the next attempt's start (or the run's end) when the run doctor found
+  the attempt stalled (host/doctor.py: its stall records' `since`): time a hung job held the TPU, which that library
+  has no bucket for (its CUSTOM_BADPUT_EVENTS is the nearest), and not a disruption of the infrastructure's;
 - other: the rest (the first start, data loading, evaluation, saves the job did not time).
 """
 from __future__ import annotations
@@ -31,9 +34,20 @@ def first_step_extra(a: dict[str, float]) -> float:
     return max(first - (a["step_seconds"] - first) / (calls - 1), 0.0)
 
 
-def breakdown(attempts: list[dict[str, float]], started: float, ended: float) -> dict[str, Any]:
+STALL_SLACK = 5.0   # a stall's `since` is the agent's sight of the last step, a poll after the job's own stamp
+
+
+def _stalled_after(a: dict[str, float], until: float, stalls: list[float]) -> bool:
+    """Whether a stall began between the attempt's last step and `until`."""
+    return any(a["last"] - STALL_SLACK <= since <= until for since in stalls)
+
+
+def breakdown(attempts: list[dict[str, float]], started: float, ended: float,
+              stalls: list[float] | None = None) -> dict[str, Any]:
+    """`stalls`: when each of the run's stalls began (its last progress: runs.stalls' `since`)."""
     total = max(ended - started, 1e-9)
-    productive = wasted = disruption = startup = checkpoint = 0.0
+    productive = wasted = disruption = startup = checkpoint = stalled = 0.0
+    stalls = stalls or []
     redone = 0
     for i, a in enumerate(attempts):
         steps = max(a["step"] - a["from"], 0.0)
@@ -49,14 +63,19 @@ def breakdown(attempts: list[dict[str, float]], started: float, ended: float) ->
         productive += kept - per_step * min(lost_steps, steps)
         startup += extra
         checkpoint += a.get("checkpoint_seconds", 0.0)
-        if nxt:
+        if nxt and _stalled_after(a, nxt["start"], stalls):
+            stalled += max(nxt["start"] - a["last"], 0.0)
+        elif nxt:
             disruption += max(nxt["start"] - a["last"], 0.0)
+        elif _stalled_after(a, ended, stalls):   # the run ended stalled, or is stalled now
+            stalled += max(ended - max(a["last"], min(stalls)), 0.0)
     # steps timed by the job and a wall clock read by the host disagree by a clock's grain: a run of a fraction of a
     # second read 422% (issue 63.7); the kept steps' time is at most the run's
     productive = min(productive, total)
-    other = max(total - productive - wasted - disruption - startup - checkpoint, 0.0)
+    other = max(total - productive - wasted - disruption - startup - checkpoint - stalled, 0.0)
     return {"goodput_pct": round(100 * productive / total, 1), "wall_seconds": round(total, 1),
             "productive_seconds": round(productive, 1), "startup_seconds": round(startup, 1),
             "checkpoint_seconds": round(checkpoint, 1), "wasted_progress_seconds": round(wasted, 1),
-            "disruption_seconds": round(disruption, 1), "other_seconds": round(other, 1),
+            "disruption_seconds": round(disruption, 1), "stalled_seconds": round(stalled, 1),
+            "other_seconds": round(other, 1),
             "steps_redone": redone, "resumes": max(len(attempts) - 1, 0)}

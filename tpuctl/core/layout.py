@@ -174,6 +174,27 @@ def run_chips(run_id: str, worker: int) -> str:
     return f"{run_prefix(run_id)}tpu-metrics{_worker(worker)}.json"
 
 
+def run_stacks(run_id: str, worker: int) -> str:
+    """Worker N's job's stacks, taken when the run stalled (host/stacks.py): `tpuctl logs RUN --stacks` prints them.
+    Named stacks-wN.txt for every worker, worker 0 too, so a listing sorts them by host."""
+    return f"{run_prefix(run_id)}stacks-w{worker}.txt"
+
+
+SICK_PREFIX = "tpuctl/sick/"
+
+
+def host_sick(host: str) -> str:
+    """A host that failed to get its TPU twice in a row (host/failures.py): `status` names it; it is to be
+    replaced through the lost-host path."""
+    return f"{SICK_PREFIX}{host}.json"
+
+
+def run_stalls(run_id: str) -> str:
+    """The run's stalls (host/doctor.py), one record each: when its progress stopped, when it was seen, what was
+    done; goodput counts the time as badput `stalled` (goodput.py)."""
+    return f"{run_prefix(run_id)}stalls/"
+
+
 def blob(md5: str) -> str:
     """A data file's content, stored once whatever its name (content-addressed by md5)."""
     return f"{BLOBS_PREFIX}{md5}"

@@ -37,7 +37,7 @@ from .delivery import mask as mask, send_one as send_one, try_once as try_once
 from .errors import bad_input
 from .store import BlobStore
 
-EVENTS = ("run.started", "run.finished", "run.failed", "run.restarted", "cluster.preempted", "cluster.recovered",
+EVENTS = ("run.started", "run.finished", "run.failed", "run.restarted", "run.stalled", "cluster.preempted", "cluster.recovered",
           "cluster.stopped", "cluster.recovery_given_up", "budget.warning", "test")
 STOP_REASONS = ("autostop", "max-duration", "budget", "run-down")
 

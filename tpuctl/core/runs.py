@@ -29,10 +29,12 @@ class RunState(str, Enum):
     CANCELLED = "cancelled"
     LOST = "lost"              # its host stopped heartbeating too many times
     ENDED = "ended"            # its compute is gone for good (`tpuctl down`): its status note says why
+    STALLED = "stalled"        # it stopped moving (host/stall.py) and `submit --on-stall` ended it (stop, or restarts spent)
 
     @property
     def final(self) -> bool:
-        return self in (RunState.SUCCEEDED, RunState.FAILED, RunState.CANCELLED, RunState.LOST, RunState.ENDED)
+        return self in (RunState.SUCCEEDED, RunState.FAILED, RunState.CANCELLED, RunState.LOST, RunState.ENDED,
+                        RunState.STALLED)
 
 
 @dataclass
@@ -54,6 +56,8 @@ class RunSpec(JsonRecord):
     keras_backend: str = ""           # tpuctl.toml's `keras_backend` (framework "keras"): "" lets the host pick
     queue: str = ""                   # `submit --queue` (GKE): the Kueue LocalQueue the run waits in; "": none
     priority: str = ""                # `submit --priority` (GKE): the run's PriorityClass; "": the cluster's default
+    stall_after: float = 0.0          # `submit --stall-after` in seconds; 0: the default rule (host/stall.py)
+    on_stall: str = "restart"         # `submit --on-stall`: notify, restart or stop (host/doctor.py)
 
 
 @dataclass
@@ -70,6 +74,8 @@ class RunStatus(JsonRecord):
     pid: int | None = None
     note: str = ""                    # what went wrong around the run, not in it (the store full: storeguard.py)
     restarts: int = 0                 # of submit --max-restarts, spent so far (host/restarts.py)
+    stalled_since: float | None = None   # the run's last progress, while it is stalled (host/stall.py)
+    failure: str = ""                 # the cause of its last failed attempt (host/failures.py), "" while none
 
     def __post_init__(self) -> None:
         self.state = RunState(self.state)
@@ -78,6 +84,17 @@ class RunStatus(JsonRecord):
 # Today's ids carry milliseconds (YYYYMMDD-HHMMSS-mmm-xxxx); ids of earlier releases (no milliseconds) are still
 # accepted in the stores that hold them.
 _ID_RE = re.compile(r"^[0-9]{8}-[0-9]{6}(-[0-9]{3})?-[0-9a-f]{4}$")
+
+
+def stalls(store: BlobStore, run_id: str) -> list[dict[str, Any]]:
+    """The run's stall records (host/doctor.py), oldest first: `since` (its last progress), `at` (when seen),
+    `action`, `worker`, `why`."""
+    out = []
+    for key, _ in store.list(layout.run_stalls(run_id)):
+        doc = read_json(store, key)
+        if doc:
+            out.append(doc)
+    return sorted(out, key=lambda d: float(d.get("at") or 0))
 
 
 def heartbeats(store: BlobStore) -> list[dict[str, Any]]:

@@ -130,6 +130,10 @@ class Agent:
             except Exception as e:  # noqa: BLE001 - the next agent or command settles it (runindex.py)
                 self.guard.failed(e, f"run {run_id}'s queue entry")
 
+    def idle_limit(self) -> str:
+        """Why autostop ends a run that stalled and was only notified ("" while it does not): autostop.py."""
+        return self.selfstop.idle_limit()
+
     def tpu_address(self) -> str:
         if self.tpu:
             return self.tpu

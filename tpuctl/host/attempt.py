@@ -28,8 +28,9 @@ from ..core.lifecycle import Clock
 from ..core.packaging import unpack
 from ..core.runs import RunSpec, RunState, RunStatus
 from ..runtime import prefer_legacy_keras
-from . import heldoutput, jaxcluster, jobenv, kerasbackend, megascale, podruntime
+from . import failures, heldoutput, jaxcluster, jobenv, kerasbackend, megascale, podruntime
 from .contexts import Seat
+from .doctor import Doctor, Stall
 from .halts import Halts
 from .heldoutput import HeldOutput
 from .jobprocs import start
@@ -68,6 +69,8 @@ class AttemptHost(Seat, Protocol):
 
     def wait_tpu_address(self, heartbeat: Callable[[], None]) -> str: ...
 
+    def idle_limit(self) -> str: ...
+
 
 class Attempt:
     def __init__(self, agent: AttemptHost, run_id: str, attempt: int, job: RunSpec | None,
@@ -88,13 +91,19 @@ class Attempt:
         self.halts = Halts(agent.store, run_id, agent.stop, agent.guard.failed, limit)   # what ends it from outside
         self.events = RunEvents(agent.store, str(agent.record.get("cluster", "")), run_id, attempt, agent.worker,
                                 agent.host, self.started)
+        self.doctor: Doctor | None = None   # the stall check while the job runs (doctor.py)
+        self.failure = ""                   # the cause of the last failed start (failures.py)
+        self.tally = failures.Tally()
 
     def status(self, state: RunState, exit_code: int | None = None, pid: int | None = None, note: str = "",
                ended: float | None = None) -> None:
         """`ended`: a final status's end time, when it is written again (heldoutput.py)."""
+        stalled = self.doctor.stalled if self.doctor else None
         self.a.write_status(self.run_id, RunStatus(state=state, exit_code=exit_code, pid=pid, started=self.started,
                                                    attempt=self.attempt, note=note, restarts=self.restarts,
-                                                   ended=(ended or time.time()) if state.final else None))
+                                                   ended=(ended or time.time()) if state.final else None,
+                                                   stalled_since=stalled.since if stalled else None,
+                                                   failure=self.failure))
 
     def run(self) -> int:
         """The job's exit code (127: the run could not be prepared; 130: cancelled before it started)."""
@@ -102,15 +111,9 @@ class Attempt:
             self.status(RunState.CANCELLED)   # cancelled while queued: it never starts
             return 130
         self.status(RunState.STARTING)
-        quiet = None if self.job is not None and self.job.env.get("TPUCTL_TF_PREAMBLE") == "1" else \
-            PreambleFilter(gpu=self.a.accelerator.startswith("gpu"))
-        shipper = LogShipper(self.a.store, self.run_id, self.a.worker, quiet, self.a.guard)
-        if self.attempt > 1:
-            why = "the previous attempt's host stopped" if self.resumed_after_stop \
-                else "the previous host stopped heartbeating"
-            shipper.note(f"{why}; run resumed on {self.a.host} (attempt {self.attempt})", fresh_line=True)
+        shipper = self._shipper()
         try:
-            job = self._prepare(shipper)
+            job = prepare(self, shipper)
         except Exception as e:  # noqa: BLE001 - reported in the run's own log and status
             if self.a.stop.is_set():
                 return self._interrupted(shipper, None)
@@ -121,9 +124,10 @@ class Attempt:
         if self.a.stop.is_set():
             return self._interrupted(shipper, None)
         tf = kerasbackend.tensorflow_to_install(job, self.a.record, self.a.accelerator)
-        script, env_dir = self._script(job, tf)
+        script, env_dir = job_script(self, job, tf)
         rounds = Rounds.of(self.a, self.a.stop, self.run_id, job)
         n = rounds.join() if rounds else 1
+        self.doctor = Doctor(self.a, self.run_id, job, self.attempt, self.work / "stacks")
         wait = 0.0   # the restart backoff (restarts.backoff)
         while True:
             if rounds:
@@ -133,24 +137,29 @@ class Attempt:
                     return self._not_started(shipper, rounds, n, why_not)
                 self.restarts = rounds.restarts(n)
             env = environment(self.a, self.run_id, job, tf, env_dir)
-            env["TPUCTL_RESTARTS"] = str(self.restarts)
+            env.update(TPUCTL_RESTARTS=str(self.restarts), TPUCTL_STACKS_DIR=self.doctor.fresh_stacks_dir())
             proc = self._launch(script, env, shipper)
             if isinstance(proc, int):
                 return proc
             self.events.started(self.restarts, n, self.exited)
-            supervisor = Supervisor(self._watch(), proc, shipper, (lambda: rounds.watch(n)) if rounds else None)
+            supervisor = self._supervisor(proc, shipper, rounds, n)
             rc, cancelled = supervisor.run()
-            # a job tpuctl ended itself (a cancel, the budget) is not the host's stop: no wait for the agent's SIGTERM
-            if not cancelled and rc != 0 and self._host_stopping(rc, bool(supervisor.superseded)):
+            if not cancelled and rc != 0 and self._host_stopping(rc, bool(supervisor.superseded or supervisor.stalled)):
                 return self._interrupted(shipper, rc)   # the host's stop: never a restart, never the run's end
-            if later := supervisor.superseded or lost_host(self, rounds, n, rc, cancelled):
-                n, ended = self._next_round(shipper, *later)
+            if supervisor.stalled and not rounds:
+                ended, wait = after_stall(self, shipper, supervisor.stalled, rc, job, wait)
                 if ended is not None:
                     return ended
                 continue
-            decision = decide(rc, cancelled, self.restarts, job.max_restarts)
+            if later := supervisor.superseded or lost_host(self, rounds, n, rc, cancelled):
+                n, ended = self._next_round(shipper, *later, rc=rc)
+                if ended is not None:
+                    return ended
+                continue
+            decision = triage(self, rc, cancelled, job, shipper)
             if decision is Decision.RESTART and rounds:
-                n = int(rounds.call(n + 1, f"{rounds.label(self.a.worker)}'s job exited {rc}", counts=True)["round"])
+                n = int(rounds.call(n + 1, f"{rounds.label(self.a.worker)}'s job exited {rc}",
+                                    counts=not self.tally.free)["round"])
                 shipper.note(f"the job exited {rc}: the run restarts on every host (round {n}; submit "
                              f"--max-restarts {job.max_restarts})", fresh_line=True)
                 continue
@@ -177,6 +186,17 @@ class Attempt:
         state = {Decision.DONE: RunState.SUCCEEDED, Decision.FAIL: RunState.FAILED}.get(decision, RunState.CANCELLED)
         return self._end(shipper, state, rc, cancelled, runs.cancelled_by(self.a.store, self.run_id) * cancelled)
 
+    def _shipper(self) -> LogShipper:
+        """The run's log on this host, which says first why a later attempt took the run over."""
+        quiet = None if self.job is not None and self.job.env.get("TPUCTL_TF_PREAMBLE") == "1" else \
+            PreambleFilter(gpu=self.a.accelerator.startswith("gpu"))
+        shipper = LogShipper(self.a.store, self.run_id, self.a.worker, quiet, self.a.guard)
+        if self.attempt > 1:
+            why = "the previous attempt's host stopped" if self.resumed_after_stop \
+                else "the previous host stopped heartbeating"
+            shipper.note(f"{why}; run resumed on {self.a.host} (attempt {self.attempt})", fresh_line=True)
+        return shipper
+
     def _end(self, shipper: LogShipper, state: RunState, rc: int, cancelled: bool, why: str = "") -> int:
         """The run's end on this host: its output shipped, its final status, its event."""
         if why:
@@ -192,18 +212,24 @@ class Attempt:
             shipper.settle(self.a.stop, lambda _: None)   # nothing held, or the agent stops: what is lost is marked
             lost = f"{shipper.unshipped} bytes of output were not shipped ({self.a.guard.problem or 'store full'})"
             self.status(state, exit_code=rc, note=lost if shipper.unshipped else note)
-        self.events.ended(rc, cancelled)
+        self.events.ended(rc, cancelled, self.failure if state in (RunState.FAILED, RunState.STALLED) else "")
         return rc
 
     def _watch(self) -> Watch:
         """What the supervisor of this attempt's job reads and calls (supervisor.py)."""
         a = self.a
         return Watch(self.run_id, a.stop, self.halts, lambda pid: self.status(RunState.RUNNING, pid=pid),
-                     a.clock.busy, a.beat_if_quiet, a.guard.failed)
+                     a.clock.busy, a.beat_if_quiet, a.guard.failed, a.idle_limit)
 
-    def _next_round(self, shipper: LogShipper, why: str, called: dict[str, Any]) -> tuple[int, int | None]:
+    def _next_round(self, shipper: LogShipper, why: str, called: dict[str, Any],
+                    rc: int | None = None) -> tuple[int, int | None]:
         """A later round another host (or this one's watch) asked for: (the round, None) to start it, or (0, the
-        exit code) when it ends the run (rounds.py)."""
+        exit code) when it ends the run (rounds.py); a round that ends the run for a stall ends it `stalled`, with
+        this host's job's own exit code `rc`."""
+        self.failure = "stalled" if called.get("stalled") else "lost-host" if not (called.get("counts") or
+                                                                                   called.get("end")) else self.failure
+        if called.get("end") == "stalled":
+            return 0, self._end(shipper, RunState.STALLED, 143 if rc is None else rc, False, why)
         if called.get("end"):
             return 0, self._end(shipper, RunState.FAILED, int(called.get("exit_code") or 1), False, why)
         shipper.note(f"{why}: the run restarts on every host (round {called['round']})", fresh_line=True)
@@ -215,22 +241,31 @@ class Attempt:
         tpuctl's submit let through, or E2BIG)."""
         if self.halts.cancel_asked():   # before the first start and before every restart: a cancel wins at once
             return self._end(shipper, RunState.CANCELLED, 130, True, "cancelled: the job is not started again")
-        self.began = time.monotonic()
+        self.began, self.tally.oom_before = time.monotonic(), failures.oom_kills()
         try:
             return start(script, self.code_dir, env)
         except (OSError, ValueError) as e:
             return self._end(shipper, RunState.FAILED, 127, False, f"cannot start the job: {type(e).__name__}: {e}")
 
-    def _restart(self, shipper: LogShipper, rc: int, limit: int, wait: float) -> int | None:
+    def _supervisor(self, proc: subprocess.Popen[bytes], shipper: LogShipper, rounds: Rounds | None,
+                    n: int) -> Supervisor:
+        """The started job's supervisor, with the run doctor watching it (a stall in a run across hosts is a
+        round: Rounds.for_stall)."""
+        assert self.doctor is not None
+        self.doctor.begin()
+        return Supervisor(self._watch(), proc, shipper, (lambda: rounds.watch(n)) if rounds else None, self.doctor,
+                          lambda: self.restarts, (lambda s: rounds.for_stall(n, s.why, s.action)) if rounds else None)
+
+    def _restart(self, shipper: LogShipper, rc: int, limit: int, wait: float, what: str = "") -> int | None:
         """A restart on this host after `wait` seconds (restarts.backoff), said in the log: None to start the job
         again, or the exit code when a cancel, the cluster's limit or the agent's stop came during the wait. The
         restart counts once the wait is over, and a run ended during it keeps the job's own last exit code: one
         cancelled there counted a restart that never ran and showed exit 130, tpuctl's "interrupted" (issue 52.7)."""
-        n = self.restarts + 1
+        n = self.restarts + (not self.tally.free)   # a TPU's failure (failures.py) is not counted
         self.exited = rc
-        shipper.note(f"the job exited {rc}; restart {n} of {limit} (submit --max-restarts), from its "
-                     f"checkpoint, in {wait:g}s (the wait doubles while the job keeps failing, up to a minute)",
-                     fresh_line=True)
+        shipper.note(f"{what or f'the job exited {rc}'}; " + (f"restart {n} of {limit} (submit --max-restarts)"
+                     if not self.tally.free else "restarted, not counted") + f", from its checkpoint, in {wait:g}s "
+                     "(the wait doubles while the job keeps failing, up to a minute)", fresh_line=True)
         why = wait_out(wait, self.a.stop, self.halts.why_not_restart,
                        lambda left: self.status(RunState.RUNNING, note=f"restart {n} in {left:.0f}s"))
         if why and self.a.stop.is_set():
@@ -253,8 +288,9 @@ class Attempt:
 
     def _host_stopping(self, rc: int, superseded: bool) -> bool:
         """Whether the job's end is the host's stop: the agent is being stopped, or the job died of a signal and the
-        agent's own SIGTERM follows within SIGNAL_WAIT_SECONDS. A job that saved and exited 143 reads the same. A job
-        a new round ended (rounds.py) was signalled by tpuctl: only the agent's stop counts then."""
+        agent's own SIGTERM follows within SIGNAL_WAIT_SECONDS (a job that saved and exited 143 reads the same). A
+        job tpuctl ended itself (`superseded`: a new round, rounds.py, or a stall, doctor.py) was signalled by
+        tpuctl: only the agent's stop counts then; a cancel or the budget never asks (no wait for the SIGTERM)."""
         if superseded:
             return self.a.stop.is_set()
         if self.a.external_restarts and self.job is not None and \
@@ -267,49 +303,98 @@ class Attempt:
         """The agent is being stopped: not the run's end. Recorded `interrupted` (with what the job exited with), so
         the next agent on this host or on its replacement resumes it at once (claims.py)."""
         why = f"the agent was stopped on {self.a.host} (the host shutting down, maintenance or a preemption)"
+        self.failure = "preempted" if self.a.stop.is_set() else self.failure
         if self.a.external_restarts and not self.a.stop.is_set():   # a GKE pod's job exited for a JobSet restart
-            why = f"the job exited {rc}: the JobSet restarts the run"
+            why = f"the job exited {rc}" + (" (stalled)" if self.failure == "stalled" else "") + \
+                ": the JobSet restarts the run"
         shipper.note(f"{why}; the run resumes when an agent starts again", fresh_line=True)
         shipper.flush(last=True)
         self.status(RunState.INTERRUPTED, exit_code=rc, note=why)
         return 128 + signal.SIGTERM if rc is None else rc
 
-    def _prepare(self, shipper: LogShipper) -> RunSpec:
-        job, a = self.job, self.a
-        knobs.check()   # the agent's TPUCTL_* waits, read later as the job runs: a bad one ends the run here, said
-        if job is None:
-            raise RuntimeError(f"{layout.run_job(self.run_id)} is unreadable")
-        pkg = a.store.read(layout.job_package(job.package))
-        if pkg is None:
-            raise RuntimeError(f"package {job.package} is missing from the store")
-        if hashlib.sha256(pkg).hexdigest() != job.package:
-            raise RuntimeError(f"package {job.package} does not match its sha256 name")
-        unpack(pkg, self.code_dir, *a.package_limits())
-        megascale.check(megascale.read(a.record), a.slice)
-        if a.record.get("arch") == "node" and not a.tpu_address():
-            shipper.note("waiting for the TPU node's address (tpuctl up writes it once the node is READY)")
-            if not a.wait_tpu_address(lambda: self.status(RunState.STARTING)):
-                raise RuntimeError("the TPU node's address never appeared in the cluster record")
-        return job
 
-    def _script(self, job: RunSpec, tf: str) -> tuple[str, Path | None]:
-        """The job's bash script, and its own environment when it needs one (requirements, TensorFlow `tf`, or
-        JAX for a Keras job where the image has none); a Keras job's backend said first."""
-        a = self.a
-        script = "set -e\n" + kerasbackend.said(job, a.record, a.accelerator)
-        jax = kerasbackend.jax_to_install(job, a.record, a.accelerator)
-        env_dir = None
-        if job.requirements or tf or jax:
-            env_dir, make = jobenv.plan(a.home, self.code_dir, job.requirements, self.work, tf, jax,
-                                        pjrt_from_python(tf, a.record, job.env))
-            script += make
-        if tf and env_dir and podruntime.applies(a.record, kerasbackend.framework(job, a.record, a.accelerator)):
-            script += shlex.join(podruntime.command(a.store.uri, self.run_id, self.attempt, a.workers, a.host,
-                                                    str(env_dir / "bin" / "python"))) + "\n"
-        # As written, through bash: `prepare && train`, `cd sub && ...`, `VAR=1 python ...` all work; arguments
-        # after `--` are appended shell-quoted (to the last command of a list).
-        return script + "set +e\n" + job.command + "".join(" " + shlex.quote(x) for x in job.args) + "\n", env_dir
+def after_stall(at: Attempt, shipper: LogShipper, stall: Stall, rc: int, job: RunSpec,
+                wait: float) -> tuple[int | None, float]:
+    """A job on one host ended for a stall (doctor.py): a restart (None: start it again), or the run's end as
+    `stalled` (its exit code); and the restart backoff's wait. A GKE pod leaves the restart to its JobSet: it
+    exits with the job's code, which the pod failure policy restarts (restarts.py)."""
+    at.failure = "stalled"
+    if stall.action == "restart" and at.a.external_restarts:
+        return at._interrupted(shipper, rc), wait
+    if stall.action == "restart":
+        wait = backoff(wait, time.monotonic() - at.began)
+        return at._restart(shipper, rc, job.max_restarts, wait, "the run stalled"), wait
+    return at._end(shipper, RunState.STALLED, rc, False,
+                   f"the run stalled ({stall.why}): ended (submit --on-stall {job.on_stall}"
+                   + (f", --max-restarts {job.max_restarts} spent" if job.on_stall == "restart" else "") + ")"), wait
 
+
+def triage(at: Attempt, rc: int, cancelled: bool, job: RunSpec, shipper: LogShipper) -> Decision:
+    """restarts.decide, after the failure's cause (failures.py), said in the log: an OOM is never restarted; a TPU
+    busy or missing is restarted once, not counted, after its lockfile is cleared, and a second time on this host
+    marks the host sick and fails the run."""
+    decision = decide(rc, cancelled, at.restarts, job.max_restarts)
+    at.tally.free = False
+    if cancelled or rc == 0:
+        return decision
+    oom = at.tally.oom_before >= 0 and failures.oom_kills() > at.tally.oom_before
+    f = failures.classify(rc, bytes(shipper.tail).decode(errors="replace"), oom)
+    at.failure = f.cause
+    said = f"the job failed ({f.cause}" + (f": {f.line}" if f.line else "") + f"): {f.hint}"
+    if f.restartable is True:
+        at.tally.device += 1
+        if at.tally.device > 1:
+            failures.mark_sick(at.a.store, at.a.host, at.a.worker, said)
+            waits = at.tally.device <= failures.SICK_RESTARTS and failures.replaced_by_watcher(at.a.store)
+            shipper.note(f"{said}; a second time on {at.a.host}: the host is marked sick" + (
+                "; the recovery watcher replaces it and the run resumes there (meanwhile it restarts here, not "
+                "counted)" if waits else ""), fresh_line=True)
+            at.tally.free = waits
+            return Decision.RESTART if waits else Decision.FAIL
+        shipper.note(f"{said}; {failures.clear_lockfile()}", fresh_line=True)
+        at.tally.free = True
+        return Decision.RESTART
+    shipper.note(said, fresh_line=True)
+    return Decision.FAIL if f.restartable is False else decision
+
+
+def prepare(at: Attempt, shipper: LogShipper) -> RunSpec:
+    """The run's package checked and unpacked, its slice's settings checked, a legacy node's address awaited."""
+    job, a = at.job, at.a
+    knobs.check()   # the agent's TPUCTL_* waits, read later as the job runs: a bad one ends the run here, said
+    if job is None:
+        raise RuntimeError(f"{layout.run_job(at.run_id)} is unreadable")
+    pkg = a.store.read(layout.job_package(job.package))
+    if pkg is None:
+        raise RuntimeError(f"package {job.package} is missing from the store")
+    if hashlib.sha256(pkg).hexdigest() != job.package:
+        raise RuntimeError(f"package {job.package} does not match its sha256 name")
+    unpack(pkg, at.code_dir, *a.package_limits())
+    megascale.check(megascale.read(a.record), a.slice)
+    if a.record.get("arch") == "node" and not a.tpu_address():
+        shipper.note("waiting for the TPU node's address (tpuctl up writes it once the node is READY)")
+        if not a.wait_tpu_address(lambda: at.status(RunState.STARTING)):
+            raise RuntimeError("the TPU node's address never appeared in the cluster record")
+    return job
+
+
+def job_script(at: Attempt, job: RunSpec, tf: str) -> tuple[str, Path | None]:
+    """The job's bash script, and its own environment when it needs one (requirements, TensorFlow `tf`, or
+    JAX for a Keras job where the image has none); a Keras job's backend said first."""
+    a = at.a
+    script = "set -e\n" + kerasbackend.said(job, a.record, a.accelerator)
+    jax = kerasbackend.jax_to_install(job, a.record, a.accelerator)
+    env_dir = None
+    if job.requirements or tf or jax:
+        env_dir, make = jobenv.plan(a.home, at.code_dir, job.requirements, at.work, tf, jax,
+                                    pjrt_from_python(tf, a.record, job.env))
+        script += make
+    if tf and env_dir and podruntime.applies(a.record, kerasbackend.framework(job, a.record, a.accelerator)):
+        script += shlex.join(podruntime.command(a.store.uri, at.run_id, at.attempt, a.workers, a.host,
+                                                str(env_dir / "bin" / "python"))) + "\n"
+    # As written, through bash: `prepare && train`, `cd sub && ...`, `VAR=1 python ...` all work; arguments
+    # after `--` are appended shell-quoted (to the last command of a list).
+    return script + "set +e\n" + job.command + "".join(" " + shlex.quote(x) for x in job.args) + "\n", env_dir
 
 
 def environment(a: AttemptHost, run_id: str, job: RunSpec, tf: str = "", env_dir: Path | None = None) -> dict[str, str]:

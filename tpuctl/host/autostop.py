@@ -47,6 +47,14 @@ class SelfStop:
         spent = self.budget.due()
         return f"the cluster's --budget is spent ({spent})" if spent else ""
 
+    def idle_limit(self) -> str:
+        """On worker 0, autostop's reason once the cluster has been idle past it ("" before, or without autostop):
+        asked only while a run is stalled and its action has run (supervisor.py), which stopped the idle clock."""
+        if self.seat.worker != 0:
+            return ""
+        due = self.clock.due(Policy.of(self.seat.record), running=False)
+        return due if due.startswith("autostop") else ""
+
     def end_compute(self, reason: str) -> None:
         a = self.seat
         if time.monotonic() < self._retry_at:

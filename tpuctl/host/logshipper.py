@@ -25,6 +25,7 @@ CHUNK_BYTES = 64 * 1024
 LINGER_SECONDS = 0.05   # output after a quiet spell waits this long for the rest of its line (print writes the
                         # text and its newline apart) before it leaves
 RETRY_MAX_SECONDS = 30.0
+TAIL_BYTES = 64 * 1024   # the job's last output kept for the failure's cause (failures.py)
 
 
 def flush_seconds() -> float:
@@ -57,6 +58,8 @@ class LogShipper:
         self.dropped = 0           # held output beyond the bound, never shipped
         self.retry_at = 0.0        # while the store refuses, when to try again
         self.backoff = 0.5
+        self.received = 0          # bytes the job wrote: progress, for a job that reports no steps (stall.py)
+        self.tail = bytearray()    # its last TAIL_BYTES as written (before the preamble filter): failures.py
 
     def note(self, text: str, fresh_line: bool = False) -> None:
         """A line of the agent's own into the run's log, in order with the job's output; fresh_line starts it on a
@@ -143,6 +146,9 @@ class LogShipper:
                 if not data:
                     self._end()
                     return
+                self.received += len(data)
+                self.tail += data
+                del self.tail[:-TAIL_BYTES]
                 if self.quiet is not None:
                     data = self.quiet.feed(data)
                     if not data:

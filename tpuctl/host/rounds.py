@@ -83,10 +83,12 @@ class Rounds:
             n += 1
         return n
 
-    def call(self, n: int, why: str, counts: bool = False, end: str = "", exit_code: int | None = None) -> dict[str, Any]:
-        """Asks for round n (once: the first caller's reason stands). The round's record, ours or the winner's."""
+    def call(self, n: int, why: str, counts: bool = False, end: str = "", exit_code: int | None = None,
+             stalled: bool = False) -> dict[str, Any]:
+        """Asks for round n (once: the first caller's reason stands). The round's record, ours or the winner's.
+        `stalled`: the run stalled (doctor.py): every host dumps its job's stacks before it stops it."""
         doc = {"round": n, "worker": self.seat.worker, "host": self.seat.host, "why": why, "counts": counts, "end": end,
-               "exit_code": exit_code, "time": time.time()}
+               "exit_code": exit_code, "time": time.time(), **({"stalled": True} if stalled else {})}
         if self.seat.store.create(layout.run_round(self.run_id, n), json.dumps(doc).encode()):
             return doc
         return self.called(n) or doc
@@ -102,6 +104,15 @@ class Rounds:
             return n
         return int(self.call(n + 1, f"{self.label(self.seat.worker)} took the run over "
                                     f"(attempt on {self.seat.host})")["round"])
+
+    def for_stall(self, n: int, why: str, action: str) -> tuple[str, dict[str, Any]]:
+        """The run stalled, seen on this host (doctor.py): round n+1 asked for, `stalled`, so that every host takes
+        its job's stacks before it stops it; counted against --max-restarts (`action` restart), or the run's end
+        (stop). (why, the round's record), as `watch` gives them."""
+        said = f"the run stalled, seen on {self.label(self.seat.worker)} ({why})"
+        doc = self.call(n + 1, said, counts=True, stalled=True) if action == "restart" else \
+            self.call(n + 1, said, end="stalled", stalled=True)
+        return (self.ended(doc) if doc.get("end") else str(doc.get("why", ""))), doc
 
     def restarts(self, n: int) -> int:
         """Rounds up to n that `submit --max-restarts` counts."""

@@ -1,12 +1,13 @@
 """The run events worker 0's agent sends (core/notify.py): run.started (run.restarted for a later attempt, on the
-host that took the run over), then run.finished or run.failed with the figures that matter."""
+host that took the run over), then run.finished or run.failed with the figures that matter (and the failure's
+cause). run.stalled is the doctor's, sent by whichever host saw the stall (doctor.py)."""
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
 from typing import Any
 
-from ..core import budget, goodput, layout, metrics, notify
+from ..core import budget, goodput, layout, metrics, notify, runs
 from ..core.store import BlobStore
 
 TAIL_LINES = 10
@@ -39,21 +40,23 @@ class RunEvents:
             notify.emit(self.store, "run.started", f"run.started-{self.run_id}", self.cluster, self.run_id,
                         host=self.host)
 
-    def ended(self, rc: int, cancelled: bool) -> None:
-        """A cancelled run sends nothing of its own (a cancel is the user's; a stop says cluster.stopped)."""
+    def ended(self, rc: int, cancelled: bool, failure: str = "") -> None:
+        """A cancelled run sends nothing of its own (a cancel is the user's; a stop says cluster.stopped).
+        `failure`: the cause of a failed or stalled run (failures.py), which run.failed carries."""
         if self.worker != 0 or cancelled:
             return
         store, now = self.store, time.time()
-        if rc != 0:
+        if rc != 0 or failure:
             notify.emit(store, "run.failed", f"run.ended-{self.run_id}", self.cluster, self.run_id, exit_code=rc,
-                        log_tail=self._tail())
+                        log_tail=self._tail(), **({"failure": failure} if failure else {}))
             return
         first = self.started_at
         m = metrics.parse(store.read(layout.run_metrics(self.run_id)))
         fields: dict[str, Any] = {"exit_code": 0}
         if m and m.attempts:
             first = min(first, m.attempts[0]["start"])
-            fields["goodput_pct"] = goodput.breakdown(m.attempts, first, now)["goodput_pct"]
+            stalls = [float(d["since"]) for d in runs.stalls(store, self.run_id) if d.get("since")]
+            fields["goodput_pct"] = goodput.breakdown(m.attempts, first, now, stalls)["goodput_pct"]
         fields["duration_s"] = round(now - first, 1)
         hourly = float(budget.read(store).get("hourly") or 0)
         if hourly:

@@ -8,18 +8,24 @@ import signal
 import subprocess
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, TypeVar
 
 from ..core import knobs, runs
 from ..core.runs import stop_grace
 from .contexts import Failed
+from .doctor import Doctor, Stall
 from .halts import Halts
 from .jobprocs import JobProcesses
 from .logshipper import LogShipper
 
 HEARTBEAT_SECONDS = 5.0
 T = TypeVar("T")
+Later = tuple[str, dict[str, Any]]   # a later round asked for (rounds.py): why, its record
+
+
+def _never() -> str:
+    return ""
 
 
 @dataclass(frozen=True)
@@ -32,6 +38,9 @@ class Watch:
     busy: Callable[[], None]           # a run is active: autostop's idle clock starts again (core/lifecycle.py)
     agent_beat: Callable[[str], None]  # the agent's own heartbeat, when one is due, naming the run
     failed: Failed                     # a store error reported (storeguard.py)
+    # why the cluster's idleness limit (autostop) ends a run that stalled and was only notified: "" while it does
+    # not (autostop.py's idle_limit; a stalled run counts as idle once its action has run)
+    idle_limit: Callable[[], str] = field(default=_never)
 
 
 class Supervisor:
@@ -41,10 +50,16 @@ class Supervisor:
     next runs waiting."""
 
     def __init__(self, watch: Watch, proc: subprocess.Popen[bytes], shipper: LogShipper,
-                 rounds: Callable[[], tuple[str, dict[str, Any]] | None] | None = None) -> None:
+                 rounds: Callable[[], Later | None] | None = None, doctor: Doctor | None = None,
+                 restarts: Callable[[], int] = lambda: 0,
+                 round_for_stall: Callable[[Stall], Later] | None = None) -> None:
+        """`doctor`: the run's stall check (doctor.py); `restarts`: those spent so far; `round_for_stall`: a run
+        across hosts asks every host's job to restart or stop for a stall through a new round (rounds.py)."""
         self.at, self.proc, self.shipper = watch, proc, shipper
         self.rounds = rounds   # a run across hosts: a new round asked for (rounds.py) stops the job here too
-        self.superseded: tuple[str, dict[str, Any]] | None = None
+        self.superseded: Later | None = None
+        self.doctor, self.restarts, self.round_for_stall = doctor, restarts, round_for_stall
+        self.stalled: Stall | None = None   # the job was ended for a stall (restart or stop)
         stdout = proc.stdout
         assert stdout is not None, "Popen(stdout=PIPE) always sets it"
         self.stdout = stdout
@@ -85,6 +100,9 @@ class Supervisor:
         if not self.cancelled and now - self.last_cancel_check >= 1.0:
             self.last_cancel_check = now
             self._check_cancel(now)
+        if self.doctor is not None and not (self.cancelled or self.stopping or self.superseded or self.stalled) \
+                and self.main_ended is None:
+            self._check_stall(now)   # at the doctor's own pace (doctor.poll): a window may be seconds in a test
         if self.main_ended is None and self.proc.poll() is not None:
             self.main_ended = now
         if self.main_ended is not None and not self.left and now - self.main_ended >= self.drain:
@@ -103,8 +121,10 @@ class Supervisor:
 
     def _check_cancel(self, now: float) -> None:
         """A cancel written by `tpuctl cancel`, or the hard deadline, which ends the run like a cancel and then the
-        compute (the agent's enforce, next tick)."""
-        self.at.busy()
+        compute (the agent's enforce, next tick); a new round; a stall (doctor.py)."""
+        notified = self.doctor is not None and self.doctor.stalled is not None
+        if not notified:
+            self.at.busy()   # a stalled run is idle once its action (notify) has run: autostop's clock runs on
         deadline = self.at.halts.deadline()
         if deadline:
             self.at.halts.limit = deadline   # the run's status says it too (attempt.py's _end)
@@ -114,8 +134,39 @@ class Supervisor:
         elif self.rounds and not self.stopping and not self.superseded:
             self.superseded = self._guarded(self.rounds, "rounds")
             if self.superseded:
+                doctor, why = self.doctor, str(self.superseded[1].get("why"))
+                if self.superseded[1].get("stalled") and doctor is not None:   # another host saw it stall
+                    self._guarded(lambda: doctor.dump(self._pids(), why), "stacks")
                 self.procs.signal(signal.SIGTERM)   # the job checkpoints in its grace, as when its host stops
                 self.kill_at = now + stop_grace()
+
+    def _pids(self) -> list[int]:
+        return [self.proc.pid] + self.procs.processes()
+
+    def _check_stall(self, now: float) -> None:
+        doctor = self.doctor
+        assert doctor is not None
+        seen = self._guarded(lambda: doctor.check(self._pids(), self.shipper.received, self.restarts()), "stall")
+        if seen is None and doctor.stalled is not None and doctor.stalled.action == "notify" and \
+                now - self.last_cancel_check < 0.1:   # once a cancel check (a second), not every pass
+            idle = self.at.idle_limit() or ("submit --down: a stalled run counts as ended" if doctor.job.down_after
+                                            else "")
+            if idle:   # a stalled run, notified, is idle: autostop (or --down) ends it, then the compute
+                seen = Stall(f"{doctor.stalled.why}; {idle}", doctor.stalled.since, "stop")
+                self.shipper.note(f"{idle}: the stalled run ends", fresh_line=True)
+        if seen is None:
+            return
+        if seen is doctor.stalled:
+            self.shipper.note(f"the run stalled: {seen.why}; this host's stacks are in the store (`tpuctl logs "
+                              f"RUN --stacks`); submit --on-stall: {seen.action}", fresh_line=True)
+        if seen.action == "notify":
+            return
+        self.stalled = seen
+        if self.round_for_stall is not None:
+            self.superseded = self._guarded(lambda: self.round_for_stall(seen) if self.round_for_stall else None,
+                                            "rounds")
+        self.procs.signal(signal.SIGTERM)   # the job checkpoints in its grace, as when its host stops
+        self.kill_at = now + stop_grace()
 
     def _guarded(self, check: Callable[[], T], what: str) -> T | None:
         try:

@@ -27,9 +27,12 @@ from .environment import (CONTINUE_CODE, RESTART_CODE, data_dir, output_dir, out
                           session_ending)
 from .keras_env import backend, legacy_keras, prefer_legacy_keras, require_keras, version_tuple
 from .metrics_file import Progress, metrics_callback
+from .stacks import _arm as _arm_stacks
 from .training import agree, scaled_lr, schedule, seed, step_of, sync
 
 __all__ = ["CONTINUE_CODE", "RESTART_CODE", "Progress", "Replicas", "agree", "backend", "data_dir", "global_batch",
            "gpu_has_bfloat16", "jax_replicas", "kind", "legacy_keras", "metrics_callback", "mixed_precision",
            "output_dir", "output_of", "prefer_legacy_keras", "require_keras", "run_id", "scaled_lr", "schedule",
            "seed", "session_ending", "step_of", "strategy", "sync", "tpu_target", "version_tuple"]
+
+_arm_stacks()   # under tpuctl's agent: SIGUSR1 writes every thread's stack for the run doctor (stacks.py)

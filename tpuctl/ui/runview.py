@@ -90,7 +90,8 @@ def events(store: BlobStore, run_id: str) -> list[dict[str, Any]]:
             out.append({"time": float(c.get("time", 0)), "what": f"attempt {a} claimed by {c.get('host')}"})
     start = out[0]["time"] if out else 0.0
     end = st.ended or time.time()
-    for prefix in (f"run.started-{run_id}", f"run.restarted-{run_id}", f"run.ended-{run_id}", "cluster.", "budget."):
+    for prefix in (f"run.started-{run_id}", f"run.restarted-{run_id}", f"run.stalled-{run_id}", f"run.ended-{run_id}",
+                   "cluster.", "budget."):
         for key, _ in store.list(layout.notify_event(prefix)[:-len(".json")]):
             e = _read(store, key)
             t = float(e.get("time") or 0)

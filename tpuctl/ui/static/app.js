@@ -70,7 +70,11 @@
   // --- runs -------------------------------------------------------------------------------------------------------
   function runRow(r, all) {
     const restarts = (r.restarts || 0) + (r.goodput_parts ? r.goodput_parts.resumes : 0);
-    return [runLink(r.cluster, r.id), all ? r.cluster : null, r.name, h("span", {class: "state " + r.state}, r.state),
+    // the run doctor's (host/doctor.py): since when a run is stalled, and a failure's cause (host/failures.py)
+    const said = r.state + (r.stalled_since ? (r.state === "stalled" ? " since " : ", stalled since ") +
+      new Date(r.stalled_since * 1000).toLocaleTimeString() : "") + (r.failure && r.state === "failed" ?
+      " (" + r.failure + ")" : "");
+    return [runLink(r.cluster, r.id), all ? r.cluster : null, r.name, h("span", {class: "state " + r.state}, said),
       r.step === null ? "" : String(r.step), num(r.loss, 4), r.goodput === null ? "" : r.goodput.toFixed(0) + "%",
       dollars(r.cost_usd), secs(r.duration), restarts ? String(restarts) : "", r.tpu || ""].filter((x) => x !== null);
   }
