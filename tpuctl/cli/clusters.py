@@ -5,7 +5,7 @@ so `tpuctl --help` stays fast.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, List, Optional
 
 import typer
 
@@ -131,6 +131,15 @@ def up(
     costs_money = price.hourly != 0.0
     if costs_money and interactive() and not yes and not con.confirm("Create these resources?"):
         declined()
+    st = _create(con, spec, prov, prior, lambda made: after_up(made, prov, notices))
+    if recovery.recover:
+        arm_recovery(st, prov, recovery)
+    con.err.print(f"next: tpuctl submit JOB_DIR -c {st.name}    when done: tpuctl down -c {st.name}")
+
+
+def _create(con: Any, spec: "ClusterSpec", prov: "Provider", prior: "ClusterState | None",
+            after: "Callable[[ClusterState], None]") -> "ClusterState":
+    """up's making, under the cluster's lock (and the watcher's lease on a cluster made before), then autostop."""
     from ..control import up as up_flow
     from ..control.watch import CommandLease
     from ..core.locks import cluster_lock
@@ -139,14 +148,12 @@ def up(
     with cluster_lock(spec.name, "up", say), con.Reporter() as rep, \
             (CommandLease(prior, prov, "up", say) if prior else nullcontext()):
         st = up_flow.up(spec, prov, rep)
-        after_up(st, prov, notices)
+        after(st)
         if spec.autostop or spec.max_duration:
             who = up_flow.arm(st, prov, lambda s: rep.resource("autostop", "host", s))
             rep.resource("autostop", "host", f"armed: enforced by {who}", final=True)
     con.err.print(f"[green]cluster {st.name} ready[/]: {prov.location(st)}, store {st.spec.store}")
-    if recovery.recover:
-        arm_recovery(st, prov, recovery)
-    con.err.print(f"next: tpuctl submit JOB_DIR -c {st.name}    when done: tpuctl down -c {st.name}")
+    return st
 
 
 @app.command()
