@@ -28,7 +28,7 @@ from ..core.lifecycle import Clock
 from ..core.packaging import unpack
 from ..core.runs import RunSpec, RunState, RunStatus
 from ..runtime import prefer_legacy_keras
-from . import heldoutput, jaxcluster, jobenv, kerasbackend, megascale, podruntime
+from . import compilecache, heldoutput, jaxcluster, jobenv, kerasbackend, megascale, podruntime
 from .contexts import Seat
 from .halts import Halts
 from .heldoutput import HeldOutput
@@ -181,6 +181,7 @@ class Attempt:
         """The run's end on this host: its output shipped, its final status, its event."""
         if why:
             shipper.note(why, fresh_line=True)
+        self._ship_cache(shipper)
         shipper.flush(last=True)
         note = why or self.halts.limit   # a run the cluster's limit ended says which (the supervisor logged it)
         if shipper.buf and not self.a.stop.is_set():
@@ -216,6 +217,8 @@ class Attempt:
         if self.halts.cancel_asked():   # before the first start and before every restart: a cancel wins at once
             return self._end(shipper, RunState.CANCELLED, 130, True, "cancelled: the job is not started again")
         self.began = time.monotonic()
+        self.cache_env = env
+        self._ship_cache(shipper)   # what the job's last start compiled, for a host made again (compilecache.py)
         try:
             return start(script, self.code_dir, env)
         except (OSError, ValueError) as e:
@@ -270,9 +273,14 @@ class Attempt:
         if self.a.external_restarts and not self.a.stop.is_set():   # a GKE pod's job exited for a JobSet restart
             why = f"the job exited {rc}: the JobSet restarts the run"
         shipper.note(f"{why}; the run resumes when an agent starts again", fresh_line=True)
+        self._ship_cache(shipper)
         shipper.flush(last=True)
         self.status(RunState.INTERRUPTED, exit_code=rc, note=why)
         return 128 + signal.SIGTERM if rc is None else rc
+
+    def _ship_cache(self, shipper: LogShipper) -> None:
+        compilecache.ship(self.a.store, self.a.home, getattr(self, "cache_env", {}), self.a.worker,
+                          lambda said: shipper.note(said, fresh_line=True))
 
     def _prepare(self, shipper: LogShipper) -> RunSpec:
         job, a = self.job, self.a
@@ -329,6 +337,7 @@ def environment(a: AttemptHost, run_id: str, job: RunSpec, tf: str = "", env_dir
     framework_env.update(kerasbackend.environment(job, a.record, a.accelerator))
     framework_env.update(megascale.environment(a.record, a.slice, megascale.read(a.record)))
     framework_env.update(jaxcluster.environment(a.record, a.worker, a.workers))
+    framework_env.update(compilecache.environment(a.home, a.store, job, env_dir))   # warm restarts
     env.update(TPUCTL_RUN_ID=run_id, TPUCTL_STORE=a.store.uri, TPUCTL_DATA_DIR=data, TPUCTL_OUTPUT_DIR=out,
                TPUCTL_ACCELERATOR=a.accelerator, TPUCTL_TPU=framework_env.get("TPU_NAME", a.tpu_address()),
                TPUCTL_WORKER=str(a.worker), TPUCTL_NUM_WORKERS=str(a.workers), PYTHONUNBUFFERED="1")
