@@ -137,6 +137,10 @@ class Progress(Stepped):
         self.model.reset_metrics()
 
 
+def _across_hosts() -> bool:
+    return runtime.backend() == "jax" and "jax" in sys.modules and sys.modules["jax"].process_count() > 1
+
+
 class Saver(Stepped):
     """Checkpoints once the metrics callback has recorded the step: a kill between the two leaves metrics.json
     ahead of the checkpoint, never behind it, so goodput counts the steps a resume re-does. Each save is timed
@@ -177,6 +181,15 @@ class Saver(Stepped):
         ending = not last and step % self.log_every == 0 and runtime.agree(runtime.session_ending())
         if self._due(step) or last or ending:
             self.save(step)
+        # SIGTERM (a spot VM's notice, a cancel, `tpuctl drill`): read here, right after any save, so a signal that
+        # came during a save (or the first step's compile) needs no second one; the checkpoint first, then out
+        # (across hosts, agree is a broadcast: read at log lines only, as the session's end is)
+        if not last and (step % self.log_every == 0 or not _across_hosts()) and \
+                runtime.agree(runtime.stop_requested()):
+            self.save(step)
+            print(f"bert: SIGTERM: checkpoint at step {step}; exiting for a restart from it", flush=True)
+            self.model.stop_training = True
+            self.history["stopped"] = True
         if ending:
             print(f"bert: the session ends: checkpoint at step {step}, the next session goes on", flush=True)
             self.model.stop_training = True

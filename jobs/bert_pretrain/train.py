@@ -159,6 +159,7 @@ def main(argv=None, strategy=None) -> dict:
     if a.deterministic and backend == "tensorflow":
         import tensorflow as tf
         tf.config.experimental.enable_op_determinism()
+    runtime.listen_for_stop()   # SIGTERM: checkpoint at the next step's end, then exit (callbacks.Saver)
     strategy = strategy or runtime.strategy()
     kind = runtime.kind(strategy)
     print(f"backend: {backend}, {strategy.num_replicas_in_sync} {kind} replica(s)", flush=True)
@@ -227,7 +228,10 @@ def main(argv=None, strategy=None) -> dict:
               callbacks=Lazy([progress, metrics, saver], model, left))
     if history.get("continue"):
         raise SystemExit(runtime.CONTINUE_CODE)
+    if history.get("stopped"):
+        raise SystemExit(runtime.STOPPED_CODE)   # restarted from its checkpoint (submit --max-restarts)
     if a.eval_data:
+        runtime.phase("eval", saver.step)   # the final checkpoint is written: a stop here loses nothing
         held = dataset(a.eval_data, batch // host[1], a.seq_length, a.max_predictions_per_seq, training=False,
                        host=host)
         history["eval"] = {k: float(v) for k, v in model.evaluate(
