@@ -3,6 +3,8 @@ behave as real ones do under a preemption notice: one that never checkpoints, on
 between steps (goodfire-ai/spd#741: the save "fired 0/6 times" when the notice came during the first compile or a
 save), and one that reads it in every phase. Plus the plan and the verdict as units."""
 import json
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -138,3 +140,33 @@ def test_the_verdict():
                       saved_in_grace=True, ended_in_grace=True)
     drill.judge(o, 30, 10)
     assert o.passed and o.why == ""
+
+
+BERT = Path(__file__).parent.parent / "jobs" / "bert_pretrain"
+
+
+@pytest.mark.slow(300)
+def test_the_bert_job_passes_its_own_drill(cli, env, tmp_path):
+    """jobs/bert_pretrain (run.py, which prepares the corpus it is given), tiny preset at seq 32 and batch 4, on the
+    host's default backend: SIGTERM in every phase and a lost host mid-run; each start resumed from the checkpoint
+    the store held, nothing redone after a notice. The grace is 120 s, not a spot VM's 30: TensorFlow's first step
+    (tracing) takes that long on this shared CPU."""
+    sys.path.insert(0, str(BERT))
+    import corpus
+    import prepare
+    corpus.generate(str(tmp_path / "c.txt"), 0.15, seed=1)
+    options = ["--vocab-size", "1000", "--max-seq-length", "32", "--max-predictions-per-seq", "5"]
+    prepare.main(["--input", str(tmp_path / "c.txt"), "--output", str(tmp_path / "eval"), *options])
+    code, report, err = _drill(cli, BERT, "--grace", "120", "--", "--corpus", str(tmp_path / "c.txt"),
+                               "--vocab-size", "1000", "--seq-length", "32", "--max-predictions-per-seq", "5",
+                               "--preset", "tiny", "--batch-size", "4", "--steps", "30", "--log-every", "5",
+                               "--checkpoint-every", "5", "--eval-data", f"{tmp_path}/eval/part-*.tfrecord",
+                               "--eval-steps", "2")
+    assert code == 0, err
+    assert [(d["phase"], d["signal"], d["passed"]) for d in report] == [
+        ("start", "SIGTERM", True), ("compile", "SIGTERM", True), ("step", "SIGTERM", True),
+        ("save", "SIGTERM", True), ("step", "SIGKILL", True), ("eval", "SIGTERM", True)], json.dumps(report)
+    for d in report[:4]:
+        assert d["ended_in_grace"] and d["redone"] == 0 and d["resumed_from"] == (d["last_checkpoint"] or 0)
+    kill = report[4]
+    assert kill["resumed_from"] == kill["last_checkpoint"] and kill["redone"] <= 5

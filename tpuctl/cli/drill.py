@@ -36,7 +36,7 @@ def drill(ctx: typer.Context,
           seed: Optional[int] = typer.Option(None, "--seed", help="The seed of --random (printed when drawn)."),
           grace: float = typer.Option(SPOT_GRACE, "--grace", help="Seconds between SIGTERM and SIGKILL (a Spot "
                                       "VM's 30 s by default)."),
-          by_time: float = typer.Option(10.0, "--by-time", help="A job that reports no phases is signalled this "
+          by_time: float = typer.Option(60.0, "--by-time", help="A job that reports no phases is signalled this "
                                         "many seconds into each start."),
           as_json: bool = typer.Option(False, "--json", help="A list with one object per drill, on stdout.")) -> None:
     """Run JOB_DIR and deliver what a preemption delivers at chosen moments (SIGTERM, its grace, SIGKILL; or

@@ -143,7 +143,7 @@ class Driver:
     """Runs the drills against one run, each on the next start of its job (see the module's docstring)."""
 
     def __init__(self, job: Job, grace: float, say: Callable[[str], None] = lambda _: None,
-                 by_time: float = 10.0) -> None:
+                 by_time: float = 60.0) -> None:
         self.job, self.grace, self.say, self.by_time = job, grace, say, by_time
         self.poll = knobs.number("TPUCTL_DRILL_POLL", 0.02)
         self.wait = knobs.number("TPUCTL_DRILL_WAIT", 1800)

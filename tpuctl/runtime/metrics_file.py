@@ -50,6 +50,7 @@ def metrics_callback(every: int | None = None, path: str | None = None, start: i
     from ..core.metrics import FILE, MetricsLog, parse
     flush_seconds = knobs.number("TPUCTL_PROGRESS_SECONDS", 10)
     target = path or f"{output_dir()}/{FILE}"
+    phases._at(target.rsplit("/", 1)[0] if "/" in target else ".")
 
     def write(log: MetricsLog) -> None:
         if records_metrics():
@@ -123,6 +124,7 @@ class Progress:
         from ..core import knobs
         from ..core.metrics import FILE, MetricsLog, parse
         self.target = path or f"{output_dir()}/{FILE}"
+        phases._at(self.target.rsplit("/", 1)[0] if "/" in self.target else ".")
         self.log = parse(read_bytes(self.target)) or MetricsLog()
         self.log.begin(start_step, time.time())
         self.at = start_step

@@ -32,8 +32,16 @@ _armed: list[bool] = []
 _stopped: list[float] = []
 
 
+_where: list[str] = []   # the directory of the job's metrics.json, where it named one (_at(), from metrics_file.py)
+
+
+def _at(directory: str) -> None:
+    """phase.json goes beside the job's metrics.json (metrics_callback's and Progress's `path`)."""
+    _where[:] = [directory]
+
+
 def _path() -> str:
-    return f"{output_dir()}/{PHASE_FILE}"
+    return f"{(_where or [output_dir()])[0]}/{PHASE_FILE}"
 
 
 def phase(name: str, step: int | None = None) -> None:
@@ -45,11 +53,13 @@ def phase(name: str, step: int | None = None) -> None:
     if _state.get("pid") != os.getpid() or _state.get("restarts") != restarts:
         _state.clear()
         _state.update(restarts=restarts, pid=os.getpid(), saves=[], phases={}, step=0)
+    moved = False
     if step is not None:
         _state["step"] = int(step)
-        if name == "start":
+        if name == "start" and _state.get("from") != int(step):
             _state["from"] = int(step)   # the step this start resumed from
-    if _state.get("phase") == name:
+            moved = True
+    if _state.get("phase") == name and not moved:
         return
     now = time.time()
     _state.update(phase=name, since=now)
@@ -67,7 +77,8 @@ def saved(step: int) -> None:
 
 
 def _write() -> None:
-    if records_metrics():
+    # under tpuctl only (a drill reads it): a job run by hand gets no file it did not ask for
+    if records_metrics() and os.environ.get("TPUCTL_RUN_ID"):
         try:
             write_text(_path(), json.dumps(_state))
         except OSError:
@@ -83,6 +94,7 @@ def listen_for_stop() -> None:
     """SIGTERM sets stop_requested() instead of ending the process at once (main thread only; a handler the job
     installed itself is left as it is). Only for a job that reads the flag and saves: one that does not would then
     run on until tpuctl's SIGKILL after the grace."""
+    phase("start")   # a job that listens is starting: a drill's `start` need not wait for its first callback
     if _armed or signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, None):
         return
     try:
