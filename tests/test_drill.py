@@ -3,6 +3,7 @@ behave as real ones do under a preemption notice: one that never checkpoints, on
 between steps (goodfire-ai/spd#741: the save "fired 0/6 times" when the notice came during the first compile or a
 save), and one that reads it in every phase. Plus the plan and the verdict as units."""
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -140,6 +141,37 @@ def test_the_verdict():
                       saved_in_grace=True, ended_in_grace=True)
     drill.judge(o, 30, 10)
     assert o.passed and o.why == ""
+
+
+
+def test_the_job_reports_phases_and_its_saves_under_tpuctl_only(tmp_path, monkeypatch):
+    import subprocess
+    code = """
+import json, os, signal, sys
+from tpuctl import runtime
+runtime.listen_for_stop()
+os.kill(os.getpid(), signal.SIGTERM)   # a flag now, not the end of the process
+p = runtime.Progress(7, path=sys.argv[1] + "/metrics.json")
+runtime.phase("compile", 7)
+with p.checkpointing():
+    doc = json.load(open(sys.argv[1] + "/phase.json"))
+    assert doc["phase"] == "save", doc
+print(runtime.stop_requested(), json.dumps(json.load(open(sys.argv[1] + "/phase.json"))))
+"""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TPUCTL_")}
+    r = subprocess.run([sys.executable, "-c", code, str(tmp_path)], env={**env, "TPUCTL_RUN_ID": "r1",
+                       "TPUCTL_RESTARTS": "2"}, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    stopped, doc = r.stdout.split(" ", 1)
+    doc = json.loads(doc)
+    assert stopped == "True"
+    assert doc["restarts"] == 2 and doc["from"] == 7 and list(doc["phases"]) == ["start", "compile", "save"]
+    assert [s for s, _ in doc["saves"]] == [7] and doc["step"] == 7
+    # run by hand (no TPUCTL_RUN_ID): no phase.json
+    (tmp_path / "phase.json").unlink()
+    r = subprocess.run([sys.executable, "-c", "from tpuctl import runtime; runtime.phase('start', 0)"],
+                       env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and not list(tmp_path.rglob("phase.json")), r.stderr
 
 
 BERT = Path(__file__).parent.parent / "jobs" / "bert_pretrain"

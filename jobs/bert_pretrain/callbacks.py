@@ -155,6 +155,7 @@ class Saver(Stepped):
         self.directory, self.every, self.log_every = directory, every, log_every
         self.metrics, self.history, self.minutes, self.chief = metrics, history, minutes, chief
         self.saved, self.saved_at = -1, time.monotonic()
+        self.saving = False
 
     def _due(self, step: int) -> bool:
         if self.every:
@@ -163,7 +164,19 @@ class Saver(Stepped):
         return step % self.log_every == 0 and \
             runtime.agree(time.monotonic() - self.saved_at >= self.minutes * 60)
 
+    def nothing_unsaved(self) -> bool:
+        """No step since this start's checkpoint (or the last save), and no save under way: what a SIGTERM would
+        lose now is nothing, so the job may end at once (train.py)."""
+        return not self.saving and self.step == (self.saved if self.saved >= 0 else self.start)
+
     def save(self, step: int) -> None:
+        self.saving = True
+        try:
+            self._save(step)
+        finally:
+            self.saving = False
+
+    def _save(self, step: int) -> None:
         if step != self.saved:
             # the steps still queued on the device finish first, outside the checkpoint's time (one value of the
             # last step's state waits for that step, and so for all before it)

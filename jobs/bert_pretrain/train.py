@@ -159,7 +159,10 @@ def main(argv=None, strategy=None) -> dict:
     if a.deterministic and backend == "tensorflow":
         import tensorflow as tf
         tf.config.experimental.enable_op_determinism()
-    runtime.listen_for_stop()   # SIGTERM: checkpoint at the next step's end, then exit (callbacks.Saver)
+    # SIGTERM: a checkpoint at the next step's end, then exit (callbacks.Saver); at once while nothing is unsaved
+    # (before the first step of this start, its compile included, and after the final checkpoint: evaluation)
+    unsaved: dict = {"saver": None}
+    runtime.listen_for_stop(lambda: unsaved["saver"] is None or unsaved["saver"].nothing_unsaved())
     strategy = strategy or runtime.strategy()
     kind = runtime.kind(strategy)
     print(f"backend: {backend}, {strategy.num_replicas_in_sync} {kind} replica(s)", flush=True)
@@ -218,6 +221,7 @@ def main(argv=None, strategy=None) -> dict:
     progress = Progress(start, a.steps, log_every, batch, lr, board, history, chief)
     saver = Saver(f"{out}/checkpoints", start, a.steps, ckpt_every, log_every, metrics, history,
                   minutes=a.checkpoint_minutes, chief=chief)
+    unsaved["saver"] = saver
     # Exactly the steps left: Keras 3 runs whole executions of --steps-per-execution steps while steps_per_epoch
     # lasts (keras/src/trainers/epoch_iterator.py), so a data source that ends at the last step is what stops a
     # partial last execution there (tf.data's get_next_as_optional on TensorFlow, a short buffer on JAX).

@@ -202,7 +202,13 @@ class Driver:
         if not pid or not _is_run(pid, self.job.run_id):
             o.why = "not reached: the job's process was not found on this machine"
             return
-        o.reached, o.step = True, doc.get("step")
+        # the step: phase.json's is the one the phase began at; metrics.json's (flushed every
+        # TPUCTL_PROGRESS_SECONDS, which the drill's cluster sets to 0.2) is newer in the middle of a run
+        steps = [int(doc["step"])] if doc.get("step") is not None else []
+        t_now = time.time()
+        began = float((doc.get("phases") or {}).get("start", t_now))
+        steps += [int(a.get("step", 0)) for a in self.job.attempts()[-1:] if began <= a.get("start", 0) <= t_now]
+        o.reached, o.step = True, max(steps) if steps else None
         sig = signal.SIGKILL if d.signal == "kill" else signal.SIGTERM
         t_sig = time.time()
         self.say(f"drill {d.label}: {o.signal} to the job at step {o.step} (start {self.restarts})")
@@ -241,7 +247,8 @@ class Driver:
         while time.monotonic() < deadline:
             doc = self.job.phase()
             ph = doc.get("phases") or {}
-            if int(doc.get("restarts", -1)) > self.restarts and ("step" in ph or early and "start" in ph):
+            # early: once the start says where it resumed from (its metrics.json may still be the last start's)
+            if int(doc.get("restarts", -1)) > self.restarts and ("step" in ph or early and "from" in doc):
                 self._saw(doc)
                 attempts = self.job.attempts()
                 o.resumed_from = int(doc["from"]) if "from" in doc else \

@@ -18,7 +18,7 @@ import json
 import os
 import signal
 import time
-from typing import Any
+from typing import Any, Callable
 
 from ..core.metrics import PHASE_FILE, PHASES
 from .environment import output_dir
@@ -30,6 +30,7 @@ _KEPT_SAVES = 20
 _state: dict[str, Any] = {}
 _armed: list[bool] = []
 _stopped: list[float] = []
+_exit_when: list[Callable[[], bool]] = []
 
 
 _where: list[str] = []   # the directory of the job's metrics.json, where it named one (_at(), from metrics_file.py)
@@ -90,10 +91,12 @@ def stop_requested() -> bool:
     return bool(_stopped)
 
 
-def listen_for_stop() -> None:
+def listen_for_stop(exit_when: Callable[[], bool] | None = None) -> None:
     """SIGTERM sets stop_requested() instead of ending the process at once (main thread only; a handler the job
     installed itself is left as it is). Only for a job that reads the flag and saves: one that does not would then
-    run on until tpuctl's SIGKILL after the grace."""
+    run on until tpuctl's SIGKILL after the grace. `exit_when`: asked when SIGTERM comes; True (nothing unsaved, no
+    save under way) ends the job there and then with STOPPED_CODE, in the middle of a compile or an evaluation."""
+    _exit_when[:] = [exit_when] if exit_when else []
     phase("start")   # a job that listens is starting: a drill's `start` need not wait for its first callback
     if _armed or signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, None):
         return
@@ -106,3 +109,5 @@ def listen_for_stop() -> None:
 
 def _on_term(signum: int, frame: Any) -> None:
     _stopped.append(time.time())
+    if _exit_when and _exit_when[0]():
+        raise SystemExit(STOPPED_CODE)
