@@ -181,8 +181,8 @@ BERT = Path(__file__).parent.parent / "jobs" / "bert_pretrain"
 def test_the_bert_job_passes_its_own_drill(cli, env, tmp_path):
     """jobs/bert_pretrain (run.py, which prepares the corpus it is given), tiny preset at seq 32 and batch 4, on the
     host's default backend: SIGTERM in every phase and a lost host mid-run; each start resumed from the checkpoint
-    the store held, nothing redone after a notice. The grace is 120 s, not a spot VM's 30: TensorFlow's first step
-    (tracing) takes that long on this shared CPU."""
+    the store held, nothing redone after a notice. The grace is 120 s, not a spot VM's 30 (at which the same drill
+    passed by hand here: docs/recovery.md), for a loaded CI machine."""
     sys.path.insert(0, str(BERT))
     import corpus
     import prepare
