@@ -28,13 +28,14 @@ from ..core.lifecycle import Clock
 from ..core.packaging import unpack
 from ..core.runs import RunSpec, RunState, RunStatus
 from ..runtime import prefer_legacy_keras
-from . import compilecache, heldoutput, jaxcluster, jobenv, kerasbackend, megascale, podruntime
+from . import heldoutput, jaxcluster, jobenv, kerasbackend, megascale, podruntime
 from .contexts import Seat
 from .halts import Halts
 from .heldoutput import HeldOutput
 from .jobprocs import start
 from .logshipper import LogShipper
 from .preamble import PreambleFilter
+from . import compilecache   # warm restarts: the job's JAX compilation cache
 from .restarts import Decision, backoff, decide, wait_out
 from .rounds import FINISHED, Called, Rounds
 from .runevents import RunEvents
@@ -181,7 +182,7 @@ class Attempt:
         """The run's end on this host: its output shipped, its final status, its event."""
         if why:
             shipper.note(why, fresh_line=True)
-        self._ship_cache(shipper)
+        ship_cache(self, shipper)
         shipper.flush(last=True)
         note = why or self.halts.limit   # a run the cluster's limit ended says which (the supervisor logged it)
         if shipper.buf and not self.a.stop.is_set():
@@ -214,11 +215,11 @@ class Attempt:
         """The job's process (jobprocs.start), or the run's end (its exit code): cancelled before it (re)started, or
         failed at once when it cannot be started (a NUL byte or an entry over the kernel's limit that an older
         tpuctl's submit let through, or E2BIG)."""
+        self.cache_env = env
+        ship_cache(self, shipper)   # what the job's last start compiled, for a host made again (compilecache.py)
         if self.halts.cancel_asked():   # before the first start and before every restart: a cancel wins at once
             return self._end(shipper, RunState.CANCELLED, 130, True, "cancelled: the job is not started again")
         self.began = time.monotonic()
-        self.cache_env = env
-        self._ship_cache(shipper)   # what the job's last start compiled, for a host made again (compilecache.py)
         try:
             return start(script, self.code_dir, env)
         except (OSError, ValueError) as e:
@@ -273,14 +274,10 @@ class Attempt:
         if self.a.external_restarts and not self.a.stop.is_set():   # a GKE pod's job exited for a JobSet restart
             why = f"the job exited {rc}: the JobSet restarts the run"
         shipper.note(f"{why}; the run resumes when an agent starts again", fresh_line=True)
-        self._ship_cache(shipper)
+        ship_cache(self, shipper)
         shipper.flush(last=True)
         self.status(RunState.INTERRUPTED, exit_code=rc, note=why)
         return 128 + signal.SIGTERM if rc is None else rc
-
-    def _ship_cache(self, shipper: LogShipper) -> None:
-        compilecache.ship(self.a.store, self.a.home, getattr(self, "cache_env", {}), self.a.worker,
-                          lambda said: shipper.note(said, fresh_line=True))
 
     def _prepare(self, shipper: LogShipper) -> RunSpec:
         job, a = self.job, self.a
@@ -369,3 +366,9 @@ def _which_keras(env: dict[str, str], job: RunSpec, tf: str) -> None:
     if tf:
         env.setdefault("TF_USE_LEGACY_KERAS", "1")
     prefer_legacy_keras(env)
+
+
+def ship_cache(at: Attempt, shipper: LogShipper) -> None:
+    """Worker 0's compile cache to the store when the job's last start added to it (compilecache.ship)."""
+    compilecache.ship(at.a.store, at.a.home, getattr(at, "cache_env", {}), at.a.worker,
+                      lambda said: shipper.note(said, fresh_line=True))

@@ -28,14 +28,14 @@ from __future__ import annotations
 from .devices import Replicas, global_batch, gpu_has_bfloat16, jax_replicas, kind, mixed_precision, strategy, tpu_target
 from .environment import (CONTINUE_CODE, RESTART_CODE, data_dir, output_dir, output_of, run_id,
                           session_ending)
+# what a drill and the run doctor read (phases.py), and SIGTERM read as a flag
+from .phases import STOPPED_CODE, listen_for_stop, phase, saved, stop_requested
 from .keras_env import backend, legacy_keras, prefer_legacy_keras, require_keras, version_tuple
 from .metrics_file import Progress, metrics_callback
-from .phases import STOPPED_CODE, listen_for_stop, phase, saved, stop_requested
 from .training import agree, scaled_lr, schedule, seed, step_of, sync
 
-__all__ = ["CONTINUE_CODE", "RESTART_CODE", "Progress", "Replicas", "agree", "backend", "data_dir", "global_batch",
+__all__ = ["STOPPED_CODE", "listen_for_stop", "phase", "saved", "stop_requested",   # phases.py
+           "CONTINUE_CODE", "RESTART_CODE", "Progress", "Replicas", "agree", "backend", "data_dir", "global_batch",
            "gpu_has_bfloat16", "jax_replicas", "kind", "legacy_keras", "metrics_callback", "mixed_precision",
            "output_dir", "output_of", "prefer_legacy_keras", "require_keras", "run_id", "scaled_lr", "schedule",
-           "seed", "session_ending", "step_of", "strategy", "sync", "tpu_target", "version_tuple",
-           # what a drill and the run doctor read (phases.py), and SIGTERM read as a flag
-           "STOPPED_CODE", "listen_for_stop", "phase", "saved", "stop_requested"]
+           "seed", "session_ending", "step_of", "strategy", "sync", "tpu_target", "version_tuple"]
