@@ -121,6 +121,14 @@ def test_a_job_that_saves_on_sigterm_in_every_phase_passes_and_a_phase_never_rea
     assert report[5]["why"].startswith("not reached")
 
 
+
+def test_a_job_that_reports_no_phases_is_drilled_by_time_and_the_report_says_so(cli, env, tmp_path):
+    quiet = make_job(tmp_path, "import time\nprint('up', flush=True)\ntime.sleep(4)\n", name="quiet")
+    code, out, err = cli("drill", str(quiet), "--at", "step", "--by-time", "1", "--grace", "1")
+    assert code == 0, err
+    assert "pass (by time)" in out and "drilled by time: the job reports no phases" in err
+
+
 def test_the_plan():
     assert [d.label for d in drill.plan(None)] == ["start", "compile", "step", "save", "step:kill", "eval"]
     assert drill.plan("save,step:kill") == [drill.Drill("save"), drill.Drill("step", "kill")]

@@ -245,6 +245,9 @@ class Driver:
         where it resumed (the next drill signals it before its first step)."""
         deadline = time.monotonic() + self.wait
         while time.monotonic() < deadline:
+            if o.by_time and self.job.status().restarts > self.restarts:
+                o.note = "drilled by time: restarted; no phases, so no checkpoint or step is seen"
+                return
             doc = self.job.phase()
             ph = doc.get("phases") or {}
             # early: once the start says where it resumed from (its metrics.json may still be the last start's)
