@@ -145,7 +145,7 @@ class Driver:
     def __init__(self, job: Job, grace: float, say: Callable[[str], None] = lambda _: None,
                  by_time: float = 60.0) -> None:
         self.job, self.grace, self.say, self.by_time = job, grace, say, by_time
-        self.poll = knobs.number("TPUCTL_DRILL_POLL", 0.02)
+        self.poll = knobs.number("TPUCTL_DRILL_POLL", 0.005)
         self.wait = knobs.number("TPUCTL_DRILL_WAIT", 1800)
         self.saves: dict[int, float] = {}   # every completed checkpoint seen: step -> when
         self.restarts = 0                   # the start the next drill signals (TPUCTL_RESTARTS)
@@ -172,9 +172,11 @@ class Driver:
         """The phase document once the job's start self.restarts is in d's phase (None: the run ended, or the
         wait's deadline passed: o.why says which)."""
         deadline = time.monotonic() + self.wait
-        began = None
+        began, looked, st = None, 0.0, self.job.status()
         while time.monotonic() < deadline:
-            st = self.job.status()
+            # phase.json at every poll (a small checkpoint's save lasts milliseconds), status.json 5 times a second
+            if time.monotonic() - looked >= 0.2:
+                st, looked = self.job.status(), time.monotonic()
             if st.state.final:
                 self.ended = True
                 return None
@@ -275,7 +277,7 @@ class Driver:
                 o.hint = ("exit with runtime.STOPPED_CODE (143) after saving on SIGTERM, so tpuctl restarts the job"
                           if st.exit_code == 0 else "submit --max-restarts lets tpuctl restart it")
                 return
-            time.sleep(self.poll)
+            time.sleep(max(self.poll, 0.05))   # the restart takes seconds
         o.why = f"no restart within {self.wait:g} s (TPUCTL_DRILL_WAIT)"
 
 
