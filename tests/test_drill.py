@@ -168,7 +168,8 @@ print(runtime.stop_requested(), json.dumps(json.load(open(sys.argv[1] + "/phase.
 """
     env = {k: v for k, v in os.environ.items() if not k.startswith("TPUCTL_")}
     r = subprocess.run([sys.executable, "-c", code, str(tmp_path)], env={**env, "TPUCTL_RUN_ID": "r1",
-                       "TPUCTL_RESTARTS": "2"}, capture_output=True, text=True, timeout=120)
+                       "TPUCTL_RESTARTS": "2", "TPUCTL_OUTPUT_DIR": str(tmp_path)}, capture_output=True, text=True,
+                       timeout=120, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     stopped, doc = r.stdout.split(" ", 1)
     doc = json.loads(doc)
