@@ -137,6 +137,10 @@ class Progress(Stepped):
         self.model.reset_metrics()
 
 
+def _across_hosts() -> bool:
+    return runtime.backend() == "jax" and "jax" in sys.modules and sys.modules["jax"].process_count() > 1
+
+
 class Saver(Stepped):
     """Checkpoints once the metrics callback has recorded the step: a kill between the two leaves metrics.json
     ahead of the checkpoint, never behind it, so goodput counts the steps a resume re-does. Each save is timed
@@ -151,6 +155,7 @@ class Saver(Stepped):
         self.directory, self.every, self.log_every = directory, every, log_every
         self.metrics, self.history, self.minutes, self.chief = metrics, history, minutes, chief
         self.saved, self.saved_at = -1, time.monotonic()
+        self.saving = False
 
     def _due(self, step: int) -> bool:
         if self.every:
@@ -159,7 +164,19 @@ class Saver(Stepped):
         return step % self.log_every == 0 and \
             runtime.agree(time.monotonic() - self.saved_at >= self.minutes * 60)
 
+    def nothing_unsaved(self) -> bool:
+        """No step since this start's checkpoint (or the last save), and no save under way: what a SIGTERM would
+        lose now is nothing, so the job may end at once (train.py)."""
+        return not self.saving and self.step == (self.saved if self.saved >= 0 else self.start)
+
     def save(self, step: int) -> None:
+        self.saving = True
+        try:
+            self._save(step)
+        finally:
+            self.saving = False
+
+    def _save(self, step: int) -> None:
         if step != self.saved:
             # the steps still queued on the device finish first, outside the checkpoint's time (one value of the
             # last step's state waits for that step, and so for all before it)
@@ -177,6 +194,15 @@ class Saver(Stepped):
         ending = not last and step % self.log_every == 0 and runtime.agree(runtime.session_ending())
         if self._due(step) or last or ending:
             self.save(step)
+        # SIGTERM (a spot VM's notice, a cancel, `tpuctl drill`): read here, right after any save, so a signal that
+        # came during a save (or the first step's compile) needs no second one; the checkpoint first, then out
+        # (across hosts, agree is a broadcast: read at log lines only, as the session's end is)
+        if not last and (step % self.log_every == 0 or not _across_hosts()) and \
+                runtime.agree(runtime.stop_requested()):
+            self.save(step)
+            print(f"bert: SIGTERM: checkpoint at step {step}; exiting for a restart from it", flush=True)
+            self.model.stop_training = True
+            self.history["stopped"] = True
         if ending:
             print(f"bert: the session ends: checkpoint at step {step}, the next session goes on", flush=True)
             self.model.stop_training = True

@@ -159,6 +159,10 @@ def main(argv=None, strategy=None) -> dict:
     if a.deterministic and backend == "tensorflow":
         import tensorflow as tf
         tf.config.experimental.enable_op_determinism()
+    # SIGTERM: a checkpoint at the next step's end, then exit (callbacks.Saver); at once while nothing is unsaved
+    # (before the first step of this start, its compile included, and after the final checkpoint: evaluation)
+    unsaved: dict = {"saver": None}
+    runtime.listen_for_stop(lambda: unsaved["saver"] is None or unsaved["saver"].nothing_unsaved())
     strategy = strategy or runtime.strategy()
     kind = runtime.kind(strategy)
     print(f"backend: {backend}, {strategy.num_replicas_in_sync} {kind} replica(s)", flush=True)
@@ -217,6 +221,7 @@ def main(argv=None, strategy=None) -> dict:
     progress = Progress(start, a.steps, log_every, batch, lr, board, history, chief)
     saver = Saver(f"{out}/checkpoints", start, a.steps, ckpt_every, log_every, metrics, history,
                   minutes=a.checkpoint_minutes, chief=chief)
+    unsaved["saver"] = saver
     # Exactly the steps left: Keras 3 runs whole executions of --steps-per-execution steps while steps_per_epoch
     # lasts (keras/src/trainers/epoch_iterator.py), so a data source that ends at the last step is what stops a
     # partial last execution there (tf.data's get_next_as_optional on TensorFlow, a short buffer on JAX).
@@ -227,7 +232,10 @@ def main(argv=None, strategy=None) -> dict:
               callbacks=Lazy([progress, metrics, saver], model, left))
     if history.get("continue"):
         raise SystemExit(runtime.CONTINUE_CODE)
+    if history.get("stopped"):
+        raise SystemExit(runtime.STOPPED_CODE)   # restarted from its checkpoint (submit --max-restarts)
     if a.eval_data:
+        runtime.phase("eval", saver.step)   # the final checkpoint is written: a stop here loses nothing
         held = dataset(a.eval_data, batch // host[1], a.seq_length, a.max_predictions_per_seq, training=False,
                        host=host)
         history["eval"] = {k: float(v) for k, v in model.evaluate(

@@ -359,7 +359,7 @@ def _lifecycle(spec: "ClusterSpec", autostop: Optional[str], max_duration: Optio
     return notes
 
 
-from . import runs, results, recovery, notices, webui  # noqa: E402,F401 - registers the run commands after the cluster ones (--help's order)
+from . import runs, results, recovery, notices, webui, drill  # noqa: E402,F401 - registers the run commands after the cluster ones (--help's order)
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

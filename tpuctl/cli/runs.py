@@ -97,6 +97,9 @@ def submit(ctx: typer.Context,
            keep_inputs: bool = typer.Option(False, "--keep-inputs", help="Kaggle: keep the run's input dataset "
                                             "once it ends, so that the same work submitted again uploads nothing "
                                             "(`down` deletes it)."),
+           no_compile_cache: bool = typer.Option(False, "--no-compile-cache", help="Give the job no persistent "
+                                                 "JAX compilation cache (by default a restart loads the programs "
+                                                 "the job compiled before: docs/recovery.md)."),
            max_restarts: Optional[int] = typer.Option(None, "--max-restarts", help="Restart the job up to N times "
                                                       "when it exits 42 (tpuctl.runtime.RESTART_CODE) or dies by a "
                                                       "signal tpuctl did not send, as xpk does (default 0; GKE: the "
@@ -137,6 +140,8 @@ def submit(ctx: typer.Context,
     job = jobspec.load(job_dir, data)          # the job's own mistakes first, before any cluster is looked for
     say_left_out(job)                          # links out of the job are refused here too
     jobspec.check_launchable(job.command, list(ctx.args), job.env)   # what no host could start
+    if no_compile_cache:
+        job.env["TPUCTL_COMPILE_CACHE"] = "0"   # the host's switch (host/compilecache.py), also a job's own [env]
     if manifest_file is not None or tpu_type is not None or slices is not None:
         from ..providers.gke.runs import DEFAULT_RESTARTS
         _gke_manifest(job, cluster, provider, tpu_type, slices, DEFAULT_RESTARTS if max_restarts is None else

@@ -77,6 +77,9 @@ KNOBS: dict[str, Bounds] = {
     "TPUCTL_UI_PAGE": Bounds(1, 100000, whole=True),
     # a price, in dollars an hour (core/budget.py): 0 would make every cost free
     "TPUCTL_PRICE_PER_HOUR": Bounds(0.0, 1e9, above=True, unit="dollars an hour"),
+    # warm restarts (host/compilecache.py): the bound on a job's JAX compilation cache, on the host and in the store
+    "TPUCTL_COMPILE_CACHE_BYTES": Bounds(1, 1 << 62, whole=True),
+    "TPUCTL_DRILL_POLL": _POLL, "TPUCTL_DRILL_WAIT": _WAIT,   # `tpuctl drill` (control/drill.py)
 }
 
 

@@ -200,6 +200,12 @@ def blob(md5: str) -> str:
     return f"{BLOBS_PREFIX}{md5}"
 
 
+def compile_cache(cache_key: str) -> str:
+    """A job's JAX compilation cache (host/compilecache.py), packed by worker 0's agent, for a host made again: one
+    per job code and JAX/libtpu versions, shared by that job's runs on the cluster."""
+    return f"tpuctl/compile-cache/{cache_key}.tar.gz"
+
+
 def run_data(run_id: str) -> str:
     """What one run sees as its data ($TPUCTL_DATA_DIR): copies of blobs under their relative paths."""
     return f"{OUTPUTS_PREFIX}{run_id}/data/"
@@ -233,6 +239,8 @@ DESCRIBED = [
                                                 "image worker N's tpu-runtime.service serves, and for which run"),
     (job_package("SHA256"), "content-addressed job code, uploaded only if absent"),
     (blob("MD5"), "each data file's content, uploaded once (unchanged content is never sent again)"),
+    (compile_cache("KEY"), "a job's JAX compilation cache (per job code and JAX/libtpu versions), packed by worker 0's "
+                           "agent after the job exits, for a host made again"),
     (run_job("ID"), "the run, written once by `submit` (create-if-absent)"),
     (queue_entry("ID"), "an unfinished run, oldest first: the agents' queue (removed once the run is final)"),
     (f"{RUN_INDEX_PREFIX}FLIPPED-MONTH/FLIPPED-ID", "every run, newest first (its id with each digit d as 9-d): "
@@ -268,3 +276,4 @@ def describe() -> str:
     """The layout as docs/store.md shows it."""
     width = max(len(k) for k, _ in DESCRIBED)
     return "\n".join(f"{k:<{width}}  {what}" for k, what in DESCRIBED)
+

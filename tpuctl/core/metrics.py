@@ -20,6 +20,10 @@ import math
 from typing import Any, Mapping
 
 FILE = "metrics.json"
+# the phase a job reports (tpuctl/runtime/phases.py writes OUTPUT/phase.json at each change; `tpuctl drill` and the
+# run doctor read it): before the first step, the first step (its compile), between steps, a save, an evaluation
+PHASE_FILE = "phase.json"
+PHASES = ("start", "compile", "step", "save", "eval")
 CAP = 300          # points kept per metric: past it, every other point goes (the first and the last stay)
 _BARS = "▁▂▃▄▅▆▇█"
 

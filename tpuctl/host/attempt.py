@@ -36,6 +36,7 @@ from .heldoutput import HeldOutput
 from .jobprocs import start
 from .logshipper import LogShipper
 from .preamble import PreambleFilter
+from . import compilecache   # warm restarts: the job's JAX compilation cache
 from .restarts import Decision, backoff, decide, wait_out
 from .rounds import FINISHED, Called, Rounds
 from .runevents import RunEvents
@@ -201,6 +202,7 @@ class Attempt:
         """The run's end on this host: its output shipped, its final status, its event."""
         if why:
             shipper.note(why, fresh_line=True)
+        ship_cache(self, shipper)
         shipper.flush(last=True)
         note = why or self.halts.limit   # a run the cluster's limit ended says which (the supervisor logged it)
         if shipper.buf and not self.a.stop.is_set():
@@ -239,6 +241,8 @@ class Attempt:
         """The job's process (jobprocs.start), or the run's end (its exit code): cancelled before it (re)started, or
         failed at once when it cannot be started (a NUL byte or an entry over the kernel's limit that an older
         tpuctl's submit let through, or E2BIG)."""
+        self.cache_env = env
+        ship_cache(self, shipper)   # what the job's last start compiled, for a host made again (compilecache.py)
         if self.halts.cancel_asked():   # before the first start and before every restart: a cancel wins at once
             return self._end(shipper, RunState.CANCELLED, 130, True, "cancelled: the job is not started again")
         self.began, self.tally.oom_before = time.monotonic(), failures.oom_kills()
@@ -308,6 +312,7 @@ class Attempt:
             why = f"the job exited {rc}" + (" (stalled)" if self.failure == "stalled" else "") + \
                 ": the JobSet restarts the run"
         shipper.note(f"{why}; the run resumes when an agent starts again", fresh_line=True)
+        ship_cache(self, shipper)
         shipper.flush(last=True)
         self.status(RunState.INTERRUPTED, exit_code=rc, note=why)
         return 128 + signal.SIGTERM if rc is None else rc
@@ -414,6 +419,7 @@ def environment(a: AttemptHost, run_id: str, job: RunSpec, tf: str = "", env_dir
     framework_env.update(kerasbackend.environment(job, a.record, a.accelerator))
     framework_env.update(megascale.environment(a.record, a.slice, megascale.read(a.record)))
     framework_env.update(jaxcluster.environment(a.record, a.worker, a.workers))
+    framework_env.update(compilecache.environment(a.home, a.store, job, env_dir))   # warm restarts
     env.update(TPUCTL_RUN_ID=run_id, TPUCTL_STORE=a.store.uri, TPUCTL_DATA_DIR=data, TPUCTL_OUTPUT_DIR=out,
                TPUCTL_ACCELERATOR=a.accelerator, TPUCTL_TPU=framework_env.get("TPU_NAME", a.tpu_address()),
                TPUCTL_WORKER=str(a.worker), TPUCTL_NUM_WORKERS=str(a.workers), PYTHONUNBUFFERED="1")
@@ -445,3 +451,9 @@ def _which_keras(env: dict[str, str], job: RunSpec, tf: str) -> None:
     if tf:
         env.setdefault("TF_USE_LEGACY_KERAS", "1")
     prefer_legacy_keras(env)
+
+
+def ship_cache(at: Attempt, shipper: LogShipper) -> None:
+    """Worker 0's compile cache to the store when the job's last start added to it (compilecache.ship)."""
+    compilecache.ship(at.a.store, at.a.home, getattr(at, "cache_env", {}), at.a.worker,
+                      lambda said: shipper.note(said, fresh_line=True))

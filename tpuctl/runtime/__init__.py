@@ -13,6 +13,9 @@ backend the job runs on (Keras's own KERAS_BACKEND, which tpuctl sets: tensorflo
     progress.step(step, seconds, loss=...)        # both record what goodput is computed from;
     with progress.checkpointing(): save()         # (or the callback's) a blocking save, counted as goodput's
                                                   # checkpoint badput, not as productive step time
+    runtime.listen_for_stop()                     # SIGTERM sets a flag: save, then exit STOPPED_CODE
+    if runtime.stop_requested(): ...              # read it between steps, after a save, in compile and eval
+    runtime.phase("eval")                         # phases a drill signals in (the callbacks report the rest)
 
 TensorFlow is imported lazily, and only on the TensorFlow backend (or for a tf-keras job: TF_USE_LEGACY_KERAS=1,
 which the job or tpuctl's host sets; prefer_legacy_keras is the host's rule for it).
@@ -25,12 +28,15 @@ from __future__ import annotations
 from .devices import Replicas, global_batch, gpu_has_bfloat16, jax_replicas, kind, mixed_precision, strategy, tpu_target
 from .environment import (CONTINUE_CODE, RESTART_CODE, data_dir, output_dir, output_of, run_id,
                           session_ending)
+# what a drill and the run doctor read (phases.py), and SIGTERM read as a flag
+from .phases import STOPPED_CODE, listen_for_stop, phase, saved, stop_requested
 from .keras_env import backend, legacy_keras, prefer_legacy_keras, require_keras, version_tuple
 from .metrics_file import Progress, metrics_callback
 from .stacks import _arm as _arm_stacks
 from .training import agree, scaled_lr, schedule, seed, step_of, sync
 
-__all__ = ["CONTINUE_CODE", "RESTART_CODE", "Progress", "Replicas", "agree", "backend", "data_dir", "global_batch",
+__all__ = ["STOPPED_CODE", "listen_for_stop", "phase", "saved", "stop_requested",   # phases.py
+           "CONTINUE_CODE", "RESTART_CODE", "Progress", "Replicas", "agree", "backend", "data_dir", "global_batch",
            "gpu_has_bfloat16", "jax_replicas", "kind", "legacy_keras", "metrics_callback", "mixed_precision",
            "output_dir", "output_of", "prefer_legacy_keras", "require_keras", "run_id", "scaled_lr", "schedule",
            "seed", "session_ending", "step_of", "strategy", "sync", "tpu_target", "version_tuple"]

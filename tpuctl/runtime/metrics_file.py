@@ -8,22 +8,28 @@ from contextlib import contextmanager
 from typing import Any, Iterator
 
 from .environment import output_dir
+from . import phases
 from .files import read_bytes, records_metrics, write_text
 from .keras_env import keras_module
 from .training import step_of
 
 
 @contextmanager
-def _timed_save(log: Any, saved: list[float]) -> Iterator[None]:
+def _timed_save(log: Any, saved: list[float], step: int | None = None) -> Iterator[None]:
     """Times a blocking checkpoint save into `log` (metrics.MetricsLog.checkpointed), and into `saved` for a step
-    timer that must leave it out."""
+    timer that must leave it out; the save phase (phases.py) while it lasts, and the step it saved once done."""
     t0 = time.perf_counter()
+    phases.phase("save", step)
+    done = False
     try:
         yield
+        done = True
     finally:
         took = time.perf_counter() - t0
         log.checkpointed(took, time.time())
         saved.append(took)
+        if done:
+            phases.saved(step if step is not None else int(log.step))
 
 
 def metrics_callback(every: int | None = None, path: str | None = None, start: int | None = None,
@@ -44,6 +50,7 @@ def metrics_callback(every: int | None = None, path: str | None = None, start: i
     from ..core.metrics import FILE, MetricsLog, parse
     flush_seconds = knobs.number("TPUCTL_PROGRESS_SECONDS", 10)
     target = path or f"{output_dir()}/{FILE}"
+    phases._at(target.rsplit("/", 1)[0] if "/" in target else ".")
 
     def write(log: MetricsLog) -> None:
         if records_metrics():
@@ -58,6 +65,7 @@ def metrics_callback(every: int | None = None, path: str | None = None, start: i
         def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
             self.step = step_of(self.model) if start is None else start
             self.log.begin(self.step, time.time())
+            phases.phase("start", self.step)
 
         def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
             self.base = self.step   # Keras's batch index starts again each epoch
@@ -65,9 +73,15 @@ def metrics_callback(every: int | None = None, path: str | None = None, start: i
         def on_train_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:
             self.t0 = time.perf_counter()
             self.saved: list[float] = []
+            if not hasattr(self, "compiled"):
+                self.compiled = True
+                phases.phase("compile", self.step)   # the first step of this start compiles (or loads) it
+
+        def on_test_begin(self, logs: dict[str, Any] | None = None) -> None:
+            phases.phase("eval", getattr(self, "step", None))
 
         def checkpointing(self) -> Any:
-            return _timed_save(self.log, self.saved if hasattr(self, "saved") else [])
+            return _timed_save(self.log, self.saved if hasattr(self, "saved") else [], getattr(self, "step", None))
 
         def _record(self, logs: dict[str, Any] | None) -> None:
             self.log.record(self.step, logs or {})
@@ -81,6 +95,7 @@ def metrics_callback(every: int | None = None, path: str | None = None, start: i
             step = self.base + batch + 1
             self.step = step = step if end is None else min(step, end)
             self.log.stepped(step, time.perf_counter() - self.t0 - sum(getattr(self, "saved", [])), time.time())
+            phases.phase("step", step)
             if every and step % every == 0:
                 self._record(logs)
                 self.flushed = time.monotonic()
@@ -109,8 +124,11 @@ class Progress:
         from ..core import knobs
         from ..core.metrics import FILE, MetricsLog, parse
         self.target = path or f"{output_dir()}/{FILE}"
+        phases._at(self.target.rsplit("/", 1)[0] if "/" in self.target else ".")
         self.log = parse(read_bytes(self.target)) or MetricsLog()
         self.log.begin(start_step, time.time())
+        self.at = start_step
+        phases.phase("start", start_step)
         self.every = max(1, every)
         self.flush_seconds = flush_seconds if flush_seconds is not None else \
             knobs.number("TPUCTL_PROGRESS_SECONDS", 10)
@@ -118,6 +136,8 @@ class Progress:
 
     def step(self, step: int, seconds: float, **metrics: float) -> None:
         self.log.stepped(step, seconds, time.time())
+        self.at = step
+        phases.phase("step", step)
         if step % self.every == 0:
             self.log.record(step, metrics)
             self.flush()
@@ -125,8 +145,9 @@ class Progress:
             self.flush()
 
     def checkpointing(self) -> Any:
-        """`with progress.checkpointing(): save()`: the save's time is goodput's checkpoint badput."""
-        return _timed_save(self.log, [])
+        """`with progress.checkpointing(): save()`: the save's time is goodput's checkpoint badput, and the phase
+        `save` while it lasts (phases.py)."""
+        return _timed_save(self.log, [], getattr(self, "at", None))
 
     def flush(self) -> None:
         if records_metrics():

@@ -1,0 +1,113 @@
+"""The phases a job reports, for `tpuctl drill` (control/drill.py) to signal it at chosen moments and for the run
+doctor to read: start (before the first step), compile (the first step), step (between steps), save (a checkpoint
+being written), eval. metrics_callback and Progress report them by themselves; a loop of one's own calls
+`phase("compile")` / `phase("eval")` where it has one, and `with progress.checkpointing():` reports `save`.
+
+And the other half of surviving a preemption: `stop_requested()` is True once the job got SIGTERM (a spot VM's
+notice, `tpuctl cancel`, a drill). Python runs a signal handler only between bytecodes of the main thread, so a
+job that reads the flag only between steps misses it during a long compile, a save or an evaluation (spd#741: the
+SIGTERM save "fired 0/6 times"); a job reads it after each save too, and exits with STOPPED_CODE (143, what a
+process SIGTERM kills exits with) once its state is saved, so tpuctl restarts it from there.
+
+The phase goes to OUTPUT/phase.json (process 0 only, rewritten at each change of phase, never per step):
+{"phase", "step", "from", "since", "restarts", "pid", "saves": [[step, finished time], ...], "phases": {name: first time in
+this start}}."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from typing import Any, Callable
+
+from ..core.metrics import PHASE_FILE, PHASES
+from .environment import output_dir
+from .files import records_metrics, write_text
+
+STOPPED_CODE = 128 + signal.SIGTERM
+_KEPT_SAVES = 20
+
+_state: dict[str, Any] = {}
+_armed: list[bool] = []
+_stopped: list[float] = []
+_exit_when: list[Callable[[], bool]] = []
+
+
+_where: list[str] = []   # the directory of the job's metrics.json, where it named one (_at(), from metrics_file.py)
+
+
+def _at(directory: str) -> None:
+    """phase.json goes beside the job's metrics.json (metrics_callback's and Progress's `path`)."""
+    _where[:] = [directory]
+
+
+def _path() -> str:
+    return f"{(_where or [output_dir()])[0]}/{PHASE_FILE}"
+
+
+def phase(name: str, step: int | None = None) -> None:
+    """The job is now in phase `name` (one of PHASES) at `step` (the last one known when None)."""
+    if name not in PHASES:
+        raise ValueError(f"phase {name!r} is not one of {', '.join(PHASES)}")
+    said = os.environ.get("TPUCTL_RESTARTS") or "0"   # set by tpuctl's agent for each start
+    restarts = int(said) if said.isdigit() else 0
+    if _state.get("pid") != os.getpid() or _state.get("restarts") != restarts:
+        _state.clear()
+        _state.update(restarts=restarts, pid=os.getpid(), saves=[], phases={}, step=0)
+    moved = False
+    if step is not None:
+        _state["step"] = int(step)
+        if name == "start" and _state.get("from") != int(step):
+            _state["from"] = int(step)   # the step this start resumed from
+            moved = True
+    if _state.get("phase") == name and not moved:
+        return
+    now = time.time()
+    _state.update(phase=name, since=now)
+    _state["phases"].setdefault(name, now)
+    _write()
+
+
+def saved(step: int) -> None:
+    """A checkpoint of `step` is complete (the save phase ends): the drill's proof of a save within the grace."""
+    _state.setdefault("saves", []).append([int(step), time.time()])
+    del _state["saves"][:-_KEPT_SAVES]
+    _state["step"] = int(step)
+    _state["phase"] = ""   # the next phase() writes again, whichever it is
+    _write()               # now: a job that exits right after its save (on SIGTERM) writes no phase again
+
+
+def _write() -> None:
+    # under tpuctl only (a drill reads it): a job run by hand gets no file it did not ask for
+    if records_metrics() and os.environ.get("TPUCTL_RUN_ID"):
+        try:
+            write_text(_path(), json.dumps(_state))
+        except OSError:
+            pass   # a phase is a hint for a drill: never the job's failure
+
+
+def stop_requested() -> bool:
+    """True once SIGTERM came (after listen_for_stop())."""
+    return bool(_stopped)
+
+
+def listen_for_stop(exit_when: Callable[[], bool] | None = None) -> None:
+    """SIGTERM sets stop_requested() instead of ending the process at once (main thread only; a handler the job
+    installed itself is left as it is). Only for a job that reads the flag and saves: one that does not would then
+    run on until tpuctl's SIGKILL after the grace. `exit_when`: asked when SIGTERM comes; True (nothing unsaved, no
+    save under way) ends the job there and then with STOPPED_CODE, in the middle of a compile or an evaluation."""
+    _exit_when[:] = [exit_when] if exit_when else []
+    phase("start")   # a job that listens is starting: a drill's `start` need not wait for its first callback
+    if _armed or signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, None):
+        return
+    try:
+        signal.signal(signal.SIGTERM, _on_term)
+    except ValueError:
+        return   # not the main thread
+    _armed.append(True)
+
+
+def _on_term(signum: int, frame: Any) -> None:
+    _stopped.append(time.time())
+    if _exit_when and _exit_when[0]():
+        raise SystemExit(STOPPED_CODE)
