@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import stat
 import secrets
 import shutil
 import time
@@ -78,6 +79,25 @@ class LocalStore:
             return self._p(key).read_bytes()
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             return None
+
+    def read_head(self, key: str, limit: int) -> bytes | None:
+        """At most the first `limit` bytes of a regular file (None: absent or not a file): what a run's job wrote
+        is read no further than a cap (core/jobfiles.py). A link out of the store is a ValueError (_p); a FIFO or a
+        device a job left is never opened for reading (it would block, or never end)."""
+        try:
+            fd = os.open(self._p(key), os.O_RDONLY | os.O_NONBLOCK)
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            return None
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None
+            chunks, got = [], 0
+            while got < limit and (chunk := os.read(fd, min(limit - got, 1 << 20))):
+                chunks.append(chunk)
+                got += len(chunk)
+            return b"".join(chunks)
+        finally:
+            os.close(fd)
 
     def _tmp(self, p: Path, data: bytes) -> Path:
         p.parent.mkdir(parents=True, exist_ok=True)

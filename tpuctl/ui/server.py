@@ -18,7 +18,6 @@ import base64
 import functools
 import hashlib
 import html
-import json
 import secrets
 import socket
 import time
@@ -32,7 +31,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from ..core import knobs
+from ..core import jobfiles, knobs
 from ..core.errors import ErrorKind, TpuctlError
 from . import runview, views
 from .figures import Figures, store_wait
@@ -105,7 +104,10 @@ class TokenRequired(BaseHTTPMiddleware):
 
 
 def _page_of(token: str, view: str, title: str, data: dict[str, Any], **attrs: str) -> HTMLResponse:
-    payload = json.dumps(data, default=str).replace("</", "<\\/")
+    # strict JSON (no NaN: JSON.parse refuses it and the page stays blank), and no <, > or & inside the script
+    # element, whose text ends at the first "</script" and which "<!--<script" sends into another parse state
+    # (HTML's script data escaped states): as \u escapes, which JSON.parse reads back as the same characters
+    payload = jobfiles.dumps(data).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
     extra = "".join(f' data-{k}="{html.escape(v)}"' for k, v in attrs.items())
     t = f"?token={token}"   # a stylesheet or script element sends no header: its URL carries the token
     return HTMLResponse(f"""<!doctype html>
@@ -123,7 +125,7 @@ def _page_of(token: str, view: str, title: str, data: dict[str, Any], **attrs: s
 
 class JSON(JSONResponse):
     def render(self, content: Any) -> bytes:
-        return json.dumps(content, default=str, separators=(",", ":")).encode()
+        return jobfiles.dumps(content, separators=(",", ":")).encode()   # strict JSON: no NaN
 
 
 def _problem(e: TpuctlError) -> Response:

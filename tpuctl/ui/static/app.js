@@ -112,7 +112,10 @@
   // --- runs -------------------------------------------------------------------------------------------------------
   function runRow(r, all) {
     const restarts = (r.restarts || 0) + (r.goodput_parts ? r.goodput_parts.resumes : 0);
-    return [runLink(r.cluster, r.id), all ? r.cluster : null, r.name, h("span", {class: "state " + r.state}, r.state),
+    // a run whose own files cannot be read (an unreadable state, a metrics file not read): what is wrong, on its row
+    const state = h("span", {class: "state " + r.state, title: r.note || null}, r.state,
+      r.state === "unreadable" && r.note ? ": " + r.note : null);
+    return [runLink(r.cluster, r.id), all ? r.cluster : null, r.name, state,
       r.step === null ? "" : String(r.step), num(r.loss, 4), r.goodput === null ? "" : r.goodput.toFixed(0) + "%",
       dollars(r.cost_usd), secs(r.duration), restarts ? String(restarts) : "", r.tpu || ""].filter((x) => x !== null);
   }
