@@ -164,3 +164,114 @@ def test_every_page_serves_the_good_runs_in_strict_json_and_never_a_500(planted,
         assert chips["history"]["duty_cycle_pct"] == [[3.0, 40.0]] and chips["history"]["hbm_used_gib"] == []
         code, body = get(f"/api/run?cluster=bad&id={GOOD[0]}")
         assert code == 200 and strict(body)["metrics"][0]["points"] == [[10.0, 1.0], [20.0, 0.5]]
+
+
+def _get(base, path, headers=None):
+    import urllib.error
+    import urllib.request
+    req = urllib.request.Request(base + path, headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def test_bad_inputs_are_answered_4xx_never_500(planted, monkeypatch):
+    """Issue 58 item 3: a token beyond ASCII (compare_digest refuses a str that is not ASCII: a TypeError), digits
+    that are not ASCII (str.isdigit() takes them, int() does not), `..` in /api/log's id, a run whose status is
+    corrupt: each a 4xx."""
+    monkeypatch.setenv("TPUCTL_UI_STORE_WAIT", "10")
+    bad_status = "20261128-110005-000-bad6"
+    with ui_server() as base:
+        assert _get(base, "/?token=%C3%A9")[0] == 403
+        assert _get(base, "/", {"X-Tpuctl-Token": "é".encode().decode("latin-1")})[0] == 403
+        for path in ("/runs?page=%C2%B2", "/api/runs?page=%D9%A3", "/api/runs?cluster=bad&page=%C2%B2",
+                     f"/api/log?cluster=bad&id={GOOD[0]}&worker=%C2%B2", f"/api/log?cluster=bad&id={GOOD[0]}&after=%C2%B9",
+                     "/api/log?cluster=bad&id=..", "/api/log?cluster=bad&id=../../../../etc/passwd",
+                     f"/api/run?cluster=bad&id={bad_status}", f"/run/bad/{bad_status}",
+                     f"/api/log?cluster=bad&id={bad_status}", "/api/runs?page=99999999999999999999999999"):
+            code, body = _get(base, path + "&token=t" if "?" in path else path + "?token=t")
+            assert 400 <= code < 500 or (code == 200 and "page=999" in path), (path, code, body[-300:])
+        code, body = _get(base, f"/api/log?cluster=bad&id={bad_status}&token=t")
+        assert "status.json is unreadable" in strict(body)["error"]
+
+
+def test_a_late_page_of_every_clusters_runs_reads_only_its_own_runs(planted, monkeypatch, tmp_path):
+    """The every-cluster runs page at page N read every run of pages 0..N (and, slow, blamed the store): the
+    clusters' indexes are listed up to the page and merged, and only the page's runs are read."""
+    from tpuctl.control import submission
+    from tpuctl.core import layout, runindex, state
+    from tpuctl.core.models import ClusterSpec, ClusterState, Phase, ProviderName
+    from tpuctl.core.runs import RunSpec
+    from tpuctl.core.store import LocalStore
+    st = ClusterState(spec=ClusterSpec(name="other", provider=ProviderName.LOCAL, store=str(tmp_path / "other")),
+                      phase=Phase.DOWN)
+    state.save(st)
+    other = LocalStore(st.spec.store)
+    mine = [f"20261128-1200{i:02d}-000-0c{i:02d}" for i in range(20)]
+    for rid in mine:
+        other.write(layout.run_job(rid), json.dumps(RunSpec(id=rid, name="o", command="c", package="0").to_json())
+                    .encode())
+        runindex.register(other, rid)
+    every = sorted([*GOOD, *BAD, *mine], reverse=True)
+    read = []
+    real = submission._row
+    monkeypatch.setattr(submission, "_row", lambda store, rid, repair=True: (read.append(rid), real(store, rid,
+                                                                                                    repair))[1])
+    monkeypatch.setenv("TPUCTL_UI_PAGE", "5")
+    monkeypatch.setenv("TPUCTL_UI_STORE_WAIT", "10")
+    with ui_server() as base:
+        code, body = _get(base, "/api/runs?page=4&token=t")
+    got = strict(body)
+    assert code == 200 and [r["id"] for r in got["rows"]] == every[20:25] and got["more"], body[-400:]
+    assert sorted(read) == sorted(every[20:25]) and not got["problems"]
+
+
+@pytest.fixture(scope="module")
+def browser():
+    import shutil
+    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    if exe is None:
+        pytest.skip("no Chromium here (apt-get install -y chromium; .ci/run installs it)")
+    from playwright.sync_api import sync_playwright
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=exe, args=["--no-sandbox"])
+        yield b
+        b.close()
+
+
+def test_a_command_holding_html_shows_as_text_and_a_problem_as_its_words(planted, browser, monkeypatch):
+    """A command holding `<!--<script>` blanked its run page (the embedded JSON's script element took it as the
+    start of a comment: `<`, `>` and `&` are escaped in it now); and a problem of a cluster showed as
+    `[object HTMLParagraphElement]` (a list of elements among an element's kids)."""
+    from tpuctl.core import layout, runindex
+    from tpuctl.core.runs import RunSpec
+    from tpuctl.ui import views
+    rid, command = "20261128-120000-000-3c3c", 'python t.py "<!--<script>" </script><b>x</b> && echo done'
+    planted.write(layout.run_job(rid), json.dumps(RunSpec(id=rid, name="html", command=command, package="0")
+                                                  .to_json()).encode())
+    runindex.register(planted, rid)
+    real = views._ids
+    monkeypatch.setattr(views, "_ids", lambda n, last: (_ for _ in ()).throw(RuntimeError("boom")) if n == "gone"
+                        else real(n, last))
+    from tpuctl.core import state
+    from tpuctl.core.models import ClusterSpec, ClusterState, Phase, ProviderName
+    state.save(ClusterState(spec=ClusterSpec(name="gone", provider=ProviderName.LOCAL, store="/nonexistent"),
+                            phase=Phase.DOWN))
+    monkeypatch.setenv("TPUCTL_UI_STORE_WAIT", "10")
+    context = browser.new_context()
+    try:
+        with ui_server() as base:
+            page = context.new_page()
+            code, body = _get(base, f"/run/bad/{rid}?token=t")
+            assert code == 200 and "<!--" not in body.split('id="data"')[1].split("</script>")[0], body[-800:]
+            page.goto(f"{base}/run/bad/{rid}?token=t")
+            page.wait_for_selector("#summary h2")
+            assert page.inner_text("#summary h2") == f"html: {command}"
+            page.goto(f"{base}/runs?token=t")
+            page.wait_for_selector("#runs p.bad")
+            problems = page.inner_text("#runs")
+            assert "gone: RuntimeError: boom" in problems and "[object" not in problems, problems
+    finally:
+        context.close()

@@ -609,3 +609,48 @@ def test_the_read_only_index_pages_past_entries_that_name_no_run_and_reads_an_un
     assert all(store.read(k) is not None for k in bad)
     assert runindex.newest(store, 2, report=lambda m: None) == ids[::-1][:2]   # `jobs`: removed on the way
     assert not [k for k in bad if store.read(k) is not None]
+
+
+def test_ctrl_c_under_load_stops_the_ui_within_seconds(site):
+    """Issue 58: Ctrl-C while pages are being asked (a browser's polls, many tabs) did not stop `tpuctl ui` within
+    10 s (2 of 4): uvicorn waits for every open connection to close. Its graceful shutdown is bounded."""
+    proc = subprocess.Popen(tpuctl_at_a_terminal("ui", "--no-browser"), env=site["env"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    url = proc.stdout.readline().strip()
+    base, token = url.split("/?token=")
+    stop = threading.Event()
+    paths = ["/", "/runs?cluster=uitest", f"/run/uitest/{site['runs']['good']}", "/api/runs",
+             f"/api/log?cluster=uitest&id={site['runs']['live']}", f"/api/run?cluster=uitest&id={site['runs']['bad']}"]
+
+    def load(i):
+        import http.client
+        while not stop.is_set():
+            try:   # a kept-alive connection, as a browser's: asked again at once
+                conn = http.client.HTTPConnection(base.split("//")[1], timeout=30)
+                while not stop.is_set():
+                    conn.request("GET", paths[i % len(paths)], headers={"X-Tpuctl-Token": token})
+                    conn.getresponse().read()
+            except OSError:
+                time.sleep(0.05)
+    threads = [threading.Thread(target=load, args=(i,), daemon=True) for i in range(24)]
+    for t in threads:
+        t.start()
+    half = []   # and connections that sent half a request, and wait
+    for _ in range(20):
+        s = socket.create_connection(("127.0.0.1", int(base.rsplit(":", 1)[1])))
+        s.sendall(b"GET /api/runs HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        half.append(s)
+    try:
+        time.sleep(2)
+        started = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(30)
+        took = time.monotonic() - started
+    finally:
+        stop.set()
+        for s in half:
+            s.close()
+        if proc.poll() is None:
+            proc.kill()
+    assert code == 130 and took < 10, (code, took)
+    assert "Traceback" not in proc.stderr.read()

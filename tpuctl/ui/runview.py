@@ -166,6 +166,8 @@ def log(name: str, run_id: str, worker: int, after: int | None, skip: int = 0) -
     many bytes came before them); else from chunk `after` (less `skip` bytes of it) on, as `logs -f` reads it.
     `next`/`skip` say where to read next; `final` whether the run has ended on that host (no chunk follows its final
     status)."""
+    if not runs.is_id(run_id):   # an id is part of store keys: `..` never reaches one
+        raise TpuctlError(ErrorKind.NOT_FOUND, f"no run {run_id!r} on cluster {name}", "the runs page lists them")
     st, prov = cluster(name)
     store = prov.store(st)
     skipped = 0

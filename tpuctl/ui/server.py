@@ -103,6 +103,21 @@ class TokenRequired(BaseHTTPMiddleware):
         return response
 
 
+SHUTDOWN_SECONDS = 2   # what Ctrl-C waits for requests in flight at most
+MAX_PAGE = 1_000_000   # pages of runs: past any store's
+
+
+def whole(name: str, text: str, default: int, most: int) -> int:
+    """The whole number `name` of a query (`page`, `worker`, `after`, `skip`): `default` when not given, refused
+    (400) unless in ASCII digits (str.isdigit() takes "²" and "٣" too, and int("²") raised: a 500); past `most` it
+    is `most` (a page 10**30 lists no store whole)."""
+    if not text:
+        return default
+    if not (text.isascii() and text.isdigit()):
+        raise TpuctlError(ErrorKind.INPUT, f"{name}={text!r} is not a whole number", "the pages' links give one")
+    return min(int(text[:19]) if len(text) <= 19 else most, most)
+
+
 def _page_of(token: str, view: str, title: str, data: dict[str, Any], **attrs: str) -> HTMLResponse:
     # strict JSON (no NaN: JSON.parse refuses it and the page stays blank), and no <, > or & inside the script
     # element, whose text ends at the first "</script" and which "<!--<script" sends into another parse state
@@ -140,8 +155,8 @@ def build(token: str, figures: Figures, hosts: frozenset[str] = LOCAL_HOSTS) -> 
         return _page("clusters", "Clusters", {"clusters": views.clusters(figures)})
 
     def runs_data(request: Request) -> dict[str, Any]:
-        page = request.query_params.get("page", "0")
-        return views.runs(figures, request.query_params.get("cluster") or None, int(page) if page.isdigit() else 0)
+        return views.runs(figures, request.query_params.get("cluster") or None,
+                          whole("page", request.query_params.get("page", ""), 0, MAX_PAGE))
 
     def run_data(c: str, rid: str) -> dict[str, Any]:
         """The run as its store last answered (runview.run in the background, waited for briefly), or, before a
@@ -156,7 +171,10 @@ def build(token: str, figures: Figures, hosts: frozenset[str] = LOCAL_HOSTS) -> 
         return {**fig.value, "pending": f"its store is slow to answer: shown {fig.age(now)}" if late else ""}
 
     def runs_page(request: Request) -> Response:
-        data = runs_data(request)
+        try:
+            data = runs_data(request)
+        except TpuctlError as e:
+            return _problem(e)
         return _page("runs", f"Runs of {data['cluster']}" if data["cluster"] else "Runs", data,
                      cluster=data["cluster"], page=str(data["page"]))
 
@@ -184,9 +202,10 @@ def build(token: str, figures: Figures, hosts: frozenset[str] = LOCAL_HOSTS) -> 
             if what == "run":
                 return JSON(run_data(q.get("cluster", ""), q.get("id", "")))
             if what == "log":
-                after, worker, skip = q.get("after", ""), q.get("worker", "0"), q.get("skip", "0")
-                return JSON(runview.log(q.get("cluster", ""), q.get("id", ""), int(worker) if worker.isdigit() else 0,
-                                        int(after) if after.isdigit() else None, int(skip) if skip.isdigit() else 0))
+                after = whole("after", q.get("after", ""), -1, 1 << 40)   # none: the log's tail
+                return JSON(runview.log(q.get("cluster", ""), q.get("id", ""),
+                                        whole("worker", q.get("worker", ""), 0, 1 << 20), None if after < 0 else after,
+                                        whole("skip", q.get("skip", ""), 0, 1 << 40)))
         except TpuctlError as e:
             return _problem(e)
         return JSON({"error": f"no /api/{what}"}, status_code=404)
@@ -220,7 +239,10 @@ def serve(port: int | None, ready: Callable[[str], None]) -> None:
     sock = bind(port)
     token = secrets.token_urlsafe(24)
     figures = Figures()
-    config = uvicorn.Config(build(token, figures), log_level="warning", access_log=False, lifespan="off")
+    # Ctrl-C: uvicorn waits for every open connection to close, without end unless told (a page's poll in flight
+    # on a slow store, a client that never finishes its request); past SHUTDOWN_SECONDS it drops them
+    config = uvicorn.Config(build(token, figures), log_level="warning", access_log=False, lifespan="off",
+                            timeout_graceful_shutdown=SHUTDOWN_SECONDS)
     server = uvicorn.Server(config)
     ready(f"http://127.0.0.1:{sock.getsockname()[1]}/?token={token}")
     try:

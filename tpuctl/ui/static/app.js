@@ -56,7 +56,7 @@
       if (v === null || v === undefined || v === false) continue;
       if (k === "text") el.textContent = v; else el.setAttribute(k, v);
     }
-    for (const kid of kids.flat()) {
+    for (const kid of kids.flat(Infinity)) {   // a list of elements among the kids: each one, never its String()
       if (kid === null || kid === undefined) continue;
       el.append(kid instanceof Node ? kid : document.createTextNode(String(kid)));
     }
