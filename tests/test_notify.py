@@ -279,6 +279,36 @@ def test_a_url_idle_for_a_while_holds_no_thread_and_its_next_message_still_goes(
     assert sender.flush(5)
 
 
+def test_the_sending_threads_stay_bounded_however_many_urls_are_busy_at_once(tmp_path, receiver, fast_notify,
+                                                                           monkeypatch):
+    """Issue 58.5: a thread per URL still grew while they were busy (1 -> 62 after 60 runs with distinct URLs):
+    60 runs' URLs, each message taking its receiver 50 ms, are sent by TPUCTL_NOTIFY_THREADS threads at most, each
+    URL's in order, every one delivered."""
+    monkeypatch.setenv("TPUCTL_NOTIFY_THREADS", "4")
+    monkeypatch.setenv("TPUCTL_NOTIFY_IDLE", "0.3")
+    r = receiver([("slow", 0.05)] * 120)
+    store = LocalStore(tmp_path / "s")
+    sender = notify.Sender()
+    peak, done = [0], threading.Event()
+
+    def watch():
+        while not done.is_set():
+            peak[0] = max(peak[0], len([t for t in threading.enumerate() if t.name.startswith("tpuctl-notify-")]))
+            time.sleep(0.005)
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    for i in range(60):
+        notify.save_run_urls(store, f"r{i}", [f"{r.url}?run={i}"])
+        for event in ("run.started", "run.ended"):
+            sender.put(store, f"{event}-r{i}", {"event": event, "cluster": "c", "run": f"r{i}", "time": time.time()})
+    until(lambda: len(r.posts) == 120, 60, lambda: f"120 posts; came {len(r.posts)}")
+    done.set()
+    watcher.join()
+    assert 1 <= peak[0] <= 4, peak
+    assert [p["tpuctl"]["event"] for p in r.posts if p["tpuctl"]["run"] == "r7"] == ["run.started", "run.ended"]
+    assert sender.flush(5)
+
+
 def test_another_scheme_goes_through_apprise(tmp_path, receiver, fast_notify):
     """Apprise's `json://` plugin POSTs {"title", "message", ...} over HTTP: the real library, the local receiver."""
     pytest.importorskip("apprise")

@@ -57,6 +57,7 @@ KNOBS: dict[str, Bounds] = {
     "TPUCTL_NOTIFY_EXIT_WAIT": _WAIT, "TPUCTL_NOTIFY_IDLE": _WAIT, "TPUCTL_APPRISE_INSTALL_WAIT": _POLL,
     "TPUCTL_PROGRESS_SECONDS": _POLL,   # read by the job itself (runtime/metrics_file.py), from the agent's environment
     "TPUCTL_TPU_METRICS_SECONDS": _WAIT,   # 0: no chip sampling (host/chipsampler.py)
+    "TPUCTL_NOTIFY_THREADS": Bounds(1, 1024, whole=True),   # notification senders at most (core/delivery.py)
     "TPUCTL_NVIDIA_SMI_DEADLINE": _POLL,   # how long one nvidia-smi may take (host/chipsampler.py)
     # the CLI and the watcher (control/, cli/, providers/)
     "TPUCTL_POLL_INTERVAL": _POLL, "TPUCTL_RETRY_BASE": _WAIT, "TPUCTL_TEARDOWN_WAIT": _WAIT,
