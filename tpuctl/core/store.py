@@ -200,8 +200,18 @@ class LocalStore:
             if name.endswith("/"):
                 if key.startswith(prefix) or prefix.startswith(key):
                     yield from self._walk(Path(e.path), key, prefix)
-            elif key.startswith(prefix) and not _hidden(e.name) and not (e.is_symlink() and e.is_dir()):
+            elif key.startswith(prefix) and not _hidden(e.name) and not (e.is_symlink() and e.is_dir()) \
+                    and not (e.is_symlink() and not self._inside(Path(e.path))):
                 yield key, Path(e.path)
+
+    def _inside(self, link: Path) -> bool:
+        """Whether a link (a job's outputs may hold any) leads to a file inside the store: one that leads out of it,
+        or nowhere, is no object of the store (it was listed with its target's size, and `download` failed on it)."""
+        try:
+            target = link.resolve(strict=True)
+        except (OSError, RuntimeError):   # dangling, a loop
+            return False
+        return self.root in target.parents and target.is_file()
 
     def stats(self, prefix: str) -> dict[str, tuple[int, str]]:
         cache = Md5Cache()
