@@ -403,8 +403,18 @@ def test_the_budget_stop_says_what_was_spent_and_the_cap():
     """Issue 52.7: the note said "$50.00 spent" (the cap) where $74.86 was."""
     doc = {"usd": 50.0, "hourly": 3600.0, "periods": [[1000.0, 1074.86]]}
     share, why = budget.over(doc)
-    assert why == "budget: $74.86 spent of $50.00" and share == pytest.approx(74.86 / 50)
+    assert why == "budget: $74.86 spent of $50.00 at the stop" and share == pytest.approx(74.86 / 50)
     assert budget.over({**doc, "periods": [[1000.0, 1040.0]]})[1] == ""
+
+
+def test_up_says_the_budget_and_the_price_it_counts_once_each(env, cli, monkeypatch):
+    """Issue 58.5: up's plan said "budget budget $5.00" and "cost free" for a cluster whose budget counted the
+    TPUCTL_PRICE_PER_HOUR set."""
+    monkeypatch.setenv("TPUCTL_PRICE_PER_HOUR", "2")
+    code, out, err = cli("up", "--provider", "local", "-c", "pp", "--budget", "5", "--dry-run")
+    assert code == 0, err
+    assert "  cost   $2.00/hour (TPUCTL_PRICE_PER_HOUR) while it exists" in err and "free" not in err, err
+    assert "  budget $5.00: $5.00 left, 2.5 hours at $2.00/hour" in err and "budget budget" not in err, err
 
 
 def test_budget_arithmetic_counts_every_period():
@@ -477,7 +487,7 @@ def test_a_budget_stop_on_the_host_ends_the_run_and_the_compute(local_up, cli, t
     assert info["problem"].startswith("its budget is spent: $") and info["fix"].startswith("tpuctl up -c bs --budget ")
     [row] = json.loads(cli("jobs", "-c", "bs", "--json")[1])
     assert row["state"] == "cancelled" and "--budget is spent (budget: $" in row["note"], row
-    assert re.search(r"budget: \$(\d+\.\d\d) spent of \$6\.00\)", row["note"]), row
+    assert re.search(r"budget: \$(\d+\.\d\d) spent of \$6\.00 at the stop\)", row["note"]), row
     assert float(re.search(r"budget: \$(\d+\.\d\d) spent", row["note"]).group(1)) >= 6.0, row
     assert "cancelled (budget)" in cli("jobs", "-c", "bs")[1]
     code, out, err = cli("up", "--provider", "local", "-c", "bs")

@@ -46,7 +46,7 @@ def before_up(spec: ClusterSpec, prov: Provider, prior: ClusterState | None, usd
     out.hourly = hourly or 0.0
     con = console()
     if line:
-        con.err.print(f"  budget {line}", markup=False)
+        con.err.print(f"  {line}", markup=False)   # the line starts "budget $5.00: ..." (it said "budget budget")
     for u in urls:
         con.err.print(f"  notify {notify.mask(u)}", markup=False)
     if off:
