@@ -275,3 +275,24 @@ def test_a_command_holding_html_shows_as_text_and_a_problem_as_its_words(planted
             assert "gone: RuntimeError: boom" in problems and "[object" not in problems, problems
     finally:
         context.close()
+
+
+def test_a_bucket_is_read_no_further_than_the_cap(cloud):
+    """GcsStore.read_head: a ranged read (python-storage's download_as_bytes(start, end), `Range: bytes=0-N`); an
+    absent object is None; a run file past the cap is Unreadable, not parsed."""
+    from conftest import PROJECT
+    from tpuctl.core import jobfiles, metrics
+    from tpuctl.providers.gcp import clients
+    from tpuctl.providers.gcp.gcs_store import GcsStore
+    clients.storage(PROJECT).create_bucket("capped")
+    store = GcsStore("gs://capped", PROJECT)
+    store.write("big.json", b"x" * 5000)
+    store.write("small.json", b'{"step": 3, "history": {"loss": [[1, NaN], [3, 0.5]]}}')
+    store.write("empty.json", b"")
+    assert store.read_head("big.json", 100) == b"x" * 100
+    assert store.read_head("small.json", 10_000) == store.read("small.json")
+    assert store.read_head("missing.json", 10) is None and store.read_head("empty.json", 10) == b""
+    with pytest.raises(jobfiles.Unreadable, match="big.json is larger than 1,024 bytes"):
+        jobfiles.read(store, "big.json", 1024)
+    m, why = metrics.load(store, "small.json")
+    assert why == "" and m.history == {"loss": [[3.0, 0.5]]}
