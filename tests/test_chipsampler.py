@@ -149,3 +149,46 @@ def test_a_tpu_host_without_tpu_info_installs_it_once_for_the_agent_and_says_why
     assert why.startswith("tpu-info is not installed on this host and could not be (") and "pip install" in why
     assert len(chipsampler._install) == 1   # pip ran once, not at every sample
     assert str(tmp_path / "agent" / "tpu-info") in sys.path   # where the agent installs it for itself
+
+
+def _fake_smi(tmp_path, monkeypatch, script):
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\n" + script)
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.delenv("TPUCTL_TPU_METRICS_ADDR", raising=False)
+
+
+def test_nvidia_smi_printing_what_is_not_utf8_is_said_and_up_still_counts_the_gpus(tmp_path, monkeypatch):
+    """Issue 58: a driver's answer that is not UTF-8 raised UnicodeDecodeError (text=True): `up --provider local`
+    crashed and left the cluster not ready."""
+    from tpuctl.providers import local
+    _fake_smi(tmp_path, monkeypatch, "printf 'GPU 0: Tesla \\377\\376 (UUID: x)\\n\\377\\n'\n")
+    assert local.accelerator() == "gpu:1"
+    store = LocalStore(str(tmp_path / "s"))
+    ChipSampler(store, RUN, 0).sample()
+    assert utilisation.shown(_doc(store)).startswith("n/a (nvidia-smi printed what is not its CSV of numbers: ")
+    _fake_smi(tmp_path, monkeypatch, "printf '0, nan, 1, 2\\n'\n")   # a NaN never reaches the file
+    ChipSampler(store, RUN, 0).sample()
+    assert b"NaN" not in store.read(f"tpuctl/runs/{RUN}/tpu-metrics.json")
+
+
+def test_a_hung_nvidia_smi_is_given_up_at_its_deadline_and_says_so(tmp_path, monkeypatch):
+    """A hung nvidia-smi left no record: subprocess.run's timeout kills the child, then waits for its pipes, which
+    a child of its own holds open. The whole session is killed at TPUCTL_NVIDIA_SMI_DEADLINE."""
+    _fake_smi(tmp_path, monkeypatch, "sleep 60 &\nsleep 60\n")
+    monkeypatch.setenv("TPUCTL_NVIDIA_SMI_DEADLINE", "0.5")
+    store = LocalStore(str(tmp_path / "s"))
+    started = time.monotonic()
+    ChipSampler(store, RUN, 0).sample()
+    assert time.monotonic() - started < 5
+    assert utilisation.shown(_doc(store)) == "n/a (nvidia-smi did not answer within 0.5s (TPUCTL_NVIDIA_SMI_DEADLINE))"
+
+
+def test_a_huge_nvidia_smi_answer_is_cut_not_written_whole(tmp_path, monkeypatch):
+    """400,000 lines were written whole into the run's record at every sample (35 MB)."""
+    _fake_smi(tmp_path, monkeypatch, "seq 0 399999 | sed 's/$/, 50, 1024, 16384/'\n")
+    store = LocalStore(str(tmp_path / "s"))
+    ChipSampler(store, RUN, 0).sample()
+    assert len(_doc(store)["chips"]) == chipsampler.MAX_GPUS == 64
+    assert len(store.read(f"tpuctl/runs/{RUN}/tpu-metrics.json")) < 20_000

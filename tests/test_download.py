@@ -197,3 +197,25 @@ def test_downloads_into_one_directory_at_once_keep_each_others_files(tmp_path):
     (tmp_path / "r0" / "f3").write_text("x")
     (tmp_path / "code.py").write_text("")
     assert packaging.files(tmp_path) == ["code.py"]   # neither the outputs nor the marker and its lock are packed
+
+
+def test_links_in_a_runs_outputs_that_lead_out_of_the_store_are_neither_listed_nor_fetched(tmp_path):
+    """Issue 58.5: a job's outputs holding a link to a file outside the store were listed with the target's size,
+    and `download` failed on them (the store refuses a key that leads out of it). A link to a file of the store
+    itself is an output like any other; one that leads out, or nowhere, is none."""
+    from tpuctl.core.store import LocalStore
+    store = LocalStore(str(tmp_path / "store"))
+    run_id = "20261122-120000-abcd"
+    out = f"{layout.run_output(run_id)}"
+    store.write(out + "/model.bin", b"m" * 1000)
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"s" * 5000)
+    base = store.root / out
+    os.symlink(secret, base / "out-link")
+    os.symlink(base / "model.bin", base / "latest")
+    os.symlink(tmp_path / "missing", base / "dangling")
+    assert store.list(out + "/") == [(out + "/latest", 1000), (out + "/model.bin", 1000)]
+    got = outputs(store, run_id, tmp_path / "d", lambda total: (lambda n: None))
+    assert got.files == 2 and [f for f in sorted(os.listdir(tmp_path / "d")) if not f.startswith(".")] == \
+        ["latest", "model.bin"]
+    assert (tmp_path / "d" / "latest").read_bytes() == b"m" * 1000

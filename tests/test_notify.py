@@ -275,6 +275,36 @@ def test_a_url_idle_for_a_while_holds_no_thread_and_its_next_message_still_goes(
     assert sender.flush(5)
 
 
+def test_the_sending_threads_stay_bounded_however_many_urls_are_busy_at_once(tmp_path, receiver, fast_notify,
+                                                                           monkeypatch):
+    """Issue 58.5: a thread per URL still grew while they were busy (1 -> 62 after 60 runs with distinct URLs):
+    60 runs' URLs, each message taking its receiver 50 ms, are sent by TPUCTL_NOTIFY_THREADS threads at most, each
+    URL's in order, every one delivered."""
+    monkeypatch.setenv("TPUCTL_NOTIFY_THREADS", "4")
+    monkeypatch.setenv("TPUCTL_NOTIFY_IDLE", "0.3")
+    r = receiver([("slow", 0.05)] * 120)
+    store = LocalStore(tmp_path / "s")
+    sender = notify.Sender()
+    peak, done = [0], threading.Event()
+
+    def watch():
+        while not done.is_set():
+            peak[0] = max(peak[0], len([t for t in threading.enumerate() if t.name.startswith("tpuctl-notify-")]))
+            time.sleep(0.005)
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    for i in range(60):
+        notify.save_run_urls(store, f"r{i}", [f"{r.url}?run={i}"])
+        for event in ("run.started", "run.ended"):
+            sender.put(store, f"{event}-r{i}", {"event": event, "cluster": "c", "run": f"r{i}", "time": time.time()})
+    until(lambda: len(r.posts) == 120, 60, lambda: f"120 posts; came {len(r.posts)}")
+    done.set()
+    watcher.join()
+    assert 1 <= peak[0] <= 4, peak
+    assert [p["tpuctl"]["event"] for p in r.posts if p["tpuctl"]["run"] == "r7"] == ["run.started", "run.ended"]
+    assert sender.flush(5)
+
+
 def test_another_scheme_goes_through_apprise(tmp_path, receiver, fast_notify):
     """Apprise's `json://` plugin POSTs {"title", "message", ...} over HTTP: the real library, the local receiver."""
     pytest.importorskip("apprise")
@@ -369,8 +399,18 @@ def test_the_budget_stop_says_what_was_spent_and_the_cap():
     """Issue 52.7: the note said "$50.00 spent" (the cap) where $74.86 was."""
     doc = {"usd": 50.0, "hourly": 3600.0, "periods": [[1000.0, 1074.86]]}
     share, why = budget.over(doc)
-    assert why == "budget: $74.86 spent of $50.00" and share == pytest.approx(74.86 / 50)
+    assert why == "budget: $74.86 spent of $50.00 at the stop" and share == pytest.approx(74.86 / 50)
     assert budget.over({**doc, "periods": [[1000.0, 1040.0]]})[1] == ""
+
+
+def test_up_says_the_budget_and_the_price_it_counts_once_each(env, cli, monkeypatch):
+    """Issue 58.5: up's plan said "budget budget $5.00" and "cost free" for a cluster whose budget counted the
+    TPUCTL_PRICE_PER_HOUR set."""
+    monkeypatch.setenv("TPUCTL_PRICE_PER_HOUR", "2")
+    code, out, err = cli("up", "--provider", "local", "-c", "pp", "--budget", "5", "--dry-run")
+    assert code == 0, err
+    assert "  cost   $2.00/hour (TPUCTL_PRICE_PER_HOUR) while it exists" in err and "free" not in err, err
+    assert "  budget $5.00: $5.00 left, 2.5 hours at $2.00/hour" in err and "budget budget" not in err, err
 
 
 def test_budget_arithmetic_counts_every_period():
@@ -443,7 +483,7 @@ def test_a_budget_stop_on_the_host_ends_the_run_and_the_compute(local_up, cli, t
     assert info["problem"].startswith("its budget is spent: $") and info["fix"].startswith("tpuctl up -c bs --budget ")
     [row] = json.loads(cli("jobs", "-c", "bs", "--json")[1])
     assert row["state"] == "cancelled" and "--budget is spent (budget: $" in row["note"], row
-    assert re.search(r"budget: \$(\d+\.\d\d) spent of \$6\.00\)", row["note"]), row
+    assert re.search(r"budget: \$(\d+\.\d\d) spent of \$6\.00 at the stop\)", row["note"]), row
     assert float(re.search(r"budget: \$(\d+\.\d\d) spent", row["note"]).group(1)) >= 6.0, row
     assert "cancelled (budget)" in cli("jobs", "-c", "bs")[1]
     code, out, err = cli("up", "--provider", "local", "-c", "bs")

@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -143,12 +144,15 @@ def browser():
 
 @pytest.fixture
 def page(site, browser):
-    """A page of a browser that has opened the printed URL (so it holds the token's cookie)."""
+    """A page of a browser that has opened the printed URL (its tab holds the token: app.js)."""
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     p = context.new_page()
+    refused = []   # what the page's Content-Security-Policy refused: nothing the pages themselves do
+    p.on("console", lambda m: refused.append(m.text) if "Content Security Policy" in m.text else None)
     p.goto(site["url"])
     yield p
     context.close()
+    assert refused == []
 
 
 def _get(url, headers=None, method="GET"):
@@ -174,18 +178,33 @@ def _listening(port):
 
 def test_the_token_is_required_nothing_binds_beyond_loopback_and_nothing_is_written(site):
     base, token = site["base"], site["token"]
+    port = int(base.rsplit(":", 1)[1])
     assert _get(base + "/")[0] == 403
     assert _get(base + "/api/runs?cluster=uitest")[0] == 403
     assert _get(base + "/static/app.js")[0] == 403
     assert _get(base + "/?token=" + "x" * len(token))[0] == 403
     code, body, headers = _get(site["url"])
     assert code == 200 and b"uitest" in body
-    cookie = headers["set-cookie"].split(";")[0]
-    assert _get(base + "/api/runs?cluster=uitest", {"Cookie": cookie})[0] == 200   # the cookie the token set
+    assert headers["set-cookie"] is None   # nothing another port of 127.0.0.1 would receive (server.py)
+    assert _get(base + "/api/runs?cluster=uitest", {"X-Tpuctl-Token": token})[0] == 200   # how app.js asks
+    assert _get(base + "/api/runs?cluster=uitest", {"X-Tpuctl-Token": token[:-1]})[0] == 403
     assert _get(base + "/api/runs?cluster=uitest&token=" + token, method="POST")[0] == 405
-    port = int(base.rsplit(":", 1)[1])
     assert _listening(port) == ["0100007F"]   # 127.0.0.1 alone (little-endian hex)
-    assert "HttpOnly" in headers["set-cookie"] and "samesite=strict" in headers["set-cookie"].lower()
+    assert headers["referrer-policy"] == "no-referrer" and headers["x-frame-options"] == "DENY"
+    assert "frame-ancestors 'none'" in headers["content-security-policy"]
+    assert "script-src 'self';" in headers["content-security-policy"]
+    # a page of another name that resolves here (DNS rebinding) is refused, token or not; the names of this machine
+    # are not
+    for host, code in ((f"evil.example:{port}", 403), ("evil.example", 403), (f"127.0.0.1.evil.example:{port}", 403),
+                       (f"localhost:{port}", 200), (f"LOCALHOST:{port}", 200), (f"127.0.0.1:{port}", 200)):
+        assert _get(site["url"], {"Host": host})[0] == code, host
+
+
+def test_the_host_names_a_server_answers_to_are_a_set_it_is_given():
+    from tpuctl.ui import server
+    assert [server.host_name(h) for h in ("127.0.0.1:80", "localhost", "[::1]:8700", "::1", "Example.COM:1")] == \
+        ["127.0.0.1", "localhost", "::1", "::1", "example.com"]
+    assert server.same_token("t", "t") and not server.same_token("é", "t") and not server.same_token(None, "t")
 
 
 def test_jobs_shows_the_chips_duty_cycle_or_why_there_is_none(site):
@@ -369,22 +388,135 @@ def test_the_command_refuses_a_taken_port_and_a_missing_extra_in_one_line(env, c
     assert "Traceback" not in err and out == ""
 
 
-def test_the_browser_opens_the_printed_url_unless_told_not_to(site, tmp_path):
+def test_the_browser_is_handed_a_file_only_the_user_reads_never_the_token(site, browser, tmp_path):
     """Python's webbrowser runs $BROWSER when it is set (its docs: "the command ... %s is replaced by the URL"): a
-    script standing in for the browser writes down the URL it was given."""
+    script standing in for the browser writes down the arguments it was given, which any local user could read in
+    /proc/PID/cmdline. They name a file of mode 0600 that sends a browser to the URL (Jupyter's
+    jpserver-PID-open.html); the URL with its token is printed on the user's terminal alone."""
     opened = tmp_path / "opened"
-    browser = tmp_path / "browser"
-    browser.write_text(f"#!/bin/sh\nprintf '%s' \"$1\" > {opened}\n")
-    browser.chmod(0o755)
-    proc = subprocess.Popen([sys.executable, "-m", "tpuctl", "ui"], env={**site["env"], "BROWSER": f"{browser} %s"},
+    stub = tmp_path / "browser"
+    stub.write_text(f"#!/bin/sh\nprintf '%s\\n' \"$@\" > {opened}\n")
+    stub.chmod(0o755)
+    proc = subprocess.Popen([sys.executable, "-m", "tpuctl", "ui"], env={**site["env"], "BROWSER": f"{stub} %s"},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         url = proc.stdout.readline().strip()
-        until(lambda: opened.exists() and opened.read_text() == url, 30, "the browser opened with the URL")
+        until(lambda: opened.exists() and opened.read_text().strip(), 30, "the browser started")
+        args = opened.read_text().split()
+        token = url.split("?token=")[1]
+        assert url.startswith("http://127.0.0.1:") and len(token) >= 24
+        assert len(args) == 1 and args[0].startswith("file:///") and token not in args[0], args
+        path = Path(urllib.parse.unquote(args[0][len("file://"):]))
+        assert path.stat().st_mode & 0o777 == 0o600 and path.parent.stat().st_mode & 0o777 == 0o700
+        assert url in path.read_text()
+        context = browser.new_context()   # and a browser given that file lands on the page, its URL without the token
+        page = context.new_page()
+        page.goto(args[0])
+        page.wait_for_selector("table.clusters")
+        assert page.url.startswith(url.split("?")[0]) and "token" not in page.url
+        context.close()
     finally:
         proc.send_signal(signal.SIGINT)
         proc.wait(20)
-    assert url.startswith("http://127.0.0.1:") and "?token=" in url
+    assert not path.exists()   # removed as it ends
+
+
+class _Recorder:
+    """Another local server on another port of 127.0.0.1 (any the user's browser visits): it writes down every
+    request it receives, headers and all."""
+
+    def __init__(self):
+        import http.server
+        seen = self.seen = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                seen.append((self.path, list(self.headers.items())))
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html")
+                self.end_headers()
+                self.wfile.write(b"<!doctype html><p>another server</p>")
+
+            def log_message(self, *a):
+                pass
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_another_local_server_receives_nothing_the_ui_accepts(site, browser):
+    """Issue 58: a cookie of 127.0.0.1 goes to every port of it. The browser opens the UI, follows its links, and
+    then visits another server on 127.0.0.1, by a link of the UI's page and directly: that server receives no
+    cookie, no Referer, nothing holding the token, and no header it received, replayed to the UI, opens it."""
+    other = _Recorder()
+    context = browser.new_context()
+    try:
+        page = context.new_page()
+        page.goto(site["url"])
+        page.click("text=uitest")
+        page.wait_for_selector("table.runs")
+        assert "token" not in page.url
+        page.evaluate("u => { const a = document.createElement('a'); a.href = u + '/from-the-page'; a.id = 'out';"
+                      " a.textContent = 'out'; document.body.append(a); }", other.url)
+        page.click("#out")
+        page.wait_for_selector("text=another server")
+        page.goto(other.url + "/typed")
+        page.goto(site["base"].replace("127.0.0.1", "localhost") + "/")   # the UI's port by its other name
+        assert context.cookies() == []
+    finally:
+        context.close()
+        other.close()
+    assert [p for p, _ in other.seen if p != "/favicon.ico"] == ["/from-the-page", "/typed"]
+    token = site["token"]
+    for path, headers in other.seen:
+        assert token not in path and not [v for k, v in headers if token in v], headers
+        assert not [k for k, v in headers if k.lower() in ("cookie", "authorization")], headers
+        assert not [v for k, v in headers if site["base"] in v], headers   # no Referer from the UI's page
+        assert _get(site["base"] + "/api/clusters", dict(headers))[0] == 403
+        for k, v in headers:
+            assert _get(site["base"] + "/api/clusters", {k: v})[0] == 403, k
+
+
+def _polls(page):
+    """The status of every /api/ answer `page` receives from here on."""
+    got = []
+    page.on("response", lambda r: got.append(r.status) if "/api/" in r.url else None)
+    return got
+
+
+def test_two_uis_in_one_browser_both_keep_working_and_a_page_whose_token_went_says_so(site, browser, monkeypatch):
+    """Two `tpuctl ui` (their own ports and tokens) in one browser: each page keeps polling its own server, 200s only
+    (a cookie per browser replaced the first's: its page froze on silent 403s). Then the first is restarted on its
+    port with a new token: its page says so, and its reload says what to open."""
+    monkeypatch.setenv("TPUCTL_UI_POLL_SECONDS", "0.2")
+    context = browser.new_context()
+    try:
+        with ui_server("first-token") as one, ui_server("second-token") as two:
+            a, b = context.new_page(), context.new_page()
+            seen_a, seen_b = _polls(a), _polls(b)
+            a.goto(one + "/runs?cluster=uitest&token=first-token")
+            b.goto(two + "/?token=second-token")
+            a.wait_for_selector("table.runs")
+            b.wait_for_selector("table.clusters")
+            a.reload()   # the address bar holds no token now: the tab's own copy is asked again
+            a.wait_for_selector("table.runs")
+            # Playwright hands a page's events over only while a call of it waits: the wait is the page's own
+            until(lambda: (a.wait_for_timeout(100), len(seen_a) >= 5 and len(seen_b) >= 5)[1], 30,
+                  "five polls of each page")
+            assert set(seen_a) == {200} and set(seen_b) == {200}, (seen_a, seen_b)
+            assert a.query_selector("#lost") is None and b.query_selector("#lost") is None
+            port = int(one.rsplit(":", 1)[1])
+        with ui_server("a-new-token", port=port):
+            a.wait_for_selector("#lost:has-text('no longer accepts this page')", timeout=20000)
+            a.reload()
+            a.wait_for_selector("#why:has-text('needs the token')")
+            assert a.query_selector("table.runs") is None
+    finally:
+        context.close()
 
 
 GHOST = "20261128-000000-000-dead"   # an index entry of a run that does not exist
@@ -477,3 +609,48 @@ def test_the_read_only_index_pages_past_entries_that_name_no_run_and_reads_an_un
     assert all(store.read(k) is not None for k in bad)
     assert runindex.newest(store, 2, report=lambda m: None) == ids[::-1][:2]   # `jobs`: removed on the way
     assert not [k for k in bad if store.read(k) is not None]
+
+
+def test_ctrl_c_under_load_stops_the_ui_within_seconds(site):
+    """Issue 58: Ctrl-C while pages are being asked (a browser's polls, many tabs) did not stop `tpuctl ui` within
+    10 s (2 of 4): uvicorn waits for every open connection to close. Its graceful shutdown is bounded."""
+    proc = subprocess.Popen(tpuctl_at_a_terminal("ui", "--no-browser"), env=site["env"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    url = proc.stdout.readline().strip()
+    base, token = url.split("/?token=")
+    stop = threading.Event()
+    paths = ["/", "/runs?cluster=uitest", f"/run/uitest/{site['runs']['good']}", "/api/runs",
+             f"/api/log?cluster=uitest&id={site['runs']['live']}", f"/api/run?cluster=uitest&id={site['runs']['bad']}"]
+
+    def load(i):
+        import http.client
+        while not stop.is_set():
+            try:   # a kept-alive connection, as a browser's: asked again at once
+                conn = http.client.HTTPConnection(base.split("//")[1], timeout=30)
+                while not stop.is_set():
+                    conn.request("GET", paths[i % len(paths)], headers={"X-Tpuctl-Token": token})
+                    conn.getresponse().read()
+            except OSError:
+                time.sleep(0.05)
+    threads = [threading.Thread(target=load, args=(i,), daemon=True) for i in range(24)]
+    for t in threads:
+        t.start()
+    half = []   # and connections that sent half a request, and wait
+    for _ in range(20):
+        s = socket.create_connection(("127.0.0.1", int(base.rsplit(":", 1)[1])))
+        s.sendall(b"GET /api/runs HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        half.append(s)
+    try:
+        time.sleep(2)
+        started = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(30)
+        took = time.monotonic() - started
+    finally:
+        stop.set()
+        for s in half:
+            s.close()
+        if proc.poll() is None:
+            proc.kill()
+    assert code == 130 and took < 10, (code, took)
+    assert "Traceback" not in proc.stderr.read()

@@ -1,5 +1,5 @@
 """`tpuctl ui`'s server run in the test's own process (so a test can slow or record what the pages call), on a port
-the system picks, with the token "t"."""
+the system picks, with the token "t" (or the one given)."""
 import contextlib
 import socket
 import threading
@@ -8,14 +8,14 @@ from conftest import until
 
 
 @contextlib.contextmanager
-def ui_server():
+def ui_server(token="t", port=None):
     """Yields the server's base URL; stops it after."""
     import uvicorn
 
     from tpuctl.ui import server
     from tpuctl.ui.figures import Figures
-    sock = server.bind(None)
-    srv = uvicorn.Server(uvicorn.Config(server.build("t", Figures()), log_level="warning", lifespan="off"))
+    sock = server.bind(port)
+    srv = uvicorn.Server(uvicorn.Config(server.build(token, Figures()), log_level="warning", lifespan="off"))
     thread = threading.Thread(target=srv.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     port = sock.getsockname()[1]

@@ -42,6 +42,18 @@ def _guard_start(force: bool = False) -> None:
         pass
 
 
+_unraisable: list[object] = []   # the hook start_guard_off replaced (python_sigint puts it back)
+
+
+def _quiet_unraisable(u: object) -> None:
+    """A KeyboardInterrupt raised where Python cannot raise it (a finalizer, a weakref callback: importlib's module
+    locks have one) is printed as "Exception ignored in ..." with its traceback, and lost: the press is noted in
+    `sigints` already and the command answers it when it returns (cli/entry.py), so it is not printed (issue 58.5:
+    tracebacks in early Ctrl-Cs). Anything else is printed as Python prints it."""
+    if not isinstance(getattr(u, "exc_value", None), KeyboardInterrupt):
+        (_unraisable[0] if _unraisable else _sys.__unraisablehook__)(u)  # type: ignore[operator]
+
+
 def start_guard_off() -> None:
     """The command line is loaded: a Ctrl-C is a KeyboardInterrupt again, which each command answers (and noted in
     `sigints`). Called wherever the guard was installed (the console script, `python -m tpuctl`)."""
@@ -49,6 +61,9 @@ def start_guard_off() -> None:
     try:
         if signal.getsignal(signal.SIGINT) in (_interrupted_at_start, signal.default_int_handler):
             signal.signal(signal.SIGINT, _interrupt)
+            if _sys.unraisablehook is not _quiet_unraisable:
+                _unraisable[:] = [_sys.unraisablehook]
+                _sys.unraisablehook = _quiet_unraisable
     except ValueError:
         pass
 
@@ -59,6 +74,8 @@ def python_sigint() -> None:
     try:
         if signal.getsignal(signal.SIGINT) is _interrupt:
             signal.signal(signal.SIGINT, signal.default_int_handler)
+            if _sys.unraisablehook is _quiet_unraisable and _unraisable:
+                _sys.unraisablehook = _unraisable.pop()  # type: ignore[assignment]
     except ValueError:
         pass
 

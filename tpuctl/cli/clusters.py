@@ -117,7 +117,7 @@ def up(
     recovery_lines = recovery_plan(spec, prov, recovery)
     from .notices import after_up, before_up
     notices = before_up(spec, prov, prior, budget, notify_to)
-    _show_plan(con, spec, rows, price.text, lifecycle_notes + recovery_lines)
+    _show_plan(con, spec, rows, _price_text(price), lifecycle_notes + recovery_lines)
     notices.show()
     if dry_run:
         con.err.print("dry run: nothing was created")
@@ -303,6 +303,14 @@ def _from_labels(name: str, project: Optional[str], provider: Optional[str],
                           "`tpuctl ls --project P` lists what carries tpuctl's label")
     console().err.print(f"no local state for {name}: found by its labels in project {proj}")
     return st, prov
+
+
+def _price_text(price: Any) -> str:
+    """The catalog's price, or TPUCTL_PRICE_PER_HOUR where it is set: what every cost and the budget count at (the
+    plan said "cost free" for a local cluster whose budget counted $2/hour)."""
+    from ..core import budget
+    hourly = budget.hourly(price.hourly)
+    return price.text if hourly == price.hourly else f"${hourly:.2f}/hour (TPUCTL_PRICE_PER_HOUR)"
 
 
 def _show_plan(con: Any, spec: "ClusterSpec", rows: "list[PlanRow]", price: str, recovery: list[str]) -> None:

@@ -114,7 +114,8 @@ def print_error(message: str, hint: str) -> None:
 
 
 def print_json(data: object) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+    from ..core import jobfiles   # strict JSON: a NaN a job or a host wrote comes out as null, never as NaN
+    sys.stdout.write(jobfiles.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 def print_table(columns: list[str], rows: list[list[str]], keep: tuple[str, ...] = (),

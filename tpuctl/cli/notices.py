@@ -51,7 +51,7 @@ def before_up(spec: ClusterSpec, prov: Provider, prior: ClusterState | None, usd
     line = budget.check_up(out.usd, hourly, prior.periods if prior else [], spec.name, store_doc.get("extra", []))
     out.hourly = hourly or 0.0
     if line:
-        out.lines.append(f"  budget {line}")
+        out.lines.append(f"  {line}")   # the line starts "budget $5.00: ..." (it said "budget budget")
     out.lines += [f"  notify {notify.mask(u)}" for u in urls]
     if off:
         out.lines.append("  notify off: the cluster's notification URLs are removed (a run's own --notify still "

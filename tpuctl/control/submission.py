@@ -3,14 +3,15 @@ Provider-agnostic: a Provider gives the store; no google or rich imports."""
 from __future__ import annotations
 
 import json
+import math
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core import (backends, datasync, goodput, interrupts, knobs, layout, metrics, notify, orphans, packaging,
-                   runindex, runs, utilisation)
+from ..core import (backends, datasync, goodput, interrupts, jobfiles, knobs, layout, metrics, notify, orphans,
+                   packaging, runindex, runs, utilisation)
 from ..core.errors import ErrorKind, TpuctlError, bad_input
 from ..core.jobspec import JobSpec, check_launchable
 from ..core.sizes import human_bytes
@@ -249,15 +250,39 @@ def resolve_run(store: BlobStore, run_id: str | None) -> str:
 def _row(store: BlobStore, run_id: str, repair: bool = True) -> dict[str, object] | None:
     """A run from its first claim (its first attempt's start: a resumed run's time includes its outages) to its
     end, or now. None for an index entry whose run does not exist (runindex.py; removed from the index unless
-    `repair` is False)."""
-    job = runs.job(store, run_id)
+    `repair` is False). Each run's files are read alone and not trusted (core/jobfiles.py): a run whose job.json or
+    status.json is no such record is a row that says so; a metrics or chips file that cannot be read, a note on
+    its row; neither stops the other rows."""
+    try:
+        job = runs.job(store, run_id)
+    except runs.Unreadable as e:
+        return _unreadable(run_id, "", e.why)
     if job is None:
         if repair:
             runindex.forget(store, run_id)
         return None
-    st = runs.status(store, run_id)
-    m = metrics.parse(store.read(layout.run_metrics(run_id)))
-    chips = utilisation.parse(store.read(layout.run_chips(run_id, 0)))
+    try:
+        st = runs.status(store, run_id)
+        return _read_row(store, run_id, job, st)
+    except runs.Unreadable as e:
+        return _unreadable(run_id, job.name, e.why)
+    except (ValueError, TypeError, KeyError, AttributeError, ArithmeticError, RecursionError) as e:
+        return _unreadable(run_id, job.name, f"its files are unreadable ({type(e).__name__}: {str(e)[:120]})")
+
+
+UNREADABLE = "unreadable"   # the state shown for a run whose records cannot be read
+
+
+def _unreadable(run_id: str, name: str, why: str) -> dict[str, object]:
+    return {"id": run_id, "name": name, "state": UNREADABLE, "started": "", "started_at": None, "duration": None,
+            "exit_code": None, "attempt": None, "note": why, "restarts": 0, "step": None, "loss": None,
+            "loss_curve": "", "goodput": None, "goodput_parts": None, "tpu_duty_pct": None, "tpu": "",
+            "sessions": None}
+
+
+def _read_row(store: BlobStore, run_id: str, job: RunSpec, st: runs.RunStatus) -> dict[str, object]:
+    m, metrics_why = metrics.load(store, layout.run_metrics(run_id))
+    chips, chips_why = utilisation.load(store, layout.run_chips(run_id, 0))
     start = _first_claim(store, run_id) or st.started
     end = st.ended
     shown = st.state.value
@@ -271,34 +296,36 @@ def _row(store: BlobStore, run_id: str, repair: bool = True) -> dict[str, object
             "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(start)) if start else "",
             "started_at": start,
             "duration": round((end or time.time()) - start, 1) if start else None,
-            "exit_code": st.exit_code, "attempt": st.attempt, "note": st.note, "restarts": st.restarts,
+            "exit_code": st.exit_code, "attempt": st.attempt,
+            "note": "; ".join(n for n in (st.note, metrics_why, chips_why) if n), "restarts": st.restarts,
             "stalled_since": st.stalled_since, "failure": st.failure or None,
             "step": m.step if m else None, "loss": m.metrics.get("loss") if m else None,
             "loss_curve": metrics.sparkline(losses),
             "goodput": parts.pop("goodput_pct") if parts else None, "goodput_parts": parts,
-            "tpu_duty_pct": utilisation.recent_duty(chips), "tpu": utilisation.shown(chips),
-            "sessions": _sessions(store, run_id)}
+            "tpu_duty_pct": utilisation.recent_duty(chips), "tpu": utilisation.shown(chips) if not chips_why else
+            "n/a (unreadable)", "sessions": _sessions(store, run_id)}
 
 
 def _sessions(store: BlobStore, run_id: str) -> list[dict[str, object]] | None:
-    """A run on a service (Kaggle): each session's kernel, state and accelerator hours; None for other runs."""
+    """A run on a service (Kaggle): each session's kernel, state and accelerator hours; None for other runs (and
+    for a record that cannot be read: the row goes without its sessions)."""
     try:
-        rec = json.loads(store.read(layout.run_remote(run_id)) or b"null")
-    except ValueError:
+        rec = jobfiles.read_object(store, layout.run_remote(run_id))
+        if not rec:
+            return None
+        return [{"kernel": s.get("kernel"), "state": s.get("state"),
+                 "hours": round((s["ended"] - s.get("started", s["pushed"])) / 3600, 4) if s.get("ended") else None}
+                for s in rec.get("sessions", [])]
+    except (ValueError, TypeError, KeyError, AttributeError):
         return None
-    if not rec:
-        return None
-    return [{"kernel": s.get("kernel"), "state": s.get("state"),
-             "hours": round((s["ended"] - s.get("started", s["pushed"])) / 3600, 4) if s.get("ended") else None}
-            for s in rec.get("sessions", [])]
 
 
 def _first_claim(store: BlobStore, run_id: str) -> float | None:
     try:
-        t = json.loads(store.read(layout.run_claim(run_id, 0)) or b"{}").get("time")
-    except (ValueError, AttributeError):
+        t = (jobfiles.read_object(store, layout.run_claim(run_id, 0)) or {}).get("time")
+        return float(t) if t and math.isfinite(float(t)) else None
+    except (ValueError, TypeError, OverflowError):
         return None
-    return float(t) if t else None
 
 
 def table(store: BlobStore, limit: int | None = None, ids: list[str] | None = None,

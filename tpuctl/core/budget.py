@@ -136,7 +136,9 @@ def over(doc: dict[str, Any], periods: list[list[float]] | None = None, now: flo
     # what was spent, then the cap: the note once said the cap as the spend ("$50.00 spent" of $74.86, issue 52.7)
     # a spend is a running sum (6.2983...): shown to the cent, finer only below one
     shown_used = dollars(round(used, 2) if used >= 0.01 else used)
-    return used / usd, (f"{REASON}: {shown_used} spent of {dollars(usd)}" if used >= usd else "")
+    # "at the stop": what was spent when the stop was decided; `status` counts on until the compute is gone (the
+    # note said $55.12 where status said $75.30, and read as a contradiction)
+    return used / usd, (f"{REASON}: {shown_used} spent of {dollars(usd)} at the stop" if used >= usd else "")
 
 
 def shown(doc: dict[str, Any], periods: list[list[float]]) -> dict[str, object]:

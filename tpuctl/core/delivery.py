@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import base64
+import collections
 import importlib
 import json
 import os
@@ -183,13 +184,54 @@ def send_one(url: str, message: dict[str, Any], retry_for: float | None = None,
         wait = min(timeout(), max(give_up - time.monotonic(), 1.0))
 
 
-class Outbox:
-    """One URL's messages, sent in order on a thread of its own, each with its own retry clock. `unsent(what,
-    error)` is told of each message given up on (notify.py records it where `status` looks).
+def max_threads() -> int:
+    """The threads that send notifications at most, every URL's together (TPUCTL_NOTIFY_THREADS, 8)."""
+    return knobs.count("TPUCTL_NOTIFY_THREADS", 8)
 
-    The thread ends once the outbox has been empty for TPUCTL_NOTIFY_IDLE seconds (60) and the next message starts
-    another: an agent that served runs with 60 distinct `submit --notify` URLs held 62 threads for its life
-    (issue 52.7)."""
+
+class _Senders:
+    """The threads every Outbox shares: at most max_threads(), each taking an outbox that has messages and
+    sending them in order until it is empty, then the next; a thread ends once none has come for
+    TPUCTL_NOTIFY_IDLE seconds (60). A thread per URL grew with the URLs an agent saw (1 -> 62 after 60 runs with
+    distinct URLs, issue 58.5); past the cap an outbox waits its turn (a URL failing holds its thread up to
+    TPUCTL_NOTIFY_RETRY_FOR, so only as many URLs failing at once as there are threads delay the others)."""
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        self.ready: collections.deque[Outbox] = collections.deque()
+        self.threads = 0
+        self.waiting = 0   # threads waiting for an outbox
+
+    def submit(self, box: "Outbox") -> None:
+        with self.cond:
+            self.ready.append(box)
+            if len(self.ready) <= self.waiting:   # a waiting thread for each outbox that waits
+                self.cond.notify()
+            elif self.threads < max_threads():
+                self.threads += 1
+                threading.Thread(target=self._work, daemon=True, name=f"tpuctl-notify-{self.threads}").start()
+
+    def _work(self) -> None:
+        while True:
+            with self.cond:
+                if not self.ready:
+                    self.waiting += 1
+                    self.cond.wait(knobs.number("TPUCTL_NOTIFY_IDLE", 60))
+                    self.waiting -= 1
+                if not self.ready:
+                    self.threads -= 1
+                    return
+                box = self.ready.popleft()
+            box._drain()
+
+
+_SENDERS = _Senders()
+
+
+class Outbox:
+    """One URL's messages, sent in order by one of the shared threads (_Senders) at a time, each with its own
+    retry clock. `unsent(what, error)` is told of each message given up on (notify.py records it where `status`
+    looks)."""
 
     def __init__(self, url: str, unsent: Callable[[Any, str], None]) -> None:
         self.url, self.unsent = url, unsent
@@ -199,39 +241,32 @@ class Outbox:
         self.idle = threading.Event()
         self.idle.set()
         self.stop = threading.Event()   # set by abandon: the try under way gives up
-        self.sending = False            # a thread runs _loop (under the lock: put starts one when none does)
-        self.linger = knobs.number("TPUCTL_NOTIFY_IDLE", 60)
+        self.sending = False            # handed to the shared threads (under the lock: put hands it once)
 
     def put(self, what: Any, message: dict[str, Any]) -> None:
         with self.lock:
             self.pending.append(what)
             self.idle.clear()
             self.q.put((what, message))
-            if not self.sending:
-                self.sending = True
-                threading.Thread(target=self._loop, daemon=True, name=f"tpuctl-notify-{mask(self.url)}").start()
+            if self.sending:
+                return
+            self.sending = True
+        _SENDERS.submit(self)
 
     def ended(self) -> bool:
-        """Nothing queued and no thread: the outbox may be forgotten (the next message makes another)."""
+        """Nothing queued and not handed to a thread: the outbox may be forgotten (the next message makes another)."""
         with self.lock:
             return not self.sending and not self.pending
 
-    def _next(self) -> tuple[Any, dict[str, Any]] | None:
-        """The next message, or None when none came for TPUCTL_NOTIFY_IDLE seconds: the thread then ends, marked
-        under the lock that put holds, so a message put meanwhile is never left without a thread."""
+    def _drain(self) -> None:
+        """Send what is queued, in order, until nothing is; marked done under the lock that put holds, so a
+        message put meanwhile is never left unsent."""
         while True:
-            try:
-                return self.q.get(timeout=self.linger)
-            except queue.Empty:
-                with self.lock:
-                    if self.q.empty():
-                        self.sending = False
-                        return None
-
-    def _loop(self) -> None:
-        while (got := self._next()) is not None:
-            what, message = got
             with self.lock:
+                if self.q.empty():
+                    self.sending = False
+                    return
+                what, message = self.q.get_nowait()
                 if what not in self.pending:
                     continue   # given up already (abandon): recorded there
                 stop = self.stop

@@ -59,6 +59,8 @@ KNOBS: dict[str, Bounds] = {
     "TPUCTL_TPU_METRICS_SECONDS": _WAIT,   # 0: no chip sampling (host/chipsampler.py)
     # the run doctor (host/stall.py): the default stall window (15 min) and how often progress is looked at
     "TPUCTL_STALL_SECONDS": _POLL, "TPUCTL_STALL_POLL": _POLL, "TPUCTL_STACKS_WAIT": _WAIT,
+    "TPUCTL_NOTIFY_THREADS": Bounds(1, 1024, whole=True),   # notification senders at most (core/delivery.py)
+    "TPUCTL_NVIDIA_SMI_DEADLINE": _POLL,   # how long one nvidia-smi may take (host/chipsampler.py)
     # the CLI and the watcher (control/, cli/, providers/)
     "TPUCTL_POLL_INTERVAL": _POLL, "TPUCTL_RETRY_BASE": _WAIT, "TPUCTL_TEARDOWN_WAIT": _WAIT,
     "TPUCTL_WATCH_POLL": _POLL, "TPUCTL_RECOVER_BACKOFF": _WAIT, "TPUCTL_LEASE_WAIT": _WAIT,
@@ -75,6 +77,7 @@ KNOBS: dict[str, Bounds] = {
     "TPUCTL_UI_REFRESH_SECONDS": _POLL, "TPUCTL_UI_CLOUD_DEADLINE": _POLL, "TPUCTL_UI_STORE_WAIT": _WAIT,
     "TPUCTL_UI_POLL_SECONDS": _POLL, "TPUCTL_UI_LOG_TAIL_BYTES": Bounds(1, 1 << 40, whole=True),
     "TPUCTL_UI_PAGE": Bounds(1, 100000, whole=True),
+    "TPUCTL_RUN_FILE_MAX_BYTES": Bounds(1024, 1 << 32, whole=True),   # a run file read at most (jobfiles.py)
     # a price, in dollars an hour (core/budget.py): 0 would make every cost free
     "TPUCTL_PRICE_PER_HOUR": Bounds(0.0, 1e9, above=True, unit="dollars an hour"),
     # warm restarts (host/compilecache.py): the bound on a job's JAX compilation cache, on the host and in the store

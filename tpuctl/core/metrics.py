@@ -19,6 +19,8 @@ import json
 import math
 from typing import Any, Mapping
 
+from . import jobfiles
+
 FILE = "metrics.json"
 # the phase a job reports (tpuctl/runtime/phases.py writes OUTPUT/phase.json at each change; `tpuctl drill` and the
 # run doctor read it): before the first step, the first step (its compile), between steps, a save, an evaluation
@@ -79,29 +81,62 @@ class MetricsLog:
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any], cap: int = CAP) -> "MetricsLog":
+        """The file as the job wrote it, which is not trusted: points whose step or value is not a finite number
+        are dropped, and a history longer than the cap (a job writing its own file) is thinned as it is read."""
         log = cls(cap)
-        log.step = int(doc.get("step", 0))
-        log.metrics = {k: float(v) for k, v in dict(doc.get("metrics", {})).items() if _number(v)}
-        log.history = {k: [[float(s), float(v)] for s, v in pts] for k, pts in dict(doc.get("history", {})).items()}
-        log.attempts = [{k: float(v) for k, v in dict(a).items()} for a in doc.get("attempts", [])]
+        step = doc.get("step", 0)
+        log.step = int(float(step)) if _number(step) else 0
+        log.metrics = {str(k): float(v) for k, v in _mapping(doc.get("metrics")).items() if _number(v)}
+        log.history = {str(k): thin([[float(p[0]), float(p[1])] for p in pts if _point(p)], cap)
+                       for k, pts in _mapping(doc.get("history")).items() if isinstance(pts, list)}
+        attempts = doc.get("attempts", [])
+        log.attempts = [{str(k): float(v) for k, v in a.items() if _number(v)}
+                        for a in (attempts if isinstance(attempts, list) else []) if isinstance(a, dict)]
+        log.attempts = [a for a in log.attempts if all(k in a for k in ("start", "from", "step", "last",
+                                                                          "step_seconds"))]   # goodput reads these
         return log
+
+
+def _mapping(v: Any) -> Mapping[str, Any]:
+    return v if isinstance(v, dict) else {}
+
+
+def _point(p: Any) -> bool:
+    return isinstance(p, (list, tuple)) and len(p) == 2 and _number(p[0]) and _number(p[1])
 
 
 def _number(v: Any) -> bool:
     try:
         return math.isfinite(float(v))
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):   # float() of a 400-digit int overflows
         return False
 
 
 def parse(raw: bytes | None) -> MetricsLog | None:
     """A metrics file as read from the store; None when absent or unreadable (a job's file is not trusted)."""
+    try:
+        return parse_or_why(raw)
+    except jobfiles.Unreadable:
+        return None
+
+
+def parse_or_why(raw: bytes | None) -> MetricsLog | None:
+    """parse(), with jobfiles.Unreadable saying what is wrong with the file."""
     if not raw:
         return None
+    doc = jobfiles.loads(raw)
+    if not isinstance(doc, dict):
+        raise jobfiles.Unreadable("not a JSON object")
+    return MetricsLog.from_json(doc)
+
+
+def load(store: Any, key: str) -> tuple[MetricsLog | None, str]:
+    """The run's metrics file read no further than jobfiles' cap, and what is wrong with it ("" when nothing)."""
     try:
-        return MetricsLog.from_json(json.loads(raw))
-    except (ValueError, TypeError, AttributeError):
-        return None
+        return parse_or_why(jobfiles.read(store, key)), ""
+    except jobfiles.Unreadable as e:
+        said = str(e)
+        return None, said if said.startswith(FILE) else f"{FILE} is unreadable: {said}"
 
 
 def sparkline(values: list[float], width: int = 16) -> str:

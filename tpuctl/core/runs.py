@@ -9,12 +9,12 @@ import json
 import re
 import secrets
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import Enum
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
-from . import knobs, layout
-from .errors import bad_input
+from . import jobfiles, knobs, layout
+from .errors import ErrorKind, TpuctlError, bad_input
 from .models import JsonRecord
 from .store import BlobStore
 
@@ -199,14 +199,60 @@ def cancelled_by(store: BlobStore, run_id: str) -> str:
     return f"cancelled by {doc.get('by') or 'tpuctl cancel'} at {at}"
 
 
+class Unreadable(TpuctlError):
+    """A run's job.json or status.json that is no such record (a job or a host wrote it, and either can write
+    anything): that run's problem, said on its row, never the cluster's (core/jobfiles.py)."""
+
+    def __init__(self, run_id: str, why: str) -> None:
+        super().__init__(ErrorKind.ERROR, f"run {run_id}: {why}",
+                         "its job or host wrote it: its other files, and the cluster's other runs, are still read")
+        self.why = why
+
+
+# What each field of a record must hold, by its annotation (the records are flat: models.JsonRecord)
+_HOLDS: dict[str, Callable[[Any], bool]] = {
+    "str": lambda v: isinstance(v, str),
+    "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "float": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+    "bool": lambda v: isinstance(v, bool),
+    "list[str]": lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
+    "dict[str, str]": lambda v: isinstance(v, dict) and all(isinstance(x, str) for x in v.values()),
+}
+R = TypeVar("R", RunSpec, RunStatus)
+
+
+def _record(cls: type[R], store: BlobStore, run_id: str, key: str) -> R | None:
+    name = key.rsplit("/", 1)[-1]
+    try:
+        d = jobfiles.read_object(store, key)
+        if d is None:
+            return None
+        rec = cls.from_json(d)
+    except jobfiles.Unreadable as e:
+        raise Unreadable(run_id, str(e)) from None
+    except (TypeError, ValueError) as e:   # a field missing, a state no RunState has
+        raise Unreadable(run_id, f"{name} is unreadable: {str(e)[:120]}") from None
+    for f in fields(rec):
+        kind = str(f.type)
+        base = kind.removesuffix(" | None")
+        v = getattr(rec, f.name)
+        if v is None and base != kind:
+            continue
+        if base in _HOLDS and not _HOLDS[base](v):
+            raise Unreadable(run_id, f"{name} is unreadable: its {f.name} is {type(v).__name__}, not {base}")
+        if base == "float":
+            setattr(rec, f.name, float(v))
+    return rec
+
+
 def job(store: BlobStore, run_id: str) -> RunSpec | None:
-    d = read_json(store, layout.run_job(run_id))
-    return RunSpec.from_json(d) if d is not None else None
+    """The run's job.json; None when there is none; Unreadable when it is no RunSpec."""
+    return _record(RunSpec, store, run_id, layout.run_job(run_id))
 
 
 def status(store: BlobStore, run_id: str, worker: int = 0) -> RunStatus:
-    d = read_json(store, layout.run_status(run_id, worker))
-    return RunStatus.from_json(d) if d is not None else RunStatus()
+    """Worker `worker`'s status of the run (queued when none is written yet); Unreadable when it is no RunStatus."""
+    return _record(RunStatus, store, run_id, layout.run_status(run_id, worker)) or RunStatus()
 
 
 def follow(store: BlobStore, run_id: str, write: Callable[[bytes], None], worker: int = 0, follow: bool = True,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import stat
 import secrets
 import shutil
 import time
@@ -78,6 +79,25 @@ class LocalStore:
             return self._p(key).read_bytes()
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             return None
+
+    def read_head(self, key: str, limit: int) -> bytes | None:
+        """At most the first `limit` bytes of a regular file (None: absent or not a file): what a run's job wrote
+        is read no further than a cap (core/jobfiles.py). A link out of the store is a ValueError (_p); a FIFO or a
+        device a job left is never opened for reading (it would block, or never end)."""
+        try:
+            fd = os.open(self._p(key), os.O_RDONLY | os.O_NONBLOCK)
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            return None
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None
+            chunks, got = [], 0
+            while got < limit and (chunk := os.read(fd, min(limit - got, 1 << 20))):
+                chunks.append(chunk)
+                got += len(chunk)
+            return b"".join(chunks)
+        finally:
+            os.close(fd)
 
     def _tmp(self, p: Path, data: bytes) -> Path:
         p.parent.mkdir(parents=True, exist_ok=True)
@@ -180,8 +200,18 @@ class LocalStore:
             if name.endswith("/"):
                 if key.startswith(prefix) or prefix.startswith(key):
                     yield from self._walk(Path(e.path), key, prefix)
-            elif key.startswith(prefix) and not _hidden(e.name) and not (e.is_symlink() and e.is_dir()):
+            elif key.startswith(prefix) and not _hidden(e.name) and not (e.is_symlink() and e.is_dir()) \
+                    and not (e.is_symlink() and not self._inside(Path(e.path))):
                 yield key, Path(e.path)
+
+    def _inside(self, link: Path) -> bool:
+        """Whether a link (a job's outputs may hold any) leads to a file inside the store: one that leads out of it,
+        or nowhere, is no object of the store (it was listed with its target's size, and `download` failed on it)."""
+        try:
+            target = link.resolve(strict=True)
+        except (OSError, RuntimeError):   # dangling, a loop
+            return False
+        return self.root in target.parents and target.is_file()
 
     def stats(self, prefix: str) -> dict[str, tuple[int, str]]:
         cache = Md5Cache()

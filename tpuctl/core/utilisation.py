@@ -14,9 +14,10 @@ No third-party import here: the CLI reads this module.
 """
 from __future__ import annotations
 
-import json
+import math
 from typing import Any
 
+from . import jobfiles
 from .metrics import CAP, thin
 
 LAST = 5   # the samples `tpuctl jobs` averages: the last few, so the figure is now's, not the run's whole mean
@@ -41,13 +42,57 @@ def record(doc: dict[str, Any], now: float, source: str, chips: list[dict[str, f
 
 def parse(raw: bytes | None) -> dict[str, Any] | None:
     """The file as read from the store; None when absent or unreadable."""
+    try:
+        return parse_or_why(raw)
+    except jobfiles.Unreadable:
+        return None
+
+
+MAX_CHIPS = 1024   # more than any host has: a longer list is a broken file's
+
+
+def parse_or_why(raw: bytes | None) -> dict[str, Any] | None:
+    """parse(), the file kept to what tpuctl reads of it, each figure a finite number (a sampler that wrote NaN, a
+    file edited by hand: never shown, never passed on as invalid JSON), its history thinned to the cap;
+    jobfiles.Unreadable says what is wrong with a file that is no such record."""
     if not raw:
         return None
+    doc = jobfiles.loads(raw)
+    if not isinstance(doc, dict):
+        raise jobfiles.Unreadable("not a JSON object")
+    chips: list[Any] = doc["chips"] if isinstance(doc.get("chips"), list) else []
+    hist: dict[str, Any] = doc["history"] if isinstance(doc.get("history"), dict) else {}
+    return {"source": str(doc.get("source") or "")[:40], "why": str(doc.get("why") or "")[:500],
+            "every": _num(doc.get("every")) or 0.0, "time": _num(doc.get("time")) or 0.0,
+            "chips": [{str(k): v for k, v in c.items() if _num(v) is not None}
+                      for c in chips[:MAX_CHIPS] if isinstance(c, dict)],
+            "history": {name: thin([[float(p[0]), float(p[1])] for p in points if _point(p)], CAP)
+                        for name in ("duty_cycle_pct", "hbm_used_gib")
+                        if isinstance(points := hist.get(name), list)}}
+
+
+def load(store: Any, key: str) -> tuple[dict[str, Any] | None, str]:
+    """The file read no further than jobfiles' cap, and what is wrong with it ("" when nothing)."""
+    name = key.rsplit("/", 1)[-1]
     try:
-        doc = json.loads(raw)
-    except ValueError:
+        return parse_or_why(jobfiles.read(store, key)), ""
+    except jobfiles.Unreadable as e:
+        said = str(e)
+        return None, said if said.startswith(name) else f"{name} is unreadable: {said}"
+
+
+def _num(v: Any) -> float | None:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
         return None
-    return doc if isinstance(doc, dict) else None
+    try:
+        f = float(v)
+    except OverflowError:
+        return None
+    return f if math.isfinite(f) else None
+
+
+def _point(p: Any) -> bool:
+    return isinstance(p, list) and len(p) == 2 and _num(p[0]) is not None and _num(p[1]) is not None
 
 
 def recent_duty(doc: dict[str, Any] | None) -> float | None:

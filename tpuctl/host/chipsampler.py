@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import glob
 import importlib
-import json
+import math
 import os
 import shutil
 import subprocess
@@ -25,7 +25,7 @@ import time
 from types import ModuleType
 from typing import Any, Callable, Iterator
 
-from ..core import knobs, layout, utilisation
+from ..core import jobfiles, knobs, layout, utilisation
 from ..core.delivery import agent_home
 from ..core.store import BlobStore
 
@@ -111,13 +111,48 @@ def _tpu_info() -> tuple[str, list[dict[str, float]]]:
 _SMI = ["nvidia-smi", "--query-gpu=index,utilization.gpu,memory.used,memory.total", "--format=csv,noheader,nounits"]
 
 
+MAX_GPUS = 64   # a host's GPUs shown at most: a longer answer is cut here, not written whole at every sample
+
+
+def smi_deadline() -> float:
+    """How long one nvidia-smi may take (TPUCTL_NVIDIA_SMI_DEADLINE, 10 s): a driver that hangs it hangs it for
+    good, and each sample asks again."""
+    return knobs.number("TPUCTL_NVIDIA_SMI_DEADLINE", 10)
+
+
+def run_bounded(cmd: list[str], deadline: float) -> tuple[int, str, str]:
+    """(exit code, stdout, stderr) of `cmd`, its output decoded whatever bytes it printed (a driver's message in
+    another encoding, binary garbage: never a UnicodeDecodeError); Unavailable past `deadline` seconds. It runs in
+    a session of its own and the whole session is killed at the deadline: subprocess.run's timeout kills the child
+    alone, then waits for its pipes to close, which a grandchild holding them keeps open for ever."""
+    import signal
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=deadline)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.communicate(timeout=2)
+        for pipe in (proc.stdout, proc.stderr):
+            with contextlib.suppress(OSError):
+                pipe and pipe.close()
+        raise Unavailable(f"{cmd[0]} did not answer within {deadline:g}s (TPUCTL_NVIDIA_SMI_DEADLINE)") from None
+    return proc.returncode, out.decode(errors="replace"), err.decode(errors="replace")
+
+
 def _nvidia_smi() -> tuple[str, list[dict[str, float]]]:
-    r = subprocess.run(_SMI, capture_output=True, text=True, timeout=20)
-    if r.returncode != 0:
-        raise Unavailable(f"nvidia-smi exited {r.returncode}: {r.stderr.strip()[:200]}")
+    code, out, err = run_bounded(_SMI, smi_deadline())
+    if code != 0:
+        raise Unavailable(f"nvidia-smi exited {code}: {err.strip()[:200]}")
     chips = []
-    for line in r.stdout.strip().splitlines():
-        idx, util, used, total = (float(x.strip()) for x in line.split(","))
+    for line in out.strip().splitlines()[:MAX_GPUS]:
+        try:
+            idx, util, used, total = (float(x.strip()) for x in line.split(","))
+            if not all(map(math.isfinite, (idx, util, used, total))):
+                raise ValueError(line)
+        except ValueError:   # "[N/A]", "nan", a driver's warning: what is not its CSV of numbers
+            raise Unavailable(f"nvidia-smi printed what is not its CSV of numbers: {line.strip()[:120]!r}") from None
         chips.append({"id": idx, "duty_cycle_pct": util, "hbm_used": used * 2 ** 20, "hbm_total": total * 2 ** 20})
     return "nvidia-smi", chips
 
@@ -154,7 +189,7 @@ class ChipSampler:
         else:
             utilisation.record(self.doc, time.time(), source, chips)
         with contextlib.suppress(Exception):
-            self.store.write(self.key, json.dumps(self.doc).encode())
+            self.store.write(self.key, jobfiles.dumps(self.doc).encode())   # strict JSON: never a NaN
 
     def _loop(self) -> None:
         while not self.stop.is_set():

@@ -31,8 +31,8 @@ def data_home() -> Path:
 
 def accelerator() -> str:
     """gpu:N when nvidia-smi lists GPUs, else cpu: decided without importing TensorFlow."""
-    try:
-        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10).stdout
+    try:   # bytes: a driver may print what is not UTF-8 (text=True raised UnicodeDecodeError and `up` failed)
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, timeout=10).stdout.decode(errors="replace")
     except (OSError, subprocess.SubprocessError):
         return "cpu"
     n = sum(1 for line in out.splitlines() if line.startswith("GPU "))

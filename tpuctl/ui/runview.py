@@ -3,12 +3,12 @@ utilisation, its hosts, events in time order, outputs with sizes, the commands f
 tail (a 100 MB log is never read whole: only its last chunks, then each new chunk as the agent ships it)."""
 from __future__ import annotations
 
-import json
+import math
 import time
 from typing import Any
 
 from ..control import armed, submission
-from ..core import backends, hostlogs, knobs, layout, metrics, notify, runs, utilisation
+from ..core import backends, hostlogs, jobfiles, knobs, layout, metrics, notify, runs, utilisation
 from ..core.errors import ErrorKind, TpuctlError
 from ..core.sizes import human_bytes
 from ..core.store import BlobStore
@@ -40,9 +40,9 @@ def run(name: str, run_id: str) -> dict[str, Any]:
         raise TpuctlError(ErrorKind.NOT_FOUND, f"no run {run_id} on cluster {name}", "the runs page lists them")
     rows = submission.table(store, ids=[run_id], repair=False)
     costed(st, prov, rows)
-    m = metrics.parse(store.read(layout.run_metrics(run_id)))
+    m, _ = metrics.load(store, layout.run_metrics(run_id))   # what is wrong with it: the row's note says
     who = hosts(st, job)
-    chips = {h["label"]: utilisation.parse(store.read(layout.run_chips(run_id, h["index"]))) for h in who}
+    chips = {h["label"]: utilisation.load(store, layout.run_chips(run_id, h["index"]))[0] for h in who}
     history = m.history if m else {}
     order = sorted(history, key=lambda k: (k != "loss", k))   # loss first
     return {"cluster": name, "id": run_id, "job": job.name, "command": job.command, "row": rows[0] if rows else {},
@@ -68,11 +68,20 @@ def outputs(store: BlobStore, run_id: str) -> list[dict[str, Any]]:
 
 
 def _read(store: BlobStore, key: str) -> dict[str, Any]:
+    """A record of the run's (a claim, a round, an event) as far as it can be read: {} when it cannot."""
     try:
-        doc = json.loads(store.read(key) or b"{}")
-    except ValueError:
+        return jobfiles.read_object(store, key) or {}
+    except jobfiles.Unreadable:
         return {}
-    return doc if isinstance(doc, dict) else {}
+
+
+def _time(v: Any, default: float = 0.0) -> float:
+    """A record's time, where a job's or a host's record may hold anything: `default` unless a finite number."""
+    try:
+        t = float(v)
+    except (TypeError, ValueError, OverflowError):
+        return default
+    return t if math.isfinite(t) and t else default
 
 
 def events(store: BlobStore, run_id: str) -> list[dict[str, Any]]:
@@ -87,31 +96,31 @@ def events(store: BlobStore, run_id: str) -> list[dict[str, Any]]:
     for a in range(1, st.attempt + 1):
         c = _read(store, layout.run_claim(run_id, 0, a))
         if c:
-            out.append({"time": float(c.get("time", 0)), "what": f"attempt {a} claimed by {c.get('host')}"})
+            out.append({"time": _time(c.get("time")), "what": f"attempt {a} claimed by {c.get('host')}"})
     start = out[0]["time"] if out else 0.0
     end = st.ended or time.time()
     for prefix in (f"run.started-{run_id}", f"run.restarted-{run_id}", f"run.stalled-{run_id}", f"run.ended-{run_id}",
                    "cluster.", "budget."):
         for key, _ in store.list(layout.notify_event(prefix)[:-len(".json")]):
             e = _read(store, key)
-            t = float(e.get("time") or 0)
+            t = _time(e.get("time"))
             if e.get("run") == run_id or (not e.get("run") and start <= t <= end):
                 out.append({"time": t, "what": sentence(e)})
     for r in armed.recoveries(store):
-        t = float(r.get("detected_at", 0))
+        t = _time(r.get("detected_at"))
         if start <= t <= end:
             out.append({"time": t, "what": f"recovery: {armed.recovery_line(r)}"})
     for key, _ in store.list(layout.run_rounds(run_id)):
         if key.endswith(".json"):
             r = _read(store, key)
-            out.append({"time": float(r.get("time") or 0), "what": f"round {key[-9:-5].lstrip('0')}: "
+            out.append({"time": _time(r.get("time")), "what": f"round {key[-9:-5].lstrip('0')}: "
                         + ", ".join(f"{k} {v}" for k, v in r.items() if k != "time")})
     if store.read(layout.run_cancel(run_id)) is not None:
         doc = _read(store, layout.run_cancel(run_id))
-        out.append({"time": float(doc.get("time") or end), "what": runs.cancelled_by(store, run_id)})
+        out.append({"time": _time(doc.get("time"), end), "what": runs.cancelled_by(store, run_id)})
     for u in notify.undelivered(store):
         if u.get("run") == run_id:
-            out.append({"time": float(u.get("time") or 0), "what": f"notification {u.get('event')} to {u.get('to')}"
+            out.append({"time": _time(u.get("time")), "what": f"notification {u.get('event')} to {u.get('to')}"
                                                                    f" given up: {u.get('error')}"})
     if st.state.final:
         code = "" if st.exit_code is None else f" (exit code {st.exit_code})"
@@ -197,6 +206,8 @@ def log(name: str, run_id: str, worker: int, after: int | None, skip: int = 0) -
     many bytes came before them); else from chunk `after` (less `skip` bytes of it) on, as `logs -f` reads it.
     `next`/`skip` say where to read next; `final` whether the run has ended on that host (no chunk follows its final
     status)."""
+    if not runs.is_id(run_id):   # an id is part of store keys: `..` never reaches one
+        raise TpuctlError(ErrorKind.NOT_FOUND, f"no run {run_id!r} on cluster {name}", "the runs page lists them")
     st, prov = cluster(name)
     store = prov.store(st)
     skipped = 0

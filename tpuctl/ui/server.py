@@ -2,14 +2,22 @@
 
 Every page is one small HTML document that carries its own data (so the first byte already holds what the page
 shows) and app.js, which draws it and then asks the same data again every TPUCTL_UI_POLL_SECONDS (2 s) under
-/api/ (the log: only the chunks after the last one it has). Every request must carry the token, in the query
-(`?token=`, as the printed URL has it) or in the cookie the first such request sets, as Jupyter does; anything else
-is answered 403. Only GET and HEAD exist: no page changes anything."""
+/api/ (the log: only the chunks after the last one it has). Only GET and HEAD exist: no page changes anything.
+
+The token: every request must carry it, in the query (`?token=`, as the printed URL and the links a page follows
+have it) or in the header X-Tpuctl-Token (how app.js asks /api/); anything else is answered 403. No cookie is set:
+a browser sends a cookie of 127.0.0.1 to every port of 127.0.0.1 (cookies ignore ports, RFC 6265 section 8.5), so
+any local server the user visits would receive a credential this server accepts. The page carries the token
+itself (a meta tag), and app.js keeps it in sessionStorage, which is per origin (port included) and never sent, so
+two `tpuctl ui` in one browser never replace each other's. A request whose Host is not this machine's own name for
+the server (127.0.0.1, localhost, or the address it was told to bind) is refused (a DNS-rebinding page's requests
+carry its own name)."""
 from __future__ import annotations
 
+import base64
 import functools
+import hashlib
 import html
-import json
 import secrets
 import socket
 import time
@@ -23,69 +31,132 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from ..core import knobs
+from ..core import jobfiles, knobs
 from ..core.errors import ErrorKind, TpuctlError
 from . import runview, views
 from .figures import Figures, store_wait
 
-COOKIE = "tpuctl_ui_token"
+HEADER = "X-Tpuctl-Token"
+LOCAL_HOSTS = frozenset({"127.0.0.1", "localhost"})
+
+# Every answer: never framed, never cached, no Referer leaves a page (a followed link to the Cloud Console carries
+# nothing of the URL), and a page runs only this server's own scripts and asks only this server.
+CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+       "base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+SAFETY = {"Cache-Control": "no-store", "Referrer-Policy": "no-referrer", "X-Frame-Options": "DENY",
+          "X-Content-Type-Options": "nosniff", "Content-Security-Policy": CSP}
+
+# A page asked without the token (a reload, Back, a link opened in a new tab: the address bar holds no token, app.js
+# takes it out) is answered 403 with this script, allowed by its hash alone: where this tab already holds the token
+# for this origin (sessionStorage), it asks the same page again with it; else it says what to open.
+RETRY = ('const t=sessionStorage.getItem("tpuctl-token"),u=new URL(location.href);'
+         'if(t&&!u.searchParams.has("token")){u.searchParams.set("token",t);location.replace(u.href);}'
+         'else{sessionStorage.removeItem("tpuctl-token");document.getElementById("why").hidden=false;}')
+RETRY_CSP = CSP.replace("script-src 'self'", "script-src 'sha256-"
+                        + base64.b64encode(hashlib.sha256(RETRY.encode()).digest()).decode() + "'")
+LOCKED = ("403: this page needs the token `tpuctl ui` printed (open the URL it printed; this tab may have been opened "
+          "before it restarted)\n")
 
 
 def poll_seconds() -> float:
     return knobs.number("TPUCTL_UI_POLL_SECONDS", 2)
 
 
+def same_token(given: str | None, token: str) -> bool:
+    """Compared as bytes: compare_digest refuses a str with a character beyond ASCII (a TypeError: a 500)."""
+    return bool(given) and secrets.compare_digest(str(given).encode("utf-8", "replace"), token.encode())
+
+
+def host_name(host: str) -> str:
+    """The name in a Host header, without its port: `127.0.0.1:8700` -> 127.0.0.1, `[::1]:8700` -> ::1."""
+    host = host.strip().lower()
+    if host.startswith("["):
+        return host[1:host.find("]")] if "]" in host else host
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+
+
+def _refused(text: str, status: int, request: Request | None = None) -> Response:
+    if request is not None and "text/html" in request.headers.get("accept", ""):   # a browser's page
+        body = (f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>tpuctl ui</title></head><body>'
+                f'<p id="why" hidden>{html.escape(text)}</p><script>{RETRY}</script></body></html>')
+        return HTMLResponse(body, status_code=status, headers={**SAFETY, "Content-Security-Policy": RETRY_CSP})
+    return Response(text, status_code=status, media_type="text/plain", headers=SAFETY)
+
+
 class TokenRequired(BaseHTTPMiddleware):
-    def __init__(self, app: Any, token: str) -> None:
+    def __init__(self, app: Any, token: str, hosts: frozenset[str] = LOCAL_HOSTS) -> None:
         super().__init__(app)
         self.token = token
+        self.hosts = frozenset(h.lower() for h in hosts)
 
     async def dispatch(self, request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-        given = request.query_params.get("token")
-        ok = any(t and secrets.compare_digest(t, self.token) for t in (given, request.cookies.get(COOKIE)))
-        if not ok:
-            return Response("403: this page needs the token `tpuctl ui` printed (open the URL it printed)\n",
-                            status_code=403, media_type="text/plain")
+        if host_name(request.headers.get("host", "")) not in self.hosts:
+            return _refused(f"403: tpuctl ui answers only as {' or '.join(sorted(self.hosts))}\n", 403)
+        given = request.query_params.get("token") or request.headers.get(HEADER)
+        if not same_token(given, self.token):
+            return _refused(LOCKED, 403, request)
         if request.method not in ("GET", "HEAD"):
-            return Response("405: tpuctl ui only reads\n", status_code=405, media_type="text/plain")
+            return _refused("405: tpuctl ui only reads\n", 405)
         response = await call_next(request)
-        if given:
-            response.set_cookie(COOKIE, self.token, httponly=True, samesite="strict")
-        response.headers["Cache-Control"] = "no-store"
+        for k, v in SAFETY.items():
+            response.headers.setdefault(k, v)
         return response
 
 
-def _page(view: str, title: str, data: dict[str, Any], **attrs: str) -> HTMLResponse:
-    payload = json.dumps(data, default=str).replace("</", "<\\/")
+SHUTDOWN_SECONDS = 2   # what Ctrl-C waits for requests in flight at most
+MAX_PAGE = 1_000_000   # pages of runs: past any store's
+
+
+def whole(name: str, text: str, default: int, most: int) -> int:
+    """The whole number `name` of a query (`page`, `worker`, `after`, `skip`): `default` when not given, refused
+    (400) unless in ASCII digits (str.isdigit() takes "²" and "٣" too, and int("²") raised: a 500); past `most` it
+    is `most` (a page 10**30 lists no store whole)."""
+    if not text:
+        return default
+    if not (text.isascii() and text.isdigit()):
+        raise TpuctlError(ErrorKind.INPUT, f"{name}={text!r} is not a whole number", "the pages' links give one")
+    return min(int(text[:19]) if len(text) <= 19 else most, most)
+
+
+def _page_of(token: str, view: str, title: str, data: dict[str, Any], **attrs: str) -> HTMLResponse:
+    # strict JSON (no NaN: JSON.parse refuses it and the page stays blank), and no <, > or & inside the script
+    # element, whose text ends at the first "</script" and which "<!--<script" sends into another parse state
+    # (HTML's script data escaped states): as \u escapes, which JSON.parse reads back as the same characters
+    payload = jobfiles.dumps(data).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
     extra = "".join(f' data-{k}="{html.escape(v)}"' for k, v in attrs.items())
+    t = f"?token={token}"   # a stylesheet or script element sends no header: its URL carries the token
     return HTMLResponse(f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+<meta name="tpuctl-token" content="{html.escape(token)}">
 <title>{html.escape(title)} - tpuctl</title>
-<link rel="stylesheet" href="/static/uPlot.min.css"><link rel="stylesheet" href="/static/app.css">
+<link rel="stylesheet" href="/static/uPlot.min.css{t}"><link rel="stylesheet" href="/static/app.css{t}">
 </head><body>
 <nav><a href="/">Clusters</a> <a href="/runs">Runs</a> <a href="/leftovers">Leftovers</a></nav>
 <main id="app" data-view="{view}" data-poll="{poll_seconds():g}"{extra}><h1>{html.escape(title)}</h1></main>
 <script id="data" type="application/json">{payload}</script>
-<script src="/static/uPlot.iife.min.js"></script><script src="/static/app.js"></script>
+<script src="/static/uPlot.iife.min.js{t}"></script><script src="/static/app.js{t}"></script>
 </body></html>""")
 
 
 class JSON(JSONResponse):
     def render(self, content: Any) -> bytes:
-        return json.dumps(content, default=str, separators=(",", ":")).encode()
+        return jobfiles.dumps(content, separators=(",", ":")).encode()   # strict JSON: no NaN
 
 
 def _problem(e: TpuctlError) -> Response:
     return JSON({"error": e.message, "hint": e.hint}, status_code=404 if e.kind is ErrorKind.NOT_FOUND else 400)
 
 
-def build(token: str, figures: Figures) -> Starlette:
+def build(token: str, figures: Figures, hosts: frozenset[str] = LOCAL_HOSTS) -> Starlette:
+    """The app; `hosts`: the names a request's Host may give (127.0.0.1 and localhost, and an address bound)."""
+    _page = functools.partial(_page_of, token)
+
     def clusters_page(request: Request) -> Response:
         return _page("clusters", "Clusters", {"clusters": views.clusters(figures)})
 
     def runs_data(request: Request) -> dict[str, Any]:
-        page = request.query_params.get("page", "0")
-        return views.runs(figures, request.query_params.get("cluster") or None, int(page) if page.isdigit() else 0)
+        return views.runs(figures, request.query_params.get("cluster") or None,
+                          whole("page", request.query_params.get("page", ""), 0, MAX_PAGE))
 
     def run_data(c: str, rid: str) -> dict[str, Any]:
         """The run as its store last answered (runview.run in the background, waited for briefly), or, before a
@@ -100,7 +171,10 @@ def build(token: str, figures: Figures) -> Starlette:
         return {**fig.value, "pending": f"its store is slow to answer: shown {fig.age(now)}" if late else ""}
 
     def runs_page(request: Request) -> Response:
-        data = runs_data(request)
+        try:
+            data = runs_data(request)
+        except TpuctlError as e:
+            return _problem(e)
         return _page("runs", f"Runs of {data['cluster']}" if data["cluster"] else "Runs", data,
                      cluster=data["cluster"], page=str(data["page"]))
 
@@ -128,9 +202,10 @@ def build(token: str, figures: Figures) -> Starlette:
             if what == "run":
                 return JSON(run_data(q.get("cluster", ""), q.get("id", "")))
             if what == "log":
-                after, worker, skip = q.get("after", ""), q.get("worker", "0"), q.get("skip", "0")
-                return JSON(runview.log(q.get("cluster", ""), q.get("id", ""), int(worker) if worker.isdigit() else 0,
-                                        int(after) if after.isdigit() else None, int(skip) if skip.isdigit() else 0))
+                after = whole("after", q.get("after", ""), -1, 1 << 40)   # none: the log's tail
+                return JSON(runview.log(q.get("cluster", ""), q.get("id", ""),
+                                        whole("worker", q.get("worker", ""), 0, 1 << 20), None if after < 0 else after,
+                                        whole("skip", q.get("skip", ""), 0, 1 << 40)))
         except TpuctlError as e:
             return _problem(e)
         return JSON({"error": f"no /api/{what}"}, status_code=404)
@@ -139,7 +214,7 @@ def build(token: str, figures: Figures) -> Starlette:
     app = Starlette(routes=[Route("/", clusters_page), Route("/runs", runs_page), Route("/leftovers", leftovers_page),
                             Route("/run/{cluster}/{run_id}", run_page), Route("/api/{what}", api),
                             Mount("/static", StaticFiles(directory=static), name="static")])
-    app.add_middleware(TokenRequired, token=token)
+    app.add_middleware(TokenRequired, token=token, hosts=hosts)
     return app
 
 
@@ -164,7 +239,10 @@ def serve(port: int | None, ready: Callable[[str], None]) -> None:
     sock = bind(port)
     token = secrets.token_urlsafe(24)
     figures = Figures()
-    config = uvicorn.Config(build(token, figures), log_level="warning", access_log=False, lifespan="off")
+    # Ctrl-C: uvicorn waits for every open connection to close, without end unless told (a page's poll in flight
+    # on a slow store, a client that never finishes its request); past SHUTDOWN_SECONDS it drops them
+    config = uvicorn.Config(build(token, figures), log_level="warning", access_log=False, lifespan="off",
+                            timeout_graceful_shutdown=SHUTDOWN_SECONDS)
     server = uvicorn.Server(config)
     ready(f"http://127.0.0.1:{sock.getsockname()[1]}/?token={token}")
     try:

@@ -45,44 +45,73 @@ def costed(st: ClusterState, prov: Provider, rows: list[dict[str, Any]]) -> None
 
 def _rows(name: str, first: int, last: int) -> tuple[bool, list[dict[str, Any]]]:
     """(whether runs older than `last` exist, rows of the runs first..last-1 of cluster `name`, newest first)."""
+    more, ids = _ids(name, last)
+    return more, _rows_of(name, ids[first:last])
+
+
+def _ids(name: str, last: int) -> tuple[bool, list[str]]:
+    """(whether runs older than `last` exist, the ids of cluster `name`'s `last` newest runs): its index listed,
+    no run read."""
     st, prov = cluster(name)
-    store = prov.store(st)
-    ids = runindex.newest(store, last + 1, repair=False)
-    rows = submission.table(store, ids=ids[first:last], repair=False)
+    ids = runindex.newest(prov.store(st), last + 1, repair=False)
+    return len(ids) > last, ids[:last]
+
+
+def _rows_of(name: str, ids: list[str]) -> list[dict[str, Any]]:
+    """The rows of these runs of cluster `name`, costed."""
+    st, prov = cluster(name)
+    rows = submission.table(prov.store(st), ids=ids, repair=False) if ids else []
     costed(st, prov, rows)
-    return len(ids) > last, rows
+    return rows
+
+
+def _asked(figures: Figures, key: str, ask: Any, name: str, now: float, problems: list[str]) -> Any:
+    """A store's answer as a page shows it (None before a first one), and what is wrong with it into `problems`."""
+    fig = figures.get(key, ask, max_age=0, wait=store_wait())
+    if fig.error:
+        problems.append(f"{name}: {fig.error}")
+    if fig.value is None:
+        if not fig.error:
+            problems.append(f"{name}: its store has not answered ({fig.age(now)})")
+        return None
+    if fig.asked and now - fig.asked >= store_wait():
+        problems.append(f"{name}: its store is slow to answer: rows {fig.age(now)}")
+    return fig.value
 
 
 def runs(figures: Figures, name: str | None, page: int) -> dict[str, Any]:
     """A page of runs, newest first: one cluster's, or every cluster's merged by id (ids sort by submission time).
     Only the index entries up to this page are listed, and only this page's runs are read (runindex.newest), so a
     store with 20,000 runs opens its first page as fast as one with 20. Each cluster's store (a bucket) is read in
-    the background: one that does not answer in time shows its last rows, and says so."""
-    names = [name] if name else state.cluster_names()
-    rows: list[dict[str, Any]] = []
+    the background: one that does not answer in time shows its last rows, and says so. Every cluster's page is
+    found from the clusters' indexes alone (listed up to the page's end, merged), and then only the runs on it
+    are read: a late page reads no run before it."""
     problems: list[str] = []
-    more = False
     size = page_size()
-    first, last = (page * size if name else 0), (page + 1) * size
+    first, last = page * size, (page + 1) * size
     now = time.time()
-    for n in names:
-        fig = figures.get(f"runs:{n}:{first}:{last}", functools.partial(_rows, n, first, last), max_age=0,
-                          wait=store_wait())
-        if fig.error:
-            problems.append(f"{n}: {fig.error}")
-        if fig.value is None:
-            if not fig.error:
-                problems.append(f"{n}: its store has not answered ({fig.age(now)})")
-            continue
-        if fig.asked and now - fig.asked >= store_wait():
-            problems.append(f"{n}: its store is slow to answer: rows {fig.age(now)}")
-        more = more or fig.value[0]
-        rows += fig.value[1]
+    if name:
+        got = _asked(figures, f"runs:{name}:{first}:{last}", functools.partial(_rows, name, first, last), name, now,
+                     problems)
+        return {"cluster": name, "page": page, "more": bool(got and got[0]), "rows": got[1] if got else [],
+                "problems": problems}
+    more = False
+    merged: list[tuple[str, str]] = []
+    for n in state.cluster_names():
+        got = _asked(figures, f"ids:{n}:{last}", functools.partial(_ids, n, last), n, now, problems)
+        if got is not None:
+            more = more or got[0]
+            merged += [(rid, n) for rid in got[1]]
+    merged.sort(reverse=True)
+    more = more or len(merged) > last
+    shown = merged[first:last]
+    rows: list[dict[str, Any]] = []
+    for n in dict.fromkeys(c for _, c in shown):
+        ids = [rid for rid, c in shown if c == n]
+        got = _asked(figures, f"rows:{n}:{ids[0]}:{len(ids)}", functools.partial(_rows_of, n, ids), n, now, problems)
+        rows += got or []
     rows.sort(key=lambda r: str(r["id"]), reverse=True)
-    if not name:   # every cluster: this page of the merged order
-        more = more or len(rows) > (page + 1) * size
-        rows = rows[page * size:(page + 1) * size]
-    return {"cluster": name or "", "page": page, "more": more, "rows": rows, "problems": problems}
+    return {"cluster": "", "page": page, "more": more, "rows": rows, "problems": problems}
 
 
 def leftovers(figures: Figures) -> dict[str, Any]:

@@ -55,6 +55,20 @@ class GcsStore:
                 return None
             raise
 
+    def read_head(self, key: str, limit: int) -> bytes | None:
+        """At most the first `limit` bytes (core/jobfiles.py: a run's files are read no further than a cap): a
+        ranged read, `Range: bytes=0-(limit-1)` ("Range ... the portion of the object to return": Cloud Storage's
+        request headers, cloud.google.com/storage/docs/xml-api/reference-headers#range), which python-storage's
+        download_as_bytes(start, end) sends, its end inclusive. A server that answers the whole object is cut here."""
+        try:
+            data = _retry_forbidden(self.bucket.blob(key).download_as_bytes, start=0, end=limit - 1,
+                                    what=f"read {key}")
+        except TpuctlError as e:
+            if e.kind is ErrorKind.NOT_FOUND:
+                return None
+            raise
+        return bytes(data[:limit])
+
     def write(self, key: str, data: bytes) -> None:
         _retry_forbidden(self.bucket.blob(key).upload_from_string, data, what=f"write {key}")
 

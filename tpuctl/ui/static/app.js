@@ -7,13 +7,56 @@
   const every = 1000 * parseFloat(app.dataset.poll || "2");
   let data = JSON.parse(document.getElementById("data").textContent);
 
+  // The token: the page carries it (server.py: no cookie, which every port of 127.0.0.1 would receive). It leaves
+  // the address bar (so no bookmark, copy or history entry holds it) and stays in this tab's sessionStorage, which
+  // is this origin's alone (its port included): a reload or Back asks again without it, and the 403 page's script
+  // asks once more with it. /api/ is asked with it in a header; a link of this server is followed with it.
+  const token = document.querySelector("meta[name=tpuctl-token]").content;
+  sessionStorage.setItem("tpuctl-token", token);
+  const here = new URL(window.location.href);
+  if (here.searchParams.has("token")) {
+    here.searchParams.delete("token");
+    history.replaceState(history.state, "", here.pathname + here.search + here.hash);
+  }
+  const withToken = (href) => {
+    const u = new URL(href, window.location.href);
+    u.searchParams.set("token", token);
+    return u.href;
+  };
+  // What a page shows when this server stops answering it, or answers that its token is no longer good (another
+  // `tpuctl ui` now on this port): said at the top, instead of figures that silently stop changing.
+  function trouble(text) {
+    let p = document.getElementById("lost");
+    if (!p && !text) return;
+    if (!p) {
+      p = h("p", {id: "lost", class: "bad", role: "alert"});
+      document.body.prepend(p);
+    }
+    p.textContent = text;
+    p.hidden = !text;
+  }
+  function ask(url) {
+    return fetch(url, {headers: {"X-Tpuctl-Token": token}, credentials: "omit", cache: "no-store"}).then((r) => {
+      if (r.status === 403) {
+        trouble("tpuctl ui no longer accepts this page (it was restarted, or another now answers on this port): " +
+          "open the URL it printed");
+        return null;
+      }
+      trouble("");
+      return r.ok ? r.json() : null;
+    }, (e) => {
+      trouble("tpuctl ui is not answering (stopped?): this page shows what it had");
+      throw e;
+    });
+  }
+
   function h(tag, attrs, ...kids) {
     const el = document.createElement(tag);
     for (const [k, v] of Object.entries(attrs || {})) {
       if (v === null || v === undefined || v === false) continue;
       if (k === "text") el.textContent = v; else el.setAttribute(k, v);
     }
-    for (const kid of kids.flat()) {
+    for (const kid of kids.flat(Infinity)) {   // a list of elements among the kids: each one, never its String()
       if (kid === null || kid === undefined) continue;
       el.append(kid instanceof Node ? kid : document.createTextNode(String(kid)));
     }
@@ -34,8 +77,7 @@
   }
 
   function poll(url, then) {
-    const tick = () => fetch(url, {credentials: "same-origin"}).then((r) => r.ok ? r.json() : null)
-      .then((d) => { if (d) then(d); }).catch(() => {}).finally(() => setTimeout(tick, every));
+    const tick = () => ask(url).then((d) => { if (d) then(d); }).catch(() => {}).finally(() => setTimeout(tick, every));
     setTimeout(tick, every);
   }
 
@@ -74,7 +116,10 @@
     const said = r.state + (r.stalled_since ? (r.state === "stalled" ? " since " : ", stalled since ") +
       new Date(r.stalled_since * 1000).toLocaleTimeString() : "") + (r.failure && r.state === "failed" ?
       " (" + r.failure + ")" : "");
-    return [runLink(r.cluster, r.id), all ? r.cluster : null, r.name, h("span", {class: "state " + r.state}, said),
+    // a run whose own files cannot be read (an unreadable state, a metrics file not read): what is wrong, on its row
+    const state = h("span", {class: "state " + r.state, title: r.note || null}, said,
+      r.state === "unreadable" && r.note ? ": " + r.note : null);
+    return [runLink(r.cluster, r.id), all ? r.cluster : null, r.name, state,
       r.step === null ? "" : String(r.step), num(r.loss, 4), r.goodput === null ? "" : r.goodput.toFixed(0) + "%",
       dollars(r.cost_usd), secs(r.duration), restarts ? String(restarts) : "", r.tpu || ""].filter((x) => x !== null);
   }
@@ -230,7 +275,7 @@
   }
   function followLog() {
     const worker = log.worker;
-    fetch(logUrl(), {credentials: "same-origin"}).then((r) => r.ok ? r.json() : null).then((d) => {
+    ask(logUrl()).then((d) => {
       if (!d || worker !== log.worker) return;
       const pre = document.getElementById("log-text");
       const atEnd = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 20;
@@ -253,6 +298,20 @@
     drawRunCharts(d);
     drawRunRest(d);
   }
+
+  // A link of this server followed with the token (as the printed URL has it; app.js then takes it out of the
+  // address bar); another tab or window (Ctrl, Shift, the middle button) too. Links elsewhere are left alone.
+  function follow(e) {
+    const a = e.target.closest && e.target.closest("a[href]");
+    if (!a || e.defaultPrevented || e.button > 1) return;
+    const u = new URL(a.getAttribute("href"), window.location.href);
+    if (u.origin !== window.location.origin) return;
+    e.preventDefault();
+    if (e.button === 1 || e.ctrlKey || e.metaKey || e.shiftKey) window.open(withToken(u.href), "_blank");
+    else window.location.assign(withToken(u.href));
+  }
+  document.addEventListener("click", follow);
+  document.addEventListener("auxclick", follow);
 
   document.addEventListener("click", (e) => {
     const text = e.target.dataset && e.target.dataset.copy;
