@@ -267,8 +267,8 @@ def test_a_command_holding_html_shows_as_text_and_a_problem_as_its_words(planted
             code, body = _get(base, f"/run/bad/{rid}?token=t")
             assert code == 200 and "<!--" not in body.split('id="data"')[1].split("</script>")[0], body[-800:]
             page.goto(f"{base}/run/bad/{rid}?token=t")
-            page.wait_for_selector("#summary h2")
-            assert page.inner_text("#summary h2") == f"html: {command}"
+            page.wait_for_selector("#summary p.dim")   # the page names the run in its h2, the command below it
+            assert page.inner_text("#summary p.dim") == f"html: {command}"
             page.goto(f"{base}/runs?token=t")
             page.wait_for_selector("#runs p.bad")
             problems = page.inner_text("#runs")

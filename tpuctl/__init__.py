@@ -51,7 +51,7 @@ def _quiet_unraisable(u: object) -> None:
     `sigints` already and the command answers it when it returns (cli/entry.py), so it is not printed (issue 58.5:
     tracebacks in early Ctrl-Cs). Anything else is printed as Python prints it."""
     if not isinstance(getattr(u, "exc_value", None), KeyboardInterrupt):
-        (_unraisable[0] if _unraisable else _sys.__unraisablehook__)(u)  # type: ignore[operator]
+        (_unraisable[0] if _unraisable else _sys.__unraisablehook__)(u)  # type: ignore[operator]  # kept as object
 
 
 def start_guard_off() -> None:
@@ -75,7 +75,7 @@ def python_sigint() -> None:
         if signal.getsignal(signal.SIGINT) is _interrupt:
             signal.signal(signal.SIGINT, signal.default_int_handler)
             if _sys.unraisablehook is _quiet_unraisable and _unraisable:
-                _sys.unraisablehook = _unraisable.pop()  # type: ignore[assignment]
+                _sys.unraisablehook = _unraisable.pop()  # type: ignore[assignment]  # the hook kept as object
     except ValueError:
         pass
 

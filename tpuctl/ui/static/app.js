@@ -156,8 +156,8 @@
     const want = [...picked.values()];
     if (compared) { compared.destroy(); compared = null; delete charts.compare; }
     if (!want.length) { const s = document.getElementById("compare"); if (s) s.remove(); return; }
-    Promise.all(want.map((r) => fetch("/api/run?cluster=" + encodeURIComponent(r.cluster) + "&id=" +
-      encodeURIComponent(r.id), {credentials: "same-origin"}).then((x) => x.ok ? x.json() : null).catch(() => null)))
+    Promise.all(want.map((r) => ask("/api/run?cluster=" + encodeURIComponent(r.cluster) + "&id=" +
+      encodeURIComponent(r.id)).catch(() => null)))
       .then((got) => {
         if (want.length !== picked.size) return;   // picked again meanwhile: that draw wins
         const tables = [], series = [{label: "step"}];
