@@ -25,7 +25,7 @@ from starlette.staticfiles import StaticFiles
 
 from ..core import knobs
 from ..core.errors import ErrorKind, TpuctlError
-from . import runview, views
+from . import metrics, runview, tokenfile, views
 from .figures import Figures, store_wait
 
 COOKIE = "tpuctl_ui_token"
@@ -42,7 +42,8 @@ class TokenRequired(BaseHTTPMiddleware):
 
     async def dispatch(self, request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
         given = request.query_params.get("token")
-        ok = any(t and secrets.compare_digest(t, self.token) for t in (given, request.cookies.get(COOKIE)))
+        ok = any(t and secrets.compare_digest(t, self.token) for t in (given, request.cookies.get(COOKIE),
+                                                                       metrics.bearer(request.headers.get("authorization"))))
         if not ok:
             return Response("403: this page needs the token `tpuctl ui` printed (open the URL it printed)\n",
                             status_code=403, media_type="text/plain")
@@ -79,7 +80,14 @@ def _problem(e: TpuctlError) -> Response:
     return JSON({"error": e.message, "hint": e.hint}, status_code=404 if e.kind is ErrorKind.NOT_FOUND else 400)
 
 
-def build(token: str, figures: Figures) -> Starlette:
+def build(token: str, figures: Figures, metrics_only: bool = False) -> Starlette:
+    """`metrics_only`: /metrics alone (`tpuctl ui --metrics-only`), no page."""
+    scrape = metrics.registry_for(metrics.RunsCollector())
+
+    def metrics_page(request: Request) -> Response:
+        body, content_type = metrics.exposition(scrape, request.headers.get("accept", ""))
+        return Response(body, headers={"Content-Type": content_type})
+
     def clusters_page(request: Request) -> Response:
         return _page("clusters", "Clusters", {"clusters": views.clusters(figures)})
 
@@ -136,37 +144,47 @@ def build(token: str, figures: Figures) -> Starlette:
         return JSON({"error": f"no /api/{what}"}, status_code=404)
 
     static = str(resources.files("tpuctl.ui") / "static")
-    app = Starlette(routes=[Route("/", clusters_page), Route("/runs", runs_page), Route("/leftovers", leftovers_page),
-                            Route("/run/{cluster}/{run_id}", run_page), Route("/api/{what}", api),
-                            Mount("/static", StaticFiles(directory=static), name="static")])
+    pages = [Route("/", clusters_page), Route("/runs", runs_page), Route("/leftovers", leftovers_page),
+             Route("/run/{cluster}/{run_id}", run_page), Route("/api/{what}", api),
+             Mount("/static", StaticFiles(directory=static), name="static")]
+    app = Starlette(routes=[Route("/metrics", metrics_page)] + ([] if metrics_only else pages))
     app.add_middleware(TokenRequired, token=token)
     return app
 
 
-def bind(port: int | None) -> "socket.socket":
-    """127.0.0.1 only (the pages show what the store holds to whoever can reach them); port 0 lets the system pick a
-    free one, so two `tpuctl ui` never race for a port."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+def bind(port: int | None, addr: str = "127.0.0.1") -> "socket.socket":
+    """127.0.0.1 unless `--bind` says otherwise (the pages show what the store holds to whoever can reach them);
+    port 0 lets the system pick a free one, so two `tpuctl ui` never race for a port."""
+    sock = socket.socket(socket.AF_INET6 if ":" in addr else socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
-        sock.bind(("127.0.0.1", port or 0))
-    except OSError as e:
+        sock.bind((addr, port or 0))
+    except (OSError, OverflowError) as e:
         sock.close()
-        raise TpuctlError(ErrorKind.INPUT, f"--port {port} cannot be used on 127.0.0.1: {e.strerror}",
-                          "pick another, or leave --port out for a free one") from None
+        raise TpuctlError(ErrorKind.INPUT, f"--port {port} cannot be used on {addr}: "
+                          f"{getattr(e, 'strerror', None) or e}",
+                          "pick another --port (or leave it out for a free one), or another --bind address") from None
     sock.listen(128)
     return sock
 
 
-def serve(port: int | None, ready: Callable[[str], None]) -> None:
-    """Serve until Ctrl-C or SIGTERM (uvicorn's own handlers end it gracefully); `ready(url)` once listening."""
+def serve(port: int | None, ready: Callable[[str], None], addr: str = "127.0.0.1", metrics_only: bool = False,
+          token_file: str | None = None) -> None:
+    """Serve until Ctrl-C or SIGTERM (uvicorn's own handlers end it gracefully); `ready(url)` once listening.
+    `token_file`: the token is written there (mode 0600) for a Prometheus's `credentials_file`, and left out of the
+    URL; `metrics_only`: /metrics alone."""
     import uvicorn
-    sock = bind(port)
+    sock = bind(port, addr)
     token = secrets.token_urlsafe(24)
+    if token_file:
+        tokenfile.write(token_file, token)
     figures = Figures()
-    config = uvicorn.Config(build(token, figures), log_level="warning", access_log=False, lifespan="off")
+    config = uvicorn.Config(build(token, figures, metrics_only), log_level="warning", access_log=False,
+                            lifespan="off")
     server = uvicorn.Server(config)
-    ready(f"http://127.0.0.1:{sock.getsockname()[1]}/?token={token}")
+    host = f"[{addr}]" if ":" in addr else addr
+    path = "/metrics" if metrics_only else "/"
+    ready(f"http://{host}:{sock.getsockname()[1]}{path}" + ("" if token_file else f"?token={token}"))
     try:
         server.run(sockets=[sock])
     finally:
