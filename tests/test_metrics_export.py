@@ -196,6 +196,15 @@ def test_a_finished_run_is_read_once_and_scrapes_write_nothing(planted, monkeypa
     again = {k for k in reads if any(rid in k for rid in planted["done"])}
     assert again == set(), sorted(again)
     assert any(planted["live"] in k for k in reads)
+    # a store that needs the repairs `jobs` makes (its index's marker lost, an entry that names no run): still
+    # read, still not written
+    from tpuctl.core import layout
+    store = planted["store"]
+    store.delete(layout.RUN_INDEX_COMPLETE)
+    store.write(layout.RUN_INDEX_PREFIX + "99/not-a-run", b"x")
+    writes.clear()
+    fams = {f.name: f for f in metrics.RunsCollector().collect()}
+    assert writes == [] and {s.labels["run"] for s in fams["tpuctl_run_step"].samples} >= set(planted["done"])
 
 
 def test_an_unreadable_store_is_a_series_not_a_failed_scrape(planted, monkeypatch):
