@@ -9,6 +9,7 @@ Prints each ratio (goal: <= 1.5x).    python bench/bench_metrics.py [--runs 2000
 """
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -52,10 +53,11 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--keep", default="20")
     a = ap.parse_args()
-    procs, urls = {}, {}
+    procs, urls, homes = {}, {}, []
     try:
         for label, n in (("few", 20), ("hist", a.runs)):
             env, took = home_with(n, a.keep)
+            homes.append(env["TPUCTL_HOME"])
             print(f"{label}: planted {n} finished runs in {took:.1f} s")
             token = Path(env["TPUCTL_HOME"]) / "token"
             procs[label] = subprocess.Popen(TPUCTL + ["ui", "--metrics-only", "--token-file", str(token)], env=env,
@@ -78,6 +80,8 @@ def main() -> None:
         for p in procs.values():
             p.terminate()
             p.wait(20)
+        for home in homes:
+            shutil.rmtree(home, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -293,6 +293,13 @@ def test_metrics_only_with_a_token_file_on_another_address(planted, tmp_path):
         _stop(proc)
 
 
+def test_an_address_not_here_and_an_unwritable_token_file_are_one_line_each(env, cli, tmp_path):
+    code, out, err = cli("ui", "--metrics-only", "--bind", "203.0.113.7")   # TEST-NET-3: no address of this machine
+    assert code == 2 and "error: a free port cannot be used on 203.0.113.7" in err and "--bind" in err, err
+    code, out, err = cli("ui", "--metrics-only", "--token-file", str(tmp_path / "no" / "such" / "dir" / "t"))
+    assert code == 2 and "--token-file" in err and "cannot be written" in err and "Traceback" not in err, err
+
+
 def test_the_dashboard_is_printed_and_its_queries_name_only_exported_metrics(env, cli):
     """`tpuctl ui --grafana-dashboard` prints the shipped JSON; every panel's query names only metrics /metrics
     exports (a family's own name, or its `_total`/`_sum`/`_count` samples); and the JSON has what Grafana's dashboard
@@ -414,7 +421,8 @@ def test_a_real_prometheus_scrapes_a_training_run(tmp_path, monkeypatch):
     """Prometheus 2.42 (Debian's) scrapes `tpuctl ui --metrics-only` every second with the token file as its bearer
     credentials, while a small job trains on the local provider (runtime.Progress, a step every 0.1 s) and libtpu's
     metrics service (the fake) answers the agent's chip sampler: through Prometheus's HTTP API, up is 1, the run's
-    step rises, its loss, goodput and cost are there, and every query of the shipped dashboard returns a series."""
+    step rises, its loss, goodput and cost are there, and every query of the shipped dashboard returns a series; then
+    the exporter restarts with a new token in the same file, and the scrapes succeed again without a reload."""
     exe = shutil.which("prometheus")
     if exe is None:
         pytest.skip("no prometheus binary here (apt-get install -y prometheus; .ci/run installs it)")
@@ -471,6 +479,16 @@ scrape_configs:
         for title, expr in dashboard.queries(dashboard.load()):
             q = expr.replace("$cluster", ".*").replace("$run", run)
             until(lambda q=q: _query(base, q), 20, f"a series for panel {title!r}: {q}")
+        # a restarted exporter writes a new token to the same file: Prometheus reads the file for every scrape
+        # (prometheus/common config/http_config.go, NewAuthorizationCredentialsFileRoundTripper: "This file is
+        # read for every request"), so its scrapes succeed again with no reload
+        old_token = token.read_text()
+        _stop(ui)
+        ui, _ = _start_ui(env, "--metrics-only", "--token-file", str(token), "--port", target.rsplit(":", 1)[1])
+        assert token.read_text() != old_token
+        time.sleep(3)
+        until(lambda: [r for r in _query(base, "min_over_time(up[2s])") if r["value"][1] == "1"], 20,
+              lambda: f"scrapes with the new token: {_get(base + '/api/v1/targets')[1][-600:]}")
     finally:
         for proc in (prom, ui):
             if proc is not None:

@@ -161,9 +161,10 @@ def bind(port: int | None, addr: str = "127.0.0.1") -> "socket.socket":
         sock.bind((addr, port or 0))
     except (OSError, OverflowError) as e:
         sock.close()
-        raise TpuctlError(ErrorKind.INPUT, f"--port {port} cannot be used on {addr}: "
-                          f"{getattr(e, 'strerror', None) or e}",
-                          "pick another --port (or leave it out for a free one), or another --bind address") from None
+        where = f"--port {port}" if port else "a free port"
+        raise TpuctlError(ErrorKind.INPUT, f"{where} cannot be used on {addr}: {getattr(e, 'strerror', None) or e}",
+                          "pick another --port (or leave it out for a free one), or a --bind address of this "
+                          "machine") from None
     sock.listen(128)
     return sock
 
@@ -174,10 +175,10 @@ def serve(port: int | None, ready: Callable[[str], None], addr: str = "127.0.0.1
     `token_file`: the token is written there (mode 0600) for a Prometheus's `credentials_file`, and left out of the
     URL; `metrics_only`: /metrics alone."""
     import uvicorn
-    sock = bind(port, addr)
     token = secrets.token_urlsafe(24)
     if token_file:
         tokenfile.write(token_file, token)
+    sock = bind(port, addr)
     figures = Figures()
     config = uvicorn.Config(build(token, figures, metrics_only), log_level="warning", access_log=False,
                             lifespan="off")
