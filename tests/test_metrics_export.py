@@ -85,7 +85,7 @@ def planted(env, monkeypatch):
     live = _run_id(40, base)
     _plant_run(store, live, "live", RunState.RUNNING, now - 120, step=500, loss=0.5)
     doc = utilisation.record(utilisation.empty(1.0), now - 3, "tpu-info",
-                             [{"id": c, "duty_cycle_pct": 90.0 + c, "hbm_used": 2.0 ** 30 * c,
+                             [{"id": float(c), "duty_cycle_pct": 90.0 + c, "hbm_used": 2.0 ** 30 * c,
                                "hbm_total": 16 * 2.0 ** 30} for c in range(4)])
     store.write(layout.run_chips(live, 0), json.dumps(doc).encode())
     return {"store": store, "done": done, "live": live, "state": st}

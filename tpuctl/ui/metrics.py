@@ -231,7 +231,8 @@ class RunsCollector(Collector):
             fams["tpuctl_chip_sample_age_seconds"].add_metric(labels + [h["label"]],
                                                               max(now - float(doc.get("time") or 0), 0.0))
             for chip in doc["chips"]:
-                at = labels + [h["label"], str(chip.get("id", ""))]
+                cid = chip.get("id", "")   # a number in the file (an int, or a float like 0.0 once through JSON)
+                at = labels + [h["label"], str(int(cid)) if isinstance(cid, (int, float)) else str(cid)]
                 if chip.get("duty_cycle_pct") is not None:
                     fams["tpuctl_chip_duty_cycle_ratio"].add_metric(at, float(chip["duty_cycle_pct"]) / 100)
                 for key, fam in (("hbm_used", "tpuctl_chip_hbm_used_bytes"),
