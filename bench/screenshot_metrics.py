@@ -85,11 +85,13 @@ for (const p of panels) {
   }
   const data = [xs, ...p.series.map(s => { const at = new Map(s.values.map(v => [v[0], v[1]]));
                                            return xs.map(x => at.has(x) ? at.get(x) : null); })];
-  if (p.stack) for (let i = 2; i < data.length; i++) data[i] = data[i].map((v, j) => v === null ? null : v + (data[i - 1][j] || 0));
+  if (p.stack) for (let i = 2; i < data.length; i++)
+    data[i] = data[i].map((v, j) => v === null ? null : v + (data[i - 1][j] || 0));
   new uPlot({width, height, legend: {show: true}, cursor: {show: false},
              axes: [{stroke: "#aaa", grid: {stroke: "#2c3235"}}, {stroke: "#aaa", grid: {stroke: "#2c3235"}, size: 60}],
-             series: [{}, ...p.series.map((s, i) => ({label: s.name, stroke: colors[i %% colors.length], width: 1.5,
-                                                       fill: p.stack ? colors[i %% colors.length] + "55" : undefined}))]},
+             series: [{}, ...p.series.map((s, i) => ({
+               label: s.name, stroke: colors[i %% colors.length], width: 1.5,
+               fill: p.stack ? colors[i %% colors.length] + "55" : undefined}))]},
             data, el);
 }
 document.body.dataset.drawn = "1";
@@ -189,8 +191,9 @@ def main() -> None:
                                    "values": [[float(ts), float(v)] for ts, v in r["values"]]} for r in got]
             panels.append(out)
         static = ROOT / "tpuctl" / "ui" / "static"
-        html = PAGE % {"css": (static / "uPlot.min.css").read_text(), "uplot": (static / "uPlot.iife.min.js").read_text(),
-                       "panels": json.dumps(panels), "version": version}
+        html = PAGE % {"css": (static / "uPlot.min.css").read_text(),
+                       "uplot": (static / "uPlot.iife.min.js").read_text(), "panels": json.dumps(panels),
+                       "version": version}
         (tmp / "panels.html").write_text(html)
         with sync_playwright() as pw:
             b = pw.chromium.launch(executable_path=chromium, args=["--no-sandbox"])

@@ -127,7 +127,8 @@ def test_a_scrape_exports_what_jobs_shows_for_each_run_and_cluster(planted):
     ratio = _samples(fams["tpuctl_run_goodput_ratio"], **lab)[0].value
     assert 0.5 < ratio <= 0.8
     kinds = {s.labels["kind"]: s.value for s in _samples(fams["tpuctl_run_badput_seconds"], run=live)}
-    assert set(kinds) == {"startup", "checkpoint", "wasted_progress", "disruption", "other"} and kinds["checkpoint"] == 1
+    assert set(kinds) == {"startup", "checkpoint", "wasted_progress", "disruption", "other"}
+    assert kinds["checkpoint"] == 1
     windows = {s.labels["window"]: s.value for s in _samples(fams["tpuctl_run_interval_goodput_ratio"], run=live)}
     assert set(windows) == {"1m", "5m", "15m"} and 0.7 < windows["1m"] <= 0.81   # only the running run has them
     assert not _samples(fams["tpuctl_run_interval_goodput_ratio"], run=first)
@@ -324,9 +325,9 @@ def test_the_dashboard_is_printed_and_its_queries_name_only_exported_metrics(env
 # Grafana's classic dashboard schema, transcribed from its CUE source (grafana/grafana kinds/dashboard/
 # dashboard_kind.cue, schema 0.0, the model the JSON-model docs page describes): a field with no `?` and no default
 # is required (at the top every field is optional or has a default: a dashboard to import needs at least its title,
-# uid, panels and schemaVersion, which Grafana migrates from); enums and bounds as the CUE gives them. Left out: a variable's `state` (a #LoadingState Grafana sets
-# at run time, absent from dashboards Grafana itself exports). No Grafana can be installed here (no Debian or PyPI
-# package), so this is as far as the JSON can be checked without one.
+# uid, panels and schemaVersion, which Grafana migrates from); enums and bounds as the CUE gives them. Left out: a
+# variable's `state` (a #LoadingState Grafana sets at run time, absent from dashboards Grafana itself exports). No
+# Grafana can be installed here (no Debian or PyPI package), so this is as far as the JSON can be checked without one.
 _REF = {"type": "object", "properties": {"type": {"type": "string"}, "uid": {"type": "string"}}}
 _GRID = {"type": "object", "required": ["h", "w", "x", "y"], "properties": {
     "h": {"type": "integer", "exclusiveMinimum": 0}, "w": {"type": "integer", "exclusiveMinimum": 0, "maximum": 24},
@@ -344,7 +345,8 @@ _ROW = {"type": "object", "required": ["type", "collapsed", "id", "panels"], "pr
     "gridPos": _GRID, "id": {"type": "integer", "minimum": 0}, "panels": {"type": "array", "items": _PANEL}}}
 GRAFANA_DASHBOARD = {"type": "object", "required": ["title", "uid", "panels", "schemaVersion"], "properties": {
     "id": {"type": ["integer", "null"]}, "uid": {"type": "string", "minLength": 8, "maxLength": 40},
-    "title": {"type": "string"}, "description": {"type": "string"}, "tags": {"type": "array", "items": {"type": "string"}},
+    "title": {"type": "string"}, "description": {"type": "string"},
+    "tags": {"type": "array", "items": {"type": "string"}},
     "style": {"enum": ["light", "dark"]}, "timezone": {"type": "string"}, "editable": {"type": "boolean"},
     "graphTooltip": {"enum": [0, 1, 2]},
     "time": {"type": "object", "required": ["from", "to"], "properties": {"from": {"type": "string"},

@@ -4,7 +4,8 @@ Every page is one small HTML document that carries its own data (so the first by
 shows) and app.js, which draws it and then asks the same data again every TPUCTL_UI_POLL_SECONDS (2 s) under
 /api/ (the log: only the chunks after the last one it has). Every request must carry the token, in the query
 (`?token=`, as the printed URL has it) or in the cookie the first such request sets, as Jupyter does; anything else
-is answered 403. Only GET and HEAD exist: no page changes anything."""
+is answered 403; `Authorization: Bearer <token>` is taken too (how Prometheus scrapes /metrics: metrics.py). Only GET
+and HEAD exist: no page changes anything."""
 from __future__ import annotations
 
 import functools
@@ -42,8 +43,8 @@ class TokenRequired(BaseHTTPMiddleware):
 
     async def dispatch(self, request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
         given = request.query_params.get("token")
-        ok = any(t and secrets.compare_digest(t, self.token) for t in (given, request.cookies.get(COOKIE),
-                                                                       metrics.bearer(request.headers.get("authorization"))))
+        bearer = metrics.bearer(request.headers.get("authorization"))   # Prometheus's credentials_file
+        ok = any(t and secrets.compare_digest(t, self.token) for t in (given, request.cookies.get(COOKIE), bearer))
         if not ok:
             return Response("403: this page needs the token `tpuctl ui` printed (open the URL it printed)\n",
                             status_code=403, media_type="text/plain")
