@@ -562,7 +562,7 @@ def test_no_page_writes_anything_while_jobs_still_repairs(site, monkeypatch):
     monkeypatch.setattr(state, "save", lambda st: writes.append(("state.save", st.name)))
     monkeypatch.setenv("TPUCTL_UI_STORE_WAIT", "5")
     live = rid["live"]
-    paths = ["/", "/runs", "/runs?cluster=uitest", "/leftovers", f"/run/uitest/{GHOST}",
+    paths = ["/", "/runs", "/runs?cluster=uitest", "/leftovers", f"/run/uitest/{GHOST}", "/metrics",
              "/api/clusters", "/api/runs", "/api/runs?cluster=uitest", "/api/leftovers",
              f"/api/run?cluster=uitest&id={GHOST}",
              *[f"/run/uitest/{r}" for r in rid.values()], *[f"/api/run?cluster=uitest&id={r}" for r in rid.values()],

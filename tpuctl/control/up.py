@@ -109,9 +109,12 @@ class _Up:
         for i, pl in enumerate(placements):
             if pl.region in skip_regions:
                 continue
+            t0 = time.time()
             try:
-                return self._one(pl)
+                self._one(pl)
+                return self.placed(pl.zone, "ok", t0)
             except TpuctlError as e:
+                self.placed(pl.zone, e.kind.value, t0)
                 if e.scope is Scope.GLOBAL:
                     raise
                 last = e
@@ -123,6 +126,15 @@ class _Up:
         tried = ", ".join(p.zone for p in placements)
         raise TpuctlError(last.kind, f"could not place {self.st.spec.tpu_type} in any zone tried ({tried}): "
                           f"{last.message}", last.hint or "add more --zone values or try later")
+
+    def placed(self, zone: str, result: str, since: float) -> None:
+        """Each placement tried, counted with its time in the state by zone and result (`ok` or the error's kind):
+        /metrics' tpuctl_up_provisioning_seconds (ui/metrics.py). A few keys, whatever the number of `up`s."""
+        with self.lock:
+            tried = self.st.record.setdefault("up_placements", {})
+            n, took = tried.get(f"{zone}|{result}", [0, 0.0])
+            tried[f"{zone}|{result}"] = [int(n) + 1, round(float(took) + time.time() - since, 3)]
+        self.save()
 
     def rollback(self) -> list[str]:
         failed = []

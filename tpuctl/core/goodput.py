@@ -79,3 +79,35 @@ def breakdown(attempts: list[dict[str, float]], started: float, ended: float,
             "disruption_seconds": round(disruption, 1), "stalled_seconds": round(stalled, 1),
             "other_seconds": round(other, 1),
             "steps_redone": redone, "resumes": max(len(attempts) - 1, 0)}
+
+
+def interval(attempts: list[dict[str, float]], started: float, t0: float, t1: float,
+             lag: float = 0.0) -> float | None:
+    """Goodput over the window [t0, t1] alone (as ml-goodput-measurement's `get_job_goodput_interval`): the
+    productive time inside the window over the window's length, the window cut to start no earlier than the run
+    (`started`). The attempts hold totals, not each step's time, so an attempt's productive time (as breakdown
+    counts it: kept steps less startup and re-done steps) is taken as spread evenly over its span, from its start to
+    its last report; the last attempt's span runs on to `t1` at the same rate for at most `lag` seconds (a job
+    writes its file at least every TPUCTL_PROGRESS_SECONDS: a window ending now would otherwise miss the steps
+    since its last write, and a stalled job still falls to 0 once `lag` has passed). None for an empty window."""
+    t0 = max(t0, started)
+    if t1 <= t0:
+        return None
+    productive = 0.0
+    for i, a in enumerate(attempts):
+        steps = max(a["step"] - a["from"], 0.0)
+        if not steps:
+            continue
+        kept = a["step_seconds"] - first_step_extra(a)
+        nxt = attempts[i + 1] if i + 1 < len(attempts) else None
+        lost = min(max(a["step"] - nxt["from"], 0.0), steps) if nxt else 0.0
+        made = kept - kept / steps * lost
+        start, last = a["start"], max(a["last"], a["start"])
+        span = last - start
+        if span <= 0:
+            productive += made if t0 <= last <= t1 else 0.0
+            continue
+        rate = made / span
+        end = min(t1, last + lag) if nxt is None else last
+        productive += rate * max(min(end, t1) - max(start, t0), 0.0)
+    return min(max(productive / (t1 - t0), 0.0), 1.0)

@@ -78,6 +78,7 @@ KNOBS: dict[str, Bounds] = {
     "TPUCTL_UI_POLL_SECONDS": _POLL, "TPUCTL_UI_LOG_TAIL_BYTES": Bounds(1, 1 << 40, whole=True),
     "TPUCTL_UI_PAGE": Bounds(1, 100000, whole=True),
     "TPUCTL_RUN_FILE_MAX_BYTES": Bounds(1024, 1 << 32, whole=True),   # a run file read at most (jobfiles.py)
+    "TPUCTL_METRICS_KEEP": Bounds(1, 100000, whole=True),   # finished runs /metrics exports per cluster (ui/metrics.py)
     # a price, in dollars an hour (core/budget.py): 0 would make every cost free
     "TPUCTL_PRICE_PER_HOUR": Bounds(0.0, 1e9, above=True, unit="dollars an hour"),
     # warm restarts (host/compilecache.py): the bound on a job's JAX compilation cache, on the host and in the store

@@ -11,7 +11,8 @@ any local server the user visits would receive a credential this server accepts.
 itself (a meta tag), and app.js keeps it in sessionStorage, which is per origin (port included) and never sent, so
 two `tpuctl ui` in one browser never replace each other's. A request whose Host is not this machine's own name for
 the server (127.0.0.1, localhost, or the address it was told to bind) is refused (a DNS-rebinding page's requests
-carry its own name)."""
+carry its own name). `Authorization: Bearer <token>` is taken too (how Prometheus scrapes /metrics:
+metrics.py)."""
 from __future__ import annotations
 
 import base64
@@ -33,7 +34,7 @@ from starlette.staticfiles import StaticFiles
 
 from ..core import jobfiles, knobs
 from ..core.errors import ErrorKind, TpuctlError
-from . import runview, views
+from . import metrics, runview, tokenfile, views
 from .figures import Figures, store_wait
 
 HEADER = "X-Tpuctl-Token"
@@ -92,7 +93,8 @@ class TokenRequired(BaseHTTPMiddleware):
     async def dispatch(self, request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
         if host_name(request.headers.get("host", "")) not in self.hosts:
             return _refused(f"403: tpuctl ui answers only as {' or '.join(sorted(self.hosts))}\n", 403)
-        given = request.query_params.get("token") or request.headers.get(HEADER)
+        given = (request.query_params.get("token") or request.headers.get(HEADER)
+                 or metrics.bearer(request.headers.get("authorization")))   # Prometheus's credentials_file
         if not same_token(given, self.token):
             return _refused(LOCKED, 403, request)
         if request.method not in ("GET", "HEAD"):
@@ -147,9 +149,15 @@ def _problem(e: TpuctlError) -> Response:
     return JSON({"error": e.message, "hint": e.hint}, status_code=404 if e.kind is ErrorKind.NOT_FOUND else 400)
 
 
-def build(token: str, figures: Figures, hosts: frozenset[str] = LOCAL_HOSTS) -> Starlette:
-    """The app; `hosts`: the names a request's Host may give (127.0.0.1 and localhost, and an address bound)."""
+def build(token: str, figures: Figures, hosts: frozenset[str] = LOCAL_HOSTS, metrics_only: bool = False) -> Starlette:
+    """The app; `hosts`: the names a request's Host may give (127.0.0.1 and localhost, and an address bound);
+    `metrics_only`: /metrics alone (`tpuctl ui --metrics-only`), no page."""
     _page = functools.partial(_page_of, token)
+    scrape = metrics.registry_for(metrics.RunsCollector())
+
+    def metrics_page(request: Request) -> Response:
+        body, content_type = metrics.exposition(scrape, request.headers.get("accept", ""))
+        return Response(body, headers={"Content-Type": content_type})
 
     def clusters_page(request: Request) -> Response:
         return _page("clusters", "Clusters", {"clusters": views.clusters(figures)})
@@ -211,40 +219,50 @@ def build(token: str, figures: Figures, hosts: frozenset[str] = LOCAL_HOSTS) -> 
         return JSON({"error": f"no /api/{what}"}, status_code=404)
 
     static = str(resources.files("tpuctl.ui") / "static")
-    app = Starlette(routes=[Route("/", clusters_page), Route("/runs", runs_page), Route("/leftovers", leftovers_page),
-                            Route("/run/{cluster}/{run_id}", run_page), Route("/api/{what}", api),
-                            Mount("/static", StaticFiles(directory=static), name="static")])
+    pages = [Route("/", clusters_page), Route("/runs", runs_page), Route("/leftovers", leftovers_page),
+             Route("/run/{cluster}/{run_id}", run_page), Route("/api/{what}", api),
+             Mount("/static", StaticFiles(directory=static), name="static")]
+    app = Starlette(routes=[Route("/metrics", metrics_page)] + ([] if metrics_only else pages))
     app.add_middleware(TokenRequired, token=token, hosts=hosts)
     return app
 
 
-def bind(port: int | None) -> "socket.socket":
-    """127.0.0.1 only (the pages show what the store holds to whoever can reach them); port 0 lets the system pick a
-    free one, so two `tpuctl ui` never race for a port."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+def bind(port: int | None, addr: str = "127.0.0.1") -> "socket.socket":
+    """127.0.0.1 unless `--bind` says otherwise (the pages show what the store holds to whoever can reach them);
+    port 0 lets the system pick a free one, so two `tpuctl ui` never race for a port."""
+    sock = socket.socket(socket.AF_INET6 if ":" in addr else socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
-        sock.bind(("127.0.0.1", port or 0))
-    except OSError as e:
+        sock.bind((addr, port or 0))
+    except (OSError, OverflowError) as e:
         sock.close()
-        raise TpuctlError(ErrorKind.INPUT, f"--port {port} cannot be used on 127.0.0.1: {e.strerror}",
-                          "pick another, or leave --port out for a free one") from None
+        where = f"--port {port}" if port else "a free port"
+        raise TpuctlError(ErrorKind.INPUT, f"{where} cannot be used on {addr}: {getattr(e, 'strerror', None) or e}",
+                          "pick another --port (or leave it out for a free one), or a --bind address of this "
+                          "machine") from None
     sock.listen(128)
     return sock
 
 
-def serve(port: int | None, ready: Callable[[str], None]) -> None:
-    """Serve until Ctrl-C or SIGTERM (uvicorn's own handlers end it gracefully); `ready(url)` once listening."""
+def serve(port: int | None, ready: Callable[[str], None], addr: str = "127.0.0.1", metrics_only: bool = False,
+          token_file: str | None = None) -> None:
+    """Serve until Ctrl-C or SIGTERM (uvicorn's own handlers end it gracefully); `ready(url)` once listening.
+    `token_file`: the token is written there (mode 0600) for a Prometheus's `credentials_file`, and left out of the
+    URL; `metrics_only`: /metrics alone."""
     import uvicorn
-    sock = bind(port)
     token = secrets.token_urlsafe(24)
+    if token_file:
+        tokenfile.write(token_file, token)
+    sock = bind(port, addr)
     figures = Figures()
     # Ctrl-C: uvicorn waits for every open connection to close, without end unless told (a page's poll in flight
     # on a slow store, a client that never finishes its request); past SHUTDOWN_SECONDS it drops them
-    config = uvicorn.Config(build(token, figures), log_level="warning", access_log=False, lifespan="off",
-                            timeout_graceful_shutdown=SHUTDOWN_SECONDS)
+    config = uvicorn.Config(build(token, figures, LOCAL_HOSTS | {addr.lower()}, metrics_only), log_level="warning",
+                            access_log=False, lifespan="off", timeout_graceful_shutdown=SHUTDOWN_SECONDS)
     server = uvicorn.Server(config)
-    ready(f"http://127.0.0.1:{sock.getsockname()[1]}/?token={token}")
+    host = f"[{addr}]" if ":" in addr else addr
+    path = "/metrics" if metrics_only else "/"
+    ready(f"http://{host}:{sock.getsockname()[1]}{path}" + ("" if token_file else f"?token={token}"))
     try:
         server.run(sockets=[sock])
     finally:
