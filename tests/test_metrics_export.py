@@ -127,7 +127,7 @@ def test_a_scrape_exports_what_jobs_shows_for_each_run_and_cluster(planted):
     ratio = _samples(fams["tpuctl_run_goodput_ratio"], **lab)[0].value
     assert 0.5 < ratio <= 0.8
     kinds = {s.labels["kind"]: s.value for s in _samples(fams["tpuctl_run_badput_seconds"], run=live)}
-    assert set(kinds) == {"startup", "checkpoint", "wasted_progress", "disruption", "other"}
+    assert set(kinds) == {"startup", "checkpoint", "wasted_progress", "disruption", "stalled", "other"}
     assert kinds["checkpoint"] == 1
     windows = {s.labels["window"]: s.value for s in _samples(fams["tpuctl_run_interval_goodput_ratio"], run=live)}
     assert set(windows) == {"1m", "5m", "15m"} and 0.7 < windows["1m"] <= 0.81   # only the running run has them
@@ -161,7 +161,8 @@ def test_finished_runs_drop_out_past_the_keep_and_a_running_one_stays(planted, m
     fams, _, _ = _scrape()
     shown = {s.labels["run"] for s in fams["tpuctl_run_step"].samples}
     assert shown == {planted["live"], *planted["done"][-2:]}
-    assert len(fams["tpuctl_run_state"].samples) == 3 * 10   # one series a state a run, nothing more
+    from tpuctl.ui import metrics
+    assert len(fams["tpuctl_run_state"].samples) == 3 * len(metrics.STATES)   # one series a state a run, no more
     # an older run not finished is still exported, whatever the keep
     from tpuctl.core import layout, runs
     old = planted["done"][0]

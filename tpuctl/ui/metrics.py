@@ -31,14 +31,15 @@ RUN = ["cluster", "provider", "run", "job"]
 CLUSTER = ["cluster", "provider"]
 HOST = RUN + ["host"]
 CHIP = HOST + ["chip"]
-# the run states (runs.RunState), and `stale`: not final, but no heartbeat for submission.STALE_SECONDS (`jobs`
-# shows it as "lost?": the host may be gone)
-STATES = [s.value for s in runs.RunState] + ["stale"]
+# the run states (runs.RunState), `stale`: not final, but no heartbeat for submission.STALE_SECONDS (`jobs` shows it
+# as "lost?": the host may be gone), and `unreadable`: its job.json or status.json is no such record (jobfiles.py)
+STATES = [s.value for s in runs.RunState] + ["stale", "unreadable"]
 FINAL = {s.value for s in runs.RunState if s.final}
 WINDOWS = (("1m", 60.0), ("5m", 300.0), ("15m", 900.0))
 # goodput.breakdown's badput parts, as `jobs --json` gives them (goodput_parts), by the kind named here
 BADPUT = {"startup": "startup_seconds", "checkpoint": "checkpoint_seconds",
-          "wasted_progress": "wasted_progress_seconds", "disruption": "disruption_seconds", "other": "other_seconds"}
+          "wasted_progress": "wasted_progress_seconds", "disruption": "disruption_seconds",
+          "stalled": "stalled_seconds", "other": "other_seconds"}   # stalled: the run doctor's (host/stall.py)
 EXAMPLES = ("examples_per_s", "examples_per_second")   # what a job may report its throughput as (jobs/bert_pretrain)
 
 
