@@ -606,5 +606,5 @@ def test_this_machine_is_not_replaced_when_sick(tmp_path):
     me = SimpleNamespace(p=LocalProvider(), store=store)
     assert Watcher._sick(me) is None
     me.p = SimpleNamespace(watcher_host=object())   # Google Cloud's: a watcher VM can watch it
-    why, records = Watcher._sick(me)
+    why, records, _ = Watcher._sick(me)
     assert "vm: device-busy twice" in why and records == [layout.host_sick("vm")]
