@@ -162,3 +162,5 @@ def test_alone_rule_one_silent_host_twice_in_a_row():
     assert twice_in_a_row([{**one, "restarts": 0}, {"restarts": 1}]) is None
     assert twice_in_a_row([{**one, "restarts": 0}, {"restarts": 1}, {**one, "restarts": 2}]) is None   # not in a row
     assert twice_in_a_row([{"restarts": 0}, {**one, "restarts": 1}, {**one, "restarts": 2}])["restarts"] == 2
+    # --on-stall notify: two stalls without a restart between them
+    assert twice_in_a_row([{**one, "restarts": 0, "stall": 1}, {**one, "restarts": 0, "stall": 2}])["stall"] == 2

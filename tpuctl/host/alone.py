@@ -65,11 +65,12 @@ def host_of(store: BlobStore, worker: int) -> str:
 
 
 def twice_in_a_row(stalls: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The run's last two stalls (one per restart: every host that saw a stall records it) when both were held back
-    by the same host alone: the later record, else None."""
-    last: dict[int, dict[str, Any]] = {}
+    """The run's last two stalls when both were held back by the same host alone: the later record, else None. A
+    stall is told by its restart and its count since (`--on-stall notify` stalls again without a restart): every
+    host that saw it records it under the same pair."""
+    last: dict[tuple[int, int], dict[str, Any]] = {}
     for s in stalls:   # oldest first
-        last[int(s.get("restarts", 0))] = s
+        last[(int(s.get("restarts", 0)), int(s.get("stall", 1)))] = s
     two = [last[k] for k in sorted(last)][-2:]
     if len(two) < 2 or not all(s.get("alone_host") for s in two):
         return None

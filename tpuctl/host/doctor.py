@@ -110,7 +110,7 @@ class Doctor:
         the same host twice in a row is marked sick, for the recovery watcher to replace."""
         at = time.time()
         doc = {"since": s.since, "at": at, "worker": self.worker, "host": self.host,
-               "attempt": self.attempt, "restarts": restarts, "action": s.action, "why": s.why}
+               "attempt": self.attempt, "restarts": restarts, "stall": self.seen + 1, "action": s.action, "why": s.why}
         if alone is not None:
             doc.update(alone_worker=alone, alone_host=host_of(self.store, alone) or f"worker {alone}")
         try:
