@@ -95,3 +95,72 @@ def test_a_sick_tpu_vm_is_replaced_and_the_run_resumes_from_its_checkpoint(live_
     assert m["attempts"][-1]["from"] == 3   # resumed from its checkpoint
     assert cli("down", "-c", "sk", "--yes")[0] == 0
     w.wait()
+
+
+# Worker 0 reports 3 steps and then keeps writing (it waits on its peer, and says so); worker 1 writes nothing and
+# hangs: the run stalls, held back by worker 1 alone, in every attempt.
+ALONE_JOB = """
+import os, time
+from tpuctl import runtime
+w = os.environ["TPUCTL_WORKER"]
+prog = runtime.Progress(0)
+for i in range(3):
+    prog.step(i + 1, 0.01)
+    time.sleep(0.02)
+while True:
+    if w == "0":
+        print("waiting for worker 1", flush=True)
+    time.sleep(0.1)
+"""
+
+
+def test_a_host_that_stalls_alone_twice_in_a_row_is_marked_sick(local_up, cli, tmp_path, monkeypatch):
+    import os
+    import subprocess
+    import sys
+
+    from jobs import make_job
+    from test_run_doctor import _row, _store, _submit
+    from tpuctl.core import runs
+    for k, v in {"TPUCTL_STALL_SECONDS": "2", "TPUCTL_STALL_POLL": "0.2", "TPUCTL_RESTART_BACKOFF": "0.02",
+                 "TPUCTL_STOP_GRACE": "2", "TPUCTL_DRAIN_SECONDS": "1", "TPUCTL_TPU_METRICS_SECONDS": "0",
+                 "TPUCTL_STALE_SECONDS": "3", "TPUCTL_LOG_POLL_MAX": "0.2"}.items():
+        monkeypatch.setenv(k, v)
+    st = local_up("al")
+    store = _store(st)
+    record = json.loads(store.read(layout.CLUSTER_RECORD))
+    record.update(hosts=2, slices=1, coordinator="127.0.0.1", framework="jax")
+    store.write(layout.CLUSTER_RECORD, json.dumps(record).encode())
+    env = dict(os.environ, TPUCTL_HOST="host-w1", TPUCTL_AGENT_HOME=str(tmp_path / "home-w1"))
+    agent = subprocess.Popen([sys.executable, "-m", "tpuctl.agent", "--store", st.spec.store, "--worker", "1",
+                              "--accelerator", "cpu", "--poll", "0.25"], env=env, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        job = make_job(tmp_path, ALONE_JOB, 'framework = "jax"\n')
+        out, row = _submit(cli, "al", job, "--max-restarts", "1", within=60)
+        assert row["state"] == "stalled", (row, out)
+        stalls = runs.stalls(store, row["id"])
+        assert {s.get("alone_host") for s in stalls} == {"host-w1"}, stalls
+        [sick] = [json.loads(store.read(k)) for k, _ in store.list(layout.SICK_PREFIX)]
+        assert sick["host"] == "host-w1" and sick["worker"] == 1 and "stalled twice in a row" in sick["why"], sick
+        code, out, _ = cli("status", "-c", "al")
+        assert "host-w1" in out and "sick" in out, out
+    finally:
+        agent.terminate()
+        agent.wait(30)
+
+
+def test_alone_rule_one_silent_host_twice_in_a_row():
+    from tpuctl.host.alone import silent_alone, twice_in_a_row
+    samples = [(0.0, [10, 5]), (1.0, [20, 5]), (1.5, [30, 5]), (2.0, [40, 5])]
+    assert silent_alone(samples, since=0.5, slack=0.25) == 1
+    assert silent_alone([(0.0, [10, 5]), (1.0, [10, 5]), (2.0, [10, 5])], 0.5, 0.25) is None   # all silent
+    assert silent_alone([(0.0, [10, 5]), (1.0, [20, 6]), (2.0, [30, 7])], 0.5, 0.25) is None   # all moved
+    assert silent_alone([(0.0, [10, 5]), (2.0, [20, 5])], 0.5, 0.25) is None   # one sample after: too few
+    one = {"alone_host": "h1", "alone_worker": 1}
+    assert twice_in_a_row([{**one, "restarts": 0}, {**one, "restarts": 0}]) is None   # one stall, two hosts saw it
+    assert twice_in_a_row([{**one, "restarts": 0}, {"restarts": 1}]) is None
+    assert twice_in_a_row([{**one, "restarts": 0}, {"restarts": 1}, {**one, "restarts": 2}]) is None   # not in a row
+    assert twice_in_a_row([{"restarts": 0}, {**one, "restarts": 1}, {**one, "restarts": 2}])["restarts"] == 2
+    # --on-stall notify: two stalls without a restart between them
+    assert twice_in_a_row([{**one, "restarts": 0, "stall": 1}, {**one, "restarts": 0, "stall": 2}])["stall"] == 2

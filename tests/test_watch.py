@@ -235,6 +235,37 @@ def test_a_host_marked_sick_is_deleted_and_recreated_by_the_lost_hosts_path(clou
     w.wait()
 
 
+def test_a_sick_hosts_replacement_that_fails_ends_the_run_with_the_reason(cloud, cli, fast, no_leak, monkeypatch):
+    """Issue 60 item 4: the sick host's TPU deleted, its re-create refused (no capacity) past TPUCTL_REPLACE_WAIT:
+    the run ends `ended` with failure replacement-failed and the reason (what `jobs` shows), the watch ends, instead
+    of waiting for capacity forever."""
+    monkeypatch.setenv("TPUCTL_REPLACE_WAIT", "1")
+    _up(cli)
+    from tpuctl.core import runindex, runs, state
+    from tpuctl.core.runs import RunState, RunStatus
+    from tpuctl.providers import registry
+    store = registry.get("gcp").store(state.load("w"))
+    run_id = runs.new_id()   # a run its host was running (interrupted once the TPU goes)
+    store.write(layout.run_job(run_id), json.dumps(runs.RunSpec(id=run_id, name="t", command="python main.py",
+                                                                  package="0" * 64).to_json()).encode())
+    store.write(layout.run_status(run_id, 0), json.dumps(RunStatus(state=RunState.RUNNING).to_json()).encode())
+    runindex.register(store, run_id)
+    w = Running()
+    until(lambda: any("holding its lease" in m for m in w.said.lines), what="the lease")
+    for _ in range(1000):
+        cloud.tpu.faults["CreateNode"].append(("RESOURCE_EXHAUSTED", "There is no more capacity in the zone"))
+    store.write(layout.host_sick("t1v-n-1-w-0"), json.dumps({"host": "t1v-n-1-w-0", "worker": 0, "time": time.time(),
+                                                             "why": "device-busy twice"}).encode())
+    why = w.wait()
+    assert "replacement failed" in why and "no more capacity" in why, why
+    st = runs.status(store, run_id)
+    assert st.state is RunState.ENDED and st.failure == "replacement-failed" and "replacement failed" in st.note, st
+    code, out, err = cli("jobs", "-c", "w")
+    assert code == 0 and "ended (replacement-failed)" in out and "replacement failed: " in err, (out, err)
+    assert json.loads(cli("jobs", "-c", "w", "--json")[1])[0]["failure"] == "replacement-failed"
+    cloud.tpu.faults["CreateNode"].clear()
+
+
 def test_a_suspended_queued_request_is_asked_for_again(cloud, cli, fast, no_leak):
     _up(cli, "--queued", "--spot")
     w = Running()
@@ -575,5 +606,5 @@ def test_this_machine_is_not_replaced_when_sick(tmp_path):
     me = SimpleNamespace(p=LocalProvider(), store=store)
     assert Watcher._sick(me) is None
     me.p = SimpleNamespace(watcher_host=object())   # Google Cloud's: a watcher VM can watch it
-    why, records = Watcher._sick(me)
+    why, records, _ = Watcher._sick(me)
     assert "vm: device-busy twice" in why and records == [layout.host_sick("vm")]

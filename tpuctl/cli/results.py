@@ -171,8 +171,8 @@ def jobs(cluster: Optional[str] = CLUSTER,
         if r.get("stalled_since"):   # since its last progress (host/doctor.py); `running, stalled`: --on-stall notify
             since = time.strftime('%H:%M:%S', time.localtime(float(str(r['stalled_since']))))
             r["state"] = f"{'' if r['state'] == 'stalled' else str(r['state']) + ', '}stalled since {since}"
-        if r.get("failure") and r.get("state") == "failed":
-            r["state"] = f"failed ({r['failure']})"   # the cause (host/failures.py)
+        if r.get("failure") and r.get("state") in ("failed", "ended"):   # ended: a replacement failed (replacing.py)
+            r["state"] = f"{r['state']} ({r['failure']})"   # the cause (host/failures.py)
         if r.get("restarts"):
             r["state"] = f"{r['state']} ({r['restarts']} restart{'s' * (r['restarts'] != 1)})"
     if spend:

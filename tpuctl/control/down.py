@@ -47,10 +47,11 @@ def _disarm(st: ClusterState, provider: Provider) -> tuple[list[str], str]:
     return ([st.zone] + [z for z in st.spec.zones if z != st.zone] if st.zone else [st.zone]), vm_zone
 
 
-def end_runs(store: BlobStore, why: str) -> list[str]:
+def end_runs(store: BlobStore, why: str, failure: str = "") -> list[str]:
     """Every unfinished run (queued, running, interrupted) ends, with `why` in its status note: its compute is gone
     for good, so its duration and cost stop and nothing resumes it on a later `up`. Each worker that runs it gets
-    the final status its agent can no longer write. Returns the runs ended."""
+    the final status its agent can no longer write (with `failure`, its cause, when given). Returns the runs
+    ended."""
     ended = runindex.unfinished(store)
     record = runs.read_object(store, layout.CLUSTER_RECORD)
     hosts = int(record.get("hosts") or 1)
@@ -63,6 +64,7 @@ def end_runs(store: BlobStore, why: str) -> list[str]:
             if st.state.final:
                 continue
             st.state, st.ended, st.note, st.worker = RunState.ENDED, time.time(), why, w
+            st.failure = failure or st.failure
             store.write(layout.run_status(run_id, w), json.dumps(st.to_json()).encode())
         runindex.settle(store, run_id, hosts)
     return ended

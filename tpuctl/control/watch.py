@@ -23,7 +23,7 @@ from ..core.lease import Lease
 from ..core.models import ClusterState, Phase
 from ..core.store import BlobStore
 from ..providers.base import Provider, Reporter, WatcherHost
-from . import armed, budgetstop, recovering, up as up_flow
+from . import armed, budgetstop, recovering, replacing, up as up_flow
 from .status import stopped_by_host
 
 
@@ -54,6 +54,7 @@ class Watcher:
         self.holding = False
         self.resuming: list[dict[str, Any]] = []   # recoveries whose runs have not yet said where they resumed
         self.doing = "watching"   # what `status` shows of this watcher (the lease's `doing`)
+        self.gave_up = ""         # why a sick host's replacement was given up (replacing.py): the watch is over
 
     # -- the loop --------------------------------------------------------------------------------------
     def run(self) -> str:
@@ -109,16 +110,16 @@ class Watcher:
         if over:
             return budgetstop.stop(self.st, self.p, self.r, self.store, over, self.where, lost)
         if sick:
-            self._replace(lost, sick[1])
+            self._replace(lost, sick[1], sick[2])
         self.recover(lost)
-        return None
+        return self.gave_up or None
 
-    def _sick(self) -> tuple[str, list[str]] | None:
+    def _sick(self) -> tuple[str, list[str], float] | None:
         """A host its agent marked sick (host/failures.py: it failed to get its TPU twice) is replaced by the lost
         host's path: its compute deleted here, then re-created as any lost compute is (`recover`); the run resumes
         on the new host. A TPU slice goes whole: a host event on one VM of a slice interrupts all of it
         (cloud.google.com/kubernetes-engine/docs/concepts/handle-disruption-gpu-tpu). (why, the sick records), or
-        None when no host is sick."""
+        None when no host is sick; and when the first was marked."""
         if self.p.watcher_host is None:
             # compute no watcher VM can watch from outside is this machine (or a service's): not replaced, `status`
             # says the host is sick
@@ -127,12 +128,20 @@ class Watcher:
         if not found:
             return None
         said = "; ".join(f"{d.get('host') or k}: {d.get('why', '')}" for k, d in found)
-        return f"a host was marked sick ({said})", [k for k, _ in found]
+        marked = min((float(d.get("time") or time.time()) for _, d in found), default=time.time())
+        return f"{replacing.SICK} ({said})", [k for k, _ in found], marked
 
-    def _replace(self, why: str, records: list[str]) -> None:
-        """The sick host's compute deleted, so that `recover` re-creates it; its records go once it is."""
+    def _replace(self, why: str, records: list[str], marked: float) -> None:
+        """The sick host's compute deleted, so that `recover` re-creates it; its records go once it is. A delete
+        refused past the replacement's bound (replacing.py) ends the runs and the watch."""
         self.r.warn(f"cluster {self.st.name}: {why}; deleting its compute to re-create it")
-        self.p.delete_compute(self.st, self.r)
+        try:
+            self.p.delete_compute(self.st, self.r)
+        except TpuctlError as e:
+            if not replacing.overdue(marked):
+                raise
+            self.gave_up = replacing.give_up(self.store, self.st.name, why, e.message)
+            raise TpuctlError(ErrorKind.INTERRUPTED, self.gave_up) from e
         for k in records:
             self.store.delete(k)
 
@@ -237,6 +246,11 @@ class Watcher:
                     self.st = up_flow.up(self.st.spec, self.p, self.r, regrant=False, before_create=wanted)
                 except TpuctlError as e:
                     if not armed.live(armed.read(self.store)):
+                        mark.drop()
+                        return None
+                    if replacing.is_replacement(lost) and replacing.overdue(float(mark.rec["detected_at"])):
+                        self.gave_up = replacing.give_up(self.store, self.st.name, lost, e.message)
+                        self.r.warn(f"cluster {self.st.name}: {self.gave_up}")
                         mark.drop()
                         return None
                     wait = backoff_seconds(tries - 1)

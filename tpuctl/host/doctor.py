@@ -17,7 +17,8 @@ from pathlib import Path
 
 from ..core import knobs, layout, notify, runs, utilisation
 from ..core.runs import RunSpec
-from . import stacks
+from . import failures, stacks
+from .alone import Outputs, host_of, twice_in_a_row
 from .contexts import Seat
 from .stall import StallWatch, progress_of
 
@@ -43,11 +44,13 @@ class Doctor:
         self.stalled: Stall | None = None   # the stall this job is in (notify: until it moves again)
         self.dumped = False
         self.seen = 0   # stalls seen since the run's last restart (a notified run may stall again)
+        self.outputs = Outputs(self.store, run_id, self.workers)   # each host's output: who stalled alone (alone.py)
 
     def begin(self) -> None:
         """The job (re)started: a new watch, the earlier stall forgotten."""
         self.watch = StallWatch(time.time(), self.job.stall_after)
         self.next_look, self.stalled, self.dumped, self.seen = 0.0, None, False, 0
+        self.outputs.samples.clear()
 
     def fresh_stacks_dir(self) -> str:
         """TPUCTL_STACKS_DIR for a start of the job, emptied of an earlier start's files."""
@@ -72,6 +75,8 @@ class Doctor:
         except Exception:  # noqa: BLE001 - a store hiccup: the next look reads it
             return None
         watch.observe(now, progress_of(doc), output)
+        every = max(self.poll(), watch.window() / 4)
+        self.outputs.sample(now, every, watch.startup() + watch.window())
         if self.stalled is not None:
             if not watch.stalled(now):
                 self.stalled = None   # it moved again (notify): shown running
@@ -84,7 +89,7 @@ class Doctor:
         since = watch.last_progress
         self.stalled = Stall(f"{watch.said()}; {self.duty()}", since, action)
         self.dump(pids, self.stalled.why)
-        self.record(self.stalled, restarts)
+        self.record(self.stalled, restarts, self.outputs.alone(since, every))
         return self.stalled
 
     def dump(self, pids: list[int], why: str) -> None:
@@ -100,13 +105,22 @@ class Doctor:
         except Exception:  # noqa: BLE001 - the stall is still recorded and acted on
             pass
 
-    def record(self, s: Stall, restarts: int) -> None:
+    def record(self, s: Stall, restarts: int, alone: int | None = None) -> None:
+        """`alone`: the worker whose output alone stood still through the stall (alone.py), named in the record;
+        the same host twice in a row is marked sick, for the recovery watcher to replace."""
         at = time.time()
         doc = {"since": s.since, "at": at, "worker": self.worker, "host": self.host,
-               "attempt": self.attempt, "restarts": restarts, "action": s.action, "why": s.why}
+               "attempt": self.attempt, "restarts": restarts, "stall": self.seen + 1, "action": s.action, "why": s.why}
+        if alone is not None:
+            doc.update(alone_worker=alone, alone_host=host_of(self.store, alone) or f"worker {alone}")
         try:
             self.store.write(f"{layout.run_stalls(self.run_id)}w{self.worker}-{int(at * 1000)}.json",
                              json.dumps(doc).encode())
+            sick = twice_in_a_row(runs.stalls(self.store, self.run_id)) if alone is not None else None
+            if sick:
+                failures.mark_sick(self.store, str(sick["alone_host"]), int(sick["alone_worker"]),
+                                   f"the run stalled twice in a row held back by this host alone (its job wrote "
+                                   f"nothing while the other hosts' did): {s.why}")
         except Exception:  # noqa: BLE001 - the event still goes
             pass
         self.seen += 1   # the key is the same on every host that sees this stall: it is sent once
