@@ -29,9 +29,6 @@ DIFFERENCES = {
     "metadata.labels.tpuctl-cluster": "tpuctl labels the cluster and run (`ls` and `status` select by them)",
     "metadata.labels.tpuctl-run": "as tpuctl-cluster",
     "metadata.labels.xpk.google.com/workload": "xpk's own label for its workload",
-    "spec.coordinator": "Multislice: slice 0's worker 0 named as JobSet's coordinator, whose annotation gives each "
-                        "pod MEGASCALE_COORDINATOR_ADDRESS (JobSet sets no MEGASCALE_*: kubernetes-sigs/jobset#787; "
-                        "issue 49 item 1); xpk leaves them to the workload",
     "metadata.namespace": "written out (default), where xpk leaves it to kubectl's context",
     "spec.ttlSecondsAfterFinished": "kept until `down` (or cancel) deletes it, so `status`/`jobs` can show the "
                                     "JobSet's conditions and restarts after the run; its pods hold no TPU once ended",
@@ -55,7 +52,10 @@ DIFFERENCES = {
     "spec.replicatedJobs[].template.spec.template.spec.containers[].command": "the tpuctl agent for the run, "
                                                                               "installed from the store",
     "spec.replicatedJobs[].template.spec.template.spec.containers[].env": "the agent's TPUCTL_* settings; the "
-                                                                          "slice and restart from JobSet's labels",
+                                                                          "slice and restart from JobSet's labels; "
+        "Multislice: MEGASCALE_* (JobSet sets none: kubernetes-sigs/jobset#787), the coordinator slice 0's worker 0 by "
+        "its DNS name, written as a value, not JobSet's spec.coordinator, whose label is over 63 characters at a "
+        "run id's length (issue 57 item 1); xpk leaves them to the workload",
     "spec.replicatedJobs[].template.spec.template.spec.containers[].image": "tpuctl's base image or --image",
     "spec.replicatedJobs[].template.spec.template.spec.containers[].securityContext":
         "not privileged: GKE's TPU docs say containers need privileged mode only before GKE 1.28 (NOT re-read "

@@ -11,8 +11,13 @@ Modelled, with sources:
   (tpuctl sends none);
 - a custom resource is served only once its CustomResourceDefinition exists: without the JobSet CRD,
   /apis/jobset.x-k8s.io/... answers 404 (the group/version is not registered);
-- a JobSet is validated as the API server validates a CR: against the CRD's openAPIV3Schema after pruning
-  (schema.prune), 422 Invalid when it does not validate;
+- every object applied is validated as the API server validates it (k8s_validation.py: its name by kind, label
+  keys and values, annotation size; a custom resource against its CRD's openAPIV3Schema after pruning), 422
+  Invalid when it does not validate; so are the objects the fake controllers make (FakeKube.create: a Job the
+  JobSet controller derives, a pod the Job controller derives), which fail as a real controller's create fails;
+- JobSet v0.10.1's validating webhook (pkg/webhooks/jobset_webhook.go ValidateCreate): the longest Job name and
+  the longest pod name it derives (`<jobset>-<rjob>-<maxJobIndex>-<maxPodIndex>-abcde`) must be DNS-1035 labels;
+  it does NOT check the coordinator label (that came in v0.11, commit a9461e60);
 - list with `labelSelector=k=v[,k=v]` (equality selectors only: all tpuctl sends);
 - DELETE answers the Status; with propagationPolicy Foreground or Background the owned objects (ownerReferences)
   go too (Kubernetes docs, "Garbage Collection"); the kubelet is told, to stop the pods' processes;
@@ -45,6 +50,7 @@ from urllib.parse import parse_qs, urlparse
 import yaml
 
 from tpuctl.providers.gke import schema
+from fakes import k8s_validation
 from fakes.wire import serve
 
 JOBSET_CRD = "jobsets.jobset.x-k8s.io"
@@ -80,6 +86,23 @@ def status(code: int, reason: str, message: str) -> dict[str, Any]:
             "reason": reason, "code": code}
 
 
+class Invalid(Exception):
+    """What the API server answers 422 for (k8s_validation.refusal's message)."""
+
+
+def crd_name(path: str) -> tuple[str, str] | None:
+    """(CRD name, version) of a custom resource's path /apis/G/V/[namespaces/NS/]PLURAL/NAME; None for a built-in
+    group's (no '.' in it, or *.k8s.io, which are Kubernetes' own)."""
+    parts = path.strip("/").split("/")
+    if parts[0] != "apis" or len(parts) < 5 or "." not in parts[1] or parts[1].endswith("k8s.io") \
+            and not parts[1].endswith("x-k8s.io"):
+        return None
+    rest = parts[3:]
+    if rest[0] == "namespaces":
+        rest = rest[2:]
+    return (f"{rest[0]}.{parts[1]}", parts[2]) if rest else None
+
+
 class FakeKube:
     def __init__(self) -> None:
         self.objects: dict[str, dict[str, Any]] = {}
@@ -108,6 +131,24 @@ class FakeKube:
             meta.setdefault("creationTimestamp", "2026-01-01T00:00:00Z")
             self.objects[path] = obj
             return obj
+
+    def crd_schema(self, path: str) -> dict[str, Any] | None:
+        """The openAPIV3Schema of the CRD a custom resource's path belongs to, None when none is known (a built-in
+        kind, or a CRD stored without its schema)."""
+        found = crd_name(path)
+        crd = self.objects.get(CRD_PREFIX + found[0]) if found else None
+        return schema.version_schema(crd, found[1]) if crd and found else None
+
+    def check(self, path: str, obj: dict[str, Any]) -> None:
+        """Raises Invalid with the API server's message when it would refuse `obj` at `path`."""
+        errs = k8s_validation.problems(obj, self.crd_schema(path))
+        if errs:
+            raise Invalid(k8s_validation.refusal(obj, errs))
+
+    def create(self, path: str, obj: dict[str, Any]) -> dict[str, Any]:
+        """What a controller's create does: validated (Invalid when the API server would refuse it), then stored."""
+        self.check(path, obj)
+        return self.put(path, obj)
 
     def list(self, prefix: str, selector: dict[str, str] | None = None) -> list[dict[str, Any]]:
         with self.lock:
@@ -178,10 +219,6 @@ class FakeKube:
         if not path.startswith("/apis/jobset.x-k8s.io/"):
             return True
         return CRD_PREFIX + JOBSET_CRD in self.objects
-
-    def jobset_schema(self) -> dict[str, Any] | None:
-        crd = self.objects.get(CRD_PREFIX + JOBSET_CRD)
-        return schema.version_schema(crd, "v1alpha2") if crd else None
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -262,13 +299,17 @@ class _Handler(BaseHTTPRequestHandler):
         if path.startswith("/apis/jobset.x-k8s.io/"):
             if self.kube.webhook_down():   # admission runs before validation (the mutating webhook first)
                 return self._send(500, status(500, "InternalError", WEBHOOK_DOWN))
-            problem = self._invalid_jobset(obj)
-            if problem:
-                return self._send(422, status(422, "Invalid", problem))
             if path not in self.kube.objects and self.kube.served("/apis/kueue.x-k8s.io/") and \
                     obj["metadata"].get("labels", {}).get("kueue.x-k8s.io/queue-name"):
                 # Kueue's JobSet webhook suspends a queued JobSet on creation (fakes/kueue.py)
                 obj["spec"]["suspend"] = True
+        try:   # mutating admission, then schema validation, then validating admission (Kubernetes docs, "Dynamic
+            self.kube.check(path, obj)   # Admission Control")
+        except Invalid as e:
+            return self._send(422, status(422, "Invalid", str(e)))
+        problem = _jobset_webhook(obj) if path.startswith("/apis/jobset.x-k8s.io/") else ""
+        if problem:
+            return self._send(422, status(422, "Invalid", problem))
         old = self.kube.objects.get(path)
         if old is not None:   # the applier's fields win; what others set (status) stays
             merged = dict(old)
@@ -278,16 +319,6 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(200 if old else 201, obj)
         self.kube.applied(path, obj)
         self._send(200 if old else 201, self.kube.put(path, obj))
-
-    def _invalid_jobset(self, obj: dict[str, Any]) -> str:
-        import jsonschema
-        crd_schema = self.kube.jobset_schema()
-        assert crd_schema is not None
-        try:
-            jsonschema.Draft7Validator(crd_schema).validate(schema.prune(obj, crd_schema))
-        except jsonschema.ValidationError as e:
-            return f"JobSet.jobset.x-k8s.io \"{obj['metadata']['name']}\" is invalid: {e.message}"
-        return ""
 
     def do_DELETE(self) -> None:
         got = self._start("DELETE")
@@ -299,6 +330,23 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(404, status(404, "NotFound", f'"{path.rsplit("/", 1)[-1]}" not found'))
         self._send(200, {"kind": "Status", "apiVersion": "v1", "status": "Success",
                          "details": {"name": gone["metadata"]["name"], "uid": gone["metadata"]["uid"]}})
+
+
+def _jobset_webhook(js: dict[str, Any]) -> str:
+    """JobSet v0.10.1's ValidateCreate on names (pkg/webhooks/jobset_webhook.go, lines 221-243): the longest Job name
+    (placement.GenJobName: `<jobset>-<rjob>-<maxJobIndex>`) and, for an Indexed Job with completions, the longest pod
+    name (GenPodName `<job>-<maxPodIndex>` + "-abcde") must be DNS-1035 labels."""
+    name = str(js.get("metadata", {}).get("name", ""))
+    errs = []
+    for rj in js.get("spec", {}).get("replicatedJobs", []):
+        job = f"{name}-{rj.get('name')}-{int(rj.get('replicas', 1)) - 1}"
+        errs += [f"spec.replicatedJobs.name: Invalid value: {job!r}: {e}" for e in k8s_validation.dns1035_label(job)]
+        spec = rj.get("template", {}).get("spec", {})
+        if spec.get("completionMode") == "Indexed" and spec.get("completions") is not None:
+            pod = f"{job}-{int(spec['completions']) - 1}-abcde"
+            errs += [f"spec.replicatedJobs.name: Invalid value: {pod!r}: {e}"
+                     for e in k8s_validation.dns1035_label(pod)]
+    return f'admission webhook "vjobset.kb.io" denied the request: {"; ".join(errs)}' if errs else ""
 
 
 def _selector(q: dict[str, list[str]]) -> dict[str, str]:

@@ -12,7 +12,9 @@ from ...core.errors import bad_input
 from ...core.models import ClusterState, ProviderName
 from . import kueue, manifest, tputypes
 
-DRY_RUN_ID = "dry-run"          # stands for the id submit gives the run
+# Stands for the id submit gives the run, at its real length (core/runs.new_id: 24 characters), so that every name
+# and label derived from it is as long as a submit's (issue 57: a 7-character "dry-run" hid a 73-character label).
+DRY_RUN_ID = "19700101-000000-000-0000"
 NO_STORE = "gs://BUCKET"        # no cluster: where the cluster's bucket would be named
 NO_CLUSTER = "CLUSTER"          # no cluster: where its name would be (no local cluster is looked up for --type)
 STDOUT = "-"                    # --manifest -: the objects on stdout (for `| kubectl apply -f -`), no file

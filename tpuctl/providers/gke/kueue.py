@@ -24,12 +24,18 @@ API = "kueue.x-k8s.io/v1beta1"
 _NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?\Z")
 
 
+# A label value holds at most 63 characters (apimachinery IsValidLabelValue): the LocalQueue's name is the JobSet's
+# `kueue.x-k8s.io/queue-name` label, so a longer one (a valid object name: 253) would fail the JobSet's create.
+LABEL_VALUE_MAX = 63
+
+
 def check_name(name: str | None, flag: str) -> str:
     """A LocalQueue's or PriorityClass's name as given to `flag`, checked offline ("" when not given)."""
     if not name:
         return ""
-    if not _NAME_RE.match(name):
-        raise bad_input(f"invalid {flag} {name!r}", "a Kubernetes name: lowercase letters, digits, '-' and '.', "
+    if not _NAME_RE.match(name) or (flag == "--queue" and len(name) > LABEL_VALUE_MAX):
+        raise bad_input(f"invalid {flag} {name!r}", "a Kubernetes name: lowercase letters, digits, '-' and '.'"
+                        f"{', at most 63 of them' if flag == '--queue' else ''}, "
                         "e.g. --queue multislice-queue --priority medium")
     return name
 
