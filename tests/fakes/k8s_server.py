@@ -264,10 +264,23 @@ class _Handler(BaseHTTPRequestHandler):
         obj = self.kube.objects.get(path)
         if obj is not None:
             return self._send(200, obj)
-        items = self.kube.list(path + "/", _selector(q))
+        items = self.kube.list(path + "/", _selector(q)) or self._across_namespaces(path, _selector(q))
         if items or _is_collection(path):
             return self._send(200, {"kind": "List", "apiVersion": "v1", "metadata": {}, "items": items})
         self._send(404, status(404, "NotFound", f'"{path.rsplit("/", 1)[-1]}" not found'))
+
+    def _across_namespaces(self, path: str, selector: dict[str, str]) -> list[dict[str, Any]]:
+        """/apis/G/V/PLURAL (or /api/v1/PLURAL) of a namespaced kind: every namespace's objects (Kubernetes docs,
+        "API Concepts": "GET /apis/GROUP/VERSION/RESOURCETYPE - return the collection of all instances of the
+        resource type across all namespaces")."""
+        parts = path.strip("/").split("/")
+        if len(parts) != (3 if parts[0] == "api" else 4):
+            return []
+        base, plural = "/" + "/".join(parts[:-1]) + "/namespaces/", parts[-1]
+        with self.kube.lock:
+            found = [o for p, o in self.kube.objects.items() if p.startswith(base)
+                     and p[len(base):].count("/") == 2 and p[len(base):].split("/")[1] == plural]
+        return [o for o in found if all(o["metadata"].get("labels", {}).get(k) == v for k, v in selector.items())]
 
     def _log(self, pod_path: str, q: dict[str, list[str]]) -> None:
         pod = self.kube.objects.get(pod_path)

@@ -54,6 +54,7 @@ class RunSpec(JsonRecord):
     keras_backend: str = ""           # tpuctl.toml's `keras_backend` (framework "keras"): "" lets the host pick
     queue: str = ""                   # `submit --queue` (GKE): the Kueue LocalQueue the run waits in; "": none
     priority: str = ""                # `submit --priority` (GKE): the run's PriorityClass; "": the cluster's default
+    namespace: str = ""               # `submit --namespace` (GKE): the JobSet's namespace; "": default
 
 
 @dataclass

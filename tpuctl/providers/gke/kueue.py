@@ -24,6 +24,17 @@ API = "kueue.x-k8s.io/v1beta1"
 _NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?\Z")
 
 
+def check_namespace(name: str | None) -> str:
+    """`--namespace`: a Namespace's name is a DNS-1123 label (Kubernetes docs, "Namespaces"; apimachinery
+    IsDNS1123Label: at most 63 characters); "" when not given."""
+    if not name:
+        return ""
+    if len(name) > 63 or not re.match(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?\Z", name):
+        raise bad_input(f"invalid --namespace {name!r}", "a namespace name: at most 63 lowercase letters, digits "
+                        "and '-', starting and ending with a letter or digit, e.g. --namespace team-a")
+    return name
+
+
 # A label value holds at most 63 characters (apimachinery IsValidLabelValue): the LocalQueue's name is the JobSet's
 # `kueue.x-k8s.io/queue-name` label, so a longer one (a valid object name: 253) would fail the JobSet's create.
 LABEL_VALUE_MAX = 63
@@ -75,12 +86,30 @@ def local_queues(api: Any, namespace: str) -> list[str] | None:
     return None if found is None else sorted(str(q["metadata"]["name"]) for q in found.get("items", []))
 
 
+def all_local_queues(api: Any) -> dict[str, list[str]]:
+    """Namespace -> its LocalQueues, across the cluster (the cluster-wide list Kubernetes serves at
+    /apis/GROUP/VERSION/PLURAL: "API Concepts", resource URIs)."""
+    found = kube.get(api, f"/apis/{API}/localqueues") or {}
+    out: dict[str, list[str]] = {}
+    for q in found.get("items", []):
+        out.setdefault(str(q["metadata"].get("namespace") or "default"), []).append(str(q["metadata"]["name"]))
+    return {ns: sorted(names) for ns, names in sorted(out.items())}
+
+
+# Kueue's default LocalQueue (kueue pkg/controller/jobframework/defaults.go `ApplyDefaultLocalQueue`, the
+# LocalQueueDefaulting feature): a job without the queue label in a namespace with a LocalQueue of this name is
+# labelled with it by Kueue's webhook. tpuctl takes it the same way, and writes it on the JobSet.
+DEFAULT_LOCAL_QUEUE = "default"
+
+
 def pick_queue(api: Any, namespace: str, queue: str, priority: str) -> str:
-    """The LocalQueue a run is submitted to: `queue` when the namespace has it; without one, the namespace's only
-    LocalQueue on a Kueue cluster (a JobSet without the queue label is not Kueue's to admit: on a cluster whose
-    Kueue manages every job it is never admitted, google/tunix PR #2342); "" on a cluster without Kueue. A
-    `priority` must name a PriorityClass (the API server refuses a pod naming a missing one: "no PriorityClass with
-    name ... was found", Kubernetes docs "Pod Priority and Preemption")."""
+    """The LocalQueue a run is submitted to: `queue` when the namespace has it; without one, on a Kueue cluster, the
+    namespace's LocalQueue `default` (Kueue's own default), else its only LocalQueue; "" on a cluster without
+    Kueue. Refused, before anything is sent, when Kueue runs and the namespace has no LocalQueue: a JobSet without
+    the queue label runs outside Kueue's quota with Kueue's default `manageJobsWithoutQueueName: false`, and is
+    suspended for ever with `true` (kueue v0.17 jobframework/defaults.go `WorkloadShouldBeSuspended`;
+    GKE_FACTS.md). A `priority` must name a PriorityClass (the API server refuses a pod naming a missing one: "no
+    PriorityClass with name ... was found", Kubernetes docs "Pod Priority and Preemption")."""
     if priority and kube.get(api, f"/apis/scheduling.k8s.io/v1/priorityclasses/{priority}") is None:
         found = kube.get(api, "/apis/scheduling.k8s.io/v1/priorityclasses") or {}
         names = sorted(str(p["metadata"]["name"]) for p in found.get("items", []))
@@ -97,7 +126,16 @@ def pick_queue(api: Any, namespace: str, queue: str, priority: str) -> str:
             raise bad_input(f"--queue {queue}: namespace {namespace} has no such LocalQueue",
                             "it has: " + (", ".join(queues) or "none"))
         return queue
+    if DEFAULT_LOCAL_QUEUE in queues:
+        return DEFAULT_LOCAL_QUEUE
     if len(queues) > 1:
         raise bad_input(f"the cluster runs Kueue and namespace {namespace} has {len(queues)} LocalQueues",
                         "name one: " + " or ".join(f"--queue {q}" for q in queues))
-    return queues[0] if queues else ""
+    if not queues:
+        elsewhere = all_local_queues(api)
+        raise bad_input(f"the cluster runs Kueue and namespace {namespace} has no LocalQueue: the run would "
+                        "bypass Kueue's quota (or wait for ever, with manageJobsWithoutQueueName)",
+                        ("LocalQueues are in: " + "; ".join(f"--namespace {ns} (--queue {', '.join(q)})"
+                                                            for ns, q in elsewhere.items()))
+                        if elsewhere else "the cluster has no LocalQueue: ask its owner for one")
+    return queues[0]

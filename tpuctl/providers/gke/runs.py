@@ -48,14 +48,21 @@ def jobset_path(namespace: str, run_id: str) -> str:
     return f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{namespace}/jobsets/{manifest.jobset_name(run_id)}"
 
 
+def namespace_of(store: BlobStore, run_id: str) -> str:
+    """The run's namespace, from its job.json (`submit --namespace`); default for a run written before it."""
+    job = runs.job(store, run_id)
+    return (job.namespace if job else "") or manifest.DEFAULT_NAMESPACE
+
+
 def run_objects(st: ClusterState, run_id: str, max_restarts: int, queue: str = "",
-                priority: str = "") -> manifest.RunObjects:
+                priority: str = "", namespace: str = "") -> manifest.RunObjects:
     rec = dict(st.record.get("gke") or {})
     return manifest.RunObjects(
         cluster=st.name, run_id=run_id, shape=tputypes.shape(str(rec.get("tpu_type") or st.spec.tpu_type)),
         slices=int(rec.get("slices") or st.spec.slices or 1), max_restarts=max_restarts,
         image=str(rec.get("image") or manifest.DEFAULT_IMAGE), store_uri=st.spec.store, agent_version=__version__,
-        workload_policy=str(rec.get("workload_policy") or ""), queue=queue, priority=priority)
+        workload_policy=str(rec.get("workload_policy") or ""), queue=queue, priority=priority,
+        namespace=namespace or manifest.DEFAULT_NAMESPACE)
 
 
 # `submit` without --max-restarts on GKE (issue 49 item 5): spot preemption, maintenance and the node auto-upgrades
@@ -80,12 +87,13 @@ class GkeRuns:
         self.ended: set[str] = set()   # runs whose end this process has seen (the hold looked at once each)
         self.seen: dict[str, tuple[ClusterState, BlobStore]] = {}   # run -> where advance last looked at it
 
-    def check_run(self, st: ClusterState, job: JobSpec, max_restarts: int, queue: str, priority: str) -> str:
+    def check_run(self, st: ClusterState, job: JobSpec, max_restarts: int, queue: str, priority: str,
+                  namespace: str = "") -> str:
         frameworks.check_job(job.name, job.framework, job.env, job.keras_backend)
         objs = run_objects(st, "check", max_restarts)   # the shape and slices dispatch will use
         manifest.check(objs.slices, max_restarts, objs.shape)
-        return kueue.pick_queue(self._api(st), manifest.DEFAULT_NAMESPACE, kueue.check_name(queue, "--queue"),
-                                kueue.check_name(priority, "--priority"))
+        return kueue.pick_queue(self._api(st), kueue.check_namespace(namespace) or manifest.DEFAULT_NAMESPACE,
+                                kueue.check_name(queue, "--queue"), kueue.check_name(priority, "--priority"))
 
     def _api(self, st: ClusterState) -> Any:
         return self.connect(dict(st.record.get("gke") or {}))
@@ -93,13 +101,14 @@ class GkeRuns:
     def dispatch(self, st: ClusterState, store: BlobStore, run_id: str, sessions: int,
                  progress: Callable[[str], None], keep_inputs: bool = False) -> None:
         job = runs.job(store, run_id)
+        ns = (job.namespace if job else "") or manifest.DEFAULT_NAMESPACE
         js = manifest.build_jobset(run_objects(st, run_id, job.max_restarts if job else 0,
-                                               job.queue if job else "", job.priority if job else ""))
+                                               job.queue if job else "", job.priority if job else "", ns))
         api = self._api(st)
         end = time.monotonic() + jobset_install.ready_seconds()
         while True:   # JobSet's webhooks refuse while its controller (re)starts (jobset_install.py WEBHOOK_DOWN)
             try:
-                kube.apply(api, jobset_path(manifest.DEFAULT_NAMESPACE, run_id), js)
+                kube.apply(api, jobset_path(ns, run_id), js)
                 break
             except kube.KubeError as e:
                 if not jobset_install.webhook_down(e):
@@ -141,11 +150,12 @@ class GkeRuns:
             return self.said[run_id]
         self.looked[run_id] = now
         api = self._api(st)
-        js = kube.get(api, jobset_path(manifest.DEFAULT_NAMESPACE, run_id))
+        ns = namespace_of(store, run_id)
+        js = kube.get(api, jobset_path(ns, run_id))
         if js is None:
             self.said[run_id] = "" if runs.status(store, run_id).state.final else "no JobSet (deleted)"
             return self.said[run_id]
-        pods = pods_of(api, run_id)
+        pods = pods_of(api, run_id, ns)
         ended = condition(js)
         if ended and not runs.status(store, run_id).state.final:
             self._end_unreported(api, store, run_id, js, pods, ended)
@@ -168,7 +178,7 @@ class GkeRuns:
         for pod in pods:
             name = pod["metadata"]["name"]
             try:
-                log = kube.request(api, "GET", f"/api/v1/namespaces/{manifest.DEFAULT_NAMESPACE}/pods/{name}/log",
+                log = kube.request(api, "GET", f"/api/v1/namespaces/{pod['metadata']['namespace']}/pods/{name}/log",
                                    query=[("tailLines", "200")], content_type="application/json")
             except kube.KubeError as e:
                 log = f"(no log: {e.message})"
@@ -187,16 +197,17 @@ class GkeRuns:
         pod, no agent) is deleted at once, before it starts."""
         store.write(layout.run_cancel(run_id), json.dumps({"time": time.time()}).encode())
         step = min(1.0, max(0.05, cancel_grace() / 20))
-        js = kube.get(self._api(st), jobset_path(manifest.DEFAULT_NAMESPACE, run_id))
-        held = js is not None and bool(js["spec"].get("suspend")) and not pods_of(self._api(st), run_id)
+        ns = namespace_of(store, run_id)
+        js = kube.get(self._api(st), jobset_path(ns, run_id))
+        held = js is not None and bool(js["spec"].get("suspend")) and not pods_of(self._api(st), run_id, ns)
         deadline = time.monotonic() + (0 if held else cancel_grace())
         while time.monotonic() < deadline and not runs.status(store, run_id).state.final:
             time.sleep(step)
         api = self._api(st)
-        kube.delete(api, jobset_path(manifest.DEFAULT_NAMESPACE, run_id))
+        kube.delete(api, jobset_path(ns, run_id))
         self._release_if_idle(st, store, api, run_id)
         deadline = time.monotonic() + manifest.GRACE_SECONDS + cancel_grace()
-        while pods_of(api, run_id) and time.monotonic() < deadline:   # Terminating until their processes end
+        while pods_of(api, run_id, ns) and time.monotonic() < deadline:   # Terminating until their processes end
             time.sleep(step)
         if not runs.status(store, run_id).state.final:
             store.write(layout.run_status(run_id, 0), json.dumps(RunStatus(
@@ -210,7 +221,8 @@ class GkeRuns:
         out: dict[str, dict[str, object]] = {}
         for js in jobsets_of(api, st.name):
             run_id = str(js["metadata"].get("labels", {}).get(manifest.LABEL_RUN, ""))
-            pods = pods_of(api, run_id) if run_id else []
+            pods = pods_of(api, run_id, str(js["metadata"].get("namespace") or manifest.DEFAULT_NAMESPACE)) \
+                if run_id else []
             out[f"jobset {js['metadata']['name']}"] = {
                 "state": condition(js) or "Running", "restarts": int(js.get("status", {}).get("restarts", 0)),
                 "pods": ", ".join(f"{p['metadata']['name']} {p.get('status', {}).get('phase', 'Pending')}"
