@@ -75,7 +75,8 @@ def gke(cloud, env, tmp_path, monkeypatch):
         for k in range(slices):
             cluster.add_node_pool(f"tpuctl-{name}-np-{k}", shape.hosts, {
                 "cloud.google.com/gke-tpu-accelerator": shape.accelerator,
-                "cloud.google.com/gke-tpu-topology": shape.topology})
+                "cloud.google.com/gke-tpu-topology": shape.topology, "tpuctl-cluster": name},   # as `up` makes them
+                [{"key": "tpuctl-cluster", "value": name, "effect": "NoSchedule"}])
         jobset_install.ensure_jobset(kube.connect(fake.url, "", ""))
         spec = ClusterSpec(name=name, provider=ProviderName.GKE, tpu_type=tpu_type, store=store_uri,
                            slices=slices, framework=Framework.JAX, project="test-proj", zones=["us-central1-a"])

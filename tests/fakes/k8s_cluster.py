@@ -81,11 +81,14 @@ class FakeCluster:
         self.thread = threading.Thread(target=self._loop, daemon=True)
         self.thread.start()
 
-    def add_node_pool(self, name: str, nodes: int, labels: dict[str, str]) -> None:
+    def add_node_pool(self, name: str, nodes: int, labels: dict[str, str],
+                      taints: list[dict[str, str]] | None = None) -> None:
+        """`taints`: the node pool's (GKE applies a node pool's NodeConfig.taints to each of its nodes:
+        kubernetes-engine/docs/how-to/node-taints), each {key, value, effect}."""
         for i in range(nodes):
             node = f"gke-{name}-{i}"
-            self.kube.put(f"/api/v1/nodes/{node}", {
-                "apiVersion": "v1", "kind": "Node",
+            self.kube.create(f"/api/v1/nodes/{node}", {
+                "apiVersion": "v1", "kind": "Node", "spec": {"taints": list(taints or [])},
                 "metadata": {"name": node, "labels": {**labels, "cloud.google.com/gke-nodepool": name}},
                 "status": {"conditions": [{"type": "Ready", "status": "True"}]}})
 
@@ -230,7 +233,8 @@ class FakeCluster:
         busy = {o["spec"].get("nodeName") for _, o in pods if o["status"]["phase"] in ("Pending", "Running")}
         for node in self.kube.list("/api/v1/nodes/"):
             labels = node["metadata"]["labels"]
-            if all(labels.get(k) == v for k, v in want.items()) and node["metadata"]["name"] not in busy:
+            if all(labels.get(k) == v for k, v in want.items()) and node["metadata"]["name"] not in busy \
+                    and _tolerated(node, pod):
                 return str(node["metadata"]["name"])
         # lastTransitionTime: when the condition last changed (Kubernetes docs, "Pod conditions"): kept while the
         # pod stays unschedulable
@@ -368,6 +372,22 @@ def _exclusive(js: dict[str, Any]) -> dict[str, str]:
     key = "alpha.jobset.sigs.k8s.io/exclusive-topology"
     notes = js["metadata"].get("annotations", {})
     return {key: notes[key]} if key in notes else {}
+
+
+def _tolerated(node: dict[str, Any], pod: dict[str, Any]) -> bool:
+    """Every NoSchedule / NoExecute taint of the node is tolerated by the pod (Kubernetes docs, "Taints and
+    Tolerations"; k8s.io/api core/v1 toleration.go ToleratesTaint: an empty effect matches every effect, an empty
+    key with Exists every key, Exists any value, Equal (the default) the same value)."""
+    tols = pod["spec"].get("tolerations") or []
+    for taint in node.get("spec", {}).get("taints") or []:
+        if taint.get("effect") not in ("NoSchedule", "NoExecute"):
+            continue
+        if not any((not t.get("effect") or t["effect"] == taint["effect"]) and
+                   (t.get("key", "") == taint["key"] or (not t.get("key") and t.get("operator") == "Exists")) and
+                   (t.get("operator") == "Exists" or t.get("value", "") == taint.get("value", ""))
+                   for t in tols):
+            return False
+    return True
 
 
 def _kill(proc: subprocess.Popen[bytes], grace: float) -> None:

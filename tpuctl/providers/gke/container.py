@@ -224,12 +224,19 @@ def build_node_pool(name: str, s: SliceShape, zone: str, labels: dict[str, str],
     if s.multi_host:
         placement = (c.NodePool.PlacementPolicy(policy_name=policy) if s.needs_workload_policy else
                      c.NodePool.PlacementPolicy(type_=c.NodePool.PlacementPolicy.Type.COMPACT, tpu_topology=s.topology))
+    # The pool is tpuctl's own in Kubernetes too (issue 57 item 4): its nodes carry the Kubernetes label and the
+    # NoSchedule taint tpuctl-cluster=<cluster> (container_v1 NodeConfig.labels: "Kubernetes labels ... applied to
+    # each node"; NodeConfig.taints / NodeTaint NO_SCHEDULE: "Do not allow new pods to schedule onto the node unless
+    # they tolerate the taint"), so another team's pods that select only the accelerator and topology (as xpk's
+    # ResourceFlavors do) do not land on it, and tpuctl's runs select it (manifest.py).
     return c.NodePool(
         name=name, initial_node_count=s.hosts, locations=[zone], placement_policy=placement,
         management=c.NodeManagement(auto_repair=True, auto_upgrade=True),
         config=c.NodeConfig(machine_type=s.machine_type, resource_labels=labels, spot=spot,
                             service_account=service_account, oauth_scopes=[CLOUD_PLATFORM],
-                            reservation_affinity=affinity))
+                            reservation_affinity=affinity, labels=dict(labels),
+                            taints=[c.NodeTaint(key=k, value=v, effect=c.NodeTaint.Effect.NO_SCHEDULE)
+                                    for k, v in labels.items()]))
 
 
 def find_pool(project: str, location: str, cluster: str, name: str) -> Any:

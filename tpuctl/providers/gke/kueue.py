@@ -139,3 +139,32 @@ def pick_queue(api: Any, namespace: str, queue: str, priority: str) -> str:
                                                             for ns, q in elsewhere.items()))
                         if elsewhere else "the cluster has no LocalQueue: ask its owner for one")
     return queues[0]
+
+
+def check_flavors(api: Any, namespace: str, queue: str, accelerator: str, topology: str) -> str:
+    """A run placed by a team's LocalQueue (`--queue` on an adopted cluster: its pods carry no tpuctl node selector,
+    manifest.RunObjects.own_pools) needs a ResourceFlavor of the queue's ClusterQueue that covers google.com/tpu and
+    whose nodeLabels do not exclude the run's accelerator and topology (Kueue assigns a flavor whose resource group
+    covers the resource and adds its nodeLabels to the pods' nodeSelector: kueue site docs "Resource Flavor",
+    "Cluster Queue"; xpk's flavors label the accelerator and topology alone, GKE_FACTS.md). Returns the ClusterQueue's
+    name; refused, one line, with what the flavors cover, when none fits."""
+    from .manifest import ACCELERATOR_LABEL, TOPOLOGY_LABEL, TPU_RESOURCE
+    lq = kube.get(api, f"/apis/{API}/namespaces/{namespace}/localqueues/{queue}") or {}
+    cq_name = str(lq.get("spec", {}).get("clusterQueue") or "")
+    cq = kube.get(api, f"/apis/{API}/clusterqueues/{cq_name}") if cq_name else None
+    seen = []
+    for group in (cq or {}).get("spec", {}).get("resourceGroups", []):
+        if TPU_RESOURCE not in group.get("coveredResources", []):
+            continue
+        for f in group.get("flavors", []):
+            rf = kube.get(api, f"/apis/{API}/resourceflavors/{f['name']}") or {}
+            labels = rf.get("spec", {}).get("nodeLabels") or {}
+            if labels.get(ACCELERATOR_LABEL, accelerator) == accelerator and \
+                    labels.get(TOPOLOGY_LABEL, topology) == topology:
+                return cq_name
+            seen.append(f"{f['name']} ({labels.get(ACCELERATOR_LABEL, 'any accelerator')} "
+                        f"{labels.get(TOPOLOGY_LABEL, 'any topology')})")
+    raise bad_input(f"--queue {queue}: ClusterQueue {cq_name or '?'} has no ResourceFlavor for {accelerator} "
+                    f"{topology}, the cluster's TPU shape", "its google.com/tpu flavors: " + (", ".join(seen) or
+                                                                                            "none") +
+                    "; name a queue whose flavors cover this shape")

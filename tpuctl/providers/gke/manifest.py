@@ -108,6 +108,7 @@ class RunObjects:
     namespace: str = DEFAULT_NAMESPACE
     queue: str = ""             # Kueue's LocalQueue ("": none: the cluster runs no Kueue)
     priority: str = ""          # the pods' PriorityClass ("": the cluster's default)
+    own_pools: bool = True      # the pods select tpuctl's node pools (False: a team's queue's flavors place them)
 
 
 def jobset_name(run_id: str) -> str:
@@ -166,6 +167,8 @@ def _job_spec(r: RunObjects, labels: dict[str, str]) -> dict[str, Any]:
 
 def _node_selector(r: RunObjects) -> dict[str, str]:
     sel = {ACCELERATOR_LABEL: r.shape.accelerator, TOPOLOGY_LABEL: r.shape.topology}
+    if r.own_pools:   # the node label `up` gives tpuctl's pools (container.build_node_pool)
+        sel[LABEL_CLUSTER] = r.cluster
     if r.shape.needs_workload_policy:
         if not r.workload_policy:
             raise bad_input(f"{r.shape.tpu_type} is multi-host TPU7x: its pods select the workload policy",
@@ -181,7 +184,10 @@ def _pod_spec(r: RunObjects) -> dict[str, Any]:
         "hostNetwork": True, "dnsPolicy": "ClusterFirstWithHostNet",   # xpk: TPU hosts talk over the host network
         "terminationGracePeriodSeconds": GRACE_SECONDS,
         "nodeSelector": _node_selector(r),
-        "tolerations": [{"key": TPU_RESOURCE, "operator": "Exists"}],   # any effect, as xpk,
+        # any effect, as xpk; and the taint of tpuctl's pools (container.build_node_pool): a run placed by a team's
+        # queue may be given one of them by its flavors
+        "tolerations": [{"key": TPU_RESOURCE, "operator": "Exists"},
+                        {"key": LABEL_CLUSTER, "operator": "Equal", "value": r.cluster, "effect": "NoSchedule"}],
         "containers": [_container(r)],
         "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}}],
     }

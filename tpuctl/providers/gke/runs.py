@@ -62,7 +62,13 @@ def run_objects(st: ClusterState, run_id: str, max_restarts: int, queue: str = "
         slices=int(rec.get("slices") or st.spec.slices or 1), max_restarts=max_restarts,
         image=str(rec.get("image") or manifest.DEFAULT_IMAGE), store_uri=st.spec.store, agent_version=__version__,
         workload_policy=str(rec.get("workload_policy") or ""), queue=queue, priority=priority,
-        namespace=namespace or manifest.DEFAULT_NAMESPACE)
+        namespace=namespace or manifest.DEFAULT_NAMESPACE, own_pools=not team_placed(rec, queue))
+
+
+def team_placed(rec: dict[str, Any], queue: str) -> bool:
+    """A run submitted through a queue on a cluster tpuctl adopted is placed by that queue's ResourceFlavors (the
+    team's quota gates it), not on tpuctl's own node pools (issue 57 item 4)."""
+    return bool(rec.get("adopted")) and bool(queue)
 
 
 # `submit` without --max-restarts on GKE (issue 49 item 5): spot preemption, maintenance and the node auto-upgrades
@@ -92,8 +98,12 @@ class GkeRuns:
         frameworks.check_job(job.name, job.framework, job.env, job.keras_backend)
         objs = run_objects(st, "check", max_restarts)   # the shape and slices dispatch will use
         manifest.check(objs.slices, max_restarts, objs.shape)
-        return kueue.pick_queue(self._api(st), kueue.check_namespace(namespace) or manifest.DEFAULT_NAMESPACE,
-                                kueue.check_name(queue, "--queue"), kueue.check_name(priority, "--priority"))
+        ns = kueue.check_namespace(namespace) or manifest.DEFAULT_NAMESPACE
+        api = self._api(st)
+        picked = kueue.pick_queue(api, ns, kueue.check_name(queue, "--queue"), kueue.check_name(priority, "--priority"))
+        if team_placed(dict(st.record.get("gke") or {}), picked):
+            kueue.check_flavors(api, ns, picked, objs.shape.accelerator, objs.shape.topology)
+        return picked
 
     def _api(self, st: ClusterState) -> Any:
         return self.connect(dict(st.record.get("gke") or {}))
@@ -223,7 +233,10 @@ class GkeRuns:
             run_id = str(js["metadata"].get("labels", {}).get(manifest.LABEL_RUN, ""))
             pods = pods_of(api, run_id, str(js["metadata"].get("namespace") or manifest.DEFAULT_NAMESPACE)) \
                 if run_id else []
+            queue = str(js["metadata"].get("labels", {}).get(manifest.QUEUE_LABEL, ""))
             out[f"jobset {js['metadata']['name']}"] = {
+                **({"placed by": f"queue {queue}'s ResourceFlavors: the team's quota gates the run"}
+                   if team_placed(dict(st.record.get("gke") or {}), queue) else {}),
                 "state": condition(js) or "Running", "restarts": int(js.get("status", {}).get("restarts", 0)),
                 "pods": ", ".join(f"{p['metadata']['name']} {p.get('status', {}).get('phase', 'Pending')}"
                                   f"@{p.get('spec', {}).get('nodeName') or '-'}" for p in pods) or "none"}
