@@ -198,3 +198,54 @@ def test_queue_names_longer_than_a_label_value_are_refused_offline():
     assert kueue.check_name(LONGEST_QUEUE, "--queue") == LONGEST_QUEUE
     with pytest.raises(TpuctlError, match="invalid --queue"):
         kueue.check_name(LONGEST_QUEUE + "q", "--queue")
+
+
+def _release_into(fake, objects):
+    """A release's objects stored as `kubectl apply` leaves them, its controller not (yet, or no longer) Available."""
+    from tpuctl.providers.gke import kueue_install as ki
+    for obj in objects:
+        fake.put(ki._path(obj), copy.deepcopy(obj))
+
+
+def test_the_shipped_kueue_runs_the_jobset_integration_alone():
+    """Issue 57 item 5: the Kueue tpuctl installs enables the JobSet integration only and registers no webhook on
+    pods, Deployments, StatefulSets or Jobs: with its one replica down, nothing else in the cluster is refused."""
+    import yaml
+    objs = kueue_install.release_objects()
+    (config,) = [o for o in objs if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "kueue-manager-config"]
+    manager = yaml.safe_load(config["data"]["controller_manager_config.yaml"])
+    assert manager["integrations"]["frameworks"] == ["jobset.x-k8s.io/jobset"]
+    hooks = [h for o in objs if o["kind"].endswith("WebhookConfiguration") for h in o["webhooks"]]
+    assert sorted(h["name"] for h in hooks) == sorted(
+        f"{p}{k}.kb.io" for p, k in [("m", "clusterqueue"), ("m", "jobset"), ("m", "resourceflavor"),
+                                     ("m", "workload"), ("v", "clusterqueue"), ("v", "cohort"), ("v", "jobset"),
+                                     ("v", "resourceflavor"), ("v", "workload")])
+    covered = {r for h in hooks for rule in h["rules"] for r in rule["resources"]}
+    assert not covered & {"pods", "deployments", "statefulsets", "jobs"}, covered
+
+
+def test_with_kueue_down_a_pod_in_any_namespace_is_still_created(tmp_path):
+    fake = FakeKube()
+    try:
+        _release_into(fake, kueue_install.release_objects())   # Kueue's controller never Available
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "team-a"},
+               "spec": {"containers": [{"name": "c", "image": "i"}]}}
+        fake.create("/api/v1/namespaces/team-a/pods/p", copy.deepcopy(pod))
+        # the release as Kueue publishes it (its pod webhook, failurePolicy Fail) refuses it: what the fake models
+        from fakes.k8s_server import Invalid
+        released = copy.deepcopy([o for o in kueue_install.release_objects()
+                                  if o["kind"] == "MutatingWebhookConfiguration"][0])
+        released["webhooks"].append({"name": "mpod.kb.io", "failurePolicy": "Fail", "clientConfig": {"service": {
+            "name": "kueue-webhook-service", "namespace": "kueue-system", "path": "/mutate--v1-pod"}},
+            "namespaceSelector": {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn",
+                                                        "values": ["kube-system", "kueue-system"]}]},
+            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}]})
+        fake.put("/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/"
+                 "kueue-mutating-webhook-configuration", released)
+        with pytest.raises(Invalid, match='failed calling webhook "mpod.kb.io"'):
+            fake.create("/api/v1/namespaces/team-a/pods/q", dict(copy.deepcopy(pod), metadata={
+                "name": "q", "namespace": "team-a"}))
+        fake.create("/api/v1/namespaces/kube-system/pods/q", dict(copy.deepcopy(pod), metadata={
+            "name": "q", "namespace": "kube-system"}))   # its namespaceSelector leaves kube-system out
+    finally:
+        fake.stop()

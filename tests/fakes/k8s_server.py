@@ -90,6 +90,12 @@ class Invalid(Exception):
     """What the API server answers 422 for (k8s_validation.refusal's message)."""
 
 
+# The resource a kind's create is admitted as (webhook rules name resources), and each release's webhook Service's
+# controller (the Deployment whose pods serve it: jobset and kueue config/components/webhook, manager)
+_PLURAL = {"Pod": "pods", "Job": "jobs", "Deployment": "deployments", "StatefulSet": "statefulsets"}
+_CONTROLLERS = {"jobset-webhook-service": CONTROLLER, "kueue-webhook-service": KUEUE_CONTROLLER}
+
+
 def crd_name(path: str) -> tuple[str, str] | None:
     """(CRD name, version) of a custom resource's path /apis/G/V/[namespaces/NS/]PLURAL/NAME; None for a built-in
     group's (no '.' in it, or *.k8s.io, which are Kubernetes' own)."""
@@ -146,9 +152,44 @@ class FakeKube:
             raise Invalid(k8s_validation.refusal(obj, errs))
 
     def create(self, path: str, obj: dict[str, Any]) -> dict[str, Any]:
-        """What a controller's create does: validated (Invalid when the API server would refuse it), then stored."""
+        """What a controller's create does: through the admission webhooks that cover it, validated (Invalid when
+        the API server would refuse it), then stored."""
+        meta = obj["metadata"]
+        down = self.webhook_refusal(_PLURAL.get(str(obj.get("kind")), ""), str(meta.get("namespace", "")),
+                                    meta.get("labels") or {})
+        if down:
+            raise Invalid(down)
         self.check(path, obj)
         return self.put(path, obj)
+
+    def webhook_refusal(self, resource: str, namespace: str, labels: dict[str, str]) -> str:
+        """The API server's refusal of a CREATE of `resource` in `namespace` when a registered webhook with
+        `failurePolicy: Fail` covers it (its rules' resources, its namespaceSelector's NotIn list, its
+        objectSelector's Exists keys: JobSet's pod webhooks select pods labelled jobset-name) and its service's
+        controller is not Available (Kubernetes docs "Dynamic Admission Control": failurePolicy Fail "means that an
+        error calling the webhook causes the admission to fail"); "" when none does. Kueue's release registers such
+        webhooks on pods, deployments, statefulsets and jobs in every namespace but kube-system and kueue-system."""
+        configs = [o for p, o in list(self.objects.items()) if p.startswith(
+            ("/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/",
+             "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/"))]
+        for config in configs:
+            for hook in config.get("webhooks", []):
+                service = hook.get("clientConfig", {}).get("service", {})
+                controller = _CONTROLLERS.get(str(service.get("name")))
+                if hook.get("failurePolicy", "Fail") != "Fail" or controller is None or \
+                        not any(resource in r.get("resources", []) and "CREATE" in r.get("operations", [])
+                                for r in hook.get("rules", [])):
+                    continue
+                skip = [v for e in hook.get("namespaceSelector", {}).get("matchExpressions", [])
+                        if e.get("key") == "kubernetes.io/metadata.name" and e.get("operator") == "NotIn"
+                        for v in e.get("values", [])]
+                needs = [e["key"] for e in hook.get("objectSelector", {}).get("matchExpressions", [])
+                         if e.get("operator") == "Exists"]
+                if namespace in skip or not all(k in labels for k in needs) or self.serving(controller):
+                    continue
+                return (f'Internal error occurred: failed calling webhook "{hook["name"]}": failed to call webhook: '
+                        f'no endpoints available for service "{service.get("name")}"')
+        return ""
 
     def list(self, prefix: str, selector: dict[str, str] | None = None) -> list[dict[str, Any]]:
         with self.lock:
@@ -188,13 +229,16 @@ class FakeKube:
             for fn in due:
                 fn()
 
+    def serving(self, controller: str) -> bool:
+        """The controller's Deployment is Available (its pods serve the webhooks)."""
+        dep = self.objects.get(controller)
+        return dep is not None and any(c.get("type") == "Available" and c.get("status") == "True"
+                                       for c in dep.get("status", {}).get("conditions", []))
+
     def webhook_down(self, controller: str = CONTROLLER, mutating: str = MUTATING) -> bool:
         """JobSet's (or Kueue's) webhooks are registered (failurePolicy Fail) and its controller does not serve them
         yet."""
-        dep = self.objects.get(controller)
-        available = dep is not None and any(c.get("type") == "Available" and c.get("status") == "True"
-                                            for c in dep.get("status", {}).get("conditions", []))
-        return mutating in self.objects and not available
+        return mutating in self.objects and not self.serving(controller)
 
     def applied(self, path: str, obj: dict[str, Any]) -> None:
         """The status the API server (a CRD) or the JobSet controller (its Deployment) gives what was applied."""
