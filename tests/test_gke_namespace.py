@@ -80,3 +80,19 @@ def test_a_run_in_its_own_namespace(gke, cli, tmp_path):
     from tpuctl.providers.gke.runs import GkeRuns
     seen = GkeRuns().describe(state.load("gn"))   # `status`: the cluster's JobSets in every namespace, with pods
     assert f"tpuctl-{run_id}-slice-0-0-" in str(seen[f"jobset tpuctl-{run_id}"]["pods"])
+
+
+def test_the_dry_run_writes_the_namespace_and_a_real_length_id(env, cli, tmp_path, monkeypatch):
+    import yaml
+    from tpuctl.providers.gke import dryrun
+    monkeypatch.chdir(tmp_path)
+    job = make_job(tmp_path, "print('hi')\n", 'framework = "jax"\n')
+    code, out, err = cli("submit", str(job), "--dry-run", "--provider", "gke", "--type", "v6e-16", "--slices", "2",
+                         "--namespace", "team-a", "--manifest", "-")
+    assert code == 0, err
+    (js,) = list(yaml.safe_load_all(out))
+    assert js["metadata"]["namespace"] == "team-a"
+    assert js["metadata"]["name"] == f"tpuctl-{dryrun.DRY_RUN_ID}"
+    code, out, err = cli("submit", str(job), "--dry-run", "--provider", "gke", "--type", "v6e-16",
+                         "--namespace", "Team_A", "--manifest", "-")
+    assert code == 2 and "invalid --namespace" in err
