@@ -126,11 +126,19 @@ def api_endpoint(c: Any) -> tuple[str, str]:
     accessible from the public internet. Ex: uid.us-central1.gke.goog"), with the same Google token and no cluster
     CA: gcloud writes none for it (kubeconfig.py `Cluster(..., has_dns_endpoint=True)`), the endpoint's certificate
     being publicly trusted. One that refuses outside traffic (allow_external_traffic false) is refused here as
-    gcloud refuses it (AllowExternalTrafficIsDisabledError)."""
+    gcloud refuses it (AllowExternalTrafficIsDisabledError).
+    Issue 57 item 6: IPEndpointsConfig's `enabled` and `enable_public_endpoint` are optional fields, and proto-plus
+    reads an unset one as False: a config that does not set `enabled` leaves the IP endpoints on (their default), so
+    presence is tested, not the value. A cluster whose public IP endpoint is off (enable_public_endpoint false:
+    "Controls whether the control plane allows access through a public IP") has only a private IP, which this machine
+    does not reach from outside the VPC: its DNS endpoint is taken where it has one."""
     cfg = c.control_plane_endpoints_config
-    if "ip_endpoints_config" not in cfg or cfg.ip_endpoints_config.enabled:
-        return c.endpoint, c.master_auth.cluster_ca_certificate
+    ip = cfg.ip_endpoints_config if "ip_endpoints_config" in cfg else None
+    ip_off = ip is not None and "enabled" in ip and not ip.enabled
+    public_off = ip is not None and "enable_public_endpoint" in ip and not ip.enable_public_endpoint
     dns = cfg.dns_endpoint_config
+    if not ip_off and not (public_off and dns.endpoint):
+        return c.endpoint, c.master_auth.cluster_ca_certificate
     if not dns.endpoint:
         raise TpuctlError(ErrorKind.INPUT, f"GKE cluster {c.name} has its IP endpoints off and no DNS endpoint",
                           f"gcloud container clusters update {c.name} --location={c.location} --enable-dns-access")
