@@ -96,3 +96,31 @@ def test_the_dry_run_writes_the_namespace_and_a_real_length_id(env, cli, tmp_pat
     code, out, err = cli("submit", str(job), "--dry-run", "--provider", "gke", "--type", "v6e-16",
                          "--namespace", "Team_A", "--manifest", "-")
     assert code == 2 and "invalid --namespace" in err
+
+
+def test_the_runs_workload_is_found_by_kueues_job_uid_label(api):
+    fake, a = api
+    for name, uid in (("old", "uid-of-a-deleted-jobset"), ("new", "uid-now")):
+        fake.put(f"/apis/kueue.x-k8s.io/v1beta1/namespaces/default/workloads/jobset-{name}", {
+            "kind": "Workload", "metadata": {"name": f"jobset-{name}", "namespace": "default",
+                                             "labels": {"kueue.x-k8s.io/job-uid": uid},
+                                             "ownerReferences": [{"kind": "JobSet", "name": "tpuctl-x", "uid": uid}]}})
+    js = {"metadata": {"name": "tpuctl-x", "namespace": "default", "uid": "uid-now"}}
+    assert kueue.workload_of(a, js)["metadata"]["name"] == "jobset-new"
+    assert kueue.workload_of(a, dict(js, metadata={**js["metadata"], "uid": "none"})) is None
+
+
+CONVERSION = ('conversion webhook for kueue.x-k8s.io/v1beta2, Kind=LocalQueue failed: Post "https://kueue-webhook-'
+              'service.kueue-system.svc:443/convert?timeout=30s": no endpoints available for service '
+              '"kueue-webhook-service"')
+
+
+def test_kueues_conversion_webhook_down_is_waited_out_then_said(api, monkeypatch):
+    fake, a = api
+    _queue(fake, "default", "lq")
+    fake.faults += [("GET", "/apis/kueue.x-k8s.io/", 500, CONVERSION)] * 2   # Kueue's replica restarting
+    assert kueue.pick_queue(a, "default", "", "") == "lq"
+    monkeypatch.setenv("TPUCTL_GKE_JOBSET_READY_SECONDS", "0")
+    fake.faults += [("GET", "/apis/kueue.x-k8s.io/", 500, CONVERSION)]
+    with pytest.raises(TpuctlError, match="Kueue's conversion webhook did not serve for 0s"):
+        kueue.pick_queue(a, "default", "", "")

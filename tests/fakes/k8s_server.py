@@ -116,7 +116,8 @@ class FakeKube:
         self.logs: dict[str, bytes] = {}                 # pod path -> its container's output so far
         self.requests: list[tuple[str, str]] = []       # (method, path) as received
         self.on_delete: list[Callable[[str, dict[str, Any]], None]] = []
-        self.faults: list[tuple[str, str, int]] = []     # (method, path prefix, status): the next such call fails
+        # (method, path prefix, status[, message]): the next such call fails
+        self.faults: list[tuple[Any, ...]] = []
         self.controller_delay = 0.5     # seconds from the JobSet controller's apply to its webhooks serving
         self.due: list[tuple[float, Callable[[], None]]] = []   # (monotonic time, what then happens)
         handler = type("H", (_Handler,), {"kube": self})
@@ -283,10 +284,11 @@ class _Handler(BaseHTTPRequestHandler):
         u = urlparse(self.path)
         self.kube.requests.append((method, u.path))
         self.kube.catch_up()
-        for i, (m, prefix, code) in enumerate(self.kube.faults):
+        for i, (m, prefix, code, *said) in enumerate(self.kube.faults):
             if m == method and u.path.startswith(prefix):
                 del self.kube.faults[i]
-                self._send(code, status(code, "InternalError" if code >= 500 else "Forbidden", "injected fault"))
+                self._send(code, status(code, "InternalError" if code >= 500 else "Forbidden",
+                                        said[0] if said else "injected fault"))
                 return None
         if not self.kube.served(u.path):
             self._send(404, status(404, "NotFound", "the server could not find the requested resource"))

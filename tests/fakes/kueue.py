@@ -118,6 +118,8 @@ class FakeKueue:
         prio = self.kube.objects.get(f"/apis/scheduling.k8s.io/v1/priorityclasses/{prio_name}", {}).get("value", 0)
         self.kube.put(path, {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "Workload", "metadata": {
             "name": f"jobset-{name}", "namespace": ns,
+            # constants.JobUIDLabel "kueue.x-k8s.io/job-uid": the owner job's UID (pkg/controller/constants)
+            "labels": {"kueue.x-k8s.io/job-uid": js["metadata"]["uid"]},
             "ownerReferences": [{"kind": "JobSet", "name": name, "uid": js["metadata"]["uid"]}]},
             "spec": {"queueName": js["metadata"]["labels"][QUEUE_LABEL], "priority": prio,
                      "priorityClassName": prio_name, "podSets": [{"name": s["name"], "count": s["count"]}

@@ -15,9 +15,10 @@ is in GKE_FACTS.md):
 from __future__ import annotations
 
 import re
-from typing import Any
+import time
+from typing import Any, Callable
 
-from ...core.errors import bad_input
+from ...core.errors import ErrorKind, TpuctlError, bad_input
 from . import kube
 
 API = "kueue.x-k8s.io/v1beta1"
@@ -72,24 +73,56 @@ def queued_words(workload: dict[str, Any] | None) -> str:
     return f"queued (Kueue: {why or 'waiting for admission'})"
 
 
+# Kueue labels each Workload with its job's UID (kueue pkg/controller/constants JobUIDLabel: "the label key in the
+# workload resource, that holds the UID of the owner job"): the run's Workload is found by it, not by listing every
+# Workload of the namespace at each look (issue 57 item 6).
+JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
+
+
 def workload_of(api: Any, jobset: dict[str, Any]) -> dict[str, Any] | None:
-    """The Workload Kueue made for `jobset` (owned by it), None before Kueue made one."""
+    """The Workload Kueue made for `jobset` (labelled with its UID and owned by it), None before Kueue made one."""
     ns, name = jobset["metadata"].get("namespace") or "default", jobset["metadata"]["name"]
-    found = kube.get(api, f"/apis/{API}/namespaces/{ns}/workloads") or {}
+    found = read(api, f"/apis/{API}/namespaces/{ns}/workloads",
+                     [("labelSelector", f"{JOB_UID_LABEL}={jobset['metadata'].get('uid', '')}")]) or {}
     return next((w for w in found.get("items", []) if any(r.get("kind") == "JobSet" and r.get("name") == name
                                                          for r in w["metadata"].get("ownerReferences", []))), None)
 
 
+# Kueue's v1beta1 LocalQueue, ClusterQueue and Workload are converted by Kueue's own webhook (their CRDs:
+# `conversion: strategy: Webhook`, kueue-v0.17.8.yaml), so while its one replica is down a read fails: 500,
+# 'conversion webhook for kueue.x-k8s.io/v1beta2, Kind=Workload failed: Post "https://kueue-webhook-service...".
+# Waited out as JobSet's webhooks are (jobset_install.ready_seconds), then said.
+CONVERSION_DOWN = "conversion webhook for kueue.x-k8s.io"
+
+
+def read(api: Any, path: str, query: list[tuple[str, str]] | None = None,
+         sleep: Callable[[float], None] = time.sleep) -> dict[str, Any] | None:
+    """kube.get of a Kueue object or list, retried while Kueue's conversion webhook does not serve."""
+    from .jobset_install import ready_seconds
+    end = time.monotonic() + ready_seconds()
+    while True:
+        try:
+            return kube.get(api, path, query)
+        except kube.KubeError as e:
+            if e.status < 500 or CONVERSION_DOWN not in e.message:
+                raise
+            if time.monotonic() >= end:
+                raise TpuctlError(ErrorKind.TIMEOUT, f"Kueue's conversion webhook did not serve for "
+                                  f"{ready_seconds():.0f}s: {e.message}", "`kubectl -n kueue-system get pods` and "
+                                  "its logs say why; Kueue's one replica may be restarting") from None
+            sleep(1.0)
+
+
 def local_queues(api: Any, namespace: str) -> list[str] | None:
     """The namespace's LocalQueues; None when the cluster runs no Kueue (its API is not served: 404)."""
-    found = kube.get(api, f"/apis/{API}/namespaces/{namespace}/localqueues")
+    found = read(api, f"/apis/{API}/namespaces/{namespace}/localqueues")
     return None if found is None else sorted(str(q["metadata"]["name"]) for q in found.get("items", []))
 
 
 def all_local_queues(api: Any) -> dict[str, list[str]]:
     """Namespace -> its LocalQueues, across the cluster (the cluster-wide list Kubernetes serves at
     /apis/GROUP/VERSION/PLURAL: "API Concepts", resource URIs)."""
-    found = kube.get(api, f"/apis/{API}/localqueues") or {}
+    found = read(api, f"/apis/{API}/localqueues") or {}
     out: dict[str, list[str]] = {}
     for q in found.get("items", []):
         out.setdefault(str(q["metadata"].get("namespace") or "default"), []).append(str(q["metadata"]["name"]))
@@ -149,9 +182,9 @@ def check_flavors(api: Any, namespace: str, queue: str, accelerator: str, topolo
     "Cluster Queue"; xpk's flavors label the accelerator and topology alone, GKE_FACTS.md). Returns the ClusterQueue's
     name; refused, one line, with what the flavors cover, when none fits."""
     from .manifest import ACCELERATOR_LABEL, TOPOLOGY_LABEL, TPU_RESOURCE
-    lq = kube.get(api, f"/apis/{API}/namespaces/{namespace}/localqueues/{queue}") or {}
+    lq = read(api, f"/apis/{API}/namespaces/{namespace}/localqueues/{queue}") or {}
     cq_name = str(lq.get("spec", {}).get("clusterQueue") or "")
-    cq = kube.get(api, f"/apis/{API}/clusterqueues/{cq_name}") if cq_name else None
+    cq = read(api, f"/apis/{API}/clusterqueues/{cq_name}") if cq_name else None
     seen = []
     for group in (cq or {}).get("spec", {}).get("resourceGroups", []):
         if TPU_RESOURCE not in group.get("coveredResources", []):
