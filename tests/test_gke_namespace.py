@@ -124,3 +124,27 @@ def test_kueues_conversion_webhook_down_is_waited_out_then_said(api, monkeypatch
     fake.faults += [("GET", "/apis/kueue.x-k8s.io/", 500, CONVERSION)]
     with pytest.raises(TpuctlError, match="Kueue's conversion webhook did not serve for 0s"):
         kueue.pick_queue(a, "default", "", "")
+
+
+def test_priority_names_a_kueue_workload_priority_class(gke, cli, tmp_path):
+    from conftest import until
+    fake, cluster, make = gke
+    make("gw", "v6e-4")
+    FakeKueue(fake, cluster).install(chips=4)
+    fake.put("/apis/kueue.x-k8s.io/v1beta1/workloadpriorityclasses/team-urgent", {
+        "apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "WorkloadPriorityClass",
+        "metadata": {"name": "team-urgent"}, "value": 5000})
+    job = make_job(tmp_path, JOB, 'framework = "jax"\n')
+    code, out, err = cli("submit", str(job), "-c", "gw", "--detach", "--priority", "team-urgent")
+    assert code == 0, err
+    run_id = out.strip()
+    js = fake.objects[f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/default/jobsets/tpuctl-{run_id}"]
+    assert js["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] == "team-urgent"
+    pod = js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    assert "priorityClassName" not in pod
+    wl = until(lambda: fake.objects.get(f"/apis/kueue.x-k8s.io/v1beta1/namespaces/default/workloads/"
+                                        f"jobset-tpuctl-{run_id}"), 10, "the Workload")
+    assert wl["spec"]["priority"] == 5000
+    code, out, err = cli("submit", str(job), "-c", "gw", "--detach", "--priority", "nosuch")
+    assert code == 2 and "WorkloadPriorityClasses: team-urgent" in err
+    _ended(fake, run_id, "Completed")

@@ -249,3 +249,12 @@ def test_with_kueue_down_a_pod_in_any_namespace_is_still_created(tmp_path):
             "name": "q", "namespace": "kube-system"}))   # its namespaceSelector leaves kube-system out
     finally:
         fake.stop()
+
+
+@pytest.mark.parametrize("tpu_type,slices", [("v6e-16", 4), ("tpu7x-8192", 4), ("v5litepod-1", 1)])
+def test_a_workload_priority_class_manifest_is_valid_at_the_longest_names(tpu_type, slices):
+    import dataclasses
+    r = dataclasses.replace(_run(tpu_type, slices, LONGEST_QUEUE, "w" * 63), workload_priority=True)
+    js = manifest.build_jobset(r)
+    assert js["metadata"]["labels"][manifest.WORKLOAD_PRIORITY_LABEL] == "w" * 63
+    assert _derived_problems(js) == []

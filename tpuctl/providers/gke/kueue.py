@@ -113,6 +113,17 @@ def read(api: Any, path: str, query: list[tuple[str, str]] | None = None,
             sleep(1.0)
 
 
+def is_workload_priority(api: Any, name: str) -> bool:
+    """Whether `name` is a Kueue WorkloadPriorityClass (cluster-scoped; Kueue reads its label first: manifest.py
+    WORKLOAD_PRIORITY_LABEL). Its name goes in a label: one longer than 63 characters could not be written."""
+    if not name or read(api, f"/apis/{API}/workloadpriorityclasses/{name}") is None:
+        return False
+    if len(name) > LABEL_VALUE_MAX:
+        raise bad_input(f"--priority {name}: a WorkloadPriorityClass name over {LABEL_VALUE_MAX} characters cannot "
+                        "be the JobSet's label", "name a shorter one")
+    return True
+
+
 def local_queues(api: Any, namespace: str) -> list[str] | None:
     """The namespace's LocalQueues; None when the cluster runs no Kueue (its API is not served: 404)."""
     found = read(api, f"/apis/{API}/namespaces/{namespace}/localqueues")
@@ -143,11 +154,16 @@ def pick_queue(api: Any, namespace: str, queue: str, priority: str) -> str:
     suspended for ever with `true` (kueue v0.17 jobframework/defaults.go `WorkloadShouldBeSuspended`;
     GKE_FACTS.md). A `priority` must name a PriorityClass (the API server refuses a pod naming a missing one: "no
     PriorityClass with name ... was found", Kubernetes docs "Pod Priority and Preemption")."""
-    if priority and kube.get(api, f"/apis/scheduling.k8s.io/v1/priorityclasses/{priority}") is None:
+    if priority and not is_workload_priority(api, priority) and \
+            kube.get(api, f"/apis/scheduling.k8s.io/v1/priorityclasses/{priority}") is None:
         found = kube.get(api, "/apis/scheduling.k8s.io/v1/priorityclasses") or {}
         names = sorted(str(p["metadata"]["name"]) for p in found.get("items", []))
-        raise bad_input(f"--priority {priority}: the cluster has no such PriorityClass",
-                        "the cluster has: " + (", ".join(names) or "none") + " (`tpuctl up --kueue` makes xpk's)")
+        wpcs = sorted(str(p["metadata"]["name"]) for p in (
+            read(api, f"/apis/{API}/workloadpriorityclasses") or {}).get("items", []))
+        raise bad_input(f"--priority {priority}: the cluster has no such PriorityClass or Kueue "
+                        "WorkloadPriorityClass", "the cluster has: " + (", ".join(names) or "none") +
+                        (f"; WorkloadPriorityClasses: {', '.join(wpcs)}" if wpcs else "") +
+                        " (`tpuctl up --kueue` makes xpk's)")
     queues = local_queues(api, namespace)
     if queues is None:
         if queue:

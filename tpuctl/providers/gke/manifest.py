@@ -62,6 +62,10 @@ JOB_GLOBAL_INDEX = "jobset.sigs.k8s.io/job-global-index"
 # run's priority is its pods' priorityClassName, which Kueue takes as the Workload's priority (kueue
 # pkg/util/priority: the pod sets' PriorityClassName) and which xpk writes (`priorityClassName: {priority}`).
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+# A Kueue WorkloadPriorityClass is named by this label on the job, which Kueue reads before the pods'
+# priorityClassName (kueue pkg/controller/constants WorkloadPriorityClassLabel; jobframework/reconciler.go
+# `ExtractPriority`): `--priority NAME` naming one is written so (issue 57 item 6).
+WORKLOAD_PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 # Bounds that keep a manifest inside its fields: maxRestarts is an int32 (jobset_types.go FailurePolicy.MaxRestarts
 # int32), and a run takes at most the slices `up` makes (planning.MAX_SLICES).
 MAX_RESTARTS = 1000
@@ -108,6 +112,7 @@ class RunObjects:
     namespace: str = DEFAULT_NAMESPACE
     queue: str = ""             # Kueue's LocalQueue ("": none: the cluster runs no Kueue)
     priority: str = ""          # the pods' PriorityClass ("": the cluster's default)
+    workload_priority: bool = False   # `priority` names a Kueue WorkloadPriorityClass: the JobSet's label instead
     own_pools: bool = True      # the pods select tpuctl's node pools (False: a team's queue's flavors place them)
 
 
@@ -134,7 +139,8 @@ def check(slices: int, max_restarts: int, shape: Shape) -> None:
 def build_jobset(r: RunObjects) -> dict[str, Any]:
     check(r.slices, r.max_restarts, r.shape)
     labels = {LABEL_CLUSTER: r.cluster, LABEL_RUN: r.run_id.lower()}
-    meta_labels = {**labels, **({QUEUE_LABEL: r.queue} if r.queue else {})}
+    meta_labels = {**labels, **({QUEUE_LABEL: r.queue} if r.queue else {}),
+                   **({WORKLOAD_PRIORITY_LABEL: r.priority} if r.priority and r.workload_priority else {})}
     return {
         "apiVersion": JOBSET_API,
         "kind": "JobSet",
@@ -179,7 +185,7 @@ def _node_selector(r: RunObjects) -> dict[str, str]:
 
 def _pod_spec(r: RunObjects) -> dict[str, Any]:
     return {
-        **({"priorityClassName": r.priority} if r.priority else {}),
+        **({"priorityClassName": r.priority} if r.priority and not r.workload_priority else {}),
         "restartPolicy": "Never",   # the Job's pod failure policy needs it (Kubernetes Job docs)
         "hostNetwork": True, "dnsPolicy": "ClusterFirstWithHostNet",   # xpk: TPU hosts talk over the host network
         "terminationGracePeriodSeconds": GRACE_SECONDS,

@@ -112,9 +112,12 @@ class GkeRuns:
                  progress: Callable[[str], None], keep_inputs: bool = False) -> None:
         job = runs.job(store, run_id)
         ns = (job.namespace if job else "") or manifest.DEFAULT_NAMESPACE
-        js = manifest.build_jobset(run_objects(st, run_id, job.max_restarts if job else 0,
-                                               job.queue if job else "", job.priority if job else "", ns))
         api = self._api(st)
+        objs = run_objects(st, run_id, job.max_restarts if job else 0, job.queue if job else "",
+                           job.priority if job else "", ns)
+        if objs.priority and objs.queue and kueue.is_workload_priority(api, objs.priority):
+            objs = replace(objs, workload_priority=True)
+        js = manifest.build_jobset(objs)
         end = time.monotonic() + jobset_install.ready_seconds()
         while True:   # JobSet's webhooks refuse while its controller (re)starts (jobset_install.py WEBHOOK_DOWN)
             try:
