@@ -100,3 +100,14 @@ def test_submit_through_a_teams_queue_on_an_adopted_cluster(api):
     assert run_objects(st, "r", 0).own_pools is True
     st.record["gke"]["adopted"] = False   # a cluster tpuctl made: its own pools, whatever the queue
     assert run_objects(st, "r", 0, queue="lq").own_pools is True
+
+
+def test_pools_of_an_older_tpuctl_without_the_label_still_take_the_run(gke, cli, tmp_path):
+    fake, cluster, make = gke
+    make("old", "v6e-4", own=False)
+    job = make_job(tmp_path, JOB, 'framework = "jax"\n')
+    code, out, err = cli("submit", str(job), "-c", "old")
+    assert code == 0, err + _pod_logs(fake)
+    assert "no node is labelled tpuctl-cluster=old" in err
+    (run_id,) = _run_ids(fake)
+    _ended(fake, run_id, "Completed")

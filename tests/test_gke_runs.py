@@ -70,13 +70,14 @@ def gke(cloud, env, tmp_path, monkeypatch):
     from tpuctl.providers.gke.provider import GkeProvider
     monkeypatch.setattr(GkeProvider, "_missing", lambda self, st: [])
 
-    def make(name, tpu_type, slices=1):
+    def make(name, tpu_type, slices=1, own=True):
+        """`own=False`: node pools as a tpuctl before issue 57 made them, with no label or taint of its own."""
         shape = tputypes.shape(tpu_type)
         for k in range(slices):
             cluster.add_node_pool(f"tpuctl-{name}-np-{k}", shape.hosts, {
                 "cloud.google.com/gke-tpu-accelerator": shape.accelerator,
-                "cloud.google.com/gke-tpu-topology": shape.topology, "tpuctl-cluster": name},   # as `up` makes them
-                [{"key": "tpuctl-cluster", "value": name, "effect": "NoSchedule"}])
+                "cloud.google.com/gke-tpu-topology": shape.topology, **({"tpuctl-cluster": name} if own else {})},
+                [{"key": "tpuctl-cluster", "value": name, "effect": "NoSchedule"}] if own else [])   # as `up` does
         jobset_install.ensure_jobset(kube.connect(fake.url, "", ""))
         spec = ClusterSpec(name=name, provider=ProviderName.GKE, tpu_type=tpu_type, store=store_uri,
                            slices=slices, framework=Framework.JAX, project="test-proj", zones=["us-central1-a"])

@@ -117,6 +117,14 @@ class GkeRuns:
                            job.priority if job else "", ns)
         if objs.priority and objs.queue and kueue.is_workload_priority(api, objs.priority):
             objs = replace(objs, workload_priority=True)
+        labelled = kube.get(api, "/api/v1/nodes", [("labelSelector", f"{manifest.LABEL_CLUSTER}={st.name}"),
+                                                    ("limit", "1")]) if objs.own_pools else None
+        if objs.own_pools and not (labelled or {}).get("items"):
+            # node pools made before tpuctl labelled its own (issue 57 item 4): selecting the label would leave
+            # the run Pending for ever; it selects the TPU shape alone, as before, and says why
+            objs = replace(objs, own_pools=False)
+            progress(f"no node is labelled {manifest.LABEL_CLUSTER}={st.name} (node pools of an older tpuctl): the "
+                     "run may land on any node pool of its TPU shape; `tpuctl down` and `up` make labelled ones")
         js = manifest.build_jobset(objs)
         end = time.monotonic() + jobset_install.ready_seconds()
         while True:   # JobSet's webhooks refuse while its controller (re)starts (jobset_install.py WEBHOOK_DOWN)
