@@ -27,3 +27,25 @@ def test_a_dns_endpoint_that_refuses_outside_traffic_is_one_clear_error_and_noth
     said = " ".join(err.split())
     assert "its DNS endpoint refuses outside traffic" in said and "--enable-dns-access" in said
     assert "Traceback" not in err and gke.leaks() == [] and state.load("dns") is None
+
+
+def test_a_cluster_whose_public_ip_endpoint_is_off_is_reached_on_its_dns_endpoint(gke, cli):
+    # issue 57 item 6: enable_public_endpoint false leaves only a private IP, not reachable from here
+    _their_cluster(gke)
+    gke.fake.dns_only(gke.fake.clusters[(PROJ, "us-east5", "team")],
+                      ip_config={"enabled": True, "enablePublicEndpoint": False})
+    code, out, err = _up(cli, "pub", "--type", "v6e-16", "--zone", "us-east5-b", "--gke-cluster", "team")
+    assert code == 0, err
+    assert state.load("pub").record["gke"]["endpoint"] == gke.kube.url
+    assert cli("down", "-c", "pub", "--yes")[0] == 0
+
+
+def test_an_ip_endpoints_config_without_enabled_is_not_read_as_off():
+    from google.cloud import container_v1 as c
+    from tpuctl.providers.gke import container
+    cluster = c.Cluster(name="x", endpoint="34.1.2.3", master_auth=c.MasterAuth(cluster_ca_certificate="Q0E="),
+                        control_plane_endpoints_config=c.ControlPlaneEndpointsConfig(
+                            ip_endpoints_config=c.ControlPlaneEndpointsConfig.IPEndpointsConfig(global_access=True),
+                            dns_endpoint_config=c.ControlPlaneEndpointsConfig.DNSEndpointConfig(
+                                endpoint="uid.us-central1.gke.goog")))
+    assert container.api_endpoint(cluster) == ("34.1.2.3", "Q0E=")

@@ -419,3 +419,18 @@ def test_a_kubeconfig_context_given_to_up_is_how_tpuctl_reaches_kubernetes(gke, 
     code, out, err = cli("down", "-c", "ctx", "--yes")
     assert code == 0, err
     assert gke.leaks() == []
+
+
+def test_a_failed_node_pool_on_a_re_up_of_a_cluster_tpuctl_made_is_removed(gke, cli):
+    # issue 57 item 6: the cluster exists from an earlier `up`; its pool, gone, is made again and fails: undone
+    code, out, err = _up(cli, "re", "--type", "v6e-16", "--zone", "us-east5-b")
+    assert code == 0, err
+    c = gke.fake.clusters[(PROJ, "us-east5-b", "tpuctl-re")]
+    c["nodePools"] = [p for p in c["nodePools"] if p["name"] != "tpuctl-re-np-0"]
+    gke.fake.op_faults["create_pool"] = [(8, "Google Compute Engine: ZONE_RESOURCE_POOL_EXHAUSTED: the zone does "
+                                             "not have enough resources")]
+    code, out, err = cli("up", "-c", "re", "--yes")
+    assert code == 4, err
+    assert [p["name"] for p in c["nodePools"]] == ["system"]   # the ERROR pool is not left billing
+    assert cli("down", "-c", "re", "--yes")[0] == 0
+    assert gke.leaks() == []

@@ -78,7 +78,8 @@ def test_the_fields_issue_37_lists():
     assert js["metadata"]["annotations"] == {"alpha.jobset.sigs.k8s.io/exclusive-topology":
                                              "cloud.google.com/gke-nodepool"}
     assert pod["nodeSelector"] == {"cloud.google.com/gke-tpu-accelerator": "tpu-v5-lite-podslice",
-                                   "cloud.google.com/gke-tpu-topology": "4x4"}
+                                   "cloud.google.com/gke-tpu-topology": "4x4",
+                                   "tpuctl-cluster": "c1"}   # the pools `up` made (issue 57 item 4)
     assert pod["containers"][0]["resources"]["limits"] == {"google.com/tpu": "4"}
     assert {"key": "google.com/tpu", "operator": "Exists"} in pod["tolerations"]
     assert pod["hostNetwork"] is True and pod["dnsPolicy"] == "ClusterFirstWithHostNet"

@@ -70,12 +70,14 @@ def gke(cloud, env, tmp_path, monkeypatch):
     from tpuctl.providers.gke.provider import GkeProvider
     monkeypatch.setattr(GkeProvider, "_missing", lambda self, st: [])
 
-    def make(name, tpu_type, slices=1):
+    def make(name, tpu_type, slices=1, own=True):
+        """`own=False`: node pools as a tpuctl before issue 57 made them, with no label or taint of its own."""
         shape = tputypes.shape(tpu_type)
         for k in range(slices):
             cluster.add_node_pool(f"tpuctl-{name}-np-{k}", shape.hosts, {
                 "cloud.google.com/gke-tpu-accelerator": shape.accelerator,
-                "cloud.google.com/gke-tpu-topology": shape.topology})
+                "cloud.google.com/gke-tpu-topology": shape.topology, **({"tpuctl-cluster": name} if own else {})},
+                [{"key": "tpuctl-cluster", "value": name, "effect": "NoSchedule"}] if own else [])   # as `up` does
         jobset_install.ensure_jobset(kube.connect(fake.url, "", ""))
         spec = ClusterSpec(name=name, provider=ProviderName.GKE, tpu_type=tpu_type, store=store_uri,
                            slices=slices, framework=Framework.JAX, project="test-proj", zones=["us-central1-a"])
@@ -154,15 +156,18 @@ def cluster_store():
 
 def test_two_slices_run_on_every_host_of_both(gke, cli, tmp_path):
     fake, cluster, make = gke
-    make("g2", "v6e-8", slices=2)   # two hosts a slice: 4 pods, one per node of two node pools
+    name = "g2" + "x" * 22   # the longest cluster name tpuctl takes (core/models.check_cluster_name: 24)
+    make(name, "v6e-8", slices=2)   # two hosts a slice: 4 pods, one per node of two node pools
     job = make_job(tmp_path, MEGASCALE_JOB, 'framework = "jax"\n')
-    code, out, err = cli("submit", str(job), "-c", "g2")
+    code, out, err = cli("submit", str(job), "-c", name)
     assert code == 0, err + _pod_logs(fake)
     (run_id,) = _run_ids(fake)
+    assert len(run_id) == 24   # a real run id's length: the names and labels JobSet derives from it are valid
     _ended(fake, run_id, "Completed")
+    assert cluster.refused == {}
     pods = [o for p, o in fake.objects.items() if "/pods/" in p]
     assert len(pods) == 4 and {p["spec"]["nodeName"] for p in pods} == {
-        f"gke-tpuctl-g2-np-{k}-{i}" for k in (0, 1) for i in (0, 1)}
+        f"gke-tpuctl-{name}-np-{k}-{i}" for k in (0, 1) for i in (0, 1)}
     store = cluster_store()
     assert all(runs.status(store, run_id, w).state is runs.RunState.SUCCEEDED for w in range(4))
     # Each host's job sees the Multislice environment JobSet's annotations give (issue 49 item 1): slice 0's worker
@@ -170,6 +175,9 @@ def test_two_slices_run_on_every_host_of_both(gke, cli, tmp_path):
     prefix = f"{layout.run_output(run_id)}/env-"
     seen = {k[len(prefix):]: __import__("json").loads(store.read(k)) for k, _ in store.list(prefix)}
     coordinator = f"tpuctl-{run_id.lower()}-slice-0-0.tpuctl-{run_id.lower()}"
+    (first,) = [p for p in pods if p["metadata"]["annotations"]["jobset.sigs.k8s.io/job-index"] == "0"
+                and p["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"] == "0"]
+    assert coordinator == f"{first['spec']['hostname']}.{first['spec']['subdomain']}"   # its DNS name
     assert seen == {f"{k}-{w}": {"MEGASCALE_COORDINATOR_ADDRESS": coordinator, "MEGASCALE_NUM_SLICES": "2",
                                  "MEGASCALE_SLICE_ID": str(k), "MEGASCALE_PORT": None}
                     for k in (0, 1) for w in (0, 1)}, seen

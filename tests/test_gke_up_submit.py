@@ -50,9 +50,17 @@ def both(cloud, env, tmp_path, monkeypatch, _gke_servers):
         machine = pool["config"]["machineType"]
         chips = int(machine.rsplit("-", 1)[1].rstrip("t"))
         topology = (pool.get("placementPolicy") or {}).get("tpuTopology") or _SINGLE_HOST_TOPOLOGY[chips]
+        # the pool's own Kubernetes labels and taints on each node (NodeConfig.labels, .taints; GKE's
+        # node-taints docs: "Taints are created automatically when a node is added to a node pool")
+        # (the client sends enums as numbers: `enum-encoding=int`; container_v1 NodeTaint.Effect 1, 2, 3)
+        effects = {"NO_SCHEDULE": "NoSchedule", "PREFER_NO_SCHEDULE": "PreferNoSchedule", "NO_EXECUTE": "NoExecute",
+                   1: "NoSchedule", 2: "PreferNoSchedule", 3: "NoExecute"}
         cluster.add_node_pool(pool["name"], int(pool["initialNodeCount"]), {
+            **pool["config"].get("labels", {}),
             "cloud.google.com/gke-tpu-accelerator": _ACCELERATOR[machine.split("-", 1)[0]],
-            "cloud.google.com/gke-tpu-topology": topology})
+            "cloud.google.com/gke-tpu-topology": topology},
+            [{"key": t["key"], "value": t.get("value", ""), "effect": effects[t["effect"]]}
+             for t in pool["config"].get("taints", [])])
     g.on_pool_ready.append(nodes)
     monkeypatch.setenv("TPUCTL_GKE_POLL_SECONDS", "0")
     monkeypatch.setenv("TPUCTL_LOG_POLL_MAX", "0.2")
@@ -84,6 +92,9 @@ def test_up_submit_logs_download_down_on_gke(both, cli, tmp_path):
     _ended(kube, run_id, "Completed")
     pods = [o for p, o in kube.objects.items() if "/pods/" in p]
     assert {p["spec"]["nodeName"] for p in pods} == {f"gke-tpuctl-e2e-np-{k}-{i}" for k in (0, 1) for i in (0, 1)}
+    node = kube.objects["/api/v1/nodes/gke-tpuctl-e2e-np-0-0"]   # the pools are tpuctl's own (issue 57 item 4)
+    assert node["metadata"]["labels"]["tpuctl-cluster"] == "e2e"
+    assert node["spec"]["taints"] == [{"key": "tpuctl-cluster", "value": "e2e", "effect": "NoSchedule"}]
     store = GcsStore("gs://test-proj-tpuctl-e2e", PROJ)
     assert all(runs.status(store, run_id, w).state is runs.RunState.SUCCEEDED for w in range(4))
     code, out, err = cli("download", run_id, "-c", "e2e", "-o", str(tmp_path / "dl"))

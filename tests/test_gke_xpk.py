@@ -29,9 +29,6 @@ DIFFERENCES = {
     "metadata.labels.tpuctl-cluster": "tpuctl labels the cluster and run (`ls` and `status` select by them)",
     "metadata.labels.tpuctl-run": "as tpuctl-cluster",
     "metadata.labels.xpk.google.com/workload": "xpk's own label for its workload",
-    "spec.coordinator": "Multislice: slice 0's worker 0 named as JobSet's coordinator, whose annotation gives each "
-                        "pod MEGASCALE_COORDINATOR_ADDRESS (JobSet sets no MEGASCALE_*: kubernetes-sigs/jobset#787; "
-                        "issue 49 item 1); xpk leaves them to the workload",
     "metadata.namespace": "written out (default), where xpk leaves it to kubectl's context",
     "spec.ttlSecondsAfterFinished": "kept until `down` (or cancel) deletes it, so `status`/`jobs` can show the "
                                     "JobSet's conditions and restarts after the run; its pods hold no TPU once ended",
@@ -55,7 +52,10 @@ DIFFERENCES = {
     "spec.replicatedJobs[].template.spec.template.spec.containers[].command": "the tpuctl agent for the run, "
                                                                               "installed from the store",
     "spec.replicatedJobs[].template.spec.template.spec.containers[].env": "the agent's TPUCTL_* settings; the "
-                                                                          "slice and restart from JobSet's labels",
+                                                                          "slice and restart from JobSet's labels; "
+        "Multislice: MEGASCALE_* (JobSet sets none: kubernetes-sigs/jobset#787), the coordinator slice 0's worker 0 by "
+        "its DNS name, written as a value, not JobSet's spec.coordinator, whose label is over 63 characters at a "
+        "run id's length (issue 57 item 1); xpk leaves them to the workload",
     "spec.replicatedJobs[].template.spec.template.spec.containers[].image": "tpuctl's base image or --image",
     "spec.replicatedJobs[].template.spec.template.spec.containers[].securityContext":
         "not privileged: GKE's TPU docs say containers need privileged mode only before GKE 1.28 (NOT re-read "
@@ -63,6 +63,12 @@ DIFFERENCES = {
     "spec.replicatedJobs[].template.spec.template.spec.containers[].volumeMounts[].name": "dshm (xpk: dshm-2)",
     "spec.replicatedJobs[].template.spec.template.spec.containers[].resources.limits.google.com/tpu":
         "a quantity string ('4'); xpk writes the integer 4: the API server takes both as the same quantity",
+    "spec.replicatedJobs[].template.spec.template.spec.tolerations": "xpk's google.com/tpu toleration (required "
+        "below, kept whole), plus the NoSchedule taint tpuctl-cluster=<cluster> of the node pools tpuctl makes (issue 57 "
+        "item 4: its pools are its own, other teams' pods of the same shape stay off them)",
+    "spec.replicatedJobs[].template.spec.template.spec.nodeSelector.tpuctl-cluster": "the Kubernetes node label of "
+        "tpuctl's own node pools (issue 57 item 4): the run lands on the pools `up` made for it, not on another team's "
+        "of the same shape; left out when a team's queue places the run",
     "spec.replicatedJobs[].template.spec.template.spec.nodeSelector.cloud.google.com/placement-policy-name":
         "the workload policy `up` made for the cluster's node pools (recorded), not xpk's per-type policy name",
 }
@@ -77,7 +83,6 @@ REQUIRED = ["apiVersion", "kind", "metadata.annotations.alpha.jobset.sigs.k8s.io
             "spec.replicatedJobs[].template.spec.template.spec.restartPolicy",
             "spec.replicatedJobs[].template.spec.template.spec.hostNetwork",
             "spec.replicatedJobs[].template.spec.template.spec.dnsPolicy",
-            "spec.replicatedJobs[].template.spec.template.spec.tolerations",
             "spec.replicatedJobs[].template.spec.template.spec.nodeSelector.cloud.google.com/gke-tpu-accelerator",
             "spec.replicatedJobs[].template.spec.template.spec.nodeSelector.cloud.google.com/gke-tpu-topology",
             "spec.replicatedJobs[].template.spec.template.spec.terminationGracePeriodSeconds",
@@ -146,6 +151,8 @@ def test_tpuctl_agrees_with_xpk_on_every_listed_field(tpu_type, slices, priority
     a, b = leaves(ours), leaves(theirs)
     for p in REQUIRED:   # present on both sides, not merely equal by absence
         assert p in a and p in b, p
+    pod = lambda js: js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]  # noqa: E731
+    assert all(t in pod(ours)["tolerations"] for t in pod(theirs)["tolerations"])   # xpk's, each kept whole
     if shape.needs_workload_policy:   # both select a placement policy; its name is the cluster's
         key = ("spec.replicatedJobs[].template.spec.template.spec.nodeSelector."
                "cloud.google.com/placement-policy-name")

@@ -126,15 +126,17 @@ class FakeGke:
             self.delay, self.one_op_per_cluster, self.versions = 0.0, False, list(VERSIONS)
             self.on_pool_ready = []
 
-    def dns_only(self, cluster, allow_external=True):
+    def dns_only(self, cluster, allow_external=True, ip_config=None):
         """The cluster (JSON) with its IP endpoints off: its Kubernetes API answers only on its DNS endpoint
         (container_v1 ControlPlaneEndpointsConfig: ip_endpoints_config.enabled "Controls whether to allow direct IP
         access"; dns_endpoint_config.endpoint "A DNS format address ... Ex: uid.us-central1.gke.goog"). Its
         `endpoint` names a port nothing listens on (an IP address nobody reaches), its DNS endpoint the fake
-        Kubernetes API; `allow_external=False`: that endpoint refuses user traffic (allow_external_traffic)."""
+        Kubernetes API; `allow_external=False`: that endpoint refuses user traffic (allow_external_traffic);
+        `ip_config`: another ipEndpointsConfig, e.g. {"enabled": True, "enablePublicEndpoint": False} (the public IP
+        off: `endpoint` is then the private IP, unreachable from outside the VPC)."""
         cluster["endpoint"] = "http://127.0.0.1:9"
         cluster["controlPlaneEndpointsConfig"] = {
-            "ipEndpointsConfig": {"enabled": False},
+            "ipEndpointsConfig": {"enabled": False} if ip_config is None else ip_config,
             "dnsEndpointConfig": {"endpoint": self.kube_endpoint, "allowExternalTraffic": allow_external}}
         return cluster
 

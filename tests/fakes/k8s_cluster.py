@@ -22,6 +22,9 @@ Modelled, with sources:
   annotations['k'] resolved by the downward API), plus the `image` environment the test gives (PATH, ...); phase
   Pending -> Running -> Succeeded/Failed with containerStatuses[].state.terminated.exitCode; its output is the
   pod's log; a deleted pod's process gets SIGTERM, then SIGKILL after terminationGracePeriodSeconds.
+- what the API server refuses (issue 57 item 2): each Job and pod the controllers make goes through
+  FakeKube.create (k8s_validation.py); a refused Job is not made, its message kept in `refused`, and tried again
+  next tick with no condition on the JobSet, as v0.10.1's reconcile returns the error and is requeued.
 Not modelled: node failures and GKE's node-pool repair (a test deletes pods or nodes itself), DNS, networking.
 """
 from __future__ import annotations
@@ -32,9 +35,10 @@ import signal
 import subprocess
 import threading
 import time
+import uuid
 from typing import Any, Callable
 
-from fakes.k8s_server import FakeKube
+from fakes.k8s_server import FakeKube, Invalid
 from fakes.procs import kill_marked
 
 JS = "/apis/jobset.x-k8s.io/v1alpha2/namespaces/"
@@ -73,14 +77,18 @@ class FakeCluster:
         kube.on_delete.append(self._deleted)
         self.controllers: list[Callable[[], None]] = []   # more controllers each tick (fakes/kueue.py)
         self.unpullable: set[str] = set()   # images no node can pull: their pods wait in ErrImagePull
+        self.refused: dict[str, str] = {}   # path -> the API server's 422 for an object a controller made
         self.thread = threading.Thread(target=self._loop, daemon=True)
         self.thread.start()
 
-    def add_node_pool(self, name: str, nodes: int, labels: dict[str, str]) -> None:
+    def add_node_pool(self, name: str, nodes: int, labels: dict[str, str],
+                      taints: list[dict[str, str]] | None = None) -> None:
+        """`taints`: the node pool's (GKE applies a node pool's NodeConfig.taints to each of its nodes:
+        kubernetes-engine/docs/how-to/node-taints), each {key, value, effect}."""
         for i in range(nodes):
             node = f"gke-{name}-{i}"
-            self.kube.put(f"/api/v1/nodes/{node}", {
-                "apiVersion": "v1", "kind": "Node",
+            self.kube.create(f"/api/v1/nodes/{node}", {
+                "apiVersion": "v1", "kind": "Node", "spec": {"taints": list(taints or [])},
                 "metadata": {"name": node, "labels": {**labels, "cloud.google.com/gke-nodepool": name}},
                 "status": {"conditions": [{"type": "Ready", "status": "True"}]}})
 
@@ -118,10 +126,15 @@ class FakeCluster:
                       and o["metadata"].get("labels", {}).get(L_JOBSET) == name]:
                 self.kube.remove(p)
             return
-        jobs = []
+        jobs, made = [], 0
         for rj in js["spec"]["replicatedJobs"]:
             for i in range(int(rj.get("replicas", 1))):
-                jobs.append(self._ensure_job(js, ns, rj, i, attempt, len(jobs)))
+                job = self._ensure_job(js, ns, rj, i, attempt, made)
+                made += 1
+                if job is not None:
+                    jobs.append(job)
+        if len(jobs) < made:
+            return   # a Job the API server refused: tried again next tick, as v0.10.1 requeues
         failed = [j for j in jobs if _cond(j, "Failed")]
         if failed:
             reason = _cond(failed[0], "Failed")["reason"]   # type: ignore[index]
@@ -145,44 +158,27 @@ class FakeCluster:
                                            "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
 
     def _ensure_job(self, js: dict[str, Any], ns: str, rj: dict[str, Any], i: int, attempt: int,
-                    global_index: int) -> dict[str, Any]:
+                    global_index: int) -> dict[str, Any] | None:
         name = f"{js['metadata']['name']}-{rj['name']}-{i}"
         path = f"/apis/batch/v1/namespaces/{ns}/jobs/{name}"
         job = self.kube.objects.get(path)
         if job is None:
-            marks = {L_JOBSET: js["metadata"]["name"], L_RJOB: rj["name"], L_INDEX: str(i), L_RESTART: str(attempt),
-                     L_GLOBAL_INDEX: str(global_index),
-                     L_GLOBAL_REPLICAS: str(sum(int(r.get("replicas", 1)) for r in js["spec"]["replicatedJobs"]))}
-            coord = js["spec"].get("coordinator")
-            if coord:
-                sub = js["spec"].get("network", {}).get("subdomain") or js["metadata"]["name"]
-                marks[L_COORDINATOR] = (f"{js['metadata']['name']}-{coord['replicatedJob']}-"
-                                        f"{coord.get('jobIndex', 0)}-{coord.get('podIndex', 0)}.{sub}")
-            spec = _copy(rj["template"]["spec"])
-            meta = spec["template"].setdefault("metadata", {})
-            meta["labels"] = {**meta.get("labels", {}), **marks}
-            meta["annotations"] = {**meta.get("annotations", {}), **marks}
-            job = self.kube.put(path, {"apiVersion": "batch/v1", "kind": "Job", "spec": spec, "metadata": {
-                "name": name, "namespace": ns, "labels": {**rj["template"].get("metadata", {}).get("labels", {}),
-                                                          **marks}, "annotations": dict(marks),
-                "ownerReferences": [{"kind": "JobSet", "name": js["metadata"]["name"],
-                                     "uid": js["metadata"]["uid"]}]}, "status": {"conditions": []}})
-            for k in range(int(spec.get("completions", 1))):
-                self._make_pod(job, ns, k)
+            try:
+                job = self.kube.create(path, build_job(js, rj, i, attempt, global_index))
+            except Invalid as e:
+                # createJobs returns the error and the reconcile is retried, with no condition on the JobSet
+                # (jobset_controller.go v0.10.1 lines 538-541, 559-587; the error goes to the controller's log)
+                self.refused[path] = str(e)
+                return None
+            for k in range(int(job["spec"].get("completions", 1))):
+                pod = build_pod(job, k)
+                path = f"/api/v1/namespaces/{ns}/pods/{pod['metadata']['name']}"
+                try:
+                    self.kube.create(path, pod)
+                except Invalid as e:
+                    self.refused[path] = str(e)
         self._job_status(job, ns)
         return job
-
-    def _make_pod(self, job: dict[str, Any], ns: str, index: int) -> None:
-        tmpl = _copy(job["spec"]["template"])
-        name = f"{job['metadata']['name']}-{index}-{secrets.token_hex(3)[:5]}"
-        meta = tmpl.setdefault("metadata", {})
-        meta.update(name=name, namespace=ns, ownerReferences=[{"kind": "Job", "name": job["metadata"]["name"],
-                                                              "uid": job["metadata"]["uid"]}])
-        meta["annotations"] = {**meta.get("annotations", {}), COMPLETION_INDEX: str(index)}
-        for c in tmpl["spec"]["containers"]:
-            c.setdefault("env", []).append({"name": "JOB_COMPLETION_INDEX", "value": str(index)})
-        self.kube.put(f"/api/v1/namespaces/{ns}/pods/{name}", {"apiVersion": "v1", "kind": "Pod", **tmpl,
-                                                               "status": {"phase": "Pending"}})
 
     def _job_status(self, job: dict[str, Any], ns: str) -> None:
         if _cond(job, "Failed") or _cond(job, "Complete"):
@@ -237,7 +233,8 @@ class FakeCluster:
         busy = {o["spec"].get("nodeName") for _, o in pods if o["status"]["phase"] in ("Pending", "Running")}
         for node in self.kube.list("/api/v1/nodes/"):
             labels = node["metadata"]["labels"]
-            if all(labels.get(k) == v for k, v in want.items()) and node["metadata"]["name"] not in busy:
+            if all(labels.get(k) == v for k, v in want.items()) and node["metadata"]["name"] not in busy \
+                    and _tolerated(node, pod):
                 return str(node["metadata"]["name"])
         # lastTransitionTime: when the condition last changed (Kubernetes docs, "Pod conditions"): kept while the
         # pod stays unschedulable
@@ -287,6 +284,110 @@ class FakeCluster:
         _kill(proc, grace)
         kill_marked(POD_MARK, self.uid + path, wait=10)
         self.kube.objects.pop(path, None)   # the container stopped: the Terminating pod goes
+
+
+def build_job(js: dict[str, Any], rj: dict[str, Any], i: int, attempt: int, global_index: int) -> dict[str, Any]:
+    """The Job JobSet v0.10.1 makes for replica `i` of replicated job `rj`, as the API server would store it."""
+    ns = js["metadata"].get("namespace") or "default"
+    name = f"{js['metadata']['name']}-{rj['name']}-{i}"   # placement.GenJobName
+    marks = jobset_marks(js, rj, i, attempt, global_index, ns)
+    spec = _copy(rj["template"]["spec"])
+    # constructJob (jobset_controller.go v0.10.1, lines 694-712): the Job's metadata from the replicated job's
+    # template, both it and the pod template labelled and annotated (labelAndAnnotateObject), and with
+    # enableDNSHostnames (defaulted true by the webhook) the pod template's subdomain = GetSubdomain
+    meta = spec["template"].setdefault("metadata", {})
+    meta["labels"] = {**meta.get("labels", {}), **marks}
+    meta["annotations"] = {**meta.get("annotations", {}), **marks, **_exclusive(js)}
+    if js["spec"].get("network", {}).get("enableDNSHostnames", True):
+        spec["template"].setdefault("spec", {})["subdomain"] = _subdomain(js)
+    tmpl_meta = rj["template"].get("metadata", {})
+    # the API server's Job strategy adds the selector's labels to the pod template (kubernetes
+    # pkg/registry/batch/job/strategy.go generateSelector: batch.kubernetes.io/job-name = the Job's name,
+    # batch.kubernetes.io/controller-uid, and the legacy job-name / controller-uid), then validates them
+    uid = str(uuid.uuid4())
+    meta["labels"].update({"batch.kubernetes.io/job-name": name, "job-name": name,
+                           "batch.kubernetes.io/controller-uid": uid, "controller-uid": uid})
+    return {"apiVersion": "batch/v1", "kind": "Job", "spec": spec, "status": {"conditions": []}, "metadata": {
+        "name": name, "namespace": ns, "uid": uid, "labels": {**tmpl_meta.get("labels", {}), **marks},
+        "annotations": {**tmpl_meta.get("annotations", {}), **marks, **_exclusive(js)},
+        "ownerReferences": [{"kind": "JobSet", "name": js["metadata"]["name"], "uid": js["metadata"]["uid"]}]}}
+
+
+def build_pod(job: dict[str, Any], index: int) -> dict[str, Any]:
+    """Pod `index` of an Indexed Job, as the Job controller makes it."""
+    tmpl = _copy(job["spec"]["template"])
+    name = f"{job['metadata']['name']}-{index}-{secrets.token_hex(3)[:5]}"
+    meta = tmpl.setdefault("metadata", {})
+    meta.update(name=name, namespace=job["metadata"]["namespace"], ownerReferences=[
+        {"kind": "Job", "name": job["metadata"]["name"], "uid": job["metadata"]["uid"]}])
+    meta["annotations"] = {**meta.get("annotations", {}), COMPLETION_INDEX: str(index)}
+    # an Indexed Job's pod has hostname `<job>-<index>` (kubernetes pkg/controller/job/job_controller.go manageJob:
+    # `template.Spec.Hostname = fmt.Sprintf("%s-%d", job.Name, completionIndex)`)
+    tmpl.setdefault("spec", {})["hostname"] = f"{job['metadata']['name']}-{index}"
+    for c in tmpl["spec"]["containers"]:
+        c.setdefault("env", []).append({"name": "JOB_COMPLETION_INDEX", "value": str(index)})
+    return {"apiVersion": "v1", "kind": "Pod", **tmpl, "status": {"phase": "Pending"}}
+
+
+def jobset_marks(js: dict[str, Any], rj: dict[str, Any], i: int, attempt: int, global_index: int,
+                 ns: str) -> dict[str, str]:
+    """The labels (and, the same, annotations) JobSet v0.10.1 writes on each Job and its pod template:
+    pkg/controllers/jobset_controller.go `labelAndAnnotateObject` (lines 765-825): jobset-name, jobset-uid,
+    replicatedjob-name, restart-attempt (status.restarts), replicatedjob-replicas, global-replicas, job-index,
+    job-key (sha1 of "<ns>/<job name>", jobHashKey lines 863-870), job-global-index, group-name (the replicated
+    job's groupName, "default" by the CRD's default), group-replicas, job-group-index, and with spec.coordinator
+    set, the coordinator = coordinatorEndpoint (lines 1086-1090): "<jobset>-<rjob>-<jobIndex>-<podIndex>.<subdomain>".
+    """
+    import hashlib
+    name = js["metadata"]["name"]
+    rjobs = js["spec"]["replicatedJobs"]
+    group = rj.get("groupName") or "default"
+    in_group = [r for r in rjobs if (r.get("groupName") or "default") == group]
+    before = 0
+    for r in in_group:
+        if r["name"] == rj["name"]:
+            break
+        before += int(r.get("replicas", 1))
+    marks = {L_JOBSET: name, "jobset.sigs.k8s.io/jobset-uid": str(js["metadata"]["uid"]), L_RJOB: rj["name"],
+             L_RESTART: str(attempt), "jobset.sigs.k8s.io/replicatedjob-replicas": str(int(rj.get("replicas", 1))),
+             L_GLOBAL_REPLICAS: str(sum(int(r.get("replicas", 1)) for r in rjobs)), L_INDEX: str(i),
+             "jobset.sigs.k8s.io/job-key": hashlib.sha1(f"{ns}/{name}-{rj['name']}-{i}".encode()).hexdigest(),
+             L_GLOBAL_INDEX: str(global_index), "jobset.sigs.k8s.io/group-name": group,
+             "jobset.sigs.k8s.io/group-replicas": str(sum(int(r.get("replicas", 1)) for r in in_group)),
+             "jobset.sigs.k8s.io/job-group-index": str(before + i)}
+    coord = js["spec"].get("coordinator")
+    if coord:
+        marks[L_COORDINATOR] = (f"{name}-{coord['replicatedJob']}-{coord.get('jobIndex', 0)}-"
+                                f"{coord.get('podIndex', 0)}.{_subdomain(js)}")
+    return marks
+
+
+def _subdomain(js: dict[str, Any]) -> str:
+    """GetSubdomain (jobset_controller.go v0.10.1 lines 835-844): spec.network.subdomain, else the JobSet's name."""
+    return str(js["spec"].get("network", {}).get("subdomain") or js["metadata"]["name"])
+
+
+def _exclusive(js: dict[str, Any]) -> dict[str, str]:
+    """The JobSet's exclusive-topology annotation, copied to its Jobs and pods (labelAndAnnotateObject, 805-812)."""
+    key = "alpha.jobset.sigs.k8s.io/exclusive-topology"
+    notes = js["metadata"].get("annotations", {})
+    return {key: notes[key]} if key in notes else {}
+
+
+def _tolerated(node: dict[str, Any], pod: dict[str, Any]) -> bool:
+    """Every NoSchedule / NoExecute taint of the node is tolerated by the pod (Kubernetes docs, "Taints and
+    Tolerations"; k8s.io/api core/v1 toleration.go ToleratesTaint: an empty effect matches every effect, an empty
+    key with Exists every key, Exists any value, Equal (the default) the same value)."""
+    tols = pod["spec"].get("tolerations") or []
+    for taint in node.get("spec", {}).get("taints") or []:
+        if taint.get("effect") not in ("NoSchedule", "NoExecute"):
+            continue
+        if not any((not t.get("effect") or t["effect"] == taint["effect"]) and
+                   (t.get("key", "") == taint["key"] or (not t.get("key") and t.get("operator") == "Exists")) and
+                   (t.get("operator") == "Exists" or t.get("value", "") == taint.get("value", ""))
+                   for t in tols):
+            return False
+    return True
 
 
 def _kill(proc: subprocess.Popen[bytes], grace: float) -> None:

@@ -11,8 +11,13 @@ Modelled, with sources:
   (tpuctl sends none);
 - a custom resource is served only once its CustomResourceDefinition exists: without the JobSet CRD,
   /apis/jobset.x-k8s.io/... answers 404 (the group/version is not registered);
-- a JobSet is validated as the API server validates a CR: against the CRD's openAPIV3Schema after pruning
-  (schema.prune), 422 Invalid when it does not validate;
+- every object applied is validated as the API server validates it (k8s_validation.py: its name by kind, label
+  keys and values, annotation size; a custom resource against its CRD's openAPIV3Schema after pruning), 422
+  Invalid when it does not validate; so are the objects the fake controllers make (FakeKube.create: a Job the
+  JobSet controller derives, a pod the Job controller derives), which fail as a real controller's create fails;
+- JobSet v0.10.1's validating webhook (pkg/webhooks/jobset_webhook.go ValidateCreate): the longest Job name and
+  the longest pod name it derives (`<jobset>-<rjob>-<maxJobIndex>-<maxPodIndex>-abcde`) must be DNS-1035 labels;
+  it does NOT check the coordinator label (that came in v0.11, commit a9461e60);
 - list with `labelSelector=k=v[,k=v]` (equality selectors only: all tpuctl sends);
 - DELETE answers the Status; with propagationPolicy Foreground or Background the owned objects (ownerReferences)
   go too (Kubernetes docs, "Garbage Collection"); the kubelet is told, to stop the pods' processes;
@@ -44,6 +49,7 @@ from urllib.parse import parse_qs, urlparse
 import yaml
 
 from tpuctl.providers.gke import schema
+from fakes import k8s_validation
 from fakes.wire import QuietHandler, serve
 
 JOBSET_CRD = "jobsets.jobset.x-k8s.io"
@@ -79,6 +85,29 @@ def status(code: int, reason: str, message: str) -> dict[str, Any]:
             "reason": reason, "code": code}
 
 
+class Invalid(Exception):
+    """What the API server answers 422 for (k8s_validation.refusal's message)."""
+
+
+# The resource a kind's create is admitted as (webhook rules name resources), and each release's webhook Service's
+# controller (the Deployment whose pods serve it: jobset and kueue config/components/webhook, manager)
+_PLURAL = {"Pod": "pods", "Job": "jobs", "Deployment": "deployments", "StatefulSet": "statefulsets"}
+_CONTROLLERS = {"jobset-webhook-service": CONTROLLER, "kueue-webhook-service": KUEUE_CONTROLLER}
+
+
+def crd_name(path: str) -> tuple[str, str] | None:
+    """(CRD name, version) of a custom resource's path /apis/G/V/[namespaces/NS/]PLURAL/NAME; None for a built-in
+    group's (no '.' in it, or *.k8s.io, which are Kubernetes' own)."""
+    parts = path.strip("/").split("/")
+    if parts[0] != "apis" or len(parts) < 5 or "." not in parts[1] or parts[1].endswith("k8s.io") \
+            and not parts[1].endswith("x-k8s.io"):
+        return None
+    rest = parts[3:]
+    if rest[0] == "namespaces":
+        rest = rest[2:]
+    return (f"{rest[0]}.{parts[1]}", parts[2]) if rest else None
+
+
 class FakeKube:
     def __init__(self) -> None:
         self.objects: dict[str, dict[str, Any]] = {}
@@ -86,7 +115,8 @@ class FakeKube:
         self.logs: dict[str, bytes] = {}                 # pod path -> its container's output so far
         self.requests: list[tuple[str, str]] = []       # (method, path) as received
         self.on_delete: list[Callable[[str, dict[str, Any]], None]] = []
-        self.faults: list[tuple[str, str, int]] = []     # (method, path prefix, status): the next such call fails
+        # (method, path prefix, status[, message]): the next such call fails
+        self.faults: list[tuple[Any, ...]] = []
         self.controller_delay = 0.5     # seconds from the JobSet controller's apply to its webhooks serving
         self.due: list[tuple[float, Callable[[], None]]] = []   # (monotonic time, what then happens)
         handler = type("H", (_Handler,), {"kube": self})
@@ -107,6 +137,59 @@ class FakeKube:
             meta.setdefault("creationTimestamp", "2026-01-01T00:00:00Z")
             self.objects[path] = obj
             return obj
+
+    def crd_schema(self, path: str) -> dict[str, Any] | None:
+        """The openAPIV3Schema of the CRD a custom resource's path belongs to, None when none is known (a built-in
+        kind, or a CRD stored without its schema)."""
+        found = crd_name(path)
+        crd = self.objects.get(CRD_PREFIX + found[0]) if found else None
+        return schema.version_schema(crd, found[1]) if crd and found else None
+
+    def check(self, path: str, obj: dict[str, Any]) -> None:
+        """Raises Invalid with the API server's message when it would refuse `obj` at `path`."""
+        errs = k8s_validation.problems(obj, self.crd_schema(path))
+        if errs:
+            raise Invalid(k8s_validation.refusal(obj, errs))
+
+    def create(self, path: str, obj: dict[str, Any]) -> dict[str, Any]:
+        """What a controller's create does: through the admission webhooks that cover it, validated (Invalid when
+        the API server would refuse it), then stored."""
+        meta = obj["metadata"]
+        down = self.webhook_refusal(_PLURAL.get(str(obj.get("kind")), ""), str(meta.get("namespace", "")),
+                                    meta.get("labels") or {})
+        if down:
+            raise Invalid(down)
+        self.check(path, obj)
+        return self.put(path, obj)
+
+    def webhook_refusal(self, resource: str, namespace: str, labels: dict[str, str]) -> str:
+        """The API server's refusal of a CREATE of `resource` in `namespace` when a registered webhook with
+        `failurePolicy: Fail` covers it (its rules' resources, its namespaceSelector's NotIn list, its
+        objectSelector's Exists keys: JobSet's pod webhooks select pods labelled jobset-name) and its service's
+        controller is not Available (Kubernetes docs "Dynamic Admission Control": failurePolicy Fail "means that an
+        error calling the webhook causes the admission to fail"); "" when none does. Kueue's release registers such
+        webhooks on pods, deployments, statefulsets and jobs in every namespace but kube-system and kueue-system."""
+        configs = [o for p, o in list(self.objects.items()) if p.startswith(
+            ("/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/",
+             "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/"))]
+        for config in configs:
+            for hook in config.get("webhooks", []):
+                service = hook.get("clientConfig", {}).get("service", {})
+                controller = _CONTROLLERS.get(str(service.get("name")))
+                if hook.get("failurePolicy", "Fail") != "Fail" or controller is None or \
+                        not any(resource in r.get("resources", []) and "CREATE" in r.get("operations", [])
+                                for r in hook.get("rules", [])):
+                    continue
+                skip = [v for e in hook.get("namespaceSelector", {}).get("matchExpressions", [])
+                        if e.get("key") == "kubernetes.io/metadata.name" and e.get("operator") == "NotIn"
+                        for v in e.get("values", [])]
+                needs = [e["key"] for e in hook.get("objectSelector", {}).get("matchExpressions", [])
+                         if e.get("operator") == "Exists"]
+                if namespace in skip or not all(k in labels for k in needs) or self.serving(controller):
+                    continue
+                return (f'Internal error occurred: failed calling webhook "{hook["name"]}": failed to call webhook: '
+                        f'no endpoints available for service "{service.get("name")}"')
+        return ""
 
     def list(self, prefix: str, selector: dict[str, str] | None = None) -> list[dict[str, Any]]:
         with self.lock:
@@ -146,13 +229,16 @@ class FakeKube:
             for fn in due:
                 fn()
 
+    def serving(self, controller: str) -> bool:
+        """The controller's Deployment is Available (its pods serve the webhooks)."""
+        dep = self.objects.get(controller)
+        return dep is not None and any(c.get("type") == "Available" and c.get("status") == "True"
+                                       for c in dep.get("status", {}).get("conditions", []))
+
     def webhook_down(self, controller: str = CONTROLLER, mutating: str = MUTATING) -> bool:
         """JobSet's (or Kueue's) webhooks are registered (failurePolicy Fail) and its controller does not serve them
         yet."""
-        dep = self.objects.get(controller)
-        available = dep is not None and any(c.get("type") == "Available" and c.get("status") == "True"
-                                            for c in dep.get("status", {}).get("conditions", []))
-        return mutating in self.objects and not available
+        return mutating in self.objects and not self.serving(controller)
 
     def applied(self, path: str, obj: dict[str, Any]) -> None:
         """The status the API server (a CRD) or the JobSet controller (its Deployment) gives what was applied."""
@@ -178,10 +264,6 @@ class FakeKube:
             return True
         return CRD_PREFIX + JOBSET_CRD in self.objects
 
-    def jobset_schema(self) -> dict[str, Any] | None:
-        crd = self.objects.get(CRD_PREFIX + JOBSET_CRD)
-        return schema.version_schema(crd, "v1alpha2") if crd else None
-
 
 class _Handler(QuietHandler):
     kube: FakeKube
@@ -198,10 +280,11 @@ class _Handler(QuietHandler):
         u = urlparse(self.path)
         self.kube.requests.append((method, u.path))
         self.kube.catch_up()
-        for i, (m, prefix, code) in enumerate(self.kube.faults):
+        for i, (m, prefix, code, *said) in enumerate(self.kube.faults):
             if m == method and u.path.startswith(prefix):
                 del self.kube.faults[i]
-                self._send(code, status(code, "InternalError" if code >= 500 else "Forbidden", "injected fault"))
+                self._send(code, status(code, "InternalError" if code >= 500 else "Forbidden",
+                                        said[0] if said else "injected fault"))
                 return None
         if not self.kube.served(u.path):
             self._send(404, status(404, "NotFound", "the server could not find the requested resource"))
@@ -223,10 +306,23 @@ class _Handler(QuietHandler):
         obj = self.kube.objects.get(path)
         if obj is not None:
             return self._send(200, obj)
-        items = self.kube.list(path + "/", _selector(q))
+        items = self.kube.list(path + "/", _selector(q)) or self._across_namespaces(path, _selector(q))
         if items or _is_collection(path):
             return self._send(200, {"kind": "List", "apiVersion": "v1", "metadata": {}, "items": items})
         self._send(404, status(404, "NotFound", f'"{path.rsplit("/", 1)[-1]}" not found'))
+
+    def _across_namespaces(self, path: str, selector: dict[str, str]) -> list[dict[str, Any]]:
+        """/apis/G/V/PLURAL (or /api/v1/PLURAL) of a namespaced kind: every namespace's objects (Kubernetes docs,
+        "API Concepts": "GET /apis/GROUP/VERSION/RESOURCETYPE - return the collection of all instances of the
+        resource type across all namespaces")."""
+        parts = path.strip("/").split("/")
+        if len(parts) != (3 if parts[0] == "api" else 4):
+            return []
+        base, plural = "/" + "/".join(parts[:-1]) + "/namespaces/", parts[-1]
+        with self.kube.lock:
+            found = [o for p, o in self.kube.objects.items() if p.startswith(base)
+                     and p[len(base):].count("/") == 2 and p[len(base):].split("/")[1] == plural]
+        return [o for o in found if all(o["metadata"].get("labels", {}).get(k) == v for k, v in selector.items())]
 
     def _log(self, pod_path: str, q: dict[str, list[str]]) -> None:
         pod = self.kube.objects.get(pod_path)
@@ -258,13 +354,17 @@ class _Handler(QuietHandler):
         if path.startswith("/apis/jobset.x-k8s.io/"):
             if self.kube.webhook_down():   # admission runs before validation (the mutating webhook first)
                 return self._send(500, status(500, "InternalError", WEBHOOK_DOWN))
-            problem = self._invalid_jobset(obj)
-            if problem:
-                return self._send(422, status(422, "Invalid", problem))
             if path not in self.kube.objects and self.kube.served("/apis/kueue.x-k8s.io/") and \
                     obj["metadata"].get("labels", {}).get("kueue.x-k8s.io/queue-name"):
                 # Kueue's JobSet webhook suspends a queued JobSet on creation (fakes/kueue.py)
                 obj["spec"]["suspend"] = True
+        try:   # mutating admission, then schema validation, then validating admission (Kubernetes docs, "Dynamic
+            self.kube.check(path, obj)   # Admission Control")
+        except Invalid as e:
+            return self._send(422, status(422, "Invalid", str(e)))
+        problem = _jobset_webhook(obj) if path.startswith("/apis/jobset.x-k8s.io/") else ""
+        if problem:
+            return self._send(422, status(422, "Invalid", problem))
         old = self.kube.objects.get(path)
         if old is not None:   # the applier's fields win; what others set (status) stays
             merged = dict(old)
@@ -274,16 +374,6 @@ class _Handler(QuietHandler):
             return self._send(200 if old else 201, obj)
         self.kube.applied(path, obj)
         self._send(200 if old else 201, self.kube.put(path, obj))
-
-    def _invalid_jobset(self, obj: dict[str, Any]) -> str:
-        import jsonschema
-        crd_schema = self.kube.jobset_schema()
-        assert crd_schema is not None
-        try:
-            jsonschema.Draft7Validator(crd_schema).validate(schema.prune(obj, crd_schema))
-        except jsonschema.ValidationError as e:
-            return f"JobSet.jobset.x-k8s.io \"{obj['metadata']['name']}\" is invalid: {e.message}"
-        return ""
 
     def do_DELETE(self) -> None:
         got = self._start("DELETE")
@@ -295,6 +385,23 @@ class _Handler(QuietHandler):
             return self._send(404, status(404, "NotFound", f'"{path.rsplit("/", 1)[-1]}" not found'))
         self._send(200, {"kind": "Status", "apiVersion": "v1", "status": "Success",
                          "details": {"name": gone["metadata"]["name"], "uid": gone["metadata"]["uid"]}})
+
+
+def _jobset_webhook(js: dict[str, Any]) -> str:
+    """JobSet v0.10.1's ValidateCreate on names (pkg/webhooks/jobset_webhook.go, lines 221-243): the longest Job name
+    (placement.GenJobName: `<jobset>-<rjob>-<maxJobIndex>`) and, for an Indexed Job with completions, the longest pod
+    name (GenPodName `<job>-<maxPodIndex>` + "-abcde") must be DNS-1035 labels."""
+    name = str(js.get("metadata", {}).get("name", ""))
+    errs = []
+    for rj in js.get("spec", {}).get("replicatedJobs", []):
+        job = f"{name}-{rj.get('name')}-{int(rj.get('replicas', 1)) - 1}"
+        errs += [f"spec.replicatedJobs.name: Invalid value: {job!r}: {e}" for e in k8s_validation.dns1035_label(job)]
+        spec = rj.get("template", {}).get("spec", {})
+        if spec.get("completionMode") == "Indexed" and spec.get("completions") is not None:
+            pod = f"{job}-{int(spec['completions']) - 1}-abcde"
+            errs += [f"spec.replicatedJobs.name: Invalid value: {pod!r}: {e}"
+                     for e in k8s_validation.dns1035_label(pod)]
+    return f'admission webhook "vjobset.kb.io" denied the request: {"; ".join(errs)}' if errs else ""
 
 
 def _selector(q: dict[str, list[str]]) -> dict[str, str]:

@@ -116,8 +116,14 @@ class FakeKueue:
             count = int(rj.get("replicas", 1)) * int(job.get("parallelism", 1))
             sets.append({"name": rj["name"], "count": count, "tpu": per_pod * count})
         prio = self.kube.objects.get(f"/apis/scheduling.k8s.io/v1/priorityclasses/{prio_name}", {}).get("value", 0)
+        wpc = js["metadata"].get("labels", {}).get("kueue.x-k8s.io/priority-class")
+        if wpc:   # the WorkloadPriorityClass label first (jobframework/reconciler.go ExtractPriority)
+            prio_name = wpc
+            prio = self.kube.objects.get(f"{API}/workloadpriorityclasses/{wpc}", {}).get("value", 0)
         self.kube.put(path, {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "Workload", "metadata": {
             "name": f"jobset-{name}", "namespace": ns,
+            # constants.JobUIDLabel "kueue.x-k8s.io/job-uid": the owner job's UID (pkg/controller/constants)
+            "labels": {"kueue.x-k8s.io/job-uid": js["metadata"]["uid"]},
             "ownerReferences": [{"kind": "JobSet", "name": name, "uid": js["metadata"]["uid"]}]},
             "spec": {"queueName": js["metadata"]["labels"][QUEUE_LABEL], "priority": prio,
                      "priorityClassName": prio_name, "podSets": [{"name": s["name"], "count": s["count"]}

@@ -126,6 +126,9 @@ def submit(ctx: typer.Context,
                                                "(default: the namespace's only one, where the cluster runs Kueue)."),
            priority: Optional[str] = typer.Option(None, "--priority", help="GKE: the run's PriorityClass (Kueue "
                                                   "admits and preempts by it), e.g. medium."),
+           namespace: Optional[str] = typer.Option(None, "--namespace", help="GKE: the Kubernetes namespace of the "
+                                                   "run's JobSet and pods, and of its LocalQueue (default: "
+                                                   "default)."),
            provider: Optional[str] = PROVIDER) -> None:
     """Package JOB_DIR, sync its data, run it on the cluster and follow its logs; exits with the job's code.
     Arguments after `--` are appended to the job's command."""
@@ -145,7 +148,7 @@ def submit(ctx: typer.Context,
     if manifest_file is not None or tpu_type is not None or slices is not None:
         from ..providers.gke.runs import DEFAULT_RESTARTS
         _gke_manifest(job, cluster, provider, tpu_type, slices, DEFAULT_RESTARTS if max_restarts is None else
-                      max_restarts, manifest_file, dry_run, queue, priority)
+                      max_restarts, manifest_file, dry_run, queue, priority, namespace)
         offline = cluster is None and tpu_type is not None   # --provider gke --type: no local cluster looked up
         with contextlib.redirect_stdout(sys.stderr if manifest_file == "-" else sys.stdout):   # stdout: the YAML
             _submit_preview(job, None if offline else cluster, provider, offline=offline, pod_runs=True)
@@ -153,11 +156,11 @@ def submit(ctx: typer.Context,
     if dry_run:   # what the real submit refuses of this cluster, refused here too (issue 63.3)
         target = _dry_run_cluster(cluster, provider)
         if target is not None:
-            _check_run_flags(*target, job, chain, keep_inputs, max_restarts, queue, priority)
+            _check_run_flags(*target, job, chain, keep_inputs, max_restarts, queue, priority, namespace)
         _submit_preview(job, cluster, provider)
         return
     st, prov = cluster_and_provider(cluster, provider)
-    restarts = _check_run_flags(st, prov, job, chain, keep_inputs, max_restarts, queue, priority)
+    restarts = _check_run_flags(st, prov, job, chain, keep_inputs, max_restarts, queue, priority, namespace)
     with con.Reporter() as rep:
         if down:   # refused before the run exists when the host could not end the compute after it
             from ..control.up import arm
@@ -165,7 +168,7 @@ def submit(ctx: typer.Context,
         run_id, _ = submission.submit(st, prov, job, list(ctx.args), rep.transfer, rep, down_after=down,
                                       sessions=chain or 0, keep_inputs=keep_inputs, max_restarts=restarts,
                                       notify_urls=urls, queue=queue or "", priority=priority or "",
-                                      stall_after=stall, on_stall=on_stall)
+                                      stall_after=stall, on_stall=on_stall, namespace=namespace or "")
     if detach:
         print(run_id)
         return
@@ -215,7 +218,8 @@ def _dry_run_cluster(cluster: Optional[str], provider: Optional[str]) -> "tuple[
 
 
 def _check_run_flags(st: "ClusterState", prov: "Provider", job: "JobSpec", chain: Optional[int], keep_inputs: bool,
-                     max_restarts: Optional[int], queue: Optional[str], priority: Optional[str]) -> int:
+                     max_restarts: Optional[int], queue: Optional[str], priority: Optional[str],
+                     namespace: Optional[str] = None) -> int:
     """submit's flags against the cluster, offline: the real submit and its dry run ask the same; returns the
     restarts the run gets."""
     from ..control import submission
@@ -229,7 +233,7 @@ def _check_run_flags(st: "ClusterState", prov: "Provider", job: "JobSpec", chain
     restarts = max_restarts if max_restarts is not None else \
         prov.remote_runs.default_restarts if prov.remote_runs is not None else 0
     _check_max_restarts(restarts, st, prov)
-    submission.check_offline(st, prov, job, queue or "", priority or "")
+    submission.check_offline(st, prov, job, queue or "", priority or "", namespace or "")
     return restarts
 
 
@@ -257,7 +261,7 @@ def _check_max_restarts(n: int, st: "ClusterState", prov: "Provider") -> None:
 
 def _gke_manifest(job: "JobSpec", cluster: Optional[str], provider: Optional[str], tpu_type: Optional[str],
                   slices: Optional[int], max_restarts: int, path: Optional[str], dry_run: bool, queue: Optional[str],
-                  priority: Optional[str]) -> None:
+                  priority: Optional[str], namespace: Optional[str] = None) -> None:
     """`--manifest FILE` (with --type/--slices when no GKE cluster is named): the run's JobSet, written offline.
     With `--provider gke --type T` and no -c no local cluster is looked up (any there is of another run)."""
     from ..core import state
@@ -274,7 +278,7 @@ def _gke_manifest(job: "JobSpec", cluster: Optional[str], provider: Optional[str
         name = cluster_name(cluster)
         st = state.load(name)
     n = dryrun.write(path, name, st, cluster is not None, provider, tpu_type, slices, max_restarts, queue or "",
-                     priority or "")
+                     priority or "", namespace or "")
     console().err.print(f"wrote {n} Kubernetes object{'s' * (n > 1)} to "
                         f"{'stdout' if path == dryrun.STDOUT else path}")
 

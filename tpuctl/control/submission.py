@@ -54,7 +54,8 @@ def _check_keras_tensorflow(st: ClusterState, job: JobSpec) -> None:
         raise bad_input(f"job {job.name} on cluster {st.name}: {why}", hint)
 
 
-def check_offline(st: ClusterState, provider: Provider, job: JobSpec, queue: str = "", priority: str = "") -> None:
+def check_offline(st: ClusterState, provider: Provider, job: JobSpec, queue: str = "", priority: str = "",
+                  namespace: str = "") -> None:
     """What the cluster's record refuses of a job, asked without the cloud: `submit` and `submit --dry-run` alike
     (issue 63.3: a dry run refuses what the real command refuses)."""
     if st.spec.slices > 1 and job.framework is Framework.TENSORFLOW:
@@ -68,8 +69,8 @@ def check_offline(st: ClusterState, provider: Provider, job: JobSpec, queue: str
                         f"cluster {st.name} has {st.spec.slices}",
                         "let tpuctl pick the backend (JAX on Multislice): remove keras_backend / [env] KERAS_BACKEND")
     _check_keras_tensorflow(st, job)
-    if provider.remote_runs is None and (queue or priority):
-        raise bad_input("--queue and --priority apply to --provider gke clusters (Kueue)",
+    if provider.remote_runs is None and (queue or priority or namespace):
+        raise bad_input("--queue, --priority and --namespace apply to --provider gke clusters",
                         f"leave them out: cluster {st.name}'s runs start as soon as its agent takes them")
 
 
@@ -77,12 +78,13 @@ def submit(st: ClusterState, provider: Provider, job: JobSpec, args: list[str], 
            reporter: Reporter, down_after: bool = False, sessions: int = 0,
            keep_inputs: bool = False, max_restarts: int = 0,
            notify_urls: list[str] | None = None, queue: str = "", priority: str = "", stall_after: float = 0.0,
-           on_stall: str = "restart") -> tuple[str, dict[str, int]]:
+           on_stall: str = "restart", namespace: str = "") -> tuple[str, dict[str, int]]:
     """Everything up to the written job.json (and, where runs execute on a service, its hand-over); returns (run
     id, data sync summary). `sessions`: how many sessions a service's run may chain through (0: the default);
     `keep_inputs`: the service keeps the run's inputs once it ends; `max_restarts`: how often the host restarts a
     job that exits 42 or dies by a signal (host/restarts.py); `queue`, `priority`: Kueue's, on GKE; `stall_after`,
-    `on_stall`: the run doctor's window (0: the default rule, -1: off) and action (host/stall.py, doctor.py)."""
+    `on_stall`: the run doctor's window (0: the default rule, -1: off) and action (host/stall.py, doctor.py);
+    `namespace`: the run's Kubernetes namespace, on GKE."""
     check_launchable(job.command, args, job.env)   # before anything is uploaded: what no host could start
     if st.phase is Phase.DOWN:
         raise TpuctlError(ErrorKind.NOT_FOUND, f"cluster {st.name} is down (its {provider.store_noun} is kept)",
@@ -90,11 +92,12 @@ def submit(st: ClusterState, provider: Provider, job: JobSpec, args: list[str], 
     if st.phase is not Phase.READY:
         raise TpuctlError(ErrorKind.NOT_FOUND, f"cluster {st.name} is not ready (its `up` did not finish)",
                           f"run `tpuctl up -c {st.name} ...` again")
-    check_offline(st, provider, job, queue, priority)
+    check_offline(st, provider, job, queue, priority, namespace)
     if provider.remote_runs is not None:
-        picked = provider.remote_runs.check_run(st, job, max_restarts, queue, priority)
+        picked = provider.remote_runs.check_run(st, job, max_restarts, queue, priority, namespace)
         if picked != queue:
-            reporter.info(f"the run waits in queue {picked}, cluster {st.name}'s only one (--queue names another)")
+            reporter.info(f"the run waits in queue {picked}, cluster {st.name}'s " +
+                          ("default" if picked == "default" else "only one") + " (--queue names another)")
         queue = picked
     st = provider.revive(st, reporter)
     provider.check_ready(st)
@@ -122,7 +125,8 @@ def submit(st: ClusterState, provider: Provider, job: JobSpec, args: list[str], 
     try:
         with said_full(store):   # what _write_run wrote of the run is removed first (orphans.py)
             synced, interrupted = _write_run(store, st, job, args, run_id, transfer, reporter, down_after, sha,
-                                             max_restarts, notify_urls or [], queue, priority, stall_after, on_stall)
+                                             max_restarts, notify_urls or [], queue, priority, stall_after, on_stall,
+                                             namespace)
     except datasync.Interrupted as e:
         raise TpuctlError(ErrorKind.INTERRUPTED, f"submit stopped while sending data: run {run_id} was never "
                           f"submitted and keeps no data; {e.stored} of {e.missing} new data contents "
@@ -145,7 +149,7 @@ def submit(st: ClusterState, provider: Provider, job: JobSpec, args: list[str], 
 def _write_run(store: BlobStore, st: ClusterState, job: JobSpec, args: list[str], run_id: str,
                transfer: datasync.Transfer, reporter: Reporter, down_after: bool, sha: str, max_restarts: int,
                notify_urls: list[str], queue: str = "", priority: str = "", stall_after: float = 0.0,
-               on_stall: str = "restart") -> tuple[dict[str, int], bool]:
+               on_stall: str = "restart", namespace: str = "") -> tuple[dict[str, int], bool]:
     """The run's data, then its job.json, queue entry and index entry; returns the data sync summary and whether
     a Ctrl-C came once the job.json was being written. A run stopped before its job.json is written (Ctrl-C, a
     failed upload) leaves no data (orphans.py); once it is, Ctrl-C waits for the entries, so a run is never
@@ -164,7 +168,7 @@ def _write_run(store: BlobStore, st: ClusterState, job: JobSpec, args: list[str]
                        requirements=job.requirements, submitted=time.time(), cluster=st.name,
                        framework=job.framework.value, down_after=down_after, tensorflow=job.tensorflow,
                        max_restarts=max_restarts, keras_backend=job.keras_backend, queue=queue, priority=priority,
-                       stall_after=stall_after, on_stall=on_stall)
+                       stall_after=stall_after, on_stall=on_stall, namespace=namespace)
         with interrupts.held() as interrupted:
             notify.save_run_urls(store, run_id, notify_urls)   # before the run exists: its host reads them
             if not store.create(layout.run_job(run_id), json.dumps(spec.to_json(), indent=2).encode()):

@@ -58,6 +58,7 @@ class RunSpec(JsonRecord):
     priority: str = ""                # `submit --priority` (GKE): the run's PriorityClass; "": the cluster's default
     stall_after: float = 0.0          # `submit --stall-after` in seconds; 0: the default rule (host/stall.py)
     on_stall: str = "restart"         # `submit --on-stall`: notify, restart or stop (host/doctor.py)
+    namespace: str = ""               # `submit --namespace` (GKE): the JobSet's namespace; "": default
 
 
 @dataclass

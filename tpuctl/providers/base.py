@@ -253,7 +253,8 @@ class RemoteRuns(Protocol):
     # `submit` without --max-restarts: the restarts a run gets (GKE: disruptions are recovered by default)
     default_restarts: int
 
-    def check_run(self, st: ClusterState, job: JobSpec, max_restarts: int, queue: str, priority: str) -> str:
+    def check_run(self, st: ClusterState, job: JobSpec, max_restarts: int, queue: str, priority: str,
+                  namespace: str = "") -> str:
         """`submit`, before anything is made: TpuctlError for a run the service cannot take (GKE: TensorFlow, a
         queue the cluster lacks); returns the queue the run waits in ("" for none)."""
     def dispatch(self, st: ClusterState, store: BlobStore, run_id: str, sessions: int,

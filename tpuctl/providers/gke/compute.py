@@ -149,10 +149,12 @@ class GkeCompute:
             container.create_pool(spec.project, location, cluster, container.build_node_pool(
                 pool, s, st.zone, spec.labels, account, spec.spot, policy_name(spec), spec.reservation), show)
         finally:
-            # in an adopted cluster a pool this call made is undone by itself (in a cluster tpuctl made, the
-            # cluster's own undo takes its node pools); a create that failed part-way may have left one too, as
-            # the cluster path finds (_ensure_cluster)
-            if spec.gke_cluster and container.find_pool(spec.project, location, cluster, pool) is not None:
+            # a pool this call made is undone by itself unless this `up` made the cluster too (the cluster's own
+            # undo takes its node pools): in an adopted cluster, and on a re-`up` of a cluster tpuctl made earlier
+            # (issue 57 item 6: a failed create there was left in ERROR, billing); a create that failed part-way
+            # may have left one too, as the cluster path finds (_ensure_cluster)
+            cluster_made_now = any(m.kind == "gke" for m in made)
+            if not cluster_made_now and container.find_pool(spec.project, location, cluster, pool) is not None:
                 made.append(Created("pool", pool, lambda: container.delete_pool(
                     spec.project, location, cluster, pool, spec.name, lambda m: None)))
 

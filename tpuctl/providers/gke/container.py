@@ -126,11 +126,19 @@ def api_endpoint(c: Any) -> tuple[str, str]:
     accessible from the public internet. Ex: uid.us-central1.gke.goog"), with the same Google token and no cluster
     CA: gcloud writes none for it (kubeconfig.py `Cluster(..., has_dns_endpoint=True)`), the endpoint's certificate
     being publicly trusted. One that refuses outside traffic (allow_external_traffic false) is refused here as
-    gcloud refuses it (AllowExternalTrafficIsDisabledError)."""
+    gcloud refuses it (AllowExternalTrafficIsDisabledError).
+    Issue 57 item 6: IPEndpointsConfig's `enabled` and `enable_public_endpoint` are optional fields, and proto-plus
+    reads an unset one as False: a config that does not set `enabled` leaves the IP endpoints on (their default), so
+    presence is tested, not the value. A cluster whose public IP endpoint is off (enable_public_endpoint false:
+    "Controls whether the control plane allows access through a public IP") has only a private IP, which this machine
+    does not reach from outside the VPC: its DNS endpoint is taken where it has one."""
     cfg = c.control_plane_endpoints_config
-    if "ip_endpoints_config" not in cfg or cfg.ip_endpoints_config.enabled:
-        return c.endpoint, c.master_auth.cluster_ca_certificate
+    ip = cfg.ip_endpoints_config if "ip_endpoints_config" in cfg else None
+    ip_off = ip is not None and "enabled" in ip and not ip.enabled
+    public_off = ip is not None and "enable_public_endpoint" in ip and not ip.enable_public_endpoint
     dns = cfg.dns_endpoint_config
+    if not ip_off and not (public_off and dns.endpoint):
+        return c.endpoint, c.master_auth.cluster_ca_certificate
     if not dns.endpoint:
         raise TpuctlError(ErrorKind.INPUT, f"GKE cluster {c.name} has its IP endpoints off and no DNS endpoint",
                           f"gcloud container clusters update {c.name} --location={c.location} --enable-dns-access")
@@ -224,12 +232,19 @@ def build_node_pool(name: str, s: SliceShape, zone: str, labels: dict[str, str],
     if s.multi_host:
         placement = (c.NodePool.PlacementPolicy(policy_name=policy) if s.needs_workload_policy else
                      c.NodePool.PlacementPolicy(type_=c.NodePool.PlacementPolicy.Type.COMPACT, tpu_topology=s.topology))
+    # The pool is tpuctl's own in Kubernetes too (issue 57 item 4): its nodes carry the Kubernetes label and the
+    # NoSchedule taint tpuctl-cluster=<cluster> (container_v1 NodeConfig.labels: "Kubernetes labels ... applied to
+    # each node"; NodeConfig.taints / NodeTaint NO_SCHEDULE: "Do not allow new pods to schedule onto the node unless
+    # they tolerate the taint"), so another team's pods that select only the accelerator and topology (as xpk's
+    # ResourceFlavors do) do not land on it, and tpuctl's runs select it (manifest.py).
     return c.NodePool(
         name=name, initial_node_count=s.hosts, locations=[zone], placement_policy=placement,
         management=c.NodeManagement(auto_repair=True, auto_upgrade=True),
         config=c.NodeConfig(machine_type=s.machine_type, resource_labels=labels, spot=spot,
                             service_account=service_account, oauth_scopes=[CLOUD_PLATFORM],
-                            reservation_affinity=affinity))
+                            reservation_affinity=affinity, labels=dict(labels),
+                            taints=[c.NodeTaint(key=k, value=v, effect=c.NodeTaint.Effect.NO_SCHEDULE)
+                                    for k, v in labels.items()]))
 
 
 def find_pool(project: str, location: str, cluster: str, name: str) -> Any:

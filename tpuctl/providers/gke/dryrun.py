@@ -12,7 +12,9 @@ from ...core.errors import bad_input
 from ...core.models import ClusterState, ProviderName
 from . import kueue, manifest, tputypes
 
-DRY_RUN_ID = "dry-run"          # stands for the id submit gives the run
+# Stands for the id submit gives the run, at its real length (core/runs.new_id: 24 characters), so that every name
+# and label derived from it is as long as a submit's (issue 57: a 7-character "dry-run" hid a 73-character label).
+DRY_RUN_ID = "19700101-000000-000-0000"
 NO_STORE = "gs://BUCKET"        # no cluster: where the cluster's bucket would be named
 NO_CLUSTER = "CLUSTER"          # no cluster: where its name would be (no local cluster is looked up for --type)
 STDOUT = "-"                    # --manifest -: the objects on stdout (for `| kubectl apply -f -`), no file
@@ -25,7 +27,7 @@ def workload_policy_name(cluster: str) -> str:
 
 def objects(cluster: str, tpu_type: str | None, slices: int | None, max_restarts: int,
             record: Mapping[str, Any] | None = None, store_uri: str = "", queue: str = "",
-            priority: str = "") -> list[dict[str, Any]]:
+            priority: str = "", namespace: str = "") -> list[dict[str, Any]]:
     """The run's objects; `record`: the cluster's `gke` record (contract in providers/gke), None without one."""
     rec = record or {}
     if rec and tpu_type and google_name(tpu_type) != rec.get("tpu_type"):
@@ -43,6 +45,7 @@ def objects(cluster: str, tpu_type: str | None, slices: int | None, max_restarts
         cluster=cluster, run_id=DRY_RUN_ID, shape=shape, slices=n, max_restarts=max_restarts,
         image=str(rec.get("image") or manifest.DEFAULT_IMAGE), store_uri=store_uri or NO_STORE,
         agent_version=__version__, queue=queue, priority=priority,
+        namespace=namespace or manifest.DEFAULT_NAMESPACE,
         workload_policy=str(rec.get("workload_policy") or
                             (workload_policy_name(cluster) if shape.needs_workload_policy else "")))
     return [manifest.build_jobset(run)]
@@ -50,7 +53,7 @@ def objects(cluster: str, tpu_type: str | None, slices: int | None, max_restarts
 
 
 def write(path: str, name: str, st: ClusterState | None, named: bool, provider: str | None, tpu_type: str | None,
-          slices: int | None, max_restarts: int, queue: str = "", priority: str = "") -> int:
+          slices: int | None, max_restarts: int, queue: str = "", priority: str = "", namespace: str = "") -> int:
     """`submit --dry-run --manifest PATH`: the objects for cluster `name` (its state `st`, if any; `named`: the
     user named it with -c) or, without a GKE cluster, for `--provider gke --type T`; returns how many were written.
     PATH "-" writes them to stdout."""
@@ -63,7 +66,7 @@ def write(path: str, name: str, st: ClusterState | None, named: bool, provider: 
     record = dict(st.record.get("gke") or {}) if gke and st is not None else None
     objs = objects(name if gke else NO_CLUSTER, tpu_type, slices, max_restarts, record,
                    st.spec.store if gke and st is not None else "", kueue.check_name(queue, "--queue"),
-                   kueue.check_name(priority, "--priority"))
+                   kueue.check_name(priority, "--priority"), kueue.check_namespace(namespace))
     text = manifest.dump(objs)
     if path == STDOUT:
         sys.stdout.write(text)

@@ -9,15 +9,16 @@ from typing import Any
 from ...core import knobs
 from . import kube, manifest
 
-def pods_of(api: Any, run_id: str) -> list[dict[str, Any]]:
-    found = kube.request(api, "GET", f"/api/v1/namespaces/{manifest.DEFAULT_NAMESPACE}/pods",
+def pods_of(api: Any, run_id: str, namespace: str = manifest.DEFAULT_NAMESPACE) -> list[dict[str, Any]]:
+    found = kube.request(api, "GET", f"/api/v1/namespaces/{namespace}/pods",
                          query=[("labelSelector", f"{manifest.LABEL_RUN}={run_id.lower()}")])
     items: list[dict[str, Any]] = found.get("items", []) if found else []
     return sorted(items, key=lambda p: str(p["metadata"]["name"]))
 
 
 def jobsets_of(api: Any, cluster: str) -> list[dict[str, Any]]:
-    found = kube.get(api, f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{manifest.DEFAULT_NAMESPACE}/jobsets",
+    """The cluster's JobSets in every namespace (runs may each have their own: `submit --namespace`)."""
+    found = kube.get(api, "/apis/jobset.x-k8s.io/v1alpha2/jobsets",
                      [("labelSelector", f"{manifest.LABEL_CLUSTER}={cluster}")])
     return list(found.get("items", [])) if found else []
 

@@ -11,6 +11,15 @@ in src/xpk/core/kueue_manager.py (an older copy, 04890e1, had v0.12.2). v0.17.8 
 in kubernetes-sigs/kueue's tags. Installed as its README says: `kubectl apply --server-side -f
 .../releases/download/v0.17.8/manifests.yaml`.
 
+Edited by tpuctl (issue 57 item 5), so that what is shipped is what is applied: the release enables 17 integrations,
+`pod`, `deployment` and `statefulset` among them, and registers a mutating and a validating webhook for each, all
+`failurePolicy: Fail` in every namespace but kube-system and kueue-system (an integration not enabled still gets a
+no-op webhook: Kueue's cmd/kueue/main.go `noop.SetupWebhook`). With Kueue's one replica down, every pod, Deployment,
+StatefulSet and Job create in the cluster would be refused, in someone else's cluster too. The shipped file keeps
+the JobSet integration alone (`integrations.frameworks` in the kueue-manager-config ConfigMap) and drops the 34
+webhooks of the other integrations (pods, deployments, statefulsets, jobs, and the 14 other job kinds), keeping
+Kueue's own (clusterqueue, cohort, resourceflavor, workload) and the JobSet ones (mjobset.kb.io, vjobset.kb.io).
+
 The queue objects, as xpk's src/xpk/templates/kueue_config.yaml.j2 makes them (read at commit 8c43c44: its
 ResourceFlavor's nodeLabels, the ClusterQueue's `namespaceSelector: {}`, `reclaimWithinCohort: Never`,
 `withinClusterQueue: LowerPriority`, the LocalQueue in `default`, the PriorityClasses' values):

@@ -37,22 +37,35 @@ EXCLUSIVE_TOPOLOGY = {"alpha.jobset.sigs.k8s.io/exclusive-topology": "cloud.goog
 # JobSet sets these on every pod (jobset_types.go JobIndexKey, pkg/constants RestartsKey); read by the downward API.
 JOB_INDEX = "jobset.sigs.k8s.io/job-index"
 RESTART_ATTEMPT = "jobset.sigs.k8s.io/restart-attempt"
-# Multislice (issue 49 item 1). JobSet sets no MEGASCALE_* (kubernetes-sigs/jobset#787), and JAX reads them from the
-# environment first (jax/_src/clusters/cloud_tpu_cluster.py `get_tpu_env_value`): the manifest gives each pod its own
-# from what JobSet v0.10.1 writes on every Job and pod (api/jobset/v1alpha2/jobset_types.go): `global-replicas` (the
-# Jobs of the JobSet: its slices), `job-global-index` (this Job's: its slice), and, with `spec.coordinator` set,
-# `coordinator` = "<jobset>-<replicatedJob>-<jobIndex>-<podIndex>.<subdomain>" (pkg/controllers/
-# jobset_controller.go `coordinatorEndpoint`), the stable DNS name of slice 0's worker 0: "the Megascale
-# coordinator address is set as the host with process id = 0" (cloud_tpu_cluster.py). JAX keeps the host part only
+# Multislice (issue 49 item 1; issue 57 item 1). JobSet sets no MEGASCALE_* (kubernetes-sigs/jobset#787), and JAX
+# reads them from the environment first (jax/_src/clusters/cloud_tpu_cluster.py `get_tpu_env_value`): the manifest
+# gives each pod its own. `global-replicas` (the Jobs of the JobSet: its slices) and `job-global-index` (this Job's:
+# its slice) are annotations JobSet v0.10.1 writes on every Job and pod (api/jobset/v1alpha2/jobset_types.go).
+# The coordinator is NOT taken from `spec.coordinator`: JobSet v0.10.1 writes it as a *label* too
+# (pkg/controllers/jobset_controller.go `labelAndAnnotateObject`, lines 799-803:
+# `labels[jobset.CoordinatorKey] = coordinatorEndpoint(js)`), with `coordinatorEndpoint` (lines 1086-1090)
+# = "%s-%s-%d-%d.%s" (name, replicated job, job index, pod index, subdomain = the JobSet's name: `GetSubdomain`,
+# lines 835-844). With a JobSet name of "tpuctl-" + a 24-character run id that is 73 characters; a label value holds
+# 63, so the API server refused every Job and v0.10.1 retried for ever (`createJobs` returns the error, no
+# condition: lines 538-541, 559-587); v0.11 refuses the JobSet (commit a9461e60). The address itself is known when
+# the manifest is built, so it is written as a plain value: slice 0's worker 0, "the host with process id = 0"
+# (cloud_tpu_cluster.py), by the DNS name Kubernetes gives it: an Indexed Job's pod is named `<job>-<index>` as
+# hostname under the pod template's subdomain (Kubernetes docs, Job "Completion mode"), which JobSet sets to the
+# JobSet's name (constructJob, lines 708-712; enableDNSHostnames defaulted true by pkg/webhooks/jobset_webhook.go
+# lines 130-136) behind a headless Service of that name (createHeadlessSvcIfNecessary, lines 614-640); a Job is
+# named `<jobset>-<replicatedJob>-<jobIndex>` (placement.GenJobName). JAX keeps the host part only
 # (`coordinator_address.split(':')[0]`) and libtpu uses its own port by default, so no port is added.
 GLOBAL_REPLICAS = "jobset.sigs.k8s.io/global-replicas"
 JOB_GLOBAL_INDEX = "jobset.sigs.k8s.io/job-global-index"
-COORDINATOR = "jobset.sigs.k8s.io/coordinator"
 # Kueue (issue 49 item 9): a JobSet opts into a LocalQueue by this label, as xpk's WORKLOAD_CREATE_YAML and
 # Kueue's JobSet integration read it (kueue pkg/controller/constants QueueLabel "kueue.x-k8s.io/queue-name"); the
 # run's priority is its pods' priorityClassName, which Kueue takes as the Workload's priority (kueue
 # pkg/util/priority: the pod sets' PriorityClassName) and which xpk writes (`priorityClassName: {priority}`).
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+# A Kueue WorkloadPriorityClass is named by this label on the job, which Kueue reads before the pods'
+# priorityClassName (kueue pkg/controller/constants WorkloadPriorityClassLabel; jobframework/reconciler.go
+# `ExtractPriority`): `--priority NAME` naming one is written so (issue 57 item 6).
+WORKLOAD_PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 # Bounds that keep a manifest inside its fields: maxRestarts is an int32 (jobset_types.go FailurePolicy.MaxRestarts
 # int32), and a run takes at most the slices `up` makes (planning.MAX_SLICES).
 MAX_RESTARTS = 1000
@@ -99,6 +112,8 @@ class RunObjects:
     namespace: str = DEFAULT_NAMESPACE
     queue: str = ""             # Kueue's LocalQueue ("": none: the cluster runs no Kueue)
     priority: str = ""          # the pods' PriorityClass ("": the cluster's default)
+    workload_priority: bool = False   # `priority` names a Kueue WorkloadPriorityClass: the JobSet's label instead
+    own_pools: bool = True      # the pods select tpuctl's node pools (False: a team's queue's flavors place them)
 
 
 def jobset_name(run_id: str) -> str:
@@ -124,16 +139,14 @@ def check(slices: int, max_restarts: int, shape: Shape) -> None:
 def build_jobset(r: RunObjects) -> dict[str, Any]:
     check(r.slices, r.max_restarts, r.shape)
     labels = {LABEL_CLUSTER: r.cluster, LABEL_RUN: r.run_id.lower()}
-    meta_labels = {**labels, **({QUEUE_LABEL: r.queue} if r.queue else {})}
-    spec: dict[str, Any] = {"coordinator": {"replicatedJob": REPLICATED_JOB, "jobIndex": 0, "podIndex": 0}} \
-        if r.slices > 1 else {}
+    meta_labels = {**labels, **({QUEUE_LABEL: r.queue} if r.queue else {}),
+                   **({WORKLOAD_PRIORITY_LABEL: r.priority} if r.priority and r.workload_priority else {})}
     return {
         "apiVersion": JOBSET_API,
         "kind": "JobSet",
         "metadata": {"name": jobset_name(r.run_id), "namespace": r.namespace, "labels": meta_labels,
                      "annotations": dict(EXCLUSIVE_TOPOLOGY)},
         "spec": {
-            **spec,
             # xpk: rules [FailJobSet on PodFailurePolicy]: a Job failed by its pod failure policy (a code not in
             # RESTART_EXIT_CODES) fails the JobSet at once; any other Job failure restarts it, counted against
             # maxRestarts (jobset_types.go FailurePolicy; no matching rule = RestartJobSet).
@@ -160,6 +173,8 @@ def _job_spec(r: RunObjects, labels: dict[str, str]) -> dict[str, Any]:
 
 def _node_selector(r: RunObjects) -> dict[str, str]:
     sel = {ACCELERATOR_LABEL: r.shape.accelerator, TOPOLOGY_LABEL: r.shape.topology}
+    if r.own_pools:   # the node label `up` gives tpuctl's pools (container.build_node_pool)
+        sel[LABEL_CLUSTER] = r.cluster
     if r.shape.needs_workload_policy:
         if not r.workload_policy:
             raise bad_input(f"{r.shape.tpu_type} is multi-host TPU7x: its pods select the workload policy",
@@ -170,12 +185,15 @@ def _node_selector(r: RunObjects) -> dict[str, str]:
 
 def _pod_spec(r: RunObjects) -> dict[str, Any]:
     return {
-        **({"priorityClassName": r.priority} if r.priority else {}),
+        **({"priorityClassName": r.priority} if r.priority and not r.workload_priority else {}),
         "restartPolicy": "Never",   # the Job's pod failure policy needs it (Kubernetes Job docs)
         "hostNetwork": True, "dnsPolicy": "ClusterFirstWithHostNet",   # xpk: TPU hosts talk over the host network
         "terminationGracePeriodSeconds": GRACE_SECONDS,
         "nodeSelector": _node_selector(r),
-        "tolerations": [{"key": TPU_RESOURCE, "operator": "Exists"}],   # any effect, as xpk,
+        # any effect, as xpk; and the taint of tpuctl's pools (container.build_node_pool): a run placed by a team's
+        # queue may be given one of them by its flavors
+        "tolerations": [{"key": TPU_RESOURCE, "operator": "Exists"},
+                        {"key": LABEL_CLUSTER, "operator": "Equal", "value": r.cluster, "effect": "NoSchedule"}],
         "containers": [_container(r)],
         "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}}],
     }
@@ -194,17 +212,22 @@ def _container(r: RunObjects) -> dict[str, Any]:
             {"name": "TPUCTL_SLICE", "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{JOB_INDEX}']"}}},
             {"name": "TPUCTL_RESTART", "valueFrom": {"fieldRef": {
                 "fieldPath": f"metadata.labels['{RESTART_ATTEMPT}']"}}},
-            *(_megascale() if r.slices > 1 else []),
+            *(_megascale(jobset_name(r.run_id)) if r.slices > 1 else []),
         ],
         "resources": {"limits": {TPU_RESOURCE: chips}},
         "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
     }
 
 
-def _megascale() -> list[dict[str, Any]]:
+def coordinator_address(name: str) -> str:
+    """Slice 0's worker 0 by its DNS name under the JobSet's headless Service (see GLOBAL_REPLICAS above)."""
+    return f"{name}-{REPLICATED_JOB}-0-0.{name}"
+
+
+def _megascale(name: str) -> list[dict[str, Any]]:
     def annotation(key: str) -> dict[str, Any]:
         return {"fieldRef": {"fieldPath": f"metadata.annotations['{key}']"}}
-    return [{"name": "MEGASCALE_COORDINATOR_ADDRESS", "valueFrom": annotation(COORDINATOR)},
+    return [{"name": "MEGASCALE_COORDINATOR_ADDRESS", "value": coordinator_address(name)},
             {"name": "MEGASCALE_NUM_SLICES", "valueFrom": annotation(GLOBAL_REPLICAS)},
             {"name": "MEGASCALE_SLICE_ID", "valueFrom": annotation(JOB_GLOBAL_INDEX)}]
 

@@ -48,14 +48,27 @@ def jobset_path(namespace: str, run_id: str) -> str:
     return f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{namespace}/jobsets/{manifest.jobset_name(run_id)}"
 
 
+def namespace_of(store: BlobStore, run_id: str) -> str:
+    """The run's namespace, from its job.json (`submit --namespace`); default for a run written before it."""
+    job = runs.job(store, run_id)
+    return (job.namespace if job else "") or manifest.DEFAULT_NAMESPACE
+
+
 def run_objects(st: ClusterState, run_id: str, max_restarts: int, queue: str = "",
-                priority: str = "") -> manifest.RunObjects:
+                priority: str = "", namespace: str = "") -> manifest.RunObjects:
     rec = dict(st.record.get("gke") or {})
     return manifest.RunObjects(
         cluster=st.name, run_id=run_id, shape=tputypes.shape(str(rec.get("tpu_type") or st.spec.tpu_type)),
         slices=int(rec.get("slices") or st.spec.slices or 1), max_restarts=max_restarts,
         image=str(rec.get("image") or manifest.DEFAULT_IMAGE), store_uri=st.spec.store, agent_version=__version__,
-        workload_policy=str(rec.get("workload_policy") or ""), queue=queue, priority=priority)
+        workload_policy=str(rec.get("workload_policy") or ""), queue=queue, priority=priority,
+        namespace=namespace or manifest.DEFAULT_NAMESPACE, own_pools=not team_placed(rec, queue))
+
+
+def team_placed(rec: dict[str, Any], queue: str) -> bool:
+    """A run submitted through a queue on a cluster tpuctl adopted is placed by that queue's ResourceFlavors (the
+    team's quota gates it), not on tpuctl's own node pools (issue 57 item 4)."""
+    return bool(rec.get("adopted")) and bool(queue)
 
 
 # `submit` without --max-restarts on GKE (issue 49 item 5): spot preemption, maintenance and the node auto-upgrades
@@ -80,12 +93,17 @@ class GkeRuns:
         self.ended: set[str] = set()   # runs whose end this process has seen (the hold looked at once each)
         self.seen: dict[str, tuple[ClusterState, BlobStore]] = {}   # run -> where advance last looked at it
 
-    def check_run(self, st: ClusterState, job: JobSpec, max_restarts: int, queue: str, priority: str) -> str:
+    def check_run(self, st: ClusterState, job: JobSpec, max_restarts: int, queue: str, priority: str,
+                  namespace: str = "") -> str:
         frameworks.check_job(job.name, job.framework, job.env, job.keras_backend)
         objs = run_objects(st, "check", max_restarts)   # the shape and slices dispatch will use
         manifest.check(objs.slices, max_restarts, objs.shape)
-        return kueue.pick_queue(self._api(st), manifest.DEFAULT_NAMESPACE, kueue.check_name(queue, "--queue"),
-                                kueue.check_name(priority, "--priority"))
+        ns = kueue.check_namespace(namespace) or manifest.DEFAULT_NAMESPACE
+        api = self._api(st)
+        picked = kueue.pick_queue(api, ns, kueue.check_name(queue, "--queue"), kueue.check_name(priority, "--priority"))
+        if team_placed(dict(st.record.get("gke") or {}), picked):
+            kueue.check_flavors(api, ns, picked, objs.shape.accelerator, objs.shape.topology)
+        return picked
 
     def _api(self, st: ClusterState) -> Any:
         return self.connect(dict(st.record.get("gke") or {}))
@@ -93,13 +111,25 @@ class GkeRuns:
     def dispatch(self, st: ClusterState, store: BlobStore, run_id: str, sessions: int,
                  progress: Callable[[str], None], keep_inputs: bool = False) -> None:
         job = runs.job(store, run_id)
-        js = manifest.build_jobset(run_objects(st, run_id, job.max_restarts if job else 0,
-                                               job.queue if job else "", job.priority if job else ""))
+        ns = (job.namespace if job else "") or manifest.DEFAULT_NAMESPACE
         api = self._api(st)
+        objs = run_objects(st, run_id, job.max_restarts if job else 0, job.queue if job else "",
+                           job.priority if job else "", ns)
+        if objs.priority and objs.queue and kueue.is_workload_priority(api, objs.priority):
+            objs = replace(objs, workload_priority=True)
+        labelled = kube.get(api, "/api/v1/nodes", [("labelSelector", f"{manifest.LABEL_CLUSTER}={st.name}"),
+                                                    ("limit", "1")]) if objs.own_pools else None
+        if objs.own_pools and not (labelled or {}).get("items"):
+            # node pools made before tpuctl labelled its own (issue 57 item 4): selecting the label would leave
+            # the run Pending for ever; it selects the TPU shape alone, as before, and says why
+            objs = replace(objs, own_pools=False)
+            progress(f"no node is labelled {manifest.LABEL_CLUSTER}={st.name} (node pools of an older tpuctl): the "
+                     "run may land on any node pool of its TPU shape; `tpuctl down` and `up` make labelled ones")
+        js = manifest.build_jobset(objs)
         end = time.monotonic() + jobset_install.ready_seconds()
         while True:   # JobSet's webhooks refuse while its controller (re)starts (jobset_install.py WEBHOOK_DOWN)
             try:
-                kube.apply(api, jobset_path(manifest.DEFAULT_NAMESPACE, run_id), js)
+                kube.apply(api, jobset_path(ns, run_id), js)
                 break
             except kube.KubeError as e:
                 if not jobset_install.webhook_down(e):
@@ -141,11 +171,12 @@ class GkeRuns:
             return self.said[run_id]
         self.looked[run_id] = now
         api = self._api(st)
-        js = kube.get(api, jobset_path(manifest.DEFAULT_NAMESPACE, run_id))
+        ns = namespace_of(store, run_id)
+        js = kube.get(api, jobset_path(ns, run_id))
         if js is None:
             self.said[run_id] = "" if runs.status(store, run_id).state.final else "no JobSet (deleted)"
             return self.said[run_id]
-        pods = pods_of(api, run_id)
+        pods = pods_of(api, run_id, ns)
         ended = condition(js)
         if ended and not runs.status(store, run_id).state.final:
             self._end_unreported(api, store, run_id, js, pods, ended)
@@ -168,7 +199,7 @@ class GkeRuns:
         for pod in pods:
             name = pod["metadata"]["name"]
             try:
-                log = kube.request(api, "GET", f"/api/v1/namespaces/{manifest.DEFAULT_NAMESPACE}/pods/{name}/log",
+                log = kube.request(api, "GET", f"/api/v1/namespaces/{pod['metadata']['namespace']}/pods/{name}/log",
                                    query=[("tailLines", "200")], content_type="application/json")
             except kube.KubeError as e:
                 log = f"(no log: {e.message})"
@@ -187,16 +218,17 @@ class GkeRuns:
         pod, no agent) is deleted at once, before it starts."""
         store.write(layout.run_cancel(run_id), json.dumps({"time": time.time()}).encode())
         step = min(1.0, max(0.05, cancel_grace() / 20))
-        js = kube.get(self._api(st), jobset_path(manifest.DEFAULT_NAMESPACE, run_id))
-        held = js is not None and bool(js["spec"].get("suspend")) and not pods_of(self._api(st), run_id)
+        ns = namespace_of(store, run_id)
+        js = kube.get(self._api(st), jobset_path(ns, run_id))
+        held = js is not None and bool(js["spec"].get("suspend")) and not pods_of(self._api(st), run_id, ns)
         deadline = time.monotonic() + (0 if held else cancel_grace())
         while time.monotonic() < deadline and not runs.status(store, run_id).state.final:
             time.sleep(step)
         api = self._api(st)
-        kube.delete(api, jobset_path(manifest.DEFAULT_NAMESPACE, run_id))
+        kube.delete(api, jobset_path(ns, run_id))
         self._release_if_idle(st, store, api, run_id)
         deadline = time.monotonic() + manifest.GRACE_SECONDS + cancel_grace()
-        while pods_of(api, run_id) and time.monotonic() < deadline:   # Terminating until their processes end
+        while pods_of(api, run_id, ns) and time.monotonic() < deadline:   # Terminating until their processes end
             time.sleep(step)
         if not runs.status(store, run_id).state.final:
             store.write(layout.run_status(run_id, 0), json.dumps(RunStatus(
@@ -210,8 +242,12 @@ class GkeRuns:
         out: dict[str, dict[str, object]] = {}
         for js in jobsets_of(api, st.name):
             run_id = str(js["metadata"].get("labels", {}).get(manifest.LABEL_RUN, ""))
-            pods = pods_of(api, run_id) if run_id else []
+            pods = pods_of(api, run_id, str(js["metadata"].get("namespace") or manifest.DEFAULT_NAMESPACE)) \
+                if run_id else []
+            queue = str(js["metadata"].get("labels", {}).get(manifest.QUEUE_LABEL, ""))
             out[f"jobset {js['metadata']['name']}"] = {
+                **({"placed by": f"queue {queue}'s ResourceFlavors: the team's quota gates the run"}
+                   if team_placed(dict(st.record.get("gke") or {}), queue) else {}),
                 "state": condition(js) or "Running", "restarts": int(js.get("status", {}).get("restarts", 0)),
                 "pods": ", ".join(f"{p['metadata']['name']} {p.get('status', {}).get('phase', 'Pending')}"
                                   f"@{p.get('spec', {}).get('nodeName') or '-'}" for p in pods) or "none"}

@@ -39,10 +39,11 @@ class _NoQueue:
     """What base.py RemoteRuns asks of `submit` that Kaggle has none of: no queue, no restarts by default."""
     default_restarts = 0
 
-    def check_run(self, st: ClusterState, job: Any, max_restarts: int, queue: str, priority: str) -> str:
+    def check_run(self, st: ClusterState, job: Any, max_restarts: int, queue: str, priority: str,
+                  namespace: str = "") -> str:
         """Every framework runs in a Kaggle session (kernel.py picks what it installs); there is no queue."""
-        if queue or priority:
-            raise bad_input("--queue and --priority apply to --provider gke clusters (Kueue)",
+        if queue or priority or namespace:
+            raise bad_input("--queue, --priority and --namespace apply to --provider gke clusters",
                             "leave them out: a Kaggle session starts when Kaggle gives it a TPU")
         return ""
 
