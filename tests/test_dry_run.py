@@ -79,8 +79,8 @@ REFUSED_UP = [
     ("a bad --max-duration", ["up", "-c", "loc", "--provider", "local", "--max-duration", "8x"], "not a duration"),
 ]
 REFUSED_SUBMIT = [
-    ("--queue on a local cluster", ["--queue", "q"], "--queue and --priority apply to --provider gke"),
-    ("--priority on a local cluster", ["--priority", "high"], "--queue and --priority apply to --provider gke"),
+    ("--queue on a local cluster", ["--queue", "q"], "--queue, --priority and --namespace apply to --provider gke"),
+    ("--priority on a local cluster", ["--priority", "high"], "--queue, --priority and --namespace apply to --provider gke"),
     ("--chain on a local cluster", ["--chain", "3"], "--chain 3: cluster sub's runs do not run in sessions"),
     ("--keep-inputs on a local cluster", ["--keep-inputs"], "--keep-inputs: cluster sub's runs have no input"),
     ("--max-restarts below 0", ["--max-restarts", "-1"], "--max-restarts -1 must be 0 or more"),
