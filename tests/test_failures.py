@@ -144,7 +144,7 @@ def test_an_hbm_oom_is_not_restarted_whatever_max_restarts_says(local, cli, tmp_
     assert "failed (oom)" in cli("jobs", "-c", "fl")[1]
     from tpuctl.ui import runview
     said = [e["what"] for e in runview.events(open_store(local.spec.store), row["id"])]
-    assert any(w.startswith("run.failed") and "failure oom" in w for w in said), said
+    assert any(w.startswith("failed with") and "(cause: oom)" in w for w in said), said
 
 
 def test_a_lockfile_left_behind_is_cleared_and_the_next_start_runs(local, cli, tmp_path):

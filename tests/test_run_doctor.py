@@ -95,8 +95,8 @@ def test_a_job_that_stops_stepping_is_restarted_once_then_ends_stalled(doctor_en
     # the event, recorded and listed on the run's page
     from tpuctl.ui import runview
     said = [e["what"] for e in runview.events(store, row["id"])]
-    assert sum(w.startswith("run.stalled") for w in said) == 2, said
-    assert any(w.startswith("run.failed") and "failure stalled" in w for w in said), said
+    assert sum(w.startswith("stalled on") for w in said) == 2, said
+    assert any(w.startswith("failed with") and "(cause: stalled)" in w for w in said), said
 
 
 def test_on_stall_stop_ends_the_run_stalled_at_once(doctor_env, local_up, cli, tmp_path):
@@ -261,7 +261,7 @@ def test_two_hosts_stall_both_stacks_saved_and_the_round_restarts_on_both(doctor
         assert _row(cli, "dr2")["restarts"] == 1
         from tpuctl.ui import runview
         said = [e["what"] for e in runview.events(store, run_id)]
-        assert sum(w.startswith("run.stalled") for w in said) == 1, said   # once, whichever host saw it first
+        assert sum(w.startswith("stalled on") for w in said) == 1, said   # once, whichever host saw it first
     finally:
         agent.terminate()
         agent.wait(30)

@@ -145,7 +145,11 @@ def sentence(e: dict[str, Any]) -> str:
                                  + (f" after {_n(f['duration_s'], ' s')}" if "duration_s" in f else "")
                                  + (f", goodput {_n(f['goodput_pct'], '%')}" if "goodput_pct" in f else "")
                                  + (f", cost ${f['cost_usd']:.2f}" if "cost_usd" in f else "")),
-        "run.failed": lambda: f"failed with exit code {f.get('exit_code', '?')}",
+        "run.failed": lambda: (f"failed with exit code {f.get('exit_code', '?')}"
+                               + (f" (cause: {f['failure']})" if "failure" in f else "")),
+        # the run doctor's (host/doctor.py): which host saw it, the action taken, and why
+        "run.stalled": lambda: (f"stalled on {f.get('host', 'its host')}: {f.get('why', 'no progress')}"
+                                + (f"; action: {f['action']}" if "action" in f else "")),
         "cluster.preempted": lambda: (f"the cluster's compute was lost ({f.get('lost', 'preempted')})"
                                       + (f" in {f['zone']}" if "zone" in f else "")),
         "cluster.recovered": lambda: (f"the cluster was brought back (recovery {f.get('recovery', '?')}"
