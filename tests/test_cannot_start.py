@@ -19,7 +19,8 @@ def _rows(cli, name):
     ('command = "python main.py"\n[env]\nX = "a\\u0000b"\n', "[env] X holds a NUL byte"),
     ('command = "python main.py"\n[env]\nBIG = "' + "x" * 200_000 + '"\n', "[env] BIG is 200004 bytes"),
     ('command = "python main.py # ' + "y" * 200_000 + '"\n', "the command is 200017 bytes"),
-])
+], ids=["nul-command", "nul-env", "big-env", "big-command"])   # pytest puts a test's id in PYTEST_CURRENT_TEST: a
+# 200 kB id made that variable too long for the agent `up` starts (E2BIG) under pytest 9.1
 def test_what_no_host_could_start_is_refused_at_submit_before_anything_is_uploaded(local_up, cli, tmp_path, toml,
                                                                                     said):
     st = local_up("ns")

@@ -18,7 +18,7 @@ PROBES = {
     "cluster": ("named", ["up", "--provider", "local", "--dry-run"], "Plan for cluster named"),
     "autostop": ("30m", ["up", "-c", "k", "--provider", "local", "--dry-run"], "after 30m with no run"),
     "max_duration": ("2h", ["up", "-c", "k", "--provider", "local", "--dry-run"], "compute 2h after it is made"),
-    "budget": (5, ["up", "-c", "k", "--provider", "local", "--dry-run"], "budget budget $5.00"),
+    "budget": (5, ["up", "-c", "k", "--provider", "local", "--dry-run"], "budget $5.00"),   # the plan says it once (issue 58.5)
     "notify": ("https://example.com/hook", ["up", "-c", "k", "--provider", "local", "--dry-run"],
                "notify https://example.com/***"),
     "project": ("proj-one", ["up", "-c", "k", "--zone", "us-east5-b", *GCP], "(project proj-one)"),

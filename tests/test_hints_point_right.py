@@ -3,15 +3,7 @@ exit code, never "internal error"."""
 import pytest
 
 from jobs import make_job
-
-
-def said_once(code, err, exit_code, *words):
-    errors = [line for line in err.splitlines() if line.startswith("error:")]
-    flat = " ".join(err.split())
-    assert code == exit_code and len(errors) == 1 and err.count("hint:") == 1, err
-    assert "internal error" not in err and "Traceback" not in err, err
-    assert all(w in flat for w in words), err
-    return flat
+from test_own_mistakes import said_once
 
 
 def test_after_a_failed_cloud_up_the_hint_names_the_cloud_not_the_local_provider(env, cli):

@@ -13,11 +13,13 @@ open(os.path.join(os.environ["TPUCTL_OUTPUT_DIR"], "model.txt"), "w").write("wei
 
 
 def said_once(code, err, exit_code, *words):
+    """One error line, one hint, the exit code, no traceback; returns the error text on one line."""
     errors = [line for line in err.splitlines() if line.startswith("error:")]
     flat = " ".join(err.split())
     assert code == exit_code and len(errors) == 1 and err.count("hint:") == 1, err
     assert "internal error" not in err and "Traceback" not in err, err
     assert all(w in flat for w in words), err
+    return flat
 
 
 @pytest.fixture

@@ -53,9 +53,9 @@ def test_a_job_that_exits_42_twice_then_0_succeeds_after_two_restarts(local, cli
     from tpuctl.core.store import LocalStore
     from tpuctl.ui import runview
     said = [e["what"] for e in runview.events(LocalStore(state.load("rs").spec.store), row["id"])]
-    restarts = [w for w in said if w.startswith("run.restarted")]
-    assert len(restarts) == 2 and all("exit_code 42" in w for w in restarts), said
-    assert "restart 1," in restarts[0] and "restart 2," in restarts[1]
+    restarts = [w for w in said if w.startswith("started again")]   # as the page says it (runview.sentence)
+    assert len(restarts) == 2 and all("after exit code 42" in w for w in restarts), said
+    assert "restart 1 " in restarts[0] and "restart 2 " in restarts[1]
 
 
 def test_restarts_stop_at_the_limit(local, cli, tmp_path):

@@ -233,19 +233,24 @@ all_reduce() if w == "1" else wait_for_peer()
 """
 
 
+def second_host(st, store, tmp_path):
+    """The local cluster made a two-host JAX slice: its record says two hosts, and worker 1's agent starts here."""
+    record = json.loads(store.read(layout.CLUSTER_RECORD))
+    record.update(hosts=2, slices=1, coordinator="127.0.0.1", framework="jax")
+    store.write(layout.CLUSTER_RECORD, json.dumps(record).encode())
+    env = dict(os.environ, TPUCTL_HOST="host-w1", TPUCTL_AGENT_HOME=str(tmp_path / "home-w1"))
+    return subprocess.Popen([sys.executable, "-m", "tpuctl.agent", "--store", st.spec.store, "--worker", "1",
+                             "--accelerator", "cpu", "--poll", "0.25"], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+
+
 def test_two_hosts_stall_both_stacks_saved_and_the_round_restarts_on_both(doctor_env, local_up, cli, tmp_path,
                                                                          monkeypatch):
     for k, v in {"TPUCTL_STALE_SECONDS": "3", "TPUCTL_LOG_POLL_MAX": "0.2"}.items():
         monkeypatch.setenv(k, v)
     st = local_up("dr2")
     store = _store(st)
-    record = json.loads(store.read(layout.CLUSTER_RECORD))
-    record.update(hosts=2, slices=1, coordinator="127.0.0.1", framework="jax")
-    store.write(layout.CLUSTER_RECORD, json.dumps(record).encode())
-    env = dict(os.environ, TPUCTL_HOST="host-w1", TPUCTL_AGENT_HOME=str(tmp_path / "home-w1"))
-    agent = subprocess.Popen([sys.executable, "-m", "tpuctl.agent", "--store", st.spec.store, "--worker", "1",
-                              "--accelerator", "cpu", "--poll", "0.25"], env=env, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.STDOUT, start_new_session=True)
+    agent = second_host(st, store, tmp_path)
     try:
         job = make_job(tmp_path, TWO_HOST_JOB, 'framework = "jax"\n')
         out, row = _submit(cli, "dr2", job, "--max-restarts", "1")

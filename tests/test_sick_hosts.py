@@ -115,12 +115,8 @@ while True:
 
 
 def test_a_host_that_stalls_alone_twice_in_a_row_is_marked_sick(local_up, cli, tmp_path, monkeypatch):
-    import os
-    import subprocess
-    import sys
-
     from jobs import make_job
-    from test_run_doctor import _row, _store, _submit
+    from test_run_doctor import _store, _submit, second_host
     from tpuctl.core import runs
     for k, v in {"TPUCTL_STALL_SECONDS": "2", "TPUCTL_STALL_POLL": "0.2", "TPUCTL_RESTART_BACKOFF": "0.02",
                  "TPUCTL_STOP_GRACE": "2", "TPUCTL_DRAIN_SECONDS": "1", "TPUCTL_TPU_METRICS_SECONDS": "0",
@@ -128,13 +124,7 @@ def test_a_host_that_stalls_alone_twice_in_a_row_is_marked_sick(local_up, cli, t
         monkeypatch.setenv(k, v)
     st = local_up("al")
     store = _store(st)
-    record = json.loads(store.read(layout.CLUSTER_RECORD))
-    record.update(hosts=2, slices=1, coordinator="127.0.0.1", framework="jax")
-    store.write(layout.CLUSTER_RECORD, json.dumps(record).encode())
-    env = dict(os.environ, TPUCTL_HOST="host-w1", TPUCTL_AGENT_HOME=str(tmp_path / "home-w1"))
-    agent = subprocess.Popen([sys.executable, "-m", "tpuctl.agent", "--store", st.spec.store, "--worker", "1",
-                              "--accelerator", "cpu", "--poll", "0.25"], env=env, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.STDOUT, start_new_session=True)
+    agent = second_host(st, store, tmp_path)
     try:
         job = make_job(tmp_path, ALONE_JOB, 'framework = "jax"\n')
         out, row = _submit(cli, "al", job, "--max-restarts", "1", within=60)

@@ -359,7 +359,8 @@ def triage(at: Attempt, rc: int, cancelled: bool, job: RunSpec, shipper: LogShip
         shipper.note(f"{said}; {failures.clear_lockfile()}", fresh_line=True)
         at.tally.free = True
         return Decision.RESTART
-    shipper.note(said, fresh_line=True)
+    if f.cause != "job" or f.line:   # the job's own error says itself in its log: a note would add nothing
+        shipper.note(said, fresh_line=True)
     return Decision.FAIL if f.restartable is False else decision
 
 
