@@ -15,12 +15,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core import knobs, layout, notify, runs, utilisation
+from ..core import knobs, layout, metrics, notify, runs, utilisation
 from ..core.runs import RunSpec
 from . import failures, stacks
 from .alone import Outputs, host_of, twice_in_a_row
 from .contexts import Seat
-from .stall import StallWatch, progress_of
+from .stall import StallWatch, latest_attempt
 
 ON_STALL = ("notify", "restart", "stop")
 
@@ -71,10 +71,10 @@ class Doctor:
             return None
         self.next_look = now + self.poll()
         try:
-            doc = runs.read_json(self.store, layout.run_metrics(self.run_id))
+            log, _ = metrics.load(self.store, layout.run_metrics(self.run_id))   # an unreadable file: no progress
         except Exception:  # noqa: BLE001 - a store hiccup: the next look reads it
             return None
-        watch.observe(now, progress_of(doc), output)
+        watch.observe(now, latest_attempt(log), output)
         every = max(self.poll(), watch.window() / 4)
         self.outputs.sample(now, every, watch.startup() + watch.window())
         if self.stalled is not None:

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
-from typing import Any
 
 from ..core import knobs
+from ..core.metrics import MetricsLog
 
 DEFAULT_WINDOW = 900.0   # 15 minutes
 STEP_FACTOR = 10.0       # a window is at least 10 median steps
@@ -39,14 +39,13 @@ def base_window(stall_after: float = 0.0) -> float:
 Progress = tuple[int, float, float, float, float, float]
 
 
-def progress_of(metrics: dict[str, Any] | None) -> Progress | None:
-    """What metrics.json says of the latest attempt (Progress), None without one."""
-    attempts = (metrics or {}).get("attempts") or []
-    if not attempts or not isinstance(attempts[-1], dict):
+def latest_attempt(log: MetricsLog | None) -> Progress | None:
+    """What metrics.json says of the latest attempt (Progress), None without one. `log` is metrics.load's: the
+    job's file read as every other reader of it does, capped and with its non-finite numbers dropped."""
+    if log is None or not log.attempts:
         return None
-    a = attempts[-1]
-    return (len(attempts), float(a.get("step", 0)), float(a.get("calls", 0)), float(a.get("last", 0)),
-            float(a.get("start", 0)), float(a.get("first_seconds", 0)))
+    a = log.attempts[-1]
+    return (len(log.attempts), a["step"], a.get("calls", 0.0), a["last"], a["start"], a.get("first_seconds", 0.0))
 
 
 @dataclass
@@ -81,7 +80,7 @@ class StallWatch:
         return self.seen[5] if self.stepped and self.seen is not None and self.seen[5] > 0 else None
 
     def observe(self, now: float, progress: Progress | None, output: int) -> None:
-        """What was seen at `now`: metrics.json's progress_of, and the bytes of output the job has written."""
+        """What was seen at `now`: metrics.json's latest_attempt, and the bytes of output the job has written."""
         if self.first_look:   # what the job found there: an earlier attempt's steps are not this one's
             self.first_look, self.baseline, self.seen = False, progress, None
             if progress is not None and progress[4] < self.started - START_SLACK:
