@@ -31,7 +31,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
-from ..core import knobs, layout, runs
+from ..core import knobs, layout, processes, runs
 from ..core.errors import bad_input
 from ..core.metrics import PHASE_FILE, PHASES, parse
 from ..core.store import BlobStore
@@ -113,14 +113,6 @@ class Job:
 
     def status(self) -> runs.RunStatus:
         return runs.status(self.store, self.run_id)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except (OSError, IndexError):
-        return False
 
 
 def _is_run(pid: int, run_id: str) -> bool:
@@ -216,13 +208,13 @@ class Driver:
         self.say(f"drill {d.label}: {o.signal} to the job at step {o.step} (start {self.restarts})")
         _signal(pid, sig)
         killed = sig == signal.SIGKILL
-        while _alive(pid) and not killed:
+        while processes.running(pid) and not killed:
             if time.time() - t_sig >= self.grace:
                 _signal(pid, signal.SIGKILL)
                 killed = True
                 break
             time.sleep(self.poll)
-        while _alive(pid):
+        while processes.running(pid):
             time.sleep(self.poll)
         t_end = time.time()
         last = self.job.phase()
