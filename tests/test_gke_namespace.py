@@ -14,13 +14,19 @@ from test_gke_runs import JOB, _ended, _pod_logs, cluster_store, gke  # noqa: F4
 LQ = "/apis/kueue.x-k8s.io/v1beta1/namespaces/{}/localqueues/{}"
 
 
-@pytest.fixture
-def api(monkeypatch):
+def kueue_cluster(monkeypatch):
+    """A fake Kubernetes API with Kueue's CRD installed, and a client of it (the caller stops the fake)."""
     monkeypatch.setenv("CONTAINER_EMULATOR_HOST", "fake")
     monkeypatch.setattr(kube, "_CLIENTS", {})
     fake = FakeKube()
     fake.put(CRD_PREFIX + KUEUE_CRD, {"kind": "CustomResourceDefinition", "metadata": {"name": KUEUE_CRD}})
-    yield fake, kube.connect(fake.url, "", "")
+    return fake, kube.connect(fake.url, "", "")
+
+
+@pytest.fixture
+def api(monkeypatch):
+    fake, client = kueue_cluster(monkeypatch)
+    yield fake, client
     fake.stop()
 
 

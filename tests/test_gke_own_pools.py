@@ -5,11 +5,11 @@ tolerates them and is placed by the queue's ResourceFlavors, checked at submit."
 import pytest
 
 from tpuctl.core.errors import TpuctlError
-from tpuctl.providers.gke import container, kube, kueue, manifest, tputypes
+from tpuctl.providers.gke import container, kueue, manifest, tputypes
 from tpuctl.providers.gke.runs import GkeRuns, run_objects
 
-from fakes.k8s_server import CRD_PREFIX, KUEUE_CRD, FakeKube
 from jobs import make_job
+from test_gke_namespace import kueue_cluster
 from test_gke_runs import JOB, _ended, _pod_logs, _run_ids, gke  # noqa: F401 (fixture)
 
 API = "/apis/kueue.x-k8s.io/v1beta1"
@@ -63,10 +63,7 @@ def test_a_run_lands_on_tpuctls_pools_not_on_anothers_of_the_same_shape(gke, cli
 
 @pytest.fixture
 def api(monkeypatch):
-    monkeypatch.setenv("CONTAINER_EMULATOR_HOST", "fake")
-    monkeypatch.setattr(kube, "_CLIENTS", {})
-    fake = FakeKube()
-    fake.put(CRD_PREFIX + KUEUE_CRD, {"kind": "CustomResourceDefinition", "metadata": {"name": KUEUE_CRD}})
+    fake, client = kueue_cluster(monkeypatch)
     fake.put(f"{API}/namespaces/default/localqueues/lq", {"kind": "LocalQueue", "metadata": {
         "name": "lq", "namespace": "default"}, "spec": {"clusterQueue": "team-cq"}})
     fake.put(f"{API}/clusterqueues/team-cq", {"kind": "ClusterQueue", "metadata": {"name": "team-cq"}, "spec": {
@@ -74,7 +71,7 @@ def api(monkeypatch):
             {"name": "v5e", "resources": [{"name": "google.com/tpu", "nominalQuota": 16}]}]}]}})
     fake.put(f"{API}/resourceflavors/v5e", {"kind": "ResourceFlavor", "metadata": {"name": "v5e"}, "spec": {
         "nodeLabels": {manifest.ACCELERATOR_LABEL: "tpu-v5-lite-podslice", manifest.TOPOLOGY_LABEL: "4x4"}}})
-    yield fake, kube.connect(fake.url, "", "")
+    yield fake, client
     fake.stop()
 
 
