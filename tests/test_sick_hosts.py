@@ -7,6 +7,7 @@ import pytest
 
 from conftest import PROJECT, until
 from test_gce_tpu import _recoveries
+from test_run_doctor import doctor_env  # noqa: F401 - a fixture
 from test_watch import Running, fast  # noqa: F401 - a fixture
 from tpuctl.core import layout
 
@@ -114,13 +115,12 @@ while True:
 """
 
 
-def test_a_host_that_stalls_alone_twice_in_a_row_is_marked_sick(local_up, cli, tmp_path, monkeypatch):
+def test_a_host_that_stalls_alone_twice_in_a_row_is_marked_sick(doctor_env, local_up, cli, tmp_path, monkeypatch):
     from jobs import make_job
     from test_run_doctor import _store, _submit, second_host
     from tpuctl.core import runs
-    for k, v in {"TPUCTL_STALL_SECONDS": "2", "TPUCTL_STALL_POLL": "0.2", "TPUCTL_RESTART_BACKOFF": "0.02",
-                 "TPUCTL_STOP_GRACE": "2", "TPUCTL_DRAIN_SECONDS": "1", "TPUCTL_TPU_METRICS_SECONDS": "0",
-                 "TPUCTL_STALE_SECONDS": "3", "TPUCTL_LOG_POLL_MAX": "0.2"}.items():
+    # the doctor's test settings, with a 2-s window: worker 0's output must be seen moving within it
+    for k, v in {"TPUCTL_STALL_SECONDS": "2", "TPUCTL_STALE_SECONDS": "3", "TPUCTL_LOG_POLL_MAX": "0.2"}.items():
         monkeypatch.setenv(k, v)
     st = local_up("al")
     store = _store(st)
