@@ -654,3 +654,24 @@ def test_ctrl_c_under_load_stops_the_ui_within_seconds(site):
             proc.kill()
     assert code == 130 and took < 10, (code, took)
     assert "Traceback" not in proc.stderr.read()
+
+
+def test_the_server_leaves_the_processs_logging_handlers_open():
+    """uvicorn's default logging set-up (dictConfig) closed every handler of the process, and absl's closes its
+    stream unless it is the sys.stderr of the moment: a test worker that had imported TensorFlow then served a page
+    had its capture file closed under it, and every later test there failed ("I/O operation on closed file")."""
+    import io
+    import logging
+
+    from absl.logging import PythonHandler
+
+    from tpuctl.ui import server
+    from tpuctl.ui.figures import Figures
+    stream = io.StringIO()
+    handler = PythonHandler(stream)   # as absl's import makes it, on the sys.stderr of then
+    logging.getLogger("tpuctl-test-absl").addHandler(handler)
+    try:
+        server.uvicorn_config(server.build("t", Figures()))
+        assert not stream.closed
+    finally:
+        logging.getLogger("tpuctl-test-absl").removeHandler(handler)

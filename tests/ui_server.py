@@ -15,7 +15,7 @@ def ui_server(token="t", port=None):
     from tpuctl.ui import server
     from tpuctl.ui.figures import Figures
     sock = server.bind(port)
-    srv = uvicorn.Server(uvicorn.Config(server.build(token, Figures()), log_level="warning", lifespan="off"))
+    srv = uvicorn.Server(server.uvicorn_config(server.build(token, Figures())))
     thread = threading.Thread(target=srv.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     port = sock.getsockname()[1]

@@ -23,7 +23,7 @@ import secrets
 import socket
 import time
 from importlib import resources
-from typing import Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from starlette.applications import Starlette
 from starlette.middleware.base import BaseHTTPMiddleware
@@ -36,6 +36,9 @@ from ..core import jobfiles, knobs
 from ..core.errors import ErrorKind, TpuctlError
 from . import metrics, runview, tokenfile, views
 from .figures import Figures, store_wait
+
+if TYPE_CHECKING:
+    import uvicorn
 
 HEADER = "X-Tpuctl-Token"
 LOCAL_HOSTS = frozenset({"127.0.0.1", "localhost"})
@@ -244,6 +247,17 @@ def bind(port: int | None, addr: str = "127.0.0.1") -> "socket.socket":
     return sock
 
 
+def uvicorn_config(app: Starlette, **settings: Any) -> "uvicorn.Config":
+    """uvicorn's settings for tpuctl's server, without uvicorn's logging set-up: its default (`log_config=LOGGING_CONFIG`)
+    runs `logging.config.dictConfig`, which closes every logging handler of the process first
+    (`_clearExistingHandlers`), and absl's handler (absl/logging/__init__.py PythonHandler.close) closes the stream it
+    took at import unless that is the sys.stderr of the moment: the server run beside TensorFlow or JAX in one process
+    closed that process's stderr (a test worker's capture file: every later test there failed). uvicorn's warnings
+    still reach stderr through the logging module's last-resort handler."""
+    import uvicorn
+    return uvicorn.Config(app, log_config=None, log_level="warning", access_log=False, lifespan="off", **settings)
+
+
 def serve(port: int | None, ready: Callable[[str], None], addr: str = "127.0.0.1", metrics_only: bool = False,
           token_file: str | None = None) -> None:
     """Serve until Ctrl-C or SIGTERM (uvicorn's own handlers end it gracefully); `ready(url)` once listening.
@@ -257,9 +271,8 @@ def serve(port: int | None, ready: Callable[[str], None], addr: str = "127.0.0.1
     figures = Figures()
     # Ctrl-C: uvicorn waits for every open connection to close, without end unless told (a page's poll in flight
     # on a slow store, a client that never finishes its request); past SHUTDOWN_SECONDS it drops them
-    config = uvicorn.Config(build(token, figures, LOCAL_HOSTS | {addr.lower()}, metrics_only), log_level="warning",
-                            access_log=False, lifespan="off", timeout_graceful_shutdown=SHUTDOWN_SECONDS)
-    server = uvicorn.Server(config)
+    server = uvicorn.Server(uvicorn_config(build(token, figures, LOCAL_HOSTS | {addr.lower()}, metrics_only),
+                                           timeout_graceful_shutdown=SHUTDOWN_SECONDS))
     host = f"[{addr}]" if ":" in addr else addr
     path = "/metrics" if metrics_only else "/"
     ready(f"http://{host}:{sock.getsockname()[1]}{path}" + ("" if token_file else f"?token={token}"))
