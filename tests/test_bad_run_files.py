@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from test_ui import browser  # noqa: F401 - the fixture: one Chromium a module, as test_ui starts it
 from ui_server import ui_server
 
 GOOD = ["20261128-100000-000-aaa1", "20261128-100001-000-aaa2"]
@@ -226,19 +227,6 @@ def test_a_late_page_of_every_clusters_runs_reads_only_its_own_runs(planted, mon
     got = strict(body)
     assert code == 200 and [r["id"] for r in got["rows"]] == every[20:25] and got["more"], body[-400:]
     assert sorted(read) == sorted(every[20:25]) and not got["problems"]
-
-
-@pytest.fixture(scope="module")
-def browser():
-    import shutil
-    exe = shutil.which("chromium") or shutil.which("chromium-browser")
-    if exe is None:
-        pytest.skip("no Chromium here (apt-get install -y chromium; .ci/run installs it)")
-    from playwright.sync_api import sync_playwright
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=exe, args=["--no-sandbox"])
-        yield b
-        b.close()
 
 
 def test_a_command_holding_html_shows_as_text_and_a_problem_as_its_words(planted, browser, monkeypatch):
