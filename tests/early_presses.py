@@ -67,7 +67,7 @@ def summary(presses: list[Press]) -> str:
     sent = [p for p in presses if p.sent]
     tracebacks = [p for p in sent if p.traceback]
     lost = [p for p in sent if p.lost]
-    killed = sum(p.returncode == -signal.SIGINT for p in sent)
+    killed = sum(p.returncode == -signal.SIGINT and not p.traceback for p in sent)
     quiet = sum(p.returncode == 130 and not p.traceback for p in sent)
     return (f"{len(presses)} presses, {len(sent)} while running: {quiet} exit 130 quietly, {killed} killed by SIGINT, "
             f"{len(tracebacks)} tracebacks, {len(lost)} lost"
