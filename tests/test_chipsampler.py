@@ -164,7 +164,7 @@ def test_nvidia_smi_printing_what_is_not_utf8_is_said_and_up_still_counts_the_gp
     crashed and left the cluster not ready."""
     from tpuctl.providers import local
     _fake_smi(tmp_path, monkeypatch, "printf 'GPU 0: Tesla \\377\\376 (UUID: x)\\n\\377\\n'\n")
-    assert local.accelerator() == "gpu:1"
+    assert local.accelerator() == ("gpu:1", "")
     store = LocalStore(str(tmp_path / "s"))
     ChipSampler(store, RUN, 0).sample()
     assert utilisation.shown(_doc(store)).startswith("n/a (nvidia-smi printed what is not its CSV of numbers: ")
@@ -173,16 +173,70 @@ def test_nvidia_smi_printing_what_is_not_utf8_is_said_and_up_still_counts_the_gp
     assert b"NaN" not in store.read(f"tpuctl/runs/{RUN}/tpu-metrics.json")
 
 
-def test_a_hung_nvidia_smi_is_given_up_at_its_deadline_and_says_so(tmp_path, monkeypatch):
-    """A hung nvidia-smi left no record: subprocess.run's timeout kills the child, then waits for its pipes, which
-    a child of its own holds open. The whole session is killed at TPUCTL_NVIDIA_SMI_DEADLINE."""
-    _fake_smi(tmp_path, monkeypatch, "sleep 60 &\nsleep 60\n")
+# A hung nvidia-smi whose child holds its stdout open: the child writes its pid, then sleeps with the pipe open (as
+# a driver helper it forked would), and nvidia-smi itself hangs too.
+HUNG_WITH_CHILD = "sh -c 'echo $$ > \"$HUNG_PIDS/child\"; exec sleep 60' &\necho $$ > \"$HUNG_PIDS/smi\"\nsleep 60\n"
+
+
+def _gone(pid_file, within=5.0):
+    """The process named in pid_file ended (and is not a zombie) within `within` seconds."""
+    from tpuctl.core.processes import running
+    pid = int(pid_file.read_text())
+    end = time.monotonic() + within
+    while running(pid) and time.monotonic() < end:
+        time.sleep(0.05)
+    return not running(pid)
+
+
+def _hung_smi(tmp_path, monkeypatch):
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    monkeypatch.setenv("HUNG_PIDS", str(pids))
+    _fake_smi(tmp_path, monkeypatch, HUNG_WITH_CHILD)
     monkeypatch.setenv("TPUCTL_NVIDIA_SMI_DEADLINE", "0.5")
+    return pids
+
+
+def test_a_hung_nvidia_smi_is_given_up_at_its_deadline_with_its_children_and_says_so(tmp_path, monkeypatch):
+    """A hung nvidia-smi left no record: subprocess.run's timeout kills the child, then waits for its pipes, which
+    a child of its own holds open. The whole session is killed at TPUCTL_NVIDIA_SMI_DEADLINE, the child holding the
+    pipe included."""
+    pids = _hung_smi(tmp_path, monkeypatch)
     store = LocalStore(str(tmp_path / "s"))
     started = time.monotonic()
     ChipSampler(store, RUN, 0).sample()
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < 3
     assert utilisation.shown(_doc(store)) == "n/a (nvidia-smi did not answer within 0.5s (TPUCTL_NVIDIA_SMI_DEADLINE))"
+    assert _gone(pids / "smi") and _gone(pids / "child")
+
+
+def test_up_on_this_machine_gives_up_a_hung_nvidia_smi_at_its_deadline_and_says_why(tmp_path, monkeypatch):
+    """Issue 58.4: the local provider's GPU count ran `nvidia-smi -L` through subprocess.run(timeout=10), which
+    kills nvidia-smi alone (its child kept running, holding the pipe) and then waits, unbounded, for the process it
+    killed. Now bounded like the sampler's: the group killed at TPUCTL_NVIDIA_SMI_DEADLINE, and `up` says why its
+    jobs run on the CPU."""
+    from tpuctl.providers import local
+    pids = _hung_smi(tmp_path, monkeypatch)
+    started = time.monotonic()
+    chips, why = local.accelerator()
+    assert time.monotonic() - started < 3
+    assert (chips, why) == ("cpu", "n/a (nvidia-smi did not answer within 0.5s (TPUCTL_NVIDIA_SMI_DEADLINE))")
+    assert _gone(pids / "smi") and _gone(pids / "child")
+
+
+def test_an_nvidia_smi_that_answers_then_leaves_a_child_holding_its_output_is_bounded_too(tmp_path, monkeypatch):
+    """The answer printed, nvidia-smi exits, a child it left keeps the pipe: no end of file ever comes. What it wrote
+    before it exited is its answer (not a wait for the end of file until the deadline), and the child is ended."""
+    from tpuctl.providers import local
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    monkeypatch.setenv("HUNG_PIDS", str(pids))
+    _fake_smi(tmp_path, monkeypatch, "echo 'GPU 0: Tesla (UUID: x)'\n"
+                                     "sh -c 'echo $$ > \"$HUNG_PIDS/child\"; exec sleep 60' &\nsleep 0.2\n")
+    monkeypatch.setenv("TPUCTL_NVIDIA_SMI_DEADLINE", "8")
+    started = time.monotonic()
+    assert local.accelerator() == ("gpu:1", "")
+    assert time.monotonic() - started < 4 and _gone(pids / "child")
 
 
 def test_a_huge_nvidia_smi_answer_is_cut_not_written_whole(tmp_path, monkeypatch):

@@ -1,9 +1,11 @@
 """tpuctl: a TensorFlow training job onto a Cloud TPU (or this machine), its logs back, nothing left billing.
 
-The `tpuctl` command's first instruction is here: its console script (`tpuctl = "tpuctl.cli:main"`, which pip
-writes as `from tpuctl.cli import main`) imports this package before anything of the command line. Until the
+The `tpuctl` command's first instruction is here: its console script (`tpuctl-python = "tpuctl.cli:main"`, which
+pip writes as `from tpuctl.cli import main`) imports this package before anything of the command line. Until the
 command line has loaded, a Ctrl-C prints one line and exits 130 at once (`_guard_start`); tpuctl.cli.main hands
-SIGINT back to Python's own KeyboardInterrupt once its commands are imported (`start_guard_off`)."""
+SIGINT back to Python's own KeyboardInterrupt once its commands are imported (`start_guard_off`). The `tpuctl`
+command itself is launcher/tpuctl, which starts that script with SIGINT blocked, so a press while Python itself
+starts waits, pending, for the guard (issue 58.5)."""
 import os as _os
 import sys as _sys
 
@@ -27,19 +29,31 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
+# The names the command runs under: launcher/tpuctl's console script, and pip's script named tpuctl (an install
+# from before the launcher, or one whose installer left the launcher out)
+_COMMANDS = ("tpuctl", "tpuctl-python", "tpuctl.exe", "tpuctl-python.exe", "tpuctl-script.py", "tpuctl-python-script.py")
+
+
 def _guard_start(force: bool = False) -> None:
-    """Installed only for the `tpuctl` console script (or `force`: `python -m tpuctl`), only where Python installed its own SIGINT handler (not when
-    the shell started it with SIGINT ignored, as `tpuctl ... &` in a script is), and only on the main thread: an
-    agent, a job, a test or a web server importing tpuctl keeps Python's handler."""
+    """Installed only for the `tpuctl` console script (or `force`: `python -m tpuctl`), only where Python installed
+    its own SIGINT handler (not when the shell started it with SIGINT ignored, as `tpuctl ... &` in a script is),
+    and only on the main thread: an agent, a job, a test or a web server importing tpuctl keeps Python's handler.
+
+    Started by launcher/tpuctl (TPUCTL_LAUNCHER=sigint-blocked), SIGINT is blocked since before Python started:
+    unblocked here, after the guard is in place, so a press made meanwhile is answered by the guard now (a pending
+    signal is delivered as it is unblocked: sigprocmask(2)), and one to an ignoring process is dropped as it would
+    have been. The variable is taken out of the environment: nothing tpuctl starts inherits it."""
     import _signal   # builtin, loaded with the interpreter: nothing imported before the guard
+    launched = _os.environ.pop("TPUCTL_LAUNCHER", "") == "sigint-blocked"
     name = _os.path.basename(_sys.argv[0] if _sys.argv else "")
-    if not force and name not in ("tpuctl", "tpuctl.exe", "tpuctl-script.py"):
-        return
     try:
-        if _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:
+        if (force or launched or name in _COMMANDS) and \
+                _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:
             _signal.signal(_signal.SIGINT, _interrupted_at_start)
     except ValueError:   # not the main thread
         pass
+    if launched:
+        _signal.pthread_sigmask(_signal.SIG_UNBLOCK, [_signal.SIGINT])
 
 
 _unraisable: list[object] = []   # the hook start_guard_off replaced (python_sigint puts it back)

@@ -60,7 +60,7 @@ KNOBS: dict[str, Bounds] = {
     # the run doctor (host/stall.py): the default stall window (15 min) and how often progress is looked at
     "TPUCTL_STALL_SECONDS": _POLL, "TPUCTL_STALL_POLL": _POLL, "TPUCTL_STACKS_WAIT": _WAIT,
     "TPUCTL_NOTIFY_THREADS": Bounds(1, 1024, whole=True),   # notification senders at most (core/delivery.py)
-    "TPUCTL_NVIDIA_SMI_DEADLINE": _POLL,   # how long one nvidia-smi may take (host/chipsampler.py)
+    "TPUCTL_NVIDIA_SMI_DEADLINE": _POLL,   # how long one nvidia-smi may take (core/nvidiasmi.py)
     # the CLI and the watcher (control/, cli/, providers/)
     "TPUCTL_POLL_INTERVAL": _POLL, "TPUCTL_RETRY_BASE": _WAIT, "TPUCTL_TEARDOWN_WAIT": _WAIT,
     "TPUCTL_WATCH_POLL": _POLL, "TPUCTL_RECOVER_BACKOFF": _WAIT, "TPUCTL_REPLACE_WAIT": _WAIT, "TPUCTL_LEASE_WAIT": _WAIT,

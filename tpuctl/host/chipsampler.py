@@ -25,7 +25,7 @@ import time
 from types import ModuleType
 from typing import Any, Callable, Iterator
 
-from ..core import jobfiles, knobs, layout, utilisation
+from ..core import jobfiles, knobs, layout, nvidiasmi, utilisation
 from ..core.delivery import agent_home
 from ..core.store import BlobStore
 
@@ -108,45 +108,21 @@ def _tpu_info() -> tuple[str, list[dict[str, float]]]:
 
 # nvidia-smi --help-query-gpu: utilization.gpu "Percent of time over the past sample period during which one or more
 # kernels was executing on the GPU"; memory.used / memory.total in MiB with `nounits`.
-_SMI = ["nvidia-smi", "--query-gpu=index,utilization.gpu,memory.used,memory.total", "--format=csv,noheader,nounits"]
+_SMI = ["--query-gpu=index,utilization.gpu,memory.used,memory.total", "--format=csv,noheader,nounits"]
 
 
 MAX_GPUS = 64   # a host's GPUs shown at most: a longer answer is cut here, not written whole at every sample
 
 
-def smi_deadline() -> float:
-    """How long one nvidia-smi may take (TPUCTL_NVIDIA_SMI_DEADLINE, 10 s): a driver that hangs it hangs it for
-    good, and each sample asks again."""
-    return knobs.number("TPUCTL_NVIDIA_SMI_DEADLINE", 10)
-
-
-def run_bounded(cmd: list[str], deadline: float) -> tuple[int, str, str]:
-    """(exit code, stdout, stderr) of `cmd`, its output decoded whatever bytes it printed (a driver's message in
-    another encoding, binary garbage: never a UnicodeDecodeError); Unavailable past `deadline` seconds. It runs in
-    a session of its own and the whole session is killed at the deadline: subprocess.run's timeout kills the child
-    alone, then waits for its pipes to close, which a grandchild holding them keeps open for ever."""
-    import signal
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=deadline)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(OSError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.communicate(timeout=2)
-        for pipe in (proc.stdout, proc.stderr):
-            with contextlib.suppress(OSError):
-                pipe and pipe.close()
-        raise Unavailable(f"{cmd[0]} did not answer within {deadline:g}s (TPUCTL_NVIDIA_SMI_DEADLINE)") from None
-    return proc.returncode, out.decode(errors="replace"), err.decode(errors="replace")
-
-
 def _nvidia_smi() -> tuple[str, list[dict[str, float]]]:
-    code, out, err = run_bounded(_SMI, smi_deadline())
-    if code != 0:
-        raise Unavailable(f"nvidia-smi exited {code}: {err.strip()[:200]}")
+    try:   # bounded for real: the group killed at its deadline, what is read capped (core/nvidiasmi.py)
+        ran = nvidiasmi.run(_SMI)
+    except nvidiasmi.Overran as e:
+        raise Unavailable(str(e)) from None
+    if ran.code not in (0, None):   # None: stopped once its answer passed the cap, which the lines below cut anyway
+        raise Unavailable(f"nvidia-smi exited {ran.code}: {ran.err.strip()[:200]}")
     chips = []
-    for line in out.strip().splitlines()[:MAX_GPUS]:
+    for line in ran.out.strip().splitlines()[:MAX_GPUS]:
         try:
             idx, util, used, total = (float(x.strip()) for x in line.split(","))
             if not all(map(math.isfinite, (idx, util, used, total))):

@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..core import layout, locks, runs, state
+from ..core import layout, locks, nvidiasmi, runs, state
 from ..core.errors import ErrorKind, TpuctlError, bad_input
 from ..core.models import ClusterSpec, ClusterState, HostFacts, Phase, ProviderName, cluster_record
 from ..core.processes import running
@@ -29,14 +29,21 @@ def data_home() -> Path:
     return Path(base) / "tpuctl"
 
 
-def accelerator() -> str:
-    """gpu:N when nvidia-smi lists GPUs, else cpu: decided without importing TensorFlow."""
-    try:   # bytes: a driver may print what is not UTF-8 (text=True raised UnicodeDecodeError and `up` failed)
-        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, timeout=10).stdout.decode(errors="replace")
-    except (OSError, subprocess.SubprocessError):
-        return "cpu"
-    n = sum(1 for line in out.splitlines() if line.startswith("GPU "))
-    return f"gpu:{n}" if n else "cpu"
+def accelerator() -> tuple[str, str]:
+    """("gpu:N", "") when nvidia-smi lists GPUs, else ("cpu", why not, or "" where there is no nvidia-smi): decided
+    without importing TensorFlow. nvidia-smi runs bounded (core/nvidiasmi.py): a hung one, or one whose children
+    hold its output open, is given up at TPUCTL_NVIDIA_SMI_DEADLINE with its whole process group, and says so;
+    subprocess.run's timeout left its children running and could wait for ever on one stuck in the driver."""
+    try:   # decoded whatever it prints: a driver's bytes that are not UTF-8 crashed `up` (issue 58.4)
+        ran = nvidiasmi.run(["-L"])
+    except FileNotFoundError:
+        return "cpu", ""
+    except (OSError, nvidiasmi.Overran) as e:
+        return "cpu", f"n/a ({e})"
+    n = sum(1 for line in ran.out.splitlines() if line.startswith("GPU "))
+    if n:
+        return f"gpu:{n}", ""
+    return "cpu", "" if ran.code == 0 else f"n/a (nvidia-smi -L exited {ran.code}: {ran.err.strip()[:200]})"
 
 
 def _cmdline(pid: int) -> str:
@@ -108,10 +115,13 @@ class LocalProvider:
         logs = state.home() / "agents"
         logs.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ, TPUCTL_AGENT_HOME=str(data_home() / "clusters" / st.name / "work"))
+        chips, why = accelerator()
+        if why:   # jobs run on the CPU then: said, not silently
+            progress(f"GPUs {why}: jobs run on the CPU")
         with open(logs / f"{st.name}.log", "ab") as log:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "tpuctl.agent", "--store", str(Path(st.spec.store)), "--accelerator",
-                 accelerator(), "--tpu", "", "--poll", "0.25"],
+                 chips, "--tpu", "", "--poll", "0.25"],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         facts = HostFacts(pid=proc.pid)
         progress("running")

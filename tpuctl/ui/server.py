@@ -15,10 +15,12 @@ carry its own name). `Authorization: Bearer <token>` is taken too (how Prometheu
 metrics.py)."""
 from __future__ import annotations
 
+import asyncio
 import base64
 import functools
 import hashlib
 import html
+import logging
 import secrets
 import socket
 import time
@@ -109,6 +111,17 @@ class TokenRequired(BaseHTTPMiddleware):
 
 
 SHUTDOWN_SECONDS = 2   # what Ctrl-C waits for requests in flight at most
+
+
+def _not_the_stop(record: logging.LogRecord) -> bool:
+    """uvicorn's log, less what a stop past SHUTDOWN_SECONDS says of the answers it drops: "Cancel N running
+    task(s), timeout graceful shutdown exceeded" and each one's "Exception in ASGI application" with the traceback
+    of its CancelledError (uvicorn/server.py _wait_tasks_to_complete; protocols/http/h11_impl.py run_asgi). A tab
+    that stops reading its answer is no error of tpuctl's, and Ctrl-C is one line ("tpuctl ui stopped")."""
+    exc = record.exc_info[1] if record.exc_info else None
+    return not (isinstance(exc, asyncio.CancelledError) or "timeout graceful shutdown exceeded" in record.getMessage())
+
+
 MAX_PAGE = 1_000_000   # pages of runs: past any store's
 
 
@@ -271,6 +284,7 @@ def serve(port: int | None, ready: Callable[[str], None], addr: str = "127.0.0.1
     figures = Figures()
     # Ctrl-C: uvicorn waits for every open connection to close, without end unless told (a page's poll in flight
     # on a slow store, a client that never finishes its request); past SHUTDOWN_SECONDS it drops them
+    logging.getLogger("uvicorn.error").addFilter(_not_the_stop)   # uvicorn's own logger (no handler: the root's)
     server = uvicorn.Server(uvicorn_config(build(token, figures, LOCAL_HOSTS | {addr.lower()}, metrics_only),
                                            timeout_graceful_shutdown=SHUTDOWN_SECONDS))
     host = f"[{addr}]" if ":" in addr else addr
