@@ -1,10 +1,10 @@
 """host/stacks.py's second way in (issue 60 item 2, the stacks): a Python process of the job that did not import
-tpuctl.runtime (no faulthandler file, no SIGUSR1 handler) gets `py-spy dump --pid PID --nonblocking` where py-spy is installed.
-Once with the real py-spy (the test extras install it: a 3-MB wheel), once with a stand-in on PATH that prints what
-py-spy 0.4.2 prints (its `dump` output, taken here from the real one: "Process PID: CMD", "Python vX.Y.Z (EXE)", then
-per thread `Thread TID (idle|active|active+gil): "NAME"` and its frames, newest first, `    function (file:line)`;
-benfred/py-spy README, "dump": "the current call stack for each python thread"), and its refusal where ptrace is
-not allowed (README, "How do I run py-spy in Docker?": "Permission Denied: Try running again with elevated
+tpuctl.runtime (no faulthandler file, no SIGUSR1 handler) gets `py-spy dump --pid PID --nonblocking` where py-spy is
+installed. Once with the real py-spy (the test extras install it: a 3-MB wheel), once with a stand-in on PATH that
+prints what py-spy 0.4.2 prints (its `dump` output, taken here from the real one: "Process PID: CMD", "Python vX.Y.Z
+(EXE)", then per thread `Thread TID (idle|active|active+gil): "NAME"` and its frames, newest first, each indented: `function
+(file:line)`; benfred/py-spy README, "dump": "the current call stack for each python thread"), and its refusal where
+ptrace is not allowed (README, "How do I run py-spy in Docker?": "Permission Denied: Try running again with elevated
 permissions")."""
 import os
 import shutil
@@ -62,7 +62,8 @@ def test_the_py_spy_branch_with_a_stand_in_its_output_and_its_refusal(holding, t
         #!/bin/sh
         echo "$@" > "$(dirname "$0")/argv"
         if [ -e "$(dirname "$0")/refuse" ]; then
-          echo "Permission Denied: Try running again with elevated permissions by going 'sudo env \\"PATH=\\$PATH\\" !!'" >&2
+          echo "Permission Denied: Try running again with elevated permissions by going" \\
+            "'sudo env \\"PATH=\\$PATH\\" !!'" >&2
           exit 1
         fi
         cat <<EOF
