@@ -2,7 +2,7 @@
 tpuctl.runtime (no faulthandler file, no SIGUSR1 handler) gets `py-spy dump --pid PID --nonblocking` where py-spy is
 installed. Once with the real py-spy (the test extras install it: a 3-MB wheel), once with a stand-in on PATH that
 prints what py-spy 0.4.2 prints (its `dump` output, taken here from the real one: "Process PID: CMD", "Python vX.Y.Z
-(EXE)", then per thread `Thread TID (idle|active|active+gil): "NAME"` and its frames, newest first, each indented: `function
+(EXE)", then per thread `Thread TID (idle|active|active+gil): "NAME"` and its frames, newest first, `    function
 (file:line)`; benfred/py-spy README, "dump": "the current call stack for each python thread"), and its refusal where
 ptrace is not allowed (README, "How do I run py-spy in Docker?": "Permission Denied: Try running again with elevated
 permissions")."""
