@@ -100,6 +100,44 @@ def test_oom_kills_reads_the_cgroup():
     assert isinstance(failures.oom_kills(), int)
 
 
+# memory.events of a cgroup v2 memory cgroup, as the kernel writes it (Documentation/admin-guide/cgroup-v2.rst,
+# "memory.events": low, high, max, oom, oom_kill, oom_group_kill; one "key value" a line)
+MEMORY_EVENTS = "low 0\nhigh 0\nmax {n}\noom {n}\noom_kill {n}\noom_group_kill 0\n"
+AGENT_CGROUP = "/system.slice/tpuctl-agent.service"   # the agent's systemd unit (templates/startup.sh)
+
+
+def cgroup_v2(tmp_path, monkeypatch, kills=0):
+    """A fixture cgroup v2 tree: /proc/self/cgroup naming the agent's unit on the unified hierarchy, and that
+    cgroup's memory.events; returns the events file."""
+    (tmp_path / "proc_cgroup").write_text(f"0::{AGENT_CGROUP}\n")
+    events = tmp_path / "cgroup" / AGENT_CGROUP.strip("/") / "memory.events"
+    events.parent.mkdir(parents=True)
+    events.write_text(MEMORY_EVENTS.format(n=kills))
+    monkeypatch.setenv("TPUCTL_PROC_CGROUP", str(tmp_path / "proc_cgroup"))
+    monkeypatch.setenv("TPUCTL_CGROUP_ROOT", str(tmp_path / "cgroup"))
+    return events
+
+
+def test_oom_kills_reads_memory_events_on_cgroup_v2_v1_and_a_container(tmp_path, monkeypatch):
+    events = cgroup_v2(tmp_path, monkeypatch, kills=2)
+    assert failures.oom_kills() == 2
+    events.write_text(MEMORY_EVENTS.format(n=3))
+    assert failures.oom_kills() == 3
+    # in a container's own cgroup namespace (a GKE pod) its cgroup is "/", mounted at the root
+    (tmp_path / "proc_cgroup").write_text("0::/\n")
+    (tmp_path / "cgroup" / "memory.events").write_text(MEMORY_EVENTS.format(n=5))
+    assert failures.oom_kills() == 5
+    # a hybrid host: the unified line has no memory controller; v1's memory.oom_control answers (its oom_kill
+    # since Linux 4.13)
+    (tmp_path / "proc_cgroup").write_text("4:memory:/agent\n1:name=systemd:/agent\n0::/agent\n")
+    v1 = tmp_path / "cgroup" / "memory" / "agent"
+    v1.mkdir(parents=True)
+    (v1 / "memory.oom_control").write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 7\n")
+    assert failures.oom_kills() == 7
+    (tmp_path / "proc_cgroup").write_text("0::/elsewhere\n")
+    assert failures.oom_kills() == -1   # nothing readable: no host OOM is told
+
+
 # -- on the local provider ------------------------------------------------------------------------------------
 OOM_JOB = """
 import os, sys
@@ -145,6 +183,36 @@ def test_an_hbm_oom_is_not_restarted_whatever_max_restarts_says(local, cli, tmp_
     from tpuctl.ui import runview
     said = [e["what"] for e in runview.events(open_store(local.spec.store), row["id"])]
     assert any(w.startswith("failed with") and "(cause: oom)" in w for w in said), said
+
+
+# The kernel's OOM killer ends the job (SIGKILL: exit 137) and counts the kill in the agent's cgroup: here the job
+# counts it in the fixture tree itself, then dies of SIGKILL as the killer's victim does.
+HOST_OOM_JOB = """
+import os, re, signal
+p = os.path.join(os.environ["TPUCTL_OUTPUT_DIR"], "starts")
+open(p, "a").write("x")
+events = os.environ["EVENTS"]
+text = open(events).read()
+n = int(re.search(r"oom_kill (\\d+)", text).group(1)) + 1
+open(events, "w").write(re.sub(r"oom_kill \\d+", f"oom_kill {n}", text))
+print("loading the whole data set into memory", flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_host_oom_on_cgroup_v2_is_not_restarted(local_up, cli, tmp_path, monkeypatch):
+    events = cgroup_v2(tmp_path, monkeypatch)   # before `up`: the local agent reads it
+    monkeypatch.setenv("TPUCTL_RESTART_BACKOFF", "0.02")
+    local = local_up("fl")
+    job = make_job(tmp_path, HOST_OOM_JOB, f'[env]\nEVENTS = "{events}"\n')
+    code, out, err = cli("submit", str(job), "-c", "fl", "--max-restarts", "3")
+    assert code == 137, out + err
+    row = _row(cli)
+    assert row["state"] == "failed" and row["failure"] == "oom" and row["restarts"] == 0, row
+    out_dir = open_store(local.spec.store).local_path(layout.run_output(row["id"]))
+    assert open(f"{out_dir}/starts").read() == "x"   # started once: --max-restarts 3 notwithstanding
+    assert "killed by the kernel's OOM killer" in out and "more host RAM" in out, out
+    assert "oom_kill 1" in events.read_text()
 
 
 def test_a_lockfile_left_behind_is_cleared_and_the_next_start_runs(local, cli, tmp_path):

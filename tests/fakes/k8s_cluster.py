@@ -15,8 +15,10 @@ Modelled, with sources:
   batch.kubernetes.io/job-completion-index and the env JOB_COMPLETION_INDEX; with backoffLimit 0 the first failed
   pod fails the Job: reason PodFailurePolicy when a FailJob rule matches its exit code (onExitCodes NotIn/In),
   BackoffLimitExceeded otherwise; Complete once `completions` pods succeeded;
-- the scheduler: a pod is bound to a Ready node whose labels hold every nodeSelector entry and that no other pod
-  of another Job holds (the exclusive-topology annotation: one slice per node pool is what the test's node pools
+- the scheduler: a pod is bound to a Ready node whose labels hold every nodeSelector entry, that is not cordoned
+  (spec.unschedulable: the NodeUnschedulable filter, kubernetes pkg/scheduler/framework/plugins/nodeunschedulable,
+  passes such a node over unless the pod tolerates the taint node.kubernetes.io/unschedulable:NoSchedule) and that
+  no other pod of another Job holds (the exclusive-topology annotation: one slice per node pool is what the test's node pools
   give; a pod that fits no node stays Pending with condition PodScheduled False, reason Unschedulable);
 - the kubelet: the container's command run with its env (value, and fieldRef metadata.name / labels['k'] /
   annotations['k'] resolved by the downward API), plus the `image` environment the test gives (PATH, ...); phase
@@ -234,7 +236,7 @@ class FakeCluster:
         for node in self.kube.list("/api/v1/nodes/"):
             labels = node["metadata"]["labels"]
             if all(labels.get(k) == v for k, v in want.items()) and node["metadata"]["name"] not in busy \
-                    and _tolerated(node, pod):
+                    and _tolerated(node, pod) and not _cordoned(node, pod):
                 return str(node["metadata"]["name"])
         # lastTransitionTime: when the condition last changed (Kubernetes docs, "Pod conditions"): kept while the
         # pod stays unschedulable
@@ -390,6 +392,15 @@ def _tolerated(node: dict[str, Any], pod: dict[str, Any]) -> bool:
     return True
 
 
+def _cordoned(node: dict[str, Any], pod: dict[str, Any]) -> bool:
+    """NodeUnschedulable's Filter: the node's spec.unschedulable, unless the pod tolerates
+    node.kubernetes.io/unschedulable:NoSchedule (node_unschedulable.go: TolerationsTolerateTaint)."""
+    if not node.get("spec", {}).get("unschedulable"):
+        return False
+    taint = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
+    return not _tolerated({"spec": {"taints": [taint]}}, pod)
+
+
 def _kill(proc: subprocess.Popen[bytes], grace: float) -> None:
     try:
         os.killpg(proc.pid, signal.SIGTERM)
@@ -410,10 +421,13 @@ def _fail_job(job_spec: dict[str, Any], code: int) -> bool:
 
 
 def _field(pod: dict[str, Any], path: str) -> str:
-    """The downward API's metadata.name, metadata.labels['k'], metadata.annotations['k']."""
+    """The downward API's metadata.name, metadata.labels['k'], metadata.annotations['k'], and spec.nodeName
+    (Kubernetes docs, "Downward API": available to env through fieldRef)."""
     meta = pod["metadata"]
     if path == "metadata.name":
         return str(meta["name"])
+    if path == "spec.nodeName":
+        return str(pod["spec"].get("nodeName", ""))
     for kind in ("labels", "annotations"):
         prefix = f"metadata.{kind}['"
         if path.startswith(prefix):

@@ -7,8 +7,9 @@ Modelled, with sources:
 - server-side apply: PATCH with Content-Type application/apply-patch+yaml creates the object when absent and
   otherwise sets the fields the applier gives (Kubernetes docs, "Server-Side Apply"); the request needs
   `fieldManager` (the API server answers 400 "PATCH requests with apply content type must have a field manager",
-  staging/src/k8s.io/apiserver/pkg/endpoints/handlers/patch.go); any other PATCH content type is refused here
-  (tpuctl sends none);
+  staging/src/k8s.io/apiserver/pkg/endpoints/handlers/patch.go); any other PATCH content type is refused here,
+  but a node's strategic merge patch (`kubectl cordon`'s: spec.unschedulable, which a sick GKE pod's agent sends:
+  host/cordon.py);
 - a custom resource is served only once its CustomResourceDefinition exists: without the JobSet CRD,
   /apis/jobset.x-k8s.io/... answers 404 (the group/version is not registered);
 - every object applied is validated as the API server validates it (k8s_validation.py: its name by kind, label
@@ -63,6 +64,7 @@ MUTATING = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/
 KUEUE_CONTROLLER = "/apis/apps/v1/namespaces/kueue-system/deployments/kueue-controller-manager"
 KUEUE_MUTATING = ("/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/"
                   "kueue-mutating-webhook-configuration")
+NODE_PATCH = "application/strategic-merge-patch+json"   # types.StrategicMergePatchType: what kubectl cordon sends
 WEBHOOK_DOWN = ('Internal error occurred: failed calling webhook "mjobset.kb.io": failed to call webhook: Post '
                 '"https://jobset-webhook-service.jobset-system.svc:443/mutate-jobset-x-k8s-io-v1alpha2-jobset?'
                 'timeout=10s": no endpoints available for service "jobset-webhook-service"')
@@ -342,6 +344,8 @@ class _Handler(QuietHandler):
         if got is None:
             return
         path, q = got
+        if self.headers.get("Content-Type") == NODE_PATCH and path.startswith("/api/v1/nodes/"):
+            return self._patch_node(path)
         if self.headers.get("Content-Type") != "application/apply-patch+yaml":
             return self._send(415, status(415, "UnsupportedMediaType", "the fake serves server-side apply only"))
         if not q.get("fieldManager"):
@@ -375,6 +379,19 @@ class _Handler(QuietHandler):
         self.kube.applied(path, obj)
         self._send(200 if old else 201, self.kube.put(path, obj))
 
+    def _patch_node(self, path: str) -> None:
+        """`kubectl cordon`'s call (kubectl pkg/drain/cordon.go: a strategic merge patch of the node, PATCH
+        /api/v1/nodes/NODE): the patch's maps merged into the node's, its scalars replacing the node's (Kubernetes
+        docs, "Update API Objects in Place Using kubectl patch": strategic merge patch; a node's spec and
+        annotations hold no list the cordon touches). The scheduler then passes the node over (k8s_cluster.py)."""
+        node = self.kube.objects.get(path)
+        if node is None:
+            return self._send(404, status(404, "NotFound", f'nodes "{path.rsplit("/", 1)[-1]}" not found'))
+        patch = self._body() or {}
+        with self.kube.lock:
+            _merge(node, {k: v for k, v in patch.items() if k != "status"})
+        self._send(200, node)
+
     def do_DELETE(self) -> None:
         got = self._start("DELETE")
         if got is None:
@@ -385,6 +402,16 @@ class _Handler(QuietHandler):
             return self._send(404, status(404, "NotFound", f'"{path.rsplit("/", 1)[-1]}" not found'))
         self._send(200, {"kind": "Status", "apiVersion": "v1", "status": "Success",
                          "details": {"name": gone["metadata"]["name"], "uid": gone["metadata"]["uid"]}})
+
+
+def _merge(into: dict[str, Any], patch: dict[str, Any]) -> None:
+    for k, v in patch.items():
+        if v is None:
+            into.pop(k, None)   # a null in a merge patch deletes the field
+        elif isinstance(v, dict) and isinstance(into.get(k), dict):
+            _merge(into[k], v)
+        else:
+            into[k] = v
 
 
 def _jobset_webhook(js: dict[str, Any]) -> str:

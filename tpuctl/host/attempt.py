@@ -27,8 +27,8 @@ from ..core.errors import TpuctlError
 from ..core.lifecycle import Clock
 from ..core.packaging import unpack
 from ..core.runs import RunSpec, RunState, RunStatus
-from ..runtime import prefer_legacy_keras
-from . import failures, heldoutput, jaxcluster, jobenv, kerasbackend, megascale, podruntime
+from ..runtime import RESTART_CODE, prefer_legacy_keras
+from . import cordon, failures, heldoutput, jaxcluster, jobenv, kerasbackend, megascale, podruntime
 from .contexts import Seat
 from .doctor import Doctor, Stall
 from .halts import Halts
@@ -116,14 +116,9 @@ class Attempt:
         try:
             job = prepare(self, shipper)
         except Exception as e:  # noqa: BLE001 - reported in the run's own log and status
-            if self.a.stop.is_set():
-                return self._interrupted(shipper, None)
-            shipper.note(f"cannot prepare the run: {with_hint(e)}")
-            self.status(RunState.FAILED, exit_code=127)
-            self.events.ended(127, False)
-            return 127
-        if self.a.stop.is_set():
-            return self._interrupted(shipper, None)
+            return unprepared(self, shipper, e)
+        if self.a.stop.is_set() or self.tally.moved:   # stopped, or a GKE pod left its sick host (leave_if_sick)
+            return self._interrupted(shipper, RESTART_CODE if self.tally.moved else None, self.tally.moved)
         tf = kerasbackend.tensorflow_to_install(job, self.a.record, self.a.accelerator)
         script, env_dir = job_script(self, job, tf)
         rounds = Rounds.of(self.a, self.a.stop, self.run_id, job)
@@ -158,6 +153,8 @@ class Attempt:
                     return ended
                 continue
             decision = triage(self, rc, cancelled, job, shipper)
+            if self.tally.moved:   # a GKE pod on a sick host, its node cordoned: the JobSet restarts it elsewhere
+                return self._interrupted(shipper, RESTART_CODE, self.tally.moved)
             if decision is Decision.RESTART and rounds:
                 n = int(rounds.call(n + 1, f"{rounds.label(self.a.worker)}'s job exited {rc}",
                                     counts=not self.tally.free)["round"])
@@ -303,12 +300,15 @@ class Attempt:
         killed = rc in (128 + signal.SIGTERM, 128 + signal.SIGKILL)
         return self.a.stop.is_set() or (killed and self.a.stop.wait(SIGNAL_WAIT_SECONDS))
 
-    def _interrupted(self, shipper: LogShipper, rc: int | None) -> int:
+    def _interrupted(self, shipper: LogShipper, rc: int | None, moved: str = "") -> int:
         """The agent is being stopped: not the run's end. Recorded `interrupted` (with what the job exited with), so
-        the next agent on this host or on its replacement resumes it at once (claims.py)."""
+        the next agent on this host or on its replacement resumes it at once (claims.py). `moved`: a GKE pod leaves
+        its sick host's cordoned node (cordon.py), exiting `rc` for the JobSet's restart."""
         why = f"the agent was stopped on {self.a.host} (the host shutting down, maintenance or a preemption)"
         self.failure = "preempted" if self.a.stop.is_set() else self.failure
-        if self.a.external_restarts and not self.a.stop.is_set():   # a GKE pod's job exited for a JobSet restart
+        if moved:
+            why = moved
+        elif self.a.external_restarts and not self.a.stop.is_set():   # a GKE pod's job exited for a JobSet restart
             why = f"the job exited {rc}" + (" (stalled)" if self.failure == "stalled" else "") + \
                 ": the JobSet restarts the run"
         shipper.note(f"{why}; the run resumes when an agent starts again", fresh_line=True)
@@ -350,6 +350,11 @@ def triage(at: Attempt, rc: int, cancelled: bool, job: RunSpec, shipper: LogShip
         at.tally.device += 1
         if at.tally.device > 1:
             failures.mark_sick(at.a.store, at.a.host, at.a.worker, said)
+            if at.a.external_restarts:   # a GKE pod: its node cordoned, the run restarted on another (cordon.py)
+                moved, why = cordon.leave(at.a.store, at.a.host, said)
+                shipper.note(f"{said}; a second time on {at.a.host}: the host is marked sick; {why}", fresh_line=True)
+                at.tally.moved = why if moved else ""
+                return Decision.RESUME if moved else Decision.FAIL
             waits = at.tally.device <= failures.SICK_RESTARTS and failures.replaced_by_watcher(at.a.store)
             shipper.note(f"{said}; a second time on {at.a.host}: the host is marked sick" + (
                 "; the recovery watcher replaces it and the run resumes there (meanwhile it restarts here, not "
@@ -364,12 +369,38 @@ def triage(at: Attempt, rc: int, cancelled: bool, job: RunSpec, shipper: LogShip
     return Decision.FAIL if f.restartable is False else decision
 
 
+def unprepared(at: Attempt, shipper: LogShipper, e: Exception) -> int:
+    """The run could not be prepared (prepare): the agent's stop, or the run's end, said in its log (127)."""
+    if at.a.stop.is_set():
+        return at._interrupted(shipper, None)
+    shipper.note(f"cannot prepare the run: {with_hint(e)}")
+    at.status(RunState.FAILED, exit_code=127)
+    at.events.ended(127, False)
+    return 127
+
+
+def leave_if_sick(at: Attempt, shipper: LogShipper) -> bool:
+    """A GKE pod whose host is marked sick (by another host's run doctor: a stall alone, twice, doctor.py): its node
+    cordoned before anything is installed (cordon.py), at.tally.moved saying it; the pod then exits for the JobSet to
+    restart the run elsewhere. False when the host is not marked, or its node could not be cordoned (said)."""
+    sick = cordon.sick_here(at.a.store, at.a.host) if at.a.external_restarts else ""
+    if not sick:
+        return False
+    moved, said = cordon.leave(at.a.store, at.a.host, sick)
+    shipper.note(f"{at.a.host} is marked sick ({sick}): {said}", fresh_line=True)
+    at.tally.moved = f"{at.a.host} is marked sick: {said}" if moved else ""
+    return moved
+
+
 def prepare(at: Attempt, shipper: LogShipper) -> RunSpec:
-    """The run's package checked and unpacked, its slice's settings checked, a legacy node's address awaited."""
+    """The run's package checked and unpacked, its slice's settings checked, a legacy node's address awaited; a GKE
+    pod on a host marked sick leaves first (leave_if_sick: the job returned unprepared, at.tally.moved set)."""
     job, a = at.job, at.a
     knobs.check()   # the agent's TPUCTL_* waits, read later as the job runs: a bad one ends the run here, said
     if job is None:
         raise RuntimeError(f"{layout.run_job(at.run_id)} is unreadable")
+    if leave_if_sick(at, shipper):
+        return job
     pkg = a.store.read(layout.job_package(job.package))
     if pkg is None:
         raise RuntimeError(f"package {job.package} is missing from the store")

@@ -82,6 +82,7 @@ class Tally:
     oom_before: int = -1
     device: int = 0
     free: bool = False
+    moved: str = ""   # a GKE pod's sick host: its node was cordoned (cordon.py), and what to say of it
 
 
 @dataclass(frozen=True)
@@ -116,16 +117,27 @@ def classify(rc: int, tail: str, host_oom: bool = False, seen: str = "") -> Fail
 
 def oom_kills() -> int:
     """The kernel's OOM kills so far in this process's memory cgroup (v2: memory.events `oom_kill`; v1:
-    memory.oom_control `oom_kill`), -1 where it cannot be read. The job runs in the agent's cgroup."""
+    memory.oom_control `oom_kill`), -1 where it cannot be read. The job runs in the agent's cgroup (or one below
+    it: v2's memory.events counts the cgroup's descendants too, "all fields in this file are hierarchical": the
+    kernel's Documentation/admin-guide/cgroup-v2.rst). /proc/self/cgroup names the cgroup: `0::PATH` on v2 (the
+    unified hierarchy, mounted at /sys/fs/cgroup), `N:memory:PATH` on v1 (the memory controller's hierarchy, at
+    /sys/fs/cgroup/memory); a hybrid host lists both, and its `0::` line names the unified hierarchy, which has no
+    memory controller there, so the v1 line answers (cgroups(7), "/proc/[pid]/cgroup").
+    TPUCTL_PROC_CGROUP and TPUCTL_CGROUP_ROOT point the tests at a fixture tree."""
+    root = os.environ.get("TPUCTL_CGROUP_ROOT") or "/sys/fs/cgroup"
     try:
-        with open("/proc/self/cgroup") as f:
+        with open(os.environ.get("TPUCTL_PROC_CGROUP") or "/proc/self/cgroup") as f:
             lines = f.read().splitlines()
     except OSError:
         return -1
     for line in lines:
-        _, controllers, path = line.split(":", 2)
-        where = f"/sys/fs/cgroup{path}/memory.events" if controllers == "" else \
-            f"/sys/fs/cgroup/memory{path}/memory.oom_control" if "memory" in controllers.split(",") else ""
+        try:
+            _, controllers, path = line.split(":", 2)
+        except ValueError:
+            continue
+        path = path.rstrip("/")   # "/" inside a container's cgroup namespace: the container's own cgroup
+        where = f"{root}{path}/memory.events" if controllers == "" else \
+            f"{root}/memory{path}/memory.oom_control" if "memory" in controllers.split(",") else ""
         try:
             with open(where) as f:
                 for field in f.read().splitlines():

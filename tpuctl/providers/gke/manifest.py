@@ -114,6 +114,7 @@ class RunObjects:
     priority: str = ""          # the pods' PriorityClass ("": the cluster's default)
     workload_priority: bool = False   # `priority` names a Kueue WorkloadPriorityClass: the JobSet's label instead
     own_pools: bool = True      # the pods select tpuctl's node pools (False: a team's queue's flavors place them)
+    service_account: str = ""   # the pods' account, which may cordon their node (cordoning.py); "": the default
 
 
 def jobset_name(run_id: str) -> str:
@@ -187,6 +188,7 @@ def _pod_spec(r: RunObjects) -> dict[str, Any]:
     return {
         **({"priorityClassName": r.priority} if r.priority and not r.workload_priority else {}),
         "restartPolicy": "Never",   # the Job's pod failure policy needs it (Kubernetes Job docs)
+        **({"serviceAccountName": r.service_account} if r.service_account else {}),
         "hostNetwork": True, "dnsPolicy": "ClusterFirstWithHostNet",   # xpk: TPU hosts talk over the host network
         "terminationGracePeriodSeconds": GRACE_SECONDS,
         "nodeSelector": _node_selector(r),
@@ -212,6 +214,8 @@ def _container(r: RunObjects) -> dict[str, Any]:
             {"name": "TPUCTL_SLICE", "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{JOB_INDEX}']"}}},
             {"name": "TPUCTL_RESTART", "valueFrom": {"fieldRef": {
                 "fieldPath": f"metadata.labels['{RESTART_ATTEMPT}']"}}},
+            # the node a sick host's agent cordons (host/cordon.py); the downward API gives env spec.nodeName
+            {"name": "TPUCTL_NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
             *(_megascale(jobset_name(r.run_id)) if r.slices > 1 else []),
         ],
         "resources": {"limits": {TPU_RESOURCE: chips}},

@@ -22,7 +22,7 @@ from ...core.runs import RunState, RunStatus
 from ...core.store import BlobStore
 from ...core.errors import ErrorKind, TpuctlError
 from ...core.jobspec import JobSpec
-from . import frameworks, jobset_install, kube, kueue, maintenance, manifest, tputypes
+from . import cordoning, frameworks, jobset_install, kube, kueue, maintenance, manifest, tputypes
 from .jobset_status import condition, exit_code, jobsets_of, pods_of, stuck_words, words
 
 Connect = Callable[[dict[str, Any]], Any]
@@ -125,6 +125,12 @@ class GkeRuns:
             objs = replace(objs, own_pools=False)
             progress(f"no node is labelled {manifest.LABEL_CLUSTER}={st.name} (node pools of an older tpuctl): the "
                      "run may land on any node pool of its TPU shape; `tpuctl down` and `up` make labelled ones")
+        account, refused = cordoning.ensure(api, st.name, ns)   # a sick host's pod cordons its node (issue 60)
+        if account:
+            objs = replace(objs, service_account=account)
+        else:
+            progress(f"a sick host's node will not be cordoned (the cluster refused its role: {refused}); the run "
+                     "goes on without it")
         js = manifest.build_jobset(objs)
         end = time.monotonic() + jobset_install.ready_seconds()
         while True:   # JobSet's webhooks refuse while its controller (re)starts (jobset_install.py WEBHOOK_DOWN)
@@ -260,6 +266,10 @@ class GkeRuns:
             kube.delete(api, jobset_path(str(js["metadata"].get("namespace") or manifest.DEFAULT_NAMESPACE),
                                          str(js["metadata"]["name"])[len("tpuctl-"):]))
             progress(f"JobSet {js['metadata']['name']} deleted")
+        try:   # the pods' account and its role to cordon nodes (cordoning.py)
+            cordoning.delete(api, st.name)
+        except kube.KubeError as e:
+            progress(f"the role that lets tpuctl's pods cordon a sick node was not deleted: {e.message}")
 
     def let_go(self, run_id: str) -> None:
         """A follower (`submit`, `logs -f`) is done with the run: if it ended, the hold may go (the follower saw
