@@ -52,7 +52,10 @@ def kaggle(_fake_kaggle, env, monkeypatch, tmp_path, wheel_index):
     monkeypatch.setenv("KAGGLE_CONFIG_DIR", str(tmp_path / "kaggle-config"))
     monkeypatch.setenv("KAGGLE_USERNAME", "alice")
     monkeypatch.setenv("KAGGLE_KEY", KEY)
-    monkeypatch.setenv("TPUCTL_KAGGLE_POLL", "0.05")
+    # how often a follower or a watch asks a session's state and moves the run on (5 s by default): a quarter
+    # second keeps each 1-s session of these tests moving; every 50 ms cost a quarter of a chain's CPU (the
+    # detached chain: 24.0 CPU-s alone at 0.05, 17.9 at 0.25)
+    monkeypatch.setenv("TPUCTL_KAGGLE_POLL", "0.25")
     monkeypatch.setenv("TPUCTL_LOG_POLL_MAX", "0.1")
     monkeypatch.setenv("TPUCTL_KAGGLE_GRACE_SECONDS", "0.2")
     yield _fake_kaggle
@@ -723,7 +726,7 @@ def test_a_keras_job_runs_on_the_images_jax_with_nothing_installed(kaggle, cli, 
 
 @pytest.mark.skipif("tf-keras" in (JOB / "requirements.txt").read_text(),
                     reason="needs i36-job's Keras 3 jobs/bert_pretrain")
-@pytest.mark.slow(75)
+@pytest.mark.slow(30)
 def test_the_bert_job_runs_on_the_images_jax_with_nothing_installed(kaggle, cli, tmp_path, jax_python):
     """The job as submitted (run.py: a generated corpus, its preparation, train.py) on the image's JAX, installing
     nothing; small, as test_keras_backends' run without TensorFlow (a 0.3 MB corpus, 2,000 words, sequences of 64,
