@@ -52,10 +52,7 @@ def kaggle(_fake_kaggle, env, monkeypatch, tmp_path, wheel_index):
     monkeypatch.setenv("KAGGLE_CONFIG_DIR", str(tmp_path / "kaggle-config"))
     monkeypatch.setenv("KAGGLE_USERNAME", "alice")
     monkeypatch.setenv("KAGGLE_KEY", KEY)
-    # how often a follower or a watch asks a session's state and moves the run on (5 s by default): a quarter
-    # second keeps each 1-s session of these tests moving; every 50 ms cost a quarter of a chain's CPU (the
-    # detached chain: 24.0 CPU-s alone at 0.05, 17.9 at 0.25)
-    monkeypatch.setenv("TPUCTL_KAGGLE_POLL", "0.25")
+    monkeypatch.setenv("TPUCTL_KAGGLE_POLL", "0.05")
     monkeypatch.setenv("TPUCTL_LOG_POLL_MAX", "0.1")
     monkeypatch.setenv("TPUCTL_KAGGLE_GRACE_SECONDS", "0.2")
     yield _fake_kaggle
