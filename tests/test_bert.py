@@ -348,7 +348,7 @@ runpy.run_path(script, run_name="__main__")
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.slow(80)
+@pytest.mark.slow(70)
 def test_deterministic_resume_after_sigkill_repeats_the_uninterrupted_run(prepared, tmp_path, backend):
     """Two steps on each side of the checkpoint a SIGKILLed run resumes from: its lines, to the printed digit, are
     the uninterrupted run's."""

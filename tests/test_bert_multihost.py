@@ -138,7 +138,7 @@ def _weights(path: Path) -> list[np.ndarray]:
     return [v for _, v in sorted(found, key=lambda kv: kv[0])]
 
 
-@pytest.mark.slow(190)
+@pytest.mark.slow(120)
 def test_two_jax_hosts_train_on_disjoint_data_one_writes_and_a_kill_resumes_step_exactly(prepared, tmp_path):
     prep, summary = prepared
     logs = tmp_path / "logs"

@@ -550,7 +550,7 @@ def _final(out):
     return int(last[1]), float(last[3])
 
 
-@pytest.mark.slow(55)
+@pytest.mark.slow(70)
 def test_bert_cut_by_the_session_limit_ends_as_the_uninterrupted_run(kaggle, cli, monkeypatch, tmp_path):
     """The flagship job on Kaggle: sessions cut at their limit (the job saves and exits 85 when
     tpuctl.runtime.session_ending() says so, at a log line), chained into one run, end at the step and loss of an
@@ -566,19 +566,22 @@ def test_bert_cut_by_the_session_limit_ends_as_the_uninterrupted_run(kaggle, cli
     job = shutil.copytree(JOB, tmp_path / "bert_pretrain", ignore=shutil.ignore_patterns("__pycache__"))
     toml = (job / "tpuctl.toml").read_text()
     (job / "tpuctl.toml").write_text(toml.replace("\n[env]", '\nkeras_backend = "tensorflow"\n\n[env]', 1))
-    steps = ["--preset", "tiny", "--steps", "40", "--deterministic", "--log-every", "20", "--checkpoint-every", "20",
-             "--seq-length", "64", "--max-predictions-per-seq", "10"]
+    # two steps on each side of the session's cut, at batch 4 (a resume is proven so; test_bert's SIGKILL resume
+    # is as small), on a 0.6 MB generated corpus with a 3,000-word vocabulary (run.py's flags: 2 MB, 8,000 by default)
+    steps = ["--preset", "tiny", "--steps", "4", "--batch-size", "4", "--deterministic", "--log-every", "2",
+             "--checkpoint-every", "2", "--seq-length", "64", "--max-predictions-per-seq", "10"]
+    corpus = ["--sample-mb", "0.6", "--vocab-size", "3000"]
     # Each session's deadline has passed by the time its job trains (1 s), so the job ends its session at its first
-    # log line, step 20 then step 40 (the last: it just ends): two sessions on any machine, however fast or loaded.
+    # log line, step 2 then step 4 (the last: it just ends): two sessions on any machine, however fast or loaded.
     # The grace, in which a job that watches the deadline saves and stops itself, bounds nothing here but a hang.
     monkeypatch.setenv("TPUCTL_KAGGLE_SESSION_SECONDS", "1")
     monkeypatch.setenv("TPUCTL_KAGGLE_GRACE_SECONDS", "500")
-    code, cut, err = cli("submit", str(job), "-c", "kg", "--chain", "4", "--", *steps)
+    code, cut, err = cli("submit", str(job), "-c", "kg", "--chain", "4", "--", *corpus, *steps)
     assert code == 0, cut[-3000:] + err[-2000:]
     sessions = cut.count("--- Kaggle session ")
-    assert sessions == 2 and "bert: the session ends: checkpoint at step 20" in cut, cut[-3000:]
-    assert "bert: resumed from step 20" in cut
-    assert cut.count("generated 2.0 MB") == 1 or "prepared" in cut   # prepared once for all sessions
+    assert sessions == 2 and "bert: the session ends: checkpoint at step 2," in cut, cut[-3000:]
+    assert "bert: resumed from step 2" in cut
+    assert cut.count("generated 0.6 MB") == 1 or "prepared" in cut   # prepared once for all sessions
     [k] = [k for slug, k in kaggle.kernels.items() if slug.endswith(f"-s{sessions}")]
     prepared = k["versions"][-1]["dir"] / "kaggle" / "working" / "store" / "prepared" / "bert_pretrain-64"
     vocab = json.loads((prepared / "prepared.json").read_text())["vocab_size"]
@@ -586,8 +589,8 @@ def test_bert_cut_by_the_session_limit_ends_as_the_uninterrupted_run(kaggle, cli
                             "--vocab-size", str(vocab), "--output", str(tmp_path / "whole"), *steps], capture_output=True, text=True,
                            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", KERAS_BACKEND="tensorflow"), timeout=600)
     assert whole.returncode == 0, whole.stderr[-3000:]
-    assert _final(cut) == _final(whole.stdout) and _final(cut)[0] == 40
-    assert list((_downloaded(cli, tmp_path) / "checkpoints").glob("ckpt-40.weights.h5"))
+    assert _final(cut) == _final(whole.stdout) and _final(cut)[0] == 4
+    assert list((_downloaded(cli, tmp_path) / "checkpoints").glob("ckpt-4.weights.h5"))
     _down(cli, kaggle)
 
 
@@ -720,13 +723,19 @@ def test_a_keras_job_runs_on_the_images_jax_with_nothing_installed(kaggle, cli, 
 
 @pytest.mark.skipif("tf-keras" in (JOB / "requirements.txt").read_text(),
                     reason="needs i36-job's Keras 3 jobs/bert_pretrain")
-@pytest.mark.slow(75)
+@pytest.mark.slow(30)
 def test_the_bert_job_runs_on_the_images_jax_with_nothing_installed(kaggle, cli, tmp_path, jax_python):
+    """The job as submitted (run.py: a generated corpus, its preparation, train.py) on the image's JAX, installing
+    nothing; small, as test_keras_backends' run without TensorFlow (a 0.3 MB corpus, 2,000 words, sequences of 64,
+    two steps of 4: run.py's 2 MB, 8,000 words, 128 and train.py's 32 a step prove no more of what is installed)."""
     kaggle.tpu_jax_site = next(jax_python.parent.parent.glob("lib/python*/site-packages"))
     _up(cli, "--type", "v5e-8")
-    code, out, err = cli("submit", str(JOB), "-c", "kg", "--", "--preset", "tiny", "--steps", "30")
+    code, out, err = cli("submit", str(JOB), "-c", "kg", "--", "--preset", "tiny", "--sample-mb", "0.3",
+                         "--vocab-size", "2000", "--seq-length", "64", "--max-predictions-per-seq", "10",
+                         "--batch-size", "4", "--steps", "2", "--log-every", "2")
     assert code == 0, out + err
     assert "tpuctl: keras backend jax" in out and "installing" not in out, out
+    assert "backend: jax" in out and [ln.split()[1] for ln in out.splitlines() if ln.startswith("step ")] == ["2"], out
     _down(cli, kaggle)
 
 
