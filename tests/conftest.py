@@ -324,7 +324,7 @@ def env(tmp_path, monkeypatch):
                 "TPUCTL_PROJECT", "TPUCTL_ZONE", "TPU_EMULATOR_HOST", "COMPUTE_EMULATOR_HOST",
                 "STORAGE_EMULATOR_HOST", "RESOURCE_MANAGER_EMULATOR_HOST"):
         monkeypatch.delenv(var, raising=False)
-    from tpuctl.providers.gcp import clients
+    from tpuctl.providers.google import clients
     clients.reset()
     yield tmp_path
     clients.reset()

@@ -270,8 +270,8 @@ def test_a_bucket_is_read_no_further_than_the_cap(cloud):
     absent object is None; a run file past the cap is Unreadable, not parsed."""
     from conftest import PROJECT
     from tpuctl.core import jobfiles, metrics
-    from tpuctl.providers.gcp import clients
-    from tpuctl.providers.gcp.gcs_store import GcsStore
+    from tpuctl.providers.google import clients
+    from tpuctl.providers.google.gcs_store import GcsStore
     clients.storage(PROJECT).create_bucket("capped")
     store = GcsStore("gs://capped", PROJECT)
     store.write("big.json", b"x" * 5000)

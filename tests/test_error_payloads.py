@@ -7,7 +7,7 @@ import requests
 
 from tpuctl.core import state
 from tpuctl.core.errors import ErrorKind, Scope
-from tpuctl.providers.gcp.errors import classify
+from tpuctl.providers.google.errors import classify
 
 pytestmark = pytest.mark.usefixtures("no_leak")   # every test ends with nothing of tpuctl left
 

@@ -5,7 +5,7 @@ to the next zone, anything else ends `up` on the poll that first sees it, in Goo
 import pytest
 from conftest import PROJECT
 
-from tpuctl.providers.gcp import gce, gce_errors
+from tpuctl.providers.gcp.compute import gce, gce_errors
 
 pytestmark = pytest.mark.usefixtures("no_leak")
 

@@ -5,7 +5,7 @@ anything."""
 import pytest
 from conftest import PROJECT
 
-from tpuctl.providers.gcp import gce
+from tpuctl.providers.gcp.compute import gce
 
 pytestmark = pytest.mark.usefixtures("no_leak")
 

@@ -149,7 +149,7 @@ def test_transient_faults_are_retried(cloud, cli):
 def test_interrupted_up_converges(cloud, cli, monkeypatch):
     """Kill `up` while the TPU is still CREATING; the next `up` adopts the node and the bucket."""
     cloud.tpu.delay = 1.0
-    from tpuctl.providers.gcp import tpu as tpu_mod
+    from tpuctl.providers.gcp.tpuapi import tpu as tpu_mod
 
     def interrupted(*a, **k):
         raise KeyboardInterrupt

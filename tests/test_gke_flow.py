@@ -191,7 +191,7 @@ def test_watch_says_gke_and_jobset_recover(gke, cli):
 
 
 def test_the_kubernetes_token_is_the_users_refreshed_google_token(env, monkeypatch):
-    from tpuctl.providers.gcp import clients
+    from tpuctl.providers.google import clients
 
     class Creds:
         valid, token, refreshed = False, None, 0
@@ -333,7 +333,7 @@ def test_a_cluster_that_fails_to_come_up_is_removed(gke, cli):
 
 
 def _storage():
-    from tpuctl.providers.gcp import clients
+    from tpuctl.providers.google import clients
     return clients.storage(PROJ)
 
 

@@ -150,7 +150,7 @@ def test_one_slice_runs_to_success_and_downloads(gke, cli, tmp_path):
 
 
 def cluster_store():
-    from tpuctl.providers.gcp.gcs_store import GcsStore
+    from tpuctl.providers.google.gcs_store import GcsStore
     return GcsStore(f"gs://{BUCKET}", "test-proj")
 
 

@@ -10,7 +10,7 @@ import os
 import pytest
 
 from tpuctl.core import runs
-from tpuctl.providers.gcp.gcs_store import GcsStore
+from tpuctl.providers.google.gcs_store import GcsStore
 
 from jobs import make_job
 from test_gke_flow import PROJ, Gke, _gke_servers  # noqa: F401  (the GKE fakes' session fixture)

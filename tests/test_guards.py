@@ -7,7 +7,7 @@ import pytest
 from conftest import PROJECT
 
 from tpuctl.core import datasync, layout, runs, state
-from tpuctl.providers.gcp.tpu import pick_runtime
+from tpuctl.providers.gcp.tpuapi.tpu import pick_runtime
 from tpuctl.core.store import LocalStore
 
 pytestmark = pytest.mark.usefixtures("no_leak")   # every test ends with nothing of tpuctl left

@@ -153,8 +153,8 @@ def test_the_local_store_lists_the_first_keys_in_key_order_without_the_rest(tmp_
 
 @pytest.fixture
 def bucket_store(cloud):
-    from tpuctl.providers.gcp.gcs_store import GcsStore
-    from tpuctl.providers.gcp import clients
+    from tpuctl.providers.google.gcs_store import GcsStore
+    from tpuctl.providers.google import clients
     from conftest import PROJECT
     clients.storage(PROJECT).create_bucket("history")
     return GcsStore("gs://history", PROJECT)

@@ -155,7 +155,7 @@ def test_a_default_account_without_editor_is_refused_before_any_tpu_exists(cloud
 
 
 def test_what_the_project_policy_cannot_decide_is_left_to_the_host():
-    from tpuctl.providers.gcp.permissions import judge
+    from tpuctl.providers.google.permissions import judge
     sa = "serviceAccount:a@p.iam.gserviceaccount.com"
     need = ["tpu.nodes.delete"]
     assert judge([{"role": "roles/editor", "members": [sa]}], sa, need) == ([], [])

@@ -5,7 +5,7 @@ from conftest import PROJECT, until
 from fakes.tpu_host import Host
 from tpuctl.providers import agent_package
 from tpuctl.core.models import OBJECT_ROLES
-from tpuctl.providers.gcp.gcs_store import STORAGE
+from tpuctl.providers.google.gcs_store import STORAGE
 from tpuctl.providers.gcp.startup import render
 
 BUCKET = "boot-test"

@@ -97,15 +97,16 @@ def test_cycle_detector_sees_a_cycle():
     # The graph builder must resolve relative imports, or the test above proves nothing.
     graph = _graph()
     assert "tpuctl.core.layout" in graph["tpuctl.core.runs"]
-    assert "tpuctl.providers.gcp.clients" in graph["tpuctl.providers.gcp.gcs_store"]
+    assert "tpuctl.providers.google.clients" in graph["tpuctl.providers.google.gcs_store"]
     assert "tpuctl.control.status" in graph["tpuctl.cli.common"]   # a function-level import counts
 
 
-def test_google_and_grpc_are_imported_only_under_providers_gcp():
-    """And its GKE twin, whose clients are built in providers/gcp/clients.py all the same."""
+def test_google_and_grpc_are_imported_only_under_the_google_providers():
+    """providers/google/ (the plumbing), gcp/ and its GKE twin, whose clients are built in providers/google/clients.py
+    all the same."""
     offenders = []
     for p in PKG.rglob("*.py"):
-        if (PKG / "providers" / "gcp") in p.parents or (PKG / "providers" / "gke") in p.parents:
+        if any((PKG / "providers" / d) in p.parents for d in ("google", "gcp", "gke")):
             continue
         bad = [i for i in agent_package.imports_of(p, "tpuctl.x") if i.split(".")[0] in ("google", "grpc")]
         if bad:
@@ -160,11 +161,57 @@ def test_each_room_imports_only_the_rooms_below_it():
 def test_the_layering_check_sees_a_violation():
     graph = _graph()
     graph["tpuctl.core.models"] = graph["tpuctl.core.models"] | {"tpuctl.cli.console"}
-    graph["tpuctl.host.attempt"] = graph["tpuctl.host.attempt"] | {"tpuctl.providers.gcp.tpu"}
+    graph["tpuctl.host.attempt"] = graph["tpuctl.host.attempt"] | {"tpuctl.providers.gcp.tpuapi.tpu"}
     graph["tpuctl.cli.runs"] = graph["tpuctl.cli.runs"] | {"tpuctl.host.claims"}
     assert _layering_violations(graph) == ["tpuctl.cli.runs imports tpuctl.host.claims",
                                            "tpuctl.core.models imports tpuctl.cli.console",
-                                           "tpuctl.host.attempt imports tpuctl.providers.gcp.tpu"]
+                                           "tpuctl.host.attempt imports tpuctl.providers.gcp.tpuapi.tpu"]
+
+
+# Inside providers/, the Google code (issue 59 item 8; docs/development.md, "Layout"): google/ is the plumbing gcp/ and
+# gke/ share and imports neither; gke/ imports none of gcp/; gcp/'s two paths to a TPU, the Cloud TPU API (tpuapi/)
+# and Compute Engine (compute/), import neither each other nor gcp/'s own modules, which build on both.
+PROVIDER_MAY_IMPORT = {
+    "providers.google": ("core", "providers.base", "providers.agent_package", "providers.google"),
+    "providers.gke": ("core", "providers.base", "providers.google", "providers.gke"),
+    "providers.gcp.tpuapi": ("core", "providers.base", "providers.google", "providers.gcp.tpuapi"),
+    "providers.gcp.compute": ("core", "providers.base", "providers.google", "providers.gcp.compute"),
+}
+
+
+def _provider_violations(graph: dict[str, set[str]]) -> list[str]:
+    def within(name: str, prefix: str) -> bool:
+        return name == "tpuctl." + prefix or name.startswith("tpuctl." + prefix + ".")
+    bad = []
+    for m, imported in graph.items():
+        for room, allowed in PROVIDER_MAY_IMPORT.items():
+            if within(m, room):
+                bad += [f"{m} imports {i}" for i in imported   # "tpuctl": its __version__
+                        if i != "tpuctl" and not any(within(i, a) for a in allowed)]
+    return sorted(bad)
+
+
+def test_the_google_plumbing_and_each_gcp_path_import_only_what_they_stand_on():
+    graph = _graph()
+    assert {"tpuctl.providers.google.clients", "tpuctl.providers.gcp.tpuapi.tpu", "tpuctl.providers.gcp.compute.gce",
+            "tpuctl.providers.gke.container"} <= set(graph)
+    assert _provider_violations(graph) == []
+
+
+def test_the_provider_layout_check_sees_a_violation():
+    graph = _graph()
+    graph["tpuctl.providers.google.storage"] = graph["tpuctl.providers.google.storage"] | {"tpuctl.providers.gcp.tpuapi.tpu"}
+    graph["tpuctl.providers.gke.provider"] = graph["tpuctl.providers.gke.provider"] | {"tpuctl.providers.gcp.planning"}
+    graph["tpuctl.providers.gcp.compute.gce"] = graph["tpuctl.providers.gcp.compute.gce"] | {
+        "tpuctl.providers.gcp.tpuapi.tpu", "tpuctl.providers.gcp.teardown"}
+    graph["tpuctl.providers.gcp.tpuapi.queued"] = graph["tpuctl.providers.gcp.tpuapi.queued"] | {
+        "tpuctl.providers.gcp.compute.gce_requests"}
+    assert _provider_violations(graph) == [
+        "tpuctl.providers.gcp.compute.gce imports tpuctl.providers.gcp.teardown",
+        "tpuctl.providers.gcp.compute.gce imports tpuctl.providers.gcp.tpuapi.tpu",
+        "tpuctl.providers.gcp.tpuapi.queued imports tpuctl.providers.gcp.compute.gce_requests",
+        "tpuctl.providers.gke.provider imports tpuctl.providers.gcp.planning",
+        "tpuctl.providers.google.storage imports tpuctl.providers.gcp.tpuapi.tpu"]
 
 
 def test_the_host_wheel_holds_what_the_host_runs_and_runs_from_it_alone(tmp_path):
@@ -176,7 +223,7 @@ def test_the_host_wheel_holds_what_the_host_runs_and_runs_from_it_alone(tmp_path
     assert rooms == {"core", "host", "providers", "runtime"}
     assert {f"tpuctl/host/{p.name}" for p in (PKG / "host").glob("*.py")} <= shipped
     assert {"tpuctl/agent.py", "tpuctl/runtime/__init__.py", "tpuctl/runtime/metrics_file.py",
-            "tpuctl/providers/gcp/gcs_store.py"} <= shipped
+            "tpuctl/providers/google/gcs_store.py"} <= shipped
     assert not {"tpuctl/providers/gcp/provider.py", "tpuctl/core/catalog.py"} & shipped
     zipfile.ZipFile(io.BytesIO(agent_package.build())).extractall(tmp_path)
     # Only the wheel on the path (-S: no site-packages): every module it holds imports.

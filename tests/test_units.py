@@ -8,9 +8,9 @@ import pytest
 from tpuctl.core import catalog, config
 from tpuctl.core.errors import TpuctlError
 from tpuctl.core.models import check_bucket_name, default_bucket
-from tpuctl.providers.gcp.errors import classify, classify_text
-from tpuctl.providers.gcp.operations import call, wait
-from tpuctl.providers.gcp.tpu import pick_runtime, pick_tf_version
+from tpuctl.providers.google.errors import classify, classify_text
+from tpuctl.providers.google.operations import call, wait
+from tpuctl.providers.gcp.tpuapi.tpu import pick_runtime, pick_tf_version
 
 
 @pytest.mark.parametrize("name,chips,hosts", [("v2-8", 4, 1), ("v3-8", 4, 1), ("v3-32", 16, 4), ("v4-8", 4, 1),
@@ -256,7 +256,7 @@ def test_every_tpu_state_has_one_meaning():
     """Each tpu_v2 Node.State is waited on, lost, going, held (told to the user) or READY, never unclassified: an
     unclassified state would be watched in silence."""
     from google.cloud import tpu_v2
-    from tpuctl.providers.gcp import tpu
+    from tpuctl.providers.gcp.tpuapi import tpu
     groups = [tpu.COMING, tpu.LOST, tpu.GOING, tpu.HELD, {tpu.READY}]
     names = [s.name for s in tpu_v2.Node.State]
     assert sorted(n for g in groups for n in g) == sorted(names)
@@ -270,7 +270,7 @@ def test_one_store_client_range_for_cli_agent_and_host_script():
     import tomllib
     from pathlib import Path
     from tpuctl.providers import agent_package
-    from tpuctl.providers.gcp.gcs_store import STORAGE
+    from tpuctl.providers.google.gcs_store import STORAGE
     from tpuctl.providers.gcp.startup import render
     deps = tomllib.loads(Path("pyproject.toml").read_text())["project"]["dependencies"]
     assert [d for d in deps if d.startswith("google-cloud-storage")] == [STORAGE] == agent_package.REQUIRES

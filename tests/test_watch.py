@@ -42,7 +42,7 @@ class Said:
 def _gcs_store(bucket="cas-test"):
     from google.cloud import storage
     storage.Client(project=PROJECT).create_bucket(bucket)
-    from tpuctl.providers.gcp.gcs_store import GcsStore
+    from tpuctl.providers.google.gcs_store import GcsStore
     return GcsStore(f"gs://{bucket}")
 
 
@@ -512,7 +512,7 @@ def test_bad_networks_are_refused_before_anything_is_made(cloud, cli, args, says
 
 def test_vms_are_on_the_default_network_unless_told():
     from tpuctl.core.models import ClusterSpec
-    from tpuctl.providers.gcp.compute import network_of
+    from tpuctl.providers.google.vms import network_of
     assert network_of(ClusterSpec("w", "gcp"), "us-east1-d") == {"network": "global/networks/default"}
     assert network_of(ClusterSpec("w", "gcp", network="n", subnetwork="s"), "us-east1-d") == {
         "network": "global/networks/n", "subnetwork": "regions/us-east1/subnetworks/s"}

@@ -17,7 +17,7 @@ agent runs `startup-script` metadata at boot while the API still reports CREATIN
     the name Google's TPU harness installs it under, from fakes/pyindex.py) and pip, but without python3-venv's
     ensurepip, as on fresh Ubuntu images (`python3 -m venv` fails, `--without-pip` works); `apt-get` fails (no
     network here);
-  * "debian-12", Debian's cloud image that Compute Engine VMs boot (compute.IMAGE): python3 is there (Debian's
+  * "debian-12", Debian's cloud image that Compute Engine VMs boot (google/vms.py IMAGE): python3 is there (Debian's
     cloud images install unattended-upgrades, which depends on it) but neither pip nor python3-venv (Debian's
     cloud-image FAI package lists, GoCarrot/debian-cloud-images config_space/package_config: no python3-pip, no
     python3-venv), so `python3 -m pip` and `python3 -m ensurepip` fail and `venv --without-pip` makes a venv with no

@@ -23,7 +23,7 @@ GKE_CLUSTER = typer.Option(None, "--gke-cluster", help="GKE: use this existing S
                            "down) instead of making tpuctl-CLUSTER.")
 FLEX_START = typer.Option(False, "--flex-start", help="--api compute: flex-start VMs, ended after --max-duration "
                           "(at most 7d).")
-# --api compute's own options of `up` (providers/gcp/gce_requests.py)
+# --api compute's own options of `up` (providers/gcp/compute/gce_requests.py)
 FLEX_WAIT = typer.Option(None, "--flex-wait", help="--flex-start, one VM: how long it waits for capacity (default 1h, "
                          "90s to 2h) before Google deletes it and up tries the next zone.")
 DISK_SIZE = typer.Option(None, "--disk-size", help="--api compute: boot disk size in GB (default 100).")

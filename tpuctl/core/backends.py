@@ -102,7 +102,7 @@ def forced(env: Mapping[str, str], keras_backend: str) -> tuple[str, str]:
 
 
 def tensorflow_runtime(record: Mapping[str, Any]) -> bool:
-    """Whether a TPU VM was made on a runtime that carries TensorFlow (providers/gcp/tpu.py tensorflow_from)."""
+    """Whether a TPU VM was made on a runtime that carries TensorFlow (providers/gcp/tpuapi/tpu.py tensorflow_from)."""
     return record.get("tensorflow_from") == "image" or str(record.get("runtime") or "").startswith("tpu-vm-tf")
 
 

@@ -106,7 +106,7 @@ def tpu_type(name: str) -> TpuType:
 
 
 
-# -- TPUs through Compute Engine (providers/gcp/gce.py) --------------------------------------------------------------
+# -- TPUs through Compute Engine (providers/gcp/compute/gce.py) ------------------------------------------------------
 # "Compute Engine supports the following TPU versions: TPU7x, TPU v6e, TPU v5p" (compute/docs/tpus/tpu-machines);
 # v5e is refused there ("This user agent is not allowed to use the machine type [ct5lp-hightpu-1t]", a live probe
 # quoted in ../shared/GCE_TPU_FACTS.md §1). family -> {chips per VM: machine type}: the documented names (same

@@ -81,7 +81,7 @@ def _gcloud_project() -> str:
 
 def project(flag_value: str | None) -> str:
     """--project, TPUCTL_PROJECT (as every key: README), GOOGLE_CLOUD_PROJECT, CLOUDSDK_CORE_PROJECT, config file,
-    gcloud's active config; "" if none. (Application Default Credentials come last, in providers/gcp/project.py:
+    gcloud's active config; "" if none. (Application Default Credentials come last, in providers/google/project.py:
     only it imports google.auth.)"""
     return (flag_value or os.environ.get("TPUCTL_PROJECT") or os.environ.get("GOOGLE_CLOUD_PROJECT")
             or os.environ.get("CLOUDSDK_CORE_PROJECT") or str(file_settings().get("project") or "")

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
 LABEL = "tpuctl-cluster"
+NONCE_LABEL = "tpuctl-nonce"   # which `up` run created a resource (see TpuApi.create)
 OBJECT_ROLES = ("roles/storage.objectAdmin", "roles/storage.legacyBucketReader")
 
 _CLUSTER_RE = re.compile(r"^[a-z]([a-z0-9-]{0,22}[a-z0-9])?$")
@@ -147,7 +148,7 @@ class ClusterSpec(JsonRecord):
     framework: Framework = Framework.TENSORFLOW   # picks the runtime family (TensorFlow or base images)
     autostop: int = 0               # seconds with no active run before the host ends its compute; 0: off
     max_duration: int = 0           # seconds from the compute's creation to its hard end; 0: none
-    queued: bool = False            # the TPU is had through a queued resource (providers/gcp/queued.py)
+    queued: bool = False            # the TPU is had through a queued resource (providers/gcp/tpuapi/queued.py)
     valid_until: int = 0            # seconds a queued request may wait before it expires; 0: Google's default
     slices: int = 1                 # `up --slices N`: N slices of tpu_type in one queued request (core/multislice.py)
     network: str = ""               # `up --network`: the VPC network of the TPU and tpuctl's VMs; "": default

@@ -1,6 +1,6 @@
 """The store: the control plane every run goes through (DESIGN "The store is the control plane").
 
-A store is a flat key space under a root URI: a GCS bucket (`gs://bucket`, providers/gcp/gcs_store.py) or a
+A store is a flat key space under a root URI: a GCS bucket (`gs://bucket`, providers/google/gcs_store.py) or a
 directory (LocalStore below); `providers.open_store(uri)` opens one through the provider that owns the scheme.
 Keys use '/' separators and are built by layout.py. The only consistency primitive is `create`
 (create-if-absent: GCS `if_generation_match=0`, locally `O_CREAT|O_EXCL` on a fully written temp file's link),

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from .. import __version__
 from ..core import layout
-from .gcp.gcs_store import STORAGE
+from .google.gcs_store import STORAGE
 
 REQUIRES = [STORAGE]   # the store client range gcs_store relies on
 _DIST_INFO = f"tpuctl-{__version__}.dist-info"

@@ -78,7 +78,7 @@ class UpFlags:
     kube_context: str | None = None
     kueue: bool = False
     api: str | None = None           # Google Cloud: "tpu" or "compute" (providers/gcp/planning.py)
-    flex_wait: str | None = None     # --api compute's own (providers/gcp/gce_requests.py)
+    flex_wait: str | None = None     # --api compute's own (providers/gcp/compute/gce_requests.py)
     disk_size: int | None = None
     disk_type: str | None = None
     internal_ips: bool = False

@@ -11,7 +11,7 @@ if TYPE_CHECKING:
 
 def open_store(uri: str) -> "BlobStore":
     if uri.startswith("gs://"):
-        from .gcp.gcs_store import GcsStore
+        from .google.gcs_store import GcsStore
         return GcsStore(uri)
     from ..core.store import LocalStore
     return LocalStore(uri)

@@ -21,9 +21,9 @@ from typing import Any
 from ...core.errors import ErrorKind, TpuctlError, bad_input
 from ...core.models import LABEL, ClusterSpec
 from ..base import Progress
-from . import clients
-from .compute import wait_operation
-from .operations import call
+from ..google import clients
+from ..google.operations import call
+from ..google.vms import wait_operation
 
 PORTS = ((8080, 8081), (8470, 8476), (8482, 8482))   # inclusive ranges
 PRIVATE = [ipaddress.ip_network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")]

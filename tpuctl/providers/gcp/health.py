@@ -9,11 +9,12 @@ from typing import Callable
 from ...core import layout, runs
 from ...core.errors import ErrorKind, TpuctlError
 from ...core.models import Arch, ClusterState
-from . import compute, planning, slices, storage
-from .gcs_store import GcsStore
-from .queued import QueuedApi
-from .tpu import COMING, HEALTH_TOLD, HEALTH_WAIT, HELD, LOST, READY, facts, health_of
+from ..google import storage, vms
+from ..google.gcs_store import GcsStore
 from .topology import Topology
+from .tpuapi import slices
+from .tpuapi.queued import QueuedApi
+from .tpuapi.tpu import COMING, HEALTH_TOLD, HEALTH_WAIT, HELD, LOST, READY, facts, health_of
 
 
 # What a state means, where its name does not say (tpu_v2.types.Node.State's docstrings).
@@ -127,9 +128,9 @@ class Health:
                             "state": Topology.tpu(spec).state(node), "health": health_of(node)}
         if st.zone:
             if spec.arch is Arch.NODE:
-                vm = compute.find(spec.project, spec.vm_name, st.zone)
+                vm = vms.find(spec.project, spec.vm_name, st.zone)
                 out["vm"] = {"state": vm.status if vm else "MISSING"}
-        b = storage.find(spec.project, planning.bucket_of(spec))
+        b = storage.find(spec.project, storage.bucket_of(spec))
         out["bucket"] = {"state": "READY" if b else "MISSING", "location": (b.location or "").lower() if b else ""}
         if b is not None:
             out["boot_logs"] = self._boot_logs(st)

@@ -8,11 +8,12 @@ from typing import Callable
 
 from ...core import layout, runs
 from ...core.models import LABEL, Arch, ClusterSpec, ClusterState, Grant, Phase, ProviderName, default_bucket
-from . import compute, gce_inventory, gce_requests, storage
-from .compute import ROLE_LABEL
-from .gcs_store import GcsStore
-from .queued import QueuedApi
-from .tpu import TpuApi
+from ..google import storage, vms
+from ..google.gcs_store import GcsStore
+from ..google.vms import ROLE_LABEL
+from .compute import gce_inventory, gce_requests
+from .tpuapi.queued import QueuedApi
+from .tpuapi.tpu import TpuApi
 
 
 class GcpInventory:
@@ -74,7 +75,7 @@ class GcpInventory:
                         + (f" x {ms.node_count}" if ms.node_count > 1 else ""), "state": QueuedApi.state(q)})
         compute_tpus = gce_inventory.list_labelled(project)
         migs = [r["name"] for r in compute_tpus if r["kind"] == "mig"]
-        for zone, vm in compute.list_labelled(project):
+        for zone, vm in vms.list_labelled(project):
             if vm.labels.get(ROLE_LABEL) == "tpu":   # a Compute Engine TPU VM (gce.py): one of a MIG is the MIG's
                 if not any(vm.name.startswith(f"{m}-") for m in migs):
                     tpu, slices = gce_requests.shape_in(vm.description)

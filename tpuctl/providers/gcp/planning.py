@@ -12,7 +12,8 @@ from ...core.lifecycle import parse_duration, show_duration
 from ...core.models import (Arch, ClusterSpec, Framework, ProviderName, check_bucket_name, check_project,
                             check_gce_name, check_service_account, default_bucket)
 from ..base import PlanRow, Price, UpFlags
-from . import clients, gce_requests, project
+from ..google import clients, project
+from .compute import gce_requests
 
 
 def make_spec(name: str, flags: UpFlags) -> ClusterSpec:
@@ -148,18 +149,14 @@ def _ask_whether_offered(t: TpuType, zone: str, proj: str, arch: Arch, api: str)
     if not clients.has_credentials():
         raise not_offered(t, zone)
     if api:
-        from .operations import get_or_none
+        from ..google.operations import get_or_none
         if get_or_none(clients.compute("MachineTypesClient").get, project=proj, zone=zone,
                        machine_type=compute_shape(t).machine_type, what=f"get machine type in {zone}") is None:
             raise not_offered(t, zone)
         return
-    from .tpu import TpuApi
+    from .tpuapi.tpu import TpuApi
     if t.name not in TpuApi(proj, arch).accelerator_types(zone):
         raise not_offered(t, zone)
-
-
-def bucket_of(spec: ClusterSpec) -> str:
-    return spec.store[len("gs://"):]
 
 
 def price(spec: ClusterSpec) -> Price:

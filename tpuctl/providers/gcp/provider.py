@@ -13,14 +13,16 @@ from ...core.catalog import region_of, tpu_type
 from ...core.errors import ErrorKind, Scope, TpuctlError
 from ...core.models import Arch, ClusterSpec, ClusterState, Framework, ProviderName, cluster_record
 from ..base import Compute, Enforcement, Placement, PlanRow, Price, Progress, Reporter, UpFlags, progress_of
-from . import clients, firewall, gce, gce_requests, permissions, planning, storage, teardown
-from .gcs_store import GcsStore
+from ..google import clients, permissions, storage
+from ..google.gcs_store import GcsStore
+from ..google.iam import BucketIam
+from . import firewall, planning, teardown
+from .compute import gce, gce_requests
 from .health import Health
-from .iam import BucketIam
 from .inventory import GcpInventory
 from .topology import Topology
 from .watcher_vm import GcpWatcherHost
-from .tpu import pick_base_runtime, pick_runtime, pick_tf_base_runtime, pick_tf_version, tensorflow_from
+from .tpuapi.tpu import pick_base_runtime, pick_runtime, pick_tf_base_runtime, pick_tf_version, tensorflow_from
 
 
 class GcpProvider:
@@ -62,16 +64,17 @@ class GcpProvider:
         if spec.project not in self._checked:   # the CLI asks before its prompt, `up` again: ask Google once
             warnings = permissions.check(spec, gce_requests.permissions_needed(spec) if spec.api else None)
             if spec.autostop or spec.max_duration:   # refused now rather than found out after the TPU exists
-                warnings += permissions.check_self_teardown(spec, self.grants.workload_accounts(spec)[0])
+                warnings += permissions.check_self_teardown(spec, self.grants.workload_accounts(spec)[0],
+                                                            teardown.needed(spec))
             self._checked[spec.project] = warnings
             return warnings
         return []
 
     def ensure_store(self, spec: ClusterSpec, region: str, progress: Progress) -> bool:
-        return storage.ensure(spec.project, spec, planning.bucket_of(spec), region, self.nonce, progress)
+        return storage.ensure(spec.project, spec, storage.bucket_of(spec), region, self.nonce, progress)
 
     def delete_store(self, st: ClusterState, progress: Progress) -> None:
-        storage.delete(st.spec.project, planning.bucket_of(st.spec), st.name, progress)
+        storage.delete(st.spec.project, storage.bucket_of(st.spec), st.name, progress)
 
     def choose_runtime(self, spec: ClusterSpec, placement: Placement) -> str:
         """The runtime for this zone, asked of the zone before its bucket or grants are made."""
@@ -118,7 +121,7 @@ class GcpProvider:
         record["api"] = st.spec.api or "tpu"   # the host gives JAX its cluster itself on Compute Engine (jaxcluster)
         if st.spec.arch is Arch.VM and st.spec.framework is Framework.TENSORFLOW:
             record["tensorflow_from"] = tensorflow_from(st.runtime)
-        storage.write_record(st.spec.project, planning.bucket_of(st.spec), record, with_agent=not confirmed)
+        storage.write_record(st.spec.project, storage.bucket_of(st.spec), record, with_agent=not confirmed)
 
     # -- using -------------------------------------------------------------------------------------------
     def store(self, st: ClusterState) -> GcsStore:

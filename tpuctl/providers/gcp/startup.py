@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ... import __version__
 from ...core import layout
-from .gcs_store import STORAGE
+from ..google.gcs_store import STORAGE
 
 
 class _Template(string.Template):

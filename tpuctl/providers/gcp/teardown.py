@@ -13,7 +13,8 @@ from ...core import layout, runs
 from ...core.models import Arch, ClusterSpec, ClusterState
 from ...core.store import BlobStore
 from ..base import Enforcement
-from . import gce_requests
+from ..google.permissions import REACH, ROLE
+from .compute import gce_requests
 
 # Which permission Google checks for a queued resource's create and delete is not documented (the REST reference
 # shows none that could be read here). Google's Cloud TPU roles page (cloud.google.com/iam/docs/roles-permissions/
@@ -23,11 +24,6 @@ from . import gce_requests
 # TPUs carries; asking testIamPermissions about a name IAM does not know may be refused outright (400 INVALID_ARGUMENT,
 # as googleapis/google-cloud-python#1776 reports of another backend).
 QUEUED_DELETE = "tpu.nodes.delete"
-# permission -> the narrowest predefined role that carries it (cloud.google.com/iam/docs/understanding-roles)
-ROLE = {"tpu.nodes.delete": "roles/tpu.admin", "compute.instances.delete": "roles/compute.instanceAdmin.v1",
-        "compute.instanceGroupManagers.delete": "roles/compute.instanceAdmin.v1"}
-REACH = {"roles/tpu.admin": "create and delete every TPU and queued resource in the project",
-         "roles/compute.instanceAdmin.v1": "create and delete every Compute Engine VM in the project"}
 
 
 def _steps(spec: ClusterSpec) -> list[tuple[str, str]]:

@@ -10,11 +10,12 @@ from ...core.background import Background
 from ...core.errors import TpuctlError
 from ...core.models import Arch, ClusterSpec, ClusterState, HostFacts, require_owned
 from ..base import Compute, Created, Progress, Reporter, progress_of
-from . import compute, gce
-from .iam import BucketIam
-from .queued import QueuedApi
+from ..google import vms
+from ..google.iam import BucketIam
+from .compute import gce
 from .startup import render
-from .tpu import LOST, TpuApi, facts
+from .tpuapi.queued import QueuedApi
+from .tpuapi.tpu import LOST, TpuApi, facts
 
 
 class Topology:
@@ -142,15 +143,15 @@ class Topology:
 
     def _ensure_vm(self, st: ClusterState, script: str, progress: Progress) -> bool:
         spec = st.spec
-        vm = compute.find(spec.project, spec.vm_name, st.zone)
+        vm = vms.find(spec.project, spec.vm_name, st.zone)
         if vm is not None:
             require_owned(vm.labels, spec.name, f"VM {spec.vm_name} in {st.zone}")
             progress(vm.status)
             return False
-        return compute.create(spec.project, spec, st.zone, script, self.nonce, progress)
+        return vms.create(spec.project, spec, st.zone, script, self.nonce, progress)
 
     def _delete_vm(self, spec: ClusterSpec, zone: str, progress: Progress) -> None:
-        compute.delete(spec.project, spec.vm_name, zone, spec.name, progress)
+        vms.delete(spec.project, spec.vm_name, zone, spec.name, progress)
 
     def delete(self, st: ClusterState, reporter: Reporter) -> None:
         if not st.zone:

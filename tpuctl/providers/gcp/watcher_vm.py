@@ -27,9 +27,9 @@ from ...core.catalog import region_of
 from ...core.errors import ErrorKind, TpuctlError, bad_input
 from ...core.models import Arch, ClusterSpec, ClusterState
 from ..base import Progress, Reporter, progress_of
-from . import compute, permissions
-from .compute import ROLE_LABEL
-from .iam import BucketIam
+from ..google import permissions, vms
+from ..google.iam import BucketIam
+from ..google.vms import ROLE_LABEL
 
 MACHINE_TYPE = "e2-micro"
 HOURLY = 0.0084 + 0.005
@@ -83,29 +83,29 @@ def price_text(zone: str) -> str:
                f"; the free tier covers {MACHINE_TYPE} only in {', '.join(FREE_TIER_REGIONS)})"))
 
 
-def shape(spec: ClusterSpec) -> compute.VmShape:
-    return compute.VmShape(name(spec), MACHINE_TYPE, 10, f"tpuctl cluster {spec.name}: its recovery watcher",
+def shape(spec: ClusterSpec) -> vms.VmShape:
+    return vms.VmShape(name(spec), MACHINE_TYPE, 10, f"tpuctl cluster {spec.name}: its recovery watcher",
                            {**spec.labels, ROLE_LABEL: "watcher"})
 
 
 def ensure(st: ClusterState, zone: str, script: str, nonce: str, progress: Progress) -> bool:
     spec = st.spec
-    vm = compute.find(spec.project, name(spec), zone)
+    vm = vms.find(spec.project, name(spec), zone)
     if vm is not None:
         if vm.labels.get(ROLE_LABEL) != "watcher":
             raise TpuctlError(ErrorKind.INPUT, f"VM {name(spec)} in {zone} is not tpuctl's watcher; not touching it",
                               "delete or rename it, or use another -c NAME")
         progress(vm.status)
         return False
-    return compute.create(spec.project, spec, zone, script, nonce, progress, shape(spec))
+    return vms.create(spec.project, spec, zone, script, nonce, progress, shape(spec))
 
 
 def delete(st: ClusterState, zone: str, progress: Progress) -> None:
-    compute.delete(st.spec.project, name(st.spec), zone, st.spec.name, progress)
+    vms.delete(st.spec.project, name(st.spec), zone, st.spec.name, progress)
 
 
 def state(st: ClusterState, zone: str) -> str:
-    vm = compute.find(st.spec.project, name(st.spec), zone)
+    vm = vms.find(st.spec.project, name(st.spec), zone)
     return vm.status if vm is not None else "MISSING"
 
 
@@ -134,7 +134,7 @@ class GcpWatcherHost:
 
     def ensure(self, st: ClusterState, zone: str, reporter: Reporter) -> bool:
         from .. import agent_package
-        from .gcs_store import GcsStore
+        from ..google.gcs_store import GcsStore
         from .startup import render
         GcsStore(st.spec.store, st.spec.project).write(agent_package.key(agent_package.WATCHER),
                                                        agent_package.build(agent_package.WATCHER))

@@ -1,4 +1,4 @@
-"""The GKE API calls (google-cloud-container's ClusterManagerClient, built in providers/gcp/clients.py): the cluster
+"""The GKE API calls (google-cloud-container's ClusterManagerClient, built in providers/google/clients.py): the cluster
 tpuctl makes or adopts, its TPU node pools, and the long-running operations both return.
 
 Facts relied on, with sources:
@@ -25,9 +25,9 @@ from ...core import knobs
 from ...core.errors import ErrorKind, TpuctlError
 from ...core.models import require_owned
 from ..base import Progress
-from ..gcp import clients
-from ..gcp.errors import classify_text
-from ..gcp.operations import call, get_or_none, wait
+from ..google import clients
+from ..google.errors import classify_text
+from ..google.operations import call, get_or_none, wait
 from .tputypes import SliceShape
 
 CLOUD_PLATFORM = "https://www.googleapis.com/auth/cloud-platform"

@@ -8,7 +8,7 @@ import time
 from ...core import layout, runs
 from ...core.errors import ErrorKind, TpuctlError
 from ...core.models import LABEL, ClusterSpec, ClusterState, Grant, Phase, ProviderName, default_bucket
-from ..gcp.gcs_store import GcsStore
+from ..google.gcs_store import GcsStore
 from . import container
 
 _POOL_SUFFIX = "-np-"   # tpuctl-NAME-np-K (core/models.py ClusterSpec.node_names)

@@ -28,8 +28,8 @@ from typing import Any
 
 from ...core import knobs
 from ...core.errors import TpuctlError
-from ..gcp import clients
-from ..gcp.operations import call
+from ..google import clients
+from ..google.operations import call
 from . import container
 
 EXCLUSION = "tpuctl-runs"

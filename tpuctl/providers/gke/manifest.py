@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from ...core import layout
 from ...core.errors import bad_input
-from ..gcp.gcs_store import STORAGE
+from ..google.gcs_store import STORAGE
 
 JOBSET_API = "jobset.x-k8s.io/v1alpha2"
 REPLICATED_JOB = "slice"        # xpk names it slice-job; shorter leaves room for the run id in pod names

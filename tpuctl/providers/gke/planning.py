@@ -17,7 +17,7 @@ from ...core.errors import TpuctlError, bad_input
 from ...core.models import (ClusterSpec, ProviderName, check_bucket_name, check_gce_name, check_project,
                             check_service_account, default_bucket)
 from ..base import PlanRow, Price, UpFlags, do_not_apply
-from ..gcp import project
+from ..google import project
 from .frameworks import check_cluster
 from .tputypes import TPU7X_MIN_GKE_VERSION, SliceShape, shape
 

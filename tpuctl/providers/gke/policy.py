@@ -7,7 +7,7 @@ HIGH_THROUGHPUT with the slice's accelerator topology, in the cluster's region, 
 
 A resource policy has no labels (google-cloud-compute `ResourcePolicy` has `description`, no `labels`), so the
 owner is written in its description as `tpuctl-cluster=NAME`, which adoption and deletion require. Regional
-operations are polled through our own RegionOperationsClient, as providers/gcp/compute.py polls zonal ones.
+operations are polled through our own RegionOperationsClient, as providers/google/vms.py polls zonal ones.
 """
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ from ...core.catalog import region_of
 from ...core.errors import ErrorKind, TpuctlError
 from ...core.models import LABEL
 from ..base import Progress
-from ..gcp import clients
-from ..gcp.errors import classify_text
-from ..gcp.operations import call, get_or_none, wait
+from ..google import clients
+from ..google.errors import classify_text
+from ..google.operations import call, get_or_none, wait
 from .container import deadline
 
 

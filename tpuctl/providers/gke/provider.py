@@ -14,9 +14,9 @@ from ...core.catalog import region_of
 from ...core.errors import ErrorKind, TpuctlError, bad_input
 from ...core.models import ClusterSpec, ClusterState, ProviderName, cluster_record
 from ..base import Compute, Enforcement, Placement, PlanRow, Price, Progress, Reporter, UpFlags, progress_of
-from ..gcp import clients, permissions, storage
-from ..gcp.gcs_store import GcsStore
-from ..gcp.iam import BucketIam
+from ..google import clients, permissions, storage
+from ..google.gcs_store import GcsStore
+from ..google.iam import BucketIam
 from . import container, planning
 from .compute import GkeCompute, record_of
 from .inventory import GkeInventory

@@ -40,7 +40,7 @@ def cancel_grace() -> float:
 
 
 def _connect(rec: dict[str, Any]) -> Any:
-    from ..gcp import clients
+    from ..google import clients
     return kube.for_record(rec, clients.access_token)
 
 

@@ -6,11 +6,14 @@ from typing import Any
 
 from ...core import layout
 from ...core.errors import ErrorKind, Scope, TpuctlError
-from ...core.models import LABEL, ClusterSpec, require_owned
+from ...core.models import LABEL, NONCE_LABEL, ClusterSpec, require_owned
 from ..base import Progress
 from . import clients
 from .operations import call
-from .tpu import NONCE_LABEL
+
+
+def bucket_of(spec: ClusterSpec) -> str:
+    return spec.store[len("gs://"):]
 
 
 def find(project: str, name: str) -> Any:

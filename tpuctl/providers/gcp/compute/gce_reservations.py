@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 
-from ...core.errors import ErrorKind, Scope, TpuctlError
-from ...core.models import ClusterSpec
-from . import clients
+from ....core.errors import ErrorKind, Scope, TpuctlError
+from ....core.models import ClusterSpec
+from ...google import clients
+from ...google.operations import call, get_or_none
 from .gce_errors import enum
 from .gce_requests import reservation_parts
-from .operations import call, get_or_none
 
 
 def reservation_bound(spec: ClusterSpec, zone: str) -> bool:

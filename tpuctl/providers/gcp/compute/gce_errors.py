@@ -7,11 +7,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ...core.errors import ErrorKind, Scope, TpuctlError
-from ...core.models import ClusterSpec
-from . import clients
+from ....core.errors import ErrorKind, Scope, TpuctlError
+from ....core.models import ClusterSpec
+from ...google import clients
+from ...google.operations import call
 from .gce_requests import FLEX_WAIT_DEFAULT
-from .operations import call
 
 STOCKOUT = ("ZONE_RESOURCE_POOL_EXHAUSTED", "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS", "QUOTA_EXCEEDED")
 
@@ -90,7 +90,7 @@ def refused(name: str, zone: str, errors: list[tuple[str, str, str]], wait_for_c
     """What `up` does with a MIG's errors: a stockout or quota moves to the next zone as a failed VM insert does
     (a bulk MIG, which waits for all its capacity by design, keeps waiting); anything else Google keeps retrying
     is said at once, Google's own words and a hint, since waiting cannot mend it."""
-    from .errors import classify_text
+    from ...google.errors import classify_text
     for where, code, message in errors:
         if code in STOCKOUT or "QUOTA" in code:
             if wait_for_capacity:

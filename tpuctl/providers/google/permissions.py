@@ -16,7 +16,6 @@ from typing import Any
 
 from ...core.errors import ErrorKind, TpuctlError, disabled_api
 from ...core.models import Arch, ClusterSpec
-from . import teardown
 
 # permission -> the predefined role that carries it (cloud.google.com/iam/docs/understanding-roles)
 _HARD = {"tpu.nodes.create": "roles/tpu.admin", "tpu.nodes.delete": "roles/tpu.admin",
@@ -90,16 +89,22 @@ def check(spec: ClusterSpec, compute: dict[str, str] | None = None) -> list[str]
             "itself" for p in sorted(missing)]
 
 
-# What the host's identity needs to end its own compute (teardown.needed), and the predefined roles known to carry
+# What the host's identity needs to end its own compute (gcp/teardown.needed), and the predefined roles known to carry
 # it (cloud.google.com/iam/docs/understanding-roles: Owner and Editor carry tpu.* and compute.* writes, TPU Admin
 # tpu.*, TPU Editor tpu.nodes.create/delete (cloud.google.com/iam/docs/roles-permissions/tpu), Compute Admin
-# compute.*, Compute Instance Admin compute.instances.*). A queued resource is checked by tpu.nodes.* (teardown.py).
+# compute.*, Compute Instance Admin compute.instances.*). A queued resource is checked by tpu.nodes.* (gcp/teardown.py).
 CARRIES = {"tpu.nodes.delete": {"roles/owner", "roles/editor", "roles/tpu.admin", "roles/tpu.editor"},
            "compute.instances.delete": {"roles/owner", "roles/editor", "roles/compute.admin",
                                         "roles/compute.instanceAdmin", "roles/compute.instanceAdmin.v1"},
            "compute.instanceGroupManagers.delete": {"roles/owner", "roles/editor", "roles/compute.admin",
                                                     "roles/compute.instanceAdmin",
                                                     "roles/compute.instanceAdmin.v1"}}
+
+# permission -> the narrowest predefined role that carries it (cloud.google.com/iam/docs/understanding-roles)
+ROLE = {"tpu.nodes.delete": "roles/tpu.admin", "compute.instances.delete": "roles/compute.instanceAdmin.v1",
+        "compute.instanceGroupManagers.delete": "roles/compute.instanceAdmin.v1"}
+REACH = {"roles/tpu.admin": "create and delete every TPU and queued resource in the project",
+         "roles/compute.instanceAdmin.v1": "create and delete every Compute Engine VM in the project"}
 
 
 def judge(bindings: list[dict[str, Any]], member: str, needed: list[str],
@@ -152,25 +157,24 @@ _UNSEEN = ("A grant on a folder or the organisation does not show in the project
            "leaves the decision to the host")
 
 
-def check_self_teardown(spec: ClusterSpec, account: str) -> list[str]:
+def check_self_teardown(spec: ClusterSpec, account: str, needed: list[str]) -> list[str]:
     """Before anything is made for `up --autostop/--max-duration`: can `account`, the identity the TPU's host will
     run as, delete the compute? Raises TpuctlError(PERMISSION) when the project's policy shows it certainly cannot,
     or when Resource Manager is disabled (then the host could not check either); returns warnings when it cannot
-    tell. The host's report after boot stays the final word."""
+    tell. The host's report after boot stays the final word. `needed`: the permissions that takes (gcp/teardown.py)."""
     if _endpoint() is None:
         return []
-    needed = teardown.needed(spec)
     policy = _policy(spec, account, "the TPU's host could not check that it may delete its own compute, so "
                      "autostop, --max-duration and --down would not be enforced")
     if policy is None:
         return [f"could not read project {spec.project}'s IAM policy; the host checks {account} once it boots"]
     missing, undecided = judge(policy.get("bindings") or [], f"serviceAccount:{account}", needed)
     if missing and not os.environ.get("TPUCTL_TRUST_HOST_CHECK"):
-        roles = sorted({teardown.ROLE[p] for p in missing})
+        roles = sorted({ROLE[p] for p in missing})
         raise TpuctlError(ErrorKind.PERMISSION, f"{account}, the identity the TPU would run as, holds no role with "
                           f"{', '.join(missing)} in project {spec.project}: its host could not end the compute "
                           "(autostop, --max-duration, --down)",
-                          f"grant it ({_grant_commands(spec.project, account, roles, teardown.REACH)}), or pass "
+                          f"grant it ({_grant_commands(spec.project, account, roles, REACH)}), or pass "
                           "--service-account ACCOUNT that holds it, or drop --autostop and --max-duration; nothing was "
                           f"created. {_UNSEEN}")
     if missing or undecided:
@@ -195,7 +199,7 @@ def check_watcher(spec: ClusterSpec, account: str, needs: dict[str, tuple[str, s
         roles = sorted({needs[p][0] for p in missing})
         raise TpuctlError(ErrorKind.PERMISSION, f"{account}, the identity the watcher VM would run as, holds no role "
                           f"with {', '.join(missing)} in project {spec.project}: it could not re-create a preempted TPU",
-                          f"grant it ({_grant_commands(spec.project, account, roles, teardown.REACH)}), or pass "
+                          f"grant it ({_grant_commands(spec.project, account, roles, REACH)}), or pass "
                           "--service-account ACCOUNT that holds it, or run the watcher on your own machine "
                           f"(--watcher local); nothing was created. {_UNSEEN}")
     if missing or undecided:

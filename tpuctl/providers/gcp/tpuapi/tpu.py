@@ -6,15 +6,14 @@ import re
 from types import ModuleType
 from typing import Any, Callable
 
-from ...core.errors import ErrorKind, TpuctlError
-from ...core.models import LABEL, Arch, ClusterSpec, HostFacts, require_owned
-from ..base import Progress
-from . import clients
-from .errors import classify
-from .operations import call, get_or_none, wait
+from ....core.errors import ErrorKind, TpuctlError
+from ....core.models import LABEL, NONCE_LABEL, Arch, ClusterSpec, HostFacts, require_owned
+from ...base import Progress
+from ...google import clients
+from ...google.errors import classify
+from ...google.operations import call, get_or_none, wait
 
 CREATE_DEADLINE = 1800.0
-NONCE_LABEL = "tpuctl-nonce"   # which `up` run created a resource (see TpuApi.create)
 DELETE_DEADLINE = 900.0
 # What each Node.State means for tpuctl (google-cloud-tpu 1.28, tpu_v2.types.Node.State's docstrings; v1 has the
 # same names but UNKNOWN). Every state is in exactly one set (tests/test_units.py holds them to the enum):

@@ -9,9 +9,9 @@ from typing import Any, Callable
 
 from ...core.errors import ErrorKind, TpuctlError
 from ...core.models import OBJECT_ROLES, Arch, ClusterSpec, ClusterState, Grant
-from . import clients, compute
+from . import clients, vms
 from .operations import call
-from .planning import bucket_of
+from .storage import bucket_of
 
 _ATTEMPTS = 5
 
@@ -83,7 +83,7 @@ class BucketIam:
 
     def default_service_account(self, project: str) -> str:
         if project not in self._default_sa:
-            self._default_sa[project] = compute.default_service_account(project)
+            self._default_sa[project] = vms.default_service_account(project)
         return self._default_sa[project]
 
     def workload_accounts(self, spec: ClusterSpec) -> list[str]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...core.models import ClusterSpec
+from ....core.models import ClusterSpec
 from .tpu import LOST as NODE_LOST, TpuApi
 
 LOST = NODE_LOST | {"MISSING"}   # a slice that only a re-create brings back (tpu.py: every state's meaning)

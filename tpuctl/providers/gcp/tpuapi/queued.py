@@ -10,12 +10,13 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ...core.errors import ErrorKind, Scope, TpuctlError
-from ...core.models import LABEL, Arch, ClusterSpec, require_owned
-from ..base import Progress
-from . import clients, slices
-from .operations import call, get_or_none, wait
-from .tpu import NONCE_LABEL, TpuApi
+from ....core.errors import ErrorKind, Scope, TpuctlError
+from ....core.models import LABEL, NONCE_LABEL, Arch, ClusterSpec, require_owned
+from ...base import Progress
+from ...google import clients
+from ...google.operations import call, get_or_none, wait
+from . import slices
+from .tpu import TpuApi
 
 DELETE_DEADLINE = 900.0
 _PENDING = {"CREATING", "ACCEPTED", "WAITING_FOR_RESOURCES", "PROVISIONING"}

@@ -10,12 +10,11 @@ from typing import Any, Callable, NamedTuple
 
 from ...core.catalog import region_of
 from ...core.errors import ErrorKind, TpuctlError
-from ...core.models import LABEL, ClusterSpec, require_owned
+from ...core.models import LABEL, NONCE_LABEL, ClusterSpec, require_owned
 from ..base import Progress
 from . import clients
 from .errors import classify_text
 from .operations import call, get_or_none, wait
-from .tpu import NONCE_LABEL
 
 IMAGE = "projects/debian-cloud/global/images/family/debian-12"
 ROLE_LABEL = "tpuctl-role"   # what a VM tpuctl made is for: "tpu" (gce_requests.py), "watcher" (watcher_vm.py)

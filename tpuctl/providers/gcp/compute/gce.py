@@ -14,7 +14,7 @@ spot-compute) is PREEMPTED; gone is MISSING.
 
 Operations: a Compute operation fails in the Python client only when it carries httpErrorStatusCode and
 httpErrorMessage (§9, google-api-core extended_operation.py), so every operation is polled here and its `error` read
-by tpuctl itself (compute.wait_operation).
+by tpuctl itself (vms.wait_operation).
 """
 from __future__ import annotations
 
@@ -24,26 +24,25 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ...core.catalog import region_of
-from ...core.errors import ErrorKind, Scope, TpuctlError
-from ...core.models import LABEL, ClusterSpec, require_owned
-from ...core.together import together
-from ..base import Progress
-from . import clients
-from .compute import wait_operation
+from ....core.catalog import region_of
+from ....core.errors import ErrorKind, Scope, TpuctlError
+from ....core.models import LABEL, NONCE_LABEL, ClusterSpec, require_owned
+from ....core.together import together
+from ...base import Progress
+from ...google import clients
+from ...google.operations import call, get_or_none, wait
+from ...google.vms import wait_operation
 from .gce_errors import (REFUSALS, STOCKOUT, enum as _enum, flex_wait, list_errors, mig_errors, minutes as _minutes,
                          no_flex_capacity, refused)
 from .gce_requests import (build_instance, build_mig, build_policy, build_template, bulk, is_mig, multi_host,
                            owner_of, policies_to_delete, policy_name, template_name)
 from .gce_reservations import resolved
-from .operations import call, get_or_none, wait
-from .tpu import NONCE_LABEL
 
 # Deadlines per kind of operation: making a slice (its VMs running), deleting a VM or a MIG (whose operation ends
 # only when all its VMs are gone: a TPU VM's shutdown), and any other operation (a template, a policy, an insert).
 CREATE_DEADLINE = 1800.0
 DELETE_DEADLINE = 900.0
-OPERATION_DEADLINE = 600.0   # compute.DEADLINE; a flex-start VM's insert adds its whole wait
+OPERATION_DEADLINE = 600.0   # vms.DEADLINE; a flex-start VM's insert adds its whole wait
 # Instance.status -> the TPU API node state it means here (module docstring; Instance.status enum, §6).
 _STATE = {"RUNNING": "READY", "PROVISIONING": "CREATING", "STAGING": "CREATING", "PENDING": "CREATING",
           "REPAIRING": "REPAIRING", "TERMINATED": "PREEMPTED", "STOPPED": "PREEMPTED", "STOPPING": "STOPPING",

@@ -3,10 +3,10 @@ templates labelled as tpuctl's, and workload policies and MIGs whose description
 resource has labels: gce_requests.description)."""
 from __future__ import annotations
 
-from ...core.models import LABEL
-from . import clients
+from ....core.models import LABEL
+from ...google import clients
+from ...google.operations import call
 from .gce_requests import owner_of, shape_in
-from .operations import call
 
 
 def list_labelled(project: str) -> list[dict[str, str]]:

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...core.catalog import ComputeShape, compute_shape, region_of, tpu_type
-from ...core.models import ClusterSpec
-from .compute import ROLE_LABEL, network_of
+from ....core.catalog import ComputeShape, compute_shape, region_of, tpu_type
+from ....core.models import ClusterSpec
+from ...google.vms import ROLE_LABEL, network_of
 
 # Google's TPU-optimised Ubuntu images (§2 "Boot image": project ubuntu-os-accelerator-images, the families in use
 # in Google's and vLLM's guides; the family list page itself could not be read).
@@ -98,7 +98,7 @@ def check_reservation(value: str) -> str:
     """--reservation: a reservation of the project (its name) or one shared with it from another
     (`projects/P/reservations/R`, the value gcloud's --reservation takes for a shared reservation, §2
     reservationAffinity)."""
-    from ...core.models import check_gce_name, check_project
+    from ....core.models import check_gce_name, check_project
     parts = value.split("/")
     if len(parts) == 4 and parts[0] == "projects" and parts[2] == "reservations":
         check_project(parts[1])
@@ -246,8 +246,8 @@ FLEX_MIN_SECONDS = 600
 def compute_flags(flags: Any, family: str, api: str) -> dict[str, Any]:
     """--flex-wait, --disk-size, --disk-type, --internal-ips (UpFlags) checked: the ClusterSpec fields they set.
     Each is Compute Engine's own; without --api compute it is refused, not ignored."""
-    from ...core.errors import bad_input
-    from ...core.lifecycle import parse_duration
+    from ....core.errors import bad_input
+    from ....core.lifecycle import parse_duration
     given = [f for f, v in (("--flex-wait", flags.flex_wait), ("--disk-size", flags.disk_size),
                             ("--disk-type", flags.disk_type), ("--internal-ips", flags.internal_ips)) if v]
     if not api:
@@ -288,7 +288,7 @@ def disk_type(spec: ClusterSpec) -> str:
 
 def check_capacity_flags(spec: ClusterSpec) -> None:
     """--flex-start needs --max-duration: a flex-start VM's maxRunDuration, which Google enforces (§4)."""
-    from ...core.errors import bad_input
+    from ....core.errors import bad_input
     if not spec.flex_start:
         return
     if not spec.max_duration:
