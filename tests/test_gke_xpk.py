@@ -63,6 +63,10 @@ DIFFERENCES = {
     "spec.replicatedJobs[].template.spec.template.spec.containers[].volumeMounts[].name": "dshm (xpk: dshm-2)",
     "spec.replicatedJobs[].template.spec.template.spec.containers[].resources.limits.google.com/tpu":
         "a quantity string ('4'); xpk writes the integer 4: the API server takes both as the same quantity",
+    "spec.replicatedJobs[].template.spec.template.spec.containers[].resources.requests": "cpu and memory requests, "
+        "so the pods are not BestEffort (issue 57 item 6), written where Kueue admits them: no queue, or a queue whose "
+        "ClusterQueue covers cpu and memory, as tpuctl's multislice-queue from `up --kueue` does (compared here); xpk "
+        "writes none",
     "spec.replicatedJobs[].template.spec.template.spec.tolerations": "xpk's google.com/tpu toleration (required "
         "below, kept whole), plus the NoSchedule taint tpuctl-cluster=<cluster> of the node pools tpuctl makes (issue 57 "
         "item 4: its pools are its own, other teams' pods of the same shape stay off them)",
@@ -142,7 +146,7 @@ def test_tpuctl_agrees_with_xpk_on_every_listed_field(tpu_type, slices, priority
     ours = manifest.build_jobset(manifest.RunObjects(
         cluster="c1", run_id="20261126-084500-123-ab12", shape=shape, slices=slices, max_restarts=0,
         image="python:3.12", store_uri="gs://b", agent_version="1.0", workload_policy="tpuctl-c1-wp",
-        queue="multislice-queue", priority=priority))
+        queue="multislice-queue", priority=priority, queue_covers=True))   # `up --kueue`'s queue covers cpu/memory
     theirs = xpk_manifest(tpu_type, slices, tmp_path, priority)
     diff = differences(ours, theirs)
     unexplained = {p: d for p, d in diff.items() if not explained(p)}
