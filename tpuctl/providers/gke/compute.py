@@ -104,8 +104,9 @@ class GkeCompute:
         # --slices N` takes one node pool's time, not N. Each is waited for; the first failure in order is raised
         # after all have ended, and ensure() undoes what was made (container._start waits out a cluster that runs
         # one operation at a time).
-        together([functools.partial(self._ensure_pool, st, c.location, name, pool, account, reporter, made)
-                  for pool in rec["node_pools"]])
+        vpc_native = bool(c.ip_allocation_policy.use_ip_aliases)   # container.build_node_pool: max pods per node
+        together([functools.partial(self._ensure_pool, st, c.location, name, pool, account, reporter, made,
+                                    vpc_native) for pool in rec["node_pools"]])
         reporter.resource("jobset", name, self.install_jobset(rec), final=True)
         if spec.namespace:   # `up --namespace` (namespaces.py): before the LocalQueue that goes in it
             made_now = self.make_namespace(st)
@@ -145,7 +146,7 @@ class GkeCompute:
         return container.find_cluster(spec.project, name)
 
     def _ensure_pool(self, st: ClusterState, location: str, cluster: str, pool: str, account: str,
-                     reporter: Reporter, made: list[Created]) -> None:
+                     reporter: Reporter, made: list[Created], vpc_native: bool = True) -> None:
         spec, s = st.spec, shape(st.spec.tpu_type)
         show = progress_of(reporter, "pool", pool)
         have = container.find_pool(spec.project, location, cluster, pool)
@@ -161,7 +162,8 @@ class GkeCompute:
             return
         try:
             container.create_pool(spec.project, location, cluster, container.build_node_pool(
-                pool, s, st.zone, spec.labels, account, spec.spot, policy_name(spec), spec.reservation), show)
+                pool, s, st.zone, spec.labels, account, spec.spot, policy_name(spec), spec.reservation, vpc_native),
+                show)
         finally:
             # a pool this call made is undone by itself unless this `up` made the cluster too (the cluster's own
             # undo takes its node pools): in an adopted cluster, and on a re-`up` of a cluster tpuctl made earlier
