@@ -24,6 +24,8 @@ def test_up_namespace_kueue_puts_the_localqueue_in_a_namespace_it_makes(gke, cli
     said = " ".join(err.split())
     assert "namespace team-a made" in said and "LocalQueue team-a/multislice-queue" in said, said
     assert state.load("nq").spec.namespace == "team-a"
+    code, out, err = cli("status", "-c", "nq")
+    assert "team-a" in out + err   # `status` says where the runs go
     code, out, err = _up(cli, "nq", "--namespace", "team-b")   # its LocalQueue is in team-a: not moved
     assert code == 2 and "was made with --namespace team-a" in err, err
     assert cli("down", "-c", "nq", "--yes")[0] == 0

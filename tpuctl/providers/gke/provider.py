@@ -176,7 +176,7 @@ class GkeProvider:
         s = st.spec
         return {"project": s.project, "type": s.tpu_type, "zone": st.zone, "gke_cluster": planning.cluster_name(s),
                 "adopted": bool(s.gke_cluster), "node_pools": ", ".join(planning.pool_names(s)), "slices": s.slices,
-                "spot": s.spot, "image": s.image or "the default"}
+                "spot": s.spot, "image": s.image or "the default", "namespace": s.namespace or "default"}
 
     def describe(self, st: ClusterState) -> dict[str, dict[str, object]]:
         name = planning.cluster_name(st.spec)
