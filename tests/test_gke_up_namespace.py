@@ -102,3 +102,13 @@ def test_the_fake_refuses_an_object_in_a_namespace_that_does_not_exist(gke):
     except kube.KubeError as e:
         assert e.status == 404 and e.message == 'namespaces "nowhere" not found'
 
+
+
+def test_a_namespace_the_cluster_refuses_to_make_is_one_line_and_up_is_undone(gke, cli):
+    _their_cluster(gke)
+    gke.kube.faults.append(("PATCH", "/api/v1/namespaces/team-a", 403, 'namespaces is forbidden: User "me" cannot '
+                                                                       'create resource "namespaces"'))
+    code, out, err = _up(cli, "a5", "--type", "v6e-16", "--zone", "us-east5-b", "--gke-cluster", "team",
+                         "--namespace", "team-a")
+    assert code != 0 and "namespace team-a: namespaces is forbidden" in " ".join(err.split()), err
+    assert "Traceback" not in err and gke.leaks() == []

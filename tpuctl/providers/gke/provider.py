@@ -49,7 +49,12 @@ def install_kueue(st: ClusterState) -> str:
 def make_namespace(st: ClusterState) -> bool:
     """`up --namespace`: the namespace, made if missing (namespaces.ensure)."""
     from . import kube, namespaces
-    return namespaces.ensure(kube.for_record(record_of(st), clients.access_token), st.spec.namespace, st.name)
+    try:
+        return namespaces.ensure(kube.for_record(record_of(st), clients.access_token), st.spec.namespace, st.name)
+    except KubeError as e:   # one line, and this `up` undone, as for any step
+        raise TpuctlError(ErrorKind.ERROR, f"namespace {st.spec.namespace}: {e.message}",
+                          "creating a namespace needs that right in the cluster (Kubernetes RBAC); or give "
+                          "--namespace one that exists") from None
 
 
 def drop_namespace(st: ClusterState) -> str:
@@ -58,7 +63,10 @@ def drop_namespace(st: ClusterState) -> str:
     rec = record_of(st)
     if not rec.get("endpoint"):
         return "not looked at (up never reached the cluster's Kubernetes API)"
-    return namespaces.remove(kube.for_record(rec, clients.access_token), st.spec.namespace, st.name)
+    try:
+        return namespaces.remove(kube.for_record(rec, clients.access_token), st.spec.namespace, st.name)
+    except KubeError as e:   # the rest of `down` goes on; the namespace is said kept
+        return f"kept ({e.message})"
 
 
 class GkeProvider:
