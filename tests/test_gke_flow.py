@@ -306,12 +306,12 @@ def test_up_kueue_installs_kueue_with_a_queue_for_the_node_pools(gke, cli):
         assert kueue_install._path(obj) in objs, obj["kind"]
     flavor = objs["/apis/kueue.x-k8s.io/v1beta1/resourceflavors/tpuctl-tpu-v6e-slice-4x4"]
     assert flavor["spec"]["nodeLabels"] == {"cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice",
-                                            "cloud.google.com/gke-tpu-topology": "4x4"}
+                                            "cloud.google.com/gke-tpu-topology": "4x4", "tpuctl-cluster": "kq"}
     cq = objs["/apis/kueue.x-k8s.io/v1beta1/clusterqueues/cluster-queue"]
     group = cq["spec"]["resourceGroups"][0]
     assert group["coveredResources"] == ["google.com/tpu", "cpu", "memory"]   # issue 49 item 10: cpu/memory too
     assert group["flavors"][0]["resources"][0] == {"name": "google.com/tpu", "nominalQuota": 32}
-    assert flavor["spec"]["tolerations"] == [{"key": "google.com/tpu", "operator": "Exists", "effect": "NoSchedule"}]
+    assert flavor["spec"]["tolerations"][0] == {"key": "google.com/tpu", "operator": "Exists", "effect": "NoSchedule"}
     assert "/apis/kueue.x-k8s.io/v1beta1/namespaces/default/localqueues/multislice-queue" in objs
     assert {p.rsplit("/", 1)[1] for p in objs if "/priorityclasses/" in p} == {"very-low", "low", "medium", "high",
                                                                                "very-high"}

@@ -154,3 +154,28 @@ def test_priority_names_a_kueue_workload_priority_class(gke, cli, tmp_path):
     code, out, err = cli("submit", str(job), "-c", "gw", "--detach", "--priority", "nosuch")
     assert code == 2 and "WorkloadPriorityClasses: team-urgent" in err
     _ended(fake, run_id, "Completed")
+
+
+def test_submit_and_its_dry_run_default_to_the_clusters_namespace(gke, cli, tmp_path, monkeypatch):
+    fake, cluster, make = gke
+    import yaml
+    from tpuctl.core import state
+    st = make("gn", "v6e-4")
+    st.spec.namespace = "team-a"   # as `up --namespace team-a` records it
+    state.save(st)
+    FakeKueue(fake, cluster).install(chips=4, namespace="team-a", queue="tq")
+    job = make_job(tmp_path, JOB, 'framework = "jax"\n')
+    code, out, err = cli("submit", str(job), "-c", "gn", "--detach")
+    assert code == 0, err
+    run_id = out.strip()
+    assert runs.job(cluster_store(), run_id).namespace == "team-a"   # jobs, logs, cancel read it there
+    assert f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/team-a/jobsets/tpuctl-{run_id}" in fake.objects
+    assert cli("cancel", run_id, "-c", "gn")[0] == 0
+    assert not [p for p in fake.objects if "/jobsets/" in p]
+    monkeypatch.chdir(tmp_path)
+    code, out, err = cli("submit", str(job), "-c", "gn", "--dry-run", "--manifest", "-")
+    assert code == 0, err
+    assert list(yaml.safe_load_all(out))[0]["metadata"]["namespace"] == "team-a"
+    code, out, err = cli("submit", str(job), "-c", "gn", "--dry-run", "--manifest", "-", "--namespace", "other")
+    assert code == 0, err
+    assert list(yaml.safe_load_all(out))[0]["metadata"]["namespace"] == "other"   # the flag wins

@@ -111,3 +111,17 @@ def test_kueues_queue_objects_validate_against_the_shipped_release():
         served = schema.version_schema(crds[obj["kind"]], "v1beta1")
         assert not schema.dropped(obj, served), obj["kind"]
         jsonschema.Draft7Validator(served).validate(obj)
+
+
+def test_up_namespace_is_planned_checked_and_gke_only(env, cli):
+    code, out, err = _up(cli, "--type", "v6e-16", "--zone", "us-east5-b", "--kueue", "--namespace", "team-a")
+    assert code == 0, err
+    said = " ".join(err.split())
+    assert "namespace team-a the runs' Kubernetes namespace and the LocalQueue's, made if missing" in said, said
+    code, out, err = _up(cli, "--type", "v6e-16", "--zone", "us-east5-b", "--namespace", "Team_A")
+    assert code == 2 and "invalid --namespace 'Team_A'" in err
+    code, out, err = cli("up", "--provider", "gcp", "-c", "g", "--dry-run", *PROJ, "--type", "v6e-4",
+                         "--zone", "us-east5-b", "--namespace", "team-a")
+    assert code == 2 and "--namespace applies to --provider gke only" in err
+    code, out, err = cli("up", "--provider", "local", "-c", "l", "--dry-run", "--namespace", "team-a")
+    assert code == 2 and "--namespace" in err

@@ -63,6 +63,10 @@ DIFFERENCES = {
     "spec.replicatedJobs[].template.spec.template.spec.containers[].volumeMounts[].name": "dshm (xpk: dshm-2)",
     "spec.replicatedJobs[].template.spec.template.spec.containers[].resources.limits.google.com/tpu":
         "a quantity string ('4'); xpk writes the integer 4: the API server takes both as the same quantity",
+    "spec.replicatedJobs[].template.spec.template.spec.containers[].resources.requests": "cpu and memory requests, "
+        "so the pods are not BestEffort (issue 57 item 6), written where Kueue admits them: no queue, or a queue whose "
+        "ClusterQueue covers cpu and memory, as tpuctl's multislice-queue from `up --kueue` does (compared here); xpk "
+        "writes none",
     "spec.replicatedJobs[].template.spec.template.spec.tolerations": "xpk's google.com/tpu toleration (required "
         "below, kept whole), plus the NoSchedule taint tpuctl-cluster=<cluster> of the node pools tpuctl makes (issue 57 "
         "item 4: its pools are its own, other teams' pods of the same shape stay off them)",
@@ -142,7 +146,7 @@ def test_tpuctl_agrees_with_xpk_on_every_listed_field(tpu_type, slices, priority
     ours = manifest.build_jobset(manifest.RunObjects(
         cluster="c1", run_id="20261126-084500-123-ab12", shape=shape, slices=slices, max_restarts=0,
         image="python:3.12", store_uri="gs://b", agent_version="1.0", workload_policy="tpuctl-c1-wp",
-        queue="multislice-queue", priority=priority))
+        queue="multislice-queue", priority=priority, queue_covers=True))   # `up --kueue`'s queue covers cpu/memory
     theirs = xpk_manifest(tpu_type, slices, tmp_path, priority)
     diff = differences(ours, theirs)
     unexplained = {p: d for p, d in diff.items() if not explained(p)}
@@ -164,3 +168,34 @@ def test_the_comparison_sees_a_changed_field(tmp_path):
     ours = yaml.safe_load(yaml.safe_dump(theirs))
     ours["spec"]["replicatedJobs"][0]["template"]["spec"]["backoffLimit"] = 1
     assert "spec.replicatedJobs[].template.spec.backoffLimit" in differences(ours, theirs)
+
+
+# xpk's TPU node-pool create (AI-Hypercomputer/xpk 367c838, src/xpk/core/nodepool.py: `gcloud beta container
+# node-pools create ...`), option by option, against tpuctl's request (container.build_node_pool; issue 57 item 6).
+XPK_NODE_POOL = {
+    "--machine-type, --num-nodes, --node-locations": "the same (the type's machine, one node per host, the zone)",
+    "--placement-type=COMPACT --tpu-topology (multi-host, not TPU7x)": "the same (placementPolicy COMPACT)",
+    "--enable-gvnic": "taken: config.gvnic.enabled",
+    "--max-pods-per-node 15 (multi-host)": "taken: maxPodsConstraint 15, where the cluster is VPC-native (GKE's rule)",
+    "--host-maintenance-interval=AS_NEEDED": "not taken: NodeConfig.host_maintenance_policy is v1beta1's only, and "
+                                             "tpuctl speaks v1 (xpk uses `gcloud beta`): GKE's default",
+    "--node-version": "not set: GKE's default, the cluster's version",
+    "--scopes=storage-full,gke-default,cloud-platform": "cloud-platform, which covers the other two",
+    "--reservation / --spot": "the same (reservationAffinity by name, spot)",
+    "(not in xpk) labels and NoSchedule taint tpuctl-cluster=<cluster>": "tpuctl's own pools (issue 57 item 4)",
+}
+
+
+def test_the_node_pool_takes_xpks_options_listed_as_taken():
+    from google.cloud import container_v1
+    from tpuctl.providers.gke import container
+    multi = container.build_node_pool("p", tputypes.shape("v6e-16"), "us-east5-b", {"tpuctl-cluster": "c"}, "sa",
+                                      False, "")
+    assert multi.config.gvnic.enabled and multi.max_pods_constraint.max_pods_per_node == 15
+    single = container.build_node_pool("p", tputypes.shape("v6e-4"), "us-east5-b", {}, "sa", False, "")
+    assert single.config.gvnic.enabled and "max_pods_constraint" not in single
+    routes = container.build_node_pool("p", tputypes.shape("v6e-16"), "us-east5-b", {}, "sa", False, "",
+                                       vpc_native=False)
+    assert "max_pods_constraint" not in routes
+    assert "host_maintenance_policy" not in container_v1.NodeConfig.meta.fields   # why it is not taken
+    assert all(XPK_NODE_POOL.values())

@@ -71,6 +71,25 @@ def _ts(value):
     return dt.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
 
 
+def _fields(message) -> set[str]:
+    """A container_v1 message's fields as its JSON names them (the REST body's keys: proto3 JSON lowerCamelCase)."""
+    return {f.json_name for f in message.pb().DESCRIPTOR.fields}
+
+
+def _unknown_fields(p) -> str:
+    """A node pool body with a field the v1 API does not have is refused as Google APIs refuse one ("Invalid JSON
+    payload received. Unknown name ... Cannot find field.": the JSON transcoding of every REST API); v1's fields are
+    google-cloud-container 2.67.0's container_v1 types (NodeConfig.host_maintenance_policy, for one, is v1beta1's
+    only)."""
+    from google.cloud import container_v1 as v1
+    for where, body, message in (("node_pool", p, v1.NodePool), ("node_pool.config", p.get("config") or {},
+                                                                   v1.NodeConfig)):
+        unknown = sorted(set(body) - _fields(message))
+        if unknown:
+            return f"Invalid JSON payload received. Unknown name \"{unknown[0]}\" at '{where}': Cannot find field."
+    return ""
+
+
 def _name(value, names):
     return names.get(value, str(value)) if isinstance(value, int) else (value or "")
 
@@ -357,7 +376,7 @@ class FakeGke:
         busy = self._busy(project, location, cluster, p.get("name"))
         if busy:
             return busy
-        refused = self._refuse_tpu_pool(project, c, p)
+        refused = _unknown_fields(p) or self._refuse_pool_options(c, p) or self._refuse_tpu_pool(project, c, p)
         if refused:
             return 400, ("INVALID_ARGUMENT", refused)
         p.update(status="PROVISIONING", locations=p.get("locations") or [location])
@@ -372,6 +391,23 @@ class FakeGke:
             self.op_faults["create_pool"].insert(0, error)
         return self._op(project, location, cluster, "CREATE_NODE_POOL", f"{cluster}/nodePools/{p['name']}", finish,
                         "create_pool", pool=p.get("name"))
+
+    def _refuse_pool_options(self, c, p):
+        """xpk's node-pool options as the v1 API takes them (tpuctl container.build_node_pool):
+        - maxPodsConstraint.maxPodsPerNode (int64, sent as a string): "You can only configure the maximum Pods per
+          node in VPC-native clusters" (kubernetes-engine/docs/how-to/flexible-pod-cidr, Limitations), i.e. a
+          cluster with ipAllocationPolicy.useIpAliases; the wording of GKE's refusal is the fake's own;
+        - config.gvnic: a VirtualNIC, {"enabled": bool} (container_v1 VirtualNIC)."""
+        max_pods = (p.get("maxPodsConstraint") or {}).get("maxPodsPerNode")
+        if max_pods is not None:
+            if not str(max_pods).isdigit() or int(max_pods) < 1:
+                return f"Invalid value for field \"node_pool.max_pods_constraint.max_pods_per_node\": \"{max_pods}\""
+            if not (c.get("ipAllocationPolicy") or {}).get("useIpAliases"):
+                return "Max pods constraint is only supported on VPC-native (IP alias) clusters."
+        gvnic = (p.get("config") or {}).get("gvnic")
+        if gvnic is not None and not isinstance(gvnic.get("enabled", False), bool):
+            return "Invalid value for field \"node_pool.config.gvnic.enabled\"."
+        return ""
 
     def _refuse_tpu_pool(self, project, c, p):
         """What GKE refuses of a TPU node pool, with sources:

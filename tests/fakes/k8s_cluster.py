@@ -24,6 +24,7 @@ Modelled, with sources:
   annotations['k'] resolved by the downward API), plus the `image` environment the test gives (PATH, ...); phase
   Pending -> Running -> Succeeded/Failed with containerStatuses[].state.terminated.exitCode; its output is the
   pod's log; a deleted pod's process gets SIGTERM, then SIGKILL after terminationGracePeriodSeconds.
+- the pod's status.qosClass as the API server sets it (qos_class; issue 57 item 6: tpuctl's pods not BestEffort);
 - what the API server refuses (issue 57 item 2): each Job and pod the controllers make goes through
   FakeKube.create (k8s_validation.py); a refused Job is not made, its message kept in `refused`, and tried again
   next tick with no condition on the JobSet, as v0.10.1's reconcile returns the error and is requeued.
@@ -258,7 +259,7 @@ class FakeCluster:
         proc = subprocess.Popen(c["command"] + c.get("args", []), env=env, stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
         self.procs[path] = proc
-        pod["status"] = {"phase": "Running", "hostIP": "127.0.0.1",
+        pod["status"] = {"phase": "Running", "hostIP": "127.0.0.1", "qosClass": pod["status"].get("qosClass"),
                          "conditions": [{"type": "PodScheduled", "status": "True"}]}
         threading.Thread(target=self._relay_log, args=(path, proc), daemon=True).start()
 
@@ -328,7 +329,25 @@ def build_pod(job: dict[str, Any], index: int) -> dict[str, Any]:
     tmpl.setdefault("spec", {})["hostname"] = f"{job['metadata']['name']}-{index}"
     for c in tmpl["spec"]["containers"]:
         c.setdefault("env", []).append({"name": "JOB_COMPLETION_INDEX", "value": str(index)})
-    return {"apiVersion": "v1", "kind": "Pod", **tmpl, "status": {"phase": "Pending"}}
+    return {"apiVersion": "v1", "kind": "Pod", **tmpl, "status": {"phase": "Pending",
+                                                                  "qosClass": qos_class(tmpl["spec"])}}
+
+
+def qos_class(spec: dict[str, Any]) -> str:
+    """The pod's QoS class, which the API server sets at creation (kubernetes pkg/registry/core/pod/strategy.go
+    PrepareForCreate: `qos.ComputePodQOS`; pkg/apis/core/helper/qos/qos.go): only cpu and memory count, a zero
+    quantity is none; no request or limit of them in any container: BestEffort; every container limiting both, with
+    requests equal to limits (a request left out defaults to the limit): Guaranteed; else Burstable."""
+    def nonzero(d: dict[str, Any]) -> dict[str, str]:
+        return {k: str(v) for k, v in (d or {}).items() if k in ("cpu", "memory") and str(v) not in ("0", "")}
+    containers = spec.get("initContainers", []) + spec.get("containers", [])
+    asks = [(nonzero(c.get("resources", {}).get("requests", {})), nonzero(c.get("resources", {}).get("limits", {})))
+            for c in containers]
+    if not any(req or lim for req, lim in asks):
+        return "BestEffort"
+    if all(set(lim) == {"cpu", "memory"} and all(req.get(k, v) == v for k, v in lim.items()) for req, lim in asks):
+        return "Guaranteed"
+    return "Burstable"
 
 
 def jobset_marks(js: dict[str, Any], rj: dict[str, Any], i: int, attempt: int, global_index: int,

@@ -70,6 +70,19 @@ WEBHOOK_DOWN = ('Internal error occurred: failed calling webhook "mjobset.kb.io"
                 'timeout=10s": no endpoints available for service "jobset-webhook-service"')
 
 
+# Namespaces every cluster has from the start (Kubernetes docs, "Namespaces: Initial namespaces"): served without
+# being stored, so tests that look at what tpuctl made see only that.
+BUILTIN_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+
+
+def namespace_of(path: str) -> str:
+    """The namespace of a namespaced object's path (/api/v1/namespaces/NS/PLURAL/NAME, /apis/G/V/namespaces/NS/...);
+    "" for a cluster-scoped one, a Namespace itself included."""
+    parts = path.strip("/").split("/")
+    i = 2 if parts[0] == "api" else 3
+    return parts[i + 1] if len(parts) > i + 2 and parts[i] == "namespaces" else ""
+
+
 def write_kubeconfig(path: Any, server: str) -> None:
     """A kubeconfig whose one context, `mine` (the current one), reaches `server` with a static token: how a user
     points tpuctl at a cluster with `up --kube-context` (kubernetes' config/kube_config.py reads these fields)."""
@@ -204,6 +217,12 @@ class FakeKube:
             gone = self.objects.get(path)
             if gone is None:
                 return None
+            if gone.get("kind") == "Namespace":
+                # the namespace controller deletes every object in a deleted namespace, then the namespace
+                # (Kubernetes docs, "Namespaces": "Deleting a namespace ... deletes everything under the namespace")
+                inside = [p for p in self.objects if namespace_of(p) == gone["metadata"]["name"]]
+            else:
+                inside = []
             if "/pods/" in path and gone.get("status", {}).get("phase") == "Running" and self.on_delete:
                 # a running pod is Terminating (deletionTimestamp set) until its container has stopped; the
                 # kubelet removes it then (Kubernetes docs, "Pod Lifecycle: Termination of Pods")
@@ -215,7 +234,7 @@ class FakeKube:
                      if any(r.get("uid") == uid for r in o["metadata"].get("ownerReferences", []))]
         for fn in self.on_delete:
             fn(path, gone)
-        for p in owned:
+        for p in owned + inside:
             self.remove(p)
         return gone
 
@@ -308,6 +327,11 @@ class _Handler(QuietHandler):
         obj = self.kube.objects.get(path)
         if obj is not None:
             return self._send(200, obj)
+        if path.startswith("/api/v1/namespaces/") and path.count("/") == 4 and \
+                path.rsplit("/", 1)[1] in BUILTIN_NAMESPACES:
+            name = path.rsplit("/", 1)[1]
+            return self._send(200, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name},
+                                    "status": {"phase": "Active"}})
         items = self.kube.list(path + "/", _selector(q)) or self._across_namespaces(path, _selector(q))
         if items or _is_collection(path):
             return self._send(200, {"kind": "List", "apiVersion": "v1", "metadata": {}, "items": items})
@@ -352,6 +376,13 @@ class _Handler(QuietHandler):
             return self._send(400, status(400, "BadRequest",
                                           "PATCH requests with apply content type must have a field manager"))
         obj = self._body()
+        ns = namespace_of(path)
+        if ns and ns not in BUILTIN_NAMESPACES and f"/api/v1/namespaces/{ns}" not in self.kube.objects:
+            # the NamespaceLifecycle admission plugin, on by default, "ensures that requests in a non-existent
+            # Namespace are rejected" (Kubernetes docs, "Admission Control in Kubernetes"); its answer is the
+            # namespace Get's NotFound ("refuse to operate on non-existent namespaces": kubernetes/kubernetes
+            # staging/src/k8s.io/apiserver/pkg/admission/plugin/namespace/lifecycle/admission.go, Admit)
+            return self._send(404, status(404, "NotFound", f'namespaces "{ns}" not found'))
         if path.startswith("/apis/kueue.x-k8s.io/") and self.kube.webhook_down(KUEUE_CONTROLLER, KUEUE_MUTATING):
             return self._send(500, status(500, "InternalError", WEBHOOK_DOWN.replace("mjobset", "mresourceflavor")
                                           .replace("jobset-", "kueue-").replace("jobset", "kueue")))

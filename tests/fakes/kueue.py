@@ -70,6 +70,9 @@ class FakeKueue:
             "preemption": {"withinClusterQueue": "LowerPriority"},
             "resourceGroups": [{"coveredResources": [TPU], "flavors": [{"name": flavor, "resources": [
                 {"name": TPU, "nominalQuota": chips}]}]}]}})
+        if namespace != "default":   # the team's namespace, as their admin made it
+            self.kube.put(f"/api/v1/namespaces/{namespace}", {"apiVersion": "v1", "kind": "Namespace",
+                                                             "metadata": {"name": namespace}})
         self.kube.put(f"{API}/namespaces/{namespace}/localqueues/{queue}", {
             "kind": "LocalQueue", "metadata": {"name": queue, "namespace": namespace}, "spec": {"clusterQueue": "cq"}})
         for name, value in XPK_PRIORITIES.items():

@@ -38,6 +38,9 @@ RESERVATION = typer.Option(None, "--reservation", help="--api compute or GKE: th
 KUEUE = typer.Option(False, "--kueue", help="GKE: install Kueue (pinned, shipped with tpuctl) with a queue for the "
                     "node pools' TPUs and xpk's priority classes, so runs queue as on a team's cluster. With "
                     "--gke-cluster: only if that cluster has no Kueue, and down leaves it.")
+NAMESPACE = typer.Option(None, "--namespace", help="GKE: the Kubernetes namespace of the cluster's runs and of "
+                         "--kueue's LocalQueue (made if missing; default: default); submit and its dry run default "
+                         "to it.")
 KUBE_CONTEXT = typer.Option(None, "--kube-context", help="GKE: reach the cluster's Kubernetes API through this "
                             "kubeconfig context (default: GKE's endpoint and your Google credentials).")
 
@@ -80,6 +83,7 @@ def up(
     reservation: Optional[str] = RESERVATION,
     kube_context: Optional[str] = KUBE_CONTEXT,
     kueue: bool = KUEUE,
+    namespace: Optional[str] = NAMESPACE,
     recover: bool = typer.Option(False, "--recover", help="Arm recovery: `tpuctl watch` re-creates a preempted TPU."),
     max_recoveries: Optional[int] = typer.Option(None, "--max-recoveries", help="Re-creates allowed (default 5)."),
     recover_for: Optional[str] = typer.Option(None, "--recover-for", help="Stop recovering after this long (1d)."),
@@ -102,7 +106,7 @@ def up(
                     framework=framework, queued=queued, valid_until=valid_until, flex_start=flex_start,
                     slices=slices, network=network, subnetwork=subnetwork, gke_cluster=gke_cluster, image=image,
                     reservation=reservation, kube_context=kube_context, create_firewall=create_firewall, kueue=kueue,
-                    api=api, flex_wait=flex_wait, disk_size=disk_size, disk_type=disk_type,
+                    namespace=namespace, api=api, flex_wait=flex_wait, disk_size=disk_size, disk_type=disk_type,
                     internal_ips=internal_ips)
     if prior and prior.spec.provider is prov.name:
         flags.remember(prior.spec)

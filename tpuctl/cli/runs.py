@@ -127,8 +127,8 @@ def submit(ctx: typer.Context,
            priority: Optional[str] = typer.Option(None, "--priority", help="GKE: the run's PriorityClass (Kueue "
                                                   "admits and preempts by it), e.g. medium."),
            namespace: Optional[str] = typer.Option(None, "--namespace", help="GKE: the Kubernetes namespace of the "
-                                                   "run's JobSet and pods, and of its LocalQueue (default: "
-                                                   "default)."),
+                                                   "run's JobSet and pods, and of its LocalQueue (default: the "
+                                                   "cluster's, `up --namespace`, else default)."),
            provider: Optional[str] = PROVIDER) -> None:
     """Package JOB_DIR, sync its data, run it on the cluster and follow its logs; exits with the job's code.
     Arguments after `--` are appended to the job's command."""

@@ -93,6 +93,7 @@ def submit(st: ClusterState, provider: Provider, job: JobSpec, args: list[str], 
         raise TpuctlError(ErrorKind.NOT_FOUND, f"cluster {st.name} is not ready (its `up` did not finish)",
                           f"run `tpuctl up -c {st.name} ...` again")
     check_offline(st, provider, job, queue, priority, namespace)
+    namespace = namespace or st.spec.namespace   # `up --namespace` (GKE): the cluster's; job.json keeps the one used
     if provider.remote_runs is not None:
         picked = provider.remote_runs.check_run(st, job, max_restarts, queue, priority, namespace)
         if picked != queue:

@@ -159,6 +159,7 @@ class ClusterSpec(JsonRecord):
     reservation: str = ""           # `up --reservation`: the Compute Engine reservation GKE's TPU nodes consume
     kube_context: str = ""          # `up --kube-context`: reach GKE's Kubernetes API through this kubeconfig context
     kueue: bool = False             # `up --kueue` (GKE): Kueue installed with a queue for the node pools' TPUs
+    namespace: str = ""             # `up --namespace` (GKE): the runs' and the LocalQueue's namespace; "": default
     api: str = ""                   # Google Cloud: "compute" makes the TPU as Compute Engine VMs/MIGs; "": TPU API
     flex_start: bool = False        # `up --flex-start` (--api compute): flex-start VMs, ended after max_duration
     flex_wait: int = 0              # `up --flex-wait` (--api compute): seconds a flex-start VM waits for capacity

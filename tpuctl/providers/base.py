@@ -77,6 +77,7 @@ class UpFlags:
     reservation: str | None = None
     kube_context: str | None = None
     kueue: bool = False
+    namespace: str | None = None     # GKE: the runs' Kubernetes namespace (providers/gke/namespaces.py)
     api: str | None = None           # Google Cloud: "tpu" or "compute" (providers/gcp/planning.py)
     flex_wait: str | None = None     # --api compute's own (providers/gcp/compute/gce_requests.py)
     disk_size: int | None = None
@@ -107,6 +108,12 @@ class UpFlags:
             self.network = self.network or spec.network or None
             self.subnetwork = self.subnetwork or spec.subnetwork or None
             self.kueue = self.kueue or spec.kueue
+            if self.namespace is not None and self.namespace != (spec.namespace or "default"):
+                # its LocalQueue (and the namespace, if up made it) are there: another would leave them behind
+                raise bad_input(f"cluster {spec.name} was made with --namespace {spec.namespace or 'default'}, not "
+                                f"--namespace {self.namespace}", f"leave --namespace out (`submit --namespace` "
+                                f"puts one run elsewhere), or `tpuctl down -c {spec.name}` first")
+            self.namespace = self.namespace or spec.namespace or None
             if self.slices is None and spec.slices > 1:
                 self.slices = spec.slices
             return
@@ -143,7 +150,7 @@ class UpFlags:
                  "valid_until": "--valid-until", "flex_start": "--flex-start", "slices": "--slices",
                  "network": "--network", "subnetwork": "--subnetwork", "gke_cluster": "--gke-cluster",
                  "image": "--image", "reservation": "--reservation", "kube_context": "--kube-context",
-                 "kueue": "--kueue", "api": "--api", "flex_wait": "--flex-wait", "disk_size": "--disk-size",
+                 "kueue": "--kueue", "namespace": "--namespace", "api": "--api", "flex_wait": "--flex-wait", "disk_size": "--disk-size",
                  "disk_type": "--disk-type", "internal_ips": "--internal-ips"}
         return [flag for attr, flag in names.items() if getattr(self, attr) not in (None, False, "", [])]
 

@@ -25,7 +25,8 @@ def make_spec(name: str, flags: UpFlags) -> ClusterSpec:
     api = _api(flags, t)
     gke_only = [f for f, v in (("--gke-cluster", flags.gke_cluster), ("--image", flags.image),
                                ("--reservation", flags.reservation if not api else None),
-                               ("--kube-context", flags.kube_context), ("--kueue", flags.kueue)) if v]
+                               ("--kube-context", flags.kube_context), ("--kueue", flags.kueue),
+                               ("--namespace", flags.namespace)) if v]
     if gke_only == ["--reservation"]:   # the Compute Engine path takes one too (issue 63.5: the hint names it)
         raise bad_input("--reservation applies to --api compute and --provider gke: the Cloud TPU API path takes "
                         "none", "add --api compute (its VMs consume the reservation), or drop --reservation")

@@ -21,6 +21,8 @@ from .planning import SYSTEM_MACHINE, SYSTEM_POOL, cluster_name, policy_name, po
 from .tputypes import TPU7X_MIN_GKE_VERSION, shape
 
 JobSetInstaller = Callable[[dict[str, Any]], str]   # the cluster's record -> JobSet's state in words
+Installer = Callable[[ClusterState], str]          # the cluster (its record written) -> what was done, in words
+NamespaceMaker = Callable[[ClusterState], bool]    # the cluster -> whether its namespace was made now
 
 
 def record_of(st: ClusterState) -> dict[str, Any]:
@@ -54,10 +56,13 @@ class GkeCompute:
     its state (provider.py's, through the JobSet half's jobset_install.ensure_jobset); tests pass their own."""
 
     def __init__(self, default_account: Callable[[str], str], install_jobset: JobSetInstaller,
-                 install_kueue: JobSetInstaller = lambda rec: "") -> None:
+                 install_kueue: Installer = lambda st: "", make_namespace: NamespaceMaker = lambda st: False,
+                 drop_namespace: Installer = lambda st: "") -> None:
         self.default_account = default_account
         self.install_jobset = install_jobset
         self.install_kueue = install_kueue
+        self.make_namespace = make_namespace      # namespaces.ensure, through the record's Kubernetes API
+        self.drop_namespace = drop_namespace      # namespaces.remove, likewise
 
     def ensure(self, st: ClusterState, reporter: Reporter) -> Compute:
         made: list[Created] = []
@@ -92,18 +97,28 @@ class GkeCompute:
         rec = {"project": spec.project, "location": c.location, "cluster": name, "adopted": bool(spec.gke_cluster),
                "endpoint": endpoint, "ca_certificate": ca,
                "node_pools": pool_names(spec), "workload_policy": wp, "service_account": account,
-               "image": spec.image, "slices": spec.slices, "tpu_type": spec.tpu_type, "context": spec.kube_context}
+               "image": spec.image, "slices": spec.slices, "tpu_type": spec.tpu_type, "context": spec.kube_context,
+               "namespace": spec.namespace or "default"}
         st.record["gke"] = rec
         # All at once, as xpk makes them (core/nodepool.py: run_commands(create_commands, ..., batch=100)): `up
         # --slices N` takes one node pool's time, not N. Each is waited for; the first failure in order is raised
         # after all have ended, and ensure() undoes what was made (container._start waits out a cluster that runs
         # one operation at a time).
-        together([functools.partial(self._ensure_pool, st, c.location, name, pool, account, reporter, made)
-                  for pool in rec["node_pools"]])
+        vpc_native = bool(c.ip_allocation_policy.use_ip_aliases)   # container.build_node_pool: max pods per node
+        together([functools.partial(self._ensure_pool, st, c.location, name, pool, account, reporter, made,
+                                    vpc_native) for pool in rec["node_pools"]])
         reporter.resource("jobset", name, self.install_jobset(rec), final=True)
+        if spec.namespace:   # `up --namespace` (namespaces.py): before the LocalQueue that goes in it
+            made_now = self.make_namespace(st)
+            reporter.resource("namespace", spec.namespace, "made" if made_now else "found", final=True)
+            if made_now and spec.gke_cluster:   # in a cluster this `up` made, the cluster's undo takes it
+                made.append(Created("namespace", spec.namespace, lambda: self._drop_namespace(st)))
         if spec.kueue:   # in a cluster this `up` made, down deletes it all; in an adopted one, down leaves it
-            reporter.resource("kueue", name, self.install_kueue(rec), final=True)
+            reporter.resource("kueue", name, self.install_kueue(st), final=True)
         return rec
+
+    def _drop_namespace(self, st: ClusterState) -> None:
+        self.drop_namespace(st)
 
     def _ensure_cluster(self, st: ClusterState, name: str, reporter: Reporter, made: list[Created]) -> Any:
         spec = st.spec
@@ -131,7 +146,7 @@ class GkeCompute:
         return container.find_cluster(spec.project, name)
 
     def _ensure_pool(self, st: ClusterState, location: str, cluster: str, pool: str, account: str,
-                     reporter: Reporter, made: list[Created]) -> None:
+                     reporter: Reporter, made: list[Created], vpc_native: bool = True) -> None:
         spec, s = st.spec, shape(st.spec.tpu_type)
         show = progress_of(reporter, "pool", pool)
         have = container.find_pool(spec.project, location, cluster, pool)
@@ -147,7 +162,8 @@ class GkeCompute:
             return
         try:
             container.create_pool(spec.project, location, cluster, container.build_node_pool(
-                pool, s, st.zone, spec.labels, account, spec.spot, policy_name(spec), spec.reservation), show)
+                pool, s, st.zone, spec.labels, account, spec.spot, policy_name(spec), spec.reservation, vpc_native),
+                show)
         finally:
             # a pool this call made is undone by itself unless this `up` made the cluster too (the cluster's own
             # undo takes its node pools): in an adopted cluster, and on a re-`up` of a cluster tpuctl made earlier
@@ -171,6 +187,8 @@ class GkeCompute:
                 reporter.resource("gke", name, "kept (adopted: not tpuctl's to delete)", final=True)
                 if spec.kueue:   # installed by `up --kueue` or found: others' runs may queue on it now
                     reporter.resource("kueue", name, "kept (adopted cluster: others may queue on it)", final=True)
+                if spec.namespace:   # the namespace goes only if `up` made it (namespaces.remove)
+                    reporter.resource("namespace", spec.namespace, self.drop_namespace(st), final=True)
             else:
                 container.delete_cluster(spec.project, name, spec.name, progress_of(reporter, "gke", name))
         wp = policy_name(spec)

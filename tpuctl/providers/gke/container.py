@@ -218,11 +218,29 @@ def delete_cluster(project: str, name: str, cluster_label: str, progress: Progre
     progress("deleted")
 
 
+# xpk's node-pool options (AI-Hypercomputer/xpk 367c838, src/xpk/core/nodepool.py, its `gcloud beta container
+# node-pools create` command), compared (issue 57 item 6):
+# - `--enable-gvnic`, on every pool: taken, as container_v1 NodeConfig.gvnic (VirtualNIC.enabled: "Whether gVNIC
+#   features are enabled in the node pool");
+# - `--max-pods-per-node 15`, on multi-host TPU pools only: taken, as container_v1 NodePool.max_pods_constraint
+#   (MaxPodsConstraint.max_pods_per_node), where the cluster is VPC-native: GKE configures the maximum Pods per node
+#   "only in VPC-native clusters" (kubernetes-engine/docs/how-to/flexible-pod-cidr, Limitations); a cluster tpuctl
+#   makes is (build_cluster: use_ip_aliases), an adopted routes-based one gets GKE's default;
+# - `--host-maintenance-interval` (xpk: AS_NEEDED by default, PERIODIC by choice): NOT taken. Its field,
+#   NodeConfig.host_maintenance_policy, is in the v1beta1 API only (google-cloud-container 2.67.0:
+#   container_v1beta1.NodeConfig has it, container_v1.NodeConfig, which tpuctl uses, does not; the GKE fake refuses
+#   it as an unknown field of v1), which is why xpk runs `gcloud beta`. What GKE does with it unspecified
+#   (MAINTENANCE_INTERVAL_UNSPECIFIED: "not explicitly specified", v1beta1 reference) is not said: not relied on;
+# - `--node-version`, `--scopes=storage-full,gke-default,cloud-platform`: GKE's default version for the pool (the
+#   cluster's), and tpuctl's cloud-platform scope, which covers the other two.
+XPK_MAX_PODS_PER_NODE = 15
+
+
 def build_node_pool(name: str, s: SliceShape, zone: str, labels: dict[str, str], service_account: str, spot: bool,
-                    policy: str, reservation: str = "") -> Any:
+                    policy: str, reservation: str = "", vpc_native: bool = True) -> Any:
     """`reservation`: consumed by name (container_v1 ReservationAffinity: SPECIFIC_RESERVATION with key
     "compute.googleapis.com/reservation-name" and the name as its value; gcloud's --reservation-affinity=specific
-    --reservation=NAME, as xpk passes it)."""
+    --reservation=NAME, as xpk passes it). `vpc_native`: the cluster uses alias IPs (max pods per node is set)."""
     from google.cloud import container_v1 as c
     affinity = None
     if reservation:
@@ -237,12 +255,13 @@ def build_node_pool(name: str, s: SliceShape, zone: str, labels: dict[str, str],
     # each node"; NodeConfig.taints / NodeTaint NO_SCHEDULE: "Do not allow new pods to schedule onto the node unless
     # they tolerate the taint"), so another team's pods that select only the accelerator and topology (as xpk's
     # ResourceFlavors do) do not land on it, and tpuctl's runs select it (manifest.py).
+    max_pods = c.MaxPodsConstraint(max_pods_per_node=XPK_MAX_PODS_PER_NODE) if s.multi_host and vpc_native else None
     return c.NodePool(
         name=name, initial_node_count=s.hosts, locations=[zone], placement_policy=placement,
-        management=c.NodeManagement(auto_repair=True, auto_upgrade=True),
+        management=c.NodeManagement(auto_repair=True, auto_upgrade=True), max_pods_constraint=max_pods,
         config=c.NodeConfig(machine_type=s.machine_type, resource_labels=labels, spot=spot,
                             service_account=service_account, oauth_scopes=[CLOUD_PLATFORM],
-                            reservation_affinity=affinity, labels=dict(labels),
+                            reservation_affinity=affinity, labels=dict(labels), gvnic=c.VirtualNIC(enabled=True),
                             taints=[c.NodeTaint(key=k, value=v, effect=c.NodeTaint.Effect.NO_SCHEDULE)
                                     for k, v in labels.items()]))
 

@@ -66,7 +66,8 @@ def write(path: str, name: str, st: ClusterState | None, named: bool, provider: 
     record = dict(st.record.get("gke") or {}) if gke and st is not None else None
     objs = objects(name if gke else NO_CLUSTER, tpu_type, slices, max_restarts, record,
                    st.spec.store if gke and st is not None else "", kueue.check_name(queue, "--queue"),
-                   kueue.check_name(priority, "--priority"), kueue.check_namespace(namespace))
+                   kueue.check_name(priority, "--priority"),
+                   kueue.check_namespace(namespace) or (st.spec.namespace if gke and st is not None else ""))
     text = manifest.dump(objs)
     if path == STDOUT:
         sys.stdout.write(text)

@@ -217,3 +217,16 @@ def check_flavors(api: Any, namespace: str, queue: str, accelerator: str, topolo
                     f"{topology}, the cluster's TPU shape", "its google.com/tpu flavors: " + (", ".join(seen) or
                                                                                             "none") +
                     "; name a queue whose flavors cover this shape")
+
+
+def covers(api: Any, namespace: str, queue: str, resources: tuple[str, ...] = ("cpu", "memory")) -> bool:
+    """Whether the ClusterQueue behind LocalQueue `queue` covers every one of `resources` in some resource group:
+    Kueue never admits a Workload whose pods request a resource its ClusterQueue does not cover ("resource R
+    unavailable in ClusterQueue": kubernetes-sigs/kueue pkg/scheduler/flavorassigner/flavorassigner.go
+    findFlavorForPodSetResource). False when the queue or its ClusterQueue cannot be read: the pods then request
+    none (manifest.POD_REQUESTS), as a run admitted anywhere."""
+    lq = read(api, f"/apis/{API}/namespaces/{namespace}/localqueues/{queue}") or {}
+    cq_name = str(lq.get("spec", {}).get("clusterQueue") or "")
+    cq = read(api, f"/apis/{API}/clusterqueues/{cq_name}") if cq_name else None
+    groups = (cq or {}).get("spec", {}).get("resourceGroups", [])
+    return bool(groups) and all(any(r in g.get("coveredResources", []) for g in groups) for r in resources)

@@ -25,9 +25,11 @@ ResourceFlavor's nodeLabels, the ClusterQueue's `namespaceSelector: {}`, `reclai
 `withinClusterQueue: LowerPriority`, the LocalQueue in `default`, the PriorityClasses' values):
 one ResourceFlavor for the node pools' TPU shape (their accelerator and topology labels, and the google.com/tpu
 toleration: xpk's flavor has none, its pods carry it, as tpuctl's do; Kueue adds a flavor's tolerations to the pods
-it admits, so a pod that lacks it still lands on the TPU nodes' taint), a ClusterQueue whose google.com/tpu
+it admits, so a pod that lacks it still lands on the TPU nodes' taint; beyond xpk's, the node label and toleration
+of tpuctl's own pools, `tpuctl-cluster=<cluster>`: queue_objects), a ClusterQueue whose google.com/tpu
 nominalQuota is every node pool's chips (cpu and memory covered too: UNBOUNDED) with
-`preemption.withinClusterQueue: LowerPriority`, a LocalQueue in the runs' namespace, and xpk's five
+`preemption.withinClusterQueue: LowerPriority`, a LocalQueue in the runs' namespace (`up --namespace`, default
+`default`), and xpk's five
 PriorityClasses (very-low 100 ... very-high 1000). Kueue's webhooks, like JobSet's, are `failurePolicy: Fail`
 until its controller serves: they are applied once its Deployment is Available, retried while a webhook is down."""
 from __future__ import annotations
@@ -80,12 +82,27 @@ def flavor_name(shape: SliceShape) -> str:
     return f"tpuctl-{shape.accelerator}-{shape.topology}"
 
 
-def queue_objects(shape: SliceShape, slices: int, namespace: str = manifest.DEFAULT_NAMESPACE) -> list[dict[str, Any]]:
-    """The ResourceFlavor, ClusterQueue, LocalQueue and PriorityClasses for `slices` node pools of `shape`."""
+# The flavor names tpuctl's own node pools (issue 57 item 4: they carry the Kubernetes label and NoSchedule taint
+# `tpuctl-cluster=<cluster>`, container.build_node_pool), per Kueue's v1beta1 ResourceFlavorSpec
+# (kubernetes-sigs/kueue apis/kueue/v1beta1/resourceflavor_types.go): `nodeLabels` "associate the ResourceFlavor
+# with Nodes that have the same labels" and are injected into the admitted pods' nodeSelector (at most 8), and
+# `tolerations` are "extra tolerations that will be added to the pods admitted in the quota associated with this
+# resource flavor" (at most 8; CEL rules: operator Equal or Exists, no value with Exists, effect NoSchedule,
+# PreferNoSchedule or NoExecute). So a workload admitted through this queue (an xpk one too, whose pods select only
+# the accelerator and topology) lands on this cluster's pools and tolerates their taint, not on another team's
+# pools of the same shape. `nodeTaints` is left out: it would make Kueue refuse a workload whose pods lack the
+# toleration, where the flavor's `tolerations` give it to them.
+def queue_objects(shape: SliceShape, slices: int, namespace: str = manifest.DEFAULT_NAMESPACE,
+                  cluster: str = "") -> list[dict[str, Any]]:
+    """The ResourceFlavor, ClusterQueue, LocalQueue and PriorityClasses for `slices` node pools of `shape` made by
+    tpuctl cluster `cluster`; the LocalQueue in `namespace`."""
     api = kueue.API
+    own = {manifest.LABEL_CLUSTER: cluster} if cluster else {}
     flavor = {"apiVersion": api, "kind": "ResourceFlavor", "metadata": {"name": flavor_name(shape)}, "spec": {
-        "nodeLabels": {manifest.ACCELERATOR_LABEL: shape.accelerator, manifest.TOPOLOGY_LABEL: shape.topology},
-        "tolerations": [{"key": manifest.TPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}]}}
+        "nodeLabels": {manifest.ACCELERATOR_LABEL: shape.accelerator, manifest.TOPOLOGY_LABEL: shape.topology, **own},
+        "tolerations": [{"key": manifest.TPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"},
+                        *({"key": k, "operator": "Equal", "value": v, "effect": "NoSchedule"}
+                          for k, v in own.items())]}}
     queue = {"apiVersion": api, "kind": "ClusterQueue", "metadata": {"name": CLUSTER_QUEUE}, "spec": {
         "namespaceSelector": {},
         "preemption": {"reclaimWithinCohort": "Never", "withinClusterQueue": "LowerPriority"},
@@ -108,7 +125,7 @@ def _queue_path(obj: dict[str, Any]) -> str:
 
 def ensure_kueue(api: Any, shape: SliceShape, slices: int, progress: Callable[[str], None] = lambda s: None,
                  clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
-                 adopted: bool = False) -> str:
+                 adopted: bool = False, namespace: str = manifest.DEFAULT_NAMESPACE, cluster: str = "") -> str:
     """Kueue's release (when the cluster lacks it), then the queue objects; returns what was done. In an adopted
     cluster (`up --gke-cluster C --kueue`) a Kueue already there is its owner's: nothing is applied to it (its
     ClusterQueue may be named as xpk names it, `cluster-queue`, and ours would replace its quota)."""
@@ -122,7 +139,7 @@ def ensure_kueue(api: Any, shape: SliceShape, slices: int, progress: Callable[[s
         return "found (the cluster's own, left as it is: `submit --queue` picks one of its LocalQueues)"
     end = clock() + jobset_install.ready_seconds()
     step = 0.1
-    todo = queue_objects(shape, slices)
+    todo = queue_objects(shape, slices, namespace, cluster)
     while todo:
         dep = kube.get(api, CONTROLLER_PATH)
         ready = dep is None or jobset_install.available(dep)   # a Kueue installed some other way: not looked for
@@ -143,4 +160,4 @@ def ensure_kueue(api: Any, shape: SliceShape, slices: int, progress: Callable[[s
         progress(f"waiting for Kueue: {state}")
         sleep(step)
         step = min(step * 2, 5.0)
-    return f"{said} {KUEUE_VERSION}; LocalQueue {LOCAL_QUEUE} ({shape.chips * slices} google.com/tpu)"
+    return f"{said} {KUEUE_VERSION}; LocalQueue {namespace}/{LOCAL_QUEUE} ({shape.chips * slices} google.com/tpu)"

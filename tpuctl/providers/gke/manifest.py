@@ -76,6 +76,19 @@ ACCELERATOR_LABEL = "cloud.google.com/gke-tpu-accelerator"
 TOPOLOGY_LABEL = "cloud.google.com/gke-tpu-topology"
 PLACEMENT_LABEL = "cloud.google.com/placement-policy-name"
 TPU_RESOURCE = "google.com/tpu"
+# The pod's cpu and memory requests (issue 57 item 6), so that it is not BestEffort: the QoS class of a pod none of
+# whose containers requests or limits cpu or memory, the first the kubelet evicts under node pressure (Kubernetes
+# docs, "Pod Quality of Service Classes"; google.com/tpu, an extended resource, does not count). A request is what the
+# scheduler reserves, so it is small beside any TPU host (the smallest, ct5lp-hightpu-1t, has 24 vCPUs and 48 GB:
+# GKE TPU docs, "Plan TPUs in GKE"); the agent and the job may use more (no cpu or memory limit is set).
+# Kueue's rule decides when they are written: a Workload whose pods request a resource (non-zero) that no resource
+# group of its ClusterQueue covers is never admitted ("resource cpu unavailable in ClusterQueue":
+# kubernetes-sigs/kueue pkg/scheduler/flavorassigner/flavorassigner.go findFlavorForPodSetResource; a zero request
+# passes), and a team's ClusterQueue may cover google.com/tpu alone (as xpk's does without --cpu-limit /
+# --memory-limit). So the pods request cpu and memory when the run has no queue (no Kueue admits it), or when the
+# queue's ClusterQueue covers both (tpuctl's own from `up --kueue` does: kueue_install.UNBOUNDED); otherwise they
+# ask for none, as before, rather than wait for ever.
+POD_REQUESTS = {"cpu": "1", "memory": "4Gi"}
 # The agent's grace between SIGTERM and SIGKILL (host/agent.py passes SIGTERM to the job, which checkpoints);
 # cancel waits this long before deleting the JobSet, and the pod is given as long.
 GRACE_SECONDS = 30
@@ -115,6 +128,7 @@ class RunObjects:
     workload_priority: bool = False   # `priority` names a Kueue WorkloadPriorityClass: the JobSet's label instead
     own_pools: bool = True      # the pods select tpuctl's node pools (False: a team's queue's flavors place them)
     service_account: str = ""   # the pods' account, which may cordon their node (cordoning.py); "": the default
+    queue_covers: bool = False  # the ClusterQueue behind `queue` covers cpu and memory (kueue.covers)
 
 
 def jobset_name(run_id: str) -> str:
@@ -218,7 +232,8 @@ def _container(r: RunObjects) -> dict[str, Any]:
             {"name": "TPUCTL_NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
             *(_megascale(jobset_name(r.run_id)) if r.slices > 1 else []),
         ],
-        "resources": {"limits": {TPU_RESOURCE: chips}},
+        "resources": {"limits": {TPU_RESOURCE: chips},
+                      **({"requests": dict(POD_REQUESTS)} if not r.queue or r.queue_covers else {})},
         "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
     }
 

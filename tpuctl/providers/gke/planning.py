@@ -19,6 +19,7 @@ from ...core.models import (ClusterSpec, ProviderName, check_bucket_name, check_
 from ..base import PlanRow, Price, UpFlags, do_not_apply
 from ..google import project
 from .frameworks import check_cluster
+from .kueue import check_namespace
 from .tputypes import TPU7X_MIN_GKE_VERSION, SliceShape, shape
 
 # GKE charges a cluster management fee of $0.10 per cluster per hour, whatever its size (the free tier's monthly
@@ -109,7 +110,8 @@ def make_spec(name: str, flags: UpFlags) -> ClusterSpec:
         service_account=check_service_account(flags.service_account) if flags.service_account else "",
         framework=framework, gke_cluster=flags.gke_cluster or "", image=flags.image or "",
         reservation=flags.reservation or "", kube_context=flags.kube_context or "",
-        kueue=flags.kueue, network=check_gce_name(flags.network, "--network") if flags.network else "",
+        kueue=flags.kueue, namespace="" if flags.namespace in (None, "", "default") else check_namespace(flags.namespace),
+        network=check_gce_name(flags.network, "--network") if flags.network else "",
         subnetwork=check_gce_name(flags.subnetwork, "--subnetwork") if flags.subnetwork else "")
 
 
@@ -193,6 +195,10 @@ def plan(spec: ClusterSpec) -> list[PlanRow]:
         rows.append(PlanRow("pool", pool, f"{shape_text} in {zone}"
                             + (f", slice {k} of {spec.slices}" if spec.slices > 1 else "")))
     rows.append(PlanRow("jobset", "JobSet controller", "installed in the cluster if missing"))
+    if spec.namespace:   # namespaces.py: made if missing; `down` deletes it only where tpuctl made it
+        rows.append(PlanRow("namespace", spec.namespace, "the runs' Kubernetes namespace"
+                            + (" and the LocalQueue's" if spec.kueue else "") + ", made if missing"
+                            + ("; `down` removes it if tpuctl made it" if spec.gke_cluster else "")))
     if spec.kueue and spec.gke_cluster:   # issue 49 item 10: "(or adopts, when the user asks)": --kueue is the ask
         rows.append(PlanRow("kueue", "Kueue v0.17.8", "installed in the adopted cluster only if it has no Kueue (one "
                                                      "it has is left as it is: `submit --queue` uses its queues), "

@@ -35,12 +35,38 @@ def install_jobset(rec: dict[str, Any]) -> str:
     return str(ensure_jobset(kube.for_record(rec, clients.access_token)))
 
 
-def install_kueue(rec: dict[str, Any]) -> str:
-    """`up --kueue`: Kueue and its queue for the record's node pools (kueue_install.ensure_kueue)."""
+def install_kueue(st: ClusterState) -> str:
+    """`up --kueue`: Kueue and its queue for the record's node pools, the LocalQueue in the cluster's namespace
+    (kueue_install.ensure_kueue)."""
     from . import kube, tputypes
     from .kueue_install import ensure_kueue
+    rec = record_of(st)
     return ensure_kueue(kube.for_record(rec, clients.access_token), tputypes.shape(str(rec["tpu_type"])),
-                        int(rec.get("slices") or 1), adopted=bool(rec.get("adopted")))
+                        int(rec.get("slices") or 1), adopted=bool(rec.get("adopted")),
+                        namespace=st.spec.namespace or "default", cluster=st.name)
+
+
+def make_namespace(st: ClusterState) -> bool:
+    """`up --namespace`: the namespace, made if missing (namespaces.ensure)."""
+    from . import kube, namespaces
+    try:
+        return namespaces.ensure(kube.for_record(record_of(st), clients.access_token), st.spec.namespace, st.name)
+    except KubeError as e:   # one line, and this `up` undone, as for any step
+        raise TpuctlError(ErrorKind.ERROR, f"namespace {st.spec.namespace}: {e.message}",
+                          "creating a namespace needs that right in the cluster (Kubernetes RBAC); or give "
+                          "--namespace one that exists") from None
+
+
+def drop_namespace(st: ClusterState) -> str:
+    """`down` (or an undone `up`) in an adopted cluster: the namespace, if tpuctl made it (namespaces.remove)."""
+    from . import kube, namespaces
+    rec = record_of(st)
+    if not rec.get("endpoint"):
+        return "not looked at (up never reached the cluster's Kubernetes API)"
+    try:
+        return namespaces.remove(kube.for_record(rec, clients.access_token), st.spec.namespace, st.name)
+    except KubeError as e:   # the rest of `down` goes on; the namespace is said kept
+        return f"kept ({e.message})"
 
 
 class GkeProvider:
@@ -52,7 +78,8 @@ class GkeProvider:
     def __init__(self) -> None:
         self.grants = BucketIam()
         self.nonce = secrets.token_hex(4)
-        self.compute = GkeCompute(self.grants.default_service_account, install_jobset, install_kueue)
+        self.compute = GkeCompute(self.grants.default_service_account, install_jobset, install_kueue,
+                                  make_namespace, drop_namespace)
         self.inventory = GkeInventory()
         self.remote_runs = GkeRuns()   # each run is a JobSet (runs.py)
         self._checked: set[str] = set()
@@ -157,7 +184,7 @@ class GkeProvider:
         s = st.spec
         return {"project": s.project, "type": s.tpu_type, "zone": st.zone, "gke_cluster": planning.cluster_name(s),
                 "adopted": bool(s.gke_cluster), "node_pools": ", ".join(planning.pool_names(s)), "slices": s.slices,
-                "spot": s.spot, "image": s.image or "the default"}
+                "spot": s.spot, "image": s.image or "the default", "namespace": s.namespace or "default"}
 
     def describe(self, st: ClusterState) -> dict[str, dict[str, object]]:
         name = planning.cluster_name(st.spec)

@@ -117,6 +117,8 @@ class GkeRuns:
                            job.priority if job else "", ns)
         if objs.priority and objs.queue and kueue.is_workload_priority(api, objs.priority):
             objs = replace(objs, workload_priority=True)
+        if objs.queue and kueue.covers(api, ns, objs.queue):   # the pods may request cpu/memory (manifest.py)
+            objs = replace(objs, queue_covers=True)
         labelled = kube.get(api, "/api/v1/nodes", [("labelSelector", f"{manifest.LABEL_CLUSTER}={st.name}"),
                                                     ("limit", "1")]) if objs.own_pools else None
         if objs.own_pools and not (labelled or {}).get("items"):
