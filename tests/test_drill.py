@@ -21,7 +21,7 @@ import json, os, sys, time
 from tpuctl import runtime
 MODE = os.environ["MODE"]
 STEPS, EVERY = int(os.environ.get("STEPS", "60")), 10
-COMPILE, SAVE, STEP = float(os.environ.get("COMPILE", "3")), 1.2, 0.05
+COMPILE, SAVE, STEP = float(os.environ.get("COMPILE", "3")), float(os.environ.get("SAVE", "1.2")), 0.05
 ck = os.path.join(runtime.output_dir(), "ckpt.json")
 if MODE != "none":
     runtime.listen_for_stop()
@@ -122,6 +122,41 @@ def test_a_job_that_saves_on_sigterm_in_every_phase_passes_and_a_phase_never_rea
 
 
 
+def test_on_an_existing_cluster_the_agent_signals_the_job_and_restarts_it_no_host_removed(cli, job, local_up,
+                                                                                          monkeypatch):
+    """-c CLUSTER: the drill writes its request to the store and the cluster's own agent delivers it at its cancel
+    check (once a second: the save lasts 2.5 s here so that the signal lands in it), then restarts the job."""
+    monkeypatch.setenv("TPUCTL_PROGRESS_SECONDS", "0.2")   # the agent and its jobs inherit these at `up`
+    monkeypatch.setenv("TPUCTL_RESTART_BACKOFF", "0")
+    monkeypatch.setenv("TPUCTL_DRILL_WAIT", "60")
+    from tpuctl.core import layout, state
+    from tpuctl.core.store import LocalStore
+    st = local_up("held")
+    code, report, err = _drill(cli, job("every", COMPILE=0.5, SAVE=2.5, STEPS=40), "-c", "held",
+                               "--at", "step,save,step:kill", "--grace", "3")
+    assert code == 0, err
+    assert [(d["phase"], d["signal"], d["passed"]) for d in report] == [
+        ("step", "SIGTERM", True), ("save", "SIGTERM", True), ("step", "SIGKILL", True)], json.dumps(report)
+    step, save, kill = report
+    assert step["ended_in_grace"] and step["saved_in_grace"] and step["redone"] == 0
+    assert save["ended_in_grace"] and save["resumed_from"] == save["last_checkpoint"] and save["redone"] == 0
+    assert kill["resumed_from"] == kill["last_checkpoint"] and 0 <= kill["redone"] <= 10
+    # the agent answered each request, and the cluster is still there, its agent the same: nothing was deleted
+    run_id = err.split("drill: run ")[1].split()[0]
+    store = LocalStore(st.spec.store)
+    answers = [json.loads(store.read(layout.run_drill_done(run_id, n)) or b"{}") for n in range(3)]
+    assert [a.get("signal") for a in answers] == ["SIGTERM", "SIGTERM", "SIGKILL"], answers
+    assert answers[1]["phase"] == "save" and all(a["ended"] >= a["signalled"] for a in answers)
+    assert state.load("held") is not None and cli("status", "-c", "held")[0] == 0
+    # and in the run's events (`tpuctl ui`'s run page), as sentences
+    from tpuctl.ui import runview
+    said = [e["what"] for e in runview.events(store, run_id)]
+    assert any(s.startswith("drill: SIGTERM to the job in its save phase at step ") and s.endswith(
+        "SIGKILL after 3 s") for s in said), "\n".join(said)
+    assert any(s.startswith("drill save (SIGTERM): passed: resumed from step ") for s in said), said
+    assert any(s.startswith("drill step (SIGKILL): passed") for s in said), said
+
+
 def test_a_job_that_reports_no_phases_is_drilled_by_time_and_the_report_says_so(cli, env, tmp_path):
     quiet = make_job(tmp_path, "import time\nprint('up', flush=True)\ntime.sleep(4)\n", name="quiet")
     code, out, err = cli("drill", str(quiet), "--at", "step", "--by-time", "1", "--grace", "1")
@@ -149,6 +184,8 @@ def test_the_verdict():
                       saved_in_grace=True, ended_in_grace=True)
     drill.judge(o, 30, 10)
     assert o.passed and o.why == ""
+    # the interval: gaps within one start, from the step it resumed from (a save on SIGTERM at 13 is off-cadence)
+    assert drill.interval({0: (0, {10, 13}), 1: (13, {20}), 2: (20, set())}) == 10 and drill.interval({}) is None
 
 
 
@@ -181,6 +218,46 @@ print(runtime.stop_requested(), json.dumps(json.load(open(sys.argv[1] + "/phase.
     r = subprocess.run([sys.executable, "-c", "from tpuctl import runtime; runtime.phase('start', 0)"],
                        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and not list(tmp_path.rglob("phase.json")), r.stderr
+
+
+# The race the BERT job's drill hit (issue 61): a callback has reported step 11 while the job's own count (its
+# saver's, updated by a later callback of the same batch) still says 10, its last checkpoint; SIGTERM lands there.
+# The job's "nothing unsaved" says exit at once; the runtime knows step 11 is unsaved and keeps the flag instead.
+RACE = """
+import json, os, signal, sys
+from tpuctl import runtime
+runtime.listen_for_stop(lambda: True)   # the job's own count: nothing unsaved (it lags)
+p = runtime.Progress(7, path=sys.argv[1] + "/metrics.json")
+for step in range(8, 11):
+    p.step(step, 0.01)
+with p.checkpointing():
+    pass
+p.step(11, 0.01)                          # reported; not yet seen by the job's count
+os.kill(os.getpid(), signal.SIGTERM)
+print("flag", runtime.stop_requested(), flush=True)
+with p.checkpointing():                   # the job's next read of the flag saves, then exits
+    pass
+if sys.argv[2] == "at-checkpoint":
+    os.kill(os.getpid(), signal.SIGTERM)  # nothing unsaved now: out at once, with the proof
+print("not reached", flush=True)
+"""
+
+
+@pytest.mark.parametrize("then", ["flag", "at-checkpoint"])
+def test_sigterm_between_a_reported_step_and_the_jobs_own_count_is_a_flag_not_an_exit(tmp_path, then):
+    import subprocess
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TPUCTL_")}
+    r = subprocess.run([sys.executable, "-c", RACE, str(tmp_path), then], capture_output=True, text=True,
+                       env={**env, "TPUCTL_RUN_ID": "r1", "TPUCTL_OUTPUT_DIR": str(tmp_path)}, timeout=120,
+                       cwd=tmp_path)
+    doc = json.loads((tmp_path / "phase.json").read_text())
+    assert "flag True" in r.stdout, (r.stdout, r.stderr)
+    if then == "flag":
+        assert r.returncode == 0 and "not reached" in r.stdout and "stopped" not in doc
+    else:
+        assert r.returncode == 143 and "not reached" not in r.stdout
+        step, checkpoint, _ = doc["stopped"]
+        assert step == checkpoint == 11 and [s for s, _ in doc["saves"]] == [10, 11]
 
 
 BERT = Path(__file__).parent.parent / "jobs" / "bert_pretrain"

@@ -25,9 +25,10 @@ SPOT_GRACE = 30.0   # a Spot VM's ACPI G2 soft off to G3 (RUN_HEALTH_FACTS.md se
 @app.command(cls=PassOnCommand)
 def drill(ctx: typer.Context,
           job_dir: str = typer.Argument(..., help="Directory holding tpuctl.toml."),
-          cluster: Optional[str] = typer.Option(None, "--cluster", "-c", help="A real cluster: a cancel and resume "
-                                                "through the agent's rounds (not built yet); default: a temporary "
-                                                "local cluster, removed after."),
+          cluster: Optional[str] = typer.Option(None, "--cluster", "-c", help="An existing cluster: the job is "
+                                                "submitted there and signalled through its agent (a restart, across "
+                                                "hosts a new round; no TPU is deleted); default: a temporary local "
+                                                "cluster, removed after."),
           at: Optional[str] = typer.Option(None, "--at", help="Phases to drill, in order, one per start of the job: "
                                            "start, compile, step, save, eval; `:kill` for SIGKILL alone (a lost "
                                            "host). Default: start,compile,step,save,step:kill,eval."),
@@ -43,9 +44,6 @@ def drill(ctx: typer.Context,
     SIGKILL alone); say whether each start saved, resumed from its last checkpoint and how much it redid. Exits 1
     when a drill failed. Arguments after `--` are appended to the job's command."""
     from ..control import drill as drills
-    if cluster:
-        raise TpuctlError(ErrorKind.INPUT, "tpuctl drill -c CLUSTER (a cancel and resume on a real cluster) is not "
-                          "built yet", "drop -c: the drill runs the job on a temporary local cluster")
     if grace < 0:
         raise bad_input(f"--grace {grace:g} is negative", "e.g. --grace 30")
     if random_n and seed is None:
@@ -54,8 +52,9 @@ def drill(ctx: typer.Context,
     con = console()
     if random_n:
         con.err.print(f"drills drawn with --seed {seed}: {', '.join(d.label for d in plan)}", markup=False)
-    outcomes, final = _drill_locally(job_dir, list(ctx.args), plan, grace, by_time,
-                                     lambda s: con.err.print(s, markup=False))
+    say: "Say" = lambda s: con.err.print(s, markup=False)
+    outcomes, final = _drill_on(cluster, job_dir, list(ctx.args), plan, grace, by_time, say) if cluster else \
+        _drill_locally(job_dir, list(ctx.args), plan, grace, by_time, say)
     if as_json:
         print(json.dumps([o.to_json() for o in outcomes], indent=2))
     else:
@@ -108,6 +107,35 @@ def _drill_locally(job_dir: str, args: list[str], plan: list["Drill"], grace: fl
         if run_id:
             _tpuctl(env, "cancel", run_id, "-c", name, timeout=120)
         _tpuctl(env, "down", "-c", name, "--provider", "local", "--delete-bucket", "--yes", timeout=300)
+
+
+def _drill_on(cluster: str, job_dir: str, args: list[str], plan: list["Drill"], grace: float, by_time: float,
+              say: "Say") -> tuple[list["Outcome"], str]:
+    """An existing cluster: the job submitted there with one restart per drill, each drill a request its agent
+    delivers (control/drill.py AgentSignals), the run to its end (cancelled if the drill stops early)."""
+    from ..control import drill as drills
+    from .common import cluster_and_provider
+    st, prov = cluster_and_provider(cluster, None)
+    if prov.remote_runs is not None:
+        raise bad_input(f"cluster {st.name} runs jobs through {st.spec.provider.value}'s own service, not a tpuctl "
+                        "agent: a drill cannot signal them", "drill on a TPU VM cluster, or drop -c for a local one")
+    r = _tpuctl(dict(os.environ), "submit", job_dir, "-c", st.name, "--detach", "--max-restarts", str(len(plan)),
+                "--", *args)
+    if r.returncode != 0:
+        raise TpuctlError(ErrorKind.INPUT, f"the job could not be submitted: {_last(r.stderr)}",
+                          f"`tpuctl submit {job_dir} -c {st.name}` shows why")
+    run_id = r.stdout.strip().splitlines()[-1]
+    say(f"drill: run {run_id} on cluster {st.name}, signalled through its agent")
+    job = drills.Job(prov.store(st), run_id)
+    ended = False
+    try:
+        outcomes = drills.Driver(job, grace, say, by_time, through_agent=True).run(plan)
+        final = drills.wait_final(job)
+        ended = final.state.final
+        return outcomes, final.state.value
+    finally:
+        if not ended:
+            _tpuctl(dict(os.environ), "cancel", run_id, "-c", st.name, timeout=120)
 
 
 def _last(text: str) -> str:
