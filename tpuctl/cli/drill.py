@@ -1,5 +1,6 @@
 """`tpuctl drill JOB_DIR`: the job through what a preemption delivers, on a temporary local cluster made and removed
-here (free, no cloud), with the drills of control/drill.py; a table (or --json) and exit 0/1."""
+here (free, no cloud), or on an existing one (-c: signalled through its agent), with the drills of
+control/drill.py; a table (or --json) and exit 0/1."""
 from __future__ import annotations
 
 import json
@@ -158,9 +159,10 @@ def _table(outcomes: list["Outcome"], final: str) -> None:
         result = "not reached" if o.passed is None else "pass" if o.passed else "FAIL"
         rows.append([o.phase, o.signal, _cell(o.step), _cell(o.saved_in_grace), _cell(o.ended_in_grace),
                      _cell(o.last_checkpoint), _cell(o.resumed_from), _cell(o.redone), _cell(o.to_first_step_s),
-                     _cell(o.compile_s), _cell(o.goodput_cost_s), result + (" (by time)" if o.by_time else "")])
+                     _cell(o.compile_s), _cell(o.goodput_cost_s), _cell(o.data),
+                     result + (" (by time)" if o.by_time else "")])
     con.print_table(["phase", "signal", "step", "saved", "ended", "last ckpt", "resumed", "redone", "1st step s",
-                     "compile s", "cost s", "result"], rows, drop=("cost s", "compile s", "1st step s"))
+                     "compile s", "cost s", "data", "result"], rows, drop=("cost s", "data", "compile s", "1st step s"))
     con.err.print(f"the run ended {final}; saved/ended: a checkpoint completed, and the job ended, within the "
                   "grace; 1st step s: from the job's end to the next start's first step", markup=False)
     if any(o.by_time for o in outcomes):

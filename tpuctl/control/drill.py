@@ -17,8 +17,11 @@ job's K-th start. Each one:
 A drill passes when the job resumed from its last checkpoint, and: after SIGTERM, it ended within the grace with
 nothing redone (it saved what it had); after SIGKILL, it redid no more than one checkpoint interval.
 
-The signals reach the job's processes on this machine: a temporary local cluster (cli/drill.py). On a real cluster
-the drill would go through the agent's rounds (cancel and resume): not built yet.
+The signals reach the job's processes on this machine (LocalSignals: the drill's temporary local cluster,
+cli/drill.py), or go through the run's agent on an existing cluster (AgentSignals: a request in the store its
+supervisor delivers, then the job's restart is the agent's own; across hosts a new round): no TPU is deleted.
+Where the job reports its data reader's position (runtime.data_position), each resumed start's is checked against
+the one an earlier start had at that step.
 """
 from __future__ import annotations
 
@@ -84,7 +87,10 @@ class Outcome:
     to_first_step_s: float | None = None   # from the job's end to the next start's first step
     compile_s: float | None = None         # of which the first step's compile (or cache load)
     goodput_cost_s: float | None = None    # the restart's time plus the steps redone
-    data: str | None = None            # the data position check: not reported by any job yet
+    # the data position check (runtime.data_position): "same" (the resumed start's reader began where an
+    # uninterrupted run's was at that step), "different", or None (the job reports no position, or no earlier start
+    # reported one at that step)
+    data: str | None = None
     passed: bool | None = None         # None: not reached
     note: str = ""
     why: str = ""
@@ -208,6 +214,7 @@ class Driver:
             else LocalSignals(job, self.poll)
         self.saves: dict[int, float] = {}   # every completed checkpoint seen: step -> when
         self.starts: dict[int, tuple[int, set[int]]] = {}   # each start seen: the step it resumed from, its saves
+        self.data: dict[int, Any] = {}   # the reader's position at a step, as the job reported it (data_position)
         self.restarts = 0                   # the start the next drill signals (TPUCTL_RESTARTS)
         self.ended = False
 
@@ -227,6 +234,8 @@ class Driver:
     def _saw(self, doc: dict[str, Any]) -> None:
         for step, at in doc.get("saves") or []:
             self.saves.setdefault(int(step), float(at))
+        for step, position in [*(doc.get("data_at") or []), *([doc["data_from"]] if doc.get("data_from") else [])]:
+            self.data.setdefault(int(step), position)
         if "from" in doc and "restarts" in doc:
             saves = self.starts.setdefault(int(doc["restarts"]), (int(doc["from"]), set()))[1]
             saves.update(int(step) for step, _ in doc.get("saves") or [])
@@ -326,6 +335,7 @@ class Driver:
             ph = doc.get("phases") or {}
             # early: once the start says where it resumed from (its metrics.json may still be the last start's)
             if int(doc.get("restarts", -1)) > self.restarts and ("step" in ph or early and "from" in doc):
+                self._data(o, doc)
                 self._saw(doc)
                 attempts = self.job.attempts()
                 o.resumed_from = int(doc["from"]) if "from" in doc else \
@@ -351,6 +361,21 @@ class Driver:
                 return
             time.sleep(max(self.poll, 0.05))   # the restart takes seconds
         o.why = f"no restart within {self.wait:g} s (TPUCTL_DRILL_WAIT)"
+
+
+    def _data(self, o: Outcome, doc: dict[str, Any]) -> None:
+        """The resumed start's reader against where an uninterrupted run's was at its step: the position an earlier
+        start reported at that step (its checkpoint's, or where it began)."""
+        if not doc.get("data_from"):
+            return
+        step, position = doc["data_from"]
+        if int(step) not in self.data:
+            return
+        want = self.data[int(step)]
+        o.data = "same" if position == want else "different"
+        if o.data == "different":
+            o.note = (o.note + "; " if o.note else "") + \
+                f"its reader began at {position!r} at step {step}, where an uninterrupted run's was at {want!r}"
 
 
 def _in(doc: dict[str, Any], phase: str) -> bool:
@@ -390,6 +415,10 @@ def judge(o: Outcome, grace: float, every: int | None) -> None:
     if o.resumed_from is not None and o.last_checkpoint is not None and o.resumed_from != o.last_checkpoint:
         fails.append((f"resumed from step {o.resumed_from}, not its last checkpoint (step {o.last_checkpoint})",
                       "restore the latest checkpoint at start (docs/recovery.md)"))
+    if o.data == "different":
+        fails.append((f"the resumed run reads other data than an uninterrupted one would ({o.note.split('; ')[-1]})",
+                      "skip the data the checkpoint's steps already read, and report where the reader is with "
+                      "runtime.data_position (docs/jobs.md)"))
     redone = o.redone or 0
     if o.signal == "SIGTERM" and redone > 0 and not o.saved_in_grace:
         fails.append((f"no checkpoint written within the {grace:g} s grace: {redone} steps redone",

@@ -11,7 +11,8 @@ process SIGTERM kills exits with) once its state is saved, so tpuctl restarts it
 
 The phase goes to OUTPUT/phase.json (process 0 only, rewritten at each change of phase, never per step):
 {"phase", "step", "from", "since", "restarts", "pid", "saves": [[step, finished time], ...], "phases": {name: first time in
-this start}}."""
+this start}, and where the job reports its data position (data_position): "data_from": [step, position] (where this
+start's reader began), "data_at": [[step, position], ...] (the reader's position at each checkpoint)}."""
 from __future__ import annotations
 
 import json
@@ -68,10 +69,27 @@ def phase(name: str, step: int | None = None) -> None:
     _write()
 
 
+def data_position(step: int, position: int | str) -> None:
+    """The job's data reader is at `position` once `step` is done (the rows, records or batches it has read: any
+    number or string that an uninterrupted run would also reach at that step), for a drill to check that a resumed
+    run reads what an uninterrupted one would. Call it when the start knows where its reader begins (its resumed
+    step) and after each step (kept in memory: written with each checkpoint, never per step)."""
+    if _state.get("pid") != os.getpid():
+        phase("start")
+    _state["data"] = [int(step), position]
+    if "data_from" not in _state:
+        _state["data_from"] = [int(step), position]   # where this start's reader began: written at once
+        _write()
+
+
 def saved(step: int) -> None:
     """A checkpoint of `step` is complete (the save phase ends): the drill's proof of a save within the grace."""
     _state.setdefault("saves", []).append([int(step), time.time()])
     del _state["saves"][:-_KEPT_SAVES]
+    data = _state.get("data")
+    if data and data[0] == int(step):   # the reader's position the checkpoint goes with
+        _state.setdefault("data_at", []).append(data)
+        del _state["data_at"][:-_KEPT_SAVES]
     _state["step"] = int(step)
     _state["phase"] = ""   # the next phase() writes again, whichever it is
     _write()               # now: a job that exits right after its save (on SIGTERM) writes no phase again
