@@ -156,7 +156,7 @@ def test_on_an_existing_cluster_the_agent_signals_the_job_and_restarts_it_no_hos
     from tpuctl.core import layout, state
     from tpuctl.core.store import LocalStore
     st = local_up("held")
-    code, report, err = _drill(cli, job("every", COMPILE=0.5, SAVE=2.5, STEPS=40), "-c", "held",
+    code, report, err = _drill(cli, job("every", COMPILE=0.5, SAVE=2.5, STEPS=70), "-c", "held",
                                "--at", "step,save,step:kill", "--grace", "3")
     assert code == 0, err
     assert [(d["phase"], d["signal"], d["passed"]) for d in report] == [
