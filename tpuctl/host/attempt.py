@@ -145,8 +145,7 @@ class Attempt:
             self.events.started(self.restarts, n, self.exited)
             supervisor = self._supervisor(proc, shipper, rounds, n)
             rc, cancelled = supervisor.run()
-            if not cancelled and rc != 0 and self._host_stopping(rc, bool(supervisor.superseded or supervisor.stalled
-                                                                      or supervisor.drilled)):
+            if not cancelled and rc != 0 and self._host_stopping(rc, supervisor.signalled_it()):
                 return self._interrupted(shipper, rc)   # the host's stop: never a restart, never the run's end
             if supervisor.stalled and not rounds:
                 ended, wait = after_stall(self, shipper, supervisor.stalled, rc, job, wait)

@@ -167,6 +167,10 @@ class Supervisor:
         self.procs.signal(signal.SIGKILL if kill else signal.SIGTERM)
         self.kill_at = None if kill else now + float(asked.get("grace") or stop_grace())
 
+    def signalled_it(self) -> bool:
+        """tpuctl signalled the job itself, for a new round, a stall or a drill (not the agent's stop)."""
+        return bool(self.superseded or self.stalled or self.drilled)
+
     def _pids(self) -> list[int]:
         return [self.proc.pid] + self.procs.processes()
 

@@ -60,7 +60,7 @@ def phase(name: str, step: int | None = None) -> None:
         if name == "start" and _state.get("from") != int(step):
             _state["from"] = int(step)   # the step this start resumed from
             moved = True
-        _state["step"] = int(step)   # after "from" and before the phase: at_checkpoint() reads them in a handler
+        _state["step"] = int(step)   # after "from" and before the phase: _at_checkpoint() reads them in a handler
     if _state.get("phase") == name and not moved:
         return
     now = time.time()
@@ -114,7 +114,7 @@ def listen_for_stop(exit_when: Callable[[], bool] | None = None) -> None:
     installed itself is left as it is). Only for a job that reads the flag and saves: one that does not would then
     run on until tpuctl's SIGKILL after the grace. `exit_when`: asked when SIGTERM comes; True (nothing unsaved, no
     save under way) ends the job there and then with STOPPED_CODE, in the middle of a compile or an evaluation,
-    if what this module was told agrees (at_checkpoint()): the job's own count may lag the step its callbacks
+    if what this module was told agrees (_at_checkpoint()): the job's own count may lag the step its callbacks
     already reported, and an exit then would lose that step with no save (the drill saw it: issue 61). Where they
     disagree the flag stays set, and the job's next read of it saves. An exit at once is written to phase.json as
     "stopped": [step, checkpoint's step, time], the proof that nothing was lost."""
@@ -129,7 +129,7 @@ def listen_for_stop(exit_when: Callable[[], bool] | None = None) -> None:
     _armed.append(True)
 
 
-def at_checkpoint() -> bool:
+def _at_checkpoint() -> bool:
     """Nothing this start reported is unsaved: no save under way, and the step reported last is the newest
     checkpoint's (one completed in this start, else the step it resumed from); or no step reported yet in a start
     that never said where it resumed from. Read in the SIGTERM handler, between any two bytecodes of the main
@@ -146,7 +146,7 @@ def at_checkpoint() -> bool:
 
 def _on_term(signum: int, frame: Any) -> None:
     _stopped.append(time.time())
-    if _exit_when and at_checkpoint() and _exit_when[0]():
+    if _exit_when and _at_checkpoint() and _exit_when[0]():
         _state["stopped"] = [int(_state.get("step") or 0), _checkpoint(), time.time()]
         _write()
         raise SystemExit(STOPPED_CODE)
