@@ -25,6 +25,8 @@ MODE = os.environ["MODE"]
 STEPS, EVERY = int(os.environ.get("STEPS", "60")), 10
 COMPILE, SAVE, STEP = float(os.environ.get("COMPILE", "3")), float(os.environ.get("SAVE", "1.2")), 0.05
 ck = os.path.join(runtime.output_dir(), "ckpt.json")
+# across hosts only the first process writes the checkpoint, as a real job's chief does (all read it)
+CHIEF = os.environ.get("TPUCTL_WORKER", "0") == "0" and os.environ.get("MEGASCALE_SLICE_ID", "0") == "0"
 if MODE != "none":
     runtime.listen_for_stop()
 start = json.load(open(ck))["step"] if MODE != "none" and os.path.exists(ck) else 0
@@ -42,8 +44,9 @@ def out():
 def save(step):
     with progress.checkpointing():
         time.sleep(SAVE)
-        json.dump({"step": step}, open(ck + ".tmp", "w"))
-        os.replace(ck + ".tmp", ck)
+        if CHIEF:
+            json.dump({"step": step}, open(ck + ".tmp", "w"))
+            os.replace(ck + ".tmp", ck)
 
 def wait(seconds):   # busy work that a careful job interrupts
     t = time.time()
@@ -319,3 +322,30 @@ def test_the_bert_job_passes_its_own_drill(cli, env, tmp_path):
     compile_, step, save = report
     assert compile_["stopped_at_checkpoint"] and not compile_["saved_in_grace"]   # ended at once, its proof written
     assert step["saved_in_grace"] and step["resumed_from"] > 0 and save["saved_in_grace"]
+
+
+def test_across_hosts_a_drill_is_a_new_round_every_host_restarts_together(cli, job, local_up, tmp_path, monkeypatch):
+    """-c on a run across hosts (test_rounds.py's cluster: four agent processes, two slices of two hosts, one
+    store): every host's agent reads the drill's request and signals its own job; the first job's end asks for the
+    next round (host/rounds.py), and the run restarts on every host, counted once per drill."""
+    from test_rounds import Cluster
+    monkeypatch.setenv("TPUCTL_PROGRESS_SECONDS", "0.2")
+    monkeypatch.setenv("TPUCTL_RESTART_BACKOFF", "0")
+    monkeypatch.setenv("TPUCTL_DRILL_WAIT", "90")
+    cluster = Cluster(local_up, tmp_path, monkeypatch)
+    try:
+        d = job("every", COMPILE=0.5, STEPS=60)
+        (d / "tpuctl.toml").write_text('framework = "jax"\n' + (d / "tpuctl.toml").read_text())
+        code, report, err = _drill(cli, d, "-c", "rounds", "--at", "step,step:kill", "--grace", "3")
+        assert code == 0, err
+        assert [(r["phase"], r["signal"], r["passed"]) for r in report] == [
+            ("step", "SIGTERM", True), ("step", "SIGKILL", True)], json.dumps(report)
+        run_id = err.split("drill: run ")[1].split()[0]
+        from tpuctl.core import layout
+        rounds = [k for k, _ in cluster.store.list(layout.run_rounds(run_id)) if k.endswith(".json")]
+        assert [k[-9:] for k in rounds] == ["0002.json", "0003.json"], rounds   # one round asked for per drill
+        cluster.until(lambda: all(s.state.final for s in cluster.statuses(run_id)), 60, "every host to finish")
+        sts = cluster.statuses(run_id)
+        assert [s.state.value for s in sts] == ["succeeded"] * 4 and {s.restarts for s in sts} == {2}, sts
+    finally:
+        cluster.stop()

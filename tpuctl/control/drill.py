@@ -158,9 +158,13 @@ class LocalSignals:
         self.job, self.poll = job, poll
 
     def deliver(self, start: int, kill: bool, grace: float) -> Delivered:
-        pid = self.job.status().pid
-        if not pid or not _is_run(pid, self.job.run_id):
-            return Delivered(why="not reached: the job's process was not found on this machine")
+        # the agent writes the job's pid to status.json once it started it: the job's own first phase (a `start`
+        # drill) may come before that write
+        deadline = time.monotonic() + knobs.number("TPUCTL_DRILL_PID_WAIT", 10)
+        while not ((pid := self.job.status().pid) and _is_run(pid, self.job.run_id)):
+            if time.monotonic() >= deadline:
+                return Delivered(why="not reached: the job's process was not found on this machine")
+            time.sleep(max(self.poll, 0.05))
         d = Delivered(signalled=time.time(), killed=kill)
         _signal(pid, signal.SIGKILL if kill else signal.SIGTERM)
         while processes.running(pid) and not d.killed:

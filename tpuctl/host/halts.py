@@ -16,10 +16,12 @@ from .contexts import Failed
 
 class Halts:
     def __init__(self, store: BlobStore, run_id: str, stop: threading.Event, failed: Failed,
-                 limit: Callable[[], str]) -> None:
+                 limit: Callable[[], str], first: bool = True) -> None:
         """`stop`: the agent's; `limit`: why the cluster's own limit ends a running run now, "" while it does not
-        (autostop.py's run_limit)."""
+        (autostop.py's run_limit); `first`: the run's first host (slice 0's worker 0), whose job writes the
+        checkpoints and phase.json, and so the one that answers a drill (drilled)."""
         self.store, self.run_id, self.stop, self.failed, self._limit = store, run_id, stop, failed, limit
+        self.first = first
         self.limit = ""   # the cluster's limit that ended the run (deadline()): its final status says it
 
     def cancel_asked(self) -> bool:
@@ -51,6 +53,10 @@ class Halts:
             return ""
 
     def drilled(self, start: int, doc: dict[str, object]) -> None:
+        """The answer to a drill's request: the first host's alone (across hosts every job is signalled, but its
+        job is the one that saves, and the drill measures its end)."""
+        if not self.first:
+            return
         try:
             self.store.write(layout.run_drill_done(self.run_id, start), json.dumps(doc).encode())
         except Exception as e:  # noqa: BLE001 - the drill waits for it and says so; the run goes on
