@@ -1,5 +1,6 @@
 """`tpuctl drill JOB_DIR`: the job through what a preemption delivers, on a temporary local cluster made and removed
-here (free, no cloud), with the drills of control/drill.py; a table (or --json) and exit 0/1."""
+here (free, no cloud), or on an existing one (-c: signalled through its agent), with the drills of
+control/drill.py; a table (or --json) and exit 0/1."""
 from __future__ import annotations
 
 import json
@@ -25,9 +26,10 @@ SPOT_GRACE = 30.0   # a Spot VM's ACPI G2 soft off to G3 (RUN_HEALTH_FACTS.md se
 @app.command(cls=PassOnCommand)
 def drill(ctx: typer.Context,
           job_dir: str = typer.Argument(..., help="Directory holding tpuctl.toml."),
-          cluster: Optional[str] = typer.Option(None, "--cluster", "-c", help="A real cluster: a cancel and resume "
-                                                "through the agent's rounds (not built yet); default: a temporary "
-                                                "local cluster, removed after."),
+          cluster: Optional[str] = typer.Option(None, "--cluster", "-c", help="An existing cluster: the job is "
+                                                "submitted there and signalled through its agent (a restart, across "
+                                                "hosts a new round; no TPU is deleted); default: a temporary local "
+                                                "cluster, removed after."),
           at: Optional[str] = typer.Option(None, "--at", help="Phases to drill, in order, one per start of the job: "
                                            "start, compile, step, save, eval; `:kill` for SIGKILL alone (a lost "
                                            "host). Default: start,compile,step,save,step:kill,eval."),
@@ -43,9 +45,6 @@ def drill(ctx: typer.Context,
     SIGKILL alone); say whether each start saved, resumed from its last checkpoint and how much it redid. Exits 1
     when a drill failed. Arguments after `--` are appended to the job's command."""
     from ..control import drill as drills
-    if cluster:
-        raise TpuctlError(ErrorKind.INPUT, "tpuctl drill -c CLUSTER (a cancel and resume on a real cluster) is not "
-                          "built yet", "drop -c: the drill runs the job on a temporary local cluster")
     if grace < 0:
         raise bad_input(f"--grace {grace:g} is negative", "e.g. --grace 30")
     if random_n and seed is None:
@@ -54,8 +53,9 @@ def drill(ctx: typer.Context,
     con = console()
     if random_n:
         con.err.print(f"drills drawn with --seed {seed}: {', '.join(d.label for d in plan)}", markup=False)
-    outcomes, final = _drill_locally(job_dir, list(ctx.args), plan, grace, by_time,
-                                     lambda s: con.err.print(s, markup=False))
+    say: "Say" = lambda s: con.err.print(s, markup=False)
+    outcomes, final = _drill_on(cluster, job_dir, list(ctx.args), plan, grace, by_time, say) if cluster else \
+        _drill_locally(job_dir, list(ctx.args), plan, grace, by_time, say)
     if as_json:
         print(json.dumps([o.to_json() for o in outcomes], indent=2))
     else:
@@ -110,6 +110,35 @@ def _drill_locally(job_dir: str, args: list[str], plan: list["Drill"], grace: fl
         _tpuctl(env, "down", "-c", name, "--provider", "local", "--delete-bucket", "--yes", timeout=300)
 
 
+def _drill_on(cluster: str, job_dir: str, args: list[str], plan: list["Drill"], grace: float, by_time: float,
+              say: "Say") -> tuple[list["Outcome"], str]:
+    """An existing cluster: the job submitted there with one restart per drill, each drill a request its agent
+    delivers (control/drill.py AgentSignals), the run to its end (cancelled if the drill stops early)."""
+    from ..control import drill as drills
+    from .common import cluster_and_provider
+    st, prov = cluster_and_provider(cluster, None)
+    if prov.remote_runs is not None:
+        raise bad_input(f"cluster {st.name} runs jobs through {st.spec.provider.value}'s own service, not a tpuctl "
+                        "agent: a drill cannot signal them", "drill on a TPU VM cluster, or drop -c for a local one")
+    r = _tpuctl(dict(os.environ), "submit", job_dir, "-c", st.name, "--detach", "--max-restarts", str(len(plan)),
+                "--", *args)
+    if r.returncode != 0:
+        raise TpuctlError(ErrorKind.INPUT, f"the job could not be submitted: {_last(r.stderr)}",
+                          f"`tpuctl submit {job_dir} -c {st.name}` shows why")
+    run_id = r.stdout.strip().splitlines()[-1]
+    say(f"drill: run {run_id} on cluster {st.name}, signalled through its agent")
+    job = drills.Job(prov.store(st), run_id)
+    ended = False
+    try:
+        outcomes = drills.Driver(job, grace, say, by_time, through_agent=True).run(plan)
+        final = drills.wait_final(job)
+        ended = final.state.final
+        return outcomes, final.state.value
+    finally:
+        if not ended:
+            _tpuctl(dict(os.environ), "cancel", run_id, "-c", st.name, timeout=120)
+
+
 def _last(text: str) -> str:
     lines = [line for line in text.strip().splitlines() if line.strip()]
     return lines[-1] if lines else "(no output)"
@@ -130,9 +159,10 @@ def _table(outcomes: list["Outcome"], final: str) -> None:
         result = "not reached" if o.passed is None else "pass" if o.passed else "FAIL"
         rows.append([o.phase, o.signal, _cell(o.step), _cell(o.saved_in_grace), _cell(o.ended_in_grace),
                      _cell(o.last_checkpoint), _cell(o.resumed_from), _cell(o.redone), _cell(o.to_first_step_s),
-                     _cell(o.compile_s), _cell(o.goodput_cost_s), result + (" (by time)" if o.by_time else "")])
+                     _cell(o.compile_s), _cell(o.goodput_cost_s), _cell(o.data),
+                     result + (" (by time)" if o.by_time else "")])
     con.print_table(["phase", "signal", "step", "saved", "ended", "last ckpt", "resumed", "redone", "1st step s",
-                     "compile s", "cost s", "result"], rows, drop=("cost s", "compile s", "1st step s"))
+                     "compile s", "cost s", "data", "result"], rows, drop=("cost s", "data", "compile s", "1st step s"))
     con.err.print(f"the run ended {final}; saved/ended: a checkpoint completed, and the job ended, within the "
                   "grace; 1st step s: from the job's end to the next start's first step", markup=False)
     if any(o.by_time for o in outcomes):

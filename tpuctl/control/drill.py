@@ -17,8 +17,11 @@ job's K-th start. Each one:
 A drill passes when the job resumed from its last checkpoint, and: after SIGTERM, it ended within the grace with
 nothing redone (it saved what it had); after SIGKILL, it redid no more than one checkpoint interval.
 
-The signals reach the job's processes on this machine: a temporary local cluster (cli/drill.py). On a real cluster
-the drill would go through the agent's rounds (cancel and resume): not built yet.
+The signals reach the job's processes on this machine (LocalSignals: the drill's temporary local cluster,
+cli/drill.py), or go through the run's agent on an existing cluster (AgentSignals: a request in the store its
+supervisor delivers, then the job's restart is the agent's own; across hosts a new round): no TPU is deleted.
+Where the job reports its data reader's position (runtime.data_position), each resumed start's is checked against
+the one an earlier start had at that step.
 """
 from __future__ import annotations
 
@@ -76,12 +79,18 @@ class Outcome:
     saved_in_grace: bool | None = None  # a checkpoint completed between the signal and the job's end
     ended_in_grace: bool | None = None  # the job ended by itself before SIGKILL (SIGTERM drills)
     last_checkpoint: int | None = None  # the newest checkpoint complete when the job ended
+    # the job ended at SIGTERM at once, its proof written (runtime.listen_for_stop: phase.json's "stopped"): the
+    # step it had reported was its newest checkpoint's, so it had nothing to save
+    stopped_at_checkpoint: bool | None = None
     resumed_from: int | None = None
     redone: int | None = None          # steps the next start does again
     to_first_step_s: float | None = None   # from the job's end to the next start's first step
     compile_s: float | None = None         # of which the first step's compile (or cache load)
     goodput_cost_s: float | None = None    # the restart's time plus the steps redone
-    data: str | None = None            # the data position check: not reported by any job yet
+    # the data position check (runtime.data_position): "same" (the resumed start's reader began where an
+    # uninterrupted run's was at that step), "different", or None (the job reports no position, or no earlier start
+    # reported one at that step)
+    data: str | None = None
     passed: bool | None = None         # None: not reached
     note: str = ""
     why: str = ""
@@ -131,15 +140,85 @@ def _signal(pid: int, sig: int) -> None:
         pass
 
 
+@dataclass
+class Delivered:
+    """What became of a signal: when it was sent, when the job's process ended, whether SIGKILL ended it after the
+    grace (always, for a SIGKILL drill); `why`: it could not be sent (the drill is then `not reached`)."""
+    signalled: float = 0.0
+    ended: float = 0.0
+    killed: bool = False
+    phase: str | None = None   # the job's phase when the signal landed, where the signaller can tell
+    why: str = ""
+
+
+class LocalSignals:
+    """The signals straight to the job's process group on this machine (the drill's own local cluster)."""
+
+    def __init__(self, job: Job, poll: float) -> None:
+        self.job, self.poll = job, poll
+
+    def deliver(self, start: int, kill: bool, grace: float) -> Delivered:
+        # the agent writes the job's pid to status.json once it started it: the job's own first phase (a `start`
+        # drill) may come before that write
+        deadline = time.monotonic() + knobs.number("TPUCTL_DRILL_PID_WAIT", 10)
+        while not ((pid := self.job.status().pid) and _is_run(pid, self.job.run_id)):
+            if time.monotonic() >= deadline:
+                return Delivered(why="not reached: the job's process was not found on this machine")
+            time.sleep(max(self.poll, 0.05))
+        d = Delivered(signalled=time.time(), killed=kill)
+        _signal(pid, signal.SIGKILL if kill else signal.SIGTERM)
+        while processes.running(pid) and not d.killed:
+            if time.time() - d.signalled >= grace:
+                _signal(pid, signal.SIGKILL)
+                d.killed = True
+                break
+            time.sleep(self.poll)
+        while processes.running(pid):
+            time.sleep(self.poll)
+        d.ended = time.time()
+        return d
+
+
+class AgentSignals:
+    """The signals through the run's agent (`tpuctl drill -c CLUSTER`): a request in the store for the job's start
+    (layout.run_drill), which the agent's supervisor reads at its once-a-second cancel check and delivers as it
+    delivers a cancel, then the job's end is the job's own (a restart; across hosts a new round); the agent's answer
+    (layout.run_drill_done) says when it signalled and when the job ended. No TPU is deleted: the host stays."""
+
+    def __init__(self, job: Job, poll: float, wait: float) -> None:
+        self.job, self.poll, self.wait = job, poll, wait
+
+    def deliver(self, start: int, kill: bool, grace: float) -> Delivered:
+        store, run_id = self.job.store, self.job.run_id
+        store.write(layout.run_drill(run_id, start), json.dumps(
+            {"signal": "kill" if kill else "term", "grace": grace, "time": time.time()}).encode())
+        deadline = time.monotonic() + grace + self.wait
+        while time.monotonic() < deadline:
+            raw = store.read(layout.run_drill_done(run_id, start))
+            done = json.loads(raw) if raw else None
+            if done and done.get("ended"):
+                return Delivered(float(done["signalled"]), float(done["ended"]), bool(done.get("killed")),
+                                 done.get("phase") or None)
+            if self.job.status().state.final:
+                return Delivered(why="not reached: the run ended before its agent delivered the signal")
+            time.sleep(max(self.poll, 0.1))
+        return Delivered(why=f"not reached: the agent did not answer within {grace + self.wait:g} s "
+                         "(TPUCTL_DRILL_WAIT): is it running?")
+
+
 class Driver:
     """Runs the drills against one run, each on the next start of its job (see the module's docstring)."""
 
     def __init__(self, job: Job, grace: float, say: Callable[[str], None] = lambda _: None,
-                 by_time: float = 60.0) -> None:
+                 by_time: float = 60.0, through_agent: bool = False) -> None:
         self.job, self.grace, self.say, self.by_time = job, grace, say, by_time
         self.poll = knobs.number("TPUCTL_DRILL_POLL", 0.005)
         self.wait = knobs.number("TPUCTL_DRILL_WAIT", 1800)
+        self.signals: LocalSignals | AgentSignals = AgentSignals(job, self.poll, self.wait) if through_agent \
+            else LocalSignals(job, self.poll)
         self.saves: dict[int, float] = {}   # every completed checkpoint seen: step -> when
+        self.starts: dict[int, tuple[int, set[int]]] = {}   # each start seen: the step it resumed from, its saves
+        self.data: dict[int, Any] = {}   # the reader's position at a step, as the job reported it (data_position)
         self.restarts = 0                   # the start the next drill signals (TPUCTL_RESTARTS)
         self.ended = False
 
@@ -159,6 +238,11 @@ class Driver:
     def _saw(self, doc: dict[str, Any]) -> None:
         for step, at in doc.get("saves") or []:
             self.saves.setdefault(int(step), float(at))
+        for step, position in [*(doc.get("data_at") or []), *([doc["data_from"]] if doc.get("data_from") else [])]:
+            self.data.setdefault(int(step), position)
+        if "from" in doc and "restarts" in doc:
+            saves = self.starts.setdefault(int(doc["restarts"]), (int(doc["from"]), set()))[1]
+            saves.update(int(step) for step, _ in doc.get("saves") or [])
 
     def _wait_for(self, d: Drill, o: Outcome) -> dict[str, Any] | None:
         """The phase document once the job's start self.restarts is in d's phase (None: the run ended, or the
@@ -191,36 +275,30 @@ class Driver:
         doc = self._wait_for(d, o)
         if doc is None:
             return
-        st = self.job.status()
-        pid = st.pid
-        if not pid or not _is_run(pid, self.job.run_id):
-            o.why = "not reached: the job's process was not found on this machine"
-            return
         # the step: phase.json's is the one the phase began at; metrics.json's (flushed every
         # TPUCTL_PROGRESS_SECONDS, which the drill's cluster sets to 0.2) is newer in the middle of a run
         steps = [int(doc["step"])] if doc.get("step") is not None else []
         t_now = time.time()
         began = float((doc.get("phases") or {}).get("start", t_now))
         steps += [int(a.get("step", 0)) for a in self.job.attempts()[-1:] if began <= a.get("start", 0) <= t_now]
+        self.say(f"drill {d.label}: {o.signal} to the job at step {max(steps) if steps else None} "
+                 f"(start {self.restarts})")
+        got = self.signals.deliver(self.restarts, d.signal == "kill", self.grace)
+        if got.why:
+            o.why = got.why
+            return
         o.reached, o.step = True, max(steps) if steps else None
-        sig = signal.SIGKILL if d.signal == "kill" else signal.SIGTERM
-        t_sig = time.time()
-        self.say(f"drill {d.label}: {o.signal} to the job at step {o.step} (start {self.restarts})")
-        _signal(pid, sig)
-        killed = sig == signal.SIGKILL
-        while processes.running(pid) and not killed:
-            if time.time() - t_sig >= self.grace:
-                _signal(pid, signal.SIGKILL)
-                killed = True
-                break
-            time.sleep(self.poll)
-        while processes.running(pid):
-            time.sleep(self.poll)
-        t_end = time.time()
+        if got.phase and got.phase != d.phase:
+            o.note = f"the signal landed in the job's {got.phase} phase (the agent reads drills once a second)"
+        t_sig, t_end, killed = got.signalled, got.ended, got.killed
         last = self.job.phase()
         self._saw(last)
         # the signalled start's own records (the next start may have begun already: backoff 0)
-        mine = [int(last.get("step") or 0)] if int(last.get("restarts", -1)) == self.restarts else []
+        own = int(last.get("restarts", -1)) == self.restarts
+        mine = [int(last.get("step") or 0)] if own else []
+        if own and last.get("stopped") and d.signal == "term":
+            step, checkpoint = last["stopped"][:2]
+            o.stopped_at_checkpoint = checkpoint is not None and int(step) == int(checkpoint)
         mine += [int(a.get("step", 0)) for a in self.job.attempts() if a.get("start", 0) <= t_sig][-1:]
         reached_step = max(mine + [int(o.step or 0)])
         if d.signal == "term":
@@ -231,8 +309,23 @@ class Driver:
             o.saved_in_grace = any(t_sig <= at <= t_end for at in done.values())
         o.times = {"signal": t_sig, "end": t_end}
         self._after(o, t_end, reached_step, early)
-        judge(o, self.grace, interval(self.saves))
+        judge(o, self.grace, interval(self.starts))
+        self._event("drill.signalled", t_sig, o, grace=None if killed and d.signal == "kill" else self.grace)
+        self._event("drill.result", time.time(), o)
         self.restarts += 1
+
+    def _event(self, event: str, at: float, o: Outcome, **extra: Any) -> None:
+        """The drill in the run's events (ui/runview.py says it as a sentence): recorded, never sent (a drill is no
+        news for the run's notification URLs). A store that cannot take it loses the event, not the drill."""
+        from ..core import notify
+        fields = {"signal": o.signal, "phase": o.phase} if event == "drill.signalled" else \
+            {k: v for k, v in o.to_json().items() if k not in ("hint", "note") and v is not None}
+        try:
+            notify.record(self.job.store, f"{event}-{self.job.run_id}-{self.restarts}",
+                          {"event": event, "run": self.job.run_id, "time": at, "step": o.step,
+                           "start": self.restarts, **fields, **extra})
+        except Exception:  # noqa: BLE001 - see the docstring
+            pass
 
     def _after(self, o: Outcome, t_end: float, reached: int, early: bool) -> None:
         """The next start: where it resumed, how long to its first step (or the run's end instead). `early`: only
@@ -246,6 +339,7 @@ class Driver:
             ph = doc.get("phases") or {}
             # early: once the start says where it resumed from (its metrics.json may still be the last start's)
             if int(doc.get("restarts", -1)) > self.restarts and ("step" in ph or early and "from" in doc):
+                self._data(o, doc)
                 self._saw(doc)
                 attempts = self.job.attempts()
                 o.resumed_from = int(doc["from"]) if "from" in doc else \
@@ -273,6 +367,21 @@ class Driver:
         o.why = f"no restart within {self.wait:g} s (TPUCTL_DRILL_WAIT)"
 
 
+    def _data(self, o: Outcome, doc: dict[str, Any]) -> None:
+        """The resumed start's reader against where an uninterrupted run's was at its step: the position an earlier
+        start reported at that step (its checkpoint's, or where it began)."""
+        if not doc.get("data_from"):
+            return
+        step, position = doc["data_from"]
+        if int(step) not in self.data:
+            return
+        want = self.data[int(step)]
+        o.data = "same" if position == want else "different"
+        if o.data == "different":
+            o.note = (o.note + "; " if o.note else "") + \
+                f"its reader began at {position!r} at step {step}, where an uninterrupted run's was at {want!r}"
+
+
 def _in(doc: dict[str, Any], phase: str) -> bool:
     """The job is in `phase`; `step` only mid-run: a step done in this start, half a second into the phase."""
     if doc.get("phase") != phase:
@@ -289,10 +398,13 @@ def _step_seconds(attempts: list[dict[str, float]]) -> float:
     return statistics.median(per) if per else 0.0
 
 
-def interval(saves: dict[int, float]) -> int | None:
-    """The job's checkpoint interval in steps: the widest gap between the checkpoints seen (None: fewer than 2)."""
-    steps = sorted(saves)
-    return max(b - a for a, b in zip(steps, steps[1:])) if len(steps) > 1 else None
+def interval(starts: dict[int, tuple[int, set[int]]]) -> int | None:
+    """The job's checkpoint interval in steps: the widest gap between the checkpoints one start wrote, counted from
+    the step it resumed from (None: no start wrote one). Within a start only: a save on SIGTERM is off the job's
+    cadence (step 13 of one every 10), and the next start's first regular one (20) is 7 after it, not 10."""
+    gaps = [b - a for start, saves in starts.values() for a, b in zip(sorted({start, *saves}),
+                                                                       sorted({start, *saves})[1:])]
+    return max(gaps) if gaps else None
 
 
 def judge(o: Outcome, grace: float, every: int | None) -> None:
@@ -307,6 +419,10 @@ def judge(o: Outcome, grace: float, every: int | None) -> None:
     if o.resumed_from is not None and o.last_checkpoint is not None and o.resumed_from != o.last_checkpoint:
         fails.append((f"resumed from step {o.resumed_from}, not its last checkpoint (step {o.last_checkpoint})",
                       "restore the latest checkpoint at start (docs/recovery.md)"))
+    if o.data == "different":
+        fails.append((f"the resumed run reads other data than an uninterrupted one would ({o.note.split('; ')[-1]})",
+                      "skip the data the checkpoint's steps already read, and report where the reader is with "
+                      "runtime.data_position (docs/jobs.md)"))
     redone = o.redone or 0
     if o.signal == "SIGTERM" and redone > 0 and not o.saved_in_grace:
         fails.append((f"no checkpoint written within the {grace:g} s grace: {redone} steps redone",

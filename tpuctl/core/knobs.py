@@ -83,7 +83,7 @@ KNOBS: dict[str, Bounds] = {
     "TPUCTL_PRICE_PER_HOUR": Bounds(0.0, 1e9, above=True, unit="dollars an hour"),
     # warm restarts (host/compilecache.py): the bound on a job's JAX compilation cache, on the host and in the store
     "TPUCTL_COMPILE_CACHE_BYTES": Bounds(1, 1 << 62, whole=True),
-    "TPUCTL_DRILL_POLL": _POLL, "TPUCTL_DRILL_WAIT": _WAIT,   # `tpuctl drill` (control/drill.py)
+    "TPUCTL_DRILL_POLL": _POLL, "TPUCTL_DRILL_WAIT": _WAIT, "TPUCTL_DRILL_PID_WAIT": _WAIT,   # `tpuctl drill` (control/drill.py)
 }
 
 

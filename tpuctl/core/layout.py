@@ -144,6 +144,17 @@ def run_cancel(run_id: str) -> str:
     return f"{run_prefix(run_id)}cancel"
 
 
+def run_drill(run_id: str, start: int) -> str:
+    """`tpuctl drill -c CLUSTER`'s request to the agent for the job's start `start` (TPUCTL_RESTARTS): the signal
+    and its grace (host/supervisor.py delivers it); the agent answers at run_drill_done."""
+    return f"{run_prefix(run_id)}drills/{start:04d}.json"
+
+
+def run_drill_done(run_id: str, start: int) -> str:
+    """What the agent did with run_drill's request: when it signalled, when the job ended, whether SIGKILL ended it."""
+    return f"{run_prefix(run_id)}drills/{start:04d}.done.json"
+
+
 def run_rounds(run_id: str) -> str:
     return f"{run_prefix(run_id)}rounds/"
 

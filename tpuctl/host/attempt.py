@@ -89,7 +89,8 @@ class Attempt:
             runs.status(agent.store, run_id, agent.worker).restarts if attempt > 1 else 0   # GKE: the JobSet's
         self.began = 0.0  # when the job's process last started (the restart backoff's measure of a healthy run)
         self.exited: int | None = None   # the exit code a restart on this host followed (its run.restarted says it)
-        self.halts = Halts(agent.store, run_id, agent.stop, agent.guard.failed, limit)   # what ends it from outside
+        self.halts = Halts(agent.store, run_id, agent.stop, agent.guard.failed, limit,   # what ends it from outside
+                           first=agent.worker == 0 and agent.slice == 0)
         self.events = RunEvents(agent.store, str(agent.record.get("cluster", "")), run_id, attempt, agent.worker,
                                 agent.host, self.started)
         self.doctor: Doctor | None = None   # the stall check while the job runs (doctor.py)
@@ -140,7 +141,7 @@ class Attempt:
             self.events.started(self.restarts, n, self.exited)
             supervisor = self._supervisor(proc, shipper, rounds, n)
             rc, cancelled = supervisor.run()
-            if not cancelled and rc != 0 and self._host_stopping(rc, bool(supervisor.superseded or supervisor.stalled)):
+            if not cancelled and rc != 0 and self._host_stopping(rc, supervisor.signalled_it()):
                 return self._interrupted(shipper, rc)   # the host's stop: never a restart, never the run's end
             if supervisor.stalled and not rounds:
                 ended, wait = after_stall(self, shipper, supervisor.stalled, rc, job, wait)

@@ -4,20 +4,24 @@ during the wait before a restart (restarts.wait_out), while the job runs, and wh
 the others (rounds.py)."""
 from __future__ import annotations
 
+import json
 import threading
 from typing import Callable
 
 from ..core import layout
+from ..core.metrics import PHASE_FILE
 from ..core.store import BlobStore
 from .contexts import Failed
 
 
 class Halts:
     def __init__(self, store: BlobStore, run_id: str, stop: threading.Event, failed: Failed,
-                 limit: Callable[[], str]) -> None:
+                 limit: Callable[[], str], first: bool = True) -> None:
         """`stop`: the agent's; `limit`: why the cluster's own limit ends a running run now, "" while it does not
-        (autostop.py's run_limit)."""
+        (autostop.py's run_limit); `first`: the run's first host (slice 0's worker 0), whose job writes the
+        checkpoints and phase.json, and so the one that answers a drill (drilled)."""
         self.store, self.run_id, self.stop, self.failed, self._limit = store, run_id, stop, failed, limit
+        self.first = first
         self.limit = ""   # the cluster's limit that ended the run (deadline()): its final status says it
 
     def cancel_asked(self) -> bool:
@@ -26,6 +30,37 @@ class Halts:
         except Exception as e:  # noqa: BLE001 - a store outage: the next check sees the cancel
             self.failed(e, f"run {self.run_id}'s cancel check")
             return False
+
+    def drill(self, start: int) -> dict[str, object] | None:
+        """`tpuctl drill -c`'s request for the job's start `start` (layout.run_drill), once per start; None without
+        one or when the store cannot say (the next check reads it)."""
+        try:
+            raw = self.store.read(layout.run_drill(self.run_id, start))
+            if raw is None or self.store.read(layout.run_drill_done(self.run_id, start)) is not None:
+                return None
+            doc = json.loads(raw)
+            return doc if isinstance(doc, dict) else None
+        except Exception as e:  # noqa: BLE001 - a store outage or a torn write: the next check reads it
+            self.failed(e, f"run {self.run_id}'s drill check")
+            return None
+
+    def job_phase(self) -> str:
+        """The phase the job last reported (runtime/phases.py), "" when it reports none or the store cannot say."""
+        try:
+            doc = json.loads(self.store.read(f"{layout.run_output(self.run_id)}/{PHASE_FILE}") or b"{}")
+            return str(doc.get("phase") or "") if isinstance(doc, dict) else ""
+        except Exception:  # noqa: BLE001 - a hint for the drill's report only
+            return ""
+
+    def drilled(self, start: int, doc: dict[str, object]) -> None:
+        """The answer to a drill's request: the first host's alone (across hosts every job is signalled, but its
+        job is the one that saves, and the drill measures its end)."""
+        if not self.first:
+            return
+        try:
+            self.store.write(layout.run_drill_done(self.run_id, start), json.dumps(doc).encode())
+        except Exception as e:  # noqa: BLE001 - the drill waits for it and says so; the run goes on
+            self.failed(e, f"run {self.run_id}'s drill answer")
 
     def deadline(self) -> str:
         """Why the cluster's own limit ends the run now ("" while it does not); the compute ends next (the agent's

@@ -60,6 +60,10 @@ class Supervisor:
         self.superseded: Later | None = None
         self.doctor, self.restarts, self.round_for_stall = doctor, restarts, round_for_stall
         self.stalled: Stall | None = None   # the job was ended for a stall (restart or stop)
+        # `tpuctl drill -c`'s request this start answered (halts.drill): the job is signalled as a preemption
+        # would, and its end is the job's own (a restart counted against --max-restarts, as on the drill's own
+        # local cluster; across hosts, a new round: attempt.py)
+        self.drilled: dict[str, Any] | None = None
         stdout = proc.stdout
         assert stdout is not None, "Popen(stdout=PIPE) always sets it"
         self.stdout = stdout
@@ -88,6 +92,9 @@ class Supervisor:
                               f"held its output after {self.drain:g}s and were ended "
                               f"(pids {', '.join(map(str, self.left))})", fresh_line=True)
         rc = self.proc.returncode
+        if self.drilled is not None:
+            drilled = self.drilled
+            self._guarded(lambda: self.at.halts.drilled(self.restarts(), drilled), "drill")
         return (rc if rc >= 0 else 128 - rc), self.cancelled
 
     def _step(self, now: float) -> None:
@@ -105,11 +112,15 @@ class Supervisor:
             self._check_stall(now)   # at the doctor's own pace (doctor.poll): a window may be seconds in a test
         if self.main_ended is None and self.proc.poll() is not None:
             self.main_ended = now
+            if self.drilled is not None:
+                self.drilled["ended"] = time.time()
         if self.main_ended is not None and not self.left and now - self.main_ended >= self.drain:
             self.left = self.procs.processes() or [-1]
             self.procs.signal(signal.SIGTERM)
             self.kill_at = min(self.kill_at or now + 2.0, now + 2.0)
         if self.kill_at and now >= self.kill_at:
+            if self.drilled is not None and self.main_ended is None:
+                self.drilled["killed"] = True   # still running at the grace's end
             self.procs.signal(signal.SIGKILL)
             self.kill_at = None
             if self.main_ended is not None:
@@ -139,6 +150,26 @@ class Supervisor:
                     self._guarded(lambda: doctor.dump(self._pids(), why), "stacks")
                 self.procs.signal(signal.SIGTERM)   # the job checkpoints in its grace, as when its host stops
                 self.kill_at = now + stop_grace()
+        if not (self.stopping or self.superseded or self.stalled) and self.drilled is None and self.main_ended is None:
+            asked = self._guarded(lambda: self.at.halts.drill(self.restarts()), "drill")
+            if asked:
+                self._drill(now, asked)
+
+    def _drill(self, now: float, asked: dict[str, Any]) -> None:
+        """What a preemption delivers, as `tpuctl drill -c` asked: SIGTERM and SIGKILL after its grace, or SIGKILL
+        alone (a lost host). Read at the once-a-second cancel check: a phase shorter than that may be over when the
+        signal lands (the drill reports the phase the job was in)."""
+        kill = asked.get("signal") == "kill"
+        self.drilled = {"signal": "SIGKILL" if kill else "SIGTERM", "signalled": time.time(), "killed": kill,
+                        "phase": self.at.halts.job_phase()}
+        self.shipper.note(f"tpuctl drill: {self.drilled['signal']} to the job"
+                          + ("" if kill else f", SIGKILL in {float(asked.get('grace') or 0):g}s"), fresh_line=True)
+        self.procs.signal(signal.SIGKILL if kill else signal.SIGTERM)
+        self.kill_at = None if kill else now + float(asked.get("grace") or stop_grace())
+
+    def signalled_it(self) -> bool:
+        """tpuctl signalled the job itself, for a new round, a stall or a drill (not the agent's stop)."""
+        return bool(self.superseded or self.stalled or self.drilled)
 
     def _pids(self) -> list[int]:
         return [self.proc.pid] + self.procs.processes()

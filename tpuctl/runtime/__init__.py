@@ -16,6 +16,7 @@ backend the job runs on (Keras's own KERAS_BACKEND, which tpuctl sets: tensorflo
     runtime.listen_for_stop()                     # SIGTERM sets a flag: save, then exit STOPPED_CODE
     if runtime.stop_requested(): ...              # read it between steps, after a save, in compile and eval
     runtime.phase("eval")                         # phases a drill signals in (the callbacks report the rest)
+    runtime.data_position(step, rows_read)        # where the reader is: a drill checks a resume reads the same
 
 TensorFlow is imported lazily, and only on the TensorFlow backend (or for a tf-keras job: TF_USE_LEGACY_KERAS=1,
 which the job or tpuctl's host sets; prefer_legacy_keras is the host's rule for it).
@@ -29,13 +30,13 @@ from .devices import Replicas, global_batch, gpu_has_bfloat16, jax_replicas, kin
 from .environment import (CONTINUE_CODE, RESTART_CODE, data_dir, output_dir, output_of, run_id,
                           session_ending)
 # what a drill and the run doctor read (phases.py), and SIGTERM read as a flag
-from .phases import STOPPED_CODE, listen_for_stop, phase, saved, stop_requested
+from .phases import STOPPED_CODE, data_position, listen_for_stop, phase, saved, stop_requested
 from .keras_env import backend, legacy_keras, prefer_legacy_keras, require_keras, version_tuple
 from .metrics_file import Progress, metrics_callback
 from .stacks import _arm as _arm_stacks
 from .training import agree, scaled_lr, schedule, seed, step_of, sync
 
-__all__ = ["STOPPED_CODE", "listen_for_stop", "phase", "saved", "stop_requested",   # phases.py
+__all__ = ["STOPPED_CODE", "data_position", "listen_for_stop", "phase", "saved", "stop_requested",   # phases.py
            "CONTINUE_CODE", "RESTART_CODE", "Progress", "Replicas", "agree", "backend", "data_dir", "global_batch",
            "gpu_has_bfloat16", "jax_replicas", "kind", "legacy_keras", "metrics_callback", "mixed_precision",
            "output_dir", "output_of", "prefer_legacy_keras", "require_keras", "run_id", "scaled_lr", "schedule",

@@ -100,7 +100,7 @@ def events(store: BlobStore, run_id: str) -> list[dict[str, Any]]:
     start = out[0]["time"] if out else 0.0
     end = st.ended or time.time()
     for prefix in (f"run.started-{run_id}", f"run.restarted-{run_id}", f"run.stalled-{run_id}", f"run.ended-{run_id}",
-                   "cluster.", "budget."):
+                   f"drill.signalled-{run_id}", f"drill.result-{run_id}", "cluster.", "budget."):
         for key, _ in store.list(layout.notify_event(prefix)[:-len(".json")]):
             e = _read(store, key)
             t = _time(e.get("time"))
@@ -157,6 +157,11 @@ def sentence(e: dict[str, Any]) -> str:
                                       + (f", in {f['zone']}" if "zone" in f else "") + ")"),
         "cluster.stopped": lambda: f"the cluster's compute was ended: {f.get('why') or f.get('reason', '')}",
         "cluster.recovery_given_up": lambda: "recovery was given up" + (f": {f['why']}" if "why" in f else ""),
+        # `tpuctl drill` (control/drill.py): what it delivered, and what came of it
+        "drill.signalled": lambda: (f"drill: {f.get('signal', 'a signal')} to the job in its {f.get('phase', '?')} "
+                                    f"phase" + (f" at step {f['step']}" if "step" in f else "")
+                                    + (f", SIGKILL after {float(f['grace']):g} s" if "grace" in f else "")),
+        "drill.result": lambda: _drill_result(f),
         "budget.warning": lambda: (f"the budget is nearly spent: ${float(f.get('spent_usd', 0)):.2f} of "
                                    f"${float(f.get('budget_usd', 0)):.2f}"),
     }.get(event)
@@ -167,6 +172,20 @@ def sentence(e: dict[str, Any]) -> str:
             pass   # a field of another shape (an older agent's): its fields, as they are
     rest = ", ".join(f"{k.replace('_', ' ')} {_n(v)}" for k, v in f.items())
     return event.replace(".", " ").replace("_", " ") + (f": {rest}" if rest else "")
+
+
+def _drill_result(f: dict[str, Any]) -> str:
+    head = f"drill {f.get('phase', '?')} ({f.get('signal', '?')}): "
+    if f.get("passed") is None:
+        return head + str(f.get("why") or "not reached")
+    said = [f"resumed from step {f['resumed_from']}" if "resumed_from" in f else "",
+            f"last checkpoint {f['last_checkpoint']}" if "last_checkpoint" in f else "no checkpoint",
+            f"{f['redone']} steps redone" if "redone" in f else "",
+            "saved within the grace" if f.get("saved_in_grace") else "",
+            "exited at its checkpoint" if f.get("stopped_at_checkpoint") else "",
+            f"data {f['data']}" if "data" in f else ""]
+    return head + ("passed" if f["passed"] else "FAILED") + ": " + ", ".join(s for s in said if s) + \
+        (f"; {f['why']}" if not f["passed"] and f.get("why") else "")
 
 
 def _chunk_number(key: str) -> int:
