@@ -149,6 +149,7 @@ class Delivered:
     killed: bool = False
     phase: str | None = None   # the job's phase when the signal landed, where the signaller can tell
     why: str = ""
+    job: dict[str, Any] = field(default_factory=dict)   # the signalled start's phase.json as it ended, where known
 
 
 class LocalSignals:
@@ -197,8 +198,9 @@ class AgentSignals:
             raw = store.read(layout.run_drill_done(run_id, start))
             done = json.loads(raw) if raw else None
             if done and done.get("ended"):
+                job = done.get("job")
                 return Delivered(float(done["signalled"]), float(done["ended"]), bool(done.get("killed")),
-                                 done.get("phase") or None)
+                                 done.get("phase") or None, job=job if isinstance(job, dict) else {})
             if self.job.status().state.final:
                 return Delivered(why="not reached: the run ended before its agent delivered the signal")
             time.sleep(max(self.poll, 0.1))
@@ -291,7 +293,8 @@ class Driver:
         if got.phase and got.phase != d.phase:
             o.note = f"the signal landed in the job's {got.phase} phase (the agent reads drills once a second)"
         t_sig, t_end, killed = got.signalled, got.ended, got.killed
-        last = self.job.phase()
+        # the signalled start's phase.json as its agent read it at its end, else as it is now
+        last = got.job or self.job.phase()
         self._saw(last)
         # the signalled start's own records (the next start may have begun already: backoff 0)
         own = int(last.get("restarts", -1)) == self.restarts

@@ -44,13 +44,17 @@ class Halts:
             self.failed(e, f"run {self.run_id}'s drill check")
             return None
 
-    def job_phase(self) -> str:
-        """The phase the job last reported (runtime/phases.py), "" when it reports none or the store cannot say."""
+    def job_doc(self) -> dict[str, object]:
+        """The job's phase.json (runtime/phases.py) as it is now; {} when it reports none or the store cannot say."""
         try:
             doc = json.loads(self.store.read(f"{layout.run_output(self.run_id)}/{PHASE_FILE}") or b"{}")
-            return str(doc.get("phase") or "") if isinstance(doc, dict) else ""
+            return doc if isinstance(doc, dict) else {}
         except Exception:  # noqa: BLE001 - a hint for the drill's report only
-            return ""
+            return {}
+
+    def job_phase(self) -> str:
+        """The phase the job last reported (runtime/phases.py), "" when it reports none or the store cannot say."""
+        return str(self.job_doc().get("phase") or "")
 
     def drilled(self, start: int, doc: dict[str, object]) -> None:
         """The answer to a drill's request: the first host's alone (across hosts every job is signalled, but its

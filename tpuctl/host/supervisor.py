@@ -93,7 +93,9 @@ class Supervisor:
                               f"(pids {', '.join(map(str, self.left))})", fresh_line=True)
         rc = self.proc.returncode
         if self.drilled is not None:
-            drilled = self.drilled
+            # with the job's own record of its start as it ended (its saves, its proof of an exit at a checkpoint):
+            # the job's next start, begun at once after this, writes phase.json afresh before the drill reads it
+            drilled = {**self.drilled, "job": self.at.halts.job_doc()}
             self._guarded(lambda: self.at.halts.drilled(self.restarts(), drilled), "drill")
         return (rc if rc >= 0 else 128 - rc), self.cancelled
 
