@@ -38,10 +38,19 @@ class Press:
         return self.sent and not self.traceback and self.returncode not in (130, -signal.SIGINT)
 
 
+def as_a_terminal_starts(argv: list[str], blocked: bool = False) -> list[str]:
+    """argv started with SIGINT at its default, as a terminal starts a command (this suite may run with it ignored,
+    which children inherit), and blocked too where `blocked` (as launcher/tpuctl starts tpuctl-python). GNU env's
+    --default-signal and --block-signal (coreutils 8.31, which the launcher needs anyway) set both in the child;
+    Popen's preexec_fn would run Python in a fork of a many-threaded test worker, where gRPC's fork handlers had the
+    child die of SIGABRT before exec ("Epoll1Poller ... epoll_wait error: Bad file descriptor", conftest's
+    tpuctl_at_a_terminal)."""
+    return ["env", "--default-signal=INT", *(["--block-signal=INT"] if blocked else []), *argv]
+
+
 def press(argv: list[str], delay_s: float, env: dict[str, str] | None = None, timeout_s: float = 60) -> Press:
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            env=env, start_new_session=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc = subprocess.Popen(as_a_terminal_starts(argv), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, env=env, start_new_session=True)
     try:
         time.sleep(delay_s)
         sent = proc.poll() is None
