@@ -320,7 +320,9 @@ def test_the_bert_job_passes_its_own_drill(cli, env, tmp_path):
         assert d["ended_in_grace"] and d["redone"] == 0 and d["resumed_from"] == (d["last_checkpoint"] or 0)
         assert d["saved_in_grace"] or d["stopped_at_checkpoint"], json.dumps(d)
     compile_, step, save = report
-    assert compile_["stopped_at_checkpoint"] and not compile_["saved_in_grace"]   # ended at once, its proof written
+    # ended at its checkpoint, its proof written (on a loaded machine the first step may end inside the grace and
+    # the saver save it first: a save newer than the signal, which passes too)
+    assert compile_["stopped_at_checkpoint"]
     assert step["saved_in_grace"] and step["resumed_from"] > 0 and save["saved_in_grace"]
 
 
