@@ -36,7 +36,7 @@ from typing import Any, Callable
 
 from ..core import knobs, layout, processes, runs
 from ..core.errors import bad_input
-from ..core.metrics import PHASE_FILE, PHASES, parse
+from ..core.metrics import PHASES, parse, phase_doc
 from ..core.store import BlobStore
 
 SIGNALS = ("term", "kill")
@@ -110,11 +110,7 @@ class Job:
         self.store, self.run_id = store, run_id
 
     def phase(self) -> dict[str, Any]:
-        raw = self.store.read(f"{layout.run_output(self.run_id)}/{PHASE_FILE}")
-        try:
-            return json.loads(raw) if raw else {}
-        except ValueError:
-            return {}   # caught mid-write on a store without atomic writes
+        return phase_doc(self.store, self.run_id)
 
     def attempts(self) -> list[dict[str, float]]:
         m = parse(self.store.read(layout.run_metrics(self.run_id)))

@@ -19,7 +19,7 @@ import json
 import math
 from typing import Any, Mapping
 
-from . import jobfiles
+from . import jobfiles, layout
 
 FILE = "metrics.json"
 # the phase a job reports (tpuctl/runtime/phases.py writes OUTPUT/phase.json at each change; `tpuctl drill` and the
@@ -137,6 +137,16 @@ def load(store: Any, key: str) -> tuple[MetricsLog | None, str]:
     except jobfiles.Unreadable as e:
         said = str(e)
         return None, said if said.startswith(FILE) else f"{FILE} is unreadable: {said}"
+
+
+def phase_doc(store: Any, run_id: str) -> dict[str, Any]:
+    """The job's phase.json (runtime/phases.py) as the store holds it, read as every job-written file is (jobfiles'
+    cap): {} when absent or unreadable (too large, a link out of the store, no JSON object, caught mid-write on a
+    store without atomic writes)."""
+    try:
+        return jobfiles.read_object(store, f"{layout.run_output(run_id)}/{PHASE_FILE}") or {}
+    except jobfiles.Unreadable:
+        return {}
 
 
 def sparkline(values: list[float], width: int = 16) -> str:

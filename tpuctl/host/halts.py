@@ -8,8 +8,7 @@ import json
 import threading
 from typing import Callable
 
-from ..core import layout
-from ..core.metrics import PHASE_FILE
+from ..core import layout, metrics
 from ..core.store import BlobStore
 from .contexts import Failed
 
@@ -47,9 +46,8 @@ class Halts:
     def job_doc(self) -> dict[str, object]:
         """The job's phase.json (runtime/phases.py) as it is now; {} when it reports none or the store cannot say."""
         try:
-            doc = json.loads(self.store.read(f"{layout.run_output(self.run_id)}/{PHASE_FILE}") or b"{}")
-            return doc if isinstance(doc, dict) else {}
-        except Exception:  # noqa: BLE001 - a hint for the drill's report only
+            return metrics.phase_doc(self.store, self.run_id)
+        except Exception:  # noqa: BLE001 - a store outage: a hint for the drill's report only
             return {}
 
     def job_phase(self) -> str:
