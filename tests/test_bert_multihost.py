@@ -225,6 +225,39 @@ def test_a_resume_seeks_to_the_batch_it_left_without_reading_what_came_before(pr
         assert (x["input_ids"] == made[b][0]["input_ids"]).all() and (y["mlm"] == made[b][1]["mlm"]).all()
 
 
+def _consume(reader, steps: int, ahead: int = 3) -> tuple[list[int | None], list[np.ndarray]]:
+    """What train.py's Position callback sees: the reader's position after each of `steps` batches trained on, with
+    the consumer `ahead` batches ahead of the step (Keras's iterator, beside the reader's own prefetch thread);
+    and the input ids of each batch trained on."""
+    it = iter(reader)
+    pulled = [next(it) for _ in range(ahead)]
+    positions, trained = [reader.position(0)], []
+    for c in range(1, steps + 1):
+        pulled.append(next(it))
+        trained.append(pulled.pop(0)[0]["input_ids"])
+        positions.append(reader.position(c))
+    return positions, trained
+
+
+def test_the_readers_position_is_its_own_and_a_resume_without_its_skip_reports_where_it_really_began(prepared):
+    """records.Batches.position (the BERT job's data position for `tpuctl drill`, runtime.data_position): the
+    record index after the batches trained on, counted from what the reader handed out, not from the step; a reader
+    resumed at step 3 (skip=3) reports at each step what the uninterrupted one did, and the rows it hands out next
+    are the rows at that position; one made without the skip (the bug) reports 0 where the other reports 12."""
+    prep, _ = prepared
+    records, files = _rows(prep)
+    whole, trained = _consume(records.Batches(files, 4, SEQ, PRED, seed=3), 8)
+    assert whole == [4 * c for c in range(9)]   # batch 4: the record after the c-th batch handed out
+    resumed_reader = records.Batches(files, 4, SEQ, PRED, seed=3, skip=3)
+    resumed, again = _consume(resumed_reader, 5)
+    assert resumed == whole[3:]
+    assert all((a == b).all() for a, b in zip(again, trained[3:]))   # the same rows, from those positions on
+    forgot, _ = _consume(records.Batches(files, 4, SEQ, PRED, seed=3), 5)   # at step 3 with skip=0
+    assert forgot[0] == 0 != whole[3] and forgot != whole[3:]
+    # a position never handed out (or asked out of order, already dropped) is None: the callback then reports none
+    assert resumed_reader.position(99) is None and resumed_reader.position(2) is None
+
+
 def test_masks_change_between_reads_of_an_example_and_repeat_for_the_same_seed_and_step(prepared):
     prep, summary = prepared
     records, files = _rows(prep)

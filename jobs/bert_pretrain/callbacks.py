@@ -137,6 +137,23 @@ class Progress(Stepped):
         self.model.reset_metrics()
 
 
+class Position(Stepped):
+    """The data reader's own position at each step's end, for `tpuctl drill` (runtime.data_position: kept in memory,
+    written to phase.json with the checkpoint of that step, never per step). `reader`: records.Batches or
+    data.Began (data.reader), asked for its position after the batches this start consumed; placed before the
+    Saver, so a checkpoint of step s goes with the position at s."""
+
+    def __init__(self, start: int, steps: int, reader):
+        super().__init__(start, steps)
+        self.reader = reader
+
+    def on_train_batch_end(self, batch, logs=None):
+        step = self.stepped(batch)
+        position = self.reader.position(step - self.start)
+        if position is not None:
+            runtime.data_position(step, position)
+
+
 def _across_hosts() -> bool:
     return runtime.backend() == "jax" and "jax" in sys.modules and sys.modules["jax"].process_count() > 1
 

@@ -28,6 +28,24 @@ def dataset(pattern: str, batch: int, max_seq: int, max_pred: int, seed: int = 0
                    masks=masks)
 
 
+class Began:
+    """The TensorFlow reader's position (records.Batches.position's, for runtime.data_position): tf.data hands out
+    no record of what it has read (its iterator's state is an opaque checkpoint, and Keras makes the iterator), so
+    this is where the pipeline began (the records its ds.skip passed over), plus a batch for each batch consumed.
+    A resume that forgot to skip still reports where it began, 0; a pipeline whose order changed would not show."""
+
+    def __init__(self, began: int, batch: int):
+        self.began, self.batch = began, batch
+
+    def position(self, consumed: int) -> int:
+        return self.began + max(0, consumed) * self.batch
+
+
+def reader(ds):
+    """What knows the reader's position: records.Batches itself, or a tf.data pipeline's Began (tf_dataset)."""
+    return getattr(ds, "reader", ds)
+
+
 def tf_dataset(pattern: str, batch: int, max_seq: int, max_pred: int, seed: int = 0, training: bool = True,
                skip: int = 0, masks=None):
     """tf.data over the TFRecords (one input pipeline: TPUStrategy shards it across a slice's hosts itself).
@@ -71,7 +89,11 @@ def tf_dataset(pattern: str, batch: int, max_seq: int, max_pred: int, seed: int 
         return split(ex, lambda t: tf.cast(t, tf.int32), lambda t: tf.ones_like(t, tf.float32))
     # Batch first, then parse a whole batch at once: far cheaper than parsing record by record.
     ds = ds.batch(batch, drop_remainder=True)
+    began = 0
     if skip:
         ds = ds.skip(skip)   # unparsed: skipping costs reading the records, not parsing them
+        began = skip * batch   # set beside the skip itself: a skip dropped here reports 0
     ds = ds.enumerate(start=skip)   # each batch's number seeds its masks
-    return ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+    ds = ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+    ds.reader = Began(began, batch)   # a plain attribute of the pipeline's Python object (lost by a later .take)
+    return ds

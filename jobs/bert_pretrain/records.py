@@ -12,13 +12,24 @@ Across hosts (keras.distribution.DataParallel(auto_shard_dataset=False): each pr
 global batch) host i of n reads shards i::n, or, with fewer shards than hosts, records i::n of every shard, so no
 host reads another's examples and none is left without any (a host with no shard cannot feed its share).
 
+The reader's position (for `tpuctl drill`'s data check, runtime.data_position): position(consumed) is the record
+index, in that endless sequence, of the first record the reader hands out after the consumer has trained on
+`consumed` of its batches: where it began (skip * batch) before any, else the record after the last of the batch it
+handed out as the consumed-th. Keyed by the batches handed out, not by what has been read: the prefetch thread and
+Keras's own iterator read ahead of the step that trains, so "records read so far" would be ahead of the step by an
+amount that differs between runs, while the consumed-th batch handed out is the one step `start + consumed` trained
+on (Keras consumes its data in order). A resumed run's reader then reports at its checkpoint's step what an
+uninterrupted run's reported there, and one that forgot to skip reports where it really began: 0.
+
 Masks: by default made afresh for each batch (masking.remask, seeded by (seed, host, batch)), so each pass over the
 data masks an example differently and a resumed run masks as the uninterrupted one; masks=None keeps prepare.py's.
 """
 from __future__ import annotations
 
+import itertools
 import queue
 import threading
+from collections import deque
 
 import fixedrows
 import numpy as np
@@ -59,6 +70,10 @@ class Batches:
         self.batch, self.max_pred, self.seed, self.training, self.skip = batch, max_pred, seed, training, skip
         self.masks, self.cycle, self.prefetch = masks, max(1, min(cycle, len(self.files))), prefetch
         self._pass: tuple[int, np.ndarray, np.ndarray] | None = None
+        self.began = skip * batch   # the first record this reader reads, in its endless sequence of passes
+        # (ordinal, first record) of each batch handed out and not yet passed by position(): a few entries at a
+        # time (the consumer's read-ahead) when position() is asked each step; bounded where it is never asked
+        self._handed: deque[tuple[int, int]] = deque(maxlen=4096)
 
     def order(self, p: int) -> tuple[np.ndarray, np.ndarray]:
         """(shard, row) of each record of pass p, in reading order."""
@@ -116,6 +131,18 @@ class Batches:
         """Batches in one pass (evaluation reads one)."""
         return int(self.counts.sum()) // self.batch
 
+    def position(self, consumed: int) -> int | None:
+        """The record index the reader hands out next once `consumed` of its batches were trained on: where it began
+        for 0, else the record after the last of the consumed-th batch it handed out (None: not handed out, or
+        already forgotten). Asked in increasing order (after each step): the batches before are dropped."""
+        if consumed <= 0:
+            return self.began
+        while self._handed and self._handed[0][0] < consumed - 1:
+            self._handed.popleft()
+        if not self._handed or self._handed[0][0] != consumed - 1:
+            return None
+        return self._handed[0][1] + self.batch
+
     def numbers(self):
         """The batch numbers this iterable yields: from `skip` on, endless when training."""
         b = self.skip
@@ -133,18 +160,21 @@ class Batches:
                 for b in self.numbers():
                     if stop.is_set():
                         return
-                    q.put(self.make(b))
+                    q.put((b, self.make(b)))
                 q.put(None)
             except BaseException as e:   # handed to the consumer: a bad shard fails the run, not just the thread
                 q.put(e)
         threading.Thread(target=produce, daemon=True, name="records").start()
+        self._handed.clear()
         try:
-            while True:
+            for n in itertools.count():
                 item = q.get()
                 if item is None:
                     return
                 if isinstance(item, BaseException):
                     raise item
-                yield item
+                b, made = item
+                self._handed.append((n, b * self.batch))   # handed out as the n-th: position(n + 1) reads it
+                yield made
         finally:
             stop.set()

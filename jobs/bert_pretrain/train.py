@@ -152,8 +152,8 @@ def main(argv=None, strategy=None) -> dict:
     runtime.require_keras("3.7", "jobs/bert_pretrain (the masked-LM loss's mean_with_sample_weight reduction)")
 
     import losses
-    from callbacks import Board, Lazy, Progress, Saver
-    from data import dataset
+    from callbacks import Board, Lazy, Position, Progress, Saver
+    from data import dataset, reader
     from model import BertConfig, BertPretrainer, example_inputs
     backend = keras.backend.backend()
     if a.deterministic and backend == "tensorflow":
@@ -217,6 +217,10 @@ def main(argv=None, strategy=None) -> dict:
                  host=host, masks=masks)
     history: dict = {}
     metrics = runtime.metrics_callback(every=log_every, path=f"{out}/metrics.json", start=start, end=a.steps)
+    # where the reader begins, as the reader itself says (data.reader, records.Batches.position), for a drill to
+    # check against an uninterrupted run's position at this step; then after each step (Position, in memory). After
+    # the metrics callback, which says where phase.json goes.
+    runtime.data_position(start, reader(ds).position(0))
     board = Board(f"{out}/tensorboard/train" if chief else None, backend)
     progress = Progress(start, a.steps, log_every, batch, lr, board, history, chief)
     saver = Saver(f"{out}/checkpoints", start, a.steps, ckpt_every, log_every, metrics, history,
@@ -229,7 +233,7 @@ def main(argv=None, strategy=None) -> dict:
     data = ds.take(left) if backend == "tensorflow" else (b for b in itertools.islice(iter(ds), left))
     model.fit(data, steps_per_epoch=left, epochs=1, verbose=0,
               shuffle=False,   # the pipeline shuffles, seeded
-              callbacks=Lazy([progress, metrics, saver], model, left))
+              callbacks=Lazy([progress, metrics, Position(start, a.steps, reader(ds)), saver], model, left))
     if history.get("continue"):
         raise SystemExit(runtime.CONTINUE_CODE)
     if history.get("stopped"):
