@@ -478,6 +478,10 @@ def test_the_tf_free_reader_gives_tf_datas_examples(prepared):
     assert all((a == b).all() for a, b in zip(first, again))
     assert (resumed[0] == first[4]).all() and (resumed[1] == first[5]).all()
     assert not (first[0] == ours[0][0]["input_ids"]).all()     # shuffled
+    # the tf.data pipeline's position (data.Began): where its skip began, plus a batch per batch consumed
+    assert data.reader(data.tf_dataset(f"{out}/part-*.tfrecord", 16, 64, 10, seed=3, skip=4)).position(0) == 64
+    assert data.reader(data.tf_dataset(f"{out}/part-*.tfrecord", 16, 64, 10, seed=3)).position(4) == 64
+    assert data.reader(train).position(0) == 0 and train.position(6) == 96   # Batches is its own
 
 
 HF_EXPORT = """

@@ -291,7 +291,7 @@ BERT = Path(__file__).parent.parent / "jobs" / "bert_pretrain"
 
 
 @pytest.mark.slow(120)
-def test_the_bert_job_passes_its_own_drill(cli, env, tmp_path):
+def test_the_bert_job_passes_its_own_drill(cli, env, tmp_path, monkeypatch):
     """jobs/bert_pretrain (run.py, which prepares the corpus it is given) on JAX (a copy of the job with
     keras_backend = "jax": its restarts load their programs from the warm compile cache), tiny preset at seq 32 and
     batch 4, 20 steps: SIGTERM in the three phases where the job's own code decides, `compile` (it ends at once:
@@ -299,8 +299,10 @@ def test_the_bert_job_passes_its_own_drill(cli, env, tmp_path):
     a SIGTERM between the metrics callback's step and the saver's exited unsaved) and `save` (the flag read right
     after it); start, eval and a lost host are the drill's own, proven by the fixture jobs above. Each start
     resumed from the checkpoint the store held, nothing redone, and each ended with a checkpoint newer than the
-    signal or its proof that the last checkpoint was its step. The grace is 120 s, not a spot VM's 30, for a loaded
-    CI machine: a job that passes ends long before it."""
+    signal or its proof that the last checkpoint was its step, and its reader began where the uninterrupted run's
+    was at that step: the records of the steps before it (batch 4 per host), as the reader itself reported them
+    (records.Batches.position) in phase.json. The grace is 120 s, not a spot VM's 30, for a loaded CI machine: a
+    job that passes ends long before it."""
     import shutil
     job = tmp_path / "bert"
     shutil.copytree(BERT, job, ignore=shutil.ignore_patterns(".tpuctl-cache", "__pycache__"))
@@ -309,6 +311,16 @@ def test_the_bert_job_passes_its_own_drill(cli, env, tmp_path):
     sys.path.insert(0, str(BERT))
     import corpus
     corpus.generate(str(tmp_path / "c.txt"), 0.05, seed=1)
+    # phase.json as the store held it, the last read of each start (the temporary cluster's store goes with it)
+    held: dict[int, dict] = {}
+    read = drill.Job.phase
+
+    def phase(self):
+        doc = read(self)
+        if "restarts" in doc:
+            held[int(doc["restarts"])] = doc
+        return doc
+    monkeypatch.setattr(drill.Job, "phase", phase)
     code, report, err = _drill(cli, job, "--at", "compile,step,save", "--grace", "120", "--",
                                "--corpus", str(tmp_path / "c.txt"), "--vocab-size", "1000", "--seq-length", "32",
                                "--max-predictions-per-seq", "5", "--preset", "tiny", "--batch-size", "4",
@@ -324,6 +336,16 @@ def test_the_bert_job_passes_its_own_drill(cli, env, tmp_path):
     # the saver save it first: a save newer than the signal, which passes too)
     assert compile_["stopped_at_checkpoint"]
     assert step["saved_in_grace"] and step["resumed_from"] > 0 and save["saved_in_grace"]
+    # the data: each resumed reader began at its checkpoint's records, where the start before had reported being
+    assert [d["data"] for d in report] == ["same"] * 3, json.dumps(report)
+    assert sorted(held) == [0, 1, 2, 3], sorted(held)
+    for r, doc in held.items():
+        assert doc["data_from"] == [doc["from"], 4 * doc["from"]], doc   # where this start's reader began
+        assert doc.get("data_at", []) == [[s, 4 * s] for s, _ in doc.get("saves", [])], doc   # at each checkpoint
+    for r, d in enumerate(report, 1):
+        assert held[r]["data_from"] == [d["resumed_from"], 4 * d["resumed_from"]]
+        if d["resumed_from"]:   # the checkpoint's step, as the start before saved it with its reader's position
+            assert [d["resumed_from"], 4 * d["resumed_from"]] in held[r - 1]["data_at"], held[r - 1]
 
 
 def test_across_hosts_a_drill_is_a_new_round_every_host_restarts_together(cli, job, local_up, tmp_path, monkeypatch):
