@@ -307,3 +307,32 @@ def test_cloud_flags_are_refused_for_the_local_provider(env, cli):
     code, out, err = cli("up", "--provider", "local", "-c", "x", "--type", "v3-8", "--zone", "us-central1-b")
     assert code == 2 and "--type, --zone do not apply to --provider local" in err
     assert state.load("x") is None
+
+
+def test_without_proc_the_agents_command_line_comes_from_a_bounded_ps(tmp_path, monkeypatch):
+    """macOS has no /proc: the local provider asks `ps` for the agent's command line, and a ps that never answers
+    (a wedged process table) gives up within its bound (5 s; nvidiasmi.run_bounded) instead of hanging
+    `status`, `down` and the revive every command runs first."""
+    import builtins
+    import os as os_
+    from tpuctl.core import nvidiasmi
+    from tpuctl.providers import local
+    real_open = builtins.open
+
+    def no_proc(path, *a, **kw):
+        if str(path).startswith("/proc/"):
+            raise FileNotFoundError(path)
+        return real_open(path, *a, **kw)
+    monkeypatch.setattr(builtins, "open", no_proc)
+    monkeypatch.setattr(local.Path, "read_bytes", lambda self: (_ for _ in ()).throw(FileNotFoundError(self)))
+    assert "pytest" in local._cmdline(os_.getpid()) or "python" in local._cmdline(os_.getpid())
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    (bin_ / "ps").write_text("#!/bin/sh\nsleep 60\n")
+    (bin_ / "ps").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_}:{os_.environ['PATH']}")
+    bounded = nvidiasmi.run_bounded
+    monkeypatch.setattr(nvidiasmi, "run_bounded", lambda cmd, within, **kw: bounded(cmd, min(within, 0.5), **kw))
+    started = time.monotonic()
+    assert local._cmdline(os_.getpid()) == ""
+    assert time.monotonic() - started < 10

@@ -54,9 +54,10 @@ def _cmdline(pid: int) -> str:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
     except OSError:
         pass
-    try:  # no /proc (macOS)
-        return subprocess.run(["ps", "-o", "command=", "-p", str(pid)], capture_output=True, text=True).stdout
-    except OSError:
+    try:  # no /proc (macOS); bounded: a wedged ps must not hang status, down or the revive beside every command
+        ran = nvidiasmi.run_bounded(["ps", "-o", "command=", "-p", str(pid)], within=5)
+        return ran.out if ran.code == 0 else ""
+    except (OSError, nvidiasmi.Overran):
         return ""
 
 

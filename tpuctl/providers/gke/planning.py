@@ -72,10 +72,6 @@ def permissions_needed(spec: ClusterSpec) -> dict[str, str]:
     return need
 
 
-def bucket_of(spec: ClusterSpec) -> str:
-    return spec.store[len("gs://"):]
-
-
 def make_spec(name: str, flags: UpFlags) -> ClusterSpec:
     given = [flag for attr, flag in _NOT_ON_GKE.items() if getattr(flags, attr) not in (None, False, "", [])]
     if given:

@@ -113,10 +113,10 @@ class GkeProvider:
         return permissions.check(spec, planning.permissions_needed(spec))
 
     def ensure_store(self, spec: ClusterSpec, region: str, progress: Progress) -> bool:
-        return storage.ensure(spec.project, spec, planning.bucket_of(spec), region, self.nonce, progress)
+        return storage.ensure(spec.project, spec, storage.bucket_of(spec), region, self.nonce, progress)
 
     def delete_store(self, st: ClusterState, progress: Progress) -> None:
-        storage.delete(st.spec.project, planning.bucket_of(st.spec), st.name, progress)
+        storage.delete(st.spec.project, storage.bucket_of(st.spec), st.name, progress)
 
     def choose_runtime(self, spec: ClusterSpec, placement: Placement) -> str:
         return ""   # GKE picks the node image; the run's container image is the spec's
@@ -134,7 +134,7 @@ class GkeProvider:
         under "gke"; ahead of creation, the agent package the pods install."""
         record = cluster_record(st, "local")
         record["gke"] = record_of(st)
-        storage.write_record(st.spec.project, planning.bucket_of(st.spec), record, with_agent=not confirmed)
+        storage.write_record(st.spec.project, storage.bucket_of(st.spec), record, with_agent=not confirmed)
 
     # -- using -------------------------------------------------------------------------------------------
     def store(self, st: ClusterState) -> GcsStore:
