@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tpuctl.providers.gke import dryrun, jobset_install, manifest, schema, tputypes
+from tpuctl.providers.gke import cordoning, dryrun, jobset_install, manifest, schema, tputypes
 
 from jobs import make_job
 
@@ -137,12 +137,15 @@ def test_dry_run_writes_the_manifest_without_a_cluster(env, cli, tmp_path):
     code, out, err = cli("submit", str(job), "--dry-run", "--provider", "gke", "--type", "tpu7x-16",
                          "--max-restarts", "4", "--manifest", str(out_file))
     assert code == 0, err
-    (js,) = list(yaml.safe_load_all(out_file.read_text()))
+    *rbac, js = list(yaml.safe_load_all(out_file.read_text()))
     assert js["spec"]["failurePolicy"]["maxRestarts"] == 4
     pod = js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
     assert pod["nodeSelector"]["cloud.google.com/placement-policy-name"] == dryrun.workload_policy_name("CLUSTER")
     validate_jobset(js)
-    assert "wrote 1 Kubernetes object" in err and "nothing was uploaded" in err
+    # what submit applies before the JobSet, in its order: the pods' account and its role to cordon their node
+    assert rbac == [obj for _, obj in cordoning.objects(dryrun.NO_CLUSTER, "default")]
+    assert pod["serviceAccountName"] == cordoning.account(dryrun.NO_CLUSTER) == rbac[0]["metadata"]["name"]
+    assert "wrote 4 Kubernetes objects" in err and "nothing was uploaded" in err
 
 
 @pytest.mark.parametrize("args,message", [
@@ -192,7 +195,7 @@ def test_the_offline_dry_run_looks_up_no_local_cluster(env, cli, tmp_path):
     code, out, err = cli("submit", str(job), "--dry-run", "--provider", "gke", "--type", "v6e-16", "--manifest",
                          str(tmp_path / "run.yaml"))
     assert code == 0, err
-    (js,) = list(yaml.safe_load_all((tmp_path / "run.yaml").read_text()))
+    js = list(yaml.safe_load_all((tmp_path / "run.yaml").read_text()))[-1]
     assert js["metadata"]["labels"][manifest.LABEL_CLUSTER] == dryrun.NO_CLUSTER
     assert "demo" not in (tmp_path / "run.yaml").read_text()
     # what the pod runs, not what a TPU VM on a base runtime would install
@@ -208,11 +211,11 @@ def test_the_manifest_to_stdout_and_kueue_labels_offline(env, cli, tmp_path, mon
                          "--queue", "multislice-queue", "--priority", "medium", "--manifest", "-")
     assert code == 0, err
     assert not (tmp_path / "-").exists()
-    (js,) = list(yaml.safe_load_all(out))
+    js = list(yaml.safe_load_all(out))[-1]
     assert js["metadata"]["labels"][manifest.QUEUE_LABEL] == "multislice-queue"
     pod = js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
     assert pod["priorityClassName"] == "medium"
-    assert "wrote 1 Kubernetes object to stdout" in err and "pod      JAX" in err
+    assert "wrote 4 Kubernetes objects to stdout" in err and "pod      JAX" in err
     validate_jobset(js)
     validate_job_and_pod(js)
 
@@ -239,7 +242,7 @@ def test_dry_run_for_a_gke_cluster_uses_its_record(env, cli, tmp_path):
     out_file = tmp_path / "run.yaml"
     code, out, err = cli("submit", str(job), "-c", "iw", "--dry-run", "--manifest", str(out_file))
     assert code == 0, err
-    (js,) = list(yaml.safe_load_all(out_file.read_text()))
+    js = list(yaml.safe_load_all(out_file.read_text()))[-1]
     rj = js["spec"]["replicatedJobs"][0]
     pod = rj["template"]["spec"]["template"]["spec"]
     assert rj["replicas"] == 2 and pod["nodeSelector"]["cloud.google.com/placement-policy-name"] == "tpuctl-iw-wp-1"

@@ -96,8 +96,9 @@ def test_the_dry_run_writes_the_namespace_and_a_real_length_id(env, cli, tmp_pat
     code, out, err = cli("submit", str(job), "--dry-run", "--provider", "gke", "--type", "v6e-16", "--slices", "2",
                          "--namespace", "team-a", "--manifest", "-")
     assert code == 0, err
-    (js,) = list(yaml.safe_load_all(out))
-    assert js["metadata"]["namespace"] == "team-a"
+    account, role, binding, js = list(yaml.safe_load_all(out))
+    assert js["metadata"]["namespace"] == account["metadata"]["namespace"] == "team-a"
+    assert binding["subjects"][0]["namespace"] == "team-a" and "namespace" not in role["metadata"]
     assert js["metadata"]["name"] == f"tpuctl-{dryrun.DRY_RUN_ID}"
     code, out, err = cli("submit", str(job), "--dry-run", "--provider", "gke", "--type", "v6e-16",
                          "--namespace", "Team_A", "--manifest", "-")
@@ -175,7 +176,7 @@ def test_submit_and_its_dry_run_default_to_the_clusters_namespace(gke, cli, tmp_
     monkeypatch.chdir(tmp_path)
     code, out, err = cli("submit", str(job), "-c", "gn", "--dry-run", "--manifest", "-")
     assert code == 0, err
-    assert list(yaml.safe_load_all(out))[0]["metadata"]["namespace"] == "team-a"
+    assert list(yaml.safe_load_all(out))[-1]["metadata"]["namespace"] == "team-a"
     code, out, err = cli("submit", str(job), "-c", "gn", "--dry-run", "--manifest", "-", "--namespace", "other")
     assert code == 0, err
-    assert list(yaml.safe_load_all(out))[0]["metadata"]["namespace"] == "other"   # the flag wins
+    assert list(yaml.safe_load_all(out))[-1]["metadata"]["namespace"] == "other"   # the flag wins

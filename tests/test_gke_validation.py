@@ -108,8 +108,10 @@ def test_every_manifest_tpuctl_makes_and_all_it_derives_is_valid(tpu_type, slice
 
 
 def test_the_dry_runs_manifest_is_valid_at_the_real_length():
-    (js,) = dryrun.objects(LONGEST_CLUSTER, "v5litepod-16", 4, 3, queue=LONGEST_QUEUE, priority="high")
+    *rbac, js = dryrun.objects(LONGEST_CLUSTER, "v5litepod-16", 4, 3, queue=LONGEST_QUEUE, priority="high")
     assert dryrun.DRY_RUN_ID.lower() in js["metadata"]["name"] and _derived_problems(js) == []
+    assert [o["kind"] for o in rbac] == ["ServiceAccount", "ClusterRole", "ClusterRoleBinding"]
+    assert [p for o in rbac for p in v.problems(o)] == []   # the cordon account and role's names, at the longest
 
 
 def test_the_queue_objects_up_makes_are_valid_against_kueues_crds():

@@ -1,6 +1,8 @@
 """`submit --dry-run --provider gke --type T [--slices N] [--max-restarts N] --manifest FILE`: the Kubernetes
 objects a run would create, written without a cluster or credentials; with a GKE cluster's record, for that
-cluster (its store, image, slices and workload policy)."""
+cluster (its store, image, slices and workload policy). They are what `submit` applies, in its order: the pods'
+ServiceAccount and its role to cordon a sick host's node (cordoning.py), then the JobSet, whose pods run as that
+account (`kubectl apply -f` creates them in the file's order)."""
 from __future__ import annotations
 
 import sys
@@ -10,7 +12,7 @@ from ... import __version__
 from ...core.catalog import google_name
 from ...core.errors import bad_input
 from ...core.models import ClusterState, ProviderName
-from . import kueue, manifest, tputypes
+from . import cordoning, kueue, manifest, tputypes
 
 # Stands for the id submit gives the run, at its real length (core/runs.new_id: 24 characters), so that every name
 # and label derived from it is as long as a submit's (issue 57: a 7-character "dry-run" hid a 73-character label).
@@ -41,15 +43,15 @@ def objects(cluster: str, tpu_type: str | None, slices: int | None, max_restarts
     if rec and n != int(rec.get("slices") or 1):
         raise bad_input(f"--slices {n}: cluster {cluster} has {rec.get('slices')} (one node pool each)",
                         "leave --slices out, or `tpuctl up` a cluster with that many")
+    namespace = namespace or manifest.DEFAULT_NAMESPACE
     run = manifest.RunObjects(
         cluster=cluster, run_id=DRY_RUN_ID, shape=shape, slices=n, max_restarts=max_restarts,
         image=str(rec.get("image") or manifest.DEFAULT_IMAGE), store_uri=store_uri or NO_STORE,
         agent_version=__version__, queue=queue, priority=priority,
-        namespace=namespace or manifest.DEFAULT_NAMESPACE,
+        namespace=namespace, service_account=cordoning.account(cluster),
         workload_policy=str(rec.get("workload_policy") or
                             (workload_policy_name(cluster) if shape.needs_workload_policy else "")))
-    return [manifest.build_jobset(run)]
-
+    return [obj for _, obj in cordoning.objects(cluster, namespace)] + [manifest.build_jobset(run)]
 
 
 def write(path: str, name: str, st: ClusterState | None, named: bool, provider: str | None, tpu_type: str | None,
