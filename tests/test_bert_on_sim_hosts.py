@@ -98,10 +98,17 @@ def up_two_hosts(cloud, cli, monkeypatch, wheel_index):
     return sorted(_wait_agents(hosts, 2), key=lambda h: h.worker)
 
 
+def traces(host) -> list[Path]:
+    """TRACED's notes on `host`, beside the job's code in the agent's run directory (attempt.py: HOME/runs/RUN/wN/code):
+    looked for there, not by a glob of the whole host (`**`), which walked the job environment's installed packages,
+    thousands of files, at every poll (5 CPU-s of the test)."""
+    return list(host.root.glob("home/agent/runs/*/w*/code/trace.jsonl"))
+
+
 def starts(host) -> list[dict]:
     """What each start of the job on `host` read and wrote (TRACED's notes, split at each start): batch -> rows,
     the files written, whether it held."""
-    [trace] = list(host.root.glob("**/trace.jsonl"))
+    [trace] = traces(host)
     found: list[dict] = []
     for line in trace.read_text().splitlines():
         kind, value = json.loads(line)
@@ -149,7 +156,7 @@ def test_bert_across_a_two_host_mig_trains_once_and_a_job_killed_on_one_host_res
     run_id = out.split()[-1]
 
     def first_starts_ready():   # the chief held; each host's reader had made every batch of the run ahead of need
-        got = [starts(h) if list(h.root.glob("**/trace.jsonl")) else [] for h in found]
+        got = [starts(h) if traces(h) else [] for h in found]
         return all(got) and got[0][0]["held"] and all(set(range(STEPS)) <= set(s[0]["batch"]) for s in got)
     until(first_starts_ready, 600, lambda: cli("logs", run_id, "-c", "bert", "--all-hosts")[1][-5000:], every=0.5)
     [pid] = job_pids(found[1])
