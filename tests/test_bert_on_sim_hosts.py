@@ -148,7 +148,8 @@ def test_bert_across_a_two_host_mig_trains_once_and_a_job_killed_on_one_host_res
     two hosts, and the kill on a v4-16's (the TPU API). The round restart is the agent's, the same on every provider
     (test_rounds: a job's exit restarting every host of 2 slices x 2); the TPU API's multi-host slices boot their
     agents in test_simulated_hosts (a v4-16 under JAX, a four-host v3-32), and a MIG's hosts learn their worker ids
-    in test_gce_tpu."""
+    in test_gce_tpu. The kill of a two-process JAX run and its resume are this test's alone: test_bert_multihost
+    resumes its two processes from an uninterrupted run's ckpt-2 and compares the weights to that run's."""
     found = up_two_hosts(cloud, cli, monkeypatch, wheel_index)
     code, out, err = cli("submit", str(traced_job(tmp_path, hold_at="ckpt-2.weights.h5")), "-c", "bert",
                          "--max-restarts", "1", "--detach", "--", *ARGS)
