@@ -667,11 +667,16 @@ def test_pretraining_export_and_fine_tuning_compose(prepared, reference, tmp_pat
     assert exp.returncode == 0, exp.stderr[-3000:]
     vocab = tmp_path / "export" / "vocab.txt"
     assert vocab.read_bytes() == (out / "vocab.txt").read_bytes()
-    r = subprocess.run([sys.executable, str(JOB / "finetune.py"), "--vocab", str(vocab), "--encoder",
+    # finetune.py as its own script, then whether TensorFlow (installed here) was imported: on JAX it seeds as
+    # train.py does (runtime.seed), without Keras's set_random_seed and its TensorFlow import (about 5 s)
+    script = "import runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__'); " \
+             "print('tensorflow imported:', 'tensorflow' in sys.modules)"
+    r = subprocess.run([sys.executable, "-c", script, str(JOB / "finetune.py"), "--vocab", str(vocab), "--encoder",
                         str(tmp_path / "export" / "encoder.keras"), "--steps", "2", "--batch-size", "8",
                         "--examples", "16"], capture_output=True, text=True, env=_train_env("jax"), timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "finetune: pretrained encoder, 2 steps, 1 seed(s): held-out accuracy " in r.stdout, r.stdout
+    assert r.stdout.splitlines()[-1] == "tensorflow imported: False", r.stdout
 
 
 def test_a_second_phase_prepares_its_data_with_the_first_phases_vocabulary(tmp_path, monkeypatch):
