@@ -4,6 +4,7 @@ DataParallel on JAX), kill-and-resume on each backend, a checkpoint resumed on t
 tpuctl.runtime. Each training run is a subprocess with KERAS_BACKEND set: Keras fixes its backend at import."""
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -150,6 +151,40 @@ def _train_env(backend="tensorflow", **extra):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="", KERAS_BACKEND=backend, **extra)
     env.pop("TF_USE_LEGACY_KERAS", None)
     return env
+
+
+# One run of four steps (a checkpoint every two, deterministic, a learning rate that makes the loss fall in so few
+# steps) on each backend, made once for the suite (conftest.built_once) and read by several tests, which each ran
+# their own before: the uninterrupted run the SIGKILL resume repeats, the first phase a second phase starts from
+# (TensorFlow), the pretraining that is exported and fine-tuned, the JAX leg whose ckpt-2 TensorFlow resumes, and the
+# run that proves a JAX job leaves TensorFlow unimported (JAX: run under SEED_WITHOUT_TF, below). Its output sits at
+# DIR/runs/r1/output, as tpuctl's store holds a run's (TPUCTL_STORE=DIR, --init-from-run r1).
+REF_FLAGS = ["--seq-length", "64", "--max-predictions-per-seq", "10", "--batch-size", "4", "--steps", "4",
+             "--log-every", "2", "--checkpoint-every", "2", "--deterministic", "--learning-rate", "1e-2",
+             "--warmup-steps", "1"]
+
+
+def train_args(prepared) -> list[str]:
+    """train.py's flags for the reference run and the runs compared with it (the same programs: the suite's JAX
+    compilation cache serves the later ones), less --output."""
+    out, summary = prepared
+    return ["--data", f"{out}/part-*.tfrecord", "--vocab-size", str(summary["vocab_size"]), *REF_FLAGS]
+
+
+@pytest.fixture
+def reference(prepared, tmp_path_factory):
+    """backend -> (the reference run's DIR, its stdout) on that backend."""
+    def made(backend: str) -> tuple[Path, str]:
+        def build(root):
+            args = [*train_args(prepared), "--output", str(root / "runs" / "r1" / "output")]
+            cmd = [sys.executable, "-c", SEED_WITHOUT_TF, str(JOB), str(JOB.parent.parent), *args] \
+                if backend == "jax" else [sys.executable, str(JOB / "train.py"), *args]
+            r = subprocess.run(cmd, capture_output=True, text=True, env=_train_env(backend), timeout=600)
+            assert r.returncode == 0, r.stderr[-3000:]
+            (root / "stdout.txt").write_text(r.stdout)
+        root = built_once(tmp_path_factory, f"bert-reference-{backend}", build)
+        return root, (root / "stdout.txt").read_text()
+    return made
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -303,24 +338,18 @@ def test_the_encoder_stands_alone_is_initialised_as_bert_and_exports_load_back(t
 
 
 @pytest.mark.slow(60)
-def test_phase_two_at_a_longer_sequence_starts_from_phase_one(text, tmp_path):
+def test_phase_two_at_a_longer_sequence_starts_from_phase_one(prepared, reference, tmp_path):
+    """Phase 1 as tpuctl runs it (its outputs in the cluster's store: the shared TensorFlow reference run, at
+    sequence 64), phase 2 at 128 on the same text prepared with phase 1's vocabulary, naming that run."""
+    out, summary = prepared
+    store, _ = reference("tensorflow")
     long = tmp_path / "prep128"
-    summary = prepare.main(["--input", str(text), "--output", str(long), "--workers", "1", "--vocab-size", "2000",
-                            "--max-seq-length", "128", "--max-predictions-per-seq", "20"])
-    short = tmp_path / "prep64"
-    prepare.main(["--input", str(text), "--output", str(short), "--workers", "1", "--vocab", str(long / "vocab.txt"),
-                  "--max-seq-length", "64", "--max-predictions-per-seq", "10"])
-    common = [sys.executable, str(JOB / "train.py"), "--vocab-size", str(summary["vocab_size"]), "--batch-size", "4",
-              "--steps", "4", "--log-every", "2", "--checkpoint-every", "4"]
-    # phase 1 as tpuctl runs it (its outputs in the cluster's store), phase 2 naming that run
-    store = tmp_path / "store"
-    one = subprocess.run(common + ["--data", f"{short}/part-*.tfrecord", "--seq-length", "64",
-                                   "--max-predictions-per-seq", "10", "--output", str(store / "runs/r1/output")],
-                         capture_output=True, text=True, env=_train_env(), timeout=600)
-    assert one.returncode == 0, one.stderr[-3000:]
-    two = subprocess.run(common + ["--data", f"{long}/part-*.tfrecord", "--seq-length", "128",
-                                   "--max-predictions-per-seq", "20", "--output", str(tmp_path / "p2"),
-                                   "--init-from-run", "r1"],
+    prepare.main(["--input", str(out.parent / "c.txt"), "--output", str(long), "--workers", "1", "--vocab",
+                  str(out / "vocab.txt"), "--max-seq-length", "128", "--max-predictions-per-seq", "20"])
+    two = subprocess.run([sys.executable, str(JOB / "train.py"), "--vocab-size", str(summary["vocab_size"]),
+                          "--batch-size", "4", "--steps", "4", "--log-every", "2", "--checkpoint-every", "4",
+                          "--data", f"{long}/part-*.tfrecord", "--seq-length", "128", "--max-predictions-per-seq",
+                          "20", "--output", str(tmp_path / "p2"), "--init-from-run", "r1"],
                          capture_output=True, text=True, env=dict(_train_env(), TPUCTL_STORE=str(store)), timeout=600)
     assert two.returncode == 0, two.stderr[-3000:]
     assert "initialised from" in two.stdout and "ckpt-4" in two.stdout
@@ -349,20 +378,15 @@ runpy.run_path(script, run_name="__main__")
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.slow(70)
-def test_deterministic_resume_after_sigkill_repeats_the_uninterrupted_run(prepared, tmp_path, backend):
+def test_deterministic_resume_after_sigkill_repeats_the_uninterrupted_run(prepared, reference, tmp_path, backend):
     """Two steps on each side of the checkpoint a SIGKILLed run resumes from: its lines, to the printed digit, are
-    the uninterrupted run's."""
-    out, summary = prepared
-    args = [str(JOB / "train.py"), "--data", f"{out}/part-*.tfrecord", "--vocab-size",
-            str(summary["vocab_size"]), "--seq-length", "64", "--max-predictions-per-seq", "10", "--batch-size", "4",
-            "--steps", "4", "--log-every", "2", "--checkpoint-every", "2", "--deterministic"]
+    the uninterrupted run's (the shared reference run: the same flags)."""
+    args = [str(JOB / "train.py"), *train_args(prepared)]
     env = _train_env(backend)
 
     def line(stdout, step):
         return next(ln for ln in stdout.splitlines() if ln.startswith(f"step {step:6d}")).split("examples/s")[0]
-    whole = subprocess.run([sys.executable, *args, "--output", str(tmp_path / "whole")], capture_output=True,
-                           text=True, env=env, timeout=600)
-    assert whole.returncode == 0, whole.stderr[-3000:]
+    _, whole_stdout = reference(backend)
     # the same run, killed once its step-2 checkpoint is written (as a preemption would), then started again
     killed = subprocess.Popen([sys.executable, "-c", HOLD_AFTER, "ckpt-2.weights.h5", *args, "--output",
                                str(tmp_path / "cut")], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
@@ -379,8 +403,8 @@ def test_deterministic_resume_after_sigkill_repeats_the_uninterrupted_run(prepar
     again = subprocess.run([sys.executable, *args, "--output", str(tmp_path / "cut")], capture_output=True, text=True,
                            env=env, timeout=600)
     assert again.returncode == 0 and "resumed from step 2" in again.stdout, again.stderr[-3000:]
-    assert line(first, 2) == line(whole.stdout, 2)
-    assert line(again.stdout, 4) == line(whole.stdout, 4)      # every metric, to the printed digit
+    assert line(first, 2) == line(whole_stdout, 2)
+    assert line(again.stdout, 4) == line(whole_stdout, 4)      # every metric, to the printed digit
     # goodput's record (runtime.metrics_callback): two starts of training, the second from the restored step, the
     # first at or past it (its steps after the checkpoint were re-done), each with time spent inside its steps. The
     # metrics callback records a step before train.py's Saver checkpoints it, so a kill between the two leaves
@@ -417,39 +441,34 @@ print(untouched, "tensorflow" in sys.modules, all((a == b).all() for a, b in zip
 
 
 @pytest.mark.slow(30)
-def test_a_jax_run_imports_no_tensorflow_where_it_is_installed_and_seeds_as_keras_does(prepared, tmp_path):
+def test_a_jax_run_imports_no_tensorflow_where_it_is_installed_and_seeds_as_keras_does(reference):
     """On JAX, runtime.seed (train.py's) and the TensorBoard writer leave TensorFlow unimported though it is installed
     (about 5 s of start-up); runtime.seed gives the initial weights keras.utils.set_random_seed gives. Exact resume
-    with it: test_deterministic_resume_after_sigkill_repeats_the_uninterrupted_run[jax]."""
-    out, summary = prepared
-    args = ["--data", f"{out}/part-*.tfrecord", "--vocab-size", str(summary["vocab_size"]), "--preset", "tiny",
-            "--seq-length", "64", "--max-predictions-per-seq", "10", "--batch-size", "4", "--steps", "4",
-            "--log-every", "2", "--output", str(tmp_path / "out")]
-    r = subprocess.run([sys.executable, "-c", SEED_WITHOUT_TF, str(JOB), str(JOB.parent.parent), *args],
-                       capture_output=True, text=True, env=_train_env("jax"), timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert r.stdout.splitlines()[-1] == "True True True", r.stdout
-    assert list((tmp_path / "out" / "tensorboard").rglob("*tfevents*"))
+    with it: test_deterministic_resume_after_sigkill_repeats_the_uninterrupted_run[jax]. The run is the shared JAX
+    reference, made under SEED_WITHOUT_TF."""
+    root, stdout = reference("jax")
+    assert stdout.startswith("backend: jax") and stdout.splitlines()[-1] == "True True True", stdout
+    assert list((root / "runs" / "r1" / "output" / "tensorboard").rglob("*tfevents*"))
 
 
 @pytest.mark.slow(90)
-def test_a_checkpoint_resumes_on_the_other_backend(prepared, tmp_path):
+def test_a_checkpoint_resumes_on_the_other_backend(prepared, reference, tmp_path):
     """JAX to step 2, TensorFlow on to 4, JAX on to 6: each resumes the other's .weights.h5 (weights, optimizer
     state and step), and the loss keeps falling (a learning rate of 1e-2, as test_bert_multihost's, for a fall
-    in four steps)."""
-    out, summary = prepared
-    base = [sys.executable, str(JOB / "train.py"), "--data", f"{out}/part-*.tfrecord", "--vocab-size",
-            str(summary["vocab_size"]), "--seq-length", "64", "--max-predictions-per-seq", "10", "--batch-size", "4",
-            "--log-every", "2", "--checkpoint-every", "2", "--warmup-steps", "1", "--learning-rate", "1e-2",
-            "--output", str(tmp_path / "out")]
-    losses = []
-    for backend, steps in (("jax", 2), ("tensorflow", 4), ("jax", 6)):
+    in four steps). The first leg is the shared JAX reference run's: its ckpt-2, and its line at step 2."""
+    root, stdout = reference("jax")
+    assert stdout.startswith("backend: jax"), stdout
+    losses = [float(next(ln for ln in stdout.splitlines() if ln.startswith(f"step {2:6d}")).split()[3])]
+    (tmp_path / "out" / "checkpoints").mkdir(parents=True)
+    for saved in (root / "runs" / "r1" / "output" / "checkpoints").glob("ckpt-2.*"):   # its weights and state
+        shutil.copy(saved, tmp_path / "out" / "checkpoints")
+    base = [sys.executable, str(JOB / "train.py"), *train_args(prepared), "--output", str(tmp_path / "out")]
+    for backend, steps in (("tensorflow", 4), ("jax", 6)):
         r = subprocess.run(base + ["--steps", str(steps)], capture_output=True, text=True, env=_train_env(backend),
                            timeout=600)
         assert r.returncode == 0, r.stderr[-3000:]
         assert r.stdout.startswith(f"backend: {backend}"), r.stdout
-        if steps > 2:
-            assert f"resumed from step {steps - 2} " in r.stdout, r.stdout
+        assert f"resumed from step {steps - 2} " in r.stdout, r.stdout
         lines = [ln for ln in r.stdout.splitlines() if ln.startswith("step ")]
         assert [int(ln.split()[1]) for ln in lines] == [steps]
         losses.append(float(lines[0].split()[3]))
@@ -635,28 +654,29 @@ def test_the_same_weights_give_the_same_forward_pass_on_both_backends(tmp_path):
     assert float(seq_diff) < 1e-5 and float(pooled_diff) < 1e-5, r.stdout
 
 
-def test_pretraining_export_and_fine_tuning_compose(prepared, tmp_path):
-    """The pipeline a researcher uses: pretrain, export (its size and vocabulary read from the run's own output),
-    fine-tune from the exported encoder. Whether pretraining helps (0.1 of held-out accuracy on a few-shot task, 600
-    steps: ten minutes of a loaded suite) is bench/bench_finetune.py's to measure."""
-    out, summary = prepared
-    pre = subprocess.run([sys.executable, str(JOB / "train.py"), "--data", f"{out}/part-*.tfrecord", "--vocab-size",
-                          str(summary["vocab_size"]), "--seq-length", "64", "--max-predictions-per-seq", "10",
-                          "--steps", "2", "--batch-size", "4", "--log-every", "2", "--checkpoint-every", "2",
-                          "--output", str(tmp_path / "pre")],
-                         capture_output=True, text=True, env=_train_env("jax"), timeout=600)
-    assert pre.returncode == 0, pre.stderr[-3000:]
-    exp = subprocess.run([sys.executable, str(JOB / "export.py"), "--checkpoint", str(tmp_path / "pre" / "checkpoints"),
+def test_pretraining_export_and_fine_tuning_compose(prepared, reference, tmp_path):
+    """The pipeline a researcher uses: pretrain (the shared JAX reference run), export (its size and vocabulary read
+    from the run's own output), fine-tune from the exported encoder. Whether pretraining helps (0.1 of held-out
+    accuracy on a few-shot task, 600 steps: ten minutes of a loaded suite) is bench/bench_finetune.py's to measure."""
+    out, _ = prepared
+    root, _ = reference("jax")
+    pre = root / "runs" / "r1" / "output"
+    exp = subprocess.run([sys.executable, str(JOB / "export.py"), "--checkpoint", str(pre / "checkpoints"),
                           "--output", str(tmp_path / "export")],
                          capture_output=True, text=True, env=_train_env("jax"), timeout=600)
     assert exp.returncode == 0, exp.stderr[-3000:]
     vocab = tmp_path / "export" / "vocab.txt"
     assert vocab.read_bytes() == (out / "vocab.txt").read_bytes()
-    r = subprocess.run([sys.executable, str(JOB / "finetune.py"), "--vocab", str(vocab), "--encoder",
+    # finetune.py as its own script, then whether TensorFlow (installed here) was imported: on JAX it seeds as
+    # train.py does (runtime.seed), without Keras's set_random_seed and its TensorFlow import (about 5 s)
+    script = "import runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__'); " \
+             "print('tensorflow imported:', 'tensorflow' in sys.modules)"
+    r = subprocess.run([sys.executable, "-c", script, str(JOB / "finetune.py"), "--vocab", str(vocab), "--encoder",
                         str(tmp_path / "export" / "encoder.keras"), "--steps", "2", "--batch-size", "8",
                         "--examples", "16"], capture_output=True, text=True, env=_train_env("jax"), timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "finetune: pretrained encoder, 2 steps, 1 seed(s): held-out accuracy " in r.stdout, r.stdout
+    assert r.stdout.splitlines()[-1] == "tensorflow imported: False", r.stdout
 
 
 def test_a_second_phase_prepares_its_data_with_the_first_phases_vocabulary(tmp_path, monkeypatch):

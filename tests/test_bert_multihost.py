@@ -7,11 +7,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import signal
+import shutil
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -54,16 +53,6 @@ def text(target, *a, **k):
     note("write", ["text", target])
     return real_text(target, *a, **k)
 metrics_file.write_text = text
-hold = os.environ.get("TEST_HOLD_AFTER", "")   # a checkpoint's file name: the chief hangs once it has written it
-if hold and os.environ.get("TPUCTL_WORKER") == "0":
-    import time
-    copy = fileio.copy
-    def holding(src, dst):
-        copy(src, dst)
-        if dst.endswith("/" + hold):
-            note("held", hold)
-            time.sleep(3600)
-    fileio.copy = holding
 import train
 result = train.main(sys.argv[3:])
 note("result", {"step": result["step"], "loss": result.get("loss", [])})
@@ -115,7 +104,7 @@ def _wait(procs, logs: Path, tag: str) -> None:
 
 
 def _notes(logs: Path, name: str) -> dict:
-    out: dict = {"batch": {}, "write": [], "result": None, "held": False}
+    out: dict = {"batch": {}, "write": [], "result": None}
     path = logs / f"{name}.jsonl"
     for line in path.read_text().splitlines() if path.exists() else []:
         kind, value = json.loads(line)
@@ -125,8 +114,6 @@ def _notes(logs: Path, name: str) -> dict:
             out["write"].append(value)
         elif kind == "result":
             out["result"] = value
-        elif kind == "held":
-            out["held"] = True
     return out
 
 
@@ -138,8 +125,8 @@ def _weights(path: Path) -> list[np.ndarray]:
     return [v for _, v in sorted(found, key=lambda kv: kv[0])]
 
 
-@pytest.mark.slow(120)
-def test_two_jax_hosts_train_on_disjoint_data_one_writes_and_a_kill_resumes_step_exactly(prepared, tmp_path):
+@pytest.mark.slow(80)
+def test_two_jax_hosts_train_on_disjoint_data_one_writes_and_a_resume_repeats_the_run_to_the_bit(prepared, tmp_path):
     prep, summary = prepared
     logs = tmp_path / "logs"
     logs.mkdir()
@@ -161,18 +148,14 @@ def test_two_jax_hosts_train_on_disjoint_data_one_writes_and_a_kill_resumes_step
     assert sorted(p.name for p in (ref / "checkpoints").iterdir() if p.name.endswith(".h5")) == \
         [f"ckpt-{s}.weights.h5" for s in range(2, STEPS + 1, 2)]
 
-    # the same run killed (both hosts, as a preempted slice) once its step-2 checkpoint is written: the chief hangs
-    # there (DRIVER's TEST_HOLD_AFTER), the other host waits in the next step's collective; then run again
+    # the same run started again from its step-2 checkpoint (what a slice preempted after it finds: its files as the
+    # uninterrupted run wrote them, ckpt-2 the latest). A real kill of such a run's two JAX processes (one host's job
+    # SIGKILLed, the chief held after ckpt-2 and killed) and their resume from ckpt-2 with the first start's rows is
+    # test_bert_on_sim_hosts's; this one adds that the resumed weights are the uninterrupted run's to the bit
     run = tmp_path / "run"
-    procs = _start(prep, summary, run, logs, STEPS, "killed", TEST_HOLD_AFTER="ckpt-2.weights.h5")
-    deadline = time.time() + 600
-    while time.time() < deadline and not _notes(logs, "killed-0")["held"] and all(p.poll() is None for p in procs):
-        time.sleep(0.2)
-    for p in procs:
-        p.send_signal(signal.SIGKILL)
-        p.wait()
-    saved = sorted(int(p.name.split("-")[1].split(".")[0]) for p in (run / "checkpoints").glob("ckpt-*.weights.h5"))
-    assert saved == [2], (saved, (logs / "killed-0.out").read_text()[-3000:])
+    (run / "checkpoints").mkdir(parents=True)
+    for saved in (ref / "checkpoints").glob("ckpt-2.*"):   # its weights and state
+        shutil.copy(saved, run / "checkpoints")
     _wait(_start(prep, summary, run, logs, STEPS, "resumed"), logs, "resumed")
     for i in range(2):
         out = (logs / f"resumed-{i}.out").read_text()

@@ -98,10 +98,17 @@ def up_two_hosts(cloud, cli, monkeypatch, wheel_index):
     return sorted(_wait_agents(hosts, 2), key=lambda h: h.worker)
 
 
+def traces(host) -> list[Path]:
+    """TRACED's notes on `host`, beside the job's code in the agent's run directory (attempt.py: HOME/runs/RUN/wN/code):
+    looked for there, not by a glob of the whole host (`**`), which walked the job environment's installed packages,
+    thousands of files, at every poll (5 CPU-s of the test)."""
+    return list(host.root.glob("home/agent/runs/*/w*/code/trace.jsonl"))
+
+
 def starts(host) -> list[dict]:
     """What each start of the job on `host` read and wrote (TRACED's notes, split at each start): batch -> rows,
     the files written, whether it held."""
-    [trace] = list(host.root.glob("**/trace.jsonl"))
+    [trace] = traces(host)
     found: list[dict] = []
     for line in trace.read_text().splitlines():
         kind, value = json.loads(line)
@@ -141,7 +148,8 @@ def test_bert_across_a_two_host_mig_trains_once_and_a_job_killed_on_one_host_res
     two hosts, and the kill on a v4-16's (the TPU API). The round restart is the agent's, the same on every provider
     (test_rounds: a job's exit restarting every host of 2 slices x 2); the TPU API's multi-host slices boot their
     agents in test_simulated_hosts (a v4-16 under JAX, a four-host v3-32), and a MIG's hosts learn their worker ids
-    in test_gce_tpu."""
+    in test_gce_tpu. The kill of a two-process JAX run and its resume are this test's alone: test_bert_multihost
+    resumes its two processes from an uninterrupted run's ckpt-2 and compares the weights to that run's."""
     found = up_two_hosts(cloud, cli, monkeypatch, wheel_index)
     code, out, err = cli("submit", str(traced_job(tmp_path, hold_at="ckpt-2.weights.h5")), "-c", "bert",
                          "--max-restarts", "1", "--detach", "--", *ARGS)
@@ -149,7 +157,7 @@ def test_bert_across_a_two_host_mig_trains_once_and_a_job_killed_on_one_host_res
     run_id = out.split()[-1]
 
     def first_starts_ready():   # the chief held; each host's reader had made every batch of the run ahead of need
-        got = [starts(h) if list(h.root.glob("**/trace.jsonl")) else [] for h in found]
+        got = [starts(h) if traces(h) else [] for h in found]
         return all(got) and got[0][0]["held"] and all(set(range(STEPS)) <= set(s[0]["batch"]) for s in got)
     until(first_starts_ready, 600, lambda: cli("logs", run_id, "-c", "bert", "--all-hosts")[1][-5000:], every=0.5)
     [pid] = job_pids(found[1])

@@ -70,6 +70,20 @@ def batches(x: dict, y, size: int, seed: int):
             yield {k: v[idx] for k, v in x.items()}, y[idx]
 
 
+def seed_all(value: int) -> None:
+    """keras.utils.set_random_seed, less its TensorFlow import on JAX where TensorFlow is installed (a Colab or
+    Kaggle image; this machine's tests: about 5 s of start-up), as train.py seeds: tpuctl.runtime.seed where tpuctl
+    is importable (a host tpuctl runs the job on), Keras's own elsewhere. Each fine-tuning builds its classifier
+    afresh after it, so every initializer and dropout draws its seed from the seeded Python random."""
+    try:
+        from tpuctl import runtime
+    except ImportError:
+        import keras
+        keras.utils.set_random_seed(value)
+        return
+    runtime.seed(value)
+
+
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--encoder", help="encoder.keras from export.py")
@@ -106,7 +120,7 @@ def main(argv=None) -> dict:
     classes = max(max(train_y), max(test_y)) + 1
     runs = []
     for seed in range(a.seed, a.seed + a.repeats):   # fine-tuning on few examples varies with the seed: average
-        keras.utils.set_random_seed(seed)
+        seed_all(seed)
         encoder = keras.saving.load_model(a.encoder) if a.encoder else \
             bert.BertEncoder(bert.BertConfig.preset(a.preset, len(read_vocab(a.vocab))))
         net = classifier(encoder, classes, pooling=a.pooling)
