@@ -31,6 +31,10 @@ for step in range(start + 1, 17):
     print("step", step, flush=True)
 print("done", flush=True)
 """
+# COUNTER's tpuctl.toml on a TPU: a plain-Python job, run as a JAX job (the TPU image's own stack), so that no
+# session spends its time installing a TensorFlow the job never imports. That a TensorFlow job's every session
+# installs its TensorFlow is the issue check's (two sessions) and test_a_tensorflow_job_on_the_tpu_gets_a_...'s.
+ON_TPU = 'framework = "jax"\n'
 
 
 @pytest.fixture(scope="session")
@@ -389,7 +393,7 @@ def test_a_run_longer_than_a_session_chains_through_sessions_and_down_leaves_not
     status = json.loads(cli("status", "-c", "kg", "--json")[1])
     assert status["tpu_quota"].startswith("0s of 20h used this week") and status["machine_shape"] == "TpuV5E8"
     monkeypatch.setenv("TPUCTL_KAGGLE_SESSION_SECONDS", "1.2")   # the script stops the job, the next session goes on
-    job = make_job(tmp_path, COUNTER)
+    job = make_job(tmp_path, COUNTER, ON_TPU)
     code, out, err = cli("submit", str(job), "-c", "kg", "--chain", "30", "--keep-inputs")
     assert code == 0, out + err
     assert out.count("resuming at") >= 3 and "resuming at 0 on kaggle:TpuV5E8" in out
@@ -421,7 +425,7 @@ def test_a_run_longer_than_a_session_chains_through_sessions_and_down_leaves_not
 def test_a_detached_chain_is_moved_on_by_tpuctl_watch(kaggle, cli, tmp_path, monkeypatch):
     _up(cli, "--type", "v5e-8")
     monkeypatch.setenv("TPUCTL_KAGGLE_SESSION_SECONDS", "1.2")
-    code, out, err = cli("submit", str(make_job(tmp_path, COUNTER)), "-c", "kg", "--detach", "--chain", "30")
+    code, out, err = cli("submit", str(make_job(tmp_path, COUNTER, ON_TPU)), "-c", "kg", "--detach", "--chain", "30")
     assert code == 0, err
     code, _, err = cli("watch", "-c", "kg")          # nobody follows it: the watch pushes each next session
     assert code == 0 and "no unfinished run" in err, err
@@ -440,7 +444,7 @@ def test_a_watch_and_a_follower_of_one_chain_push_each_session_once_and_write_ea
     import sys
     _up(cli, "--type", "v5e-8")
     monkeypatch.setenv("TPUCTL_KAGGLE_SESSION_SECONDS", "1.2")
-    code, out, err = cli("submit", str(make_job(tmp_path, COUNTER)), "-c", "kg", "--detach", "--chain", "30")
+    code, out, err = cli("submit", str(make_job(tmp_path, COUNTER, ON_TPU)), "-c", "kg", "--detach", "--chain", "30")
     assert code == 0, err
     kaggle.latency = 0.1
     follower = subprocess.Popen([sys.executable, "-m", "tpuctl", "logs", "-c", "kg", "-f"], stdout=subprocess.PIPE,
