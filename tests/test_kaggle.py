@@ -31,9 +31,10 @@ for step in range(start + 1, 17):
     print("step", step, flush=True)
 print("done", flush=True)
 """
-# COUNTER's tpuctl.toml on a TPU: a plain-Python job, run as a JAX job (the TPU image's own stack), so that no
-# session spends its time installing a TensorFlow the job never imports. That a TensorFlow job's every session
-# installs its TensorFlow is the issue check's (two sessions) and test_a_tensorflow_job_on_the_tpu_gets_a_...'s.
+# The tpuctl.toml of a plain-Python job on a TPU (COUNTER, the sleepers): run as a JAX job (the TPU image's own
+# stack), so that no session spends its time installing a TensorFlow the job never imports. That a TensorFlow
+# job's every session installs its TensorFlow is the issue check's (two sessions) and
+# test_a_tensorflow_job_on_the_tpu_gets_a_tensorflow_that_drives_it's.
 ON_TPU = 'framework = "jax"\n'
 
 
@@ -206,7 +207,8 @@ def test_a_follower_stopped_with_ctrl_c_lets_go_of_the_run_at_once(kaggle, cli, 
 def test_the_quota_counts_running_sessions(kaggle, cli, tmp_path):
     """ApiAcceleratorQuota.time_reserved ("reserved by currently-running sessions") counts against what is left."""
     _up(cli, "--type", "v5e-8")
-    code, out, err = cli("submit", str(make_job(tmp_path, "import time\ntime.sleep(60)\n")), "-c", "kg", "--detach")
+    job = make_job(tmp_path, "import time\ntime.sleep(60)\n", ON_TPU)
+    code, out, err = cli("submit", str(job), "-c", "kg", "--detach")
     assert code == 0, err
     run_id = out.strip()
     time.sleep(2.5)
@@ -344,7 +346,7 @@ def test_a_cluster_taken_down_mid_chain_ends_its_run_and_comes_back_with_up(kagg
     """Issue 28 item 4 and issue 29's new user: after `down` during a session, the run ends with a reason (no exit
     3 from `jobs`, its time stops), and `up -c kg` (the hint tpuctl prints) brings the cluster back."""
     _up(cli, "--type", "v5e-8")
-    job = make_job(tmp_path, "import time\nprint('long', flush=True)\ntime.sleep(60)\n")
+    job = make_job(tmp_path, "import time\nprint('long', flush=True)\ntime.sleep(60)\n", ON_TPU)
     code, out, err = cli("submit", str(job), "-c", "kg", "--detach", "--chain", "3")
     assert code == 0, err
     run_id = out.strip()
@@ -366,7 +368,7 @@ def test_a_cluster_taken_down_mid_chain_ends_its_run_and_comes_back_with_up(kagg
     assert code == 0 and "not apply" not in err, err
     code, out, err = cli("up", "-c", "kg", "--provider", "kaggle", "--type", "v5e-8")
     assert code == 0, err
-    code, out, err = cli("submit", str(make_job(tmp_path, "print('back')\n", name="again")), "-c", "kg")
+    code, out, err = cli("submit", str(make_job(tmp_path, "print('back')\n", ON_TPU, name="again")), "-c", "kg")
     assert code == 0 and "back" in out, err
     _down(cli, kaggle)
 
@@ -891,7 +893,8 @@ def test_cancel_says_whether_kaggle_still_counts_the_session(kaggle, cli, tmp_pa
     `delete_stops_session`): cancel deletes the kernel, then reads the quota's time_reserved and says what it found."""
     _up(cli, "--type", "v5e-8")
     kaggle.delete_stops_session = stops
-    code, out, err = cli("submit", str(make_job(tmp_path, "import time\ntime.sleep(60)\n")), "-c", "kg", "--detach")
+    job = make_job(tmp_path, "import time\ntime.sleep(60)\n", ON_TPU)
+    code, out, err = cli("submit", str(job), "-c", "kg", "--detach")
     assert code == 0, err
     run_id = out.strip()
     until(lambda: any(s["status"] == "RUNNING" and time.monotonic() - s["started"] > 1.5
