@@ -31,6 +31,11 @@ for step in range(start + 1, 17):
     print("step", step, flush=True)
 print("done", flush=True)
 """
+# The tpuctl.toml of a plain-Python job on a TPU (COUNTER, the sleepers): run as a JAX job (the TPU image's own
+# stack), so that no session spends its time installing a TensorFlow the job never imports. That a TensorFlow
+# job's every session installs its TensorFlow is the issue check's (two sessions) and
+# test_a_tensorflow_job_on_the_tpu_gets_a_tensorflow_that_drives_it's.
+ON_TPU = 'framework = "jax"\n'
 
 
 @pytest.fixture(scope="session")
@@ -202,7 +207,8 @@ def test_a_follower_stopped_with_ctrl_c_lets_go_of_the_run_at_once(kaggle, cli, 
 def test_the_quota_counts_running_sessions(kaggle, cli, tmp_path):
     """ApiAcceleratorQuota.time_reserved ("reserved by currently-running sessions") counts against what is left."""
     _up(cli, "--type", "v5e-8")
-    code, out, err = cli("submit", str(make_job(tmp_path, "import time\ntime.sleep(60)\n")), "-c", "kg", "--detach")
+    job = make_job(tmp_path, "import time\ntime.sleep(60)\n", ON_TPU)
+    code, out, err = cli("submit", str(job), "-c", "kg", "--detach")
     assert code == 0, err
     run_id = out.strip()
     time.sleep(2.5)
@@ -340,7 +346,7 @@ def test_a_cluster_taken_down_mid_chain_ends_its_run_and_comes_back_with_up(kagg
     """Issue 28 item 4 and issue 29's new user: after `down` during a session, the run ends with a reason (no exit
     3 from `jobs`, its time stops), and `up -c kg` (the hint tpuctl prints) brings the cluster back."""
     _up(cli, "--type", "v5e-8")
-    job = make_job(tmp_path, "import time\nprint('long', flush=True)\ntime.sleep(60)\n")
+    job = make_job(tmp_path, "import time\nprint('long', flush=True)\ntime.sleep(60)\n", ON_TPU)
     code, out, err = cli("submit", str(job), "-c", "kg", "--detach", "--chain", "3")
     assert code == 0, err
     run_id = out.strip()
@@ -362,7 +368,7 @@ def test_a_cluster_taken_down_mid_chain_ends_its_run_and_comes_back_with_up(kagg
     assert code == 0 and "not apply" not in err, err
     code, out, err = cli("up", "-c", "kg", "--provider", "kaggle", "--type", "v5e-8")
     assert code == 0, err
-    code, out, err = cli("submit", str(make_job(tmp_path, "print('back')\n", name="again")), "-c", "kg")
+    code, out, err = cli("submit", str(make_job(tmp_path, "print('back')\n", ON_TPU, name="again")), "-c", "kg")
     assert code == 0 and "back" in out, err
     _down(cli, kaggle)
 
@@ -389,7 +395,7 @@ def test_a_run_longer_than_a_session_chains_through_sessions_and_down_leaves_not
     status = json.loads(cli("status", "-c", "kg", "--json")[1])
     assert status["tpu_quota"].startswith("0s of 20h used this week") and status["machine_shape"] == "TpuV5E8"
     monkeypatch.setenv("TPUCTL_KAGGLE_SESSION_SECONDS", "1.2")   # the script stops the job, the next session goes on
-    job = make_job(tmp_path, COUNTER)
+    job = make_job(tmp_path, COUNTER, ON_TPU)
     code, out, err = cli("submit", str(job), "-c", "kg", "--chain", "30", "--keep-inputs")
     assert code == 0, out + err
     assert out.count("resuming at") >= 3 and "resuming at 0 on kaggle:TpuV5E8" in out
@@ -421,7 +427,7 @@ def test_a_run_longer_than_a_session_chains_through_sessions_and_down_leaves_not
 def test_a_detached_chain_is_moved_on_by_tpuctl_watch(kaggle, cli, tmp_path, monkeypatch):
     _up(cli, "--type", "v5e-8")
     monkeypatch.setenv("TPUCTL_KAGGLE_SESSION_SECONDS", "1.2")
-    code, out, err = cli("submit", str(make_job(tmp_path, COUNTER)), "-c", "kg", "--detach", "--chain", "30")
+    code, out, err = cli("submit", str(make_job(tmp_path, COUNTER, ON_TPU)), "-c", "kg", "--detach", "--chain", "30")
     assert code == 0, err
     code, _, err = cli("watch", "-c", "kg")          # nobody follows it: the watch pushes each next session
     assert code == 0 and "no unfinished run" in err, err
@@ -440,7 +446,7 @@ def test_a_watch_and_a_follower_of_one_chain_push_each_session_once_and_write_ea
     import sys
     _up(cli, "--type", "v5e-8")
     monkeypatch.setenv("TPUCTL_KAGGLE_SESSION_SECONDS", "1.2")
-    code, out, err = cli("submit", str(make_job(tmp_path, COUNTER)), "-c", "kg", "--detach", "--chain", "30")
+    code, out, err = cli("submit", str(make_job(tmp_path, COUNTER, ON_TPU)), "-c", "kg", "--detach", "--chain", "30")
     assert code == 0, err
     kaggle.latency = 0.1
     follower = subprocess.Popen([sys.executable, "-m", "tpuctl", "logs", "-c", "kg", "-f"], stdout=subprocess.PIPE,
@@ -887,7 +893,8 @@ def test_cancel_says_whether_kaggle_still_counts_the_session(kaggle, cli, tmp_pa
     `delete_stops_session`): cancel deletes the kernel, then reads the quota's time_reserved and says what it found."""
     _up(cli, "--type", "v5e-8")
     kaggle.delete_stops_session = stops
-    code, out, err = cli("submit", str(make_job(tmp_path, "import time\ntime.sleep(60)\n")), "-c", "kg", "--detach")
+    job = make_job(tmp_path, "import time\ntime.sleep(60)\n", ON_TPU)
+    code, out, err = cli("submit", str(job), "-c", "kg", "--detach")
     assert code == 0, err
     run_id = out.strip()
     until(lambda: any(s["status"] == "RUNNING" and time.monotonic() - s["started"] > 1.5

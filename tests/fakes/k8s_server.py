@@ -315,7 +315,12 @@ class _Handler(QuietHandler):
     def _body(self) -> Any:
         n = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(n) if n else b""
-        return yaml.safe_load(raw) if raw else None   # JSON is YAML: apply bodies may be either
+        if not raw:
+            return None
+        try:   # the clients send JSON (kubernetes' ApiClient, kubectl apply's server-side patches)
+            return json.loads(raw)
+        except ValueError:   # JSON is YAML: an apply body may be either (libyaml's parser where PyYAML has it)
+            return yaml.load(raw, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 
     def do_GET(self) -> None:
         got = self._start("GET")

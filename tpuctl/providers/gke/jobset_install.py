@@ -53,7 +53,10 @@ _TAG = re.compile(r":v(\d+)\.(\d+)\.(\d+)(?:@.*)?$")
 @functools.lru_cache(maxsize=1)
 def release_objects() -> tuple[dict[str, Any], ...]:
     import yaml
-    return tuple(d for d in yaml.safe_load_all(RELEASE_FILE.read_text()) if d)
+    # libyaml's safe loader where PyYAML was built with it (the same documents, PyYAML's own loader is the fallback):
+    # the release's 0.8 MB parse in a tenth of the CPU, once per `up`
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return tuple(d for d in yaml.load_all(RELEASE_FILE.read_text(), Loader=loader) if d)
 
 
 def release_crd() -> dict[str, Any]:
