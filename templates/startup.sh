@@ -106,7 +106,8 @@ log "boot: cluster $CLUSTER, tpuctl $VERSION, host $HOST"
 # leaves no pip at all, so python3-venv comes from apt and the venv is made again with its own pip (Debian's
 # README.venv: a venv made with python3-venv holds a copy of pip).
 venv() { python3 -m venv --system-site-packages "$@@" "$VENV"; }
-has_pip() { "$PY" -m pip --version >/dev/null 2>&1; }
+# pip importable: `-m pip --version` would load pip's whole command line (a third of a CPU-second) at every boot
+has_pip() { "$PY" -c 'import pip' >/dev/null 2>&1; }
 apt_venv() {   # waits on the dpkg lock (unattended-upgrades takes it at boot) instead of failing on it
   apt-get -o DPkg::Lock::Timeout=600 update -qq \
     && DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq python3-venv

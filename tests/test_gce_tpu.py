@@ -143,7 +143,11 @@ def test_a_stockout_in_every_zone_is_one_line_and_leaves_nothing(cloud, cli, bot
 
 @pytest.mark.slow(25)
 def test_flex_start_mig_is_bulk_with_repairs_off_and_a_run_duration(cloud, cli, monkeypatch):
-    _hosts(cloud, monkeypatch)   # --max-duration: up waits for the hosts' word that they can end the compute
+    """Also the flex-start MIG's request bodies against compute_v1 (_check_bodies, as every other body in
+    test_every_request_body_has_only_fields_the_compute_api_has)."""
+    # --max-duration: up waits for the host's word that it can end the compute, which worker 0 alone gives
+    # (host/autostop.py): the other three VMs' guests need not boot
+    _hosts(cloud, monkeypatch).only = lambda resource, kind, worker: worker == 0
     code, out, err = cli("up", "--type", "v6e-16", "--api", "compute", "--flex-start", "--max-duration", "2h",
                          "--zone", "us-east5-a", "-c", "ir", "--yes")
     assert code == 0, err
@@ -160,6 +164,8 @@ def test_flex_start_mig_is_bulk_with_repairs_off_and_a_run_duration(cloud, cli, 
     assert m["instanceLifecyclePolicy"] == {"defaultActionOnFailure": "DO_NOTHING"}
     assert cloud.compute.policies[(PROJECT, "us-east5", "tpuctl-ir-wp")]["workloadPolicy"]["acceleratorTopology"] \
         == "4x4"
+    assert {a for a, _ in cloud.compute.bodies} >= {"tpl_insert", "rp_insert", "mig_insert"}
+    _check_bodies(cloud)
 
 
 @pytest.mark.parametrize("kind, reservation, model", [
@@ -210,10 +216,11 @@ def test_single_host_runs_a_jax_job_end_to_end(cloud, cli, tmp_path, monkeypatch
     assert cli("down", "-c", "ir", "--yes")[0] == 0
 
 
-@pytest.mark.parametrize("agent_worker_number", [False, True], ids=["tpu-env-only", "with-agent-worker-number"])
-def test_multi_host_workers_learn_their_ids_from_metadata(cloud, cli, tmp_path, monkeypatch, agent_worker_number):
+def test_multi_host_workers_learn_their_ids_from_metadata(cloud, cli, tmp_path, monkeypatch):
+    """Whether a Compute Engine TPU VM's metadata has agent-worker-number is not known (§5): worker 0's has it here,
+    worker 1's has tpu-env's TPU_WORKER_ID alone (were that not read, worker 1 would take itself for worker 0)."""
     hosts = _hosts(cloud, monkeypatch)
-    cloud.compute.agent_worker_number = agent_worker_number
+    cloud.compute.agent_worker_number = {0}
     code, out, err = cli("up", "--type", "tpu7x-16", "--zone", ZONE, "-c", "ir", "--yes")
     assert code == 0, err
     found = _wait_agents(hosts, 2)
@@ -253,6 +260,8 @@ def test_acting_as_the_vms_service_account_is_named_before_anything_is_made(clou
 
 @pytest.mark.parametrize("tpu, gone", [("tpu7x-8", "instance"), ("tpu7x-16", "mig")])
 def test_autostop_the_host_deletes_its_vm_or_mig_then_down_removes_the_rest(live_hosts, cloud, cli, tpu, gone):
+    # worker 0 alone reports, keeps the clock and deletes (host/autostop.py): the MIG's other VM need not boot
+    live_hosts.only = lambda resource, kind, worker: worker == 0
     code, out, err = cli("up", "--type", tpu, "--zone", ZONE, "-c", "ir", "--autostop", "3s", "--yes")
     assert code == 0, err
     assert "armed: enforced by the host" in err, err
@@ -378,19 +387,12 @@ def test_the_fake_refuses_a_tpu_boot_disk_without_a_listed_type(cloud, machine, 
     cloud.compute.templates.clear()
 
 
-@pytest.mark.slow(35)
-def test_every_request_body_has_only_fields_the_compute_api_has(cloud, cli, monkeypatch):
+def _check_bodies(cloud):
     """Each body tpuctl sent, read from the fake, against google-cloud-compute's compute_v1 messages (their JSON
-    names are the wire's: the discovery document's camelCase)."""
+    names are the wire's: the discovery document's camelCase); per family, the boot disk type (a URL on an instance,
+    the bare name in a template), reservation affinity and NIC type (issue 59: tpu/docs/storage-options-compute;
+    Google's flex-start example; gVNIC on TPU7x). Returns the actions seen."""
     from google.cloud import compute_v1
-    _hosts(cloud, monkeypatch)   # --max-duration: up waits for the hosts' word that they can end the compute
-    cloud.compute.add_reservation(PROJECT, ZONE, "r1", "dense")
-    for k, flags in enumerate([["--type", "tpu7x-8", "--spot"], ["--type", "tpu7x-16", "--reservation", "r1"],
-                               ["--type", "v6e-16", "--api", "compute", "--flex-start", "--max-duration", "1h"],
-                               ["--type", "v6e-8", "--api", "compute", "--slices", "2"]]):
-        zone = ZONE if "tpu7x" in flags[1] else "us-east5-a"
-        code, out, err = cli("up", *flags, "--zone", zone, "-c", f"f{k}", "--yes")
-        assert code == 0, err
     seen = set()
     for action, body in cloud.compute.bodies:
         if action not in BODY_TYPES:
@@ -398,9 +400,6 @@ def test_every_request_body_has_only_fields_the_compute_api_has(cloud, cli, monk
         seen.add(action)
         message = getattr(compute_v1, BODY_TYPES[action]).pb().DESCRIPTOR
         assert _unknown_fields(body, message) == [], (action, body)
-    assert seen >= {"insert", "tpl_insert", "rp_insert", "mig_insert"}
-    # per family: the boot disk type (a URL on an instance, the bare name in a template), reservation affinity and
-    # NIC type (issue 59: tpu/docs/storage-options-compute; Google's flex-start example; gVNIC on TPU7x)
     want_disk = {"tpu7x": "hyperdisk-balanced", "ct6e": "hyperdisk-balanced", "ct5p": "pd-balanced"}
     for action, body in cloud.compute.bodies:
         props = body.get("properties", body) if action in ("insert", "tpl_insert") else None
@@ -414,6 +413,21 @@ def test_every_request_body_has_only_fields_the_compute_api_has(cloud, cli, monk
         assert affinity == {"FLEX_START": "NO_RESERVATION", "RESERVATION_BOUND": "SPECIFIC_RESERVATION"}.get(model), \
             (model, affinity)
         assert (props["networkInterfaces"][0].get("nicType") == "GVNIC") is (series == "tpu7x")
+    return seen
+
+
+def test_every_request_body_has_only_fields_the_compute_api_has(cloud, cli):
+    """_check_bodies on a spot VM, a reservation-bound MIG and a Multislice of MIGs; the flex-start MIG's bodies are
+    checked so in test_flex_start_mig_is_bulk_with_repairs_off_and_a_run_duration, whose `up` (--max-duration)
+    needs a host's word and so a booted guest, which none of these does."""
+    from google.cloud import compute_v1
+    cloud.compute.add_reservation(PROJECT, ZONE, "r1", "dense")
+    for k, flags in enumerate([["--type", "tpu7x-8", "--spot"], ["--type", "tpu7x-16", "--reservation", "r1"],
+                               ["--type", "v6e-8", "--api", "compute", "--slices", "2"]]):
+        zone = ZONE if "tpu7x" in flags[1] else "us-east5-a"
+        code, out, err = cli("up", *flags, "--zone", zone, "-c", f"f{k}", "--yes")
+        assert code == 0, err
+    assert _check_bodies(cloud) >= {"insert", "tpl_insert", "rp_insert", "mig_insert"}
     assert _unknown_fields({"machineType": "x", "acceleratorType": "y"}, compute_v1.Instance.pb().DESCRIPTOR) \
         == ["acceleratorType"]   # the check itself finds a field the API does not have
 

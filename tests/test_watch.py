@@ -456,6 +456,7 @@ def test_a_watcher_vm_brings_back_a_preempted_tpu_and_down_removes_it(cloud, liv
     preempted TPU with nobody at the keyboard; `ls` and `status` show it; `down` removes it with the rest."""
     live_hosts.env.update(TPU_EMULATOR_HOST=os.environ["TPU_EMULATOR_HOST"], TPUCTL_WATCH_POLL="0.2",
                           TPUCTL_LEASE_SECONDS="2", TPUCTL_RECOVER_BACKOFF="0.05")
+    live_hosts.only = lambda resource, kind, worker: kind == "node-vm"   # the watcher's VM; no run: no TPU host
     code, out, err = cli("up", "--type", "v3-8", "--zone", ZONE, "-c", "w", "--runtime",
                          "tpu-vm-tf-2.18.0-pjrt-v5p-and-below", "--recover", "--watcher", "vm",
                          "--network", "mynet", "--subnetwork", "mysub")

@@ -9,7 +9,7 @@ Knobs a test sets (all reset by the `cloud` fixture through reset_tpu()):
   http_error_fields   whether a failed operation carries httpErrorStatusCode/httpErrorMessage (§9: the client raises
                       only with both; which Google sends for each failure is not documented: tests run both ways)
   agent_worker_number whether a TPU VM's metadata has `agent-worker-number` (UNVERIFIED on Compute Engine, §5: the
-                      hosts boot either way)
+                      hosts boot either way); a set of worker ids: those workers' VMs only (both shapes in one slice)
   on_preempt          what a MIG does when one VM of a slice is preempted (UNVERIFIED, §3): "repair" (the default
                       REPAIR action recreates it) or "nothing" (it stays TERMINATED)
   flex_wait           seconds a flex-start request waits for capacity before its VMs are made
@@ -180,7 +180,12 @@ class TpuCompute:
         self.hosts.boot(f"{project}/{zone}/{name}", items.get("startup-script", ""), 1, sa, "",
                         kind="gce-tpu", image="ubuntu-accel", tpu_env={"TPU_WORKER_ID": worker},
                         attributes=attributes, first_worker=worker, hostname=name,
-                        agent_worker_number=self.agent_worker_number)
+                        agent_worker_number=self.has_worker_number(worker))
+
+    def has_worker_number(self, worker: int) -> bool:
+        """Whether worker `worker`'s VM metadata has `agent-worker-number` (the knob, above)."""
+        knob = self.agent_worker_number
+        return worker in knob if isinstance(knob, set) else bool(knob)
 
     # -- reservations (read only: tests make them) -------------------------------------------------------------------
     def add_reservation(self, project, zone, name, kind="default"):
@@ -444,7 +449,7 @@ class TpuCompute:
             # server serves as instance/attributes/ (compute/docs/metadata/overview: custom metadata)
             google = [{"key": "tpu-env", "value": f"TPU_WORKER_ID: '{worker}'\nTOPOLOGY: 'unused'"},
                       {"key": "worker-network-endpoints", "value": ",".join(peers)}]
-            if self.agent_worker_number:
+            if self.has_worker_number(worker):
                 google.append({"key": "agent-worker-number", "value": str(worker)})
             self.instances[(project, zone, mi["name"])] = dict(
                 props, name=mi["name"], zone=zone, status="RUNNING", id=str(next(self._ids)),

@@ -43,6 +43,7 @@ import sysconfig
 import time
 import uuid
 from pathlib import Path
+from typing import Callable
 
 from fakes.procs import kill_marked
 from fakes.wire import QuietHandler, serve
@@ -280,6 +281,10 @@ class SimulatedHosts:
         self.hosts: dict[str, list[Host]] = {}
         self.env: dict[str, str] = {}        # extra environment for every host (short waits in tests)
         self.enabled = False
+        # Where a test needs some guests only (worker 0's word that it may end the compute, say): only(resource,
+        # kind, worker) says which boot. The APIs still have every node and VM; the others' guests are not simulated
+        # (each boot costs seconds of CPU: pip, and ensurepip on an image without pip). None: every one.
+        self.only: Callable[[str, str, int], bool] | None = None
         self.boots: dict[str, int] = {}      # resource short name -> times booted
 
     def boot(self, resource: str, script: str, workers: int, service_account: str, accelerator: str,
@@ -296,6 +301,8 @@ class SimulatedHosts:
         disk = short if self.boots[short] == 1 else f"{short}.{self.boots[short]}"
         hosts = []
         for w in range(workers):
+            if self.only is not None and not self.only(resource, kind, first_worker + w):
+                continue
             name = f"t1v-n-{abs(hash(resource)) % 10**8:08d}-w-{w}" if kind == "tpu-vm" else hostname or short
             hosts.append(Host(self.root / disk / f"w{w}", name, first_worker + w, script, service_account,
                               accelerator, self.gcs, self.env, image, kind=kind, tpu_env=tpu_env,
