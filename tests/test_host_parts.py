@@ -268,31 +268,3 @@ def test_supervisor_ends_a_cancelled_job(store, tmp_path, monkeypatch):
     rc, cancelled, _, busy, _ = _supervise(store, tmp_path, "sleep 30 & wait")
     assert cancelled and rc == 128 + 15 and busy and time.monotonic() - started < 10
 
-
-def test_supervisor_scans_the_jobs_processes_only_when_the_doctor_asks(store, tmp_path, monkeypatch):
-    """The stall check runs every pass of the supervisor's loop (ten a second) and looks every few seconds; the
-    job's processes (a scan of /proc that reads every process's open files) are for a stall's stacks, so they are
-    found only when the doctor calls for them: a second of a job costs no scan (it was one a pass, some 4 ms of CPU
-    each on a machine of a hundred processes), and a stall's dump gets them."""
-    monkeypatch.setenv("TPUCTL_DRAIN_SECONDS", "0")
-    scans: list[int] = []
-    real = jobprocs.JobProcesses.processes
-    monkeypatch.setattr(jobprocs.JobProcesses, "processes", lambda self: scans.append(1) or real(self))
-
-    class Doctor:   # the supervisor's side of doctor.Doctor: a look every pass, the job's processes on a stall
-        stalled = None
-        looks: list = []
-        dumped: list = []
-
-        def check(self, pids, output, restarts):
-            self.looks.append(len(scans))   # the scans made so far, as this look begins
-            if len(self.looks) == 5:
-                self.dumped.append(pids())
-            return None
-    doctor = Doctor()
-    watch = Watch("r1", threading.Event(), Halts(store, "r1", threading.Event(), _not_failed, lambda: ""),
-                  lambda pid: None, lambda: None, lambda running: None, _not_failed)
-    proc = jobprocs.start("sleep 1.5", tmp_path, {"PATH": "/usr/bin:/bin"})
-    assert Supervisor(watch, proc, LogShipper(store, "r1", 0), doctor=doctor).run() == (0, False)
-    assert len(doctor.looks) >= 10 and doctor.looks == [0] * 5 + [1] * (len(doctor.looks) - 5), doctor.looks
-    assert doctor.dumped == [[proc.pid, proc.pid]]             # the main process, and its session's (the same)

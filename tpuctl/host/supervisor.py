@@ -179,9 +179,7 @@ class Supervisor:
     def _check_stall(self, now: float) -> None:
         doctor = self.doctor
         assert doctor is not None
-        # the job's processes only when a stall is seen (for its stacks): a scan of /proc, every process's open files
-        # read, and this runs every pass of the loop (ten a second) while doctor.check looks every few seconds
-        seen = self._guarded(lambda: doctor.check(self._pids, self.shipper.received, self.restarts()), "stall")
+        seen = self._guarded(lambda: doctor.check(self._pids(), self.shipper.received, self.restarts()), "stall")
         if seen is None and doctor.stalled is not None and doctor.stalled.action == "notify" and \
                 now - self.last_cancel_check < 0.1:   # once a cancel check (a second), not every pass
             idle = self.at.idle_limit() or ("submit --down: a stalled run counts as ended" if doctor.job.down_after
