@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 from ...core import knobs
 from ...core.errors import ErrorKind, TpuctlError
-from . import kube, schema
+from . import kube, manifest, schema
 
 # JobSet's webhooks (the release's mjobset.kb.io, vjobset.kb.io, mpod.kb.io, vpod.kb.io) are `failurePolicy: Fail`
 # and serve only once the controller's certificate rotator is ready (v0.10.1 main.go: the controllers and webhooks
@@ -52,11 +52,7 @@ _TAG = re.compile(r":v(\d+)\.(\d+)\.(\d+)(?:@.*)?$")
 
 @functools.lru_cache(maxsize=1)
 def release_objects() -> tuple[dict[str, Any], ...]:
-    import yaml
-    # libyaml's safe loader where PyYAML was built with it (the same documents, PyYAML's own loader is the fallback):
-    # the release's 0.8 MB parse in a tenth of the CPU, once per `up`
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    return tuple(d for d in yaml.load_all(RELEASE_FILE.read_text(), Loader=loader) if d)
+    return manifest.load_all(RELEASE_FILE)
 
 
 def release_crd() -> dict[str, Any]:

@@ -67,11 +67,7 @@ _PLURALS = {"APIService": ("apiservices", False)}
 
 @functools.lru_cache(maxsize=1)
 def release_objects() -> tuple[dict[str, Any], ...]:
-    import yaml
-    # libyaml's safe loader where PyYAML was built with it (the same documents, PyYAML's own loader is the fallback):
-    # the release's 1.7 MB parse in a tenth of the CPU, once per `up`
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    return tuple(d for d in yaml.load_all(RELEASE_FILE.read_text(), Loader=loader) if d)
+    return manifest.load_all(RELEASE_FILE)
 
 
 def _path(obj: dict[str, Any]) -> str:

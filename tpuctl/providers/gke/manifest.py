@@ -13,6 +13,7 @@ so logs, metrics, outputs and restarts go through the store as on a TPU VM.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 from ...core import layout
@@ -301,3 +302,12 @@ def dump(objects: list[dict[str, Any]]) -> str:
     """YAML, one document per object, keys in the order built (kubectl's order is not required)."""
     import yaml
     return "---\n".join(yaml.safe_dump(o, sort_keys=False, default_flow_style=False) for o in objects)
+
+
+def load_all(path: Path) -> tuple[dict[str, Any], ...]:
+    """The non-empty YAML documents of a shipped release file (JobSet's, Kueue's), with libyaml's safe loader where
+    PyYAML was built with it (the same documents; PyYAML's own loader is the fallback): a 1.7 MB release parses in a
+    tenth of the CPU, once per `up`."""
+    import yaml
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return tuple(d for d in yaml.load_all(path.read_text(), Loader=loader) if d)
