@@ -311,11 +311,11 @@ def test_cloud_flags_are_refused_for_the_local_provider(env, cli):
 
 def test_without_proc_the_agents_command_line_comes_from_a_bounded_ps(tmp_path, monkeypatch):
     """macOS has no /proc: the local provider asks `ps` for the agent's command line, and a ps that never answers
-    (a wedged process table) gives up within its bound (5 s; nvidiasmi.run_bounded) instead of hanging
+    (a wedged process table) gives up within its bound (5 s; core/bounded.run_bounded) instead of hanging
     `status`, `down` and the revive every command runs first."""
     import builtins
     import os as os_
-    from tpuctl.core import nvidiasmi
+    from tpuctl.core import bounded as bounded_mod
     from tpuctl.providers import local
     real_open = builtins.open
 
@@ -331,8 +331,8 @@ def test_without_proc_the_agents_command_line_comes_from_a_bounded_ps(tmp_path, 
     (bin_ / "ps").write_text("#!/bin/sh\nsleep 60\n")
     (bin_ / "ps").chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_}:{os_.environ['PATH']}")
-    bounded = nvidiasmi.run_bounded
-    monkeypatch.setattr(nvidiasmi, "run_bounded", lambda cmd, within, **kw: bounded(cmd, min(within, 0.5), **kw))
+    bounded = bounded_mod.run_bounded
+    monkeypatch.setattr(bounded_mod, "run_bounded", lambda cmd, within, **kw: bounded(cmd, min(within, 0.5), **kw))
     started = time.monotonic()
     assert local._cmdline(os_.getpid()) == ""
     assert time.monotonic() - started < 10

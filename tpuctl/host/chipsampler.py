@@ -25,7 +25,7 @@ import time
 from types import ModuleType
 from typing import Any, Callable, Iterator
 
-from ..core import jobfiles, knobs, layout, nvidiasmi, utilisation
+from ..core import bounded, jobfiles, knobs, layout, nvidiasmi, utilisation
 from ..core.delivery import agent_home
 from ..core.store import BlobStore
 
@@ -117,7 +117,7 @@ MAX_GPUS = 64   # a host's GPUs shown at most: a longer answer is cut here, not 
 def _nvidia_smi() -> tuple[str, list[dict[str, float]]]:
     try:   # bounded for real: the group killed at its deadline, what is read capped (core/nvidiasmi.py)
         ran = nvidiasmi.run(_SMI)
-    except nvidiasmi.Overran as e:
+    except bounded.Overran as e:
         raise Unavailable(str(e)) from None
     if ran.code not in (0, None):   # None: stopped once its answer passed the cap, which the lines below cut anyway
         raise Unavailable(f"nvidia-smi exited {ran.code}: {ran.err.strip()[:200]}")

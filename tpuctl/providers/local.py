@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..core import layout, locks, nvidiasmi, runs, state
+from ..core import bounded, layout, locks, nvidiasmi, runs, state
 from ..core.errors import ErrorKind, TpuctlError, bad_input
 from ..core.models import ClusterSpec, ClusterState, HostFacts, Phase, ProviderName, cluster_record
 from ..core.processes import running
@@ -38,7 +38,7 @@ def accelerator() -> tuple[str, str]:
         ran = nvidiasmi.run(["-L"])
     except FileNotFoundError:
         return "cpu", ""
-    except (OSError, nvidiasmi.Overran) as e:
+    except (OSError, bounded.Overran) as e:
         return "cpu", f"n/a ({e})"
     n = sum(1 for line in ran.out.splitlines() if line.startswith("GPU "))
     if n:
@@ -55,9 +55,9 @@ def _cmdline(pid: int) -> str:
     except OSError:
         pass
     try:  # no /proc (macOS); bounded: a wedged ps must not hang status, down or the revive beside every command
-        ran = nvidiasmi.run_bounded(["ps", "-o", "command=", "-p", str(pid)], within=5)
+        ran = bounded.run_bounded(["ps", "-o", "command=", "-p", str(pid)], within=5)
         return ran.out if ran.code == 0 else ""
-    except (OSError, nvidiasmi.Overran):
+    except (OSError, bounded.Overran):
         return ""
 
 
