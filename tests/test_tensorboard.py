@@ -18,22 +18,15 @@ RUN = "20261122-120000-abcd"
 
 
 def _events(directory, steps, start=0):
-    """An event file as TensorFlow writes it, named and framed as TensorBoard's EventFileWriter makes one (its
-    file_version event first, then each step's scalar), through TensorBoard's RecordWriter: the EventFileWriter
-    itself opens the file through tf.io.gfile, which imports TensorFlow (seconds of CPU) where it is installed."""
-    import socket
+    """Event files as TensorFlow writes them (TensorBoard's own writer: no TF needed)."""
     from tensorboard.compat.proto import event_pb2, summary_pb2
-    from tensorboard.summary.writer.record_writer import RecordWriter
-    os.makedirs(directory, exist_ok=True)
-    name = f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}.0"
-    with open(os.path.join(directory, name), "wb") as f:
-        w = RecordWriter(f)
-        w.write(event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2").SerializeToString())
-        for step in range(start, start + steps):
-            w.write(event_pb2.Event(wall_time=time.time(), step=step, summary=summary_pb2.Summary(
-                value=[summary_pb2.Summary.Value(tag="epoch_loss", simple_value=8.0 - step / 10)]))
-                    .SerializeToString())
-    return str(directory)
+    from tensorboard.summary.writer.event_file_writer import EventFileWriter
+    w = EventFileWriter(str(directory))
+    for step in range(start, start + steps):
+        w.add_event(event_pb2.Event(wall_time=time.time(), step=step, summary=summary_pb2.Summary(
+            value=[summary_pb2.Summary.Value(tag="epoch_loss", simple_value=8.0 - step / 10)])))
+    w.close()
+    return w.get_logdir()
 
 
 def _job_json(run_id=RUN):
