@@ -268,3 +268,68 @@ def test_supervisor_ends_a_cancelled_job(store, tmp_path, monkeypatch):
     rc, cancelled, _, busy, _ = _supervise(store, tmp_path, "sleep 30 & wait")
     assert cancelled and rc == 128 + 15 and busy and time.monotonic() - started < 10
 
+
+def test_supervisor_scans_the_jobs_processes_only_when_the_doctor_asks(store, tmp_path, monkeypatch):
+    """The stall check runs every pass of the supervisor's loop (ten a second) and looks every few seconds; the
+    job's processes (a scan of /proc that reads every process's open files) are for a stall's stacks, so they are
+    found only when the doctor calls for them: a second of a job costs no scan (it was one a pass, some 4 ms of CPU
+    each on a machine of a hundred processes), and a stall's dump gets them."""
+    monkeypatch.setenv("TPUCTL_DRAIN_SECONDS", "0")
+    scans: list[int] = []
+    real = jobprocs.JobProcesses.processes
+    monkeypatch.setattr(jobprocs.JobProcesses, "processes", lambda self: scans.append(1) or real(self))
+
+    class Doctor:   # the supervisor's side of doctor.Doctor: a look every pass, the job's processes on a stall
+        stalled = None
+        looks: list = []
+        dumped: list = []
+
+        def check(self, pids, output, restarts):
+            self.looks.append(len(scans))   # the scans made so far, as this look begins
+            if len(self.looks) == 5:
+                self.dumped.append(pids())
+            return None
+    doctor = Doctor()
+    watch = Watch("r1", threading.Event(), Halts(store, "r1", threading.Event(), _not_failed, lambda: ""),
+                  lambda pid: None, lambda: None, lambda running: None, _not_failed)
+    proc = jobprocs.start("sleep 1.5", tmp_path, {"PATH": "/usr/bin:/bin"})
+    assert Supervisor(watch, proc, LogShipper(store, "r1", 0), doctor=doctor).run() == (0, False)
+    assert len(doctor.looks) >= 10 and doctor.looks == [0] * 5 + [1] * (len(doctor.looks) - 5), doctor.looks
+    assert doctor.dumped == [[proc.pid, proc.pid]]             # the main process, and its session's (the same)
+
+
+class _ReapedLate:
+    """The job's process as Popen shows it, reaped late: a process's pipe closes as it exits, before its parent can
+    reap it, so the pump can see the end of the output while a poll still finds the process running (here: every
+    poll until the pump has ended, and the first one after)."""
+
+    def __init__(self, proc):
+        self.proc, self.pump, self.shown = proc, None, False
+
+    def __getattr__(self, name):
+        return getattr(self.proc, name)
+
+    def poll(self):
+        rc = self.proc.poll()
+        if rc is None or self.shown:
+            return rc
+        if not self.pump.is_alive():
+            self.shown = True
+        return None
+
+
+def test_a_drills_answer_says_when_the_job_ended_though_the_pump_saw_it_first(store, tmp_path, monkeypatch):
+    """`tpuctl drill -c` waits for the answer's `ended`: the job's end seen only by the loop's own poll still counts
+    (it was lost: the drill said `not reached: the run ended before its agent delivered the signal` while the run
+    restarted, as soon as the supervisor's passes got faster)."""
+    monkeypatch.setenv("TPUCTL_DRAIN_SECONDS", "0")
+    store.write(layout.run_drill("r1", 0), json.dumps({"signal": "term", "grace": 5}).encode())
+    stop = threading.Event()
+    watch = Watch("r1", stop, Halts(store, "r1", stop, _not_failed, lambda: ""), lambda pid: None, lambda: None,
+                  lambda running: None, _not_failed)
+    proc = _ReapedLate(jobprocs.start("sleep 30", tmp_path, {"PATH": "/usr/bin:/bin"}))
+    supervisor = Supervisor(watch, proc, LogShipper(store, "r1", 0))
+    proc.pump = supervisor.pump
+    assert supervisor.run() == (128 + 15, False) and proc.shown
+    done = json.loads(store.read(layout.run_drill_done("r1", 0)))
+    assert done["signal"] == "SIGTERM" and done["signalled"] <= done["ended"] <= time.time(), done

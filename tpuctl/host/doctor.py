@@ -14,6 +14,7 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from ..core import knobs, layout, metrics, notify, runs, utilisation
 from ..core.runs import RunSpec
@@ -64,8 +65,10 @@ class Doctor:
         w = self.watch.window() if self.watch else 60.0
         return knobs.number("TPUCTL_STALL_POLL", min(runs.heartbeat_seconds(), w / 4))
 
-    def check(self, pids: list[int], output: int, restarts: int) -> Stall | None:
-        """A new stall seen now (after its stacks, record and event), else None; `restarts`: spent so far."""
+    def check(self, pids: Callable[[], list[int]], output: int, restarts: int) -> Stall | None:
+        """A new stall seen now (after its stacks, record and event), else None; `restarts`: spent so far; `pids`:
+        the job's processes, asked for only when a stall is seen (the supervisor's scan of /proc costs CPU, and
+        this is called every pass of its loop)."""
         watch, now = self.watch, time.time()
         if watch is None or now < self.next_look or self.job.stall_after < 0:   # --stall-after off
             return None
@@ -88,7 +91,7 @@ class Doctor:
             action = "stop"
         since = watch.last_progress
         self.stalled = Stall(f"{watch.said()}; {self.duty()}", since, action)
-        self.dump(pids, self.stalled.why)
+        self.dump(pids(), self.stalled.why)
         self.record(self.stalled, restarts, self.outputs.alone(since, every))
         return self.stalled
 

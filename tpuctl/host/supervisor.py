@@ -86,6 +86,9 @@ class Supervisor:
         while self.pump.is_alive() or self.proc.poll() is None:
             self.pump.join(0.1)
             self._step(time.monotonic())
+        # The job's end seen by the loop's own poll, not a pass's: its pipe closes as it exits, so the pump can end
+        # before the process is reaped, a pass polls it still running, and the loop's poll then finds it ended
+        self._main_ended(time.monotonic())
         self.stdout.close()
         if self.left and self.left != [-1]:
             self.shipper.note(f"the job's main process ended; {len(self.left)} process(es) it left running still "
@@ -112,10 +115,8 @@ class Supervisor:
         if self.doctor is not None and not (self.cancelled or self.stopping or self.superseded or self.stalled) \
                 and self.main_ended is None:
             self._check_stall(now)   # at the doctor's own pace (doctor.poll): a window may be seconds in a test
-        if self.main_ended is None and self.proc.poll() is not None:
-            self.main_ended = now
-            if self.drilled is not None:
-                self.drilled["ended"] = time.time()
+        if self.proc.poll() is not None:
+            self._main_ended(now)
         if self.main_ended is not None and not self.left and now - self.main_ended >= self.drain:
             self.left = self.procs.processes() or [-1]
             self.procs.signal(signal.SIGTERM)
@@ -131,6 +132,13 @@ class Supervisor:
             self.last_beat = now
             self.at.running(self.proc.pid)
             self.at.agent_beat(self.at.run_id)
+
+    def _main_ended(self, now: float) -> None:
+        """The job's main process is seen ended (once): a drill's answer says when (its "ended")."""
+        if self.main_ended is None:
+            self.main_ended = now
+            if self.drilled is not None:
+                self.drilled["ended"] = time.time()
 
     def _check_cancel(self, now: float) -> None:
         """A cancel written by `tpuctl cancel`, or the hard deadline, which ends the run like a cancel and then the
@@ -179,7 +187,9 @@ class Supervisor:
     def _check_stall(self, now: float) -> None:
         doctor = self.doctor
         assert doctor is not None
-        seen = self._guarded(lambda: doctor.check(self._pids(), self.shipper.received, self.restarts()), "stall")
+        # the job's processes only when a stall is seen (for its stacks): a scan of /proc, every process's open files
+        # read, and this runs every pass of the loop (ten a second) while doctor.check looks every few seconds
+        seen = self._guarded(lambda: doctor.check(self._pids, self.shipper.received, self.restarts()), "stall")
         if seen is None and doctor.stalled is not None and doctor.stalled.action == "notify" and \
                 now - self.last_cancel_check < 0.1:   # once a cancel check (a second), not every pass
             idle = self.at.idle_limit() or ("submit --down: a stalled run counts as ended" if doctor.job.down_after
