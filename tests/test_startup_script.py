@@ -2,7 +2,9 @@
 lands in the store, and a second boot (a reboot, or the script run again) keeps what is in place."""
 from conftest import PROJECT, until
 
-from fakes.tpu_host import Host
+import subprocess
+
+from fakes.tpu_host import Host, python3
 from tpuctl.providers import agent_package
 from tpuctl.core.models import OBJECT_ROLES
 from tpuctl.providers.google.gcs_store import STORAGE
@@ -103,6 +105,30 @@ def test_a_debian_image_without_pip_gets_python3_venv_from_apt(cloud, tmp_path):
         again.metadata.stop()
     finally:
         host.stop()
+
+
+def test_the_images_venv_with_pip_is_made_once_and_each_copy_is_its_own(tmp_path):
+    """The simulated image's `python3 -m venv --clear DIR` copies a venv made once (ensurepip's seconds of CPU at
+    every boot): each copy must be the venv python would make there, its pip its own."""
+    (tmp_path / "var/lib/dpkg/info").mkdir(parents=True)
+    (tmp_path / "var/lib/dpkg/info/python3-venv.list").touch()
+    shim = tmp_path / "python3"
+    shim.write_text(python3("debian-12").replace("@ROOT@", str(tmp_path)))
+    shim.chmod(0o755)
+    for name in ("a", "b"):
+        subprocess.run([str(shim), "-m", "venv", "--system-site-packages", "--clear", str(tmp_path / name)],
+                       check=True)
+    a, b = tmp_path / "a", tmp_path / "b"
+    assert f"-m venv --clear {b}\n" in (b / "pyvenv.cfg").read_text()
+    assert (b / "bin/pip").read_text().startswith(f"#!{b}/bin/python")
+    assert f'VIRTUAL_ENV="{b}"' in (b / "bin/activate").read_text()
+    where = subprocess.run([b / "bin/pip", "--version"], capture_output=True, text=True, check=True).stdout
+    assert f"from {b}/lib/" in where, where
+    prefix = subprocess.run([b / "bin/python", "-c", "import sys; print(sys.prefix)"], capture_output=True,
+                            text=True, check=True).stdout.strip()
+    assert prefix == str(b) and not (a / "pyvenv.cfg").read_text().count(str(b))   # pip installs into b alone
+    # the image's site is the venv's system site, as before
+    assert subprocess.run([b / "bin/python", "-c", "import google.cloud.storage"]).returncode == 0
 
 
 def test_the_scripts_url_encoding_and_token_reading_match_pythons():

@@ -34,8 +34,10 @@ Not modelled: reboots, the TPU runtime itself, libtpu, real apt (only what the s
 """
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -93,10 +95,26 @@ if [ "$1" = "-m" ] && [ "$2" = "venv" ]; then
   # the interpreter this simulation runs on (which holds a pip the image may not have).
   args=(); system=0
   for a in "$@"; do if [ "$a" = --system-site-packages ]; then system=1; else args+=("$a"); fi; done
-  env -u PYTHONPATH "@PYTHON@" "${args[@]}" || exit $?
-  if (( system )); then
-    echo "@IMAGE@" >"$(env -u PYTHONPATH "${args[-1]}/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/_system_site.pth"
+  site() {
+    (( system )) || return 0
+    echo "@IMAGE@" >"$(env -u PYTHONPATH "$1/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/_system_site.pth"
+  }
+  if [ "${#args[@]}" = 4 ] && [ "${args[2]}" = --clear ]; then
+    # `venv --clear DIR` with its own pip: the venv this interpreter makes, made once per image and test process
+    # and copied, its paths rewritten (bin/'s scripts, pyvenv.cfg). Making it is ensurepip installing and
+    # byte-compiling pip and setuptools, ~3 CPU-s a boot; the copy holds the same files. (Their .pyc files name the
+    # first venv's paths in a traceback of pip's own.)
+    dir="${args[3]}"; made=$(realpath -m "@IMAGE@/../venv-system-$system")
+    if [ ! -e "$made/.made" ]; then
+      ( flock 9; [ -e "$made/.made" ] || { rm -rf "$made"; env -u PYTHONPATH "@PYTHON@" -m venv --clear "$made" \
+          && site "$made" && touch "$made/.made"; } ) 9>"$made.lock" || exit $?
+    fi
+    rm -rf "$dir" && cp -a "$made" "$dir" && rm "$dir/.made" || exit 1
+    grep -rlIZF "$made" "$dir/bin" "$dir/pyvenv.cfg" | xargs -0 -r sed -i "s|$made|$dir|g"
+    exit 0
   fi
+  env -u PYTHONPATH "@PYTHON@" "${args[@]}" || exit $?
+  site "${args[-1]}"
   exit 0
 fi
 exec "@PYTHON@" "$@"
@@ -175,6 +193,7 @@ def image_site(image: str = "ubuntu") -> Path:
         import zipfile
         from fakes import pyindex
         site = Path(tempfile.mkdtemp(prefix=f"{image}-image-")) / "site-packages"
+        atexit.register(shutil.rmtree, site.parent, True)   # with the venv the image's python3 copies (PYTHON3)
         site.mkdir()
         purelib = Path(sysconfig.get_paths()["purelib"])
         lacking = tuple(n.replace("-", "_") for n in _NOT_IN_IMAGE[image])
@@ -188,6 +207,13 @@ def image_site(image: str = "ubuntu") -> Path:
     return _IMAGES[image]
 
 
+def python3(image: str) -> str:
+    """The image's python3 shim (@ROOT@ left for the host's root): the interpreter itself, not this test
+    environment's venv, so only the image's packages show."""
+    return PYTHON3.replace("@PYTHON@", getattr(sys, "_base_executable", sys.executable)) \
+        .replace("@IMAGE@", str(image_site(image)))
+
+
 class Host:
     def __init__(self, root: Path, name: str, worker: int, script: str, service_account: str, accelerator: str,
                  gcs, env: dict, image: str = "ubuntu", dpkg_busy: float = 1.0, kind: str = "tpu-vm",
@@ -195,11 +221,7 @@ class Host:
         self.root, self.name, self.worker, self.image = root, name, worker, image
         for d in ("shims", "etc/systemd/system", "opt/tpuctl", "var/log", "home", "var/lib/dpkg/info"):
             (root / d).mkdir(parents=True, exist_ok=True)
-        shims = {"systemctl": SYSTEMCTL,
-                 # the interpreter itself, not this test environment's venv, so only the image's packages show
-                 "python3": PYTHON3.replace("@PYTHON@", getattr(sys, "_base_executable", sys.executable))
-                                   .replace("@IMAGE@", str(image_site(image))),
-                 "apt-get": APT_GET[image], "hostname": HOSTNAME}
+        shims = {"systemctl": SYSTEMCTL, "python3": python3(image), "apt-get": APT_GET[image], "hostname": HOSTNAME}
         (root / "var/lib/dpkg/lock-frontend").write_text(str(int(time.time() + dpkg_busy + 1)))
         for n, text in shims.items():
             (root / "shims" / n).write_text(text.replace("@ROOT@", str(root)))
