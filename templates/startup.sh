@@ -108,6 +108,10 @@ log "boot: cluster $CLUSTER, tpuctl $VERSION, host $HOST"
 venv() { python3 -m venv --system-site-packages "$@@" "$VENV"; }
 # pip importable: `-m pip --version` would load pip's whole command line (a third of a CPU-second) at every boot
 has_pip() { "$PY" -c 'import pip' >/dev/null 2>&1; }
+# --no-compile: pip byte-compiles every module it installs, most of which the agent never imports (a second or more
+# of CPU at each boot for the agent alone, far more for TensorFlow); Python compiles what is imported at its first
+# import and keeps it in the venv, which is the agent's own
+pip_install() { "$PY" -m pip install -q --no-compile "$@@"; }
 apt_venv() {   # waits on the dpkg lock (unattended-upgrades takes it at boot) instead of failing on it
   apt-get -o DPkg::Lock::Timeout=600 update -qq \
     && DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq python3-venv
@@ -163,7 +167,7 @@ sys.exit(not req.specifier.contains(have, prereleases=True))' "$1" 2>/dev/null
 
 if [ "$ROLE" = "node-vm" ] && [ -n "$TF_VERSION" ] && ! dist_version tensorflow tensorflow-cpu >/dev/null; then
   log "installing tensorflow-cpu==$TF_VERSION to match the TPU Node"
-  retry "pip install tensorflow-cpu==$TF_VERSION" "$PY" -m pip install -q "tensorflow-cpu==$TF_VERSION" \
+  retry "pip install tensorflow-cpu==$TF_VERSION" pip_install "tensorflow-cpu==$TF_VERSION" \
     || fail "pip install tensorflow-cpu==$TF_VERSION"
 fi
 
@@ -175,7 +179,7 @@ fi
 if TFV=$(dist_version tensorflow tensorflow-tpu tensorflow-cpu tf-nightly); then
   if dist_version tf-keras tf_keras >/dev/null; then
     log "TensorFlow $TFV with tf-keras"
-  elif "$PY" -m pip install -q --no-deps "tf-keras~=${TFV%.*}.0" >/dev/null 2>&1; then
+  elif pip_install --no-deps "tf-keras~=${TFV%.*}.0" >/dev/null 2>&1; then
     log "TensorFlow $TFV: installed tf-keras ${TFV%.*}"
   else
     log "TensorFlow $TFV: no tf-keras to be had; tf.keras stays Keras 3 (TF_USE_LEGACY_KERAS unset)"
@@ -191,10 +195,10 @@ else
   log "fetching the agent from $STORE/$AGENT_PACKAGE"
   retry "the agent package in the store" fetch "$AGENT_PACKAGE" "$WHEEL.part" || fail "agent package not in the store"
   mv "$WHEEL.part" "$WHEEL"
-  retry "pip install of the agent" "$PY" -m pip install -q --force-reinstall --no-deps "$WHEEL" \
+  retry "pip install of the agent" pip_install --force-reinstall --no-deps "$WHEEL" \
     || fail "pip install agent"
   if [ "$ROLE" = "watcher-vm" ]; then   # its dependencies (the TPU, Compute and Storage clients) from PyPI
-    retry "pip install of the watcher's dependencies" "$PY" -m pip install -q "$WHEEL" \
+    retry "pip install of the watcher's dependencies" pip_install "$WHEEL" \
       || fail "pip install the watcher's dependencies"
   fi
   # the store client in the range the agent relies on (its retries of conditional uploads): a copy the image or the
@@ -203,7 +207,7 @@ else
   if have=$(satisfied "$STORAGE_REQ"); then
     log "$STORAGE_REQ: google-cloud-storage $have already there"
   else
-    retry "pip install $STORAGE_REQ" "$PY" -m pip install -q "$STORAGE_REQ" || fail "pip install $STORAGE_REQ"
+    retry "pip install $STORAGE_REQ" pip_install "$STORAGE_REQ" || fail "pip install $STORAGE_REQ"
   fi
 fi
 

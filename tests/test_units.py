@@ -276,7 +276,7 @@ def test_one_store_client_range_for_cli_agent_and_host_script():
     assert [d for d in deps if d.startswith("google-cloud-storage")] == [STORAGE] == agent_package.REQUIRES
     assert f'STORAGE_REQ="{STORAGE}"' in render("gs://b", "c", "tpu-vm", "v3-8", "local")
     from tpuctl.providers.gke.manifest import AGENT_SCRIPT
-    assert f'pip install -q --no-cache-dir "{STORAGE}"' in AGENT_SCRIPT and "@{" not in AGENT_SCRIPT
+    assert f'pip install -q --no-cache-dir --no-compile "{STORAGE}"' in AGENT_SCRIPT and "@{" not in AGENT_SCRIPT
     from google.cloud import storage
     major = int(storage.__version__.split(".")[0])
     assert major == 3, "the installed client is outside the range tpuctl is tested with"

@@ -289,10 +289,10 @@ else:
 EOF
 }
 case "$TPUCTL_STORE" in
-  gs://*) retry "pip install of the store client" "$PY" -m pip install -q --no-cache-dir "@{storage_req}" ;;
+  gs://*) retry "pip install of the store client" "$PY" -m pip install -q --no-cache-dir --no-compile "@{storage_req}" ;;
 esac
 retry "the agent package in the store" fetch
-retry "pip install of the agent" "$PY" -m pip install -q --no-cache-dir --force-reinstall --no-deps "$WHEEL"
+retry "pip install of the agent" "$PY" -m pip install -q --no-cache-dir --no-compile --force-reinstall --no-deps "$WHEEL"
 exec "$PY" -m tpuctl.agent --store "$TPUCTL_STORE" --run "$TPUCTL_RUN" --slice "${TPUCTL_SLICE:-0}" \
   --worker "${JOB_COMPLETION_INDEX:-0}" --accelerator "$TPUCTL_ACCELERATOR" --attempt "$((${TPUCTL_RESTART:-0} + 1))"
 """.replace("@{storage_req}", STORAGE)   # the range gcs_store relies on, as the start-up script's STORAGE_REQ
