@@ -150,19 +150,9 @@ else:
     sys.exit(1)' "$@@"
 }
 
-# satisfied REQUIREMENT: an installed distribution meets it (PEP 508, read by packaging, or by pip's own copy of
-# it where packaging is not installed), and its version is printed; anything unreadable counts as not met.
+# satisfied REQUIREMENT: an installed distribution meets it, its version printed (gcs_store.SATISFIED)
 satisfied() {
-  "$PY" -c 'import sys
-from importlib.metadata import version
-try:
-    from packaging.requirements import Requirement
-except ImportError:
-    from pip._vendor.packaging.requirements import Requirement
-req = Requirement(sys.argv[1])
-have = version(req.name)
-print(have)
-sys.exit(not req.specifier.contains(have, prereleases=True))' "$1" 2>/dev/null
+  "$PY" -c '@{satisfied}' "$1" 2>/dev/null
 }
 
 if [ "$ROLE" = "node-vm" ] && [ -n "$TF_VERSION" ] && ! dist_version tensorflow tensorflow-cpu >/dev/null; then

@@ -282,6 +282,24 @@ def test_one_store_client_range_for_cli_agent_and_host_script():
     assert major == 3, "the installed client is outside the range tpuctl is tested with"
 
 
+def test_the_scripts_check_of_an_installed_store_client_before_pip(tmp_path):
+    """Both scripts run gcs_store.SATISFIED as `python -c '...' REQUIREMENT` before pip: met, it prints the version
+    and exits 0 (no pip run); out of range or not installed, exit 1 (pip installs it)."""
+    import subprocess
+    import sys
+    from tpuctl.providers.google.gcs_store import SATISFIED, STORAGE
+    from tpuctl.providers.gke.manifest import AGENT_SCRIPT
+    assert "'" not in SATISFIED and f"-c '{SATISFIED}' \"{STORAGE}\" >/dev/null 2>&1 || retry" in AGENT_SCRIPT
+
+    def check(req):
+        return subprocess.run(["sh", "-c", f"\"$0\" -c '{SATISFIED}' \"$1\"", sys.executable, req],
+                              capture_output=True, text=True)
+    met = check(STORAGE)
+    from google.cloud import storage
+    assert met.returncode == 0 and met.stdout.strip() == storage.__version__
+    assert check("google-cloud-storage>=99").returncode == 1 and check("no-such-distribution-x").returncode == 1
+
+
 def _fake_jax_and_keras(monkeypatch, calls: list, n: int):
     """Stand-ins with the calls runtime.jax_replicas makes: jax.distributed.initialize() must come before any
     device query (JAX "Multi-host and multi-process environments": call it before any other JAX call), and

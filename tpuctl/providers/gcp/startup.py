@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ... import __version__
 from ...core import layout
-from ..google.gcs_store import STORAGE
+from ..google.gcs_store import SATISFIED, STORAGE
 
 
 class _Template(string.Template):
@@ -29,5 +29,5 @@ def render(store: str, cluster: str, role: str, accelerator: str, tpu_address: s
     text = (templates_dir() / "startup.sh").read_text()
     return _Template(text).substitute(store=store, cluster=cluster, version=__version__, role=role,
                                       accelerator=accelerator, tpu_address=tpu_address, tf_version=tf_version,
-                                      agent_package=package, storage_req=STORAGE,
+                                      agent_package=package, storage_req=STORAGE, satisfied=SATISFIED,
                                       boot_prefix=layout.BOOT_PREFIX)

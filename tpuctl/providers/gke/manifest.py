@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from ...core import layout
 from ...core.errors import bad_input
-from ..google.gcs_store import STORAGE
+from ..google.gcs_store import SATISFIED, STORAGE
 
 JOBSET_API = "jobset.x-k8s.io/v1alpha2"
 REPLICATED_JOB = "slice"        # xpk names it slice-job; shorter leaves room for the run id in pod names
@@ -288,14 +288,15 @@ else:
     shutil.copyfile(store.rstrip("/") + "/" + key, dest)
 EOF
 }
-case "$TPUCTL_STORE" in
-  gs://*) retry "pip install of the store client" "$PY" -m pip install -q --no-cache-dir --no-compile "@{storage_req}" ;;
+case "$TPUCTL_STORE" in   # the store client, unless the image has one in range (gcs_store.SATISFIED)
+  gs://*) "$PY" -c '@{satisfied}' "@{storage_req}" >/dev/null 2>&1 || retry "pip install of the store client" \
+            "$PY" -m pip install -q --no-cache-dir --no-compile "@{storage_req}" ;;
 esac
 retry "the agent package in the store" fetch
 retry "pip install of the agent" "$PY" -m pip install -q --no-cache-dir --no-compile --force-reinstall --no-deps "$WHEEL"
 exec "$PY" -m tpuctl.agent --store "$TPUCTL_STORE" --run "$TPUCTL_RUN" --slice "${TPUCTL_SLICE:-0}" \
   --worker "${JOB_COMPLETION_INDEX:-0}" --accelerator "$TPUCTL_ACCELERATOR" --attempt "$((${TPUCTL_RESTART:-0} + 1))"
-""".replace("@{storage_req}", STORAGE)   # the range gcs_store relies on, as the start-up script's STORAGE_REQ
+""".replace("@{storage_req}", STORAGE).replace("@{satisfied}", SATISFIED)   # as the start-up script's STORAGE_REQ
 
 
 def dump(objects: list[dict[str, Any]]) -> str:
