@@ -8,6 +8,7 @@ import os
 import sysconfig
 import time
 import venv
+from pathlib import Path
 
 import pytest
 
@@ -39,12 +40,42 @@ sys.exit(0 if want == "42-once" else int(want))
 """
 
 
+_IMAGE_SITE: list[Path] = []
+
+
+def _image_site() -> Path:
+    """The pods' image's packages, made once per test process: pip (python:3.12-slim has it) and what the pod
+    script would install, google-cloud-storage with its dependencies, linked from this environment's site; not its
+    ~180 other distributions, which no pod image holds and every pip run in a pod would read."""
+    if not _IMAGE_SITE:
+        import atexit
+        import shutil
+        import tempfile
+        from importlib.metadata import distribution
+        from packaging.requirements import Requirement
+        site = Path(tempfile.mkdtemp(prefix="gke-pod-image-"))
+        atexit.register(shutil.rmtree, site, True)
+        purelib, seen, wanted = Path(sysconfig.get_paths()["purelib"]), set(), ["pip", "google-cloud-storage"]
+        while wanted:
+            dist = distribution(wanted.pop())
+            if dist.metadata["Name"].lower() in seen:
+                continue
+            seen.add(dist.metadata["Name"].lower())
+            wanted += [r.name for r in map(Requirement, dist.requires or []) if r.marker is None
+                       or r.marker.evaluate({"extra": ""})]
+            for top in {f.parts[0] for f in dist.files or [] if ".." not in f.parts}:
+                if (purelib / top).exists() and not (site / top).exists():
+                    (site / top).symlink_to(purelib / top)
+        _IMAGE_SITE.append(site)
+    return _IMAGE_SITE[0]
+
+
 def _image(root):
-    """A pod's image: a python with pip (this environment's packages visible through a .pth, as an image's own
+    """A pod's image: a python with pip and the packages of _image_site (visible through a .pth, as an image's own
     site-packages would hold them), but tpuctl only as the pod installs it from the bucket."""
     venv.EnvBuilder(with_pip=False, system_site_packages=False).create(root)
     site = next((root / "lib").glob("python3*/site-packages"))
-    (site / "_image.pth").write_text(f"import site; site.addsitedir({sysconfig.get_paths()['purelib']!r})\n")
+    (site / "_image.pth").write_text(f"import site; site.addsitedir({str(_image_site())!r})\n")
     # Its pip reports no conflicts among what is installed (the image's own pip.conf: pip reads sys.prefix/pip.conf,
     # and a store_false option such as --no-warn-conflicts is turned on by "false" in a configuration file, pip's
     # docs "Configuration"): this environment's ~180 distributions, which no pod image holds, would otherwise have
