@@ -550,6 +550,12 @@ def watched(live_hosts, monkeypatch, fast_notify):
     return live_hosts
 
 
+# The plain-Python jobs on a TPU VM below run as JAX jobs (the image's own stack): as a TensorFlow job (the default
+# framework) every boot made the job an environment with tensorflow-tpu and tf-keras installed, seconds of CPU
+# each of the test's three boots, for a job that imports neither.
+ON_TPU = 'framework = "jax"\n'
+
+
 def _watcher(name):
     from test_watch import Running
     return Running(name=name)
@@ -571,7 +577,7 @@ def test_a_preempted_run_is_heard_of_once_each_start_preemption_recovery_finish(
         print("working", flush=True)
         time.sleep(max(float(sys.argv[1]) - time.time(), 0))   # the first attempt is preempted before then
         print("done")
-    """)
+    """, ON_TPU)
     run_id = cli("submit", str(job), "-c", "pn", "--detach", "--", str(time.time() + 20))[1].strip()
     store = _gcp_store("pn")
     until(lambda: _running(store, run_id, 1), 90, "the run")
@@ -604,7 +610,7 @@ def test_a_budget_spent_over_three_periods_stops_the_cluster_for_good(watched, c
                          "--notify", hook.url)
     assert code == 0, err
     w = _watcher("pb")
-    job = make_job(tmp_path, "import time\nprint('working', flush=True)\ntime.sleep(600)")
+    job = make_job(tmp_path, "import time\nprint('working', flush=True)\ntime.sleep(600)", ON_TPU)
     run_id = cli("submit", str(job), "-c", "pb", "--detach")[1].strip()
     store = _gcp_store("pb")
     for attempt in (1, 2):
