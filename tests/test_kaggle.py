@@ -550,6 +550,12 @@ def test_credentials_and_refusals_are_one_line_each_and_leave_nothing(kaggle, cl
     _down(cli, kaggle)
 
 
+# A session's state asked every 0.5 s, not the fixture's 0.05 s, in the tests whose sessions train for tens of
+# seconds: each ask is an API call and two store writes (the record and status.json's heartbeat), 20 a second
+# cost several CPU-seconds a test; the job's lines come by the session's stream, whatever the poll.
+BERT_POLL = "0.5"
+
+
 def _final(out):
     """(step, loss) of the last `step N loss L` line."""
     last = [line.split() for line in out.splitlines() if line.startswith("step ") and " loss " in line][-1]
@@ -582,6 +588,7 @@ def test_bert_cut_by_the_session_limit_ends_as_the_uninterrupted_run(kaggle, cli
     # The grace, in which a job that watches the deadline saves and stops itself, bounds nothing here but a hang.
     monkeypatch.setenv("TPUCTL_KAGGLE_SESSION_SECONDS", "1")
     monkeypatch.setenv("TPUCTL_KAGGLE_GRACE_SECONDS", "500")
+    monkeypatch.setenv("TPUCTL_KAGGLE_POLL", BERT_POLL)
     code, cut, err = cli("submit", str(job), "-c", "kg", "--chain", "4", "--", *corpus, *steps)
     assert code == 0, cut[-3000:] + err[-2000:]
     sessions = cut.count("--- Kaggle session ")
@@ -730,11 +737,12 @@ def test_a_keras_job_runs_on_the_images_jax_with_nothing_installed(kaggle, cli, 
 @pytest.mark.skipif("tf-keras" in (JOB / "requirements.txt").read_text(),
                     reason="needs i36-job's Keras 3 jobs/bert_pretrain")
 @pytest.mark.slow(30)
-def test_the_bert_job_runs_on_the_images_jax_with_nothing_installed(kaggle, cli, tmp_path, jax_python):
+def test_the_bert_job_runs_on_the_images_jax_with_nothing_installed(kaggle, cli, tmp_path, jax_python, monkeypatch):
     """The job as submitted (run.py: a generated corpus, its preparation, train.py) on the image's JAX, installing
     nothing; small, as test_keras_backends' run without TensorFlow (a 0.3 MB corpus, 2,000 words, sequences of 64,
     two steps of 4: run.py's 2 MB, 8,000 words, 128 and train.py's 32 a step prove no more of what is installed)."""
     kaggle.tpu_jax_site = next(jax_python.parent.parent.glob("lib/python*/site-packages"))
+    monkeypatch.setenv("TPUCTL_KAGGLE_POLL", BERT_POLL)
     _up(cli, "--type", "v5e-8")
     code, out, err = cli("submit", str(JOB), "-c", "kg", "--", "--preset", "tiny", "--sample-mb", "0.3",
                          "--vocab-size", "2000", "--seq-length", "64", "--max-predictions-per-seq", "10",

@@ -173,8 +173,15 @@ print("done", flush=True)
 """
 
 
-def _run_on_four_hosts(cloud, cli, monkeypatch, name, job, *flags):
-    """`up --type v4-16 --slices 2` with simulated hosts (stale after 3 s), `job` submitted: (store, run id,
+# The recovery tests run on 2 slices of ONE host each (v4-8): what they prove is across slices (a lost or repaired
+# slice restarts the run on every host of every slice, slice 0's too), and every boot of a simulated host costs
+# seconds of CPU (its start-up script's pip installs), 8 to 12 boots a test on v4-16. Two hosts in a slice, their
+# worker numbers and MEGASCALE_* on each, are test_one_jax_run_on_every_host_of_two_slices_with_megascale's.
+HOSTS = 2
+
+
+def _run_on_two_slices(cloud, cli, monkeypatch, name, job, *flags):
+    """`up --type v4-8 --slices 2` with simulated hosts (stale after 6 s), `job` submitted: (store, run id,
     log(worker) -> that host's output shipped so far)."""
     from test_simulated_hosts import _wait_agents
     from tpuctl.core import state
@@ -183,10 +190,10 @@ def _run_on_four_hosts(cloud, cli, monkeypatch, name, job, *flags):
     cloud.hosts.enabled = True
     # stale after 6 s: a host starved of CPU by the suite's other workers is not taken for lost (3 s flaked)
     cloud.hosts.env.update(TPUCTL_LOG_POLL_MAX="0.2", TPUCTL_STALE_SECONDS="6", TPUCTL_STOP_GRACE="2")
-    code, out, err = cli("up", "--type", "v4-16", "--zone", ZONE, "--slices", "2", "-c", name, "--framework", "jax",
+    code, out, err = cli("up", "--type", "v4-8", "--zone", ZONE, "--slices", "2", "-c", name, "--framework", "jax",
                          "--yes", *flags)
     assert code == 0, err
-    _wait_agents(cloud.hosts, f"nodes/tpuctl-{name}-0", 2) and _wait_agents(cloud.hosts, f"nodes/tpuctl-{name}-1", 2)
+    _wait_agents(cloud.hosts, f"nodes/tpuctl-{name}-0", 1) and _wait_agents(cloud.hosts, f"nodes/tpuctl-{name}-1", 1)
     code, run_id, err = cli("submit", str(job), "-c", name, "--detach")
     assert code == 0, err
     run_id = run_id.strip()
@@ -209,14 +216,14 @@ def test_one_slice_preempted_under_recover_restarts_the_run_on_every_host(cloud,
                  "TPUCTL_LEASE_WAIT": "60"}.items():
         monkeypatch.setenv(k, v)
     job = make_job(tmp_path, SLEEPY_JAX_JOB, 'framework = "jax"\n[env]\nRUN_SECONDS = "6"\n')
-    store, run_id, log = _run_on_four_hosts(cloud, cli, monkeypatch, "w", job, "--recover")
+    store, run_id, log = _run_on_two_slices(cloud, cli, monkeypatch, "w", job, "--recover")
     # every host has shipped its first line (output not yet shipped is lost with a host powered off)
-    until(lambda: all(b"start s" in log(i) for i in range(4)), 120, "the run on all four hosts")
+    until(lambda: all(b"start s" in log(i) for i in range(HOSTS)), 120, "the run on every host")
     w = Running()
     cloud.tpu.set_state(2, f"projects/{PROJECT}/locations/{ZONE}/nodes/tpuctl-w-1", "PREEMPTED")   # slice 1 goes
-    until(lambda: all(runs.status(store, run_id, i).state.value == "succeeded" for i in range(4)), 240,
-           "the run to finish on all four hosts")
-    for i in range(4):
+    until(lambda: all(runs.status(store, run_id, i).state.value == "succeeded" for i in range(HOSTS)), 240,
+           "the run to finish on every host")
+    for i in range(HOSTS):
         st = runs.status(store, run_id, i)
         assert st.attempt == 2, (i, st)                               # every host restarted it, slice 0's too
         assert log(i).count(b"start s") == 2 and b"done" in log(i), log(i)
@@ -243,27 +250,27 @@ def test_a_slice_google_repairs_restarts_the_run_on_every_host(cloud, cli, tmp_p
                                                               fresh_disk):
     """Google restarts slice 1 on healthy hardware while the request stays ACTIVE (no --recover, no watcher), then
     restarts slice 0 too (Multislice "Autorepair"): every host, back in a new boot, takes the run over, uncharged
-    (claims.py); all four start it again together (round 2), and nothing was asked of the TPU API."""
+    (claims.py); every host starts it again, together (round 2), and nothing was asked of the TPU API."""
     from jobs import make_job
     from tpuctl.core import runs
     go = tmp_path / "go"
     job = make_job(tmp_path, WAITING_JAX_JOB, f'framework = "jax"\n[env]\nGO = "{go}"\n')
-    store, run_id, log = _run_on_four_hosts(cloud, cli, monkeypatch, "rp", job)
-    until(lambda: all(b"start s" in log(i) for i in range(4)), 120, "the run on all four hosts")
+    store, run_id, log = _run_on_two_slices(cloud, cli, monkeypatch, "rp", job)
+    until(lambda: all(b"start s" in log(i) for i in range(HOSTS)), 120, "the run on every host")
     calls = len(cloud.tpu.mutating_calls())
-    assert all(b"coordinator 10.1.0.1:8080" in log(i) for i in range(4))   # Google's tpu-env, not cluster.json's
+    assert all(b"coordinator 10.1.0.1:8080" in log(i) for i in range(HOSTS))   # Google's tpu-env, not cluster.json's
     # slice 0 re-made elsewhere gets new addresses: round 2 must find its coordinator there (issue 39 item 4)
     cloud.tpu.repair(f"projects/{PROJECT}/locations/{ZONE}/nodes/tpuctl-rp-{repaired}", fresh_disk, seconds=0.5,
                      new_address=repaired == 0)
-    until(lambda: all(log(i).count(b"start s") == 2 for i in range(4)), 120, "every host to start round 2")
+    until(lambda: all(log(i).count(b"start s") == 2 for i in range(HOSTS)), 120, "every host to start round 2")
     go.write_text("")
 
     def state():
         rounds = sorted(k.rsplit("/", 1)[-1] for k, _ in store.list(f"tpuctl/runs/{run_id}/rounds/"))
         return (f"the run to end: rounds {rounds}; "
-                + "; ".join(f"w{i} {runs.status(store, run_id, i)} log {log(i)[-600:]!r}" for i in range(4)))
-    until(lambda: all(runs.status(store, run_id, i).state.final for i in range(4)), 240, state)
-    for i in range(4):
+                + "; ".join(f"w{i} {runs.status(store, run_id, i)} log {log(i)[-600:]!r}" for i in range(HOSTS)))
+    until(lambda: all(runs.status(store, run_id, i).state.final for i in range(HOSTS)), 240, state)
+    for i in range(HOSTS):
         st = runs.status(store, run_id, i)
         assert st.state.value == "succeeded" and st.restarts == 0, state()
         assert st.attempt == 2, (i, st)                          # every slice was restarted: every host took it over
