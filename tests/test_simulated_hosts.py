@@ -45,6 +45,7 @@ def test_a_base_runtime_host_installs_the_tensorflow_the_job_asks_for(hosts, clo
     assert code == 0, err
     assert json.loads(cli("status", "-c", "base", "--json")[1])["runtime"] == "v2-alpha-tpuv5"
     [host] = _wait_agents(hosts, "nodes/tpuctl-base", 1)
+    assert "TensorFlow" not in host.boot_log()   # a base runtime's image has none (fakes/tpu_host.tpu_vm_image)
     job = make_job(tmp_path, "import os, tensorflow as tf\nprint('tf', tf.__version__, tf.__distribution__, "
                              "tf.keras.__name__, os.environ['TF_USE_LEGACY_KERAS'])\n", 'tensorflow = "2.19"\n')
     code, out, err = cli("submit", str(job), "-c", "base")

@@ -17,6 +17,10 @@ agent runs `startup-script` metadata at boot while the API still reports CREATIN
     the name Google's TPU harness installs it under, from fakes/pyindex.py) and pip, but without python3-venv's
     ensurepip, as on fresh Ubuntu images (`python3 -m venv` fails, `--without-pip` works); `apt-get` fails (no
     network here);
+  * "ubuntu-base", a TPU VM's on a base runtime (tpu-ubuntu2204-base, v2-alpha-tpuv5, tpu-vm-base...): the same but
+    without TensorFlow, the framework-free images on which users install JAX or PyTorch themselves
+    (cloud.google.com/tpu/docs/runtimes, "PyTorch and JAX"; tpuctl's tpu.BASE_RUNTIMES): only tpu-vm-tf-* images
+    ship TensorFlow (tpu_vm_image);
   * "debian-12", Debian's cloud image that Compute Engine VMs boot (google/vms.py IMAGE): python3 is there (Debian's
     cloud images install unattended-upgrades, which depends on it) but neither pip nor python3-venv (Debian's
     cloud-image FAI package lists, GoCarrot/debian-cloud-images config_space/package_config: no python3-pip, no
@@ -138,6 +142,7 @@ for pkg in "$@"; do
   case "$pkg" in -*) ;; *) touch "@ROOT@/var/lib/dpkg/info/$pkg.list";; esac
 done
 """}
+APT_GET["ubuntu-base"] = APT_GET["ubuntu"]
 # Google's TPU Ubuntu image for Compute Engine TPU VMs (ubuntu-os-accelerator-images): "The image ships Python but
 # no pip and no uv" (a Google-authored WeatherNext TPU VM guide, GCE_TPU_FACTS §5), so it boots as Debian's does:
 # python3-venv from apt, which has the network a real VM has.
@@ -180,8 +185,14 @@ class _Metadata:
 
 _IMAGES: dict[str, Path] = {}
 _NOT_IN_IMAGE = {"ubuntu": ("tensorflow", "tf_keras", "keras", "tf-keras"),
+                 "ubuntu-base": ("tensorflow", "tf_keras", "keras", "tf-keras"),
                  "debian-12": ("tensorflow", "tf_keras", "keras", "tf-keras", "pip"),
                  "ubuntu-accel": ("tensorflow", "tf_keras", "keras", "tf-keras", "pip")}
+
+
+def tpu_vm_image(runtime_version: str) -> str:
+    """The image a TPU VM of this runtime boots: TensorFlow only on tpu-vm-tf-* (the docstring's images)."""
+    return "ubuntu" if runtime_version.startswith("tpu-vm-tf") else "ubuntu-base"
 
 
 def image_site(image: str = "ubuntu") -> Path:

@@ -31,6 +31,7 @@ from google.longrunning import operations_pb2
 from google.protobuf import any_pb2, empty_pb2
 from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
+from fakes.tpu_host import tpu_vm_image
 from fakes.wire import QuietHandler, serve
 
 MUTATING = {"CreateNode", "DeleteNode", "StartNode", "StopNode", "UpdateNode", "CreateQueuedResource",
@@ -298,7 +299,8 @@ class FakeTpu:
             # The start-up script runs on every worker while the node is still CREATING (GCP_FACTS §6).
             from tpuctl.core.catalog import tpu_type
             self.hosts.boot(name, node.metadata.get("startup-script", ""), tpu_type(node.accelerator_type).hosts,
-                            node.service_account.email, node.accelerator_type)
+                            node.service_account.email, node.accelerator_type,
+                            image=tpu_vm_image(node.runtime_version))
 
         def finish():
             n = self.nodes[v].get(name)
@@ -413,7 +415,8 @@ class FakeTpu:
             tpu_env.update(MEGASCALE_SLICE_ID=str(k), MEGASCALE_NUM_SLICES=str(slices),
                            MEGASCALE_COORDINATOR_ADDRESS=f"{self._coordinator(node)}:8080")
         self.hosts.boot(node.name, node.metadata.get("startup-script", ""), tpu_type(node.accelerator_type).hosts,
-                        node.service_account.email, node.accelerator_type, tpu_env=tpu_env, same_disk=same_disk)
+                        node.service_account.email, node.accelerator_type, tpu_env=tpu_env, same_disk=same_disk,
+                        image=tpu_vm_image(node.runtime_version))
 
     def _coordinator(self, node) -> str:
         """Slice 0's worker 0, as its node reports it now (a slice Google re-made may have new addresses)."""
