@@ -188,16 +188,17 @@ def reference(prepared, tmp_path_factory):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.slow(55)
+@pytest.mark.slow(30)
 def test_tiny_model_learns_on_two_cpu_devices(prepared, tmp_path, backend):
     """TensorFlow: MirroredStrategy over two logical CPUs; JAX: runtime.strategy()'s DataParallel over the two CPU
     devices XLA's flag makes (--xla_force_host_platform_device_count)."""
     out, summary = prepared
     args = ["--data", f"{out}/part-*.tfrecord", "--vocab-size", str(summary["vocab_size"]), "--preset", "tiny",
-            "--seq-length", "64", "--max-predictions-per-seq", "10", "--batch-size", "8", "--steps", "60",
-            "--log-every", "10", "--checkpoint-every", "1000", "--output", str(tmp_path / "out")]
+            "--seq-length", "64", "--max-predictions-per-seq", "10", "--batch-size", "8", "--steps", "24",
+            "--log-every", "4", "--checkpoint-every", "1000", "--output", str(tmp_path / "out")]
     # the preset's own learning rate (2e-3 at 32, 1.4e-3 at this global 16): a forced 1e-2 learned, then diverged
-    # on some draws of the data (8.18 -> 7.60 -> 8.44)
+    # on some draws of the data (8.18 -> 7.60 -> 8.44). 24 steps, not 60: the loss falls 0.9 by then on JAX
+    # (8.70 at step 4, 7.83 and 7.78 at 20 and 24), and each step on two devices cost a quarter of a CPU-second
     if backend == "tensorflow":
         r = subprocess.run([sys.executable, "-c", TWO_CPUS, str(JOB), *args], capture_output=True, text=True,
                            env=_train_env(), timeout=600)
@@ -210,7 +211,7 @@ def test_tiny_model_learns_on_two_cpu_devices(prepared, tmp_path, backend):
     assert r.stdout.startswith(f"backend: {backend}, 2 cpu replica(s)\n"), r.stdout
     assert "x2 replicas, global batch 16" in r.stdout
     result = json.loads(r.stdout.split("RESULT ", 1)[1])
-    assert result["step"] == 60
+    assert result["step"] == 24
     losses = result["loss"]
     assert len(losses) == 6
     print(backend, "losses", losses)
