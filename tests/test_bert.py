@@ -155,7 +155,8 @@ def _train_env(backend="tensorflow", **extra):
 
 # One run of four steps (a checkpoint every two, deterministic, a learning rate that makes the loss fall in so few
 # steps) on each backend, made once for the suite (conftest.built_once) and read by several tests, which each ran
-# their own before: the uninterrupted run the SIGKILL resume repeats, the first phase a second phase starts from
+# their own before: the uninterrupted run the SIGKILL resume repeats (JAX), the run and the ckpt-2 TensorFlow's
+# exact resume repeats and starts from (TensorFlow), the first phase a second phase starts from
 # (TensorFlow), the pretraining that is exported and fine-tuned, the JAX leg whose ckpt-2 TensorFlow resumes, and the
 # run that proves a JAX job leaves TensorFlow unimported (JAX: run under SEED_WITHOUT_TF, below). Its output sits at
 # DIR/runs/r1/output, as tpuctl's store holds a run's (TPUCTL_STORE=DIR, --init-from-run r1).
@@ -377,17 +378,39 @@ runpy.run_path(script, run_name="__main__")
 """
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.slow(70)
-def test_deterministic_resume_after_sigkill_repeats_the_uninterrupted_run(prepared, reference, tmp_path, backend):
-    """Two steps on each side of the checkpoint a SIGKILLed run resumes from: its lines, to the printed digit, are
-    the uninterrupted run's (the shared reference run: the same flags)."""
-    args = [str(JOB / "train.py"), *train_args(prepared)]
-    env = _train_env(backend)
+def _line(stdout, step):
+    """The printed line of `step`, less its speed: every metric, to the printed digit."""
+    return next(ln for ln in stdout.splitlines() if ln.startswith(f"step {step:6d}")).split("examples/s")[0]
 
-    def line(stdout, step):
-        return next(ln for ln in stdout.splitlines() if ln.startswith(f"step {step:6d}")).split("examples/s")[0]
-    _, whole_stdout = reference(backend)
+
+@pytest.mark.slow(40)
+def test_on_tensorflow_a_resume_from_a_checkpoint_repeats_the_uninterrupted_run(prepared, reference, tmp_path):
+    """TensorFlow's exact resume (op determinism, the dropout seeds checkpointed): the shared TensorFlow reference
+    run's ckpt-2, as a run killed after writing it leaves it, resumed to step 4, prints the reference's line at 4.
+    A real kill between two checkpoints, and what it leaves (metrics.json, goodput's record), is the JAX test's
+    below: the kill and the checkpoint's writes are the job's own code (fileio, callbacks), the same on both
+    backends; what differs between them is whether the resumed steps repeat, which this proves on TensorFlow."""
+    root, whole_stdout = reference("tensorflow")
+    (tmp_path / "cut" / "checkpoints").mkdir(parents=True)
+    for saved in (root / "runs" / "r1" / "output" / "checkpoints").glob("ckpt-2.*"):   # its weights and state
+        shutil.copy(saved, tmp_path / "cut" / "checkpoints")
+    again = subprocess.run([sys.executable, str(JOB / "train.py"), *train_args(prepared), "--output",
+                            str(tmp_path / "cut")], capture_output=True, text=True, env=_train_env(), timeout=600)
+    assert again.returncode == 0 and "resumed from step 2" in again.stdout, again.stderr[-3000:]
+    assert again.stdout.startswith("backend: tensorflow"), again.stdout
+    assert [int(ln.split()[1]) for ln in again.stdout.splitlines() if ln.startswith("step ")] == [4]
+    assert _line(again.stdout, 4) == _line(whole_stdout, 4)      # every metric, to the printed digit
+
+
+@pytest.mark.slow(40)
+def test_deterministic_resume_after_sigkill_repeats_the_uninterrupted_run(prepared, reference, tmp_path):
+    """Two steps on each side of the checkpoint a SIGKILLed run resumes from: its lines, to the printed digit, are
+    the uninterrupted run's (the shared reference run: the same flags). On JAX; TensorFlow's exact resume is the
+    test above."""
+    args = [str(JOB / "train.py"), *train_args(prepared)]
+    env = _train_env("jax")
+    line = _line
+    _, whole_stdout = reference("jax")
     # the same run, killed once its step-2 checkpoint is written (as a preemption would), then started again
     killed = subprocess.Popen([sys.executable, "-c", HOLD_AFTER, "ckpt-2.weights.h5", *args, "--output",
                                str(tmp_path / "cut")], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
@@ -445,7 +468,7 @@ print(untouched, "tensorflow" in sys.modules, all((a == b).all() for a, b in zip
 def test_a_jax_run_imports_no_tensorflow_where_it_is_installed_and_seeds_as_keras_does(reference):
     """On JAX, runtime.seed (train.py's) and the TensorBoard writer leave TensorFlow unimported though it is installed
     (about 5 s of start-up); runtime.seed gives the initial weights keras.utils.set_random_seed gives. Exact resume
-    with it: test_deterministic_resume_after_sigkill_repeats_the_uninterrupted_run[jax]. The run is the shared JAX
+    with it: test_deterministic_resume_after_sigkill_repeats_the_uninterrupted_run. The run is the shared JAX
     reference, made under SEED_WITHOUT_TF."""
     root, stdout = reference("jax")
     assert stdout.startswith("backend: jax") and stdout.splitlines()[-1] == "True True True", stdout
