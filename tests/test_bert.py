@@ -2,6 +2,8 @@
 Korean tokenization, training on both Keras backends over two CPU devices (MirroredStrategy on TensorFlow,
 DataParallel on JAX), kill-and-resume on each backend, a checkpoint resumed on the other backend, and
 tpuctl.runtime. Each training run is a subprocess with KERAS_BACKEND set: Keras fixes its backend at import."""
+import contextlib
+import io
 import json
 import os
 import shutil
@@ -9,6 +11,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -545,8 +548,8 @@ print(keras.backend.backend())
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.slow(45)
 def test_the_hugging_face_export_loads_in_transformers_with_equal_outputs(tmp_path, backend):
-    """An encoder made, run and exported on each backend (export.py --hf in a process on that backend) loads in
-    transformers' TFBertModel with the same outputs."""
+    """An encoder made, run and exported on each backend (export.py's export_hf: on JAX in a process of its own, on
+    TensorFlow in this test's process, which runs on it) loads in transformers' TFBertModel with the same outputs."""
     transformers = pytest.importorskip("transformers")
     assert transformers.__version__.startswith("4.57.")
     rng = np.random.default_rng(1)
@@ -555,10 +558,24 @@ def test_the_hugging_face_export_loads_in_transformers_with_equal_outputs(tmp_pa
     x = {"input_ids": rng.integers(5, 400, (2, 20)).astype(np.int32), "input_mask": mask,
          "segment_ids": np.r_[[0] * 10 + [1] * 10, [0] * 20].reshape(2, 20).astype(np.int32)}
     np.savez(tmp_path / "x.npz", **x)
-    r = subprocess.run([sys.executable, "-c", HF_EXPORT, str(JOB), str(tmp_path / "x.npz"), str(tmp_path / "ours.npz"),
-                        str(tmp_path / "hf")], capture_output=True, text=True, env=_train_env(backend), timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert r.stdout.split()[-1] == backend
+    hf_args = [str(JOB), str(tmp_path / "x.npz"), str(tmp_path / "ours.npz"), str(tmp_path / "hf")]
+    if backend == "tensorflow":
+        # this process is on TensorFlow (test_the_masked_lm_loss_averages_over_the_real_masked_tokens_only says
+        # so), with TensorFlow, transformers and the job's modules imported already: HF_EXPORT run here, not in a
+        # new process that would import them all again (about 6 CPU-seconds)
+        import keras
+        assert keras.backend.backend() == "tensorflow"
+        printed = io.StringIO()
+        with mock.patch.object(sys, "argv", ["-c", *hf_args]), contextlib.redirect_stdout(printed):
+            exec(compile(HF_EXPORT, "HF_EXPORT", "exec"), {})
+        keras.utils.clear_session()   # Keras's layer names start afresh, as in a new process: the next model built
+        # here is "bert_pretrainer" again (test_the_encoder_stands_alone_... reads its variables' paths)
+        assert printed.getvalue().split()[-1] == backend
+    else:
+        r = subprocess.run([sys.executable, "-c", HF_EXPORT, *hf_args], capture_output=True, text=True,
+                           env=_train_env(backend), timeout=600)
+        assert r.returncode == 0, r.stderr[-3000:]
+        assert r.stdout.split()[-1] == backend
     ours = np.load(tmp_path / "ours.npz")
     hf = transformers.TFBertModel.from_pretrained(str(tmp_path / "hf"))
     theirs = hf(input_ids=x["input_ids"], attention_mask=x["input_mask"], token_type_ids=x["segment_ids"])
