@@ -658,10 +658,10 @@ JAX_FORWARD = """
 import sys, numpy as np
 sys.path.insert(0, sys.argv[1])
 import keras
-from model import BertConfig, BertPretrainer, example_inputs
+from model import BertConfig, BertPretrainer, example_inputs, symbolic
 z = np.load(sys.argv[2])
 model = BertPretrainer(BertConfig.preset("tiny", 400))
-model(example_inputs(8, 2))
+model(symbolic(example_inputs(8, 2)))   # built, nothing computed: the weights are read in next
 model.load_weights(sys.argv[3])
 x = {k: z[k] for k in ("input_ids", "input_mask", "segment_ids")}
 out = model.encoder(x)
