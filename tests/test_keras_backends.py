@@ -163,15 +163,17 @@ def test_without_tensorflow_a_keras_job_runs_on_jax(jax_machine):
 @pytest.mark.slow(60)
 def test_without_tensorflow_the_bert_job_trains_on_jax(jax_machine):
     """The job as submitted (run.py: a generated corpus, its preparation, train.py), small: a 0.3 MB corpus, a 2,000
-    word vocabulary, sequences of 64, 20 steps of 8 (run.py's defaults, 2 MB, 30,000 words and 128, took 39
-    CPU-seconds for the same proof, 21 now)."""
+    word vocabulary, sequences of 64, 10 steps of 8 (run.py's defaults, 2 MB, 30,000 words and 128, took 39
+    CPU-seconds for the same proof; 20 steps, 1.4 CPU-s more: the loss falls 0.5 in 10 at this learning rate, and
+    rose over 4)."""
     code, out, err = _tpuctl(jax_machine, "submit", str(BERT), "-c", "kj", "--", "--preset", "tiny", "--sample-mb",
                              "0.3", "--vocab-size", "2000", "--seq-length", "64", "--max-predictions-per-seq", "10",
-                             "--batch-size", "8", "--steps", "20", "--log-every", "10", "--learning-rate", "1e-2",
+                             "--batch-size", "8", "--steps", "10", "--log-every", "5", "--learning-rate", "1e-2",
                              timeout=580)
     assert code == 0, out + err
     assert "tpuctl: keras backend jax" in out
     losses = [float(ln.split()[3]) for ln in out.splitlines() if ln.startswith("step ")]
+    print("losses", losses)
     assert len(losses) == 2 and losses[-1] < losses[0], out
 
 

@@ -117,7 +117,7 @@ def main(argv=None) -> dict:
     a = ap.parse_args(argv)
     import checkpoints
     import fileio
-    from model import BertConfig, BertPretrainer, example_inputs
+    from model import BertConfig, BertPretrainer, example_inputs, symbolic
     src = checkpoints.find(a.checkpoint)
     if src is None:
         raise SystemExit(f"export.py: no checkpoint at {a.checkpoint} (a ckpt-N.weights.h5, or a directory of them)")
@@ -132,7 +132,7 @@ def main(argv=None) -> dict:
             raise SystemExit(f"export.py: no {run_dir}/bert_config.json (written by train.py); give --preset and "
                              f"--vocab-size")
     model = BertPretrainer(config)
-    model(example_inputs(8, 2))   # variables exist before the checkpoint is read into them
+    model(symbolic(example_inputs(8, 2)))   # variables exist before the checkpoint is read into them
     checkpoints.restore(src, model)
     paths = export(model.encoder, a.output)
     if a.hf:

@@ -76,6 +76,14 @@ def example_inputs(seq: int, max_pred: int) -> dict:
             "masked_lm_positions": np.zeros([1, max_pred], np.int32)}
 
 
+def symbolic(inputs: dict) -> dict:
+    """`inputs` as Keras's symbolic tensors, their shapes and dtypes alone: a model called on them builds its
+    variables (the same values, drawn from the same seeds) and traces its call without computing anything. Called
+    on numbers, the model ran its forward pass op by op just to build, each op a program of its own on JAX: about
+    one CPU-second of every start of the job, compiled or read back from a compilation cache."""
+    return {k: keras.KerasTensor(np.shape(v), dtype=str(np.asarray(v).dtype)) for k, v in inputs.items()}
+
+
 def _config(config) -> BertConfig:
     return config if isinstance(config, BertConfig) else BertConfig.from_config(config)
 

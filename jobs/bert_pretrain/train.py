@@ -154,7 +154,7 @@ def main(argv=None, strategy=None) -> dict:
     import losses
     from callbacks import Board, Lazy, Position, Progress, Saver
     from data import dataset, reader
-    from model import BertConfig, BertPretrainer, example_inputs
+    from model import BertConfig, BertPretrainer, example_inputs, symbolic
     backend = keras.backend.backend()
     if a.deterministic and backend == "tensorflow":
         import tensorflow as tf
@@ -200,10 +200,10 @@ def main(argv=None, strategy=None) -> dict:
         # XLA: always on JAX (its only mode), on TensorFlow on a TPU or with --jit
         model.compile(optimizer=opt, steps_per_execution=spe,
                       jit_compile=True if backend != "tensorflow" else bool(a.jit or kind == "tpu"))
-        # build the variables before restoring, from a made-up sequence (in training mode: each dropout's seed
-        # generator exists from its first draw)
+        # build the variables before restoring, from a made-up sequence's shapes (model.symbolic: nothing is
+        # computed, and so no dropout draws from its seed generator, which exists from the layer's start)
         example = example_inputs(a.seq_length, a.max_predictions_per_seq)
-        model(example, training=True)
+        model(symbolic(example), training=True)
         losses.build(model, example, *losses.example_targets(a.max_predictions_per_seq))
         # the step is the batches consumed, counted on the host (callbacks.py); the optimizer's own count falls
         # behind it by every step mixed_float16's loss scale skips
