@@ -180,6 +180,8 @@ def pytest_collection_modifyitems(items):
 def pytest_addoption(parser):
     parser.addoption("--cpu-durations", type=int, default=0, metavar="N",
                      help="show the N tests that used the most CPU (tests/conftest.py _cpu_seconds); 0: off")
+    parser.addoption("--timeline", default="", metavar="FILE",
+                     help="append each test's start, end, worker and id to FILE: what ran while the machine sat idle")
 
 
 def _cpu_seconds(counted: dict) -> float:
@@ -211,7 +213,13 @@ _CPU_AT_START = pytest.StashKey[float]()
 def pytest_runtest_protocol(item, nextitem):
     if item.config.getoption("cpu_durations"):
         item.stash[_CPU_AT_START] = _cpu_seconds(_ZOMBIES_COUNTED)
-    return (yield)
+    timeline, began = item.config.getoption("timeline"), time.time()
+    try:
+        return (yield)
+    finally:
+        if timeline:   # one line a test, appended by whichever worker ran it (a line under PIPE_BUF is one write)
+            with open(timeline, "a") as f:
+                f.write(f"{began:.1f} {time.time():.1f} {os.environ.get('PYTEST_XDIST_WORKER', '-')} {item.nodeid}\n")
 
 
 @pytest.hookimpl(wrapper=True)
