@@ -78,13 +78,6 @@ print("done", flush=True)
 """
 
 
-@pytest.fixture(autouse=True)
-def _drill_poll(monkeypatch):
-    """The drill looks at the job's phase every 20 ms, not 5: the fixture job's shortest phase it signals in (its
-    start, 0.6 s) is caught as surely, and each look is a read of phase.json, 200 a second for a whole test."""
-    monkeypatch.setenv("TPUCTL_DRILL_POLL", "0.02")
-
-
 @pytest.fixture
 def job(env, tmp_path):
     def make(mode, **extra):

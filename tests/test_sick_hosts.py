@@ -72,7 +72,9 @@ def test_a_sick_tpu_vm_is_replaced_and_the_run_resumes_from_its_checkpoint(live_
     from jobs import make_job
     from test_notify import ZONE as TPU_ZONE, _gcp_store
     from tpuctl.core import runs
-    fast = {"TPUCTL_WATCH_POLL": "0.1", "TPUCTL_LEASE_SECONDS": "2", "TPUCTL_RECOVER_BACKOFF": "0.05",
+    # a 10-s lease: `logs -f` follows on through the replacement while the watcher holds it (hostwatch._watcher),
+    # and a watcher busy re-making the TPU on a loaded machine (two suites at once) let a 2-s one lapse
+    fast = {"TPUCTL_WATCH_POLL": "0.1", "TPUCTL_LEASE_SECONDS": "10", "TPUCTL_RECOVER_BACKOFF": "0.05",
             "TPUCTL_LEASE_WAIT": "60", "TPUCTL_STALE_SECONDS": "3", "TPUCTL_RESTART_BACKOFF": "0.2",
             "TPUCTL_RESTART_BACKOFF_MAX": "1", "TPUCTL_PROGRESS_SECONDS": "0.1"}
     for k, v in fast.items():

@@ -306,7 +306,8 @@ def test_a_running_runs_log_follows_without_reload_and_its_hosts_switch(site, pa
 
 def test_a_slow_cloud_does_not_delay_a_page(site, monkeypatch):
     """The cluster's `status` and every read of its store made to take 5 s (a cloud, a bucket that answer slowly):
-    each page comes within a second, saying what is being asked and for how long."""
+    each page comes at once (within 2.5 s on a loaded machine: half the wait), saying what is being asked and for
+    how long."""
     from tpuctl.control import status as status_flow
     from tpuctl.ui import runview, views
 
@@ -319,15 +320,15 @@ def test_a_slow_cloud_does_not_delay_a_page(site, monkeypatch):
         started = time.monotonic()
         code, body, _ = _get(base + "/?token=t")
         took = time.monotonic() - started
-        assert code == 200 and took < 1.0, took
-        # asking for 0 s, or 1 s where a loaded machine let a second pass since the server began asking
-        assert re.search(rb'"age": "asking \([01]s\)"', body) and b'"status": {}' in body
+        assert code == 200 and took < 2.5, took
+        # asking for 0 s, or 1-2 s where a loaded machine let time pass since the server began asking
+        assert re.search(rb'"age": "asking \([0-2]s\)"', body) and b'"status": {}' in body
         for path, said in (("/runs?cluster=uitest", b"uitest: its store has not answered (asking ("),
                            (f"/run/uitest/{site['runs']['good']}", b'"pending": "its store has not answered (asking')):
             started = time.monotonic()
             code, body, _ = _get(base + path + ("&" if "?" in path else "?") + "token=t")
             assert code == 200 and said in body, body[-500:]
-            assert time.monotonic() - started < 1.0, path
+            assert time.monotonic() - started < 2.5, path
 
 
 def test_console_and_logging_links_on_google_cloud_in_xpks_shapes():
