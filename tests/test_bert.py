@@ -386,6 +386,12 @@ def _line(stdout, step):
     return next(ln for ln in stdout.splitlines() if ln.startswith(f"step {step:6d}")).split("examples/s")[0]
 
 
+def _metric(stdout, step, name):
+    """One metric of the printed line of `step` (`step N  loss X  mlm_loss Y ...`), by its name."""
+    words = _line(stdout, step).split()
+    return float(words[words.index(name) + 1])
+
+
 @pytest.mark.slow(40)
 def test_on_tensorflow_a_resume_from_a_checkpoint_repeats_the_uninterrupted_run(prepared, reference, tmp_path):
     """TensorFlow's exact resume (op determinism, the dropout seeds checkpointed): the shared TensorFlow reference
@@ -412,7 +418,6 @@ def test_deterministic_resume_after_sigkill_repeats_the_uninterrupted_run(prepar
     test above."""
     args = [str(JOB / "train.py"), *train_args(prepared)]
     env = _train_env("jax")
-    line = _line
     _, whole_stdout = reference("jax")
     # the same run, killed once its step-2 checkpoint is written (as a preemption would), then started again
     killed = subprocess.Popen([sys.executable, "-c", HOLD_AFTER, "ckpt-2.weights.h5", *args, "--output",
@@ -430,8 +435,8 @@ def test_deterministic_resume_after_sigkill_repeats_the_uninterrupted_run(prepar
     again = subprocess.run([sys.executable, *args, "--output", str(tmp_path / "cut")], capture_output=True, text=True,
                            env=env, timeout=600)
     assert again.returncode == 0 and "resumed from step 2" in again.stdout, again.stderr[-3000:]
-    assert line(first, 2) == line(whole_stdout, 2)
-    assert line(again.stdout, 4) == line(whole_stdout, 4)      # every metric, to the printed digit
+    assert _line(first, 2) == _line(whole_stdout, 2)
+    assert _line(again.stdout, 4) == _line(whole_stdout, 4)      # every metric, to the printed digit
     # goodput's record (runtime.metrics_callback): two starts of training, the second from the restored step, the
     # first at or past it (its steps after the checkpoint were re-done), each with time spent inside its steps. The
     # metrics callback records a step before train.py's Saver checkpoints it, so a kill between the two leaves
@@ -487,7 +492,7 @@ def test_a_checkpoint_resumes_on_the_other_backend(prepared, reference, tmp_path
     step 2."""
     root, stdout = reference("jax")
     assert stdout.startswith("backend: jax"), stdout
-    losses = [float(next(ln for ln in stdout.splitlines() if ln.startswith(f"step {2:6d}")).split()[5])]
+    losses = [_metric(stdout, 2, "mlm_loss")]
     (tmp_path / "out" / "checkpoints").mkdir(parents=True)
     for saved in (root / "runs" / "r1" / "output" / "checkpoints").glob("ckpt-2.*"):   # its weights and state
         shutil.copy(saved, tmp_path / "out" / "checkpoints")
@@ -500,8 +505,7 @@ def test_a_checkpoint_resumes_on_the_other_backend(prepared, reference, tmp_path
         assert f"resumed from step {steps - 2} " in r.stdout, r.stdout
         lines = [ln for ln in r.stdout.splitlines() if ln.startswith("step ")]
         assert [int(ln.split()[1]) for ln in lines] == [steps]
-        assert lines[0].split()[4] == "mlm_loss", lines
-        losses.append(float(lines[0].split()[5]))
+        losses.append(_metric(r.stdout, steps, "mlm_loss"))
     assert losses[2] < losses[0], losses
 
 

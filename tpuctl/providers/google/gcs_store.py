@@ -26,7 +26,7 @@ _FORBIDDEN_GRACE = 420.0
 # were, as DEFAULT_RETRY_IF_GENERATION_SPECIFIED, #480), and a retried conditional upload whose first try landed
 # answers 412, which create/write_if read back as theirs. Below 4: the last major release changed these defaults.
 STORAGE = "google-cloud-storage>=3.0,<4"
-# `python - REQUIREMENT`'s check, for the host's start-up script and the GKE pod's: an installed distribution meets
+# `python -c SATISFIED REQUIREMENT`, for the host's start-up script and the GKE pod's: an installed distribution meets
 # REQUIREMENT (PEP 508, read by packaging, or by pip's own copy of it where packaging is not installed), and its
 # version is printed; exit 1 otherwise. An image that holds the store client already is spared a pip run (a second
 # or two of resolving) at every boot and every pod start. No single quote: the scripts pass it as -c '...'.
